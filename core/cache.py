@@ -1,0 +1,61 @@
+"""The one place that touches KV-cache internals.
+
+After a tree step the cache holds P committed rows followed by one row per tree node. The accepted
+nodes are scattered among those rows; `keep_path` moves them to P..P+L and drops the rest, for
+every layer. Cache classes change across transformers releases, so nothing else reaches inside them.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from transformers import DynamicCache
+
+
+def new_cache(model) -> DynamicCache:
+    return DynamicCache(config=model.config)
+
+
+def cache_length(cache: DynamicCache) -> int:
+    return int(cache.get_seq_length())
+
+
+def _layers(cache: DynamicCache):
+    layers = getattr(cache, "layers", None)
+    if layers is None:
+        raise TypeError(
+            f"{type(cache).__name__} has no per-layer storage this adapter knows; "
+            "use transformers 5.x (DynamicCache with .layers)"
+        )
+    return layers
+
+
+def crop(cache: DynamicCache, length: int) -> None:
+    """Keep the first `length` positions of every layer."""
+    for layer in _layers(cache):
+        if getattr(layer, "keys", None) is None or layer.keys.numel() == 0:
+            continue
+        layer.keys = layer.keys[..., :length, :]
+        layer.values = layer.values[..., :length, :]
+
+
+@torch.inference_mode()
+def keep_path(cache: DynamicCache, past_len: int, path: Sequence[int]) -> None:
+    """Keep rows past_len + path[j] at past_len + j for every layer, then crop to past_len + len(path).
+
+    `path` lists tree node indices in root-to-leaf order (the root, index 0, first). When the path is
+    the prefix 0..L of the tree (always the case for chains) this is a plain crop.
+    """
+    new_len = past_len + len(path)
+    if all(node == j for j, node in enumerate(path)):
+        crop(cache, new_len)
+        return
+    for layer in _layers(cache):
+        if getattr(layer, "keys", None) is None or layer.keys.numel() == 0:
+            continue
+        src = torch.tensor([past_len + n for n in path], device=layer.keys.device)
+        # index_select copies the rows first, so overlapping source and destination are safe.
+        layer.keys[..., past_len:new_len, :] = layer.keys.index_select(-2, src)
+        layer.values[..., past_len:new_len, :] = layer.values.index_select(-2, src)
+        layer.keys = layer.keys[..., :new_len, :]
+        layer.values = layer.values[..., :new_len, :]

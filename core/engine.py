@@ -1,0 +1,261 @@
+"""The decoding loop: prefill, then per step draft a tree, verify it in one forward pass, keep the
+accepted path in the KV cache and emit its tokens plus one bonus token.
+
+Invariant: the cache holds every committed token but the last; that pending token is the root of
+the next tree, at position P = cache length. Plain greedy decoding is this loop with root-only trees.
+"""
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+import torch
+
+from core import cache as kv
+from core.errors import InvalidInputError
+from core.trace import NodeTrace, StepTrace
+from core.tree import DraftTree, is_chain, position_ids, tree_attention_mask
+from core.verify import StepStats, Verdict, step_stats
+
+PREFILL_CHUNK = 4096  # prompt tokens per prefill forward: bounds activation memory on long contexts
+TOPK_CHUNK = 256  # prompt positions per lm-head chunk when keeping prefill top-k
+
+
+@dataclass
+class PrefillTopK:
+    """The target's top-k next-token predictions at every prompt position i (for token i + 1)."""
+
+    ids: np.ndarray  # (n, k) int32
+    probs: np.ndarray  # (n, k) float32
+
+
+@dataclass
+class DecodeConfig:
+    max_new_tokens: int = 128
+    stop_strings: Sequence[str] = ()
+    prefill_topk: int = 0  # keep this many prefill predictions per prompt position (0 = none)
+
+
+class Drafter(Protocol):
+    """Proposes a draft tree rooted at the pending token; learns from what was committed."""
+
+    def begin(self, prompt_ids: list[int], prefill: PrefillTopK | None) -> None: ...
+
+    def propose(self, sequence: list[int]) -> DraftTree: ...
+
+    def commit(self, new_tokens: list[int]) -> None: ...
+
+
+Verifier = Callable[[DraftTree, torch.Tensor, StepStats], Verdict]
+
+
+@dataclass
+class DecodeResult:
+    output_ids: list[int]
+    steps: list[StepTrace]
+    prefill_seconds: float
+    decode_seconds: float
+    stop_reason: str  # eos | stop_string | max_new_tokens | context_full | cancelled
+    prefill: PrefillTopK | None = field(default=None, repr=False)
+
+
+class Cancelled(Exception):
+    """Raised inside the loop when the caller asked to stop; carries what was decoded so far."""
+
+    def __init__(self, partial: DecodeResult):
+        super().__init__("cancelled")
+        self.partial = partial
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+@torch.inference_mode()
+def prefill(model, ids: list[int], cache, keep_topk: int = 0) -> PrefillTopK | None:
+    """Fill the cache with `ids`; optionally keep the top-k predictions at each position.
+
+    Runs the decoder without the LM head, then applies the head in small chunks only when top-k
+    is wanted: full logits of a long prompt would take hundreds of MB.
+    """
+    device = model.device
+    decoder = model.get_decoder()
+    head = model.get_output_embeddings()
+    ids_parts, prob_parts = [], []
+    for start in range(0, len(ids), PREFILL_CHUNK):
+        chunk = torch.tensor([ids[start : start + PREFILL_CHUNK]], device=device)
+        pos = torch.arange(start, start + chunk.shape[1], device=device)[None]
+        hidden = decoder(input_ids=chunk, position_ids=pos, past_key_values=cache, use_cache=True).last_hidden_state[0]
+        for s in range(0, hidden.shape[0], TOPK_CHUNK) if keep_topk else ():
+            probs = torch.softmax(head(hidden[s : s + TOPK_CHUNK]).float(), dim=-1)
+            top = probs.topk(keep_topk, dim=-1)
+            ids_parts.append(top.indices.to(torch.int32).cpu().numpy())
+            prob_parts.append(top.values.cpu().numpy())
+    if not keep_topk:
+        return None
+    return PrefillTopK(np.concatenate(ids_parts), np.concatenate(prob_parts))
+
+
+@torch.inference_mode()
+def forward_tree(model, tree: DraftTree, past_len: int, cache) -> torch.Tensor:
+    """One target forward over the tree; (Q, V) logits. Chains use the model's own causal mask."""
+    device = model.device
+    input_ids = torch.tensor([tree.tokens], device=device)
+    mask = None if is_chain(tree.parents) else tree_attention_mask(tree.parents, past_len, model.dtype, device)
+    out = model(
+        input_ids=input_ids,
+        position_ids=position_ids(tree.depths, past_len, device),
+        attention_mask=mask,
+        past_key_values=cache,
+        use_cache=True,
+    )
+    return out.logits[0]
+
+
+class TokenText:
+    """Per-run memo of token id -> text, so traces do not re-decode the same ids every step."""
+
+    def __init__(self, tokenizer):
+        self.tokenizer, self.memo = tokenizer, {}
+
+    def __call__(self, token_id: int) -> str:
+        text = self.memo.get(token_id)
+        if text is None:
+            text = self.memo[token_id] = self.tokenizer.decode([token_id])
+        return text
+
+
+def node_traces(step: int, past_len: int, tree: DraftTree, stats: StepStats, verdict: Verdict, text: TokenText) -> list[NodeTrace]:
+    records = []
+    for i in range(len(tree)):
+        n = stats.nodes[i]
+        extra = verdict.extra[i] if verdict.extra else {}
+        records.append(
+            NodeTrace(
+                step=step, cache_pos=past_len, node=i, parent=tree.parents[i], depth=tree.depths[i],
+                token_id=tree.tokens[i], token_text=text(tree.tokens[i]), source=tree.sources[i],
+                decision=verdict.decisions[i], reason=verdict.reasons[i],
+                p=n.p if n else None, entropy=n.entropy if n else None, max_p=n.max_p if n else None,
+                p_eos=n.p_eos if n else None, rank=n.rank if n else None, logit_gap=n.logit_gap if n else None,
+                threshold=verdict.thresholds[i], draft_p=tree.draft_probs[i], **extra,
+            )
+        )
+    last = verdict.path[-1]
+    logprobs = stats.logprobs[last]
+    bonus_lp = float(logprobs[verdict.bonus])
+    records.append(
+        NodeTrace(
+            step=step, cache_pos=past_len, node=len(tree), parent=last, depth=tree.depths[last] + 1,
+            token_id=verdict.bonus, token_text=text(verdict.bonus), source="model", decision="bonus",
+            reason="the target's own token after the last accepted node",
+            p=math.exp(bonus_lp), entropy=stats.row_entropy[last], max_p=stats.row_max_p[last],
+            p_eos=stats.row_p_eos[last], rank=int((logprobs > bonus_lp).sum()),
+            logit_gap=math.log(stats.row_max_p[last]) - bonus_lp,
+        )
+    )
+    return records
+
+
+def check_prompt(prompt_ids: Sequence[int], max_context: int) -> None:
+    if not prompt_ids:
+        raise InvalidInputError("the prompt is empty: give at least one token of text")
+    if len(prompt_ids) >= max_context:
+        raise InvalidInputError(
+            f"the prompt has {len(prompt_ids)} tokens but the model's context is {max_context}: "
+            "shorten the prompt or the context (or truncate its middle)"
+        )
+
+
+def _stop_cut(new: list[int], generated: list[int], cfg: DecodeConfig, eos_ids: Sequence[int], tokenizer) -> tuple[list[int], str | None]:
+    """Cut this step's tokens at the first stop condition; return them and the reason, if any."""
+    for j, tok in enumerate(new):
+        if tok in eos_ids:
+            return new[: j + 1], "eos"
+    remaining = cfg.max_new_tokens - len(generated)
+    if len(new) >= remaining:
+        new, reason = new[:remaining], "max_new_tokens"
+    else:
+        reason = None
+    if cfg.stop_strings:
+        for j in range(1, len(new) + 1):
+            tail = tokenizer.decode(generated[-32:] + new[:j])
+            if any(s in tail for s in cfg.stop_strings):
+                return new[:j], "stop_string"
+    return new, reason
+
+
+@torch.inference_mode()
+def decode(
+    model,
+    tokenizer,
+    eos_ids: Sequence[int],
+    prompt_ids: list[int],
+    drafter: Drafter,
+    verifier: Verifier,
+    cfg: DecodeConfig,
+    max_context: int,
+    on_step: Callable[[StepTrace], None] | None = None,
+    should_stop: Callable[[], bool] | None = None,
+) -> DecodeResult:
+    check_prompt(prompt_ids, max_context)
+    if cfg.max_new_tokens <= 0:
+        raise InvalidInputError(f"max_new_tokens must be at least 1 (got {cfg.max_new_tokens})")
+    device = model.device
+    eos = set(eos_ids)
+    text = TokenText(tokenizer)
+    cache = kv.new_cache(model)
+
+    t0 = time.perf_counter()
+    top = prefill(model, prompt_ids[:-1], cache, cfg.prefill_topk) if len(prompt_ids) > 1 or cfg.prefill_topk else None
+    _sync(device)
+    prefill_s = time.perf_counter() - t0
+    drafter.begin(list(prompt_ids), top)
+
+    sequence, generated, steps = list(prompt_ids), [], []
+    past_len = len(prompt_ids) - 1
+    stop_reason = None
+    t_decode = time.perf_counter()
+    while stop_reason is None:
+        if should_stop is not None and should_stop():
+            stop_reason = "cancelled"
+            break
+        if past_len + 1 >= max_context:
+            stop_reason = "context_full"
+            break
+        t_a = time.perf_counter()
+        tree = drafter.propose(sequence)
+        # Nothing deeper than the tokens still wanted, nor past the model's context.
+        tree = tree.pruned(min(cfg.max_new_tokens - len(generated) - 1, max_context - past_len - 2))
+        t_b = time.perf_counter()
+        logits = forward_tree(model, tree, past_len, cache)
+        _sync(device)
+        t_c = time.perf_counter()
+        stats = step_stats(logits, tree, eos_ids)
+        verdict = verifier(tree, logits, stats)
+        t_d = time.perf_counter()
+        kv.keep_path(cache, past_len, verdict.path)
+        new = [tree.tokens[n] for n in verdict.path[1:]] + [verdict.bonus]
+        new, stop_reason = _stop_cut(new, generated, cfg, eos, tokenizer)
+        step = StepTrace(
+            index=len(steps), cache_pos=past_len, tree_size=tree.num_draft, accepted=len(verdict.path) - 1,
+            emitted=new, nodes=node_traces(len(steps), past_len, tree, stats, verdict, text),
+        )
+        sequence.extend(new)
+        generated.extend(new)
+        past_len += len(verdict.path)
+        drafter.commit(new)
+        t_e = time.perf_counter()
+        step.draft_ms, step.forward_ms = (t_b - t_a) * 1e3, (t_c - t_b) * 1e3
+        step.verify_ms, step.bookkeeping_ms = (t_d - t_c) * 1e3, (t_e - t_d) * 1e3
+        steps.append(step)
+        if on_step is not None:
+            on_step(step)
+    result = DecodeResult(generated, steps, prefill_s, time.perf_counter() - t_decode, stop_reason, top)
+    if stop_reason == "cancelled":
+        raise Cancelled(result)
+    return result

@@ -1,0 +1,148 @@
+"""Named methods: which drafter, which verifier, which parameters (with their defaults) each uses,
+and `run_method`, which runs one of them and returns its RunTrace."""
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from core.engine import Cancelled, DecodeConfig, Drafter, Verifier, check_prompt, decode
+from core.errors import InvalidInputError
+from core.params import PARAMS, validate
+from core.trace import RunTrace, StepTrace
+from core.verify import sampling_processors, strict, verify_by_rule, verify_by_sampling
+
+COMMON = ("max_new_tokens",)
+SAMPLING = ("temperature", "top_k", "top_p", "seed")
+
+
+@dataclass(frozen=True)
+class Method:
+    name: str
+    summary: str
+    params: Mapping[str, Any]  # the parameters it reads, with its defaults
+    lossless: bool  # reproduces the target's own decoding (greedy, or its sampling distribution)
+    make: Callable[[dict[str, Any]], tuple[Drafter, Verifier, int]] | None = None  # -> drafter, verifier, prefill top-k
+    hf_mode: str | None = None  # run through transformers' generate instead of our engine
+    needs_draft: bool = False
+    tags: tuple[str, ...] = field(default=())
+
+
+def _defaults(*names: str, **overrides: Any) -> dict[str, Any]:
+    out = {n: PARAMS[n].default for n in names}
+    out.update(overrides)
+    return out
+
+
+def strict_or_sampling(params: dict[str, Any]) -> Verifier:
+    """Greedy verification at temperature 0; lossless speculative sampling above it."""
+    if params.get("temperature", 0.0) == 0.0:
+        return lambda tree, logits, stats: verify_by_rule(tree, stats, strict)
+    procs = sampling_processors(params["temperature"], params.get("top_k", 0), params.get("top_p", 1.0))
+    gen = torch.Generator().manual_seed(int(params.get("seed", 0)))
+
+    def verify(tree, logits, stats):
+        return verify_by_sampling(tree, logits.cpu() if logits.device.type != "cpu" else logits, procs, gen)
+
+    return verify
+
+
+def _greedy(params):
+    from core.drafters import NoDraft
+
+    return NoDraft(), strict_or_sampling(params), 0
+
+
+def _pld(params):
+    from core.drafters import PromptLookupDrafter
+
+    return PromptLookupDrafter(max_ngram=3, num_tokens=10), strict_or_sampling(params), 0
+
+
+METHODS: dict[str, Method] = {}
+
+
+def register(method: Method) -> Method:
+    METHODS[method.name] = method
+    return method
+
+
+register(Method("greedy", "autoregressive decoding through our engine (the speed-up baseline)",
+                _defaults(*COMMON, "temperature", "seed", top_k=0, top_p=1.0), True, _greedy))
+register(Method("pld", "prompt lookup decoding: longest n-gram ≤ 3 in prompt + output, one chain of 10",
+                _defaults(*COMMON, "temperature", "seed", top_k=0, top_p=1.0), True, _pld))
+register(Method("top-k", "top-k sampling (k = 50, T = 1)", _defaults(*COMMON, "seed", temperature=1.0, top_k=50, top_p=1.0), True, _greedy))
+register(Method("nucleus", "nucleus sampling (p = 0.8, T = 1)", _defaults(*COMMON, "seed", temperature=1.0, top_k=0, top_p=0.8), True, _greedy))
+register(Method("beam", "beam search through transformers (width 10)", _defaults(*COMMON, "num_beams"), False, hf_mode="beam"))
+register(Method("hf-generate", "transformers generate(), greedy", _defaults(*COMMON), True, hf_mode="hf-generate"))
+register(Method("hf-prompt-lookup", "transformers prompt lookup (10 tokens, n-gram ≤ 3)", _defaults(*COMMON), True, hf_mode="hf-prompt-lookup"))
+register(Method("hf-assisted", "transformers assisted generation with the draft model", _defaults(*COMMON), True,
+                hf_mode="hf-assisted", needs_draft=True))
+
+
+def get_method(name: str) -> Method:
+    method = METHODS.get(name)
+    if method is None:
+        raise InvalidInputError(f"unknown method {name!r}; known methods: {', '.join(METHODS)}")
+    return method
+
+
+def resolve_params(name: str, values: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    return validate(values or {}, get_method(name).params)
+
+
+def run_method(
+    name: str,
+    target,
+    prompt_ids: Sequence[int],
+    params: Mapping[str, Any] | None = None,
+    *,
+    draft=None,
+    prompt_text: str = "",
+    context: str | None = None,
+    stop_strings: Sequence[str] = (),
+    on_step: Callable[[StepTrace], None] | None = None,
+    should_stop: Callable[[], bool] | None = None,
+) -> RunTrace:
+    """Run method `name` on the loaded `target` (a core.models.LoadedModel) and return its trace.
+
+    A cancelled run comes back with status `cancelled` and what it had; errors propagate.
+    """
+    method = get_method(name)
+    p = resolve_params(name, params)
+    if method.needs_draft and draft is None:
+        raise InvalidInputError(f"method {name!r} needs a draft model: pass --draft (e.g. the qwen2.5-coder-0.5b preset)")
+    prompt_ids = [int(t) for t in prompt_ids]
+    check_prompt(prompt_ids, target.max_context)
+    run = RunTrace(
+        method=name, params=p, model=target.name, draft_model=draft.name if draft is not None else None,
+        device=str(target.device), dtype=str(target.dtype).replace("torch.", ""), prompt=prompt_text,
+        prompt_ids=prompt_ids, context=context, model_fingerprint=target.fingerprint,
+        draft_fingerprint=draft.fingerprint if draft is not None else None,
+    )
+    if method.hf_mode is not None:
+        from core.hf_baselines import run_hf
+
+        res = run_hf(method.hf_mode, target.model, target.tokenizer, target.eos_ids, prompt_ids, p,
+                     stop_strings, draft.model if draft is not None else None)
+        run.output_ids, run.external_accept_lengths = res.output_ids, res.accept_lengths
+        run.prefill_seconds, run.decode_seconds = res.prefill_seconds, res.decode_seconds
+        run.stop_reason = "eos" if res.output_ids and res.output_ids[-1] in target.eos_ids else "max_new_tokens"
+    else:
+        drafter, verifier, prefill_topk = method.make(p)
+        cfg = DecodeConfig(max_new_tokens=p["max_new_tokens"], stop_strings=tuple(stop_strings), prefill_topk=prefill_topk)
+        try:
+            res = decode(target.model, target.tokenizer, target.eos_ids, prompt_ids, drafter, verifier, cfg,
+                         target.max_context, on_step=on_step, should_stop=should_stop)
+            run.status = "complete"
+        except Cancelled as c:
+            res = c.partial
+            run.status = "cancelled"
+        run.output_ids, run.steps = res.output_ids, res.steps
+        run.prefill_seconds, run.decode_seconds, run.stop_reason = res.prefill_seconds, res.decode_seconds, res.stop_reason
+    if run.status == "running":
+        run.status = "complete"
+    run.output_text = target.tokenizer.decode(run.output_ids, skip_special_tokens=True)
+    return run

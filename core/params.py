@@ -1,0 +1,69 @@
+"""Every tunable parameter in one table: default, range and meaning. The CLI, the methods and the UI read it."""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from core.errors import InvalidInputError
+
+
+@dataclass(frozen=True)
+class ParamSpec:
+    name: str
+    default: Any
+    low: float
+    high: float
+    kind: type  # int or float
+    help: str
+    low_open: bool = False  # True when `low` itself is not allowed
+
+
+PARAMS: dict[str, ParamSpec] = {
+    p.name: p
+    for p in [
+        ParamSpec("max_new_tokens", 128, 1, 32768, int, "tokens to generate at most"),
+        ParamSpec("temperature", 0.0, 0.0, 10.0, float, "0 = greedy; > 0 samples (lossless for strict methods)"),
+        ParamSpec("top_p", 1.0, 0.0, 1.0, float, "nucleus sampling mass", low_open=True),
+        ParamSpec("top_k", 5, 1, 1_000_000, int, "k of the top-k rule (mixed, top-k ablation) or of top-k sampling"),
+        ParamSpec("seed", 0, 0, 2**63 - 1, int, "random seed for sampling"),
+        ParamSpec("num_beams", 10, 1, 64, int, "beam width of the beam-search baseline"),
+        ParamSpec("delta", 0.1, 0.0, 1.0, float, "fixed acceptance threshold δ (CASD)", low_open=True),
+        ParamSpec("alpha", 0.1, 0.0, 10.0, float, "entropy weight α of the adaptive threshold (AASD)"),
+        ParamSpec("beta", 0.1, 0.0, 1.0, float, "offset β of the adaptive threshold (AASD)"),
+        ParamSpec("tau", 0.01, 0.0, 1.0, float, "CSD gate: accept when the logit gap ≥ log τ", low_open=True),
+        ParamSpec("lam", 6, 0, 1_000_000, int, "CSD memory threshold λ"),
+        ParamSpec("key_len", 6, 1, 32, int, "longest n-gram key of the draft pool (l)"),
+        ParamSpec("ngram", 6, 1, 64, int, "tokens per retrieved continuation (n)"),
+        ParamSpec("align_m", 2, 0, 16, int, "alignment siblings per misaligned context token (m)"),
+        ParamSpec("max_nodes", 16, 1, 256, int, "draft-node budget per tree (root excluded)"),
+        ParamSpec("gamma", 6, 1, 64, int, "draft-model tokens per step (γ)"),
+    ]
+}
+
+
+def validate(values: Mapping[str, Any], allowed: Mapping[str, Any]) -> dict[str, Any]:
+    """Merge `values` over a method's defaults (`allowed`), checking names, types and ranges."""
+    out = dict(allowed)
+    for name, value in values.items():
+        if value is None:
+            continue
+        spec = PARAMS.get(name)
+        if spec is None:
+            raise InvalidInputError(f"unknown parameter {name!r}; known: {', '.join(sorted(PARAMS))}")
+        if name not in allowed:
+            raise InvalidInputError(
+                f"parameter {name!r} has no effect on this method; it takes: {', '.join(sorted(allowed)) or 'no parameters'}"
+            )
+        try:
+            number = spec.kind(value)
+        except (TypeError, ValueError):
+            raise InvalidInputError(f"{name} must be a{'n integer' if spec.kind is int else ' number'}, got {value!r}") from None
+        if spec.kind is int and float(value) != number:
+            raise InvalidInputError(f"{name} must be an integer, got {value!r}")
+        too_low = number <= spec.low if spec.low_open else number < spec.low
+        if too_low or number > spec.high:
+            bracket = "(" if spec.low_open else "["
+            raise InvalidInputError(f"{name} = {value} is out of range {bracket}{spec.low}, {spec.high}]: {spec.help}")
+        out[name] = number
+    return out

@@ -1,0 +1,154 @@
+"""Draft trees: a root (the pending token) and draft nodes, each with a parent, a depth and a source.
+
+Pure data and pure functions: building a trie from candidate sequences under a node budget, the 4D
+additive attention mask and the position ids of one verification forward pass.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+
+@dataclass
+class DraftTree:
+    """Node 0 is the root. Parents always come before their children (parents[i] < i)."""
+
+    tokens: list[int]
+    parents: list[int]
+    depths: list[int]
+    sources: list[str]
+    draft_probs: list[float | None] = field(default_factory=list)
+    _child_index: dict[tuple[int, int], int] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def root_only(cls, root_token: int) -> "DraftTree":
+        return cls([int(root_token)], [-1], [0], ["root"], [None])
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    @property
+    def num_draft(self) -> int:
+        return len(self.tokens) - 1
+
+    def add(self, parent: int, token: int, source: str, draft_p: float | None = None) -> int:
+        """Add `token` under `parent`; if that child exists already, return it unchanged."""
+        key = (parent, int(token))
+        existing = self._child_index.get(key)
+        if existing is not None:
+            return existing
+        if not 0 <= parent < len(self.tokens):
+            raise IndexError(f"parent {parent} is not a node of this tree")
+        self.tokens.append(int(token))
+        self.parents.append(parent)
+        self.depths.append(self.depths[parent] + 1)
+        self.sources.append(source)
+        self.draft_probs.append(draft_p)
+        self._child_index[key] = len(self.tokens) - 1
+        return len(self.tokens) - 1
+
+    def child(self, parent: int, token: int) -> int | None:
+        return self._child_index.get((parent, int(token)))
+
+    def children(self) -> list[list[int]]:
+        kids: list[list[int]] = [[] for _ in self.tokens]
+        for i in range(1, len(self.tokens)):
+            kids[self.parents[i]].append(i)
+        return kids
+
+    def path_to(self, node: int) -> list[int]:
+        """Node ids from the root to `node`, both included."""
+        path = []
+        while node != -1:
+            path.append(node)
+            node = self.parents[node]
+        return path[::-1]
+
+    def pruned(self, max_depth: int) -> "DraftTree":
+        """A copy without the nodes deeper than `max_depth` (the root has depth 0)."""
+        if max(self.depths) <= max_depth:
+            return self
+        out = DraftTree.root_only(self.tokens[0])
+        new_index = {0: 0}
+        for i in range(1, len(self.tokens)):
+            if self.depths[i] <= max_depth:
+                new_index[i] = out.add(new_index[self.parents[i]], self.tokens[i], self.sources[i], self.draft_probs[i])
+        return out
+
+    def add_chain(self, parent: int, tokens: Sequence[int], sources: Sequence[str] | str, budget: int | None = None) -> int:
+        """Add a chain below `parent`, sharing existing prefixes; stop when the tree has `budget` draft nodes."""
+        node = parent
+        for i, tok in enumerate(tokens):
+            src = sources if isinstance(sources, str) else sources[i]
+            existing = self.child(node, tok)
+            if existing is None and budget is not None and self.num_draft >= budget:
+                break
+            node = existing if existing is not None else self.add(node, tok, src)
+        return node
+
+
+def merge_sequences(
+    root_token: int,
+    candidates: Sequence[tuple[Sequence[int], Sequence[str] | str]],
+    max_nodes: int,
+) -> DraftTree:
+    """Merge candidate continuations into one trie, keeping the `max_nodes` most frequent prefixes.
+
+    A prefix's frequency is the number of candidates that start with it, so a kept node's parent is
+    always kept too. Ties go to the shallower prefix, then to the earlier candidate (callers order
+    candidates by preference). Each node takes the source of the first candidate that reached it.
+    """
+    counts: dict[tuple[int, ...], int] = {}
+    first_seen: dict[tuple[int, ...], tuple[int, str]] = {}
+    order = 0
+    for tokens, sources in candidates:
+        prefix: tuple[int, ...] = ()
+        for i, tok in enumerate(tokens):
+            prefix = prefix + (int(tok),)
+            counts[prefix] = counts.get(prefix, 0) + 1
+            if prefix not in first_seen:
+                first_seen[prefix] = (order, sources if isinstance(sources, str) else sources[i])
+                order += 1
+    ranked = sorted(counts, key=lambda pre: (-counts[pre], len(pre), first_seen[pre][0]))
+    kept = sorted(ranked[: max(0, max_nodes)], key=lambda pre: (len(pre), first_seen[pre][0]))
+    tree = DraftTree.root_only(root_token)
+    node_of: dict[tuple[int, ...], int] = {(): 0}
+    for pre in kept:
+        node_of[pre] = tree.add(node_of[pre[:-1]], pre[-1], first_seen[pre][1])
+    return tree
+
+
+def ancestor_matrix(parents: Sequence[int]) -> torch.Tensor:
+    """Boolean (Q, Q): entry [i, j] is True when j is i itself or one of its ancestors."""
+    q = len(parents)
+    anc = torch.eye(q, dtype=torch.bool)
+    for i in range(1, q):
+        anc[i] |= anc[parents[i]]
+    return anc
+
+
+def tree_attention_mask(parents: Sequence[int], past_len: int, dtype: torch.dtype, device: torch.device | str = "cpu") -> torch.Tensor:
+    """The 4D additive mask (1, 1, Q, P + Q): 0 where a node may attend, finfo.min where it may not.
+
+    Every node sees the whole committed prefix, its ancestors and itself, so no row is ever fully
+    masked (SDPA would return NaN for such a row).
+    """
+    q = len(parents)
+    blocked = torch.finfo(dtype).min
+    mask = torch.zeros((1, 1, q, past_len + q), dtype=dtype, device=device)
+    tree_part = torch.full((q, q), blocked, dtype=dtype, device=device)
+    tree_part.masked_fill_(ancestor_matrix(parents).to(device), 0.0)
+    mask[0, 0, :, past_len:] = tree_part
+    return mask
+
+
+def position_ids(depths: Sequence[int], past_len: int, device: torch.device | str = "cpu") -> torch.Tensor:
+    """(1, Q) positions: a node at depth d sits at P + d; siblings share a position."""
+    return torch.tensor([[past_len + d for d in depths]], dtype=torch.long, device=device)
+
+
+def is_chain(parents: Sequence[int]) -> bool:
+    """True when node i's parent is i - 1 for every node: plain causal attention is then exact."""
+    return all(parents[i] == i - 1 for i in range(1, len(parents)))

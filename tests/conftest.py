@@ -1,0 +1,81 @@
+"""Shared fixtures: tiny random models built in code, and the real SmolLM2 preset when fetched."""
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = ROOT.parent / "shared"
+SPEC_BENCH = SHARED / "data" / "spec_bench" / "question.jsonl"
+sys.path.insert(0, str(ROOT))
+
+
+@dataclass
+class TinyModel:
+    """Quacks like core.models.LoadedModel for the engine and the methods."""
+
+    model: object
+    tokenizer: object
+    name: str = "tiny-llama"
+    device: torch.device = torch.device("cpu")
+    dtype: torch.dtype = torch.float32
+    fingerprint: str = "tiny"
+    eos_ids: list[int] = field(default_factory=lambda: [1])
+    max_context: int = 512
+    vocab_size: int = 96
+
+
+class IdTokenizer:
+    """A tokenizer stand-in whose text is the ids themselves: enough for traces and stop checks."""
+
+    pad_token_id = 0
+    eos_token_id = 1
+
+    def decode(self, ids, skip_special_tokens=False):
+        return " ".join(f"t{i}" for i in ids)
+
+
+def make_tiny(seed: int = 0, vocab: int = 96, layers: int = 2, init: float = 0.3) -> TinyModel:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(
+        vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=layers,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+        initializer_range=init, bos_token_id=0, eos_token_id=1, pad_token_id=0,
+        attn_implementation="sdpa",
+    )
+    model = LlamaForCausalLM(cfg).eval().requires_grad_(False)
+    return TinyModel(model=model, tokenizer=IdTokenizer(), vocab_size=vocab)
+
+
+@pytest.fixture(scope="session")
+def tiny() -> TinyModel:
+    return make_tiny()
+
+
+@pytest.fixture(scope="session")
+def smollm2():
+    """The real default model in float32 (exactness tests need fp32)."""
+    from core.models import is_fetched, load_model
+
+    if not is_fetched("smollm2-135m"):
+        pytest.skip("smollm2-135m is not fetched: run `python -m workbench models fetch smollm2-135m` (run.sh test does)")
+    return load_model("smollm2-135m", device="cpu", dtype="float32")
+
+
+def spec_bench_rows(categories: tuple[str, ...], limit: int) -> list[dict]:
+    import json
+
+    if not SPEC_BENCH.exists():
+        pytest.skip(f"Spec-Bench data not found at {SPEC_BENCH} (the shared/ folder sits beside the project)")
+    rows = [json.loads(line) for line in SPEC_BENCH.read_text().splitlines() if line.strip()]
+    out = []
+    for cat in categories:
+        out += [r for r in rows if r["category"] == cat][:limit]
+    return out
