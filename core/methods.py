@@ -24,7 +24,7 @@ class Method:
     summary: str
     params: Mapping[str, Any]  # the parameters it reads, with its defaults
     lossless: bool  # reproduces the target's own decoding (greedy, or its sampling distribution)
-    make: Callable[[dict[str, Any]], tuple[Drafter, Verifier, int]] | None = None  # -> drafter, verifier, prefill top-k
+    make: Callable[..., tuple[Drafter, Verifier, int]] | None = None  # (params, context_ids) -> drafter, verifier, prefill top-k
     hf_mode: str | None = None  # run through transformers' generate instead of our engine
     needs_draft: bool = False
     tags: tuple[str, ...] = field(default=())
@@ -49,16 +49,59 @@ def strict_or_sampling(params: dict[str, Any]) -> Verifier:
     return verify
 
 
-def _greedy(params):
+def _greedy(params, context_ids=None):
     from core.drafters import NoDraft
 
     return NoDraft(), strict_or_sampling(params), 0
 
 
-def _pld(params):
+def _pld(params, context_ids=None):
     from core.drafters import PromptLookupDrafter
 
     return PromptLookupDrafter(max_ngram=3, num_tokens=10), strict_or_sampling(params), 0
+
+
+POOL = ("key_len", "ngram", "max_nodes")
+
+
+def _context(align: bool, rule_of: Callable[[dict[str, Any]], Any], split: bool = True):
+    """A context-drafting method: pool (+ alignment) drafter, a relaxed rule by source (or strict)."""
+    from core.verify import by_source
+
+    def make(params, context_ids=None):
+        from core.drafters import ContextDrafter
+
+        drafter = ContextDrafter(params["key_len"], params["ngram"], params["max_nodes"], params["align_m"] if align else 0,
+                                 context_ids=context_ids)
+        rule = rule_of(params)
+        rules = by_source(rule) if split else rule
+        return drafter, (lambda tree, logits, stats: verify_by_rule(tree, stats, rules)), drafter.prefill_topk
+
+    return make
+
+
+def _fixed(p):
+    from core.verify import fixed
+
+    return fixed(p["delta"])
+
+
+def _mixed(p):
+    from core.verify import mixed
+
+    return mixed(p["delta"], p["top_k"])
+
+
+def _adaptive(p):
+    from core.verify import adaptive
+
+    return adaptive(p["alpha"], p["beta"])
+
+
+def _topk(p):
+    from core.verify import top_k_rule
+
+    return top_k_rule(p["top_k"])
 
 
 METHODS: dict[str, Method] = {}
@@ -82,6 +125,22 @@ register(Method("hf-assisted", "transformers assisted generation with the draft 
                 hf_mode="hf-assisted", needs_draft=True))
 
 
+register(Method("casd", "context-aware drafting, fixed threshold δ with EOS guard", _defaults(*COMMON, *POOL, "delta"), False,
+                _context(False, _fixed)))
+register(Method("casd-mixed", "context-aware drafting, δ and top-k together", _defaults(*COMMON, *POOL, "delta", "top_k"), False,
+                _context(False, _mixed)))
+register(Method("aasd", "context drafting + alignment sampling + entropy-adaptive verification",
+                _defaults(*COMMON, *POOL, "align_m", "alpha", "beta"), False, _context(True, _adaptive)))
+register(Method("aasd-strict", "AASD drafting with strict verification (lossless)", _defaults(*COMMON, *POOL, "align_m"), True,
+                _context(True, lambda p: strict, split=False)))
+register(Method("aasd-no-align", "ablation: AASD without alignment sampling", _defaults(*COMMON, *POOL, "alpha", "beta", align_m=0), False,
+                _context(False, _adaptive)))
+register(Method("aasd-fixed", "ablation: AASD drafting with CASD's fixed threshold", _defaults(*COMMON, *POOL, "align_m", "delta"), False,
+                _context(True, _fixed)))
+register(Method("aasd-topk", "ablation: AASD drafting with a top-k acceptance rule", _defaults(*COMMON, *POOL, "align_m", "top_k"), False,
+                _context(True, _topk)))
+
+
 def get_method(name: str) -> Method:
     method = METHODS.get(name)
     if method is None:
@@ -102,13 +161,15 @@ def run_method(
     draft=None,
     prompt_text: str = "",
     context: str | None = None,
+    context_ids: Sequence[int] | None = None,
     stop_strings: Sequence[str] = (),
     on_step: Callable[[StepTrace], None] | None = None,
     should_stop: Callable[[], bool] | None = None,
 ) -> RunTrace:
     """Run method `name` on the loaded `target` (a core.models.LoadedModel) and return its trace.
 
-    A cancelled run comes back with status `cancelled` and what it had; errors propagate.
+    `context_ids`, when given, fills the draft pool instead of the prompt (CASD: the full document in
+    the pool, a shortened prompt to the model). A cancelled run comes back with status `cancelled` and what it had; errors propagate.
     """
     method = get_method(name)
     p = resolve_params(name, params)
@@ -131,7 +192,7 @@ def run_method(
         run.prefill_seconds, run.decode_seconds = res.prefill_seconds, res.decode_seconds
         run.stop_reason = "eos" if res.output_ids and res.output_ids[-1] in target.eos_ids else "max_new_tokens"
     else:
-        drafter, verifier, prefill_topk = method.make(p)
+        drafter, verifier, prefill_topk = method.make(p, list(context_ids) if context_ids is not None else None)
         cfg = DecodeConfig(max_new_tokens=p["max_new_tokens"], stop_strings=tuple(stop_strings), prefill_topk=prefill_topk)
         try:
             res = decode(target.model, target.tokenizer, target.eos_ids, prompt_ids, drafter, verifier, cfg,

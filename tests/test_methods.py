@@ -1,0 +1,126 @@
+"""Methods, parameters, task files and the bench runner on a tiny random model."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from core.bench import format_table, run_bench
+from core.errors import InvalidInputError
+from core.methods import METHODS, resolve_params, run_method
+from core.tasks import Task, load_tasks
+
+
+def test_every_issue_method_is_registered():
+    for name in ["greedy", "pld", "top-k", "nucleus", "beam", "hf-generate", "hf-prompt-lookup"]:
+        assert name in METHODS
+
+
+def test_params_defaults_overrides_and_errors():
+    assert resolve_params("top-k")["top_k"] == 50
+    assert resolve_params("nucleus")["top_p"] == 0.8
+    assert resolve_params("greedy", {"max_new_tokens": 7})["max_new_tokens"] == 7
+    with pytest.raises(InvalidInputError, match="unknown method 'nope'"):
+        resolve_params("nope")
+    with pytest.raises(InvalidInputError, match="max_new_tokens = 0 is out of range"):
+        resolve_params("greedy", {"max_new_tokens": 0})
+    with pytest.raises(InvalidInputError, match="unknown parameter 'deltaa'"):
+        resolve_params("greedy", {"deltaa": 0.1})
+    with pytest.raises(InvalidInputError, match="no effect on this method"):
+        resolve_params("greedy", {"delta": 0.1})
+    with pytest.raises(InvalidInputError, match="must be an integer"):
+        resolve_params("greedy", {"max_new_tokens": 2.5})
+    with pytest.raises(InvalidInputError, match="top_p = 0"):
+        resolve_params("nucleus", {"top_p": 0})
+
+
+def test_reference_baselines_and_engine_agree(tiny):
+    prompt = [5, 9, 14, 5, 9, 22, 31, 5, 9]
+    ours = run_method("greedy", tiny, prompt, {"max_new_tokens": 24})
+    hf = run_method("hf-generate", tiny, prompt, {"max_new_tokens": 24})
+    hf_pl = run_method("hf-prompt-lookup", tiny, prompt, {"max_new_tokens": 24})
+    assert ours.output_ids == hf.output_ids == hf_pl.output_ids
+    assert ours.status == hf.status == "complete"
+    m = ours.metrics()
+    assert m["mal"] == 1.0 and m["steps"] == 24 and m["tokens"] == 24 and m["tps"] > 0
+    assert hf.metrics()["mal"] == 1.0  # one token per forward, seen through the streamer
+    beam = run_method("beam", tiny, prompt, {"max_new_tokens": 8, "num_beams": 3})
+    assert len(beam.output_ids) == 8
+
+
+def test_sampling_methods_are_seeded(tiny):
+    prompt = [3, 4, 5]
+    a = run_method("top-k", tiny, prompt, {"max_new_tokens": 16, "seed": 1})
+    b = run_method("top-k", tiny, prompt, {"max_new_tokens": 16, "seed": 1})
+    c = run_method("nucleus", tiny, prompt, {"max_new_tokens": 16, "seed": 2})
+    assert a.output_ids == b.output_ids
+    others = {tuple(run_method("top-k", tiny, prompt, {"max_new_tokens": 16, "seed": s}).output_ids) for s in range(2, 6)}
+    assert len(others | {tuple(a.output_ids)}) > 1  # the seed matters: it really samples
+    assert 1 <= len(c.output_ids) <= 16 and c.stop_reason in ("eos", "max_new_tokens")
+
+
+def test_cancel_keeps_what_was_decoded(tiny):
+    seen = []
+    run = run_method("greedy", tiny, [3, 4, 5], {"max_new_tokens": 30}, on_step=seen.append, should_stop=lambda: len(seen) >= 5)
+    assert run.status == "cancelled" and run.stop_reason == "cancelled"
+    assert len(run.output_ids) == 5 and len(run.steps) == 5
+
+
+def test_run_method_refuses_bad_prompts(tiny):
+    with pytest.raises(InvalidInputError, match="empty"):
+        run_method("hf-generate", tiny, [], {})
+    with pytest.raises(InvalidInputError, match="context is 512"):
+        run_method("greedy", tiny, [3] * 600, {})
+    with pytest.raises(InvalidInputError, match="needs a draft model"):
+        run_method("hf-assisted", tiny, [3, 4], {})
+
+
+def test_task_files(tmp_path):
+    good = tmp_path / "t.jsonl"
+    good.write_text(
+        json.dumps({"id": "a", "task": "qa", "input": "Q?", "context": "C.", "answers": ["x"]}) + "\n\n"
+        + json.dumps({"id": "b", "task": "code", "input": "", "context": "def f():", "template": "Complete: {context}{input}"}) + "\n"
+    )
+    tasks = load_tasks(good)
+    assert [t.id for t in tasks] == ["a", "b"]
+    assert tasks[0].prompt() == "C.\n\nQ?" and tasks[1].prompt() == "Complete: def f():"
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"id": "a", "task": "qa", "input": "Q"}) + "\n" + json.dumps({"id": "b", "input": "Q"}) + "\n")
+    with pytest.raises(InvalidInputError, match="bad.jsonl line 2: missing field\\(s\\) task"):
+        load_tasks(bad)
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text("{not json\n")
+    with pytest.raises(InvalidInputError, match="line 1: not valid JSON"):
+        load_tasks(broken)
+    with pytest.raises(InvalidInputError, match="not found"):
+        load_tasks(tmp_path / "missing.jsonl")
+    with pytest.raises(InvalidInputError, match="unknown category nope"):
+        load_tasks(good, categories=["nope"])
+
+
+def test_spec_bench_rows_and_bundled_samples():
+    from conftest import ROOT, SPEC_BENCH, spec_bench_rows
+
+    spec_bench_rows(("rag",), 1)  # skips when shared/ is absent
+    tasks = load_tasks(SPEC_BENCH, categories=["summarization", "rag"], limit=3)
+    assert [t.category for t in tasks] == ["summarization"] * 3 + ["rag"] * 3
+    assert all(t.answers for t in tasks) and tasks[3].task == "qa"
+    samples = load_tasks(ROOT / "assets" / "samples.jsonl")
+    assert {t.task for t in samples} >= {"qa", "summarization", "code"}
+
+
+def test_bench_interleaves_and_summarises(tiny, monkeypatch):
+    import core.bench as bench
+
+    monkeypatch.setattr(bench, "encode_prompt", lambda tok, text, chat=None: [3 + (ord(c) % 60) for c in text][:40])
+    tasks = [Task(id=str(i), task="chat", input=f"abc abc {i} abc") for i in range(3)]
+    order = []
+    result = run_bench(tiny, tasks, ["pld", "hf-generate"], {"max_new_tokens": 12}, on_run=lambda t, r: order.append((t.id, r.method)), progress=False)
+    assert order[:3] == [("0", "greedy"), ("0", "pld"), ("0", "hf-generate")]
+    assert set(result["methods"]) == {"greedy", "pld", "hf-generate"}
+    assert result["methods"]["greedy"]["speedup"] == pytest.approx(1.0)
+    texts = {}
+    for row in result["tasks"]:
+        texts.setdefault(row["id"], set()).add(tuple(row["token_ids"]))
+    assert all(len(v) == 1 for v in texts.values())  # every method wrote the same tokens on every task
+    assert "| pld |" in format_table(result["methods"])
