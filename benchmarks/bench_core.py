@@ -30,9 +30,14 @@ def main() -> int:
     ap.add_argument("--data", default=str(SPEC_BENCH))
     ap.add_argument("--limit", type=int, default=20, help="items per category")
     ap.add_argument("--max-new-tokens", type=int, default=128)
-    ap.add_argument("--dtypes", default="bfloat16,float32")
+    ap.add_argument("--dtypes", default="float32,bfloat16", help="bf16 is emulated (slow) on CPUs without bf16 units: see bench_dtype.py")
     ap.add_argument("--out", default=str(ROOT / "results"))
+    ap.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch's default); 1 on a shared machine")
     args = ap.parse_args()
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
     tasks = load_tasks(args.data, categories=["summarization", "rag"], limit=args.limit)
     ok = True
     for dtype in args.dtypes.split(","):

@@ -6,7 +6,7 @@ import statistics
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from core.methods import get_method, resolve_params, run_method
+from core.methods import get_method, parse_method_spec, resolve_params, run_method
 from core.models import encode_prompt
 from core.tasks import Task
 from core.trace import RunTrace
@@ -34,6 +34,8 @@ def summarise(runs: Mapping[str, list[RunTrace]], scores: Mapping[str, list[floa
             "accept_rate": accepted / drafted if drafted else None,
             "score": _mean(list(scores[name])) if scores and name in scores else None,
             "draft_ms_per_step": sum(s.draft_ms for r in rs for s in r.steps) / step_count if step_count else None,
+            "verify_ms_per_step": sum(s.verify_ms for r in rs for s in r.steps) / step_count if step_count else None,
+            "bookkeeping_ms_per_step": sum(s.bookkeeping_ms for r in rs for s in r.steps) / step_count if step_count else None,
             "step_ms": sum(s.step_ms for r in rs for s in r.steps) / step_count if step_count else None,
             "forward_share": (sum(s.forward_ms for r in rs for s in r.steps) / sum(s.step_ms for r in rs for s in r.steps)) if step_count else None,
             "tokens": sum(m["tokens"] for m in ms),
@@ -57,19 +59,24 @@ def run_bench(
     on_run: Callable[[Task, RunTrace], None] | None = None,
     progress: bool = True,
 ) -> dict[str, Any]:
-    """Run every method on every task (greedy added first when missing) and summarise."""
+    """Run every method on every task (greedy added first when missing) and summarise.
+
+    A method may carry its own overrides, `aasd[align_graft=1]`; its results are keyed by that label.
+    """
     methods = list(dict.fromkeys(["greedy", *methods]))
-    for m in methods:
-        get_method(m)  # fail on an unknown name before any model work
-    per_method = {m: {k: v for k, v in (params or {}).items() if k in get_method(m).params} for m in methods}
-    for m in methods:
-        resolve_params(m, per_method[m])
+    names: dict[str, str] = {}
+    per_method: dict[str, dict[str, Any]] = {}
+    for m in methods:  # fail on an unknown name or a bad value before any model work
+        name, overrides = parse_method_spec(m)
+        names[m] = name
+        per_method[m] = {k: v for k, v in (params or {}).items() if k in get_method(name).params} | overrides
+        resolve_params(name, per_method[m])
     runs: dict[str, list[RunTrace]] = {m: [] for m in methods}
     scores: dict[str, list[float | None]] = {m: [] for m in methods}
     rows: list[dict[str, Any]] = []
     warm = encode_prompt(target.tokenizer, "Hello", chat=False)
     for m in methods:  # first calls pay for lazy initialisation; keep that out of the timings
-        run_method(m, target, warm, {**per_method[m], "max_new_tokens": 4}, draft=draft)
+        run_method(names[m], target, warm, {**per_method[m], "max_new_tokens": 4}, draft=draft)
     from tqdm.auto import tqdm
 
     bar = tqdm(total=len(tasks) * len(methods), desc="bench", unit="run", disable=not progress)
@@ -80,7 +87,7 @@ def run_bench(
             limit = max_new_tokens or task.max_new_tokens
             if limit:
                 p["max_new_tokens"] = limit
-            run = run_method(m, target, ids, p, draft=draft, prompt_text=task.prompt(), context=task.context)
+            run = run_method(names[m], target, ids, p, draft=draft, prompt_text=task.prompt(), context=task.context)
             score = scorer(task, run.output_text) if scorer and task.answers else None
             runs[m].append(run)
             scores[m].append(score)
@@ -96,7 +103,8 @@ def run_bench(
 
 
 def format_table(summary: Mapping[str, Mapping[str, Any]]) -> str:
-    cols = ["mal", "tps", "speedup", "accept_rate", "score", "draft_ms_per_step", "step_ms", "forward_share", "tokens"]
+    cols = ["mal", "tps", "speedup", "accept_rate", "score", "step_ms", "forward_share", "draft_ms_per_step",
+            "verify_ms_per_step", "bookkeeping_ms_per_step", "tokens"]
     def fmt(v):
         if v is None:
             return "-"

@@ -58,30 +58,45 @@ class ContextDrafter:
     """
 
     def __init__(self, key_len: int = 6, ngram: int = 6, max_nodes: int = 16, align_m: int = 0,
-                 graft: bool = False, max_hits: int = 16, context_ids: list[int] | None = None):
+                 graft: bool = False, max_hits: int = 16, context_ids: list[int] | None = None,
+                 align_generated: bool = False):
         self.key_len, self.ngram, self.max_nodes = key_len, ngram, max_nodes
         self.align_m, self.graft, self.max_hits = align_m, graft, max_hits
         self.context_ids = context_ids
+        self.align_generated = bool(align_generated and align_m)
         self.pool: DraftPool | None = None
         self.predictions = None  # (positions, k) top prefill ids for the token at each pool position
+        self.generated_predictions: list = []  # per generated token: the target's top ids at its position
 
     @property
     def prefill_topk(self) -> int:
         """How many prefill predictions per prompt position the engine should keep for us."""
         return self.align_m + 1 if self.align_m else 0
 
+    @property
+    def generated_topk(self) -> int:
+        """Likewise for generated tokens (the align-generated extension); 0 when off."""
+        return self.prefill_topk if self.align_generated else 0
+
     def begin(self, prompt_ids: list[int], prefill: PrefillTopK | None) -> None:
         self.pool = DraftPool(self.context_ids if self.context_ids is not None else prompt_ids, key_len=self.key_len, ngram=self.ngram)
         self.predictions = None
+        self.generated_predictions = []
         # Prefill row i predicts prompt token i + 1, which is pool position i + 1 when the pool is the prompt.
         if self.align_m and prefill is not None and self.context_ids is None:
             self.predictions = prefill.ids
 
     def _alternatives(self, position: int, token: int) -> list[int]:
-        row = position - 1
-        if self.predictions is None or not 0 <= row < len(self.predictions):
-            return []
-        top = self.predictions[row]
+        generated = position - self.pool.context_len
+        if generated >= 0:
+            if generated >= len(self.generated_predictions):
+                return []
+            top = self.generated_predictions[generated]
+        else:
+            row = position - 1
+            if self.predictions is None or not 0 <= row < len(self.predictions):
+                return []
+            top = self.predictions[row]
         if int(top[0]) == token:  # aligned: the target would have copied this token itself
             return []
         return [int(t) for t in top if int(t) != token][: self.align_m]
@@ -94,12 +109,14 @@ class ContextDrafter:
             tokens, sources = hit.tokens.tolist(), list(hit.sources)
             candidates.append((tokens, sources))
             for t, token in enumerate(tokens):
-                if sources[t] != "context":
+                if sources[t] != "context" and not (self.align_generated and sources[t] == "generated"):
                     continue
                 for alt in self._alternatives(hit.position + t, token):
                     tail_tokens = tokens[t + 1 :] if self.graft else []
                     aligned.append((tokens[:t] + [alt] + tail_tokens, sources[:t] + ["alignment"] + sources[t + 1 : t + 1 + len(tail_tokens)]))
         return merge_sequences(sequence[-1], candidates + aligned, self.max_nodes)
 
-    def commit(self, new_tokens: list[int]) -> None:
+    def commit(self, new_tokens: list[int], predictions=None) -> None:
         self.pool.extend(new_tokens)
+        if predictions is not None:
+            self.generated_predictions.extend(predictions)

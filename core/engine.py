@@ -38,6 +38,7 @@ class DecodeConfig:
     max_new_tokens: int = 128
     stop_strings: Sequence[str] = ()
     prefill_topk: int = 0  # keep this many prefill predictions per prompt position (0 = none)
+    generated_topk: int = 0  # likewise for every generated token, from the verification pass (0 = none)
 
 
 class Drafter(Protocol):
@@ -48,6 +49,8 @@ class Drafter(Protocol):
     def propose(self, sequence: list[int]) -> DraftTree: ...
 
     def commit(self, new_tokens: list[int]) -> None: ...
+    # With DecodeConfig.generated_topk > 0 the engine calls commit(new_tokens, predictions) instead:
+    # predictions[j] are the target's top ids for the position of new_tokens[j].
 
 
 Verifier = Callable[[DraftTree, torch.Tensor, StepStats], Verdict]
@@ -212,9 +215,9 @@ def decode(
 
     t0 = time.perf_counter()
     top = prefill(model, prompt_ids[:-1], cache, cfg.prefill_topk) if len(prompt_ids) > 1 or cfg.prefill_topk else None
+    drafter.begin(list(prompt_ids), top)  # a draft model prefills here too: time it as prefill
     _sync(device)
     prefill_s = time.perf_counter() - t0
-    drafter.begin(list(prompt_ids), top)
 
     sequence, generated, steps = list(prompt_ids), [], []
     past_len = len(prompt_ids) - 1
@@ -248,7 +251,12 @@ def decode(
         sequence.extend(new)
         generated.extend(new)
         past_len += len(verdict.path)
-        drafter.commit(new)
+        if cfg.generated_topk:
+            # Row path[j] is the distribution that chose new[j] (the bonus comes from the last row).
+            top = logits[verdict.path[: len(new)]].topk(cfg.generated_topk, dim=-1).indices
+            drafter.commit(new, top.to(torch.int32).cpu().numpy())
+        else:
+            drafter.commit(new)
         t_e = time.perf_counter()
         step.draft_ms, step.forward_ms = (t_b - t_a) * 1e3, (t_c - t_b) * 1e3
         step.verify_ms, step.bookkeeping_ms = (t_d - t_c) * 1e3, (t_e - t_d) * 1e3

@@ -28,6 +28,7 @@ class Method:
     hf_mode: str | None = None  # run through transformers' generate instead of our engine
     needs_draft: bool = False
     tags: tuple[str, ...] = field(default=())
+    takes_models: bool = False  # make(params, context_ids, target=, draft=, memory=): draft-model and CSD methods
 
 
 def _defaults(*names: str, **overrides: Any) -> dict[str, Any]:
@@ -62,6 +63,7 @@ def _pld(params, context_ids=None):
 
 
 POOL = ("key_len", "ngram", "max_nodes")
+ALIGN = ("align_m", "align_graft", "align_generated")
 
 
 def _context(align: bool, rule_of: Callable[[dict[str, Any]], Any], split: bool = True):
@@ -72,7 +74,8 @@ def _context(align: bool, rule_of: Callable[[dict[str, Any]], Any], split: bool 
         from core.drafters import ContextDrafter
 
         drafter = ContextDrafter(params["key_len"], params["ngram"], params["max_nodes"], params["align_m"] if align else 0,
-                                 context_ids=context_ids)
+                                 graft=bool(params.get("align_graft", 0)), context_ids=context_ids,
+                                 align_generated=bool(params.get("align_generated", 0)))
         rule = rule_of(params)
         rules = by_source(rule) if split else rule
         return drafter, (lambda tree, logits, stats: verify_by_rule(tree, stats, rules)), drafter.prefill_topk
@@ -130,15 +133,77 @@ register(Method("casd", "context-aware drafting, fixed threshold δ with EOS gua
 register(Method("casd-mixed", "context-aware drafting, δ and top-k together", _defaults(*COMMON, *POOL, "delta", "top_k"), False,
                 _context(False, _mixed)))
 register(Method("aasd", "context drafting + alignment sampling + entropy-adaptive verification",
-                _defaults(*COMMON, *POOL, "align_m", "alpha", "beta"), False, _context(True, _adaptive)))
-register(Method("aasd-strict", "AASD drafting with strict verification (lossless)", _defaults(*COMMON, *POOL, "align_m"), True,
+                _defaults(*COMMON, *POOL, *ALIGN, "alpha", "beta"), False, _context(True, _adaptive)))
+register(Method("aasd-strict", "AASD drafting with strict verification (lossless)", _defaults(*COMMON, *POOL, *ALIGN), True,
                 _context(True, lambda p: strict, split=False)))
 register(Method("aasd-no-align", "ablation: AASD without alignment sampling", _defaults(*COMMON, *POOL, "alpha", "beta", align_m=0), False,
                 _context(False, _adaptive)))
-register(Method("aasd-fixed", "ablation: AASD drafting with CASD's fixed threshold", _defaults(*COMMON, *POOL, "align_m", "delta"), False,
+register(Method("aasd-fixed", "ablation: AASD drafting with CASD's fixed threshold", _defaults(*COMMON, *POOL, *ALIGN, "delta"), False,
                 _context(True, _fixed)))
-register(Method("aasd-topk", "ablation: AASD drafting with a top-k acceptance rule", _defaults(*COMMON, *POOL, "align_m", "top_k"), False,
+register(Method("aasd-topk", "ablation: AASD drafting with a top-k acceptance rule", _defaults(*COMMON, *POOL, *ALIGN, "top_k"), False,
                 _context(True, _topk)))
+
+
+# ---- Draft-model speculative decoding and CSD (seed 004) ------------------------------------
+# One drafter (the draft model, or the context drafter when no draft model is given to `csd`) and
+# one verification walk (core.verify.verify_rescue_*); the methods differ only in the rescue rule
+# and in whether they read the correction memory. Methods that read it use the model pair's
+# shared, persisted table unless run_method gets `memory=`; the others never touch it.
+DRAFT = ("gamma",)
+SD_SAMPLING = dict(temperature=0.0, seed=0, top_k=0, top_p=1.0)
+
+
+def _draft_method(rescue_of: Callable[[dict[str, Any]], Any] | None, reads_memory: bool, context: bool = False):
+    def make(params, context_ids=None, *, target=None, draft=None, memory=None):
+        from core.draft_model import build_sd
+        from core.memory import shared_memory
+
+        if context:
+            draft = None  # csd-context: context drafts even when a draft model is loaded
+        if reads_memory and memory is None:
+            memory = shared_memory(target, draft)
+        rescue = rescue_of(params) if rescue_of is not None else None
+        return build_sd(params, target=target, draft=draft, rescue=rescue, memory=memory, context_ids=context_ids)
+
+    return make
+
+
+def _csd_rule(p):
+    from core.verify import Rescue
+
+    return Rescue(lam=p["lam"], tau=p["tau"])
+
+
+def _memory_rule(p):
+    from core.verify import Rescue
+
+    return Rescue(lam=p["lam"])
+
+
+def _gate_rule(p):
+    from core.verify import Rescue
+
+    return Rescue(tau=p["tau"])
+
+
+register(Method("sd", "speculative decoding with a draft model: γ tokens per step, greedy or rejection sampling (lossless)",
+                _defaults(*COMMON, *DRAFT, **SD_SAMPLING), True, _draft_method(None, False), needs_draft=True, takes_models=True))
+register(Method("csd", "calibrated SD: a rejected draft token is rescued when its correction pair is frequent in the memory "
+                "(count ≥ λ) and the target's gate passes (p(x)/p(t*) ≥ τ); over context drafts when no draft model is given",
+                _defaults(*COMMON, *DRAFT, "tau", "lam", *POOL, "align_m", **SD_SAMPLING), False, _draft_method(_csd_rule, True),
+                takes_models=True))
+register(Method("csd-context", "single-model CSD: the rescue rule over context drafts (AASD's drafter), memory keyed by the target alone",
+                _defaults(*COMMON, "tau", "lam", *POOL, "align_m", **SD_SAMPLING), False, _draft_method(_csd_rule, True, context=True),
+                takes_models=True))
+register(Method("lossy-sd", "SD with the gate alone at a lenient τ (p(x)/p(t*) ≥ 0.6), no memory",
+                _defaults(*COMMON, *DRAFT, tau=0.6, **SD_SAMPLING), False, _draft_method(_gate_rule, False), needs_draft=True,
+                takes_models=True))
+register(Method("sd-memory-only", "ablation: SD rescuing every rejection whose pair is frequent in the memory (count ≥ λ), no gate",
+                _defaults(*COMMON, *DRAFT, "lam", **SD_SAMPLING), False, _draft_method(_memory_rule, True), needs_draft=True,
+                takes_models=True))
+register(Method("sd-gating-only", "ablation: SD with the gate alone at CSD's τ (p(x)/p(t*) ≥ τ), no memory",
+                _defaults(*COMMON, *DRAFT, "tau", **SD_SAMPLING), False, _draft_method(_gate_rule, False), needs_draft=True,
+                takes_models=True))
 
 
 def get_method(name: str) -> Method:
@@ -150,6 +215,38 @@ def get_method(name: str) -> Method:
 
 def resolve_params(name: str, values: Mapping[str, Any] | None = None) -> dict[str, Any]:
     return validate(values or {}, get_method(name).params)
+
+
+def parse_method_spec(spec: str) -> tuple[str, dict[str, str]]:
+    """`aasd[align_graft=1,alpha=0.2]` -> ("aasd", {"align_graft": "1", "alpha": "0.2"}): one method
+    with its own parameter overrides, so a bench can put variants of a method side by side."""
+    spec = spec.strip()
+    name, _, rest = spec.partition("[")
+    overrides: dict[str, str] = {}
+    if rest:
+        if not rest.endswith("]"):
+            raise InvalidInputError(f"bad method spec {spec!r}: write NAME or NAME[param=value,...]")
+        for item in filter(None, (x.strip() for x in rest[:-1].split(","))):
+            key, eq, value = item.partition("=")
+            if not eq or not key.strip():
+                raise InvalidInputError(f"bad parameter {item!r} in {spec!r}: write param=value")
+            overrides[key.strip()] = value.strip()
+    get_method(name.strip())
+    return name.strip(), overrides
+
+
+def split_method_list(text: str) -> list[str]:
+    """Split `greedy,aasd[alpha=0.2,beta=0.1],pld` on the commas outside brackets."""
+    out, depth, cur = [], 0, ""
+    for ch in text:
+        depth += (ch == "[") - (ch == "]")
+        if ch == "," and depth == 0:
+            out.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    out.append(cur)
+    return [x.strip() for x in out if x.strip()]
 
 
 def run_method(
@@ -165,11 +262,14 @@ def run_method(
     stop_strings: Sequence[str] = (),
     on_step: Callable[[StepTrace], None] | None = None,
     should_stop: Callable[[], bool] | None = None,
+    memory=None,
 ) -> RunTrace:
     """Run method `name` on the loaded `target` (a core.models.LoadedModel) and return its trace.
 
     `context_ids`, when given, fills the draft pool instead of the prompt (CASD: the full document in
     the pool, a shortened prompt to the model). A cancelled run comes back with status `cancelled` and what it had; errors propagate.
+    `memory` (a core.memory.CorrectionMemory) replaces the shared, persisted correction memory of
+    the model pair for CSD methods (a benchmark passes a private copy so its items never reach the file).
     """
     method = get_method(name)
     p = resolve_params(name, params)
@@ -192,8 +292,13 @@ def run_method(
         run.prefill_seconds, run.decode_seconds = res.prefill_seconds, res.decode_seconds
         run.stop_reason = "eos" if res.output_ids and res.output_ids[-1] in target.eos_ids else "max_new_tokens"
     else:
-        drafter, verifier, prefill_topk = method.make(p, list(context_ids) if context_ids is not None else None)
-        cfg = DecodeConfig(max_new_tokens=p["max_new_tokens"], stop_strings=tuple(stop_strings), prefill_topk=prefill_topk)
+        ctx = list(context_ids) if context_ids is not None else None
+        if method.takes_models:
+            drafter, verifier, prefill_topk = method.make(p, ctx, target=target, draft=draft, memory=memory)
+        else:
+            drafter, verifier, prefill_topk = method.make(p, ctx)
+        cfg = DecodeConfig(max_new_tokens=p["max_new_tokens"], stop_strings=tuple(stop_strings), prefill_topk=prefill_topk,
+                           generated_topk=getattr(drafter, "generated_topk", 0))
         try:
             res = decode(target.model, target.tokenizer, target.eos_ids, prompt_ids, drafter, verifier, cfg,
                          target.max_context, on_step=on_step, should_stop=should_stop)

@@ -1,11 +1,15 @@
-"""Speed metrics of a run (MAL, TPS, acceptance) as METHODS.md defines them."""
+"""Speed metrics of a run (MAL, TPS, acceptance) as METHODS.md defines them, and task scores as LongBench does."""
 from __future__ import annotations
 
+import re
+import string
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from core.trace import RunTrace
+
+_PUNCTUATION = frozenset(string.punctuation)
 
 
 def run_metrics(run: "RunTrace") -> dict[str, Any]:
@@ -47,3 +51,55 @@ def run_metrics(run: "RunTrace") -> dict[str, Any]:
         "accept_rate_by_source": {k: by_source_accepted[k] / v for k, v in by_source_drafted.items()},
         **phases,
     }
+
+
+# ---- Task scores, as LongBench's metrics.py defines them (×100 is applied by `score`) ----
+
+def normalize_answer(text: str) -> str:
+    """LongBench / SQuAD normalisation: lower-case, drop punctuation and the articles a/an/the, collapse spaces."""
+    text = "".join(ch for ch in text.lower() if ch not in _PUNCTUATION)
+    text = re.sub(r"\b(a|an|the)\b", " ", text)
+    return " ".join(text.split())
+
+
+def qa_f1(prediction: str, reference: str) -> float:
+    """Token F1 between normalised prediction and reference (0..1)."""
+    pred, ref = normalize_answer(prediction).split(), normalize_answer(reference).split()
+    same = sum((Counter(pred) & Counter(ref)).values())
+    if same == 0:
+        return 0.0
+    precision, recall = same / len(pred), same / len(ref)
+    return 2 * precision * recall / (precision + recall)
+
+
+def rouge_l(prediction: str, reference: str) -> float:
+    """ROUGE-L F of the `rouge` package, as LongBench computes it (0 where it cannot: empty text)."""
+    from rouge import Rouge
+
+    try:
+        return float(Rouge().get_scores([prediction], [reference], avg=True)["rouge-l"]["f"])
+    except (ValueError, RecursionError):  # empty hypothesis or reference; very long inputs
+        return 0.0
+
+
+def code_edit_similarity(prediction: str, reference: str) -> float:
+    """LongBench's code_sim_score: the first line without ``` # or // against the reference, fuzz.ratio / 100."""
+    from rapidfuzz import fuzz
+
+    first = ""
+    for line in prediction.lstrip("\n").split("\n"):
+        if "`" not in line and "#" not in line and "//" not in line:
+            first = line
+            break
+    return round(fuzz.ratio(first, reference)) / 100  # fuzzywuzzy returns a rounded integer
+
+
+SCORERS = {"qa": qa_f1, "summarization": rouge_l, "code": code_edit_similarity}
+
+
+def score(task_kind: str, prediction: str, answers: list[str]) -> float | None:
+    """The task's metric ×100, max over the references; None when the task has no references or no metric."""
+    scorer = SCORERS.get(task_kind)
+    if scorer is None or not answers:
+        return None
+    return 100 * max(scorer(prediction, a) for a in answers)

@@ -36,6 +36,8 @@ PARAMS: dict[str, ParamSpec] = {
         ParamSpec("key_len", 6, 1, 32, int, "longest n-gram key of the draft pool (l)"),
         ParamSpec("ngram", 6, 1, 64, int, "tokens per retrieved continuation (n)"),
         ParamSpec("align_m", 2, 0, 16, int, "alignment siblings per misaligned context token (m)"),
+        ParamSpec("align_graft", 0, 0, 1, int, "1 = graft the retrieved continuation under alignment siblings too"),
+        ParamSpec("align_generated", 0, 0, 1, int, "1 = alignment sampling also covers generated text (extension)"),
         ParamSpec("max_nodes", 16, 1, 256, int, "draft-node budget per tree (root excluded)"),
         ParamSpec("gamma", 6, 1, 64, int, "draft-model tokens per step (γ)"),
     ]

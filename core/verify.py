@@ -252,3 +252,219 @@ def verify_by_sampling(
             decisions.append("unreached")
             reasons.append("an ancestor was not accepted")
     return Verdict(path, sample, decisions, reasons, [None] * len(tree))
+
+
+# ---------------------------------------------------------------------------------------------
+# Draft-model verification (Leviathan et al.) and CSD's rescue (seed 004, Algorithm 1).
+#
+# One walk from the root serves plain SD, CSD and its ablations, over draft-model chains and over
+# context trees: at each node the target either accepts a child (strict match at T = 0, rejection
+# sampling at T > 0) or rejects, naming its correction t*. At a rejection the *candidate* is the
+# rejected child the target finds most probable (for a chain, the one child), and a `Rescue` rule
+# may accept it anyway: CSD's memory test (count of (x, t*) ≥ λ, read before the update) and gate
+# (z(x) − z(t*) ≥ log τ on the raw logits at T = 1). The memory is updated at every rejection when
+# one is given, rescue or not; methods that do not read it are given none, so their runs never
+# change it.
+#
+# Trace fields: `correction_id` (t*) and `mem_count` (the count read before the update, None when no
+# memory is used) on the rejected or rescued node; `threshold` there is τ itself (the gate passes
+# when p(x)/p(t*) = exp(z(x) − z(t*)) ≥ τ, i.e. at T = 0 when logit_gap ≤ −ln τ); λ is in the
+# reason text and in the run's parameters.
+
+from typing import Protocol  # noqa: E402  (this block was appended to the module)
+
+
+@dataclass(frozen=True)
+class Rescue:
+    """Which of CSD's two conditions a rejected draft token must meet to be accepted anyway.
+
+    csd: both; sd-memory-only: `lam` only; sd-gating-only and lossy-sd: `tau` only.
+    """
+
+    lam: int | None = None  # memory: rescue needs count ≥ λ (None: not checked)
+    tau: float | None = None  # gate: rescue needs p(x)/p(t*) ≥ τ at T = 1 (None: not checked)
+
+    def __post_init__(self):
+        if self.lam is None and self.tau is None:
+            raise ValueError("a rescue rule needs the memory threshold λ, the gate τ, or both")
+        if self.tau is not None and not 0 < self.tau <= 1:
+            raise ValueError(f"τ must be in (0, 1], got {self.tau}")
+
+
+def rescue_decision(rule: Rescue, count: int | None, gap: float) -> tuple[bool, str]:
+    """CSD lines 16-19 as a pure function: `count` = M[(x, t*)] before the update, `gap` = z(x) − z(t*).
+
+    The gate compares log-probability ratios, so it is the same at any sampling temperature:
+    log p(x)/p(t*) = z(x) − z(t*) at T = 1 (Eq. 3). When t* is the argmax, gap = −logit_gap.
+    """
+    parts, ok = [], True
+    if rule.lam is not None:
+        if count is None:
+            raise ValueError("the memory condition needs the pair's count")
+        is_freq = count >= rule.lam
+        ok &= is_freq
+        parts.append(f"count {count} {'≥' if is_freq else '<'} λ {rule.lam}")
+    if rule.tau is not None:
+        log_tau = math.log(rule.tau)
+        is_safe = gap >= log_tau
+        ok &= is_safe
+        parts.append(f"z(x) − z(t*) {gap:.3f} {'≥' if is_safe else '<'} log τ {log_tau:.3f}")
+    return ok, "; ".join(parts)
+
+
+class PairMemory(Protocol):
+    def observe(self, draft: int, target: int) -> int: ...
+
+
+@dataclass
+class _Walk:
+    """Per-node results of one verification walk, turned into a Verdict at the end."""
+
+    n: int
+    decisions: list[str] = field(init=False)
+    reasons: list[str] = field(init=False)
+    thresholds: list[float | None] = field(init=False)
+    extra: list[dict] = field(init=False)
+
+    def __post_init__(self):
+        self.decisions = ["accepted"] + ["unreached"] * (self.n - 1)
+        self.reasons = ["pending token (root)"] + ["an ancestor was not accepted"] * (self.n - 1)
+        self.thresholds = [None] * self.n
+        self.extra = [{} for _ in range(self.n)]
+
+    def set(self, i: int, decision: str, reason: str) -> None:
+        self.decisions[i], self.reasons[i] = decision, reason
+
+
+def _try_rescue(walk: _Walk, node: int, token: int, correction: int, gap: float, why: str,
+                rule: Rescue | None, memory: PairMemory | None) -> bool:
+    """Record a rejection at `node` (correction t*), update the memory, apply the rescue rule."""
+    count = memory.observe(token, correction) if memory is not None else None  # read before the update
+    walk.extra[node] = {"correction_id": int(correction), "mem_count": count}
+    walk.thresholds[node] = rule.tau if rule is not None else None
+    if rule is None:
+        walk.set(node, "rejected", f"{why}; correction {correction}")
+        return False
+    ok, detail = rescue_decision(rule, count, gap)
+    walk.set(node, "rescued" if ok else "rejected", f"{why}; correction {correction}; {detail}")
+    return ok
+
+
+def _best_child(kids: Sequence[int], score: Callable[[int], float]) -> int:
+    """The rejected child the target finds most probable (ties: the earlier node)."""
+    return max(kids, key=lambda c: (score(c), -c))
+
+
+def verify_rescue_greedy(tree: DraftTree, stats: StepStats, rule: Rescue | None = None,
+                         memory: PairMemory | None = None) -> Verdict:
+    """T = 0: accept the child equal to the argmax; at a rejection t* = argmax and the rule may rescue.
+
+    With no rule this is strict verification (for a chain, greedy speculative decoding), plus the
+    correction recorded on the rejected node and the memory updated when one is given.
+    """
+    kids = tree.children()
+    walk = _Walk(len(tree))
+    node, path = 0, [0]
+    while kids[node]:
+        target = stats.row_argmax[node]
+        match = next((c for c in kids[node] if tree.tokens[c] == target), None)
+        if match is not None:
+            walk.set(match, "accepted", "argmax")
+            for c in kids[node]:
+                if c != match:
+                    walk.set(c, "rejected", f"rank {stats.nodes[c].rank}, not the argmax")
+            node = match
+            path.append(node)
+            continue
+        cand = _best_child(kids[node], lambda c: stats.logp[c])
+        for c in kids[node]:
+            if c != cand:
+                walk.set(c, "rejected", f"rank {stats.nodes[c].rank}, not the argmax (a likelier sibling was the candidate)")
+        n = stats.nodes[cand]
+        if _try_rescue(walk, cand, tree.tokens[cand], target, -n.logit_gap, f"rank {n.rank}, not the argmax", rule, memory):
+            node = cand
+            path.append(node)
+            continue
+        break
+    return Verdict(path, stats.row_argmax[node], walk.decisions, walk.reasons, walk.thresholds, walk.extra)
+
+
+def verify_rescue_sampling(
+    tree: DraftTree,
+    logits: torch.Tensor,
+    processors: LogitsProcessorList,
+    generator: torch.Generator,
+    rule: Rescue | None = None,
+    memory: PairMemory | None = None,
+    q_rows: torch.Tensor | None = None,
+) -> Verdict:
+    """T > 0: lossless speculative sampling, with the rescue rule at each rejection.
+
+    With `q_rows` (the draft model's sampling distributions, row i for the child of chain node i):
+    Leviathan et al.: accept x with probability min(1, p(x)/q(x)), else t* ~ norm(max(0, p − q)).
+    Without (deterministic drafts, q one-hot, any tree): draw s ~ p; the child equal to s is
+    accepted, otherwise t* = s (a sample of p given that it is no child: the residual). p is the
+    target under the same warpers as the draft; the gate uses the raw logits, as CSD does.
+    """
+    logits = logits.float().cpu() if logits.device.type != "cpu" else logits.float()
+    kids = tree.children()
+    walk = _Walk(len(tree))
+    node, path = 0, [0]
+    bonus = None
+
+    def target_probs(row: int) -> torch.Tensor:
+        return torch.softmax(processors(None, logits[row : row + 1])[0], dim=-1)
+
+    while True:
+        p = target_probs(node)
+        if not kids[node]:
+            bonus = int(torch.multinomial(p, 1, generator=generator).item())
+            break
+        if q_rows is not None:
+            if len(kids[node]) != 1:
+                raise ValueError("draft-model rejection sampling needs a chain (one child per node)")
+            child = kids[node][0]
+            x = tree.tokens[child]
+            q = q_rows[tree.depths[child] - 1].float()
+            if q.shape[0] < p.shape[0]:  # a draft head smaller than the target's: its extra ids have q = 0
+                q = torch.nn.functional.pad(q, (0, p.shape[0] - q.shape[0]))
+            q = q[: p.shape[0]]
+            px, qx = float(p[x]), float(q[x])
+            alpha = min(1.0, px / qx) if qx > 0 else 1.0
+            r = float(torch.rand(1, generator=generator).item())
+            if r < alpha:
+                walk.set(child, "accepted", f"r {r:.3f} < min(1, p/q) = {alpha:.3f}")
+                node = child
+                path.append(node)
+                continue
+            residual = (p - q).clamp_min(0.0)
+            mass = float(residual.sum())
+            residual = residual / mass if mass > 0 else p
+            correction = int(torch.multinomial(residual, 1, generator=generator).item())
+            cand, why = child, f"r {r:.3f} ≥ min(1, p/q) = {alpha:.3f}"
+        else:
+            sample = int(torch.multinomial(p, 1, generator=generator).item())
+            match = next((c for c in kids[node] if tree.tokens[c] == sample), None)
+            if match is not None:
+                walk.set(match, "accepted", "equals the target's sample")
+                for c in kids[node]:
+                    if c != match:
+                        walk.set(c, "rejected", "differs from the target's sample")
+                node = match
+                path.append(node)
+                continue
+            correction = sample
+            cand = _best_child(kids[node], lambda c: float(p[tree.tokens[c]]))
+            for c in kids[node]:
+                if c != cand:
+                    walk.set(c, "rejected", "differs from the target's sample (a likelier sibling was the candidate)")
+            why = "differs from the target's sample"
+        z = logits[node]
+        gap = float(z[tree.tokens[cand]] - z[correction])
+        if _try_rescue(walk, cand, tree.tokens[cand], correction, gap, why, rule, memory):
+            node = cand
+            path.append(node)
+            continue
+        bonus = correction
+        break
+    return Verdict(path, bonus, walk.decisions, walk.reasons, walk.thresholds, walk.extra)

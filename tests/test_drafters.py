@@ -81,3 +81,24 @@ def test_empty_context_drafts_nothing():
     d.context_ids = []
     d.begin([1, 2, 3], None)
     assert d.propose([1, 2, 3]).num_draft == 0
+
+
+def test_alignment_on_generated_text_uses_verification_predictions():
+    prompt = [1, 2, 3]
+    pre = PrefillTopK(np.tile(np.array([[2, 40, 41]], dtype=np.int32), (2, 1)), np.full((2, 3), 0.3, dtype=np.float32))
+    on = ContextDrafter(key_len=2, ngram=2, max_nodes=16, align_m=2, align_generated=True)
+    assert on.generated_topk == 3
+    on.begin(prompt, pre)
+    # Generated 7 8 9 then 7 8: at the position of 9 the target's own top ids were 30, 31, 9 -> 9 is misaligned.
+    on.commit([7, 8, 9], np.array([[7, 0, 0], [8, 0, 0], [30, 31, 9]], dtype=np.int32))
+    on.commit([7, 8], np.array([[7, 0, 0], [8, 0, 0]], dtype=np.int32))
+    seq = prompt + [7, 8, 9, 7, 8]
+    tree = on.propose(seq)
+    assert {tree.tokens[c]: tree.sources[c] for c in tree.children()[0]} == {9: "generated", 30: "alignment", 31: "alignment"}
+    off = ContextDrafter(key_len=2, ngram=2, max_nodes=16, align_m=2)
+    assert off.generated_topk == 0
+    off.begin(prompt, pre)
+    off.commit([7, 8, 9])
+    off.commit([7, 8])
+    tree = off.propose(seq)
+    assert [tree.tokens[c] for c in tree.children()[0]] == [9]

@@ -124,3 +124,18 @@ def test_bench_interleaves_and_summarises(tiny, monkeypatch):
         texts.setdefault(row["id"], set()).add(tuple(row["token_ids"]))
     assert all(len(v) == 1 for v in texts.values())  # every method wrote the same tokens on every task
     assert "| pld |" in format_table(result["methods"])
+
+
+def test_method_specs_carry_their_own_overrides():
+    from core.errors import InvalidInputError
+    from core.methods import parse_method_spec, resolve_params, split_method_list
+
+    assert split_method_list("greedy, aasd[align_graft=1,alpha=0.2],pld") == ["greedy", "aasd[align_graft=1,alpha=0.2]", "pld"]
+    name, over = parse_method_spec("aasd[align_graft=1,alpha=0.2]")
+    assert name == "aasd" and resolve_params(name, over)["alpha"] == 0.2 and resolve_params(name, over)["align_graft"] == 1
+    for bad in ["nope", "aasd[alpha]", "aasd[alpha=0.2", "greedy[delta=0.1]"]:
+        with pytest.raises(InvalidInputError):
+            name, over = parse_method_spec(bad)
+            resolve_params(name, over)
+    with pytest.raises(InvalidInputError, match="out of range"):
+        resolve_params("aasd", {"align_graft": 2})

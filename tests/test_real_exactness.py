@@ -42,16 +42,35 @@ def first_divergence_is_near_tie(model, prompt: list[int], a: list[int], b: list
     return gap < NEAR_TIE, f"diverged at token {j}: {a[j]} vs {b[j]}, logit gap {gap:.2e} (top-2 gap {float(top2[0] - top2[1]):.2e})"
 
 
+MAX_NEW = 24
+# The default run checks 10 prompts (2 of them >= 2k tokens); the full 40-prompt check is `-m slow`.
+TIERS = ["quick", pytest.param("full", marks=pytest.mark.slow)]
+_CACHE: dict = {}
+
+
+def tier(smollm2, size: str):
+    """(prompts, greedy outputs) of a tier, computed once and shared by the comparisons below."""
+    if size not in _CACHE:
+        suite = prompts(smollm2.tokenizer) if size == "full" else prompts(smollm2.tokenizer, n_short=8, n_long=2)
+        refs = [run_method("greedy", smollm2, prompt, {"max_new_tokens": MAX_NEW}).output_ids for prompt in suite]
+        _CACHE[size] = suite, refs
+    return _CACHE[size]
+
+
 @pytest.fixture(scope="module")
 def suite(smollm2):
-    return prompts(smollm2.tokenizer)
+    return tier(smollm2, "quick")[0]
 
 
-def check_against_greedy(smollm2, suite, method, max_new=24):
+@pytest.fixture(scope="module")
+def greedy_refs(smollm2):
+    return tier(smollm2, "quick")[1]
+
+
+def check_against_greedy(smollm2, suite, greedy_refs, method):
     exact, ties = 0, []
-    for prompt in suite:
-        ref = run_method("greedy", smollm2, prompt, {"max_new_tokens": max_new}).output_ids
-        got = run_method(method, smollm2, prompt, {"max_new_tokens": max_new}).output_ids
+    for prompt, ref in zip(suite, greedy_refs):
+        got = run_method(method, smollm2, prompt, {"max_new_tokens": MAX_NEW}).output_ids
         if got == ref:
             exact += 1
             continue
@@ -62,29 +81,34 @@ def check_against_greedy(smollm2, suite, method, max_new=24):
     return exact, ties
 
 
-def test_pld_equals_greedy_on_40_prompts(smollm2, suite):
-    assert len(suite) >= 40
-    check_against_greedy(smollm2, suite, "pld")
+@pytest.mark.parametrize("size", TIERS)
+@pytest.mark.parametrize("method", ["pld", "aasd-strict"])
+def test_strict_methods_equal_greedy(smollm2, method, size):
+    suite, refs = tier(smollm2, size)
+    assert len(suite) >= (40 if size == "full" else 10)
+    assert sum(len(p) >= 2000 for p in suite) >= 2
+    check_against_greedy(smollm2, suite, refs, method)
 
 
-def test_greedy_engine_equals_transformers(smollm2, suite):
-    for prompt in suite[:12] + suite[-2:]:
-        ours = run_method("greedy", smollm2, prompt, {"max_new_tokens": 24}).output_ids
-        hf = run_method("hf-generate", smollm2, prompt, {"max_new_tokens": 24}).output_ids
+def test_greedy_engine_equals_transformers(smollm2, suite, greedy_refs):
+    picks = list(range(len(suite)))
+    for i in picks:
+        prompt, ours = suite[i], greedy_refs[i]
+        hf = run_method("hf-generate", smollm2, prompt, {"max_new_tokens": MAX_NEW}).output_ids
         if ours != hf:
             ok, why = first_divergence_is_near_tie(smollm2, prompt, hf, ours)
             assert ok, why
 
 
-def test_adversarial_trees_equal_greedy_on_the_real_model(smollm2, suite):
+def test_adversarial_trees_equal_greedy_on_the_real_model(smollm2, suite, greedy_refs):
     from test_engine import AdversarialDrafter
 
     from core.methods import strict_or_sampling
 
-    for seed, prompt in enumerate(suite[:6] + suite[-2:]):
-        ref = run_method("greedy", smollm2, prompt, {"max_new_tokens": 24}).output_ids
+    for seed in [0, 1, 2, len(suite) - 1]:
+        prompt, ref = suite[seed], greedy_refs[seed]
         res = decode(smollm2.model, smollm2.tokenizer, smollm2.eos_ids, prompt, AdversarialDrafter(ref, 49152, seed),
-                     strict_or_sampling({"temperature": 0.0}), DecodeConfig(max_new_tokens=24), smollm2.max_context)
+                     strict_or_sampling({"temperature": 0.0}), DecodeConfig(max_new_tokens=MAX_NEW), smollm2.max_context)
         if res.output_ids != ref:
             ok, why = first_divergence_is_near_tie(smollm2, prompt, ref, res.output_ids)
             assert ok, why

@@ -1,0 +1,56 @@
+"""Is bfloat16 worth it on this CPU? Matmul throughput and one SmolLM2 decoding step in fp32 vs bf16.
+
+CPUs without bf16 units (AVX512-BF16 / AMX) emulate bf16 matmuls, which can be far slower than fp32;
+`--dtype auto` picks fp32 there. This prints the numbers behind that choice.
+
+    python benchmarks/bench_dtype.py
+"""
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from core import cache as kv  # noqa: E402
+from core.models import _cpu_has_bf16, load_model, resolve_dtype  # noqa: E402
+
+
+def gflops(dtype: torch.dtype, n: int = 512, seconds: float = 2.0) -> float:
+    a = torch.randn(n, n).to(dtype)
+    a @ a
+    t0, count = time.perf_counter(), 0
+    while time.perf_counter() - t0 < seconds:
+        a @ a
+        count += 1
+    return count * 2 * n**3 / (time.perf_counter() - t0) / 1e9
+
+
+@torch.inference_mode()
+def step_ms(dtype: str, cache_len: int = 800, repeats: int = 5) -> float:
+    m = load_model("smollm2-135m", device="cpu", dtype=dtype).model
+    out = m(torch.full((1, cache_len), 7), use_cache=True)
+    cache = out.past_key_values
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        m(torch.tensor([[5]]), position_ids=torch.tensor([[cache_len]]), past_key_values=cache, use_cache=True)
+        times.append((time.perf_counter() - t0) * 1e3)
+        kv.crop(cache, cache_len)
+    return sorted(times)[len(times) // 2]
+
+
+def main() -> None:
+    print(f"CPU has bf16 units: {_cpu_has_bf16()}; --dtype auto resolves to {resolve_dtype('auto')}; threads {torch.get_num_threads()}")
+    f32, b16 = gflops(torch.float32), gflops(torch.bfloat16)
+    print(f"matmul 512x512: fp32 {f32:.1f} GFLOP/s, bf16 {b16:.2f} GFLOP/s (bf16/fp32 = {b16 / f32:.3f})")
+    a, b = step_ms("float32"), step_ms("bfloat16")
+    print(f"SmolLM2-135M one decoding step after 800 tokens (median of 5): fp32 {a:.0f} ms, bf16 {b:.0f} ms (bf16/fp32 = {b / a:.2f})")
+
+
+if __name__ == "__main__":
+    main()
