@@ -12,7 +12,19 @@ from core.engine import Cancelled, DecodeConfig, Drafter, Verifier, check_prompt
 from core.errors import InvalidInputError
 from core.params import PARAMS, validate
 from core.trace import RunTrace, StepTrace
-from core.verify import sampling_processors, strict, verify_by_rule, verify_by_sampling
+from core.verify import (
+    Rescue,
+    Rule,
+    adaptive,
+    by_source,
+    fixed,
+    mixed,
+    sampling_processors,
+    strict,
+    top_k_rule,
+    verify_by_rule,
+    verify_by_sampling,
+)
 
 COMMON = ("max_new_tokens",)
 SAMPLING = ("temperature", "top_k", "top_p", "seed")
@@ -29,6 +41,10 @@ class Method:
     needs_draft: bool = False
     tags: tuple[str, ...] = field(default=())
     takes_models: bool = False  # make(params, context_ids, target=, draft=, memory=): draft-model and CSD methods
+    # How the method verifies at T = 0, as data: `make` builds its verifier from these same callables
+    # and workbench.rescore re-applies them to stored steps, so the two cannot drift apart.
+    rules_of: Callable[[dict[str, Any]], Rule | Mapping[str, Rule]] | None = None  # rule-based: one rule, or one per source
+    rescue_of: Callable[[dict[str, Any]], Rescue | None] | None = None  # draft-model/CSD walk; returning None = strict walk
 
 
 def _defaults(*names: str, **overrides: Any) -> dict[str, Any]:
@@ -37,10 +53,10 @@ def _defaults(*names: str, **overrides: Any) -> dict[str, Any]:
     return out
 
 
-def strict_or_sampling(params: dict[str, Any]) -> Verifier:
-    """Greedy verification at temperature 0; lossless speculative sampling above it."""
+def strict_or_sampling(params: dict[str, Any], rules: Rule | Mapping[str, Rule] = strict) -> Verifier:
+    """`rules` (greedy verification by default) at temperature 0; lossless speculative sampling above it."""
     if params.get("temperature", 0.0) == 0.0:
-        return lambda tree, logits, stats: verify_by_rule(tree, stats, strict)
+        return lambda tree, logits, stats: verify_by_rule(tree, stats, rules)
     procs = sampling_processors(params["temperature"], params.get("top_k", 0), params.get("top_p", 1.0))
     gen = torch.Generator().manual_seed(int(params.get("seed", 0)))
 
@@ -50,25 +66,28 @@ def strict_or_sampling(params: dict[str, Any]) -> Verifier:
     return verify
 
 
+def _strict(params: dict[str, Any]) -> Rule:
+    return strict
+
+
 def _greedy(params, context_ids=None):
     from core.drafters import NoDraft
 
-    return NoDraft(), strict_or_sampling(params), 0
+    return NoDraft(), strict_or_sampling(params, _strict(params)), 0
 
 
 def _pld(params, context_ids=None):
     from core.drafters import PromptLookupDrafter
 
-    return PromptLookupDrafter(max_ngram=3, num_tokens=10), strict_or_sampling(params), 0
+    return PromptLookupDrafter(max_ngram=3, num_tokens=10), strict_or_sampling(params, _strict(params)), 0
 
 
 POOL = ("key_len", "ngram", "max_nodes")
 ALIGN = ("align_m", "align_graft", "align_generated")
 
 
-def _context(align: bool, rule_of: Callable[[dict[str, Any]], Any], split: bool = True):
-    """A context-drafting method: pool (+ alignment) drafter, a relaxed rule by source (or strict)."""
-    from core.verify import by_source
+def _context(align: bool, rules_of: Callable[[dict[str, Any]], Rule | Mapping[str, Rule]]):
+    """A context-drafting method's `make`: pool (+ alignment) drafter, verified by `rules_of(params)`."""
 
     def make(params, context_ids=None):
         from core.drafters import ContextDrafter
@@ -76,35 +95,33 @@ def _context(align: bool, rule_of: Callable[[dict[str, Any]], Any], split: bool 
         drafter = ContextDrafter(params["key_len"], params["ngram"], params["max_nodes"], params["align_m"] if align else 0,
                                  graft=bool(params.get("align_graft", 0)), context_ids=context_ids,
                                  align_generated=bool(params.get("align_generated", 0)))
-        rule = rule_of(params)
-        rules = by_source(rule) if split else rule
+        rules = rules_of(params)
         return drafter, (lambda tree, logits, stats: verify_by_rule(tree, stats, rules)), drafter.prefill_topk
 
     return make
 
 
-def _fixed(p):
-    from core.verify import fixed
-
-    return fixed(p["delta"])
-
-
-def _mixed(p):
-    from core.verify import mixed
-
-    return mixed(p["delta"], p["top_k"])
+def _context_method(name: str, summary: str, params: Mapping[str, Any], lossless: bool, *, align: bool,
+                    rules_of: Callable[[dict[str, Any]], Rule | Mapping[str, Rule]]) -> Method:
+    return Method(name, summary, params, lossless, _context(align, rules_of), rules_of=rules_of)
 
 
-def _adaptive(p):
-    from core.verify import adaptive
+# The rules of the rule-based methods. AASD's split (core.verify.by_source): relaxed for copied and
+# alignment nodes, strict for generated text.
+def _fixed(p) -> Mapping[str, Rule]:
+    return by_source(fixed(p["delta"]))
 
-    return adaptive(p["alpha"], p["beta"])
+
+def _mixed(p) -> Mapping[str, Rule]:
+    return by_source(mixed(p["delta"], p["top_k"]))
 
 
-def _topk(p):
-    from core.verify import top_k_rule
+def _adaptive(p) -> Mapping[str, Rule]:
+    return by_source(adaptive(p["alpha"], p["beta"]))
 
-    return top_k_rule(p["top_k"])
+
+def _topk(p) -> Mapping[str, Rule]:
+    return by_source(top_k_rule(p["top_k"]))
 
 
 METHODS: dict[str, Method] = {}
@@ -116,11 +133,13 @@ def register(method: Method) -> Method:
 
 
 register(Method("greedy", "autoregressive decoding through our engine (the speed-up baseline)",
-                _defaults(*COMMON, "temperature", "seed", top_k=0, top_p=1.0), True, _greedy))
+                _defaults(*COMMON, "temperature", "seed", top_k=0, top_p=1.0), True, _greedy, rules_of=_strict))
 register(Method("pld", "prompt lookup decoding: longest n-gram ≤ 3 in prompt + output, one chain of 10",
-                _defaults(*COMMON, "temperature", "seed", top_k=0, top_p=1.0), True, _pld))
-register(Method("top-k", "top-k sampling (k = 50, T = 1)", _defaults(*COMMON, "seed", temperature=1.0, top_k=50, top_p=1.0), True, _greedy))
-register(Method("nucleus", "nucleus sampling (p = 0.8, T = 1)", _defaults(*COMMON, "seed", temperature=1.0, top_k=0, top_p=0.8), True, _greedy))
+                _defaults(*COMMON, "temperature", "seed", top_k=0, top_p=1.0), True, _pld, rules_of=_strict))
+register(Method("top-k", "top-k sampling (k = 50, T = 1)", _defaults(*COMMON, "seed", temperature=1.0, top_k=50, top_p=1.0), True, _greedy,
+                rules_of=_strict))
+register(Method("nucleus", "nucleus sampling (p = 0.8, T = 1)", _defaults(*COMMON, "seed", temperature=1.0, top_k=0, top_p=0.8), True, _greedy,
+                rules_of=_strict))
 register(Method("beam", "beam search through transformers (width 10)", _defaults(*COMMON, "num_beams"), False, hf_mode="beam"))
 register(Method("hf-generate", "transformers generate(), greedy", _defaults(*COMMON), True, hf_mode="hf-generate"))
 register(Method("hf-prompt-lookup", "transformers prompt lookup (10 tokens, n-gram ≤ 3)", _defaults(*COMMON), True, hf_mode="hf-prompt-lookup"))
@@ -128,20 +147,20 @@ register(Method("hf-assisted", "transformers assisted generation with the draft 
                 hf_mode="hf-assisted", needs_draft=True))
 
 
-register(Method("casd", "context-aware drafting, fixed threshold δ with EOS guard", _defaults(*COMMON, *POOL, "delta"), False,
-                _context(False, _fixed)))
-register(Method("casd-mixed", "context-aware drafting, δ and top-k together", _defaults(*COMMON, *POOL, "delta", "top_k"), False,
-                _context(False, _mixed)))
-register(Method("aasd", "context drafting + alignment sampling + entropy-adaptive verification",
-                _defaults(*COMMON, *POOL, *ALIGN, "alpha", "beta"), False, _context(True, _adaptive)))
-register(Method("aasd-strict", "AASD drafting with strict verification (lossless)", _defaults(*COMMON, *POOL, *ALIGN), True,
-                _context(True, lambda p: strict, split=False)))
-register(Method("aasd-no-align", "ablation: AASD without alignment sampling", _defaults(*COMMON, *POOL, "alpha", "beta", align_m=0), False,
-                _context(False, _adaptive)))
-register(Method("aasd-fixed", "ablation: AASD drafting with CASD's fixed threshold", _defaults(*COMMON, *POOL, *ALIGN, "delta"), False,
-                _context(True, _fixed)))
-register(Method("aasd-topk", "ablation: AASD drafting with a top-k acceptance rule", _defaults(*COMMON, *POOL, *ALIGN, "top_k"), False,
-                _context(True, _topk)))
+register(_context_method("casd", "context-aware drafting, fixed threshold δ with EOS guard", _defaults(*COMMON, *POOL, "delta"), False,
+                         align=False, rules_of=_fixed))
+register(_context_method("casd-mixed", "context-aware drafting, δ and top-k together", _defaults(*COMMON, *POOL, "delta", "top_k"), False,
+                         align=False, rules_of=_mixed))
+register(_context_method("aasd", "context drafting + alignment sampling + entropy-adaptive verification",
+                         _defaults(*COMMON, *POOL, *ALIGN, "alpha", "beta"), False, align=True, rules_of=_adaptive))
+register(_context_method("aasd-strict", "AASD drafting with strict verification (lossless)", _defaults(*COMMON, *POOL, *ALIGN), True,
+                         align=True, rules_of=_strict))
+register(_context_method("aasd-no-align", "ablation: AASD without alignment sampling", _defaults(*COMMON, *POOL, "alpha", "beta", align_m=0),
+                         False, align=False, rules_of=_adaptive))
+register(_context_method("aasd-fixed", "ablation: AASD drafting with CASD's fixed threshold", _defaults(*COMMON, *POOL, *ALIGN, "delta"), False,
+                         align=True, rules_of=_fixed))
+register(_context_method("aasd-topk", "ablation: AASD drafting with a top-k acceptance rule", _defaults(*COMMON, *POOL, *ALIGN, "top_k"), False,
+                         align=True, rules_of=_topk))
 
 
 # ---- Draft-model speculative decoding and CSD (seed 004) ------------------------------------
@@ -153,7 +172,7 @@ DRAFT = ("gamma",)
 SD_SAMPLING = dict(temperature=0.0, seed=0, top_k=0, top_p=1.0)
 
 
-def _draft_method(rescue_of: Callable[[dict[str, Any]], Any] | None, reads_memory: bool, context: bool = False):
+def _draft_method(rescue_of: Callable[[dict[str, Any]], Rescue | None], reads_memory: bool, context: bool = False):
     def make(params, context_ids=None, *, target=None, draft=None, memory=None):
         from core.draft_model import build_sd
         from core.memory import shared_memory
@@ -162,48 +181,49 @@ def _draft_method(rescue_of: Callable[[dict[str, Any]], Any] | None, reads_memor
             draft = None  # csd-context: context drafts even when a draft model is loaded
         if reads_memory and memory is None:
             memory = shared_memory(target, draft)
-        rescue = rescue_of(params) if rescue_of is not None else None
-        return build_sd(params, target=target, draft=draft, rescue=rescue, memory=memory, context_ids=context_ids)
+        return build_sd(params, target=target, draft=draft, rescue=rescue_of(params), memory=memory, context_ids=context_ids)
 
     return make
 
 
-def _csd_rule(p):
-    from core.verify import Rescue
+def _draft(name: str, summary: str, params: Mapping[str, Any], lossless: bool, *,
+           rescue_of: Callable[[dict[str, Any]], Rescue | None], reads_memory: bool, context: bool = False,
+           needs_draft: bool = True) -> Method:
+    return Method(name, summary, params, lossless, _draft_method(rescue_of, reads_memory, context), needs_draft=needs_draft,
+                  takes_models=True, rescue_of=rescue_of)
 
+
+def _no_rescue(p) -> None:
+    return None  # plain SD: the strict walk
+
+
+def _csd_rule(p) -> Rescue:
     return Rescue(lam=p["lam"], tau=p["tau"])
 
 
-def _memory_rule(p):
-    from core.verify import Rescue
-
+def _memory_rule(p) -> Rescue:
     return Rescue(lam=p["lam"])
 
 
-def _gate_rule(p):
-    from core.verify import Rescue
-
+def _gate_rule(p) -> Rescue:
     return Rescue(tau=p["tau"])
 
 
-register(Method("sd", "speculative decoding with a draft model: γ tokens per step, greedy or rejection sampling (lossless)",
-                _defaults(*COMMON, *DRAFT, **SD_SAMPLING), True, _draft_method(None, False), needs_draft=True, takes_models=True))
-register(Method("csd", "calibrated SD: a rejected draft token is rescued when its correction pair is frequent in the memory "
+register(_draft("sd", "speculative decoding with a draft model: γ tokens per step, greedy or rejection sampling (lossless)",
+                _defaults(*COMMON, *DRAFT, **SD_SAMPLING), True, rescue_of=_no_rescue, reads_memory=False))
+register(_draft("csd", "calibrated SD: a rejected draft token is rescued when its correction pair is frequent in the memory "
                 "(count ≥ λ) and the target's gate passes (p(x)/p(t*) ≥ τ); over context drafts when no draft model is given",
-                _defaults(*COMMON, *DRAFT, "tau", "lam", *POOL, "align_m", **SD_SAMPLING), False, _draft_method(_csd_rule, True),
-                takes_models=True))
-register(Method("csd-context", "single-model CSD: the rescue rule over context drafts (AASD's drafter), memory keyed by the target alone",
-                _defaults(*COMMON, "tau", "lam", *POOL, "align_m", **SD_SAMPLING), False, _draft_method(_csd_rule, True, context=True),
-                takes_models=True))
-register(Method("lossy-sd", "SD with the gate alone at a lenient τ (p(x)/p(t*) ≥ 0.6), no memory",
-                _defaults(*COMMON, *DRAFT, tau=0.6, **SD_SAMPLING), False, _draft_method(_gate_rule, False), needs_draft=True,
-                takes_models=True))
-register(Method("sd-memory-only", "ablation: SD rescuing every rejection whose pair is frequent in the memory (count ≥ λ), no gate",
-                _defaults(*COMMON, *DRAFT, "lam", **SD_SAMPLING), False, _draft_method(_memory_rule, True), needs_draft=True,
-                takes_models=True))
-register(Method("sd-gating-only", "ablation: SD with the gate alone at CSD's τ (p(x)/p(t*) ≥ τ), no memory",
-                _defaults(*COMMON, *DRAFT, "tau", **SD_SAMPLING), False, _draft_method(_gate_rule, False), needs_draft=True,
-                takes_models=True))
+                _defaults(*COMMON, *DRAFT, "tau", "lam", *POOL, "align_m", **SD_SAMPLING), False, rescue_of=_csd_rule,
+                reads_memory=True, needs_draft=False))
+register(_draft("csd-context", "single-model CSD: the rescue rule over context drafts (AASD's drafter), memory keyed by the target alone",
+                _defaults(*COMMON, "tau", "lam", *POOL, "align_m", **SD_SAMPLING), False, rescue_of=_csd_rule, reads_memory=True,
+                context=True, needs_draft=False))
+register(_draft("lossy-sd", "SD with the gate alone at a lenient τ (p(x)/p(t*) ≥ 0.6), no memory",
+                _defaults(*COMMON, *DRAFT, tau=0.6, **SD_SAMPLING), False, rescue_of=_gate_rule, reads_memory=False))
+register(_draft("sd-memory-only", "ablation: SD rescuing every rejection whose pair is frequent in the memory (count ≥ λ), no gate",
+                _defaults(*COMMON, *DRAFT, "lam", **SD_SAMPLING), False, rescue_of=_memory_rule, reads_memory=True))
+register(_draft("sd-gating-only", "ablation: SD with the gate alone at CSD's τ (p(x)/p(t*) ≥ τ), no memory",
+                _defaults(*COMMON, *DRAFT, "tau", **SD_SAMPLING), False, rescue_of=_gate_rule, reads_memory=False))
 
 
 def get_method(name: str) -> Method:

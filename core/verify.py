@@ -191,17 +191,35 @@ def _decisions(tree: DraftTree, path: Sequence[int], results: Sequence[RuleResul
     return decisions, reasons
 
 
-def verify_by_rule(tree: DraftTree, stats: StepStats, rules: Rule | Mapping[str, Rule]) -> Verdict:
-    """Apply a rule per node (one rule, or one per source), pick the path, add the greedy bonus token."""
+@dataclass
+class Judgement:
+    """A rule-based verdict without the bonus token: what `judge` decides from node statistics alone."""
+
+    path: list[int]
+    decisions: list[str]
+    reasons: list[str]
+    thresholds: list[float | None]
+
+
+def judge(tree: DraftTree, nodes: Sequence[NodeStats | None], logp: Sequence[float],
+          rules: Rule | Mapping[str, Rule]) -> Judgement:
+    """Apply a rule per node (one rule, or one per source) and pick the path. Pure: it needs only the
+    per-node statistics, so the engine and the re-scoring of stored traces share it."""
     results: list[RuleResult | None] = [None]
     for i in range(1, len(tree)):
         rule = rules if callable(rules) else rules[tree.sources[i]]
-        results.append(rule(stats.nodes[i]))
+        results.append(rule(nodes[i]))
     passed = [True] + [r.passed for r in results[1:]]
-    path = choose_path(tree, passed, stats.logp)
+    path = choose_path(tree, passed, logp)
     decisions, reasons = _decisions(tree, path, results)
     thresholds = [None] + [r.threshold for r in results[1:]]
-    return Verdict(path, stats.row_argmax[path[-1]], decisions, reasons, thresholds)
+    return Judgement(path, decisions, reasons, thresholds)
+
+
+def verify_by_rule(tree: DraftTree, stats: StepStats, rules: Rule | Mapping[str, Rule]) -> Verdict:
+    """Apply a rule per node (one rule, or one per source), pick the path, add the greedy bonus token."""
+    j = judge(tree, stats.nodes, stats.logp, rules)
+    return Verdict(j.path, stats.row_argmax[j.path[-1]], j.decisions, j.reasons, j.thresholds)
 
 
 def sampling_processors(temperature: float, top_k: int = 0, top_p: float = 1.0) -> LogitsProcessorList:
@@ -350,7 +368,7 @@ def _try_rescue(walk: _Walk, node: int, token: int, correction: int, gap: float,
     return ok
 
 
-def _best_child(kids: Sequence[int], score: Callable[[int], float]) -> int:
+def best_child(kids: Sequence[int], score: Callable[[int], float]) -> int:
     """The rejected child the target finds most probable (ties: the earlier node)."""
     return max(kids, key=lambda c: (score(c), -c))
 
@@ -376,7 +394,7 @@ def verify_rescue_greedy(tree: DraftTree, stats: StepStats, rule: Rescue | None 
             node = match
             path.append(node)
             continue
-        cand = _best_child(kids[node], lambda c: stats.logp[c])
+        cand = best_child(kids[node], lambda c: stats.logp[c])
         for c in kids[node]:
             if c != cand:
                 walk.set(c, "rejected", f"rank {stats.nodes[c].rank}, not the argmax (a likelier sibling was the candidate)")
@@ -454,7 +472,7 @@ def verify_rescue_sampling(
                 path.append(node)
                 continue
             correction = sample
-            cand = _best_child(kids[node], lambda c: float(p[tree.tokens[c]]))
+            cand = best_child(kids[node], lambda c: float(p[tree.tokens[c]]))
             for c in kids[node]:
                 if c != cand:
                     walk.set(c, "rejected", "differs from the target's sample (a likelier sibling was the candidate)")

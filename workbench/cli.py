@@ -334,7 +334,25 @@ def build_parser() -> argparse.ArgumentParser:
     for p in (ls, show, export, imp, rm, cmp_):
         _add_db_arg(p)
         p.set_defaults(func=cmd_store)
+
+    serve = sub.add_parser("serve", help="start the Gradio workbench (python app.py does the same)")
+    serve.add_argument("--host", default=None, help="address to listen on (default 127.0.0.1; 0.0.0.0 to share on a network)")
+    serve.add_argument("--port", type=int, default=None, help="port (default 7860, or $GRADIO_SERVER_PORT)")
+    serve.add_argument("--device", default="auto")
+    serve.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
+    serve.add_argument("--trust-remote-code", action="store_true", help="allow a hub model's own Python code (off by default)")
+    _add_db_arg(serve)
+    serve.set_defaults(func=cmd_serve)
     return parser
+
+
+def cmd_serve(args) -> int:
+    from workbench.service import ModelPool
+    from workbench.ui import build_app, launch
+
+    demo = build_app(args.db, ModelPool(args.device, args.dtype, trust_remote_code=args.trust_remote_code))
+    launch(demo, server_name=args.host, server_port=args.port)
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:

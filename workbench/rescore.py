@@ -1,0 +1,269 @@
+"""Re-scoring: what a stored step's verification would have decided under other parameters, without the model.
+
+Every node record carries the statistics a T = 0 verification rule reads (p, entropy, max p, p(eos),
+rank, logit gap, and for CSD the memory count read before the update), so a step's tree can be
+rebuilt and judged again by the method's own rule (`Method.rules_of` / `Method.rescue_of`, the same
+callables the engine verifies with).
+
+What it can and cannot say:
+- Up to and including the first step whose accepted length changes, the prediction is exact: the
+  earlier steps committed the same tokens, so the next trees would have been the same.
+- After it the sequence would differ; later steps are still judged on the trees the run drafted.
+- CSD reads a memory count only where the original run judged a node. A walk that goes further (a
+  rescue the original refused) reaches a node without one: the walk stops there and the step's
+  accepted length is a lower bound.
+- Sampled runs (T > 0) were verified by random draws, not by these rules: they are refused.
+"""
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from core.errors import InvalidInputError
+from core.methods import METHODS, Method, get_method, resolve_params
+from core.trace import NodeTrace, RunTrace, StepTrace
+from core.tree import DraftTree
+from core.verify import Judgement, NodeStats, Rescue, best_child, judge, rescue_decision
+
+# Parameters that only change how the target judges the drafts; any other (pool sizes, γ,
+# max_new_tokens, temperature, ...) would change the drafts themselves, which needs a new run.
+VERIFY_PARAMS = ("delta", "alpha", "beta", "top_k", "tau", "lam")
+UNKNOWN = "unknown"  # a CSD node the walk reached but cannot judge (no memory count recorded)
+
+
+@dataclass(frozen=True)
+class NodeRescore:
+    node: int
+    parent: int
+    depth: int
+    token_id: int
+    token_text: str
+    source: str
+    p: float | None
+    old_decision: str
+    old_threshold: float | None
+    old_reason: str
+    decision: str
+    threshold: float | None
+    reason: str
+
+    @property
+    def flipped(self) -> bool:
+        return self.decision != self.old_decision and self.decision != UNKNOWN
+
+
+@dataclass
+class StepRescore:
+    step: int
+    old_accepted: int  # draft tokens accepted, the bonus excluded
+    accepted: int  # under the new parameters (at least this many when `lower_bound`)
+    nodes: list[NodeRescore]  # root and draft nodes (the bonus record excluded)
+    lower_bound: bool = False
+    note: str | None = None  # why `accepted` is only a lower bound
+
+    @property
+    def changed(self) -> bool:
+        return self.accepted != self.old_accepted
+
+    @property
+    def flips(self) -> list[NodeRescore]:
+        return [n for n in self.nodes if n.flipped]
+
+
+@dataclass
+class RunRescore:
+    method: str
+    params: dict[str, Any]  # the full parameters re-scored with
+    steps: list[StepRescore]
+    first_divergence: int | None  # first step whose accepted length changes (None: none does)
+    window: int  # steps compared: up to and including the first divergence (all when None)
+    original_mal: float  # the original run over the window (tokens per step = accepted + 1)
+    predicted_mal: float  # the new parameters over the window
+    predicted_is_lower_bound: bool
+    run_mal: float  # the original run over all its steps (accepted + 1; a stop cut in the last step ignored)
+    flip_counts: dict[str, int] = field(default_factory=dict)  # "rejected -> accepted": n, over every stored step
+
+
+# ---------------------------------------------------------------------------------------------
+def _check_rescorable(method: Method, params: Mapping[str, Any]) -> None:
+    if method.rules_of is None and method.rescue_of is None:
+        raise InvalidInputError(
+            f"method {method.name!r} has no stored verification steps to re-score (it runs through transformers' "
+            "generate); re-score a run of one of our engine's methods, e.g. greedy, aasd, casd or csd")
+    if params.get("temperature", 0.0) > 0:
+        raise InvalidInputError(
+            f"re-scoring replays greedy (T = 0) verification, but temperature is {params['temperature']}: a sampled "
+            "run's acceptances came from random draws, not from thresholds. Re-run the method at temperature 0 to re-score it")
+
+
+def _records(step: StepTrace) -> list[NodeTrace]:
+    """The step's tree nodes in index order (the bonus record excluded), checked to form a tree."""
+    records = sorted((n for n in step.nodes if n.decision != "bonus"), key=lambda n: n.node)
+    if not records:
+        raise InvalidInputError(f"step {step.index} has no node records: load the run with its nodes to re-score it")
+    for i, r in enumerate(records):
+        ok = r.node == i and (r.parent == -1 if i == 0 else 0 <= r.parent < i)
+        if not ok:
+            raise InvalidInputError(f"step {step.index}: node records do not form a tree (node {r.node}, parent {r.parent})")
+    return records
+
+
+def _tree(records: Sequence[NodeTrace]) -> DraftTree:
+    return DraftTree(
+        tokens=[r.token_id for r in records], parents=[r.parent for r in records], depths=[r.depth for r in records],
+        sources=[r.source for r in records], draft_probs=[r.draft_p for r in records],
+    )
+
+
+def _stats(step: int, r: NodeTrace) -> NodeStats:
+    values = (r.p, r.entropy, r.max_p, r.p_eos, r.rank, r.logit_gap)
+    if any(v is None for v in values):
+        raise InvalidInputError(f"step {step} node {r.node} has no target statistics (p, entropy, rank, ...): it cannot be re-scored")
+    return NodeStats(*values)
+
+
+def _logp(p: float) -> float:
+    # The engine ranked paths by float32 log-probabilities and stored p = exp(log p); rounding back to
+    # float32 recovers them (bit for bit but for |log p| < ~1e-8), so path ties break as they did in the run.
+    return float(np.float32(math.log(p))) if p > 0 else -math.inf
+
+
+def _rescue_walk(tree: DraftTree, records: Sequence[NodeTrace], stats: Sequence[NodeStats | None],
+                 logp: Sequence[float], rule: Rescue | None) -> tuple[Judgement, str | None]:
+    """core.verify.verify_rescue_greedy on recorded statistics: the argmax child (rank 0) is accepted;
+    otherwise the likeliest child is the candidate, which `rule` may rescue with its recorded count.
+    Returns the judgement and, when the walk had to stop at an unknown count, why."""
+    n = len(tree)
+    decisions = ["accepted"] + ["unreached"] * (n - 1)
+    reasons = ["pending token (root)"] + ["an ancestor was not accepted"] * (n - 1)
+    thresholds: list[float | None] = [None] * n
+    kids = tree.children()
+    node, path = 0, [0]
+    while kids[node]:
+        match = next((c for c in kids[node] if stats[c].rank == 0), None)
+        if match is not None:
+            decisions[match], reasons[match] = "accepted", "argmax"
+            for c in kids[node]:
+                if c != match:
+                    decisions[c], reasons[c] = "rejected", f"rank {stats[c].rank}, not the argmax"
+            node = match
+            path.append(node)
+            continue
+        cand = best_child(kids[node], lambda c: logp[c])
+        for c in kids[node]:
+            if c != cand:
+                decisions[c] = "rejected"
+                reasons[c] = f"rank {stats[c].rank}, not the argmax (a likelier sibling was the candidate)"
+        rec = records[cand]
+        why = f"rank {stats[cand].rank}, not the argmax; correction "
+        why += str(rec.correction_id) if rec.correction_id is not None else "the argmax (not recorded)"
+        thresholds[cand] = rule.tau if rule is not None else None
+        if rule is None:
+            decisions[cand], reasons[cand] = "rejected", why
+            break
+        if rule.lam is not None and rec.mem_count is None:
+            note = (f"node {cand} was never judged in the original run, so its memory count M[(x, t*)] is unknown; "
+                    "the walk stops there and the accepted length is a lower bound")
+            decisions[cand], reasons[cand] = UNKNOWN, note
+            return Judgement(path, decisions, reasons, thresholds), note
+        ok, detail = rescue_decision(rule, rec.mem_count, -stats[cand].logit_gap)  # t* is the argmax at T = 0
+        decisions[cand], reasons[cand] = ("rescued" if ok else "rejected"), f"{why}; {detail}"
+        if not ok:
+            break
+        node = cand
+        path.append(node)
+    return Judgement(path, decisions, reasons, thresholds), None
+
+
+def _rescore(step: StepTrace, method: Method, params: Mapping[str, Any]) -> StepRescore:
+    records = _records(step)
+    tree = _tree(records)
+    stats = [None] + [_stats(step.index, r) for r in records[1:]]
+    logp = [0.0] + [_logp(s.p) for s in stats[1:]]
+    note = None
+    if method.rules_of is not None:
+        verdict = judge(tree, stats, logp, method.rules_of(dict(params)))
+    else:
+        verdict, note = _rescue_walk(tree, records, stats, logp, method.rescue_of(dict(params)))
+    nodes = [
+        NodeRescore(r.node, r.parent, r.depth, r.token_id, r.token_text, r.source, r.p, r.decision, r.threshold, r.reason,
+                    verdict.decisions[i], verdict.thresholds[i], verdict.reasons[i])
+        for i, r in enumerate(records)
+    ]
+    return StepRescore(step.index, step.accepted, len(verdict.path) - 1, nodes, lower_bound=note is not None, note=note)
+
+
+def rescore_step(step: StepTrace, method: str, params: Mapping[str, Any] | None = None) -> StepRescore:
+    """Judge one stored step again with `method`'s rule under `params` (over the method's defaults)."""
+    m = get_method(method)
+    p = resolve_params(method, params)
+    _check_rescorable(m, p)
+    return _rescore(step, m, p)
+
+
+def rescore_run(run: RunTrace, params: Mapping[str, Any] | None = None, rule: str | None = None) -> RunRescore:
+    """Re-score every step of `run` with its method under `params` (over the run's own parameters).
+
+    `rule` names another method whose verification rule judges the same stored drafts ("what if this
+    AASD run had used CASD's fixed δ?"); it must verify the same way (threshold rules, or the
+    draft-model rescue walk) and takes its own defaults where the run's parameters do not apply."""
+    own = get_method(run.method)
+    m = get_method(rule or run.method)
+    if (own.rules_of is None) != (m.rules_of is None) or (own.rescue_of is None) != (m.rescue_of is None):
+        same = [n for n, x in METHODS.items() if (x.rules_of is None) == (own.rules_of is None)
+                and (x.rescue_of is None) == (own.rescue_of is None) and x.hf_mode is None]
+        raise InvalidInputError(f"{m.name!r} verifies differently from {run.method!r}, so it cannot judge this run's drafts; "
+                                f"choose one of: {', '.join(same)}")
+    base = {**resolve_params(m.name), **{k: v for k, v in run.params.items() if k in m.params}}
+    if not run.steps:
+        raise InvalidInputError(
+            f"run of {run.method!r} has no stored steps to re-score"
+            + (" (transformers' generate runs record no verification steps)" if m.hf_mode else "")
+            + ": re-score a run of one of our engine's methods, e.g. greedy, aasd, casd or csd")
+    if run.params.get("temperature", 0.0) > 0:
+        raise InvalidInputError(
+            f"this run sampled (temperature {run.params['temperature']}): its acceptances came from random draws, "
+            "not from thresholds, so they cannot be re-scored. Re-run the method at temperature 0 to re-score it")
+    # Validate only what changes: a run's own values may lie outside a parameter's user range (greedy's
+    # top_k = 0 means "no top-k sampling"), and a UI passes every slider back, changed or not.
+    overrides = {k: v for k, v in (params or {}).items() if v is not None and not (k in base and v == base[k])}
+    checked = resolve_params(m.name, overrides)
+    new = {**base, **{k: checked[k] for k in overrides}}
+    redraft = [k for k in overrides if k not in VERIFY_PARAMS]
+    if redraft:
+        raise InvalidInputError(
+            f"re-scoring can change only verification parameters ({', '.join(k for k in VERIFY_PARAMS if k in new)}); "
+            f"{', '.join(redraft)} would change what is drafted or decoded: run the method again instead")
+    _check_rescorable(m, new)
+    steps = [_rescore(s, m, new) for s in run.steps]
+    first = next((i for i, s in enumerate(steps) if s.changed), None)
+    window = steps if first is None else steps[: first + 1]
+    flips = Counter(f"{n.old_decision} -> {n.decision}" for s in steps for n in s.flips)
+    return RunRescore(
+        method=m.name, params=new, steps=steps, first_divergence=None if first is None else steps[first].step,
+        window=len(window),
+        original_mal=_mean(s.old_accepted + 1 for s in window), predicted_mal=_mean(s.accepted + 1 for s in window),
+        predicted_is_lower_bound=any(s.lower_bound for s in window), run_mal=_mean(s.old_accepted + 1 for s in steps),
+        flip_counts=dict(flips),
+    )
+
+
+def _mean(values) -> float:
+    values = list(values)
+    return sum(values) / len(values) if values else 0.0
+
+
+def flips_table(result: RunRescore | StepRescore) -> list[dict[str, Any]]:
+    """One row per flipped node, ready for `pandas.DataFrame(rows)`."""
+    steps = result.steps if isinstance(result, RunRescore) else [result]
+    return [
+        {"step": s.step, "node": n.node, "token": n.token_text, "source": n.source, "p": n.p,
+         "old_threshold": n.old_threshold, "new_threshold": n.threshold,
+         "old_decision": n.old_decision, "new_decision": n.decision, "reason": n.reason}
+        for s in steps for n in s.flips
+    ]

@@ -1,0 +1,185 @@
+"""What the app does, without Gradio: resolve models, run methods with streaming and storing, list runs.
+
+The UI (workbench/ui.py) only turns these results into components. Models are loaded once per
+(source, device, dtype) by core.models and shared read-only; each loaded model has a semaphore so
+at most `per_model` generations use it at once (the rest wait in Gradio's bounded queue).
+"""
+from __future__ import annotations
+
+import os
+import queue
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from core.errors import InvalidInputError, WorkbenchError
+from core.methods import METHODS, get_method, parse_method_spec, resolve_params, run_method
+from core.models import DEFAULT_MODEL, PRESETS, check_pair, encode_prompt, is_fetched, load_model
+from core.tasks import Task, load_tasks
+from core.trace import RunTrace, StepTrace
+
+DEFAULT_METHODS = ("greedy", "aasd", "csd")
+# Methods a user can add to the comparison (the reference baselines run through transformers and are
+# offered too; beam search is left to the CLI: it has no steps to show).
+UI_METHODS = [m for m in METHODS if m != "beam"]
+SAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "assets", "samples.jsonl")
+MAX_PROMPT_CHARS = 200_000  # a UI guard before tokenising; the model's context length is checked after
+
+
+def default_model() -> str:
+    """The packaged preset when it is fetched; on a Space (or anywhere it is not) the hub copy."""
+    return DEFAULT_MODEL if is_fetched(DEFAULT_MODEL) else PRESETS[DEFAULT_MODEL].hub_id
+
+
+def model_choices() -> list[str]:
+    fetched = [name for name in PRESETS if is_fetched(name) and name != "qwen2.5-coder-0.5b"]
+    return fetched or [default_model()]
+
+
+def draft_for(model: str) -> str | None:
+    """The draft model a pair preset names (the Qwen coder pair), if any."""
+    preset = PRESETS.get(model)
+    return preset.draft if preset else None
+
+
+def sample_tasks(path: str | None = None) -> list[Task]:
+    return load_tasks(path or SAMPLES)
+
+
+@dataclass
+class Models:
+    target: Any
+    draft: Any | None
+
+
+class ModelPool:
+    """Loads models on first use (core.models caches them) and bounds concurrent use per model."""
+
+    def __init__(self, device: str = "auto", dtype: str = "auto", per_model: int = 1, trust_remote_code: bool = False):
+        self.device, self.dtype, self.per_model, self.trust_remote_code = device, dtype, per_model, trust_remote_code
+        self._slots: dict[str, threading.Semaphore] = {}
+        self._lock = threading.Lock()
+
+    def load(self, model: str, draft: str | None = None) -> Models:
+        model = (model or "").strip()
+        if not model:
+            raise InvalidInputError("choose a model: a preset name, a local folder or a hub id")
+        target = load_model(model, device=self.device, dtype=self.dtype, trust_remote_code=self.trust_remote_code)
+        d = None
+        if draft and draft.strip():
+            d = load_model(draft.strip(), device=self.device, dtype=self.dtype, trust_remote_code=self.trust_remote_code)
+            check_pair(target, d)
+        return Models(target, d)
+
+    @contextmanager
+    def slot(self, model: str):
+        with self._lock:
+            sem = self._slots.setdefault(model, threading.Semaphore(self.per_model))
+        with sem:
+            yield
+
+
+def check_methods(names: Sequence[str], model: str, draft: str | None) -> list[tuple[str, dict[str, str]]]:
+    """Parse the chosen methods and refuse combinations that cannot run, before any model loads."""
+    if not names:
+        raise InvalidInputError("choose at least one method")
+    specs = [parse_method_spec(n) for n in names]
+    for name, _ in specs:
+        method = get_method(name)
+        pair = draft_for(model)
+        if not draft and (method.needs_draft or (name in ("csd", "sd-memory-only") and pair)):
+            hint = f" (for this preset: {pair}; fetch it with `python -m workbench models fetch {pair}`)" if pair else ""
+            raise InvalidInputError(f"method {name!r} needs a draft model: fill in the draft model field{hint}")
+    return specs
+
+
+def build_prompt(tokenizer, prompt: str, context: str | None, chat: bool = True) -> tuple[str, list[int]]:
+    prompt, context = (prompt or "").strip(), (context or "").strip() or None
+    if not prompt and not context:
+        raise InvalidInputError("the prompt is empty: type a question or instruction (and optionally a context)")
+    text = f"{context}\n\n{prompt}" if context else prompt
+    if len(text) > MAX_PROMPT_CHARS:
+        raise InvalidInputError(f"the prompt and context are {len(text):,} characters; the limit here is {MAX_PROMPT_CHARS:,}. Shorten the context.")
+    return text, encode_prompt(tokenizer, text, chat=None if chat else False)
+
+
+def method_params(name: str, values: Mapping[str, Any], overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The UI's parameter values that this method takes, validated (ranges are checked here)."""
+    allowed = get_method(name).params
+    chosen = {k: v for k, v in values.items() if k in allowed and v is not None}
+    chosen.update(overrides or {})
+    resolve_params(name, chosen)  # raises a readable InvalidInputError on a bad value
+    return chosen
+
+
+@dataclass
+class Progress:
+    method: str
+    steps: list[StepTrace]
+    run: RunTrace | None = None  # set when the run has finished (or failed or was cancelled)
+    run_id: int | None = None
+    error: str | None = None
+
+
+def stream_run(method: str, models: Models, prompt_ids: list[int], params: Mapping[str, Any], *, prompt_text: str,
+               context: str | None = None, store=None, tags: Sequence[str] = (), stop: threading.Event | None = None,
+               every: float = 0.25) -> Iterator[Progress]:
+    """Run one method in a worker thread and yield its progress at most every `every` seconds.
+
+    The run is recorded in `store` as it goes (a cancelled or failed run stays there, marked so).
+    Setting `stop` cancels the run at the next step.
+    """
+    stop = stop or threading.Event()
+    steps: list[StepTrace] = []
+    events: queue.Queue = queue.Queue()
+    target, draft = models.target, models.draft
+    header = RunTrace(method=method, params=resolve_params(method, params), model=target.name,
+                      draft_model=draft.name if draft else None, device=str(target.device),
+                      dtype=str(target.dtype).replace("torch.", ""), prompt=prompt_text, prompt_ids=list(prompt_ids),
+                      context=context, model_fingerprint=target.fingerprint,
+                      draft_fingerprint=draft.fingerprint if draft else None)
+
+    def work():
+        from contextlib import nullcontext
+
+        rec = store.recording(header, tags=tags) if store is not None else nullcontext()
+        try:
+            with rec:
+                def on_step(step):
+                    if store is not None:
+                        rec.add_step(step)
+                    events.put(("step", step))
+
+                run = run_method(method, target, prompt_ids, params, draft=draft, prompt_text=prompt_text,
+                                 context=context, on_step=on_step, should_stop=stop.is_set)
+                if store is not None:
+                    rec.finish(run)
+            events.put(("done", (run, rec.run_id if store is not None else None)))
+        except WorkbenchError as e:
+            events.put(("error", str(e)))
+        except Exception as e:  # keep serving: the message goes to the column
+            events.put(("error", f"{type(e).__name__}: {e}"))
+
+    worker = threading.Thread(target=work, daemon=True)
+    worker.start()
+    last = 0.0
+    try:
+        while True:
+            kind, item = events.get()
+            if kind == "step":
+                steps.append(item)
+                if time.monotonic() - last >= every:
+                    last = time.monotonic()
+                    yield Progress(method, list(steps))
+                continue
+            if kind == "done":
+                run, run_id = item
+                yield Progress(method, run.steps or list(steps), run=run, run_id=run_id)
+            else:
+                yield Progress(method, list(steps), error=item)
+            return
+    finally:  # the consumer went away (Stop, closed tab): end the worker's run too
+        stop.set()
