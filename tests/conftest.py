@@ -79,3 +79,26 @@ def spec_bench_rows(categories: tuple[str, ...], limit: int) -> list[dict]:
     for cat in categories:
         out += [r for r in rows if r["category"] == cat][:limit]
     return out
+
+
+@pytest.fixture(scope="module")
+def app(smollm2, tmp_path_factory):
+    """The workbench on a free port with its own store and home, and a gradio_client on it (one per test module)."""
+    from core.models import models_dir
+
+    home = tmp_path_factory.mktemp("home")
+    mp = pytest.MonkeyPatch()
+    mp.setenv("WORKBENCH_MODELS", str(models_dir()))  # keep the fetched models while the home moves
+    mp.setenv("WORKBENCH_HOME", str(home))  # the CSD memory and anything else the app writes
+    mp.setenv("HF_HUB_OFFLINE", "1")
+    from gradio_client import Client
+
+    from workbench.service import ModelPool
+    from workbench.ui import build_app, launch
+
+    demo = build_app(db=str(home / "traces.db"), pool=ModelPool("cpu", "float32"))
+    launch(demo, prevent_thread_lock=True, quiet=True, show_error=True)
+    client = Client(demo.local_url, verbose=False)
+    yield demo, client
+    demo.close()
+    mp.undo()

@@ -12,28 +12,6 @@ pytestmark = pytest.mark.real_model
 SLOTS = 4
 
 
-@pytest.fixture(scope="module")
-def app(smollm2, tmp_path_factory):
-    from core.models import models_dir
-
-    home = tmp_path_factory.mktemp("home")
-    mp = pytest.MonkeyPatch()
-    mp.setenv("WORKBENCH_MODELS", str(models_dir()))  # keep the fetched models while the home moves
-    mp.setenv("WORKBENCH_HOME", str(home))  # the CSD memory and anything else the app writes
-    mp.setenv("HF_HUB_OFFLINE", "1")
-    from gradio_client import Client
-
-    from workbench.service import ModelPool
-    from workbench.ui import build_app, launch
-
-    demo = build_app(db=str(home / "traces.db"), pool=ModelPool("cpu", "float32"))
-    launch(demo, prevent_thread_lock=True, quiet=True, show_error=True)
-    client = Client(demo.local_url, verbose=False)
-    yield demo, client
-    demo.close()
-    mp.undo()
-
-
 def compare(client, **kw):
     """status, 4 column heads, 4 metric lines, 4 token HTML blocks (the session's run ids stay server-side)."""
     out = client.predict(api_name="/compare", **kw)
@@ -68,7 +46,7 @@ def test_replay_moves_through_steps(app, default_comparison):
     assert f"loaded run #{rid}" in info
     first = client.predict(rid, 0, api_name="/replay_step")
     second = client.predict(rid, 1, api_name="/replay_step")
-    assert "step 1/" in first[0] and "step 2/" in second[0]
+    assert "step 0 of 0–" in first[0] and "step 1 of 0–" in second[0]
     assert len(second[1]) > len(first[1])  # more text is shown at the later step
     assert first[2]["type"] == "plotly" and first[3]["type"] == "plotly"
     assert first[4]["headers"][:3] == ["node", "parent", "depth"]

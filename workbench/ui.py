@@ -100,6 +100,10 @@ def _runs_frame(store: Store, filter_text: str = "", limit: int = 200) -> pd.Dat
     return pd.DataFrame(rows, columns=["id", "method", "model", "status", "tokens", "MAL", "tok/s", "tags", "created"])
 
 
+def _sig(x: float | None) -> float | None:
+    return None if x is None else float(f"{x:.4g}")
+
+
 def _run_ids(values) -> list[int]:
     """Run ids from a dropdown: ids, or typed text such as "12" or "#12 aasd"."""
     out = []
@@ -241,7 +245,7 @@ def replay_tab(store: Store, pool: service.ModelPool, cache: RunCache, compare_i
         run_id = gr.Number(None, label="Run id", precision=0, scale=1, elem_id="replay-run-id")
         load_btn = gr.Button("Load run", scale=1)
         play = gr.Button("▶ Play", scale=1)
-        pause = gr.Button("⏸ Pause", scale=1)
+        pause = gr.Button("Pause", scale=1)
     timer = gr.Timer(0.6, active=False)
     step = gr.Slider(0, 1, value=0, step=1, label="Step", elem_id="replay-step")
     info = gr.Markdown("", elem_id="replay-info")
@@ -285,9 +289,9 @@ def replay_tab(store: Store, pool: service.ModelPool, cache: RunCache, compare_i
         k = max(0, min(int(k or 0), len(trace.steps) - 1))
         s = trace.steps[k]
         frame = pd.DataFrame([{"node": n.node, "parent": n.parent, "depth": n.depth, "token": n.token_text, "source": n.source,
-                               "p": n.p, "threshold": n.threshold, "entropy": n.entropy, "rank": n.rank,
+                               "p": _sig(n.p), "threshold": _sig(n.threshold), "entropy": _sig(n.entropy), "rank": n.rank,
                                "decision": n.decision, "reason": n.reason} for n in s.nodes])
-        md = (f"run #{rid} · {trace.method} · step {k + 1}/{len(trace.steps)} · tree {s.tree_size} nodes · "
+        md = (f"run #{rid} · {trace.method} · step {k} of 0–{len(trace.steps) - 1} · tree {s.tree_size} nodes · "
               f"accepted {s.accepted} + bonus · {s.step_ms:.1f} ms (draft {s.draft_ms:.1f}, forward {s.forward_ms:.1f})")
         return md, views.tokens_html(origins, upto=ends[k]), views.tree_figure(s), views.threshold_figure(s), frame
 
@@ -372,7 +376,7 @@ def replay_tab(store: Store, pool: service.ModelPool, cache: RunCache, compare_i
 
     timer.tick(advance, [step, run_id], [step, timer], api_name=False)
     for s in sliders.values():
-        s.release(tune, [run_id, rule, *sliders.values()], [tune_md, flips], api_name=False)
+        s.change(tune, [run_id, rule, *sliders.values()], [tune_md, flips], api_name=False, trigger_mode="always_last")
     rule.change(tune, [run_id, rule, *sliders.values()], [tune_md, flips], api_name=False)
     gr.Button("Re-score", visible=False).click(tune, [run_id, rule, *sliders.values()], [tune_md, flips], api_name="rescore")
     rerun_btn.click(rerun, [run_id, rule, *sliders.values()], [orig_col, rerun_col, rerun_md], api_name="rerun",
@@ -417,6 +421,7 @@ def analytics_tab(store: Store, cache: RunCache, compare_ids: gr.State):
 
     refresh.click(lambda: gr.Dropdown(choices=_run_choices(store)), None, [chosen], api_name=False)
     draw.click(figures, [chosen, compare_ids, sweep_param], [hist, by_depth, by_source, bars, sweep], api_name="analytics")
+    return chosen
 
 
 def export_tab(store: Store, compare_ids: gr.State):
@@ -448,6 +453,7 @@ def export_tab(store: Store, compare_ids: gr.State):
 
     refresh.click(lambda: gr.Dropdown(choices=_run_choices(store)), None, [chosen], api_name=False)
     export_btn.click(export, [chosen, compare_ids], [file, note], api_name="export")
+    return chosen
 
 
 CSS = """
@@ -466,12 +472,16 @@ def build_app(db: str | None = None, pool: service.ModelPool | None = None, queu
         with gr.Tabs():
             with gr.Tab("Compare"):
                 compare_tab(store, pool, compare_ids)
-            with gr.Tab("Replay & tune"):
-                replay_tab(store, pool, cache, compare_ids)
-            with gr.Tab("Analytics"):
-                analytics_tab(store, cache, compare_ids)
-            with gr.Tab("Export"):
-                export_tab(store, compare_ids)
+            with gr.Tab("Replay & tune") as replay:
+                runs, filt = replay_tab(store, pool, cache, compare_ids)
+            with gr.Tab("Analytics") as analytics:
+                analytics_pick = analytics_tab(store, cache, compare_ids)
+            with gr.Tab("Export") as export:
+                export_pick = export_tab(store, compare_ids)
+        # Lists of stored runs are read when their tab opens, so they include the runs made since.
+        replay.select(lambda f: _runs_frame(store, f), [filt], [runs], api_name=False)
+        for tab, pick in ((analytics, analytics_pick), (export, export_pick)):
+            tab.select(lambda: gr.Dropdown(choices=_run_choices(store)), None, [pick], api_name=False)
     # One generation per loaded model at a time (ModelPool's semaphores); other events stay responsive.
     demo.queue(max_size=queue_size, default_concurrency_limit=4)
     demo.store = store
