@@ -322,12 +322,14 @@ def replay_tab(store: Store, pool: service.ModelPool, cache: RunCache, compare_i
             result = rescore_run(stored.trace, params, rule=judge)
         except WorkbenchError as e:
             return _error(e), None
-        div = "no decision changes" if result.first_divergence is None else f"first change at step {result.first_divergence + 1}"
+        div = "no decision changes" if result.first_divergence is None else f"first change at step {result.first_divergence}"
         shown = ", ".join(f"{SYMBOL[n]} = {v:g}" for n, v in params.items()) or f"{result.method} takes none of δ α β τ λ"
         shown = f"{result.method}: {shown}"
         md = (f"{shown}: {div}; MAL {result.original_mal:.2f} → predicted **{result.predicted_mal:.2f}** "
               f"(until the first divergence; after it the text would differ)")
-        return md, pd.DataFrame(flips_table(result))
+        rows = [{k: _sig(v) if k in ("p", "old_threshold", "new_threshold") else v for k, v in r.items()}
+                for r in flips_table(result)]
+        return md, pd.DataFrame(rows)
 
     def rerun(rid, rule_name, *values):
         if rid is None:
