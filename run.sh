@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One entry point for people and CI:
-#   bash run.sh demo   install, fetch the embedded default model, compare greedy and PLD on a bundled sample
+#   bash run.sh demo   install, fetch the embedded default model, start the workbench at http://127.0.0.1:7860
 #   bash run.sh test   install, fetch the embedded default model, run the default (fast) test suite
+#   bash run.sh table  install, then compare greedy and PLD on the bundled samples as a table in the terminal
 #   bash run.sh test -m slow    the long tests on real models (any pytest arguments pass through)
 # The virtual environment lives in .venv (override with VENV=path).
 set -euo pipefail
@@ -24,6 +25,10 @@ shift || true
 case "$cmd" in
   demo)
     setup
+    python -m workbench serve "$@"
+    ;;
+  table)
+    setup
     python -m workbench bench --data assets/samples.jsonl --methods greedy,pld --limit 1 "$@"
     ;;
   test)
@@ -34,7 +39,7 @@ case "$cmd" in
     setup
     ;;
   *)
-    echo "usage: bash run.sh demo|test|setup [args]" >&2
+    echo "usage: bash run.sh demo|test|table|setup [args]" >&2
     exit 2
     ;;
 esac
