@@ -101,6 +101,8 @@ def prefill(model, ids: list[int], cache, keep_topk: int = 0) -> PrefillTopK | N
             prob_parts.append(top.values.cpu().numpy())
     if not keep_topk:
         return None
+    if not ids_parts:  # a one-token prompt: nothing before the pending token
+        return PrefillTopK(np.zeros((0, keep_topk), np.int32), np.zeros((0, keep_topk), np.float32))
     return PrefillTopK(np.concatenate(ids_parts), np.concatenate(prob_parts))
 
 

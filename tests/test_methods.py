@@ -139,3 +139,12 @@ def test_method_specs_carry_their_own_overrides():
             resolve_params(name, over)
     with pytest.raises(InvalidInputError, match="out of range"):
         resolve_params("aasd", {"align_graft": 2})
+
+
+def test_one_token_prompts_run_with_every_context_method(tiny):
+    """Nothing precedes the pending token: the prefill keeps no predictions, alignment has nothing to add."""
+    want = run_method("greedy", tiny, [7], {"max_new_tokens": 5}).output_ids
+    for name in ("casd", "aasd", "aasd-strict"):
+        run = run_method(name, tiny, [7], {"max_new_tokens": 5})
+        assert run.status == "complete" and len(run.output_ids) == 5
+    assert run.output_ids == want  # aasd-strict is lossless
