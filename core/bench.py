@@ -1,50 +1,46 @@
 """Running methods over tasks, interleaved per task so machine noise hits every method alike;
-results as plain data (the JSON that `bench` writes)."""
+results as plain data (the JSON that `bench` writes), and a checkpoint file that makes long runs
+resumable (`run_resumable`: one line per finished run, skipped when the run is repeated)."""
 from __future__ import annotations
 
-import statistics
+import json
+import os
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
+from core.errors import InvalidInputError
 from core.methods import get_method, parse_method_spec, resolve_params, run_method
+from core.metrics import add_speedups, pool, run_totals
 from core.models import encode_prompt
-from core.tasks import Task
+from core.tasks import Task, middle_truncate
 from core.trace import RunTrace
-
-
-def _mean(values: list[float | None]) -> float | None:
-    vals = [v for v in values if v is not None]
-    return statistics.fmean(vals) if vals else None
 
 
 def summarise(runs: Mapping[str, list[RunTrace]], scores: Mapping[str, list[float | None]] | None = None) -> dict[str, dict[str, Any]]:
     """Per method: MAL and TPS pooled over tasks (total tokens / total steps or seconds), speed-up vs greedy."""
-    out: dict[str, dict[str, Any]] = {}
+    out = {}
     for name, rs in runs.items():
-        ms = [r.metrics() for r in rs]
-        steps = sum(m["steps"] for m in ms)
-        decoded = sum(m["mal"] * m["steps"] for m in ms if m["mal"] is not None)
-        seconds = sum(r.decode_seconds for r in rs)
-        drafted, accepted = sum(m["drafted"] for m in ms), sum(m["accepted"] for m in ms)
-        step_count = sum(len(r.steps) for r in rs)
-        out[name] = {
-            "mal": decoded / steps if steps else None,
-            "tps": decoded / seconds if seconds else None,
-            "speedup": None,
-            "accept_rate": accepted / drafted if drafted else None,
-            "score": _mean(list(scores[name])) if scores and name in scores else None,
-            "draft_ms_per_step": sum(s.draft_ms for r in rs for s in r.steps) / step_count if step_count else None,
-            "verify_ms_per_step": sum(s.verify_ms for r in rs for s in r.steps) / step_count if step_count else None,
-            "bookkeeping_ms_per_step": sum(s.bookkeeping_ms for r in rs for s in r.steps) / step_count if step_count else None,
-            "step_ms": sum(s.step_ms for r in rs for s in r.steps) / step_count if step_count else None,
-            "forward_share": (sum(s.forward_ms for r in rs for s in r.steps) / sum(s.step_ms for r in rs for s in r.steps)) if step_count else None,
-            "tokens": sum(m["tokens"] for m in ms),
-            "e2e_tps": sum(m["tokens"] for m in ms) / sum(r.decode_seconds + r.prefill_seconds for r in rs) if rs else None,
-        }
-    base = out.get("greedy", {}).get("tps")
-    for row in out.values():
-        row["speedup"] = row["tps"] / base if base and row["tps"] else None
-    return out
+        sc = list(scores[name]) if scores and name in scores else [None] * len(rs)
+        out[name] = pool([{**run_totals(r), "score": s} for r, s in zip(rs, sc)])
+    return add_speedups(out)
+
+
+def summarise_rows(rows: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The same summary from result rows (run_bench's `tasks`, a checkpoint's lines), per method in order of appearance."""
+    by: dict[str, list[Mapping[str, Any]]] = {}
+    for r in rows:
+        by.setdefault(r["method"], []).append(r)
+    return add_speedups({m: pool(rs) for m, rs in by.items()})
+
+
+def task_key(task: Task, method: str) -> tuple[str, str, str]:
+    """What identifies one result: the task's category and id, and the method as written (with overrides)."""
+    return (task.category or "", task.id, method)
+
+
+def row_key(row: Mapping[str, Any]) -> tuple[str, str, str]:
+    return (row.get("category") or "", str(row["id"]), row["method"])
 
 
 def run_bench(
@@ -55,13 +51,20 @@ def run_bench(
     *,
     draft=None,
     max_new_tokens: int | None = None,
+    max_prompt_tokens: int | None = None,
     scorer: Callable[[Task, str], float | None] | None = None,
+    memories: Mapping[str, Any] | None = None,
+    skip: Callable[[Task, str], bool] | None = None,
     on_run: Callable[[Task, RunTrace], None] | None = None,
+    on_result: Callable[[dict[str, Any], Task, RunTrace], None] | None = None,
     progress: bool = True,
 ) -> dict[str, Any]:
     """Run every method on every task (greedy added first when missing) and summarise.
 
     A method may carry its own overrides, `aasd[align_graft=1]`; its results are keyed by that label.
+    Prompts over `max_prompt_tokens` lose their middle (LongBench's truncation). `memories` maps a
+    method label to the correction memory it reads (CSD). `skip(task, label)` leaves a run out (done
+    earlier); `on_result(row, task, run)` sees each result row as soon as the run ends.
     """
     methods = list(dict.fromkeys(["greedy", *methods]))
     names: dict[str, str] = {}
@@ -71,35 +74,177 @@ def run_bench(
         names[m] = name
         per_method[m] = {k: v for k, v in (params or {}).items() if k in get_method(name).params} | overrides
         resolve_params(name, per_method[m])
-    runs: dict[str, list[RunTrace]] = {m: [] for m in methods}
-    scores: dict[str, list[float | None]] = {m: [] for m in methods}
-    rows: list[dict[str, Any]] = []
-    warm = encode_prompt(target.tokenizer, "Hello", chat=False)
+    memories = memories or {}
+    todo = [(task, [m for m in methods if skip is None or not skip(task, m)]) for task in tasks]
+    pending = {m for _, ms in todo for m in ms}
+    warm = encode_prompt(target.tokenizer, "Hello", chat=False) if pending else []
     for m in methods:  # first calls pay for lazy initialisation; keep that out of the timings
-        run_method(names[m], target, warm, {**per_method[m], "max_new_tokens": 4}, draft=draft)
+        if m in pending:
+            run_method(names[m], target, warm, {**per_method[m], "max_new_tokens": 4}, draft=draft, memory=memories.get(m))
     from tqdm.auto import tqdm
 
-    bar = tqdm(total=len(tasks) * len(methods), desc="bench", unit="run", disable=not progress)
-    for task in tasks:
-        ids = encode_prompt(target.tokenizer, task.prompt(), chat=task.chat)
-        for m in methods:
+    total = len(tasks) * len(methods)
+    bar = tqdm(total=total, initial=total - sum(len(ms) for _, ms in todo), desc="bench", unit="run", disable=not progress)
+    rows: list[dict[str, Any]] = []
+    for task, task_methods in todo:
+        if not task_methods:
+            continue
+        text = task.prompt()
+        if max_prompt_tokens:
+            text = middle_truncate(text, target.tokenizer, max_prompt_tokens)
+        ids = encode_prompt(target.tokenizer, text, chat=task.chat)
+        for m in task_methods:
             p = dict(per_method[m])
             limit = max_new_tokens or task.max_new_tokens
             if limit:
                 p["max_new_tokens"] = limit
-            run = run_method(names[m], target, ids, p, draft=draft, prompt_text=task.prompt(), context=task.context)
-            score = scorer(task, run.output_text) if scorer and task.answers else None
-            runs[m].append(run)
-            scores[m].append(score)
+            # transformers' assisted generation fails on stop strings, so its baselines run to the limit.
+            stop = () if get_method(names[m]).hf_mode else task.stop
+            run = run_method(names[m], target, ids, p, draft=draft, prompt_text=text, context=task.context,
+                             stop_strings=stop, memory=memories.get(m))
+            score = scorer(task, run.output_text) if scorer else None
             met = run.metrics()
-            rows.append({"id": task.id, "category": task.category, "method": m, "text": run.output_text, "token_ids": run.output_ids,
-                         "score": score, "mal": met["mal"], "tps": met["tps"], "steps": met["steps"]})
+            row = {"id": task.id, "category": task.category, "method": m, "text": run.output_text, "token_ids": run.output_ids,
+                   "score": score, "mal": met["mal"], "tps": met["tps"], "accept_rate": met["accept_rate"], **run_totals(run)}
+            rows.append(row)
             if on_run is not None:
                 on_run(task, run)
+            if on_result is not None:
+                on_result(row, task, run)
             bar.update(1)
             bar.set_postfix_str(f"{task.id} {m}")
     bar.close()
-    return {"methods": summarise(runs, scores), "tasks": rows}
+    return {"methods": summarise_rows(rows), "tasks": rows}
+
+
+class Checkpoint:
+    """The results of a long benchmark as JSON Lines: a header with the configuration, then one line
+    per finished (task, method), appended and flushed as each run ends. A killed run loses only the
+    run in flight; a rerun skips what is done. One writer at a time (an exclusive lock on the file)."""
+
+    VERSION = 1
+
+    def __init__(self, path: str | Path, config: Mapping[str, Any], *, must_match: Sequence[str] | None = None):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._fh = open(self.path, "a+", encoding="utf-8")
+        try:
+            self._lock()
+            header, self._rows = read_checkpoint(self.path, repair=True)
+            if header is None:
+                self.config = dict(config)
+                self._write({"checkpoint": self.VERSION, "config": self.config})
+            else:
+                self.config = header.get("config") or {}
+                differ = [k for k in (must_match if must_match is not None else config) if self.config.get(k) != config.get(k)]
+                if differ:
+                    shown = "; ".join(f"{k}: {self.config.get(k)!r} there, {config.get(k)!r} now" for k in differ)
+                    raise InvalidInputError(f"{self.path} holds results of another configuration ({shown}); "
+                                            f"use another --out, or --fresh to start over")
+        except BaseException:
+            self._fh.close()
+            raise
+
+    def _lock(self) -> None:
+        try:
+            import fcntl
+        except ImportError:  # not on POSIX: no lock
+            return
+        try:
+            fcntl.flock(self._fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise InvalidInputError(f"{self.path} is being written by another run; wait for it or use another --out") from None
+
+    def _write(self, obj: Mapping[str, Any]) -> None:
+        self._fh.write(json.dumps(obj, ensure_ascii=False) + "\n")
+        self._fh.flush()
+        os.fsync(self._fh.fileno())
+
+    def done(self) -> set[tuple[str, str, str]]:
+        return set(self._rows)
+
+    def append(self, row: Mapping[str, Any]) -> None:
+        self._write(row)
+        self._rows[row_key(row)] = dict(row)
+
+    def rows(self) -> list[dict[str, Any]]:
+        return list(self._rows.values())
+
+    def close(self) -> None:
+        self._fh.close()
+
+    def __enter__(self) -> Checkpoint:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def read_checkpoint(path: str | Path, *, repair: bool = False) -> tuple[dict[str, Any] | None, dict[tuple[str, str, str], dict[str, Any]]]:
+    """(header, rows by key) of a checkpoint file; a later line for the same key replaces an earlier one.
+
+    A last line cut short by a kill (no newline, not JSON) is dropped and, with `repair`, cut from the
+    file so appends start clean; a bad line elsewhere is an error naming it."""
+    path = Path(path)
+    if not path.exists():
+        return None, {}
+    lines = path.read_bytes().split(b"\n")  # the last item is b"" when the file ends with a newline
+    header: dict[str, Any] | None = None
+    rows: dict[tuple[str, str, str], dict[str, Any]] = {}
+    offset = 0
+    for number, line in enumerate(lines, start=1):
+        complete = number < len(lines)
+        if line.strip():
+            try:
+                obj = json.loads(line)
+            except ValueError:
+                if complete:
+                    raise InvalidInputError(f"{path.name} line {number}: not valid JSON; the checkpoint is damaged "
+                                            f"(move it aside, or pass --fresh to start over)") from None
+                if repair:
+                    with open(path, "r+b") as fh:
+                        fh.truncate(offset)
+                break
+            if not isinstance(obj, dict):
+                raise InvalidInputError(f"{path.name} line {number}: not a checkpoint line")
+            if "checkpoint" in obj and header is None and not rows:
+                header = obj
+            elif "method" in obj and "id" in obj and header is not None:
+                rows[row_key(obj)] = obj
+            else:
+                raise InvalidInputError(f"{path.name} line {number}: not a checkpoint line (is {path} a checkpoint?)")
+            if not complete and repair:
+                with open(path, "ab") as fh:  # a whole last line whose newline was not written yet
+                    fh.write(b"\n")
+        offset += len(line) + 1
+    return header, rows
+
+
+def run_resumable(
+    target,
+    tasks: Sequence[Task],
+    methods: Sequence[str],
+    checkpoint: Checkpoint,
+    params: Mapping[str, Any] | None = None,
+    *,
+    store_run: Callable[[Task, RunTrace], int | None] | None = None,
+    **bench_args: Any,
+) -> list[dict[str, Any]]:
+    """run_bench over the runs the checkpoint does not hold yet, appending each result as it ends;
+    returns the checkpoint's rows for these tasks and methods (the only source of the final tables,
+    so an interrupted and resumed run gives the table an uninterrupted one gives).
+
+    `store_run(task, run)` may keep the trace elsewhere (the trace store) and return its id."""
+    done = checkpoint.done()
+
+    def finished(row: dict[str, Any], task: Task, run: RunTrace) -> None:
+        if store_run is not None:
+            row["run_id"] = store_run(task, run)
+        checkpoint.append(row)
+
+    run_bench(target, tasks, methods, params, skip=lambda t, m: task_key(t, m) in done, on_result=finished, **bench_args)
+    wanted = {task_key(t, m) for t in tasks for m in dict.fromkeys(["greedy", *methods])}
+    return [r for r in checkpoint.rows() if row_key(r) in wanted]
 
 
 def format_table(summary: Mapping[str, Mapping[str, Any]]) -> str:

@@ -232,3 +232,20 @@ def corpus_prompts(corpus: str, limit: int, spec_bench: str | Path | None = None
 def describe(report: CalibrationReport) -> dict[str, Any]:
     return {"prompts": report.prompts, "tokens": report.tokens, "steps": report.steps, "accept_rate": report.accept_rate,
             "memory_observations": report.memory_total, "seconds": round(report.seconds, 1)}
+
+
+def benchmark_memory(target, draft, texts: Iterable[str], path: str | Path | None = None) -> CorrectionMemory:
+    """The calibrated memory of the pair as a private in-memory table for a benchmark (empty when none
+    is calibrated): online updates never reach the file, so benchmark items cannot leak into it.
+    Refuses a memory calibrated on any of the benchmark's prompts (`texts`)."""
+    from core.memory import memory_path, pair_fingerprint
+
+    path = Path(path) if path else memory_path(pair_fingerprint(target.fingerprint, draft.fingerprint if draft is not None else None))
+    if not path.exists():
+        return CorrectionMemory(meta={"calibration": None, "path": str(path)})
+    memory = CorrectionMemory.load(path)
+    clash = check_disjoint(memory, texts)
+    if clash:
+        raise InvalidInputError(f"the correction memory {path} was calibrated on {len(clash)} of these benchmark prompts; "
+                                f"calibrate on a disjoint corpus (python -m workbench calibrate --fresh ...)")
+    return memory.copy()

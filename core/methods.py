@@ -41,6 +41,7 @@ class Method:
     needs_draft: bool = False
     tags: tuple[str, ...] = field(default=())
     takes_models: bool = False  # make(params, context_ids, target=, draft=, memory=): draft-model and CSD methods
+    reads_memory: bool = False  # reads CSD's correction memory (a benchmark gives it a private copy)
     # How the method verifies at T = 0, as data: `make` builds its verifier from these same callables
     # and workbench.rescore re-applies them to stored steps, so the two cannot drift apart.
     rules_of: Callable[[dict[str, Any]], Rule | Mapping[str, Rule]] | None = None  # rule-based: one rule, or one per source
@@ -190,7 +191,7 @@ def _draft(name: str, summary: str, params: Mapping[str, Any], lossless: bool, *
            rescue_of: Callable[[dict[str, Any]], Rescue | None], reads_memory: bool, context: bool = False,
            needs_draft: bool = True) -> Method:
     return Method(name, summary, params, lossless, _draft_method(rescue_of, reads_memory, context), needs_draft=needs_draft,
-                  takes_models=True, rescue_of=rescue_of)
+                  takes_models=True, reads_memory=reads_memory, rescue_of=rescue_of)
 
 
 def _no_rescue(p) -> None:

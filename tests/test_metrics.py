@@ -31,3 +31,72 @@ def test_score_max_over_references_and_absent_without_them():
     assert score("qa", "Paris", []) is None  # absent, not zero
     assert score("chat", "anything", ["ref"]) is None  # no metric for open chat
     assert score("summarization", "the cat sat", ["the cat sat on the mat"]) == pytest.approx(75.0, abs=1e-4)
+
+
+# ---- LongBench's other metrics, GSM8K, HumanEval pass@1, absent scores, pooling ----------------
+
+from core.metrics import (add_speedups, classification_score, count_score, pool, retrieval_score,  # noqa: E402
+                          score_task)
+from core.tasks import Task  # noqa: E402
+
+
+def test_longbench_classification_retrieval_and_count():
+    classes = ["Location", "Number", "Human", "Human being"]
+    # two labels found, the reference among them: 1/2
+    assert classification_score("Location or Number", "Location", classes) == 0.5
+    # "Human" is inside the reference "Human being" but not equal to it: dropped, leaving one match
+    assert classification_score("Human being", "Human being", classes) == 1.0
+    assert classification_score("Number", "Location", classes) == 0.0
+    # numbers 3 and 5 in the prediction, the reference paragraph is 3: 1/2
+    assert retrieval_score("Paragraph 3 or Paragraph 5", "Paragraph 3") == 0.5
+    assert retrieval_score("I do not know", "Paragraph 3") == 0.0
+    # numbers 12 and 20, the reference count is 12: 1/2
+    assert count_score("There are 12 unique paragraphs out of 20", "12") == 0.5
+
+
+def test_score_task_follows_longbench_eval():
+    trivia = Task(id="t", task="qa", input="q", answers=["Paris", "City of Light"], metric="qa_f1", first_line=True)
+    assert score_task(trivia, "Paris\nThe capital of France") == 100.0  # only the first line is scored
+    # without the first-line rule: {paris, capital, of, france} against {paris}: P = 1/4, R = 1, F1 = 0.4
+    assert score_task(Task(id="t", task="qa", input="q", answers=["Paris"]), "Paris\nThe capital of France") == pytest.approx(40.0)
+    trec = Task(id="c", task="classification", input="q", answers=["Location"], metric="classification",
+                all_classes=["Location", "Number"])
+    assert score_task(trec, "Location, Number") == 50.0
+    with pytest.raises(Exception, match="unknown metric 'bleu'"):
+        score_task(Task(id="x", task="qa", input="q", answers=["a"], metric="bleu"), "a")
+
+
+def test_gsm8k_accuracy_and_absent_references():
+    math = Task(id="m", task="math", input="q", answers=["48/2 = 24\n#### 72"], metric="gsm8k")
+    assert score_task(math, "So the answer is 72.") == 100.0
+    assert score_task(math, "So the answer is 70.") == 0.0
+    assert score("math", "The answer is 72", ["#### 72"]) == 100.0  # the task kind picks the metric too
+    for task in (Task(id="m", task="math", input="q"), Task(id="q", task="qa", input="q"), Task(id="c", task="chat", input="q", answers=["r"])):
+        assert score_task(task, "anything 72") is None  # absent, not zero
+
+
+def test_humaneval_pass_at_1_only_when_asked():
+    problem = {"task_id": "Toy/0", "prompt": "def add(a, b):\n", "entry_point": "add",
+               "test": "def check(candidate):\n    assert candidate(2, 3) == 5\n"}
+    task = Task(id="Toy/0", task="code", input=problem["prompt"], metric="pass@1", problem=problem)
+    assert score_task(task, "    return a + b\n") is None  # code is not executed unless asked
+    assert score_task(task, "    return a + b\n", execute_code=True) == 100.0
+    assert score_task(task, "    return a - b\n", execute_code=True) == 0.0
+
+
+def test_pooling_runs_by_hand():
+    rows = [
+        {"decoded": 10, "steps": 5, "decode_seconds": 1.0, "prefill_seconds": 0.5, "tokens": 10, "drafted": 8, "accepted": 5,
+         "rescued": 1, "timed_steps": 5, "step_ms_total": 100.0, "forward_ms_total": 80.0, "score": 50.0},
+        {"decoded": 6, "steps": 2, "decode_seconds": 1.0, "prefill_seconds": 0.5, "tokens": 6, "drafted": 2, "accepted": 1,
+         "rescued": 0, "timed_steps": 2, "step_ms_total": 40.0, "forward_ms_total": 20.0, "score": None},
+    ]
+    s = pool(rows)
+    assert s["mal"] == pytest.approx(16 / 7)  # tokens over steps, pooled (not the mean of 2 and 3)
+    assert s["tps"] == pytest.approx(8.0) and s["e2e_tps"] == pytest.approx(16 / 3)
+    assert s["accept_rate"] == pytest.approx(0.6) and s["rescued_share"] == pytest.approx(0.1)
+    assert s["score"] == 50.0 and (s["runs"], s["scored"]) == (2, 1)  # the absent score is left out, not counted as 0
+    assert s["step_ms"] == pytest.approx(20.0) and s["forward_share"] == pytest.approx(100 / 140)
+    assert pool([{**rows[1], "score": None}])["score"] is None
+    summary = add_speedups({"greedy": {"tps": 4.0}, "pld": {"tps": 8.0}, "x": {"tps": None}})
+    assert (summary["greedy"]["speedup"], summary["pld"]["speedup"], summary["x"]["speedup"]) == (1.0, 2.0, None)

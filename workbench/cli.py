@@ -269,9 +269,10 @@ def _show(store, args) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="workbench", description="Training-free speculative decoding, step by step.")
     sub = parser.add_subparsers(dest="command", required=True)
-    from workbench import calibrate_cmd
+    from workbench import calibrate_cmd, report_cmd
 
     calibrate_cmd.add_parser(sub)
+    report_cmd.add_parser(sub)
 
     models = sub.add_parser("models", help="list or fetch the embedded model presets")
     models.add_argument("action", choices=["list", "fetch"])
