@@ -4,7 +4,8 @@
 
 1. SmolLM2-135M (the embedded default): AASD's Tables 1, 2, 4, 5 and CASD's Table 1 with Oracle-D/-S
    and the δ sweep (`report --tables aasd,casd`), on LongBench when `--longbench` names it (`hub`, or
-   a local JSON Lines file with LongBench's fields), else on Spec-Bench's summarization and rag rows.
+   a local JSON Lines file with LongBench's fields), else on Spec-Bench's summarization and rag rows
+   and the bundled samples (assets/samples.jsonl).
 2. The Qwen2.5-Coder 1.5B target with its 0.5B draft: CSD's Tables 1 and 3 (`report --tables csd
    --execute-code`) on GSM8K (Spec-Bench's math_reasoning rows), HumanEval and CNN/DailyMail
    (Spec-Bench's summarization rows). The models are fetched and the correction memory calibrated
@@ -82,7 +83,7 @@ def main() -> int:
     elif args.longbench:
         smol_data = [f"longbench@{args.longbench}"]
     else:
-        smol_data = ["spec-bench:summarization,rag"]
+        smol_data = ["spec-bench:summarization,rag", "samples"]
     sections = []
 
     smol_out = Path(args.out) / SMOL
