@@ -201,7 +201,8 @@ def pool(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     scores = [r["score"] for r in rows if r.get("score") is not None]
     return {
         "mal": _ratio(total("decoded"), total("steps")),
-        "tps": _ratio(total("decoded"), total("decode_seconds")),
+        # No steps (beam search through transformers): decoding tokens/s is unknown, not 0; e2e_tps still holds.
+        "tps": _ratio(total("decoded"), total("decode_seconds")) if total("steps") else None,
         "speedup": None,
         "accept_rate": _ratio(total("accepted"), total("drafted")),
         "rescued_share": _ratio(total("rescued"), total("drafted")),
