@@ -44,12 +44,36 @@ def step_ms(dtype: str, cache_len: int = 800, repeats: int = 5) -> float:
     return sorted(times)[len(times) // 2]
 
 
+@torch.inference_mode()
+def head_ms(dtype: torch.dtype, vocab: int, hidden: int, rows: int = 2, repeats: int = 5) -> tuple[float, float]:
+    """The output head on the last position only, as `logits_to_keep=1` gives it: a (1, 1, H) view of a
+    (1, T, H) tensor, then the same row packed densely (what core.models.pack_output_head_input does)."""
+    weight = torch.randn(vocab, hidden).to(dtype)
+    view = torch.randn(1, rows, hidden).to(dtype)[:, -1:, :]
+    packed = view.clone(memory_format=torch.contiguous_format)
+
+    def median(x):
+        torch.nn.functional.linear(x, weight)
+        times = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            torch.nn.functional.linear(x, weight)
+            times.append((time.perf_counter() - t0) * 1e3)
+        return sorted(times)[len(times) // 2]
+
+    return median(view), median(packed)
+
+
 def main() -> None:
     print(f"CPU has bf16 units: {_cpu_has_bf16()}; --dtype auto resolves to {resolve_dtype('auto')}; threads {torch.get_num_threads()}")
     f32, b16 = gflops(torch.float32), gflops(torch.bfloat16)
     print(f"matmul 512x512: fp32 {f32:.1f} GFLOP/s, bf16 {b16:.2f} GFLOP/s (bf16/fp32 = {b16 / f32:.3f})")
     a, b = step_ms("float32"), step_ms("bfloat16")
     print(f"SmolLM2-135M one decoding step after 800 tokens (median of 5): fp32 {a:.0f} ms, bf16 {b:.0f} ms (bf16/fp32 = {b / a:.2f})")
+    for dtype in (torch.float32, torch.bfloat16):
+        for name, vocab, hidden in (("SmolLM2", 49152, 576), ("Qwen2.5-0.5B", 151936, 896)):
+            view, packed = head_ms(dtype, vocab, hidden)
+            print(f"{name} output head on the last of 2 positions, {str(dtype)[6:]}: strided view {view:.1f} ms, packed {packed:.1f} ms")
 
 
 if __name__ == "__main__":

@@ -290,6 +290,27 @@ def _source(spec: str) -> tuple[str, dict]:
     return spec, {}  # a hub id
 
 
+def _pack_rows(module, args):
+    hidden = args[0]
+    if hidden.dim() == 3 and hidden.shape[1] == 1 and hidden.stride(0) != hidden.shape[2]:
+        return (hidden.clone(memory_format=torch.contiguous_format), *args[1:])
+    return None
+
+
+def pack_output_head_input(model) -> None:
+    """Give the output head a densely packed input when it sees only the last position.
+
+    `logits_to_keep=1` hands the head a (1, 1, H) view of a longer (1, T, H) tensor. Such a view
+    counts as contiguous, yet on CPU PyTorch's bf16 matmul takes a slow path for its batch stride:
+    40x slower (430 ms instead of 11 ms for Qwen2.5's 152k-token head; `benchmarks/bench_dtype.py`).
+    It hit every draft step that feeds two tokens and every prompt pass, ours and transformers' alike.
+    """
+    head = model.get_output_embeddings()
+    if head is not None and not getattr(head, "_packs_rows", False):
+        head.register_forward_pre_hook(_pack_rows)
+        head._packs_rows = True
+
+
 def load_model(spec: str, device: str | torch.device = "auto", dtype: str | torch.dtype = "auto",
                trust_remote_code: bool = False, cache: bool = True) -> LoadedModel:
     """Load once per (source, device, dtype) and share: models are used read-only."""
@@ -314,6 +335,7 @@ def load_model(spec: str, device: str | torch.device = "auto", dtype: str | torc
         model = AutoModelForCausalLM.from_pretrained(
             source, dtype=dt_, attn_implementation="sdpa", trust_remote_code=trust_remote_code, **extra
         ).to(dev).eval().requires_grad_(False)
+        pack_output_head_input(model)
         loaded = LoadedModel(
             model=model, tokenizer=tokenizer, name=spec, path=source, device=dev, dtype=dt_,
             fingerprint=_fingerprint(config, tokenizer), eos_ids=_eos_ids(model, tokenizer),

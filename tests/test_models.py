@@ -128,3 +128,21 @@ def test_cli_refuses_empty_prompt_and_bad_parameters():
     assert r.returncode == 2 and "out of range" in r.stderr, r.stderr
     r = cli("generate", "--method", "greedy", "--prompt", "hi", "--max-new-tokens", "0", "--no-store")
     assert r.returncode == 2 and "max_new_tokens" in r.stderr, r.stderr
+
+
+def test_output_head_gets_a_packed_last_row(tmp_path):
+    """logits_to_keep=1 hands the head a strided (1, 1, H) view; the hook packs it, values unchanged."""
+    from transformers import LlamaConfig
+
+    folder = save_tiny(tmp_path / "m", LlamaConfig, ["a", "b", "c", "d"])
+    loaded = load_model(str(folder), device="cpu", dtype="bfloat16", cache=False)
+    head = loaded.model.get_output_embeddings()
+    seen = []
+    head.register_forward_pre_hook(lambda mod, args: seen.append(args[0].stride()))  # runs after ours
+    ids = torch.tensor([[2, 3, 4, 5, 6]])
+    with torch.inference_mode():
+        last = loaded.model(ids, logits_to_keep=1).logits[0, -1]
+        full = loaded.model(ids).logits[0, -1]
+    hidden = head.weight.shape[1]
+    assert seen[0] == (hidden, hidden, 1)  # packed, not (5 * hidden, hidden, 1)
+    assert torch.equal(last, full)
