@@ -151,15 +151,14 @@ def node_traces(step: int, past_len: int, tree: DraftTree, stats: StepStats, ver
             )
         )
     last = verdict.path[-1]
-    logprobs = stats.logprobs[last]
-    bonus_lp = float(logprobs[verdict.bonus])
+    bonus_lp = stats.logprob(last, verdict.bonus)
     records.append(
         NodeTrace(
             step=step, cache_pos=past_len, node=len(tree), parent=last, depth=tree.depths[last] + 1,
             token_id=verdict.bonus, token_text=text(verdict.bonus), source="model", decision="bonus",
             reason="the target's own token after the last accepted node",
             p=math.exp(bonus_lp), entropy=stats.row_entropy[last], max_p=stats.row_max_p[last],
-            p_eos=stats.row_p_eos[last], rank=int((logprobs > bonus_lp).sum()),
+            p_eos=stats.row_p_eos[last], rank=stats.rank(last, verdict.bonus),
             logit_gap=math.log(stats.row_max_p[last]) - bonus_lp,
         )
     )

@@ -75,6 +75,23 @@ def test_choose_path_longest_then_likeliest():
     assert e == 5
 
 
+def test_step_stats_with_masked_logits_on_a_chain():
+    """-inf logits (a masked vocabulary) have p = 0: finite entropy, right ranks and log p along a chain."""
+    ninf = float("-inf")
+    logits = torch.tensor([[math.log(0.5), math.log(0.5), ninf, ninf], [ninf, math.log(0.25), math.log(0.75), ninf],
+                           [0.0, 0.0, 0.0, 0.0]])
+    t = DraftTree.root_only(9)
+    t.add(0, 1, "context")
+    t.add(1, 1, "context")
+    s = step_stats(logits, t, eos_ids=[3])
+    assert s.row_entropy[0] == pytest.approx(math.log(2), rel=1e-6)
+    assert s.row_entropy[1] == pytest.approx(-(0.25 * math.log(0.25) + 0.75 * math.log(0.75)), rel=1e-6)
+    assert s.row_p_eos[:2] == [0.0, 0.0] and s.row_argmax[:2] == [0, 2]
+    assert s.nodes[1].rank == 1 and s.nodes[1].p == pytest.approx(0.5)  # tie with id 0: the lower id ranks first
+    assert s.nodes[2].rank == 1 and s.logp[2] == pytest.approx(math.log(0.25))
+    assert s.logprob(1, 2) == pytest.approx(math.log(0.75)) and s.rank(2, 3) == 0
+
+
 def test_step_stats_and_verify_on_logits():
     # root row: probs over 4 tokens; token 2 is the argmax
     logits = torch.log(torch.tensor([[0.1, 0.2, 0.6, 0.1], [0.7, 0.1, 0.1, 0.1], [0.25, 0.25, 0.25, 0.25]]))
