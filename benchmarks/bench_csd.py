@@ -112,14 +112,11 @@ def run_suite(target, draft, items: list[Item], methods: list[str], memory: Corr
     for item in items:
         ids = encode_prompt(target.tokenizer, item.text, chat=item.chat)
         for m in methods:
-            # transformers' assisted generation fails on stop strings (its assistant's generate gets no
-            # tokenizer), so the hf baselines run to the token limit and are cut for scoring like the rest.
-            stop = () if get_method(m).hf_mode else item.stop
             params = {"max_new_tokens": item.max_new_tokens}
             if gamma is not None and "gamma" in get_method(m).params:
                 params["gamma"] = gamma
             run = run_method(m, target, ids, params, draft=draft, prompt_text=item.text,
-                             stop_strings=stop, memory=memories.get(m))
+                             stop_strings=item.stop, memory=memories.get(m))
             text = run.output_text
             if item.kind == "humaneval":
                 text = truncate_completion(text)
@@ -229,7 +226,6 @@ def main() -> int:
         for m, row in s.items():
             per = " | ".join(fmt(result["by_kind"][k][m]["score"]) for k in result["by_kind"])
             print(f"| {m} | {fmt(row['accept_rate'], True)} | {fmt(row['rescued_share'], True)} | {fmt(row['score'])} | {per} |")
-        # Compare the scored texts: the hf baselines run past the stop strings and are cut afterwards.
         rows = {(r["id"], r["method"]): r["text"] for r in result["tasks"]}
         ids = sorted({r["id"] for r in result["tasks"]})
         lossless = [m for m in methods if m != "greedy" and get_method(m).lossless]

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from transformers import StopStringCriteria, StoppingCriteriaList
 from transformers.generation.streamers import BaseStreamer
 
 
@@ -56,7 +57,9 @@ def run_hf(mode: str, model, tokenizer, eos_ids: list[int], prompt_ids: list[int
     input_ids = torch.tensor([prompt_ids], device=model.device)
     extra: dict[str, Any] = {}
     if stop_strings:
-        extra = {"stop_strings": list(stop_strings), "tokenizer": tokenizer}
+        # As a stopping criterion, not `stop_strings=`: assisted generation hands its generation config,
+        # stop strings included, to the assistant's own `generate`, which then fails for want of a tokenizer.
+        extra = {"stopping_criteria": StoppingCriteriaList([StopStringCriteria(tokenizer, list(stop_strings))])}
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos_ids[0]
     t0 = time.perf_counter()
     out = model.generate(

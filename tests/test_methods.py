@@ -148,3 +148,19 @@ def test_one_token_prompts_run_with_every_context_method(tiny):
         run = run_method(name, tiny, [7], {"max_new_tokens": 5})
         assert run.status == "complete" and len(run.output_ids) == 5
     assert run.output_ids == want  # aasd-strict is lossless
+
+
+@pytest.mark.real_model
+def test_hf_baselines_honour_stop_strings_with_an_assistant(smollm2):
+    """transformers' assisted generation used to fail on stop strings (its assistant got no tokenizer)."""
+    from core.models import encode_prompt
+
+    ids = encode_prompt(smollm2.tokenizer, "List three colours, one per line.")
+    full = run_method("hf-generate", smollm2, ids, {"max_new_tokens": 40})
+    assert full.output_text.count("\n") >= 2  # otherwise this prompt cannot show a stop
+    stop = "\n"
+    runs = [run_method(m, smollm2, ids, {"max_new_tokens": 40}, draft=smollm2 if m == "hf-assisted" else None, stop_strings=[stop])
+            for m in ("hf-generate", "hf-assisted", "greedy")]
+    for run in runs:
+        assert run.output_text.endswith(stop) and run.output_text.count(stop) == 1
+    assert runs[0].output_ids == runs[1].output_ids == runs[2].output_ids
