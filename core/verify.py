@@ -145,12 +145,9 @@ def step_stats(logits: torch.Tensor, tree: DraftTree, eos_ids: Sequence[int]) ->
     nodes: list[NodeStats | None] = [None]
     logp = [0.0]
     if len(tree) > 1:
-        if is_chain(tree.parents):  # rows 0..n-2 in order: a view, no gather of the rows
-            rows = slice(0, len(tree) - 1)
-            row_logits = logits[rows]
-        else:
-            rows = torch.tensor(tree.parents[1:], device=logits.device)
-            row_logits = logits[rows]
+        # A chain's parent rows are 0..n-2 in order: index with a slice (a view, no copy of the rows).
+        rows = slice(0, len(tree) - 1) if is_chain(tree.parents) else torch.tensor(tree.parents[1:], device=logits.device)
+        row_logits = logits[rows]
         toks = torch.tensor(tree.tokens[1:], device=logits.device)
         tok_logit = row_logits.gather(1, toks[:, None])
         rank = (row_logits > tok_logit).sum(-1)
