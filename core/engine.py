@@ -233,8 +233,9 @@ def decode(
             break
         t_a = time.perf_counter()
         tree = drafter.propose(sequence)
-        # Nothing deeper than the tokens still wanted, nor past the model's context.
-        tree = tree.pruned(min(cfg.max_new_tokens - len(generated) - 1, max_context - past_len - 2))
+        # Nothing deeper than the tokens still wanted, nor past the model's context; no draft of EOS or
+        # past it, as in transformers' prompt lookup: if the target wants to stop, its bonus token is EOS.
+        tree = tree.pruned(min(cfg.max_new_tokens - len(generated) - 1, max_context - past_len - 2), eos)
         t_b = time.perf_counter()
         logits = forward_tree(model, tree, past_len, cache)
         _sync(device)

@@ -5,7 +5,7 @@ additive attention mask and the position ids of one verification forward pass.
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -66,14 +66,17 @@ class DraftTree:
             node = self.parents[node]
         return path[::-1]
 
-    def pruned(self, max_depth: int) -> "DraftTree":
-        """A copy without the nodes deeper than `max_depth` (the root has depth 0)."""
-        if max(self.depths) <= max_depth:
+    def pruned(self, max_depth: int, stop_tokens: Collection[int] = ()) -> "DraftTree":
+        """A copy without the nodes deeper than `max_depth` (the root has depth 0), and without any
+        draft node whose token is in `stop_tokens` or that lies below one."""
+        stops = set(stop_tokens)
+        if max(self.depths) <= max_depth and not stops.intersection(self.tokens[1:]):
             return self
         out = DraftTree.root_only(self.tokens[0])
         new_index = {0: 0}
         for i in range(1, len(self.tokens)):
-            if self.depths[i] <= max_depth:
+            # Parents come before children, so a dropped parent drops its whole subtree.
+            if self.depths[i] <= max_depth and self.tokens[i] not in stops and self.parents[i] in new_index:
                 new_index[i] = out.add(new_index[self.parents[i]], self.tokens[i], self.sources[i], self.draft_probs[i])
         return out
 

@@ -67,6 +67,16 @@ def test_is_chain_and_pruned():
     assert max(p.depths) == 2 and p.tokens == [0, 1, 2, 9]
     assert p.sources == ["root", "context", "context", "generated"]
     assert t.pruned(10) is t
+    assert t.pruned(10, stop_tokens=[7]) is t
+
+
+def test_pruned_drops_stop_tokens_and_their_subtrees():
+    t = DraftTree.root_only(2)  # the root may be a stop token: it is already committed
+    t.add_chain(0, [1, 2, 3], "context")  # 2 is the stop token: 2 and 3 go, 1 stays
+    t.add_chain(0, [4, 5], "generated")
+    p = t.pruned(10, stop_tokens={2})
+    assert p.tokens == [2, 1, 4, 5] and p.parents == [-1, 0, 0, 2]
+    assert p.sources == ["root", "context", "generated", "generated"]
 
 
 def test_add_chain_respects_budget():
