@@ -162,6 +162,13 @@ class CalibrationReport:
         return self.accepted / self.drafted if self.drafted else None
 
 
+def uncounted(memory: CorrectionMemory, prompts: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The prompts the memory has not counted yet (by prompt hash), so a rerun continues the corpus
+    instead of counting the same rejections twice."""
+    done = set((memory.meta.get("calibration") or {}).get("prompt_hashes", []))
+    return [(pid, text) for pid, text in prompts if prompt_hash(text) not in done]
+
+
 def calibrate(
     target,
     draft,
@@ -176,7 +183,8 @@ def calibrate(
 ) -> CalibrationReport:
     """Run plain SD (`sd` with a draft model; lossless `aasd-strict`, the drafts single-model CSD
     uses, without one) over `prompts` and count the rejected pairs into `memory`, saving as it goes
-    when the memory has a file. The prompts' hashes go into the memory's metadata."""
+    when the memory has a file. The prompts' hashes go into the memory's metadata; prompts already
+    counted in this memory are skipped (`uncounted`)."""
     from core.methods import run_method
     from core.models import encode_prompt
 
@@ -185,7 +193,7 @@ def calibrate(
     cal = dict(memory.meta.get("calibration") or {})
     hashes = list(cal.get("prompt_hashes", []))
     t0 = time.perf_counter()
-    for i, (_, text) in enumerate(prompts, start=1):
+    for i, (_, text) in enumerate(uncounted(memory, prompts), start=1):
         ids = encode_prompt(target.tokenizer, text)
         if len(ids) + max_new_tokens >= target.max_context:
             continue

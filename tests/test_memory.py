@@ -236,5 +236,11 @@ def test_calibrate_counts_the_rejections_of_plain_sd(tmp_path):
     cal = saved.meta["calibration"]
     assert cal["method"] == "sd" and cal["corpus"] == "toy" and cal["prompts"] == 2
     assert cal["prompt_hashes"] == [prompt_hash(t) for _, t in prompts]
-    again = calibrate(target, draft, prompts[:1], saved, max_new_tokens=20, corpus="toy")  # adds to the file
-    assert CorrectionMemory.load(tmp_path / "m.json").meta["calibration"]["prompts"] == 3 and again.prompts == 1
+    # A rerun skips the prompts already counted and adds only the new one to the file.
+    more = prompts + [("p3", "a third prompt, unlike the others")]
+    again = calibrate(target, draft, more, saved, max_new_tokens=20, corpus="toy")
+    reloaded = CorrectionMemory.load(tmp_path / "m.json")
+    assert again.prompts == 1 and reloaded.meta["calibration"]["prompts"] == 3
+    assert reloaded.meta["calibration"]["prompt_hashes"] == [prompt_hash(t) for _, t in more]
+    assert reloaded.total == again.memory_total >= report.memory_total
+    assert calibrate(target, draft, prompts, reloaded, max_new_tokens=20).prompts == 0

