@@ -80,11 +80,12 @@ def _sync(device: torch.device) -> None:
 
 
 @torch.inference_mode()
-def prefill(model, ids: list[int], cache, keep_topk: int = 0) -> PrefillTopK | None:
-    """Fill the cache with `ids`; optionally keep the top-k predictions at each position.
+def prefill(model, ids: list[int], cache, keep_topk: int = 0) -> tuple[PrefillTopK | None, torch.Tensor]:
+    """Fill the cache with `ids` and return the logits that follow the last one, as (V,); optionally
+    keep the top-k predictions at every earlier position (the rows that predict ids[1:]).
 
-    Runs the decoder without the LM head, then applies the head in small chunks only when top-k
-    is wanted: full logits of a long prompt would take hundreds of MB.
+    Runs the decoder without the LM head, then applies the head to the last row, and in small
+    chunks to the others only when top-k is wanted: full logits of a long prompt take hundreds of MB.
     """
     device = model.device
     decoder = model.get_decoder()
@@ -94,32 +95,42 @@ def prefill(model, ids: list[int], cache, keep_topk: int = 0) -> PrefillTopK | N
         chunk = torch.tensor([ids[start : start + PREFILL_CHUNK]], device=device)
         pos = torch.arange(start, start + chunk.shape[1], device=device)[None]
         hidden = decoder(input_ids=chunk, position_ids=pos, past_key_values=cache, use_cache=True).last_hidden_state[0]
-        for s in range(0, hidden.shape[0], TOPK_CHUNK) if keep_topk else ():
-            probs = torch.softmax(head(hidden[s : s + TOPK_CHUNK]).float(), dim=-1)
+        rows = min(hidden.shape[0], len(ids) - 1 - start)  # the last id's row is the first step's root
+        for s in range(0, rows, TOPK_CHUNK) if keep_topk else ():
+            probs = torch.softmax(head(hidden[s : min(s + TOPK_CHUNK, rows)]).float(), dim=-1)
             top = probs.topk(keep_topk, dim=-1)
             ids_parts.append(top.indices.to(torch.int32).cpu().numpy())
             prob_parts.append(top.values.cpu().numpy())
+    last_logits = head(hidden[-1:].contiguous())[0]
     if not keep_topk:
-        return None
+        return None, last_logits
     if not ids_parts:  # a one-token prompt: nothing before the pending token
-        return PrefillTopK(np.zeros((0, keep_topk), np.int32), np.zeros((0, keep_topk), np.float32))
-    return PrefillTopK(np.concatenate(ids_parts), np.concatenate(prob_parts))
+        return PrefillTopK(np.zeros((0, keep_topk), np.int32), np.zeros((0, keep_topk), np.float32)), last_logits
+    return PrefillTopK(np.concatenate(ids_parts), np.concatenate(prob_parts)), last_logits
 
 
 @torch.inference_mode()
-def forward_tree(model, tree: DraftTree, past_len: int, cache) -> torch.Tensor:
-    """One target forward over the tree; (Q, V) logits. Chains use the model's own causal mask."""
+def forward_tree(model, tree: DraftTree, past_len: int, cache, root_logits: torch.Tensor | None = None) -> torch.Tensor:
+    """One target forward over the tree; (Q, V) logits. Chains use the model's own causal mask.
+
+    With `root_logits` the root is already in the cache (the prompt pass fed it, as transformers'
+    generate does) and those are its logits: only the draft nodes go through the model, and a tree
+    without drafts needs no forward at all.
+    """
     device = model.device
-    input_ids = torch.tensor([tree.tokens], device=device)
-    mask = None if is_chain(tree.parents) else tree_attention_mask(tree.parents, past_len, model.dtype, device)
+    skip = 0 if root_logits is None else 1
+    if skip and tree.num_draft == 0:
+        return root_logits[None]
+    input_ids = torch.tensor([tree.tokens[skip:]], device=device)
+    mask = None if is_chain(tree.parents) else tree_attention_mask(tree.parents, past_len, model.dtype, device)[:, :, skip:]
     out = model(
         input_ids=input_ids,
-        position_ids=position_ids(tree.depths, past_len, device),
+        position_ids=position_ids(tree.depths, past_len, device)[:, skip:],
         attention_mask=mask,
         past_key_values=cache,
         use_cache=True,
     )
-    return out.logits[0]
+    return out.logits[0] if not skip else torch.cat([root_logits[None], out.logits[0]])
 
 
 class TokenText:
@@ -215,7 +226,9 @@ def decode(
     cache = kv.new_cache(model)
 
     t0 = time.perf_counter()
-    top = prefill(model, prompt_ids[:-1], cache, cfg.prefill_topk) if len(prompt_ids) > 1 or cfg.prefill_topk else None
+    # The whole prompt goes in here, its last row giving the first step's root distribution: one forward
+    # fewer than feeding the last prompt token with the first draft, and what transformers' generate does.
+    top, root_logits = prefill(model, prompt_ids, cache, cfg.prefill_topk)
     drafter.begin(list(prompt_ids), top)  # a draft model prefills here too: time it as prefill
     _sync(device)
     prefill_s = time.perf_counter() - t0
@@ -237,7 +250,8 @@ def decode(
         # past it, as in transformers' prompt lookup: if the target wants to stop, its bonus token is EOS.
         tree = tree.pruned(min(cfg.max_new_tokens - len(generated) - 1, max_context - past_len - 2), eos)
         t_b = time.perf_counter()
-        logits = forward_tree(model, tree, past_len, cache)
+        logits = forward_tree(model, tree, past_len, cache, root_logits)
+        root_logits = None  # from the second step on, the root is the last step's bonus, not yet fed
         _sync(device)
         t_c = time.perf_counter()
         stats = step_stats(logits, tree, eos_ids)

@@ -112,6 +112,39 @@ def test_keep_path_moves_the_right_rows(tiny):
         torch.testing.assert_close(got.values, want.values, rtol=1e-4, atol=1e-5)
 
 
+def test_the_prompt_pass_gives_the_first_token(tiny):
+    """The prompt's last row yields the first token, as in transformers' generate: greedy over n tokens
+    runs n - 1 forwards of the model after the prompt pass, and a first step without drafts none."""
+    calls = []
+    hook = tiny.model.register_forward_pre_hook(lambda module, args: calls.append(1))
+    try:
+        res = decode(tiny.model, tiny.tokenizer, [], [3, 4, 5, 6], NoDraft(), greedy_verifier(), DecodeConfig(max_new_tokens=5), 512)
+    finally:
+        hook.remove()
+    assert len(res.output_ids) == 5 and len(res.steps) == 5 and len(calls) == 4
+
+
+class FixedDrafter(NoDraft):
+    def __init__(self, chains):
+        self.chains = chains
+
+    def propose(self, sequence):
+        tree = DraftTree.root_only(sequence[-1])
+        for chain in self.chains:
+            tree.add_chain(0, chain, "context")
+        return tree
+
+
+def test_no_draft_node_at_or_below_eos(tiny):
+    """Drafting EOS (or past it) is wasted rows: the engine drops those nodes before the forward."""
+    prompt = [3, 4, 5, 6]
+    first = decode(tiny.model, tiny.tokenizer, [], prompt, NoDraft(), greedy_verifier(), DecodeConfig(max_new_tokens=1), 512).output_ids[0]
+    eos = (first + 1) % 96
+    res = decode(tiny.model, tiny.tokenizer, [eos], prompt, FixedDrafter([[first, eos, 7], [eos, 8]]), greedy_verifier(),
+                 DecodeConfig(max_new_tokens=4), 512)
+    assert res.steps[0].tree_size == 1 and [n.token_id for n in res.steps[0].nodes][:2] == [prompt[-1], first]
+
+
 def test_stop_conditions(tiny):
     prompt = [5, 6, 7, 8, 9]
     full = decode(tiny.model, tiny.tokenizer, [], prompt, NoDraft(), greedy_verifier(), DecodeConfig(max_new_tokens=20), 512)
