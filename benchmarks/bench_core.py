@@ -1,7 +1,7 @@
 """Decoding-core benchmark: our greedy and PLD against transformers' generate and prompt lookup.
 
 SmolLM2-135M on Spec-Bench summarization + RAG, methods interleaved per task, in bf16 and fp32.
-Checks the issue's targets: greedy >= 0.95x hf-generate tokens/s; pld >= 1.0x hf-prompt-lookup;
+Checks the issue's targets (tokens/s end to end): greedy >= 0.95x hf-generate; pld >= 1.0x hf-prompt-lookup;
 pld text identical to hf-prompt-lookup (and greedy) in float32; time outside the forward <= 10 %.
 
     python benchmarks/bench_core.py [--limit 20] [--max-new-tokens 128] [--dtypes bfloat16,float32]
@@ -52,14 +52,19 @@ def main() -> int:
         same_pld_hf = sum(by_task[(i, "pld")] == by_task[(i, "hf-prompt-lookup")] for i in ids)
         same_pld_greedy = sum(by_task[(i, "pld")] == by_task[(i, "greedy")] for i in ids)
         outside = {m: 1 - s[m]["forward_share"] for m in ("greedy", "pld")}
+        # Judged end to end (prompt pass included): the same clock around the same tokens. The decode-only
+        # split differs, since generate times its first chunk (the first token, and the candidates its
+        # prompt pass verified) as prefill while our first step's drafts go through a step.
         checks = {
-            "greedy/hf-generate tps": (s["greedy"]["tps"] / s["hf-generate"]["tps"], 0.95),
-            "pld/hf-prompt-lookup tps": (s["pld"]["tps"] / s["hf-prompt-lookup"]["tps"], 1.0),
+            "greedy/hf-generate e2e tps": (s["greedy"]["e2e_tps"] / s["hf-generate"]["e2e_tps"], 0.95),
             "pld/hf-prompt-lookup e2e tps": (s["pld"]["e2e_tps"] / s["hf-prompt-lookup"]["e2e_tps"], 1.0),
         }
         print(f"\n## {args.model} {dtype}: {len(tasks)} Spec-Bench items (summarization + rag), max {args.max_new_tokens} new tokens\n")
         print(format_table(s))
         print(f"\npld == hf-prompt-lookup text on {same_pld_hf}/{len(ids)} items; pld == greedy on {same_pld_greedy}/{len(ids)}")
+        print("decode-only tokens/s (first chunk split differs, see above): "
+              f"greedy/hf-generate {s['greedy']['tps'] / s['hf-generate']['tps']:.3f}, "
+              f"pld/hf-prompt-lookup {s['pld']['tps'] / s['hf-prompt-lookup']['tps']:.3f}")
         print("time outside the forward pass, share of a step: " + ", ".join(f"{m} {v:.1%}" for m, v in outside.items()))
         for name, (value, target_value) in checks.items():
             verdict = "PASS" if value >= target_value else "MISS"
