@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT))
 from core.bench import format_table, summarise  # noqa: E402
 from core.calibration import check_disjoint  # noqa: E402
 from core.memory import CorrectionMemory, memory_path, pair_fingerprint  # noqa: E402
-from core.methods import get_method, run_method  # noqa: E402
+from core.methods import get_method, parse_method_spec, resolve_params, run_method, split_method_list  # noqa: E402
 from core.models import check_pair, encode_prompt, load_model  # noqa: E402
 from core.sandbox import HUMANEVAL_STOP, gsm8k_correct, run_humaneval, truncate_completion  # noqa: E402
 from core.tasks import load_tasks  # noqa: E402
@@ -100,10 +100,12 @@ def run_suite(target, draft, items: list[Item], methods: list[str], memory: Corr
               progress: bool = True) -> dict:
     from tqdm.auto import tqdm
 
-    memories = {m: memory.copy() for m in methods if m in READS_MEMORY}
+    # A label may carry overrides, `csd[lam=2]`, so variants of a method run side by side.
+    specs = {m: parse_method_spec(m) for m in methods}
+    memories = {m: memory.copy() for m in methods if specs[m][0] in READS_MEMORY}
     warm = encode_prompt(target.tokenizer, "def hello():", chat=False)
-    for m in methods:  # first calls pay for lazy initialisation; keep that out of the timings
-        run_method(m, target, warm, {"max_new_tokens": 4}, draft=draft, memory=memories.get(m, CorrectionMemory()))
+    for m, (name, overrides) in specs.items():  # first calls pay for lazy initialisation; keep that out of the timings
+        run_method(name, target, warm, {**overrides, "max_new_tokens": 4}, draft=draft, memory=memories.get(m, CorrectionMemory()))
     runs = {m: [] for m in methods}
     scores = {m: [] for m in methods}
     by_kind: dict[str, dict[str, list]] = {}
@@ -112,10 +114,11 @@ def run_suite(target, draft, items: list[Item], methods: list[str], memory: Corr
     for item in items:
         ids = encode_prompt(target.tokenizer, item.text, chat=item.chat)
         for m in methods:
+            name, overrides = specs[m]
             params = {"max_new_tokens": item.max_new_tokens}
-            if gamma is not None and "gamma" in get_method(m).params:
+            if gamma is not None and "gamma" in get_method(name).params:
                 params["gamma"] = gamma
-            run = run_method(m, target, ids, params, draft=draft, prompt_text=item.text,
+            run = run_method(name, target, ids, {**params, **overrides}, draft=draft, prompt_text=item.text,
                              stop_strings=item.stop, memory=memories.get(m))
             text = run.output_text
             if item.kind == "humaneval":
@@ -188,7 +191,9 @@ def main() -> int:
     ap.add_argument("--code-max-new-tokens", type=int, default=256, help="HumanEval completions (cut at the next top-level statement)")
     ap.add_argument("--dtypes", default="bfloat16,float32")
     ap.add_argument("--gamma", type=int, default=None, help="draft tokens per step for sd, csd and lossy-sd (default: their γ = 6)")
-    ap.add_argument("--methods", default=None, help="comma-separated (default: the issue's list for the mode)")
+    ap.add_argument("--methods", default=None,
+                    help="comma-separated, each NAME or NAME[param=value,...], e.g. csd,csd[lam=2] for a λ sweep "
+                         "(default: the issue's list for the mode)")
     ap.add_argument("--memory", default=None, help="calibrated memory file (default: the pair's file under <home>/memory/)")
     ap.add_argument("--allow-uncalibrated", action="store_true", help="run CSD from an empty memory when none is calibrated")
     ap.add_argument("--out", default=str(ROOT / "results"))
@@ -196,7 +201,10 @@ def main() -> int:
 
     single = args.single_model
     model = args.model or ("smollm2-135m" if single else "qwen2.5-coder-1.5b")
-    methods = args.methods.split(",") if args.methods else (SINGLE_METHODS if single else PAIR_METHODS)
+    methods = split_method_list(args.methods) if args.methods else (SINGLE_METHODS if single else PAIR_METHODS)
+    for m in methods:  # an unknown method or a bad value fails here, before any model loads
+        name, overrides = parse_method_spec(m)
+        resolve_params(name, overrides)
     items = single_items(args.limit, args.max_new_tokens) if single else pair_items(args.limit, args.max_new_tokens, args.code_max_new_tokens)
     ok = True
     for dtype in args.dtypes.split(","):
@@ -228,7 +236,7 @@ def main() -> int:
             print(f"| {m} | {fmt(row['accept_rate'], True)} | {fmt(row['rescued_share'], True)} | {fmt(row['score'])} | {per} |")
         rows = {(r["id"], r["method"]): r["text"] for r in result["tasks"]}
         ids = sorted({r["id"] for r in result["tasks"]})
-        lossless = [m for m in methods if m != "greedy" and get_method(m).lossless]
+        lossless = [m for m in methods if m != "greedy" and get_method(parse_method_spec(m)[0]).lossless]
         same = ", ".join(f"{m} == greedy on {sum(rows[(i, m)] == rows[(i, 'greedy')] for i in ids)}/{len(ids)}" for m in lossless)
         if single:
             print(same)
