@@ -89,7 +89,8 @@ def test_step_stats_with_masked_logits_on_a_chain():
     assert s.row_p_eos[:2] == [0.0, 0.0] and s.row_argmax[:2] == [0, 2]
     assert s.nodes[1].rank == 1 and s.nodes[1].p == pytest.approx(0.5)  # tie with id 0: the lower id ranks first
     assert s.nodes[2].rank == 1 and s.logp[2] == pytest.approx(math.log(0.25))
-    assert s.logprob(1, 2) == pytest.approx(math.log(0.75)) and s.rank(2, 3) == 0
+    assert s.logprob(1, 2) == pytest.approx(math.log(0.75)) and s.rank(1, 2) == 0
+    assert s.rank(2, 3) == 3 and s.rank(2, 0) == 0  # a uniform row: the lower ids rank first, as argmax picks
 
 
 def test_step_stats_and_verify_on_logits():
