@@ -1,6 +1,6 @@
 """docs/RESULTS.md in one command: the papers' tables measured here, beside the papers' own numbers.
 
-    python benchmarks/make_results.py [--limit 20] [--pair-limit N] [--longbench hub|PATH] [--dtype auto] [--skip-pair]
+    python benchmarks/make_results.py [--limit 20] [--pair-limit N] [--pair-max-new-tokens 256] [--longbench hub|PATH] [--dtype auto] [--skip-pair]
 
 1. SmolLM2-135M (the embedded default): AASD's Tables 1, 2, 4, 5 and CASD's Table 1 with Oracle-D/-S
    and the δ sweep (`report --tables aasd,casd`), on LongBench when `--longbench` names it (`hub`, or
@@ -65,12 +65,15 @@ def main() -> int:
     ap.add_argument("--limit", type=int, default=20, help="tasks per dataset (default 20)")
     ap.add_argument("--seed", type=int, default=None, help="draw the tasks at random with this seed (default: the first ones)")
     ap.add_argument("--longbench", default=None, help="'hub' (needs `datasets` and the network) or a LongBench JSON Lines file")
-    ap.add_argument("--max-new-tokens", type=int, default=None, help="cap every generation (default: each dataset's length)")
+    ap.add_argument("--max-new-tokens", type=int, default=None, help="cap the SmolLM2 generations (default: each dataset's length)")
     ap.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
     ap.add_argument("--device", default="auto")
     ap.add_argument("--skip-pair", action="store_true", help="leave out the Qwen pair (CSD tables)")
     ap.add_argument("--pair-limit", type=int, default=None,
                     help="tasks per dataset for the Qwen pair (default: --limit); on a CPU each pair task costs minutes")
+    ap.add_argument("--pair-max-new-tokens", type=int, default=256,
+                    help="generation length for the pair (default 256: GSM8K's worked answers and HumanEval bodies need it; "
+                         "--max-new-tokens caps the SmolLM2 part only)")
     ap.add_argument("--out", default=str(ROOT / "results" / "report"))
     ap.add_argument("--results", default=str(ROOT / "docs" / "RESULTS.md"))
     ap.add_argument("--db", default=None, help="trace store for the runs (default: the workbench's)")
@@ -79,7 +82,6 @@ def main() -> int:
     common = ["--dtype", args.dtype, "--device", args.device]
     common += ["--seed", str(args.seed)] if args.seed is not None else []
     common += ["--db", args.db] if args.db else []
-    common += ["--max-new-tokens", str(args.max_new_tokens)] if args.max_new_tokens else []
     if args.longbench == "hub":
         smol_data = list(DEFAULT_DATA["aasd"])
     elif args.longbench:
@@ -89,7 +91,8 @@ def main() -> int:
     sections = []
 
     smol_out = Path(args.out) / SMOL
-    call(["report", "--tables", "aasd,casd", "--model", SMOL, "--limit", str(args.limit), *[x for d in smol_data for x in ("--data", d)],
+    smol_len = ["--max-new-tokens", str(args.max_new_tokens)] if args.max_new_tokens else []
+    call(["report", "--tables", "aasd,casd", "--model", SMOL, "--limit", str(args.limit), *smol_len, *[x for d in smol_data for x in ("--data", d)],
           "--out", str(smol_out), "--title", f"AASD and CASD on {SMOL}", *common])
     sections.append(smol_out / "report.md")
 
@@ -104,7 +107,7 @@ def main() -> int:
         pair_out = Path(args.out) / "qwen2.5-coder-pair"
         call(["report", "--tables", "csd", "--model", TARGET, "--draft", DRAFT, "--execute-code", "--data", "gsm8k",
               "--data", "humaneval", "--data", "spec-bench:summarization", "--out", str(pair_out),
-              "--title", f"CSD on {TARGET} with the {DRAFT} draft", "--limit", str(args.pair_limit or args.limit), *common])
+              "--title", f"CSD on {TARGET} with the {DRAFT} draft", "--limit", str(args.pair_limit or args.limit), "--max-new-tokens", str(args.pair_max_new_tokens), *common])
         sections.append(pair_out / "report.md")
 
     command = "python benchmarks/make_results.py " + " ".join(sys.argv[1:])
