@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import shutil
 import sys
 from pathlib import Path
 
@@ -60,6 +61,21 @@ def demote(markdown: str) -> str:
     return re.sub(r"^(#+) ", r"#\1 ", markdown, flags=re.MULTILINE)
 
 
+def figures_section(source: Path, target: Path) -> str:
+    """Copy the δ-sweep PNGs next to RESULTS.md and return the markdown that shows them ('' when none)."""
+    names = [("delta_sweep_score.png", "Score against δ"), ("delta_sweep_mal.png", "MAL against δ")]
+    present = [(n, alt) for n, alt in names if (source / n).exists()]
+    if not present:
+        return ""
+    target.mkdir(parents=True, exist_ok=True)
+    for n, _ in present:
+        shutil.copyfile(source / n, target / n)
+    return "\n".join([f"### CASD δ sweep figures ({SMOL}, the run above)", "",
+                      *[f"![{alt}]({target.name}/{n})" for n, alt in present], "",
+                      f"The figures are copied from `{source.relative_to(ROOT) if source.is_relative_to(ROOT) else source}`, "
+                      "which also holds interactive HTML versions.", ""])
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--limit", type=int, default=20, help="tasks per dataset (default 20)")
@@ -88,13 +104,13 @@ def main() -> int:
         smol_data = [f"longbench@{args.longbench}"]
     else:
         smol_data = ["spec-bench:summarization,rag", "samples"]
-    sections = []
 
     smol_out = Path(args.out) / SMOL
     smol_len = ["--max-new-tokens", str(args.max_new_tokens)] if args.max_new_tokens else []
     call(["report", "--tables", "aasd,casd", "--model", SMOL, "--limit", str(args.limit), *smol_len, *[x for d in smol_data for x in ("--data", d)],
           "--out", str(smol_out), "--title", f"AASD and CASD on {SMOL}", *common])
-    sections.append(smol_out / "report.md")
+    sections = [demote((smol_out / "report.md").read_text(encoding="utf-8"))]
+    sections.append(figures_section(smol_out / "figures", Path(args.results).parent / "figures"))
 
     if not args.skip_pair:
         from core.models import is_fetched
@@ -108,7 +124,7 @@ def main() -> int:
         call(["report", "--tables", "csd", "--model", TARGET, "--draft", DRAFT, "--execute-code", "--data", "gsm8k",
               "--data", "humaneval", "--data", "spec-bench:summarization", "--out", str(pair_out),
               "--title", f"CSD on {TARGET} with the {DRAFT} draft", "--limit", str(args.pair_limit or args.limit), "--max-new-tokens", str(args.pair_max_new_tokens), *common])
-        sections.append(pair_out / "report.md")
+        sections.append(demote((pair_out / "report.md").read_text(encoding="utf-8")))
 
     command = "python benchmarks/make_results.py " + " ".join(sys.argv[1:])
     body = [
@@ -121,7 +137,7 @@ def main() -> int:
         "their speed-up over greedy decoding in the same run and MAL.",
         "",
     ]
-    body += [demote(Path(s).read_text(encoding="utf-8")) for s in sections]
+    body += sections
     Path(args.results).parent.mkdir(parents=True, exist_ok=True)
     Path(args.results).write_text("\n".join(body), encoding="utf-8")
     print(f"wrote {args.results}", file=sys.stderr)
