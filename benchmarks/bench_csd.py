@@ -4,9 +4,12 @@ single-model CSD over context drafts beside AASD on SmolLM2.
 Pair mode (default): Qwen2.5-Coder-1.5B-Instruct target, 0.5B draft, on HumanEval (raw completion
 of the first `--limit` problems, pass@1 run in core.sandbox) and Spec-Bench math_reasoning (GSM8K,
 chat template, final-number match), methods interleaved per item. The correction memory must have
-been calibrated beforehand on a corpus disjoint from these items:
+been calibrated beforehand on a corpus disjoint from these items: ShareGPT, or task-specific samples
+as in the paper (the HumanEval and GSM8K items after the first 40, which these benchmarks never use):
 
     python -m workbench calibrate --model qwen2.5-coder-1.5b --draft qwen2.5-coder-0.5b --limit 200 --dtype bfloat16
+    python -m workbench calibrate --model qwen2.5-coder-1.5b --draft qwen2.5-coder-0.5b --corpus gsm8k+humaneval \
+        --limit 164 --max-new-tokens 256 --dtype bfloat16
     python benchmarks/bench_csd.py [--limit 20] [--max-new-tokens 256] [--dtypes bfloat16,float32]
 
 Every memory-reading method gets its own in-memory copy of the calibrated table, updated online

