@@ -35,7 +35,7 @@ sys.path.insert(0, str(ROOT))
 
 from core.bench import format_table, summarise  # noqa: E402
 from core.calibration import check_disjoint  # noqa: E402
-from core.memory import CorrectionMemory, memory_path, pair_fingerprint  # noqa: E402
+from core.memory import CorrectionMemory, memory_path, pair_fingerprint, rejections  # noqa: E402
 from core.methods import get_method, parse_method_spec, resolve_params, run_method, split_method_list  # noqa: E402
 from core.models import check_pair, encode_prompt, load_model  # noqa: E402
 from core.sandbox import HUMANEVAL_STOP, gsm8k_correct, run_humaneval, truncate_completion  # noqa: E402
@@ -147,7 +147,18 @@ def run_suite(target, draft, items: list[Item], methods: list[str], memory: Corr
     kinds = {k: summarise({m: [r for r, _ in v] for m, v in per.items()}, {m: [s for _, s in v] for m, v in per.items()})
              for k, per in by_kind.items()}
     return {"methods": summary, "by_kind": kinds, "tasks": rows,
+            "memory_coverage": memory_coverage(runs.get("sd", []), memory),
             "memory_after": {m: {"pairs": len(mem), "observations": mem.total} for m, mem in memories.items()}}
+
+
+def memory_coverage(sd_runs, memory: CorrectionMemory, lams=(1, 2, 3, 6)) -> dict:
+    """How many of plain SD's rejections on these items the calibrated memory would let CSD consider:
+    the share whose (draft, correction) pair has count ≥ λ (before any online update). CSD can rescue
+    no more than this, whatever the gate says."""
+    pairs = [p for r in sd_runs for p in rejections(r.steps)]
+    if not pairs:
+        return {}
+    return {"rejections": len(pairs), **{f"lam>={lam}": sum(memory.count(*p) >= lam for p in pairs) / len(pairs) for lam in lams}}
 
 
 def fmt(v, pct=False):
@@ -249,6 +260,10 @@ def main() -> int:
                       f"score {fmt(c['score'])} vs {fmt(a['score'])}")
         else:
             ok &= report_pair(s, same)
+        cov = result["memory_coverage"]
+        if cov:
+            print(f"sd's {cov['rejections']} rejections whose pair the calibrated memory holds at count ≥ λ: "
+                  + ", ".join(f"λ {k[5:]}: {v:.1%}" for k, v in cov.items() if k.startswith("lam")))
         print(f"memory after the run (private copies): {result['memory_after']}")
         print(f"wrote {out}")
     return 0 if ok else 1
