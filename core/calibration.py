@@ -228,32 +228,34 @@ def calibrate(
     cal = dict(memory.meta.get("calibration") or {})
     hashes = list(cal.get("prompt_hashes", []))
     t0 = time.perf_counter()
-    for i, prompt in enumerate(uncounted(memory, prompts), start=1):
-        ids = encode_prompt(target.tokenizer, prompt.text, chat=prompt.chat)
-        if len(ids) + max_new_tokens >= target.max_context:
-            continue
-        run = run_method(method, target, ids, {"max_new_tokens": max_new_tokens}, draft=draft, stop_strings=prompt.stop)
-        memory.observe_many(rejections(run.steps))
-        m = run.metrics()
-        report.prompts += 1
-        report.tokens += m["tokens"]
-        report.steps += m["steps"]
-        report.drafted += m["drafted"]
-        report.accepted += m["accepted"]
-        report.memory_total = memory.total
-        report.seconds = time.perf_counter() - t0
-        hashes.append(prompt_hash(prompt.text))
-        memory.meta["calibration"] = {
-            **cal, "method": method, "corpus": corpus or cal.get("corpus"), "max_new_tokens": max_new_tokens,
-            "prompts": int(cal.get("prompts", 0)) + report.prompts, "excluded_overlapping": excluded,
-            "prompt_hashes": hashes,
-        }
-        if on_prompt is not None:
-            on_prompt(report)
-        if memory.path is not None and i % save_every == 0:
+    try:
+        for i, prompt in enumerate(uncounted(memory, prompts), start=1):
+            ids = encode_prompt(target.tokenizer, prompt.text, chat=prompt.chat)
+            if len(ids) + max_new_tokens >= target.max_context:
+                continue
+            run = run_method(method, target, ids, {"max_new_tokens": max_new_tokens}, draft=draft, stop_strings=prompt.stop)
+            memory.observe_many(rejections(run.steps))
+            m = run.metrics()
+            report.prompts += 1
+            report.tokens += m["tokens"]
+            report.steps += m["steps"]
+            report.drafted += m["drafted"]
+            report.accepted += m["accepted"]
+            report.memory_total = memory.total
+            report.seconds = time.perf_counter() - t0
+            hashes.append(prompt_hash(prompt.text))
+            memory.meta["calibration"] = {
+                **cal, "method": method, "corpus": corpus or cal.get("corpus"), "max_new_tokens": max_new_tokens,
+                "prompts": int(cal.get("prompts", 0)) + report.prompts, "excluded_overlapping": excluded,
+                "prompt_hashes": hashes,
+            }
+            if on_prompt is not None:
+                on_prompt(report)
+            if memory.path is not None and i % save_every == 0:
+                memory.save()
+    finally:  # an interrupted calibration keeps every prompt it finished (a rerun skips them)
+        if memory.path is not None:
             memory.save()
-    if memory.path is not None:
-        memory.save()
     return report
 
 

@@ -269,3 +269,24 @@ def test_task_specific_corpus_is_the_held_out_part_of_the_benchmark_datasets():
     assert len(corpus_prompts("gsm8k+humaneval", limit=5, spec_bench=SPEC_BENCH)[0]) == 5
     with pytest.raises(InvalidInputError, match="unknown dataset"):
         corpus_prompts("gsm9k", limit=5, spec_bench=SPEC_BENCH)
+
+
+def test_an_interrupted_calibration_keeps_the_prompts_it_finished(tmp_path):
+    from core.calibration import Prompt, calibrate
+
+    target = make_tiny(0)
+    target.tokenizer = CharTokenizer()
+    draft = make_tiny(1)
+    draft.fingerprint, draft.tokenizer = "other", target.tokenizer
+    prompts = [Prompt("p1", "def f(x): return x"), Prompt("p2", "hello world"), Prompt("p3", "a third one")]
+
+    def stop_after_two(report):
+        if report.prompts == 2:
+            raise KeyboardInterrupt
+
+    mem = CorrectionMemory.open(tmp_path / "m.json")
+    with pytest.raises(KeyboardInterrupt):
+        calibrate(target, draft, prompts, mem, max_new_tokens=12, save_every=10, on_prompt=stop_after_two)
+    saved = CorrectionMemory.load(tmp_path / "m.json")  # saved although save_every was never reached
+    assert saved.meta["calibration"]["prompts"] == 2 and saved.total == mem.total > 0
+    assert calibrate(target, draft, prompts, saved, max_new_tokens=12).prompts == 1  # the rerun continues
