@@ -98,10 +98,8 @@ def run_bench(
             limit = max_new_tokens or task.max_new_tokens
             if limit:
                 p["max_new_tokens"] = limit
-            # transformers' assisted generation fails on stop strings, so its baselines run to the limit.
-            stop = () if get_method(names[m]).hf_mode else task.stop
             run = run_method(names[m], target, ids, p, draft=draft, prompt_text=text, context=task.context,
-                             stop_strings=stop, memory=memories.get(m))
+                             stop_strings=task.stop, memory=memories.get(m))
             score = scorer(task, run.output_text) if scorer else None
             met = run.metrics()
             row = {"id": task.id, "category": task.category, "method": m, "text": run.output_text, "token_ids": run.output_ids,

@@ -197,11 +197,24 @@ def _stop_cut(new: list[int], generated: list[int], cfg: DecodeConfig, eos_ids: 
     else:
         reason = None
     if cfg.stop_strings:
-        for j in range(1, len(new) + 1):
-            tail = tokenizer.decode(generated[-32:] + new[:j])
-            if any(s in tail for s in cfg.stop_strings):
-                return new[:j], "stop_string"
+        end = stop_string_end(tokenizer, generated + new, cfg.stop_strings, start=len(generated))
+        if end is not None:
+            return new[: end - len(generated)], "stop_string"
     return new, reason
+
+
+STOP_WINDOW = 32  # tokens decoded around each new token: more than any stop string spans, and cheap per step
+
+
+def stop_string_end(tokenizer, ids: Sequence[int], stop_strings: Sequence[str], start: int = 0) -> int | None:
+    """The shortest prefix length j > start of `ids` whose last STOP_WINDOW tokens' text holds a stop
+    string: cut there, the token that completes the stop string kept. None when no stop string appears.
+    The one rule for our engine and for transformers' baselines, so both stop on the same token."""
+    for j in range(start + 1, len(ids) + 1):
+        tail = tokenizer.decode(list(ids[max(0, j - STOP_WINDOW) : j]))
+        if any(s in tail for s in stop_strings):
+            return j
+    return None
 
 
 @torch.inference_mode()

@@ -7,8 +7,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from transformers import StopStringCriteria, StoppingCriteriaList
+from transformers import StoppingCriteria, StoppingCriteriaList
 from transformers.generation.streamers import BaseStreamer
+
+from core.engine import stop_string_end
 
 
 class StepClock(BaseStreamer):
@@ -26,6 +28,24 @@ class StepClock(BaseStreamer):
 
     def end(self) -> None:
         pass
+
+
+class StopStringAnywhere(StoppingCriteria):
+    """Stops when a stop string appears anywhere in the tokens added since the last call (batch of one).
+
+    transformers' StopStringCriteria matches only at the end of the sequence, so assisted generation
+    and prompt lookup, which add several tokens per step, ran past a stop string inside their chunk
+    (to the token limit, on HumanEval). This applies our engine's rule instead."""
+
+    def __init__(self, tokenizer, prompt_len: int, stop_strings):
+        self.tokenizer, self.prompt_len, self.stop_strings = tokenizer, prompt_len, list(stop_strings)
+        self.checked = 0  # generated tokens already scanned
+
+    def __call__(self, input_ids: torch.LongTensor, scores, **kwargs) -> torch.BoolTensor:
+        generated = input_ids[0, self.prompt_len :].tolist()
+        hit = stop_string_end(self.tokenizer, generated, self.stop_strings, start=self.checked)
+        self.checked = len(generated)
+        return torch.tensor([hit is not None], dtype=torch.bool, device=input_ids.device)
 
 
 @dataclass
@@ -59,7 +79,7 @@ def run_hf(mode: str, model, tokenizer, eos_ids: list[int], prompt_ids: list[int
     if stop_strings:
         # As a stopping criterion, not `stop_strings=`: assisted generation hands its generation config,
         # stop strings included, to the assistant's own `generate`, which then fails for want of a tokenizer.
-        extra = {"stopping_criteria": StoppingCriteriaList([StopStringCriteria(tokenizer, list(stop_strings))])}
+        extra = {"stopping_criteria": StoppingCriteriaList([StopStringAnywhere(tokenizer, len(prompt_ids), stop_strings)])}
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos_ids[0]
     t0 = time.perf_counter()
     out = model.generate(
@@ -82,6 +102,10 @@ def run_hf(mode: str, model, tokenizer, eos_ids: list[int], prompt_ids: list[int
         if tok in eos_ids:
             output = output[: j + 1]
             break
+    # A multi-token step may run past the stop string; keep what our engine keeps.
+    end = stop_string_end(tokenizer, output, stop_strings) if stop_strings else None
+    if end is not None:
+        output = output[:end]
     if clock is None or not clock.events:
         return HFResult(output, None, 0.0, t_end - t0)
     # The first chunk comes out of the pass over the prompt: time it as prefill, like our engine's

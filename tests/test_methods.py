@@ -164,3 +164,26 @@ def test_hf_baselines_honour_stop_strings_with_an_assistant(smollm2):
     for run in runs:
         assert run.output_text.endswith(stop) and run.output_text.count(stop) == 1
     assert runs[0].output_ids == runs[1].output_ids == runs[2].output_ids
+
+
+@pytest.mark.real_model
+def test_a_stop_string_inside_a_multi_token_step_stops_transformers_baselines(smollm2):
+    """Assisted generation and prompt lookup add several tokens per step; transformers' StopStringCriteria
+    looks only at the sequence's end, so they ran on past a stop string in the middle of a chunk."""
+    import torch
+    from transformers import StopStringCriteria
+
+    from core.engine import stop_string_end
+    from core.hf_baselines import StopStringAnywhere
+
+    tok, stops = smollm2.tokenizer, ["\ndef "]
+    prompt, gen = tok.encode("Write code:"), tok.encode("    return 1\ndef helper(x):\n    pass")
+    end = stop_string_end(tok, gen, stops)
+    assert end is not None and end < len(gen)
+    assert "\ndef " in tok.decode(gen[:end]) and "\ndef " not in tok.decode(gen[: end - 1])
+    chunk = torch.tensor([prompt + gen])  # the stop string sits inside the step's tokens, not at their end
+    assert not bool(StopStringCriteria(tok, stops)(chunk, None)[0])  # why ours exists
+    assert bool(StopStringAnywhere(tok, len(prompt), stops)(chunk, None)[0])
+    before = StopStringAnywhere(tok, len(prompt), stops)
+    assert not bool(before(torch.tensor([prompt + gen[: end - 1]]), None)[0])
+    assert stop_string_end(tok, gen[: end - 1], stops) is None
