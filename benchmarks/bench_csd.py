@@ -17,6 +17,11 @@ during the run and never saved: benchmark items must not reach the file, nor one
 updates help another. Reports acceptance, rescued share, MAL, tokens/s, speed-up vs greedy,
 accuracy and per-step time by phase, then checks the issue's targets.
 
+Each finished (item, method) run is appended at once to results/bench_csd_<dtype>.checkpoint.jsonl,
+with the memory updates it made; a rerun with the same configuration skips those runs, replays the
+updates into each memory copy and goes on, so a run longer than a sitting (float32 on this CPU takes
+hours) can be stopped and resumed. --fresh starts over.
+
 Single-model mode (`--single-model`): SmolLM2-135M on Spec-Bench summarization + RAG (the AASD
 bench's items) with greedy, aasd-strict, aasd and csd over context drafts (memory from
 `calibrate --model smollm2-135m`, or empty with --allow-uncalibrated).
@@ -25,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -33,9 +37,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from core.bench import format_table, summarise  # noqa: E402
+from core.bench import Checkpoint, format_table, row_key, summarise_rows  # noqa: E402
 from core.calibration import check_disjoint  # noqa: E402
+from core.errors import InvalidInputError  # noqa: E402
 from core.memory import CorrectionMemory, memory_path, pair_fingerprint, rejections  # noqa: E402
+from core.metrics import run_totals  # noqa: E402
 from core.methods import get_method, parse_method_spec, resolve_params, run_method, split_method_list  # noqa: E402
 from core.models import check_pair, encode_prompt, load_model  # noqa: E402
 from core.sandbox import HUMANEVAL_STOP, gsm8k_correct, run_humaneval, truncate_completion  # noqa: E402
@@ -92,35 +98,46 @@ def load_memory(target, draft, allow_empty: bool, texts: list[str], path: str | 
     return memory
 
 
-def phase_means(runs) -> dict[str, float]:
-    steps = [s for r in runs for s in r.steps]
+def phase_means(rows) -> dict[str, float]:
+    """Mean ms per step of each phase, over the timed steps of these result rows."""
+    steps = sum(r.get("timed_steps") or 0 for r in rows)
     if not steps:
         return {}
-    return {k: statistics.fmean(getattr(s, k) for s in steps) for k in ("draft_ms", "forward_ms", "verify_ms", "bookkeeping_ms")}
+    return {k: sum(r.get(f"{k}_total") or 0 for r in rows) / steps for k in ("draft_ms", "forward_ms", "verify_ms", "bookkeeping_ms")}
 
 
-def run_suite(target, draft, items: list[Item], methods: list[str], memory: CorrectionMemory, gamma: int | None = None,
-              progress: bool = True) -> dict:
+def run_suite(target, draft, items: list[Item], methods: list[str], memory: CorrectionMemory, checkpoint: Checkpoint,
+              gamma: int | None = None, progress: bool = True) -> dict:
+    """Run every method on every item the checkpoint does not hold yet (interleaved per item), appending
+    each result as it ends; summarise from the checkpoint's rows, so a killed and resumed run gives
+    the tables an uninterrupted one gives."""
     from tqdm.auto import tqdm
 
     # A label may carry overrides, `csd[lam=2]`, so variants of a method run side by side.
     specs = {m: parse_method_spec(m) for m in methods}
     memories = {m: memory.copy() for m in methods if specs[m][0] in READS_MEMORY}
+    done = checkpoint.done()
+    for row in checkpoint.rows():  # the online updates of finished runs: each copy is where it was when the run stopped
+        if row["method"] in memories:
+            memories[row["method"]].observe_many(tuple(p) for p in row.get("memory_updates", []))
+    todo = [(item, [m for m in methods if (item.kind, item.id, m) not in done]) for item in items]
+    pending = {m for _, ms in todo for m in ms}
     warm = encode_prompt(target.tokenizer, "def hello():", chat=False)
-    for m, (name, overrides) in specs.items():  # first calls pay for lazy initialisation; keep that out of the timings
+    for m in pending:  # first calls pay for lazy initialisation; keep that out of the timings
+        name, overrides = specs[m]
         run_method(name, target, warm, {**overrides, "max_new_tokens": 4}, draft=draft, memory=memories.get(m, CorrectionMemory()))
-    runs = {m: [] for m in methods}
-    scores = {m: [] for m in methods}
-    by_kind: dict[str, dict[str, list]] = {}
-    rows = []
-    bar = tqdm(total=len(items) * len(methods), desc="bench_csd", unit="run", disable=not progress)
-    for item in items:
+    total = len(items) * len(methods)
+    bar = tqdm(total=total, initial=total - sum(len(ms) for _, ms in todo), desc="bench_csd", unit="run", disable=not progress)
+    for item, item_methods in todo:
+        if not item_methods:
+            continue
         ids = encode_prompt(target.tokenizer, item.text, chat=item.chat)
-        for m in methods:
+        for m in item_methods:
             name, overrides = specs[m]
             params = {"max_new_tokens": item.max_new_tokens}
             if gamma is not None and "gamma" in get_method(name).params:
                 params["gamma"] = gamma
+            before = memories[m].snapshot() if m in memories else {}
             run = run_method(name, target, ids, {**params, **overrides}, draft=draft, prompt_text=item.text,
                              stop_strings=item.stop, memory=memories.get(m))
             text = run.output_text
@@ -128,34 +145,31 @@ def run_suite(target, draft, items: list[Item], methods: list[str], memory: Corr
                 text = truncate_completion(text)
             t0 = time.perf_counter()
             sc = item.score(text)
-            met = run.metrics()
-            runs[m].append(run)
-            scores[m].append(sc)
-            by_kind.setdefault(item.kind, {}).setdefault(m, []).append((run, sc))
-            rows.append({"id": item.id, "kind": item.kind, "method": m, "text": text, "token_ids": run.output_ids, "score": sc,
-                         "mal": met["mal"], "tps": met["tps"], "steps": met["steps"], "accepted": met["accepted"],
-                         "drafted": met["drafted"], "rescued": met["rescued"], "score_seconds": time.perf_counter() - t0})
+            after = memories[m].snapshot() if m in memories else {}
+            updates = [list(pair) for pair, n in after.items() for _ in range(n - before.get(pair, 0))]
+            checkpoint.append({"id": item.id, "category": item.kind, "kind": item.kind, "method": m, "text": text,
+                               "token_ids": run.output_ids, "score": sc, "score_seconds": time.perf_counter() - t0,
+                               **run_totals(run), "rejections": [list(p) for p in rejections(run.steps)],
+                               "memory_updates": updates})
             bar.update(1)
             bar.set_postfix_str(f"{item.id} {m}")
     bar.close()
-    summary = summarise(runs, scores)
-    for m in methods:
-        ms = [r.metrics() for r in runs[m]]
-        drafted = sum(x["drafted"] for x in ms)
-        summary[m]["rescued_share"] = sum(x["rescued"] for x in ms) / drafted if drafted else None
-        summary[m]["phases_ms"] = phase_means(runs[m])
-    kinds = {k: summarise({m: [r for r, _ in v] for m, v in per.items()}, {m: [s for _, s in v] for m, v in per.items()})
-             for k, per in by_kind.items()}
+    wanted = {(item.kind, item.id, m) for item in items for m in methods}
+    rows = [r for r in checkpoint.rows() if row_key(r) in wanted]
+    summary = summarise_rows(rows)
+    for m in summary:
+        summary[m]["phases_ms"] = phase_means([r for r in rows if r["method"] == m])
+    kinds = {k: summarise_rows([r for r in rows if r["kind"] == k]) for k in dict.fromkeys(r["kind"] for r in rows)}
+    sd_rejections = [tuple(p) for r in rows if r["method"] == "sd" for p in r["rejections"]]
     return {"methods": summary, "by_kind": kinds, "tasks": rows,
-            "memory_coverage": memory_coverage(runs.get("sd", []), memory),
+            "memory_coverage": memory_coverage(sd_rejections, memory),
             "memory_after": {m: {"pairs": len(mem), "observations": mem.total} for m, mem in memories.items()}}
 
 
-def memory_coverage(sd_runs, memory: CorrectionMemory, lams=(1, 2, 3, 6)) -> dict:
-    """How many of plain SD's rejections on these items the calibrated memory would let CSD consider:
-    the share whose (draft, correction) pair has count ≥ λ (before any online update). CSD can rescue
+def memory_coverage(pairs: list[tuple[int, int]], memory: CorrectionMemory, lams=(1, 2, 3, 6)) -> dict:
+    """How many of plain SD's rejections (draft, correction) on these items the calibrated memory would
+    let CSD consider: the share whose pair has count ≥ λ (before any online update). CSD can rescue
     no more than this, whatever the gate says."""
-    pairs = [p for r in sd_runs for p in rejections(r.steps)]
     if not pairs:
         return {}
     return {"rejections": len(pairs), **{f"lam>={lam}": sum(memory.count(*p) >= lam for p in pairs) / len(pairs) for lam in lams}}
@@ -211,6 +225,7 @@ def main() -> int:
     ap.add_argument("--memory", default=None, help="calibrated memory file (default: the pair's file under <home>/memory/)")
     ap.add_argument("--allow-uncalibrated", action="store_true", help="run CSD from an empty memory when none is calibrated")
     ap.add_argument("--out", default=str(ROOT / "results"))
+    ap.add_argument("--fresh", action="store_true", help="delete this configuration's checkpoint and start over")
     args = ap.parse_args()
 
     single = args.single_model
@@ -231,14 +246,28 @@ def main() -> int:
         pair = pair_fingerprint(target.fingerprint, draft.fingerprint if draft is not None else None)
         if memory.meta.get("pair") not in (None, pair):
             sys.exit(f"the memory file belongs to another model pair ({memory.meta.get('pair')}, not {pair})")
-        t0 = time.perf_counter()
-        result = run_suite(target, draft, items, methods, memory, args.gamma)
-        result["config"] = {"model": model, "draft": draft.name if draft else None, "dtype": dtype, "items": len(items),
-                            "limit": args.limit, "max_new_tokens": args.max_new_tokens, "code_max_new_tokens": args.code_max_new_tokens,
-                            "methods": methods, "gamma": args.gamma, "memory": memory.meta, "seconds": time.perf_counter() - t0}
+        config = {"model": model, "draft": draft.name if draft else None, "dtype": dtype, "items": len(items),
+                  "limit": args.limit, "max_new_tokens": args.max_new_tokens, "code_max_new_tokens": args.code_max_new_tokens,
+                  "methods": methods, "gamma": args.gamma, "memory_pair": memory.meta.get("pair"),
+                  "memory_observations": memory.total, "memory_prompts": memory.meta.get("calibration", {}).get("prompts")}
         name = "bench_csd_single" if single else "bench_csd"
         out = Path(args.out) / f"{name}_{dtype}.json"
         out.parent.mkdir(parents=True, exist_ok=True)
+        # Every finished run is appended here at once; a rerun with the same configuration skips them.
+        ckpt_path = out.with_suffix(".checkpoint.jsonl")
+        if args.fresh:
+            ckpt_path.unlink(missing_ok=True)
+        t0 = time.perf_counter()
+        try:
+            with Checkpoint(ckpt_path, config) as checkpoint:
+                resumed = len(checkpoint.done())
+                if resumed:
+                    print(f"resuming from {ckpt_path}: {resumed} runs done", file=sys.stderr)
+                result = run_suite(target, draft, items, methods, memory, checkpoint, args.gamma)
+        except InvalidInputError as err:
+            sys.exit(str(err))
+        result["config"] = {**config, "memory": memory.meta, "checkpoint": str(ckpt_path), "resumed_runs": resumed,
+                            "seconds_this_invocation": time.perf_counter() - t0}
         out.write_text(json.dumps(result, indent=1, default=str))
         s = result["methods"]
         label = "csd over context drafts" if single else "csd with the 0.5B draft"
