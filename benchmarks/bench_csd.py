@@ -229,7 +229,12 @@ def main() -> int:
     ap.add_argument("--allow-uncalibrated", action="store_true", help="run CSD from an empty memory when none is calibrated")
     ap.add_argument("--out", default=str(ROOT / "results"))
     ap.add_argument("--fresh", action="store_true", help="delete this configuration's checkpoint and start over")
+    ap.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch's default); 1 beside another job")
     args = ap.parse_args()
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
 
     single = args.single_model
     model = args.model or ("smollm2-135m" if single else "qwen2.5-coder-1.5b")
@@ -252,7 +257,8 @@ def main() -> int:
         config = {"model": model, "draft": draft.name if draft else None, "dtype": dtype, "items": len(items),
                   "limit": args.limit, "max_new_tokens": args.max_new_tokens, "code_max_new_tokens": args.code_max_new_tokens,
                   "methods": methods, "gamma": args.gamma, "memory_pair": memory.meta.get("pair"),
-                  "memory_observations": memory.total, "memory_prompts": memory.meta.get("calibration", {}).get("prompts")}
+                  "memory_observations": memory.total, "memory_prompts": memory.meta.get("calibration", {}).get("prompts"),
+                  "threads": args.threads or None}
         name = "bench_csd_single" if single else "bench_csd"
         out = Path(args.out) / f"{name}_{dtype}.json"
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -263,7 +269,7 @@ def main() -> int:
         t0 = time.perf_counter()
         try:
             # --limit may differ: the items of a smaller limit are a prefix of a larger one's.
-            with Checkpoint(ckpt_path, config, must_match=[k for k in config if k not in ("limit", "items")]) as checkpoint:
+            with Checkpoint(ckpt_path, config, must_match=[k for k in config if k not in ("limit", "items", "threads")]) as checkpoint:
                 resumed = len(checkpoint.done())
                 if resumed:
                     print(f"resuming from {ckpt_path}: {resumed} runs done", file=sys.stderr)
