@@ -175,7 +175,8 @@ def memory_coverage(pairs: list[tuple[int, int]], memory: CorrectionMemory, lams
     no more than this, whatever the gate says."""
     if not pairs:
         return {}
-    return {"rejections": len(pairs), **{f"lam>={lam}": sum(memory.count(*p) >= lam for p in pairs) / len(pairs) for lam in lams}}
+    return {"rejections": len(pairs), **{f"lam>={lam}": sum(memory.count(*p) >= lam for p in pairs) / len(pairs) for lam in lams},
+            "unseen_share_estimate": memory.unseen_share}
 
 
 def fmt(v, pct=False):
@@ -302,7 +303,8 @@ def main() -> int:
         cov = result["memory_coverage"]
         if cov:
             print(f"sd's {cov['rejections']} rejections whose pair the calibrated memory holds at count ≥ λ: "
-                  + ", ".join(f"λ {k[5:]}: {v:.1%}" for k, v in cov.items() if k.startswith("lam")))
+                  + ", ".join(f"λ {k[5:]}: {v:.1%}" for k, v in cov.items() if k.startswith("lam"))
+                  + f"; the memory's Good–Turing estimate of unseen pairs: {cov['unseen_share_estimate']:.1%}")
         print(f"memory after the run (private copies): {result['memory_after']}")
         print(f"wrote {out}")
     return 0 if ok else 1

@@ -101,6 +101,15 @@ class CorrectionMemory:
             return sum(self._counts.values())
 
     @property
+    def unseen_share(self) -> float | None:
+        """Good–Turing estimate of the share of future rejections whose pair this table has never seen:
+        pairs seen exactly once / observations. CSD cannot rescue those, at any λ; a long tail of
+        disagreements keeps it high until the calibration corpus is large."""
+        with self._lock:
+            total = sum(self._counts.values())
+            return sum(1 for c in self._counts.values() if c == 1) / total if total else None
+
+    @property
     def unsaved(self) -> int:
         with self._lock:
             return sum(self._pending.values())

@@ -25,6 +25,14 @@ def test_observe_returns_the_count_before_the_update():
     assert mem.total == 4 and len(mem) == 1 and mem.unsaved == 4
 
 
+def test_unseen_share_is_the_good_turing_estimate():
+    assert CorrectionMemory().unseen_share is None
+    mem = CorrectionMemory({(1, 2): 1, (3, 4): 1, (5, 6): 3})
+    assert mem.unseen_share == pytest.approx(2 / 5)  # two singletons among five observations
+    mem.observe(1, 2)
+    assert mem.unseen_share == pytest.approx(1 / 6)
+
+
 def test_concurrent_threads_get_exact_counts_and_distinct_reads():
     mem = CorrectionMemory()
     keys = [(1, 2), (1, 3), (2, 1), (5, 5), (9, 0)]

@@ -93,5 +93,6 @@ def run(args) -> int:
                        excluded=len(dropped), on_prompt=show)
     bar.close()
     print(json.dumps({"memory": str(path), "pairs": len(memory), "observations": memory.total,
-                      "added": memory.total - start, **describe(report)}))
+                      "added": memory.total - start, "unseen_share_estimate": memory.unseen_share,
+                      **describe(report)}))
     return 0
