@@ -42,7 +42,7 @@ sys.path.insert(0, str(ROOT))
 from core.bench import Checkpoint, format_table, row_key, summarise_rows  # noqa: E402
 from core.calibration import check_disjoint  # noqa: E402
 from core.errors import InvalidInputError  # noqa: E402
-from core.memory import CorrectionMemory, memory_path, pair_fingerprint, rejections  # noqa: E402
+from core.memory import CorrectionMemory, memory_path, pair_fingerprint, rejections, rescues  # noqa: E402
 from core.metrics import run_totals  # noqa: E402
 from core.methods import get_method, parse_method_spec, resolve_params, run_method, split_method_list  # noqa: E402
 from core.models import check_pair, encode_prompt, load_model  # noqa: E402
@@ -153,6 +153,7 @@ def run_suite(target, draft, items: list[Item], methods: list[str], memory: Corr
             checkpoint.append({"id": item.id, "category": item.kind, "kind": item.kind, "method": m, "text": text,
                                "token_ids": run.output_ids, "score": sc, "score_seconds": time.perf_counter() - t0,
                                **run_totals(run), "rejections": [list(p) for p in rejections(run.steps)],
+                               "rescues": [list(r) for r in rescues(run.steps)],
                                "memory_updates": updates})
             bar.update(1)
             bar.set_postfix_str(f"{item.id} {m}")
@@ -177,6 +178,26 @@ def memory_coverage(pairs: list[tuple[int, int]], memory: CorrectionMemory, lams
         return {}
     return {"rejections": len(pairs), **{f"lam>={lam}": sum(memory.count(*p) >= lam for p in pairs) / len(pairs) for lam in lams},
             "unseen_share_estimate": memory.unseen_share}
+
+
+def changed_scores(rows, tokenizer) -> list[str]:
+    """Each rescuing run whose score differs from greedy's on the item: the token where its text left
+    greedy's and, when a rescue was the cause, which one (a single rescued synonym can send a chain of
+    thought elsewhere)."""
+    greedy = {r["id"]: r for r in rows if r["method"] == "greedy"}
+    lines = []
+    for r in rows:
+        g = greedy.get(r["id"])
+        if g is None or r["method"] == "greedy" or not r.get("rescues") or r["score"] == g["score"]:
+            continue
+        a, b = g["token_ids"], r["token_ids"]
+        first = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+        pos, drafted, correction, count, gap = r["rescues"][0]
+        why = ("" if count is None else f"count {count}, ") + f"logit gap {gap:.2f}"
+        cause = (f"rescued {tokenizer.decode([drafted])!r} for {tokenizer.decode([correction])!r} ({why})"
+                 if pos == first else f"not a rescue (its first rescue is at token {pos})")
+        lines.append(f"  {r['method']} on {r['id']}: score {g['score']:.0f} -> {r['score']:.0f}, leaves greedy at token {first}: {cause}")
+    return lines
 
 
 def fmt(v, pct=False):
@@ -305,6 +326,9 @@ def main() -> int:
             print(f"sd's {cov['rejections']} rejections whose pair the calibrated memory holds at count ≥ λ: "
                   + ", ".join(f"λ {k[5:]}: {v:.1%}" for k, v in cov.items() if k.startswith("lam"))
                   + f"; the memory's Good–Turing estimate of unseen pairs: {cov['unseen_share_estimate']:.1%}")
+        changed = changed_scores(result["tasks"], target.tokenizer)
+        if changed:
+            print("scores a rescuing method changed:\n" + "\n".join(changed))
         print(f"memory after the run (private copies): {result['memory_after']}")
         print(f"wrote {out}")
     return 0 if ok else 1

@@ -273,3 +273,15 @@ def rejections(steps) -> list[tuple[int, int]]:
         best = max(rejected, key=lambda n: (n.p if n.p is not None else -1.0, -n.node))
         pairs.append((best.token_id, bonus.token_id))
     return pairs
+
+
+def rescues(steps) -> list[tuple[int, int, int, int | None, float | None]]:
+    """Where a run accepted a token the target would not have chosen: (output position, draft token,
+    the target's correction, memory count read, logit gap) of every rescued node, in order."""
+    out, emitted = [], 0
+    for step in steps:
+        for n in step.nodes:
+            if n.decision == "rescued":
+                out.append((emitted + n.depth - 1, n.token_id, n.correction_id, n.mem_count, n.logit_gap))
+        emitted += len(step.emitted)
+    return out

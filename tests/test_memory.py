@@ -11,7 +11,7 @@ import torch
 from conftest import make_tiny
 
 from core.errors import InvalidInputError, WorkbenchError
-from core.memory import CorrectionMemory, memory_path, pair_fingerprint, rejections, shared_memory
+from core.memory import CorrectionMemory, memory_path, pair_fingerprint, rejections, rescues, shared_memory
 from core.methods import run_method
 from core.tree import DraftTree
 from core.verify import Rescue, rescue_decision, step_stats, verify_rescue_greedy
@@ -190,6 +190,26 @@ def test_calibration_pairs_from_traces_equal_online_counting():
         for n in s.nodes:
             if n.decision == "rejected":
                 assert (n.token_id, n.correction_id) in Counter(pairs)
+
+
+def test_rescues_name_the_output_position_where_csd_leaves_greedy():
+    target, draft = make_tiny(0), make_tiny(0)
+    with torch.no_grad():
+        gen = torch.Generator().manual_seed(5)
+        for p in draft.model.parameters():
+            p.add_(torch.randn(p.shape, generator=gen) * 0.08)
+    prompt = [5, 9, 14, 5, 9, 22, 31, 5, 9]
+    greedy = run_method("greedy", target, prompt, {"max_new_tokens": 60}).output_ids
+    seen = CorrectionMemory()
+    run_method("sd", target, prompt, {"max_new_tokens": 60}, draft=draft, memory=seen)
+    known = CorrectionMemory({pair: 10 for pair in seen.snapshot()})  # every pair sd met, well past λ
+    run = run_method("csd", target, prompt, {"max_new_tokens": 60, "lam": 6, "tau": 1e-6}, draft=draft, memory=known)
+    found = rescues(run.steps)
+    assert found and len(found) == run.metrics()["rescued"]
+    first = next(i for i, (a, b) in enumerate(zip(greedy, run.output_ids)) if a != b)
+    assert found[0][0] == first  # csd is greedy until its first rescue
+    for pos, drafted, correction, count, gap in found:
+        assert run.output_ids[pos] == drafted != correction and count >= 6 and gap >= 0
 
 
 def test_calibration_corpus_is_disjoint_from_the_benchmark(tmp_path):
