@@ -197,9 +197,10 @@ def _stop_cut(new: list[int], generated: list[int], cfg: DecodeConfig, eos_ids: 
     else:
         reason = None
     if cfg.stop_strings:
-        end = stop_string_end(tokenizer, generated + new, cfg.stop_strings, start=len(generated))
+        recent = generated[-STOP_WINDOW:]  # all the window can reach: no copy of the whole output per step
+        end = stop_string_end(tokenizer, recent + new, cfg.stop_strings, start=len(recent))
         if end is not None:
-            return new[: end - len(generated)], "stop_string"
+            return new[: end - len(recent)], "stop_string"
     return new, reason
 
 
