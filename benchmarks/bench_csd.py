@@ -206,7 +206,7 @@ def fmt(v, pct=False):
     return f"{100 * v:.1f}%" if pct else f"{v:.3f}"
 
 
-def report_pair(s: dict, same_as_greedy: str) -> bool:
+def report_pair(s: dict, same_as_greedy: str) -> tuple[list[str], bool]:
     def get(m, k):
         return (s.get(m) or {}).get(k)
 
@@ -219,19 +219,55 @@ def report_pair(s: dict, same_as_greedy: str) -> bool:
         checks.append(("sd tokens/s ≥ 1.0 × hf-assisted", get("sd", "tps") / get("hf-assisted", "tps"), 1.0, "×"))
     if get("csd", "score") is not None and get("greedy", "score") is not None:
         checks.append(("csd accuracy within 1 point of greedy", -abs(get("csd", "score") - get("greedy", "score")), -1.0, "points (negated gap)"))
-    ok = True
+    ok, lines = True, []
     for name, value, goal, unit in checks:
         passed = value >= goal
         ok &= passed
-        print(f"{'PASS' if passed else 'MISS'} {name}: {value:.3f} {unit} (target ≥ {goal})")
-    print(same_as_greedy)
-    print("\nwhere the time goes (mean ms per step: draft / target forward / verify / bookkeeping; tokens per step):")
+        lines.append(f"{'PASS' if passed else 'MISS'} {name}: {value:.3f} {unit} (target ≥ {goal})")
+    lines += [same_as_greedy, "", "where the time goes (mean ms per step: draft / target forward / verify / bookkeeping; tokens per step):"]
     for m, row in s.items():
         ph = row.get("phases_ms") or {}
-        if ph:
-            print(f"  {m:14s} {ph['draft_ms']:8.1f} {ph['forward_ms']:8.1f} {ph['verify_ms']:6.1f} {ph['bookkeeping_ms']:6.1f}"
-                  f"   MAL {fmt(row['mal'])}, per token {sum(ph.values()) / row['mal']:.1f} ms" if row.get("mal") else "")
-    return ok
+        if ph and row.get("mal"):
+            lines.append(f"  {m:14s} {ph['draft_ms']:8.1f} {ph['forward_ms']:8.1f} {ph['verify_ms']:6.1f} {ph['bookkeeping_ms']:6.1f}"
+                         f"   MAL {fmt(row['mal'])}, per token {sum(ph.values()) / row['mal']:.1f} ms")
+    return lines, ok
+
+
+def render(result: dict, title: str, single: bool, methods: list[str], tokenizer) -> tuple[list[str], bool]:
+    """The report printed at the end of a run and written beside its JSON as Markdown; whether the
+    issue's targets passed (pair mode)."""
+    s = result["methods"]
+    lines = [f"## {title}", "", format_table(s), "",
+             "| method | accept | rescued | score | " + " | ".join(f"{k} score" for k in result["by_kind"]) + " |",
+             "|---|---|---|---|" + "---|" * len(result["by_kind"])]
+    for m, row in s.items():
+        per = " | ".join(fmt(result["by_kind"][k][m]["score"]) for k in result["by_kind"])
+        lines.append(f"| {m} | {fmt(row['accept_rate'], True)} | {fmt(row['rescued_share'], True)} | {fmt(row['score'])} | {per} |")
+    lines.append("")
+    texts = {(r["id"], r["method"]): r["text"] for r in result["tasks"]}
+    ids = sorted({r["id"] for r in result["tasks"]})
+    lossless = [m for m in methods if m != "greedy" and get_method(parse_method_spec(m)[0]).lossless]
+    same = ", ".join(f"{m} == greedy on {sum(texts[(i, m)] == texts[(i, 'greedy')] for i in ids)}/{len(ids)}" for m in lossless)
+    ok = True
+    if single:
+        lines.append(same)
+        c, a = s.get("csd", {}), s.get("aasd", {})
+        if c and a:
+            lines.append(f"csd vs aasd: MAL {fmt(c['mal'])} vs {fmt(a['mal'])}, tokens/s {fmt(c['tps'])} vs {fmt(a['tps'])}, "
+                         f"score {fmt(c['score'])} vs {fmt(a['score'])}")
+    else:
+        checks, ok = report_pair(s, same)
+        lines += checks
+    cov = result["memory_coverage"]
+    if cov:
+        lines.append(f"sd's {cov['rejections']} rejections whose pair the calibrated memory holds at count ≥ λ: "
+                     + ", ".join(f"λ {k[5:]}: {v:.1%}" for k, v in cov.items() if k.startswith("lam"))
+                     + f"; the memory's Good–Turing estimate of unseen pairs: {cov['unseen_share_estimate']:.1%}")
+    changed = changed_scores(result["tasks"], tokenizer)
+    if changed:
+        lines += ["scores a rescuing method changed:"] + changed
+    lines.append(f"memory after the run (private copies): {result['memory_after']}")
+    return lines, ok
 
 
 def main() -> int:
@@ -301,36 +337,14 @@ def main() -> int:
         result["config"] = {**config, "memory": memory.meta, "checkpoint": str(ckpt_path), "resumed_runs": resumed,
                             "seconds_this_invocation": time.perf_counter() - t0}
         out.write_text(json.dumps(result, indent=1, default=str))
-        s = result["methods"]
         label = "csd over context drafts" if single else "csd with the 0.5B draft"
-        print(f"\n## {model}{'' if single else ' + ' + args.draft} {dtype}: {len(items)} items, {label}\n")
-        print(format_table(s))
-        print("\n| method | accept | rescued | score | " + " | ".join(f"{k} score" for k in result["by_kind"]) + " |")
-        for m, row in s.items():
-            per = " | ".join(fmt(result["by_kind"][k][m]["score"]) for k in result["by_kind"])
-            print(f"| {m} | {fmt(row['accept_rate'], True)} | {fmt(row['rescued_share'], True)} | {fmt(row['score'])} | {per} |")
-        rows = {(r["id"], r["method"]): r["text"] for r in result["tasks"]}
-        ids = sorted({r["id"] for r in result["tasks"]})
-        lossless = [m for m in methods if m != "greedy" and get_method(parse_method_spec(m)[0]).lossless]
-        same = ", ".join(f"{m} == greedy on {sum(rows[(i, m)] == rows[(i, 'greedy')] for i in ids)}/{len(ids)}" for m in lossless)
-        if single:
-            print(same)
-            c, a = s.get("csd", {}), s.get("aasd", {})
-            if c and a:
-                print(f"csd vs aasd: MAL {fmt(c['mal'])} vs {fmt(a['mal'])}, tokens/s {fmt(c['tps'])} vs {fmt(a['tps'])}, "
-                      f"score {fmt(c['score'])} vs {fmt(a['score'])}")
-        else:
-            ok &= report_pair(s, same)
-        cov = result["memory_coverage"]
-        if cov:
-            print(f"sd's {cov['rejections']} rejections whose pair the calibrated memory holds at count ≥ λ: "
-                  + ", ".join(f"λ {k[5:]}: {v:.1%}" for k, v in cov.items() if k.startswith("lam"))
-                  + f"; the memory's Good–Turing estimate of unseen pairs: {cov['unseen_share_estimate']:.1%}")
-        changed = changed_scores(result["tasks"], target.tokenizer)
-        if changed:
-            print("scores a rescuing method changed:\n" + "\n".join(changed))
-        print(f"memory after the run (private copies): {result['memory_after']}")
-        print(f"wrote {out}")
+        title = f"{model}{'' if single else ' + ' + args.draft} {dtype}: {len(items)} items, {label}"
+        lines, passed = render(result, title, single, methods, target.tokenizer)
+        ok &= passed
+        command = "python benchmarks/bench_csd.py " + " ".join(sys.argv[1:])
+        print("\n" + "\n".join(lines))
+        out.with_suffix(".md").write_text(f"<!-- written by `{command}` -->\n" + "\n".join(lines) + "\n", encoding="utf-8")
+        print(f"wrote {out} and {out.with_suffix('.md')}")
     return 0 if ok else 1
 
 

@@ -43,3 +43,20 @@ def test_a_stopped_bench_csd_run_resumes_to_the_same_rows_and_memories(smollm2, 
     assert resumed["memory_after"] == whole["memory_after"]
     for key in ("mal", "accept_rate", "rescued_share", "tokens", "score"):
         assert resumed["methods"]["csd[lam=1]"][key] == whole["methods"]["csd[lam=1]"][key]
+
+
+def test_the_pair_report_passes_and_misses_each_target_on_the_right_side_of_its_threshold():
+    bench = load_bench()
+    row = lambda accept, tps, score: {"accept_rate": accept, "tps": tps, "score": score, "mal": 2.0,
+                                      "phases_ms": {"draft_ms": 1.0, "forward_ms": 2.0, "verify_ms": 0.5, "bookkeeping_ms": 0.5}}
+    summary = {"greedy": row(None, 1.0, 60.0), "sd": row(0.70, 2.0, 60.0), "hf-assisted": row(None, 2.1, 60.0),
+               "csd": row(0.81, 2.3, 59.0)}
+    lines, ok = bench.report_pair(summary, "sd == greedy on 2/2")
+    verdicts = {line.split(":")[0] for line in lines if line.startswith(("PASS", "MISS"))}
+    assert verdicts == {"PASS csd acceptance ≥ sd + 10 points", "PASS csd tokens/s ≥ 1.1 × sd",
+                        "MISS sd tokens/s ≥ 1.0 × hf-assisted", "PASS csd accuracy within 1 point of greedy"}
+    assert not ok
+    summary["hf-assisted"]["tps"], summary["csd"]["score"] = 2.0, 58.9
+    lines, ok = bench.report_pair(summary, "")
+    assert "MISS csd accuracy within 1 point of greedy" in {line.split(":")[0] for line in lines} and not ok
+    assert any("per token 2.0 ms" in line for line in lines)  # (1 + 2 + 0.5 + 0.5) ms / MAL 2
