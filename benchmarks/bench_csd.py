@@ -196,7 +196,7 @@ def changed_scores(rows, tokenizer) -> list[str]:
         why = ("" if count is None else f"count {count}, ") + f"logit gap {gap:.2f}"
         cause = (f"rescued {tokenizer.decode([drafted])!r} for {tokenizer.decode([correction])!r} ({why})"
                  if pos == first else f"not a rescue (its first rescue is at token {pos})")
-        lines.append(f"  {r['method']} on {r['id']}: score {g['score']:.0f} -> {r['score']:.0f}, leaves greedy at token {first}: {cause}")
+        lines.append(f"  {r['method']} on {r['id']}: score {g['score']:.1f} -> {r['score']:.1f}, leaves greedy at token {first}: {cause}")
     return lines
 
 
