@@ -16,9 +16,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from core.bench import format_table, run_bench  # noqa: E402
+from workbench.evaluation.bench import format_table, run_bench  # noqa: E402
 from core.models import load_model  # noqa: E402
-from core.tasks import load_tasks  # noqa: E402
+from workbench.evaluation.tasks import load_tasks  # noqa: E402
 
 SPEC_BENCH = ROOT.parent / "shared" / "data" / "spec_bench" / "question.jsonl"
 METHODS = ["greedy", "hf-generate", "pld", "hf-prompt-lookup"]

@@ -2,7 +2,7 @@
 single-model CSD over context drafts beside AASD on SmolLM2.
 
 Pair mode (default): Qwen2.5-Coder-1.5B-Instruct target, 0.5B draft, on HumanEval (raw completion
-of the first `--limit` problems, pass@1 run in core.sandbox) and Spec-Bench math_reasoning (GSM8K,
+of the first `--limit` problems, pass@1 run in workbench.evaluation.sandbox) and Spec-Bench math_reasoning (GSM8K,
 chat template, final-number match), methods interleaved per item. The correction memory must have
 been calibrated beforehand on a corpus disjoint from these items: ShareGPT, or task-specific samples
 as in the paper (the HumanEval and GSM8K items after the first 40, which these benchmarks never use):
@@ -39,15 +39,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from core.bench import Checkpoint, format_table, row_key, summarise_rows  # noqa: E402
-from core.calibration import check_disjoint  # noqa: E402
+from workbench.evaluation.bench import Checkpoint, format_table, row_key, summarise_rows  # noqa: E402
+from workbench.evaluation.calibration import check_disjoint  # noqa: E402
 from core.errors import InvalidInputError  # noqa: E402
 from core.memory import CorrectionMemory, memory_path, pair_fingerprint, rejections, rescues  # noqa: E402
-from core.metrics import run_totals  # noqa: E402
+from core.stats import run_totals  # noqa: E402
 from core.methods import get_method, parse_method_spec, resolve_params, run_method, split_method_list  # noqa: E402
 from core.models import check_pair, encode_prompt, load_model  # noqa: E402
-from core.sandbox import HUMANEVAL_STOP, gsm8k_correct, run_humaneval, truncate_completion  # noqa: E402
-from core.tasks import load_tasks  # noqa: E402
+from workbench.evaluation.sandbox import HUMANEVAL_STOP, gsm8k_correct, run_humaneval, truncate_completion  # noqa: E402
+from workbench.evaluation.tasks import load_tasks  # noqa: E402
 
 SPEC_BENCH = ROOT.parent / "shared" / "data" / "spec_bench" / "question.jsonl"
 PAIR_METHODS = ["greedy", "sd", "hf-assisted", "lossy-sd", "csd"]
@@ -77,7 +77,7 @@ def pair_items(limit: int, max_new_tokens: int, code_max_new_tokens: int) -> lis
 
 
 def single_items(limit: int, max_new_tokens: int) -> list[Item]:
-    from core.metrics import score
+    from workbench.evaluation.scores import score
 
     return [Item(t.id, t.category, t.prompt(), t.chat, (), lambda text, t=t: score(t.task, text, t.answers), max_new_tokens)
             for t in load_tasks(SPEC_BENCH, categories=["summarization", "rag"], limit=limit)]

@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT))
 def long_run(steps: int):
     from core.methods import run_method
     from core.models import encode_prompt, load_model
-    from core.tasks import load_tasks
+    from workbench.evaluation.tasks import load_tasks
 
     target = load_model("smollm2-135m", device="cpu", dtype="float32")
     task = next(t for t in load_tasks(ROOT / "assets" / "samples.jsonl") if t.task == "summarization")

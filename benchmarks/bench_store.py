@@ -2,7 +2,7 @@
 
 1. writing one run of 1,000 steps x 16 nodes to SQLite <= 1 s (Store.save_run: one transaction, bulk inserts);
 2. loading one step <= 10 ms (median over random steps of that run);
-3. storing adds <= 5 % to a bench run on SmolLM2: core.bench.run_bench over the bundled tasks, with and
+3. storing adds <= 5 % to a bench run on SmolLM2: workbench.evaluation.bench.run_bench over the bundled tasks, with and
    without storing, interleaved task by task. The verdict uses the time spent inside save_run over the
    bench's own time (what storing adds); the ratio of the two wall times is printed as a cross-check,
    noisier on a shared machine.
@@ -77,9 +77,9 @@ def bench_write_and_load(folder: Path, repeats: int = 3) -> tuple[float, float]:
 
 
 def bench_overhead(folder: Path, rounds: int, methods: list[str], max_new_tokens: int, limit: int) -> tuple[float, float]:
-    from core.bench import run_bench
+    from workbench.evaluation.bench import run_bench
     from core.models import load_model
-    from core.tasks import load_tasks
+    from workbench.evaluation.tasks import load_tasks
 
     target = load_model("smollm2-135m", device="cpu", dtype="float32")
     tasks = load_tasks(str(ROOT / "assets" / "samples.jsonl"), limit=limit)

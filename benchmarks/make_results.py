@@ -28,7 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from core.report import DEFAULT_DATA  # noqa: E402
+from workbench.evaluation.report import DEFAULT_DATA  # noqa: E402
 from workbench.cli import main as workbench  # noqa: E402
 
 SMOL = "smollm2-135m"

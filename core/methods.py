@@ -305,7 +305,7 @@ def run_method(
         draft_fingerprint=draft.fingerprint if draft is not None else None,
     )
     if method.hf_mode is not None:
-        from core.hf_baselines import run_hf
+        from workbench.evaluation.hf_baselines import run_hf
 
         res = run_hf(method.hf_mode, target.model, target.tokenizer, target.eos_ids, prompt_ids, p,
                      stop_strings, draft.model if draft is not None else None)

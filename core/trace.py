@@ -89,8 +89,3 @@ class RunTrace:
         if self.external_accept_lengths is not None:
             return list(self.external_accept_lengths)
         return [len(s.emitted) for s in self.steps]
-
-    def metrics(self) -> dict[str, Any]:
-        from core.metrics import run_metrics
-
-        return run_metrics(self)

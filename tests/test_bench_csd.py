@@ -6,7 +6,7 @@ import importlib.util
 import pytest
 
 from conftest import ROOT
-from core.bench import Checkpoint
+from workbench.evaluation.bench import Checkpoint
 from core.memory import CorrectionMemory
 
 PROMPTS = [

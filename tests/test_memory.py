@@ -10,6 +10,7 @@ import pytest
 import torch
 from conftest import make_tiny
 
+from core.stats import run_metrics
 from core.errors import InvalidInputError, WorkbenchError
 from core.memory import CorrectionMemory, memory_path, pair_fingerprint, rejections, rescues, shared_memory
 from core.methods import run_method
@@ -205,7 +206,7 @@ def test_rescues_name_the_output_position_where_csd_leaves_greedy():
     known = CorrectionMemory({pair: 10 for pair in seen.snapshot()})  # every pair sd met, well past λ
     run = run_method("csd", target, prompt, {"max_new_tokens": 60, "lam": 6, "tau": 1e-6}, draft=draft, memory=known)
     found = rescues(run.steps)
-    assert found and len(found) == run.metrics()["rescued"]
+    assert found and len(found) == run_metrics(run)["rescued"]
     first = next(i for i, (a, b) in enumerate(zip(greedy, run.output_ids)) if a != b)
     assert found[0][0] == first  # csd is greedy until its first rescue
     for pos, drafted, correction, count, gap in found:
@@ -213,7 +214,7 @@ def test_rescues_name_the_output_position_where_csd_leaves_greedy():
 
 
 def test_calibration_corpus_is_disjoint_from_the_benchmark(tmp_path):
-    from core.calibration import check_disjoint, disjoint_prompts, jsonl_prompts, prompt_hash
+    from workbench.evaluation.calibration import check_disjoint, disjoint_prompts, jsonl_prompts, prompt_hash
 
     bench = ["Write a function that returns the sum of two integers given as arguments to it please now.",
              "Translate: bonjour"]
@@ -247,7 +248,7 @@ class CharTokenizer:
 
 
 def test_calibrate_counts_the_rejections_of_plain_sd(tmp_path):
-    from core.calibration import Prompt, calibrate, prompt_hash
+    from workbench.evaluation.calibration import Prompt, calibrate, prompt_hash
 
     target = make_tiny(0)
     target.tokenizer = CharTokenizer()
@@ -275,8 +276,8 @@ def test_calibrate_counts_the_rejections_of_plain_sd(tmp_path):
 
 
 def test_task_specific_corpus_is_the_held_out_part_of_the_benchmark_datasets():
-    from core.calibration import BENCHMARK_ITEMS, corpus_prompts, prompt_hash
-    from core.tasks import SPEC_BENCH, load_dataset_tasks
+    from workbench.evaluation.calibration import BENCHMARK_ITEMS, corpus_prompts, prompt_hash
+    from workbench.evaluation.tasks import SPEC_BENCH, load_dataset_tasks
 
     prompts, dropped, described = corpus_prompts("gsm8k+humaneval", limit=1000, spec_bench=SPEC_BENCH)
     gsm8k, humaneval = load_dataset_tasks("gsm8k"), load_dataset_tasks("humaneval")
@@ -300,7 +301,7 @@ def test_task_specific_corpus_is_the_held_out_part_of_the_benchmark_datasets():
 
 
 def test_an_interrupted_calibration_keeps_the_prompts_it_finished(tmp_path):
-    from core.calibration import Prompt, calibrate
+    from workbench.evaluation.calibration import Prompt, calibrate
 
     target = make_tiny(0)
     target.tokenizer = CharTokenizer()

@@ -5,10 +5,11 @@ import json
 
 import pytest
 
-from core.bench import format_table, run_bench
+from core.stats import run_metrics
+from workbench.evaluation.bench import format_table, run_bench
 from core.errors import InvalidInputError
 from core.methods import METHODS, resolve_params, run_method
-from core.tasks import Task, load_tasks
+from workbench.evaluation.tasks import Task, load_tasks
 
 
 def test_every_issue_method_is_registered():
@@ -41,9 +42,9 @@ def test_reference_baselines_and_engine_agree(tiny):
     hf_pl = run_method("hf-prompt-lookup", tiny, prompt, {"max_new_tokens": 24})
     assert ours.output_ids == hf.output_ids == hf_pl.output_ids
     assert ours.status == hf.status == "complete"
-    m = ours.metrics()
+    m = run_metrics(ours)
     assert m["mal"] == 1.0 and m["steps"] == 24 and m["tokens"] == 24 and m["tps"] > 0
-    assert hf.metrics()["mal"] == 1.0  # one token per forward, seen through the streamer
+    assert run_metrics(hf)["mal"] == 1.0  # one token per forward, seen through the streamer
     beam = run_method("beam", tiny, prompt, {"max_new_tokens": 8, "num_beams": 3})
     assert len(beam.output_ids) == 8
 
@@ -110,7 +111,7 @@ def test_spec_bench_rows_and_bundled_samples():
 
 
 def test_bench_interleaves_and_summarises(tiny, monkeypatch):
-    import core.bench as bench
+    import workbench.evaluation.bench as bench
 
     monkeypatch.setattr(bench, "encode_prompt", lambda tok, text, chat=None: [3 + (ord(c) % 60) for c in text][:40])
     tasks = [Task(id=str(i), task="chat", input=f"abc abc {i} abc") for i in range(3)]
@@ -174,7 +175,7 @@ def test_a_stop_string_inside_a_multi_token_step_stops_transformers_baselines(sm
     from transformers import StopStringCriteria
 
     from core.engine import stop_string_end
-    from core.hf_baselines import StopStringAnywhere
+    from workbench.evaluation.hf_baselines import StopStringAnywhere
 
     tok, stops = smollm2.tokenizer, ["\ndef "]
     prompt, gen = tok.encode("Write code:"), tok.encode("    return 1\ndef helper(x):\n    pass")

@@ -1,7 +1,7 @@
 """Task scores pinned on hand-computed examples (LongBench's definitions)."""
 import pytest
 
-from core.metrics import code_edit_similarity, normalize_answer, qa_f1, rouge_l, score
+from workbench.evaluation.scores import code_edit_similarity, normalize_answer, qa_f1, rouge_l, score
 
 
 def test_normalisation_and_qa_f1():
@@ -35,9 +35,9 @@ def test_score_max_over_references_and_absent_without_them():
 
 # ---- LongBench's other metrics, GSM8K, HumanEval pass@1, absent scores, pooling ----------------
 
-from core.metrics import (add_speedups, classification_score, count_score, pool, retrieval_score,  # noqa: E402
-                          score_task)
-from core.tasks import Task  # noqa: E402
+from core.stats import add_speedups, pool  # noqa: E402
+from workbench.evaluation.scores import classification_score, count_score, retrieval_score, score_task  # noqa: E402
+from workbench.evaluation.tasks import Task  # noqa: E402
 
 
 def test_longbench_classification_retrieval_and_count():

@@ -13,6 +13,7 @@ import pytest
 import torch
 from conftest import spec_bench_rows
 
+from core.stats import run_metrics
 from core.memory import CorrectionMemory, rejections
 from core.methods import run_method
 from core.models import encode_prompt
@@ -66,7 +67,7 @@ def test_greedy_sd_equals_greedy_on_the_qwen_pair(qwen_pair):
     for prompt in prompts:
         ref = run_method("greedy", target, prompt, {"max_new_tokens": MAX_NEW}).output_ids
         run = run_method("sd", target, prompt, {"max_new_tokens": MAX_NEW}, draft=draft)
-        m = run.metrics()
+        m = run_metrics(run)
         accepted, drafted = accepted + m["accepted"], drafted + m["drafted"]
         if run.output_ids == ref:
             exact += 1

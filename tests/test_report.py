@@ -8,12 +8,12 @@ import json
 
 import pytest
 
-from core.bench import Checkpoint, read_checkpoint, run_resumable
+from workbench.evaluation.bench import Checkpoint, read_checkpoint, run_resumable
 from core.errors import InvalidInputError
-from core.metrics import score_task
-from core.report import (DELTAS, PAPER, Results, build_tables, csd_ablation, delta_method, delta_sweep, efficiency_table,
+from workbench.evaluation.scores import score_task
+from workbench.evaluation.report import (DELTAS, PAPER, Results, build_tables, csd_ablation, delta_method, delta_sweep, efficiency_table,
                          oracles, render_markdown, score_table, sweep_table, table_methods)
-from core.tasks import Task
+from workbench.evaluation.tasks import Task
 
 
 def row(dataset, id, method, score=None, decoded=10, steps=10, seconds=1.0, drafted=0, accepted=0):
@@ -123,7 +123,7 @@ class Killed(Exception):
 
 @pytest.fixture
 def tiny_bench(tiny, monkeypatch):
-    import core.bench as bench
+    import workbench.evaluation.bench as bench
 
     monkeypatch.setattr(bench, "encode_prompt", lambda tok, text, chat=None: [3 + (ord(c) % 60) for c in text][:40])
     tasks = [Task(id=str(i), task="qa", input=f"abc abc {i} abc", answers=["t60 t85 t21", "t35 t3"], category="ab"[i % 2])

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from core.sandbox import gsm8k_correct, gsm8k_prediction, gsm8k_reference, run_humaneval, run_python, truncate_completion
+from workbench.evaluation.sandbox import gsm8k_correct, gsm8k_prediction, gsm8k_reference, run_humaneval, run_python, truncate_completion
 
 PROBLEM = {
     "task_id": "Toy/0",

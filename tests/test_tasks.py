@@ -10,7 +10,7 @@ import types
 import pytest
 
 from core.errors import InvalidInputError
-from core.tasks import (LONGBENCH, Task, load_dataset_tasks, load_gsm8k, load_humaneval, load_longbench_file,
+from workbench.evaluation.tasks import (LONGBENCH, Task, load_dataset_tasks, load_gsm8k, load_humaneval, load_longbench_file,
                         load_longbench_hub, load_many, load_tasks, middle_truncate, parse_data_spec, select_subset)
 
 
@@ -97,7 +97,7 @@ def test_longbench_bad_rows(tmp_path):
         load_longbench_file(write_jsonl(tmp_path / "lb.jsonl", [no_context]))
     with pytest.raises(InvalidInputError, match="unknown LongBench dataset nope; known: narrativeqa"):
         load_dataset_tasks(f"longbench:nope@{tmp_path / 'lb.jsonl'}")
-    # references missing: the task loads, its score is absent (core.metrics.score_task returns None)
+    # references missing: the task loads, its score is absent (workbench.evaluation.scores.score_task returns None)
     no_answers = {k: v for k, v in LB_ROWS[0].items() if k != "answers"}
     assert load_longbench_file(write_jsonl(tmp_path / "lb.jsonl", [no_answers]))[0].answers == []
 

@@ -22,7 +22,7 @@ SPEC_BENCH = Path(__file__).resolve().parents[2] / "shared" / "data" / "spec_ben
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
-    from core.calibration import BENCHMARK_ITEMS
+    from workbench.evaluation.calibration import BENCHMARK_ITEMS
     from core.models import DEFAULT_MODEL
     from workbench.cli import add_load_args
 
@@ -50,7 +50,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 def run(args) -> int:
     from tqdm.auto import tqdm
 
-    from core.calibration import calibrate, corpus_prompts, describe, uncounted
+    from workbench.evaluation.calibration import calibrate, corpus_prompts, describe, uncounted
     from core.errors import InvalidInputError
     from core.memory import CONTEXT_DRAFTS, CorrectionMemory, memory_path, pair_fingerprint
     from core.models import check_pair, load_model

@@ -7,6 +7,7 @@ import sys
 from contextlib import nullcontext
 from pathlib import Path
 
+from core.stats import run_metrics
 from core.errors import WorkbenchError
 from core.params import PARAMS
 
@@ -112,7 +113,7 @@ def cmd_generate(args) -> int:
         if store is not None:
             recording.finish(run)
     run_id = recording.run_id if store is not None else None
-    m = run.metrics()
+    m = run_metrics(run)
     if args.json:
         print(json.dumps({
             "text": run.output_text, "token_ids": run.output_ids, "accept_lengths": run.accept_lengths,
@@ -142,9 +143,9 @@ def _header(method, params, target, draft, prompt, prompt_ids, context):
 
 
 def cmd_bench(args) -> int:
-    from core.bench import format_table, run_bench
+    from workbench.evaluation.bench import format_table, run_bench
     from core.methods import parse_method_spec, split_method_list
-    from core.tasks import load_tasks
+    from workbench.evaluation.tasks import load_tasks
 
     methods = split_method_list(args.methods)  # variants like aasd[align_graft=1] keep their commas
     for m in methods:

@@ -29,8 +29,8 @@ MUST_MATCH = ("model", "model_fingerprint", "draft", "draft_fingerprint", "devic
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
-    from core.report import TABLE_SETS
-    from core.tasks import DATASETS
+    from workbench.evaluation.report import TABLE_SETS
+    from workbench.evaluation.tasks import DATASETS
     from workbench.cli import _add_db_arg, _add_model_args, _add_param_args
 
     p = subparsers.add_parser("report", help="the papers' tables (AASD, CASD, CSD) from a resumable benchmark run",
@@ -59,7 +59,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 def _table_sets(text: str | None) -> list[str]:
     from core.errors import InvalidInputError
-    from core.report import TABLE_SETS
+    from workbench.evaluation.report import TABLE_SETS
 
     sets = [s.strip().lower() for s in (text or "aasd").split(",") if s.strip()]
     unknown = [s for s in sets if s not in TABLE_SETS]
@@ -79,11 +79,11 @@ def _cpu() -> str:
 
 
 def run(args) -> int:
-    from core.bench import Checkpoint, read_checkpoint, run_resumable
+    from workbench.evaluation.bench import Checkpoint, read_checkpoint, run_resumable
     from core.errors import InvalidInputError
     from core.methods import get_method, parse_method_spec, resolve_params, split_method_list
-    from core.report import DEFAULT_DATA, table_methods
-    from core.tasks import load_many
+    from workbench.evaluation.report import DEFAULT_DATA, table_methods
+    from workbench.evaluation.tasks import load_many
 
     out = Path(args.out)
     path = out / CHECKPOINT
@@ -137,7 +137,7 @@ def run(args) -> int:
         return store.save_run(run, tags=["report", f"task={task.id}", f"dataset={task.category}", *args.tag])
 
     def scorer(task, text):
-        from core.metrics import score_task
+        from workbench.evaluation.scores import score_task
 
         return score_task(task, text, execute_code=args.execute_code)
 
@@ -157,7 +157,7 @@ def run(args) -> int:
 
 def _memories(target, draft, methods, tasks, path) -> tuple[dict[str, Any], str | None]:
     """A private copy of the calibrated correction memory per memory-reading method (benchmark items never reach the file)."""
-    from core.calibration import benchmark_memory
+    from workbench.evaluation.calibration import benchmark_memory
     from core.methods import get_method, parse_method_spec
 
     readers = [m for m in methods if get_method(parse_method_spec(m)[0]).reads_memory]
@@ -200,7 +200,7 @@ def _setup(config: dict[str, Any], rows: list[dict[str, Any]], out: Path) -> dic
 
 def write_outputs(rows: list[dict[str, Any]], sets: list[str], config: dict[str, Any], out: Path, title: str | None = None) -> Path:
     """report.md, one CSV per table (the papers' too) and the δ-sweep figures, all from `rows`."""
-    from core.report import build_tables, delta_sweep, render_markdown
+    from workbench.evaluation.report import build_tables, delta_sweep, render_markdown
 
     pairs = build_tables(rows, sets)
     md = render_markdown(pairs, sets, _setup(config, rows, out), title or f"Report: {', '.join(sets)} on {config.get('model')}")

@@ -18,7 +18,7 @@ from typing import Any
 from core.errors import InvalidInputError, WorkbenchError
 from core.methods import METHODS, get_method, parse_method_spec, resolve_params, run_method
 from core.models import DEFAULT_MODEL, PRESETS, check_pair, encode_prompt, is_fetched, load_model
-from core.tasks import Task, load_tasks
+from workbench.evaluation.tasks import Task, load_tasks
 from core.trace import RunTrace, StepTrace
 
 DEFAULT_METHODS = ("greedy", "aasd", "csd")

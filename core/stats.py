@@ -1,0 +1,130 @@
+"""Trace metrics of a run (MAL, TPS, acceptance per source and depth, first divergence) as METHODS.md
+defines them, and pooled over runs. Pure functions of trace records: no model, no task scores."""
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+import statistics
+
+if TYPE_CHECKING:
+    from core.trace import NodeTrace, RunTrace
+
+def first_divergence(a_ids: Sequence[int], b_ids: Sequence[int]) -> int | None:
+    """Index of the first differing token; the shorter length when one is a prefix of the other;
+    None when identical."""
+    for i, (x, y) in enumerate(zip(a_ids, b_ids)):
+        if x != y:
+            return i
+    if len(a_ids) != len(b_ids):
+        return min(len(a_ids), len(b_ids))
+    return None
+
+
+JUDGED = ("accepted", "rejected", "rescued")  # decisions of draft nodes the verifier reached
+
+
+def acceptance_by(trace: "RunTrace", key: Callable[["NodeTrace"], Any]) -> dict[Any, tuple[int, int]]:
+    """(accepted, verified) per key: accepted ÷ *verified* draft nodes (those the walk judged:
+    accepted, rejected or rescued). Root, bonus and unreached nodes are left out (an unreached node
+    was never judged); a rescued node counts as accepted. The one per-source / per-depth acceptance:
+    bench JSON, store views and the UI all read it."""
+    verified: Counter = Counter()
+    accepted: Counter = Counter()
+    for step in trace.steps:
+        for n in step.nodes:
+            if n.parent == -1 or n.decision not in JUDGED:
+                continue
+            k = key(n)
+            verified[k] += 1
+            if n.decision in ("accepted", "rescued"):
+                accepted[k] += 1
+    return {k: (accepted[k], verified[k]) for k in sorted(verified, key=str)}
+
+
+def run_metrics(run: "RunTrace") -> dict[str, Any]:
+    """MAL = tokens / steps (bonus included, prefill excluded); TPS = tokens / decode seconds."""
+    tokens = len(run.output_ids)
+    lengths = run.accept_lengths
+    steps = len(lengths)
+    # Tokens the timed decoding steps produced: all of them for our engine; for transformers'
+    # generate, the first token comes from the prompt pass and is timed as prefill.
+    decoded = sum(lengths) if run.external_accept_lengths is not None or run.steps else tokens
+    drafted = sum(s.tree_size for s in run.steps)
+    accepted = sum(s.accepted for s in run.steps)
+    phases = {}
+    if run.steps:
+        for phase in ("draft_ms", "forward_ms", "verify_ms", "bookkeeping_ms"):
+            phases[phase] = sum(getattr(s, phase) for s in run.steps) / len(run.steps)
+        phases["step_ms"] = sum(s.step_ms for s in run.steps) / len(run.steps)
+    return {
+        "tokens": tokens,
+        "steps": steps,
+        "mal": decoded / steps if steps else None,
+        "tps": decoded / run.decode_seconds if run.decode_seconds > 0 else None,
+        "e2e_tps": tokens / (run.decode_seconds + run.prefill_seconds) if run.decode_seconds + run.prefill_seconds > 0 else None,
+        "decode_seconds": run.decode_seconds,
+        "prefill_seconds": run.prefill_seconds,
+        "accept_rate": accepted / drafted if drafted else None,
+        "drafted": drafted,
+        "accepted": accepted,
+        "rescued": sum(1 for s in run.steps for n in s.nodes if n.decision == "rescued"),
+        "accept_rate_by_source": {k: a / n for k, (a, n) in acceptance_by(run, lambda node: node.source).items()},
+        **phases,
+    }
+
+
+# ---- Pooling runs into a table row (MAL, TPS, speed-up) ---------------------------------------
+
+PHASES = ("draft_ms", "forward_ms", "verify_ms", "bookkeeping_ms", "step_ms")
+
+
+def run_totals(run: "RunTrace") -> dict[str, Any]:
+    """A run's additive counts and times: what pooling over several runs sums (MAL = Σ decoded / Σ steps)."""
+    m = run_metrics(run)
+    return {
+        "tokens": m["tokens"], "steps": m["steps"], "decoded": (m["mal"] or 0.0) * m["steps"],
+        "decode_seconds": run.decode_seconds, "prefill_seconds": run.prefill_seconds,
+        "drafted": m["drafted"], "accepted": m["accepted"], "rescued": m["rescued"], "timed_steps": len(run.steps),
+        **{f"{k}_total": sum(getattr(s, k) for s in run.steps) for k in PHASES},
+    }
+
+
+def _ratio(a: float, b: float) -> float | None:
+    return a / b if b else None
+
+
+def pool(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """One summary of several runs (rows holding `run_totals` and `score`): MAL and TPS pooled (total
+    tokens over total steps or seconds), mean score over the rows that have one (None when none has)."""
+    def total(key: str) -> float:
+        return sum(r.get(key) or 0 for r in rows)
+
+    timed = total("timed_steps")
+    scores = [r["score"] for r in rows if r.get("score") is not None]
+    return {
+        "mal": _ratio(total("decoded"), total("steps")),
+        # No steps (beam search through transformers): decoding tokens/s is unknown, not 0; e2e_tps still holds.
+        "tps": _ratio(total("decoded"), total("decode_seconds")) if total("steps") else None,
+        "speedup": None,
+        "accept_rate": _ratio(total("accepted"), total("drafted")),
+        "rescued_share": _ratio(total("rescued"), total("drafted")),
+        "score": statistics.fmean(scores) if scores else None,
+        "draft_ms_per_step": _ratio(total("draft_ms_total"), timed),
+        "verify_ms_per_step": _ratio(total("verify_ms_total"), timed),
+        "bookkeeping_ms_per_step": _ratio(total("bookkeeping_ms_total"), timed),
+        "step_ms": _ratio(total("step_ms_total"), timed),
+        "forward_share": _ratio(total("forward_ms_total"), total("step_ms_total")) if timed else None,
+        "tokens": int(total("tokens")),
+        "e2e_tps": _ratio(total("tokens"), total("decode_seconds") + total("prefill_seconds")),
+        "runs": len(rows),
+        "scored": len(scores),
+    }
+
+
+def add_speedups(summary: dict[str, dict[str, Any]], baseline: str = "greedy") -> dict[str, dict[str, Any]]:
+    """Set each row's `speedup`: its TPS over the baseline's (greedy: autoregressive decoding in the same run)."""
+    base = summary.get(baseline, {}).get("tps")
+    for row in summary.values():
+        row["speedup"] = row["tps"] / base if base and row["tps"] else None
+    return summary
