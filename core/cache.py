@@ -11,6 +11,8 @@ from collections.abc import Sequence
 import torch
 from transformers import DynamicCache
 
+PREFILL_CHUNK = 4096  # tokens per prefill forward (target and draft model): bounds activation memory on long contexts
+
 
 def new_cache(model) -> DynamicCache:
     return DynamicCache(config=model.config)

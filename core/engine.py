@@ -10,50 +10,29 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
 
 import numpy as np
 import torch
 
 from core import cache as kv
+from core.drafters.base import Drafter, Proposal, TopK
 from core.errors import InvalidInputError
+from core.target_stats import StepStats, step_stats
 from core.trace import NodeTrace, StepTrace
 from core.tree import DraftTree, is_chain, position_ids, tree_attention_mask
-from core.verify import StepStats, Verdict, step_stats
+from core.walk import Verdict
 
-PREFILL_CHUNK = 4096  # prompt tokens per prefill forward: bounds activation memory on long contexts
 TOPK_CHUNK = 256  # prompt positions per lm-head chunk when keeping prefill top-k
-
-
-@dataclass
-class PrefillTopK:
-    """The target's top-k next-token predictions at every prompt position i (for token i + 1)."""
-
-    ids: np.ndarray  # (n, k) int32
-    probs: np.ndarray  # (n, k) float32
 
 
 @dataclass
 class DecodeConfig:
     max_new_tokens: int = 128
     stop_strings: Sequence[str] = ()
-    prefill_topk: int = 0  # keep this many prefill predictions per prompt position (0 = none)
-    generated_topk: int = 0  # likewise for every generated token, from the verification pass (0 = none)
 
 
-class Drafter(Protocol):
-    """Proposes a draft tree rooted at the pending token; learns from what was committed."""
-
-    def begin(self, prompt_ids: list[int], prefill: PrefillTopK | None) -> None: ...
-
-    def propose(self, sequence: list[int]) -> DraftTree: ...
-
-    def commit(self, new_tokens: list[int]) -> None: ...
-    # With DecodeConfig.generated_topk > 0 the engine calls commit(new_tokens, predictions) instead:
-    # predictions[j] are the target's top ids for the position of new_tokens[j].
-
-
-Verifier = Callable[[DraftTree, torch.Tensor, StepStats], Verdict]
+# Judges one step's proposal from the target's logits and their statistics (core.walk does the deciding).
+Verifier = Callable[[Proposal, torch.Tensor, StepStats], Verdict]
 
 
 @dataclass
@@ -63,7 +42,7 @@ class DecodeResult:
     prefill_seconds: float
     decode_seconds: float
     stop_reason: str  # eos | stop_string | max_new_tokens | context_full | cancelled
-    prefill: PrefillTopK | None = field(default=None, repr=False)
+    prefill: TopK | None = field(default=None, repr=False)  # what the drafter was given at the start
 
 
 class Cancelled(Exception):
@@ -80,7 +59,7 @@ def _sync(device: torch.device) -> None:
 
 
 @torch.inference_mode()
-def prefill(model, ids: list[int], cache, keep_topk: int = 0) -> tuple[PrefillTopK | None, torch.Tensor]:
+def prefill(model, ids: list[int], cache, keep_topk: int = 0) -> tuple[TopK | None, torch.Tensor]:
     """Fill the cache with `ids` and return the logits that follow the last one, as (V,); optionally
     keep the top-k predictions at every earlier position (the rows that predict ids[1:]).
 
@@ -90,23 +69,22 @@ def prefill(model, ids: list[int], cache, keep_topk: int = 0) -> tuple[PrefillTo
     device = model.device
     decoder = model.get_decoder()
     head = model.get_output_embeddings()
-    ids_parts, prob_parts = [], []
-    for start in range(0, len(ids), PREFILL_CHUNK):
-        chunk = torch.tensor([ids[start : start + PREFILL_CHUNK]], device=device)
+    ids_parts = []
+    for start in range(0, len(ids), kv.PREFILL_CHUNK):
+        chunk = torch.tensor([ids[start : start + kv.PREFILL_CHUNK]], device=device)
         pos = torch.arange(start, start + chunk.shape[1], device=device)[None]
         hidden = decoder(input_ids=chunk, position_ids=pos, past_key_values=cache, use_cache=True).last_hidden_state[0]
         rows = min(hidden.shape[0], len(ids) - 1 - start)  # the last id's row is the first step's root
         for s in range(0, rows, TOPK_CHUNK) if keep_topk else ():
-            probs = torch.softmax(head(hidden[s : min(s + TOPK_CHUNK, rows)]).float(), dim=-1)
-            top = probs.topk(keep_topk, dim=-1)
+            # Top-k of the logits is top-k of the probabilities: no softmax over the vocabulary needed.
+            top = head(hidden[s : min(s + TOPK_CHUNK, rows)]).float().topk(keep_topk, dim=-1)
             ids_parts.append(top.indices.to(torch.int32).cpu().numpy())
-            prob_parts.append(top.values.cpu().numpy())
     last_logits = head(hidden[-1:].contiguous())[0]
     if not keep_topk:
         return None, last_logits
     if not ids_parts:  # a one-token prompt: nothing before the pending token
-        return PrefillTopK(np.zeros((0, keep_topk), np.int32), np.zeros((0, keep_topk), np.float32)), last_logits
-    return PrefillTopK(np.concatenate(ids_parts), np.concatenate(prob_parts)), last_logits
+        return TopK(np.zeros((0, keep_topk), np.int32)), last_logits
+    return TopK(np.concatenate(ids_parts)), last_logits
 
 
 @torch.inference_mode()
@@ -242,8 +220,8 @@ def decode(
     t0 = time.perf_counter()
     # The whole prompt goes in here, its last row giving the first step's root distribution: one forward
     # fewer than feeding the last prompt token with the first draft, and what transformers' generate does.
-    top, root_logits = prefill(model, prompt_ids, cache, cfg.prefill_topk)
-    drafter.begin(list(prompt_ids), top)  # a draft model prefills here too: time it as prefill
+    prompt_topk, root_logits = prefill(model, prompt_ids, cache, drafter.prefill_topk)
+    drafter.begin(list(prompt_ids), prompt_topk)  # a draft model prefills here too: time it as prefill
     _sync(device)
     prefill_s = time.perf_counter() - t0
 
@@ -259,17 +237,18 @@ def decode(
             stop_reason = "context_full"
             break
         t_a = time.perf_counter()
-        tree = drafter.propose(sequence)
+        proposal = drafter.propose(sequence)
         # Nothing deeper than the tokens still wanted, nor past the model's context; no draft of EOS or
         # past it, as in transformers' prompt lookup: if the target wants to stop, its bonus token is EOS.
-        tree = tree.pruned(min(cfg.max_new_tokens - len(generated) - 1, max_context - past_len - 2), eos)
+        tree = proposal.tree.pruned(min(cfg.max_new_tokens - len(generated) - 1, max_context - past_len - 2), eos)
+        proposal = Proposal(tree, proposal.q_rows)  # q_rows are per depth: a pruned chain keeps its prefix
         t_b = time.perf_counter()
         logits = forward_tree(model, tree, past_len, cache, root_logits)
         root_logits = None  # from the second step on, the root is the last step's bonus, not yet fed
         _sync(device)
         t_c = time.perf_counter()
         stats = step_stats(logits, tree, eos_ids)
-        verdict = verifier(tree, logits, stats)
+        verdict = verifier(proposal, logits, stats)
         t_d = time.perf_counter()
         kv.keep_path(cache, past_len, verdict.path)
         new = [tree.tokens[n] for n in verdict.path[1:]] + [verdict.bonus]
@@ -281,19 +260,19 @@ def decode(
         sequence.extend(new)
         generated.extend(new)
         past_len += len(verdict.path)
-        if cfg.generated_topk:
+        predictions = None
+        if drafter.generated_topk:
             # Row path[j] is the distribution that chose new[j] (the bonus comes from the last row).
-            top = logits[verdict.path[: len(new)]].topk(cfg.generated_topk, dim=-1).indices
-            drafter.commit(new, top.to(torch.int32).cpu().numpy())
-        else:
-            drafter.commit(new)
+            rows = logits[verdict.path[: len(new)]].topk(drafter.generated_topk, dim=-1).indices
+            predictions = rows.to(torch.int32).cpu().numpy()
+        drafter.commit(new, predictions)
         t_e = time.perf_counter()
         step.draft_ms, step.forward_ms = (t_b - t_a) * 1e3, (t_c - t_b) * 1e3
         step.verify_ms, step.bookkeeping_ms = (t_d - t_c) * 1e3, (t_e - t_d) * 1e3
         steps.append(step)
         if on_step is not None:
             on_step(step)
-    result = DecodeResult(generated, steps, prefill_s, time.perf_counter() - t_decode, stop_reason, top)
+    result = DecodeResult(generated, steps, prefill_s, time.perf_counter() - t_decode, stop_reason, prompt_topk)
     if stop_reason == "cancelled":
         raise Cancelled(result)
     return result

@@ -1,33 +1,55 @@
-"""Named methods: which drafter, which verifier, which parameters (with their defaults) each uses,
-and `run_method`, which runs one of them and returns its RunTrace."""
+"""Named methods: which drafter, which acceptance rule (and CSD rescue), which parameters with their
+defaults, and the one factory that turns a method into a drafter and a verifier.
+
+A method is data. `Method.drafter` names a drafter in core.drafters.DRAFTERS; `rules_of(params)` and
+`rescue_of(params)` say how it verifies at T = 0 (core.walk.walk applies them; workbench.rescore re-applies
+the same callables to stored steps, so the two cannot drift apart); at T > 0 every method verifies by
+lossless speculative sampling (core.walk.sample_walk), with its rescue rule where it has one.
+Methods that run elsewhere (transformers' own generate) are registered by plugins: a function listed under
+the entry-point group `spec_workbench.methods` receives `register` (workbench.evaluation.hf_baselines is one).
+"""
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
-from core.engine import Cancelled, DecodeConfig, Drafter, Verifier, check_prompt, decode
+from core.drafters import DraftEnv, Drafter, make_drafter
+from core.engine import Cancelled, DecodeConfig, Verifier, check_prompt, decode
 from core.errors import InvalidInputError
 from core.params import PARAMS, validate
+from core.rules import Rescue, Rules, adaptive, by_source, fixed, mixed, strict, top_k_rule
+from core.target_stats import sampling_processors
 from core.trace import RunTrace, StepTrace
-from core.verify import (
-    Rescue,
-    Rule,
-    adaptive,
-    by_source,
-    fixed,
-    mixed,
-    sampling_processors,
-    strict,
-    top_k_rule,
-    verify_by_rule,
-    verify_by_sampling,
-)
+from core.walk import sample_walk, walk
 
 COMMON = ("max_new_tokens",)
-SAMPLING = ("temperature", "top_k", "top_p", "seed")
+POOL = ("key_len", "ngram", "max_nodes")
+ALIGN = ("align_m", "align_graft", "align_generated")
+DRAFT = ("gamma",)
+SAMPLING = dict(temperature=0.0, seed=0, top_k=0, top_p=1.0)
+
+
+class ExternalResult(Protocol):
+    output_ids: list[int]
+    accept_lengths: list[int] | None  # tokens per forward step, where the runner could see them
+    prefill_seconds: float
+    decode_seconds: float
+
+
+# (target, draft, prompt_ids, params, stop_strings) -> ExternalResult: a method decoded outside our engine.
+ExternalRunner = Callable[[Any, Any, list[int], dict[str, Any], Sequence[str]], ExternalResult]
+
+
+def _strict(params: Mapping[str, Any]) -> Rules:
+    return strict
+
+
+def _no_rescue(params: Mapping[str, Any]) -> Rescue | None:
+    return None
 
 
 @dataclass(frozen=True)
@@ -36,168 +58,94 @@ class Method:
     summary: str
     params: Mapping[str, Any]  # the parameters it reads, with its defaults
     lossless: bool  # reproduces the target's own decoding (greedy, or its sampling distribution)
-    make: Callable[..., tuple[Drafter, Verifier, int]] | None = None  # (params, context_ids) -> drafter, verifier, prefill top-k
-    hf_mode: str | None = None  # run through transformers' generate instead of our engine
-    needs_draft: bool = False
-    tags: tuple[str, ...] = field(default=())
-    takes_models: bool = False  # make(params, context_ids, target=, draft=, memory=): draft-model and CSD methods
+    drafter: str = "none"  # a core.drafters.DRAFTERS name
+    drafter_without_draft: str | None = None  # the drafter when no draft model is loaded (csd: context drafts)
+    rules_of: Callable[[Mapping[str, Any]], Rules] = _strict  # the acceptance rule(s) at T = 0: one, or one per source
+    rescue_of: Callable[[Mapping[str, Any]], Rescue | None] = _no_rescue  # CSD's rescue of a rejected candidate
     reads_memory: bool = False  # reads CSD's correction memory (a benchmark gives it a private copy)
-    # How the method verifies at T = 0, as data: `make` builds its verifier from these same callables
-    # and workbench.rescore re-applies them to stored steps, so the two cannot drift apart.
-    rules_of: Callable[[dict[str, Any]], Rule | Mapping[str, Rule]] | None = None  # rule-based: one rule, or one per source
-    rescue_of: Callable[[dict[str, Any]], Rescue | None] | None = None  # draft-model/CSD walk; returning None = strict walk
+    needs_draft: bool = False
+    external: ExternalRunner | None = None  # decoded outside our engine (no steps to trace or re-score)
+    tags: tuple[str, ...] = field(default=())
+
+    @property
+    def in_engine(self) -> bool:
+        """Decoded by our engine, so its steps are traced and can be re-scored."""
+        return self.external is None
 
 
-def _defaults(*names: str, **overrides: Any) -> dict[str, Any]:
+def param_defaults(*names: str, **overrides: Any) -> dict[str, Any]:
     out = {n: PARAMS[n].default for n in names}
     out.update(overrides)
     return out
 
 
-def strict_or_sampling(params: dict[str, Any], rules: Rule | Mapping[str, Rule] = strict) -> Verifier:
-    """`rules` (greedy verification by default) at temperature 0; lossless speculative sampling above it."""
-    if params.get("temperature", 0.0) == 0.0:
-        return lambda tree, logits, stats: verify_by_rule(tree, stats, rules)
-    procs = sampling_processors(params["temperature"], params.get("top_k", 0), params.get("top_p", 1.0))
-    gen = torch.Generator().manual_seed(int(params.get("seed", 0)))
+def make_verifier(method: Method, params: Mapping[str, Any], memory=None, generator: torch.Generator | None = None) -> Verifier:
+    """The method's verification: `walk` with its rule and rescue at T = 0, `sample_walk` above it.
+    A given `memory` (core.memory.CorrectionMemory) is read and updated at every rejection."""
+    rules, rescue = method.rules_of(params), method.rescue_of(params)
 
-    def verify(tree, logits, stats):
-        return verify_by_sampling(tree, logits.cpu() if logits.device.type != "cpu" else logits, procs, gen)
+    def count_of(tree):
+        if memory is None:
+            return None
+        return lambda node, correction: memory.observe(tree.tokens[node], correction)
 
-    return verify
+    temperature = float(params.get("temperature", 0.0))
+    if temperature == 0.0:
+        def verify(proposal, logits, stats):
+            tree = proposal.tree
+            return walk(tree, stats.nodes, stats.logp, rules, rescue=rescue, argmax=stats.row_argmax, count_of=count_of(tree))
 
+        return verify
+    procs = sampling_processors(temperature, params.get("top_k", 0), params.get("top_p", 1.0))
+    generator = generator if generator is not None else torch.Generator().manual_seed(int(params.get("seed", 0)))
 
-def _strict(params: dict[str, Any]) -> Rule:
-    return strict
+    def verify_sampled(proposal, logits, stats):
+        return sample_walk(proposal.tree, logits, procs, generator, rescue=rescue, count_of=count_of(proposal.tree),
+                           q_rows=proposal.q_rows)
 
-
-def _greedy(params, context_ids=None):
-    from core.drafters import NoDraft
-
-    return NoDraft(), strict_or_sampling(params, _strict(params)), 0
-
-
-def _pld(params, context_ids=None):
-    from core.drafters import PromptLookupDrafter
-
-    return PromptLookupDrafter(max_ngram=3, num_tokens=10), strict_or_sampling(params, _strict(params)), 0
+    return verify_sampled
 
 
-POOL = ("key_len", "ngram", "max_nodes")
-ALIGN = ("align_m", "align_graft", "align_generated")
+def build(method: Method, params: Mapping[str, Any], *, target=None, draft=None, context_ids: Sequence[int] | None = None,
+          memory=None) -> tuple[Drafter, Verifier]:
+    """The one method factory: the method's drafter and verifier for one request.
+
+    Methods that read CSD's memory use the model pair's shared, persisted table unless `memory` is given;
+    the others never touch it. Drafter and sampling verifier share the run's one random stream (two
+    streams with one seed would correlate the draft's samples with the acceptance test's)."""
+    if method.external is not None:
+        raise InvalidInputError(f"method {method.name!r} runs outside our engine (transformers' generate)")
+    if method.reads_memory and memory is None:
+        from core.memory import shared_memory
+
+        memory = shared_memory(target, draft)
+    generator = torch.Generator().manual_seed(int(params.get("seed", 0)))
+    name = method.drafter if draft is not None or method.drafter_without_draft is None else method.drafter_without_draft
+    env = DraftEnv(target=target, draft=draft, context_ids=list(context_ids) if context_ids is not None else None,
+                   generator=generator)
+    drafter = make_drafter(name, dict(params), env)
+    return drafter, make_verifier(method, params, memory if method.reads_memory else None, generator)
 
 
-def _context(align: bool, rules_of: Callable[[dict[str, Any]], Rule | Mapping[str, Rule]]):
-    """A context-drafting method's `make`: pool (+ alignment) drafter, verified by `rules_of(params)`."""
-
-    def make(params, context_ids=None):
-        from core.drafters import ContextDrafter
-
-        drafter = ContextDrafter(params["key_len"], params["ngram"], params["max_nodes"], params["align_m"] if align else 0,
-                                 graft=bool(params.get("align_graft", 0)), context_ids=context_ids,
-                                 align_generated=bool(params.get("align_generated", 0)))
-        rules = rules_of(params)
-        return drafter, (lambda tree, logits, stats: verify_by_rule(tree, stats, rules)), drafter.prefill_topk
-
-    return make
-
-
-def _context_method(name: str, summary: str, params: Mapping[str, Any], lossless: bool, *, align: bool,
-                    rules_of: Callable[[dict[str, Any]], Rule | Mapping[str, Rule]]) -> Method:
-    return Method(name, summary, params, lossless, _context(align, rules_of), rules_of=rules_of)
-
-
-# The rules of the rule-based methods. AASD's split (core.verify.by_source): relaxed for copied and
+# The rules of the rule-based methods. AASD's split (core.rules.by_source): relaxed for copied and
 # alignment nodes, strict for generated text.
-def _fixed(p) -> Mapping[str, Rule]:
+def _fixed(p) -> Rules:
     return by_source(fixed(p["delta"]))
 
 
-def _mixed(p) -> Mapping[str, Rule]:
+def _mixed(p) -> Rules:
     return by_source(mixed(p["delta"], p["top_k"]))
 
 
-def _adaptive(p) -> Mapping[str, Rule]:
+def _adaptive(p) -> Rules:
     return by_source(adaptive(p["alpha"], p["beta"]))
 
 
-def _topk(p) -> Mapping[str, Rule]:
+def _topk(p) -> Rules:
     return by_source(top_k_rule(p["top_k"]))
 
 
-METHODS: dict[str, Method] = {}
-
-
-def register(method: Method) -> Method:
-    METHODS[method.name] = method
-    return method
-
-
-register(Method("greedy", "autoregressive decoding through our engine (the speed-up baseline)",
-                _defaults(*COMMON, "temperature", "seed", top_k=0, top_p=1.0), True, _greedy, rules_of=_strict))
-register(Method("pld", "prompt lookup decoding: longest n-gram ≤ 3 in prompt + output, one chain of 10",
-                _defaults(*COMMON, "temperature", "seed", top_k=0, top_p=1.0), True, _pld, rules_of=_strict))
-register(Method("top-k", "top-k sampling (k = 50, T = 1)", _defaults(*COMMON, "seed", temperature=1.0, top_k=50, top_p=1.0), True, _greedy,
-                rules_of=_strict))
-register(Method("nucleus", "nucleus sampling (p = 0.8, T = 1)", _defaults(*COMMON, "seed", temperature=1.0, top_k=0, top_p=0.8), True, _greedy,
-                rules_of=_strict))
-register(Method("beam", "beam search through transformers (width 10)", _defaults(*COMMON, "num_beams"), False, hf_mode="beam"))
-register(Method("hf-generate", "transformers generate(), greedy", _defaults(*COMMON), True, hf_mode="hf-generate"))
-register(Method("hf-prompt-lookup", "transformers prompt lookup (10 tokens, n-gram ≤ 3)", _defaults(*COMMON), True, hf_mode="hf-prompt-lookup"))
-register(Method("hf-assisted", "transformers assisted generation with the draft model", _defaults(*COMMON), True,
-                hf_mode="hf-assisted", needs_draft=True))
-
-
-register(_context_method("casd", "context-aware drafting, fixed threshold δ with EOS guard", _defaults(*COMMON, *POOL, "delta"), False,
-                         align=False, rules_of=_fixed))
-register(_context_method("casd-mixed", "context-aware drafting, δ and top-k together", _defaults(*COMMON, *POOL, "delta", "top_k"), False,
-                         align=False, rules_of=_mixed))
-register(_context_method("aasd", "context drafting + alignment sampling + entropy-adaptive verification",
-                         _defaults(*COMMON, *POOL, *ALIGN, "alpha", "beta"), False, align=True, rules_of=_adaptive))
-register(_context_method("aasd-strict", "AASD drafting with strict verification (lossless)", _defaults(*COMMON, *POOL, *ALIGN), True,
-                         align=True, rules_of=_strict))
-register(_context_method("aasd-no-align", "ablation: AASD without alignment sampling", _defaults(*COMMON, *POOL, "alpha", "beta", align_m=0),
-                         False, align=False, rules_of=_adaptive))
-register(_context_method("aasd-fixed", "ablation: AASD drafting with CASD's fixed threshold", _defaults(*COMMON, *POOL, *ALIGN, "delta"), False,
-                         align=True, rules_of=_fixed))
-register(_context_method("aasd-topk", "ablation: AASD drafting with a top-k acceptance rule", _defaults(*COMMON, *POOL, *ALIGN, "top_k"), False,
-                         align=True, rules_of=_topk))
-
-
-# ---- Draft-model speculative decoding and CSD (seed 004) ------------------------------------
-# One drafter (the draft model, or the context drafter when no draft model is given to `csd`) and
-# one verification walk (core.verify.verify_rescue_*); the methods differ only in the rescue rule
-# and in whether they read the correction memory. Methods that read it use the model pair's
-# shared, persisted table unless run_method gets `memory=`; the others never touch it.
-DRAFT = ("gamma",)
-SD_SAMPLING = dict(temperature=0.0, seed=0, top_k=0, top_p=1.0)
-
-
-def _draft_method(rescue_of: Callable[[dict[str, Any]], Rescue | None], reads_memory: bool, context: bool = False):
-    def make(params, context_ids=None, *, target=None, draft=None, memory=None):
-        from core.draft_model import build_sd
-        from core.memory import shared_memory
-
-        if context:
-            draft = None  # csd-context: context drafts even when a draft model is loaded
-        if reads_memory and memory is None:
-            memory = shared_memory(target, draft)
-        return build_sd(params, target=target, draft=draft, rescue=rescue_of(params), memory=memory, context_ids=context_ids)
-
-    return make
-
-
-def _draft(name: str, summary: str, params: Mapping[str, Any], lossless: bool, *,
-           rescue_of: Callable[[dict[str, Any]], Rescue | None], reads_memory: bool, context: bool = False,
-           needs_draft: bool = True) -> Method:
-    return Method(name, summary, params, lossless, _draft_method(rescue_of, reads_memory, context), needs_draft=needs_draft,
-                  takes_models=True, reads_memory=reads_memory, rescue_of=rescue_of)
-
-
-def _no_rescue(p) -> None:
-    return None  # plain SD: the strict walk
-
-
+# CSD's rescue rules (seed 004): the methods differ only in which conditions a rescue needs.
 def _csd_rule(p) -> Rescue:
     return Rescue(lam=p["lam"], tau=p["tau"])
 
@@ -210,21 +158,55 @@ def _gate_rule(p) -> Rescue:
     return Rescue(tau=p["tau"])
 
 
-register(_draft("sd", "speculative decoding with a draft model: γ tokens per step, greedy or rejection sampling (lossless)",
-                _defaults(*COMMON, *DRAFT, **SD_SAMPLING), True, rescue_of=_no_rescue, reads_memory=False))
-register(_draft("csd", "calibrated SD: a rejected draft token is rescued when its correction pair is frequent in the memory "
-                "(count ≥ λ) and the target's gate passes (p(x)/p(t*) ≥ τ); over context drafts when no draft model is given",
-                _defaults(*COMMON, *DRAFT, "tau", "lam", *POOL, "align_m", **SD_SAMPLING), False, rescue_of=_csd_rule,
-                reads_memory=True, needs_draft=False))
-register(_draft("csd-context", "single-model CSD: the rescue rule over context drafts (AASD's drafter), memory keyed by the target alone",
-                _defaults(*COMMON, "tau", "lam", *POOL, "align_m", **SD_SAMPLING), False, rescue_of=_csd_rule, reads_memory=True,
-                context=True, needs_draft=False))
-register(_draft("lossy-sd", "SD with the gate alone at a lenient τ (p(x)/p(t*) ≥ 0.6), no memory",
-                _defaults(*COMMON, *DRAFT, tau=0.6, **SD_SAMPLING), False, rescue_of=_gate_rule, reads_memory=False))
-register(_draft("sd-memory-only", "ablation: SD rescuing every rejection whose pair is frequent in the memory (count ≥ λ), no gate",
-                _defaults(*COMMON, *DRAFT, "lam", **SD_SAMPLING), False, rescue_of=_memory_rule, reads_memory=True))
-register(_draft("sd-gating-only", "ablation: SD with the gate alone at CSD's τ (p(x)/p(t*) ≥ τ), no memory",
-                _defaults(*COMMON, *DRAFT, "tau", **SD_SAMPLING), False, rescue_of=_gate_rule, reads_memory=False))
+METHODS: dict[str, Method] = {}
+
+
+def register(method: Method) -> Method:
+    METHODS[method.name] = method
+    return method
+
+
+GREEDY = param_defaults(*COMMON, "temperature", "seed", top_k=0, top_p=1.0)
+for m in [
+    Method("greedy", "autoregressive decoding through our engine (the speed-up baseline)", GREEDY, True),
+    Method("pld", "prompt lookup decoding: longest n-gram ≤ 3 in prompt + output, one chain of 10", GREEDY, True,
+           drafter="prompt_lookup"),
+    Method("top-k", "top-k sampling (k = 50, T = 1)", param_defaults(*COMMON, "seed", temperature=1.0, top_k=50, top_p=1.0), True),
+    Method("nucleus", "nucleus sampling (p = 0.8, T = 1)", param_defaults(*COMMON, "seed", temperature=1.0, top_k=0, top_p=0.8), True),
+    Method("casd", "context-aware drafting, fixed threshold δ with EOS guard", param_defaults(*COMMON, *POOL, "delta"), False,
+           drafter="context", rules_of=_fixed),
+    Method("casd-mixed", "context-aware drafting, δ and top-k together", param_defaults(*COMMON, *POOL, "delta", "top_k"), False,
+           drafter="context", rules_of=_mixed),
+    Method("aasd", "context drafting + alignment sampling + entropy-adaptive verification",
+           param_defaults(*COMMON, *POOL, *ALIGN, "alpha", "beta"), False, drafter="context", rules_of=_adaptive),
+    Method("aasd-strict", "AASD drafting with strict verification (lossless)", param_defaults(*COMMON, *POOL, *ALIGN), True,
+           drafter="context"),
+    Method("aasd-no-align", "ablation: AASD without alignment sampling", param_defaults(*COMMON, *POOL, "alpha", "beta"), False,
+           drafter="context", rules_of=_adaptive),
+    Method("aasd-fixed", "ablation: AASD drafting with CASD's fixed threshold", param_defaults(*COMMON, *POOL, *ALIGN, "delta"), False,
+           drafter="context", rules_of=_fixed),
+    Method("aasd-topk", "ablation: AASD drafting with a top-k acceptance rule", param_defaults(*COMMON, *POOL, *ALIGN, "top_k"), False,
+           drafter="context", rules_of=_topk),
+    # Draft-model speculative decoding and CSD (seed 004): one drafter and one walk; the methods differ only
+    # in the rescue rule and in whether they read the correction memory.
+    Method("sd", "speculative decoding with a draft model: γ tokens per step, greedy or rejection sampling (lossless)",
+           param_defaults(*COMMON, *DRAFT, **SAMPLING), True, drafter="draft_model", needs_draft=True),
+    Method("csd", "calibrated SD: a rejected draft token is rescued when its correction pair is frequent in the memory "
+           "(count ≥ λ) and the target's gate passes (p(x)/p(t*) ≥ τ); over context drafts when no draft model is given",
+           param_defaults(*COMMON, *DRAFT, "tau", "lam", *POOL, "align_m", **SAMPLING), False, drafter="draft_model",
+           drafter_without_draft="context", rescue_of=_csd_rule, reads_memory=True),
+    Method("csd-context", "single-model CSD: the rescue rule over context drafts (AASD's drafter), memory keyed by the target alone",
+           param_defaults(*COMMON, "tau", "lam", *POOL, "align_m", **SAMPLING), False, drafter="context", rescue_of=_csd_rule,
+           reads_memory=True),
+    Method("lossy-sd", "SD with the gate alone at a lenient τ (p(x)/p(t*) ≥ 0.6), no memory",
+           param_defaults(*COMMON, *DRAFT, tau=0.6, **SAMPLING), False, drafter="draft_model", rescue_of=_gate_rule, needs_draft=True),
+    Method("sd-memory-only", "ablation: SD rescuing every rejection whose pair is frequent in the memory (count ≥ λ), no gate",
+           param_defaults(*COMMON, *DRAFT, "lam", **SAMPLING), False, drafter="draft_model", rescue_of=_memory_rule, reads_memory=True,
+           needs_draft=True),
+    Method("sd-gating-only", "ablation: SD with the gate alone at CSD's τ (p(x)/p(t*) ≥ τ), no memory",
+           param_defaults(*COMMON, *DRAFT, "tau", **SAMPLING), False, drafter="draft_model", rescue_of=_gate_rule, needs_draft=True),
+]:
+    register(m)
 
 
 def get_method(name: str) -> Method:
@@ -304,22 +286,14 @@ def run_method(
         prompt_ids=prompt_ids, context=context, model_fingerprint=target.fingerprint,
         draft_fingerprint=draft.fingerprint if draft is not None else None,
     )
-    if method.hf_mode is not None:
-        from workbench.evaluation.hf_baselines import run_hf
-
-        res = run_hf(method.hf_mode, target.model, target.tokenizer, target.eos_ids, prompt_ids, p,
-                     stop_strings, draft.model if draft is not None else None)
+    if method.external is not None:
+        res = method.external(target, draft, prompt_ids, p, tuple(stop_strings))
         run.output_ids, run.external_accept_lengths = res.output_ids, res.accept_lengths
         run.prefill_seconds, run.decode_seconds = res.prefill_seconds, res.decode_seconds
         run.stop_reason = "eos" if res.output_ids and res.output_ids[-1] in target.eos_ids else "max_new_tokens"
     else:
-        ctx = list(context_ids) if context_ids is not None else None
-        if method.takes_models:
-            drafter, verifier, prefill_topk = method.make(p, ctx, target=target, draft=draft, memory=memory)
-        else:
-            drafter, verifier, prefill_topk = method.make(p, ctx)
-        cfg = DecodeConfig(max_new_tokens=p["max_new_tokens"], stop_strings=tuple(stop_strings), prefill_topk=prefill_topk,
-                           generated_topk=getattr(drafter, "generated_topk", 0))
+        drafter, verifier = build(method, p, target=target, draft=draft, context_ids=context_ids, memory=memory)
+        cfg = DecodeConfig(max_new_tokens=p["max_new_tokens"], stop_strings=tuple(stop_strings))
         try:
             res = decode(target.model, target.tokenizer, target.eos_ids, prompt_ids, drafter, verifier, cfg,
                          target.max_context, on_step=on_step, should_stop=should_stop)
@@ -333,3 +307,18 @@ def run_method(
         run.status = "complete"
     run.output_text = target.tokenizer.decode(run.output_ids, skip_special_tokens=True)
     return run
+
+
+def _load_plugins() -> None:
+    """Methods other packages register (entry-point group `spec_workbench.methods`, each a function taking
+    `register`): core stays ignorant of them, and a user's own package can add methods the same way."""
+    from importlib.metadata import entry_points
+
+    for ep in entry_points(group="spec_workbench.methods"):
+        try:
+            ep.load()(register)
+        except Exception as e:  # a broken plugin must not take the built-in methods down with it
+            warnings.warn(f"method plugin {ep.name!r} ({ep.value}) failed to load: {e}")
+
+
+_load_plugins()

@@ -2,33 +2,33 @@
 import numpy as np
 
 from core.drafters import ContextDrafter, PromptLookupDrafter
-from core.engine import PrefillTopK
+from core.drafters import TopK
 
 
 def test_pld_takes_the_earliest_longest_match():
     prompt = [1, 2, 3, 10, 11, 12, 5, 2, 3, 20, 21, 9, 2, 3]
     d = PromptLookupDrafter(max_ngram=3, num_tokens=4)
     d.begin(prompt, None)
-    tree = d.propose(prompt)
+    tree = d.propose(prompt).tree
     assert tree.tokens == [3, 10, 11, 12, 5]  # "2 3" first occurs at index 1: continuation 10 11 12 5
     assert tree.parents == [-1, 0, 1, 2, 3]
-    d.commit([7, 7])
+    d.commit([7, 7], None)
     seq = prompt + [7, 7]
-    assert d.propose(seq).tokens == [7, 7]  # only "7" matches: its first occurrence is followed by the second 7
+    assert d.propose(seq).tree.tokens == [7, 7]  # only "7" matches: its first occurrence is followed by the second 7
 
 
 def test_context_drafter_merges_hits_and_tags_sources():
     prompt = [5, 6, 7, 8, 9, 1, 5, 6, 7, 30, 31, 2, 5, 6]
     d = ContextDrafter(key_len=3, ngram=3, max_nodes=16)
     d.begin(prompt, None)
-    tree = d.propose(prompt)
+    tree = d.propose(prompt).tree
     # key "5 6" hits at 0 and 6: continuations 7 8 9 and 7 30 31 share the 7
     assert tree.tokens[0] == 6 and tree.num_draft == 5
     seven = tree.child(0, 7)
     assert {tree.tokens[c] for c in tree.children()[seven]} == {8, 30}
     assert set(tree.sources[1:]) == {"context"}
-    d.commit([7, 8])
-    tree = d.propose(prompt + [7, 8])  # "6 7 8" occurs in the prompt; generated tokens are in the pool now
+    d.commit([7, 8], None)
+    tree = d.propose(prompt + [7, 8]).tree  # "6 7 8" occurs in the prompt; generated tokens are in the pool now
     assert tree.tokens[1:3] == [9, 1]
 
 
@@ -36,7 +36,7 @@ def test_context_drafter_budget():
     prompt = list(range(10, 40)) + [10, 11]
     d = ContextDrafter(key_len=2, ngram=6, max_nodes=3)
     d.begin(prompt, None)
-    assert d.propose(prompt).num_draft == 3
+    assert d.propose(prompt).tree.num_draft == 3
 
 
 def test_alignment_sampling_adds_the_targets_alternatives():
@@ -48,11 +48,11 @@ def test_alignment_sampling_adds_the_targets_alternatives():
     ids[:] = [[50, 51, 52]]
     ids[1] = [3, 7, 6]  # row 1 predicts position 2: the token 3 is the argmax -> aligned
     ids[2] = [9, 8, 4]  # row 2 predicts position 3: the token 4 is misaligned
-    pre = PrefillTopK(ids, np.full((len(prompt) - 1, k), 0.3, dtype=np.float32))
+    pre = TopK(ids)
     d = ContextDrafter(key_len=2, ngram=2, max_nodes=16, align_m=2)
     assert d.prefill_topk == 3
     d.begin(prompt, pre)
-    tree = d.propose(prompt)
+    tree = d.propose(prompt).tree
     three = tree.child(0, 3)
     assert three is not None and tree.sources[three] == "context"
     kids = {tree.tokens[c]: tree.sources[c] for c in tree.children()[three]}
@@ -60,17 +60,17 @@ def test_alignment_sampling_adds_the_targets_alternatives():
     assert tree.children()[0] == [three]  # the aligned token got no siblings
     no_align = ContextDrafter(key_len=2, ngram=2, max_nodes=16, align_m=0)
     no_align.begin(prompt, pre)
-    assert no_align.propose(prompt).num_draft == 2
+    assert no_align.propose(prompt).tree.num_draft == 2
 
 
 def test_alignment_graft_puts_the_continuation_under_alternatives():
     prompt = [1, 2, 3, 4, 5, 0, 1, 2]
     ids = np.tile(np.array([[60, 61, 62]], dtype=np.int32), (len(prompt) - 1, 1))
     ids[1] = [9, 3, 8]  # position 2 (token 3) misaligned: alternatives 9 and 8
-    pre = PrefillTopK(ids, np.full(ids.shape, 0.3, dtype=np.float32))
+    pre = TopK(ids)
     d = ContextDrafter(key_len=2, ngram=3, max_nodes=16, align_m=2, graft=True)
     d.begin(prompt, pre)
-    tree = d.propose(prompt)
+    tree = d.propose(prompt).tree
     nine = tree.child(0, 9)
     assert tree.sources[nine] == "alignment"
     assert tree.tokens[tree.children()[nine][0]] == 4  # the retrieved continuation grafted under it
@@ -80,12 +80,12 @@ def test_empty_context_drafts_nothing():
     d = ContextDrafter()
     d.context_ids = []
     d.begin([1, 2, 3], None)
-    assert d.propose([1, 2, 3]).num_draft == 0
+    assert d.propose([1, 2, 3]).tree.num_draft == 0
 
 
 def test_alignment_on_generated_text_uses_verification_predictions():
     prompt = [1, 2, 3]
-    pre = PrefillTopK(np.tile(np.array([[2, 40, 41]], dtype=np.int32), (2, 1)), np.full((2, 3), 0.3, dtype=np.float32))
+    pre = TopK(np.tile(np.array([[2, 40, 41]], dtype=np.int32), (2, 1)))
     on = ContextDrafter(key_len=2, ngram=2, max_nodes=16, align_m=2, align_generated=True)
     assert on.generated_topk == 3
     on.begin(prompt, pre)
@@ -93,12 +93,12 @@ def test_alignment_on_generated_text_uses_verification_predictions():
     on.commit([7, 8, 9], np.array([[7, 0, 0], [8, 0, 0], [30, 31, 9]], dtype=np.int32))
     on.commit([7, 8], np.array([[7, 0, 0], [8, 0, 0]], dtype=np.int32))
     seq = prompt + [7, 8, 9, 7, 8]
-    tree = on.propose(seq)
+    tree = on.propose(seq).tree
     assert {tree.tokens[c]: tree.sources[c] for c in tree.children()[0]} == {9: "generated", 30: "alignment", 31: "alignment"}
     off = ContextDrafter(key_len=2, ngram=2, max_nodes=16, align_m=2)
     assert off.generated_topk == 0
     off.begin(prompt, pre)
-    off.commit([7, 8, 9])
-    off.commit([7, 8])
-    tree = off.propose(seq)
+    off.commit([7, 8, 9], None)
+    off.commit([7, 8], None)
+    tree = off.propose(seq).tree
     assert [tree.tokens[c] for c in tree.children()[0]] == [9]

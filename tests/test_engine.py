@@ -11,20 +11,15 @@ import torch
 from conftest import make_tiny
 
 from core import cache as kv
+from core.drafters import NoDraft, Proposal
 from core.engine import DecodeConfig, decode, forward_tree, prefill
 from core.errors import InvalidInputError
-from core.methods import strict_or_sampling
+from core.methods import get_method, make_verifier, resolve_params
 from core.tree import DraftTree
-from core.verify import sampling_processors
+from core.target_stats import sampling_processors
 
 
-class NoDraft:
-    def begin(self, prompt_ids, prefill): ...
-    def propose(self, sequence): return DraftTree.root_only(sequence[-1])
-    def commit(self, new_tokens): ...
-
-
-class AdversarialDrafter:
+class AdversarialDrafter(NoDraft):
     """Knows the greedy continuation and hides it inside random trees: wrong tokens, deep chains,
     wide fans, the right token as a later sibling (so accepted rows are scattered in the cache)."""
 
@@ -53,13 +48,11 @@ class AdversarialDrafter:
             if style == "junk" or (style == "mixed" and self.rng.random() < 0.2) or tree.num_draft >= self.max_nodes:
                 break
             frontier.append(tree.add(parent, good, "generated"))
-        return tree
-
-    def commit(self, new_tokens): ...
+        return Proposal(tree)
 
 
 def greedy_verifier():
-    return strict_or_sampling({"temperature": 0.0})
+    return make_verifier(get_method("greedy"), resolve_params("greedy", {"temperature": 0.0}))
 
 
 def hf_greedy(tiny, prompt, n):
@@ -132,7 +125,7 @@ class FixedDrafter(NoDraft):
         tree = DraftTree.root_only(sequence[-1])
         for chain in self.chains:
             tree.add_chain(0, chain, "context")
-        return tree
+        return Proposal(tree)
 
 
 def test_no_draft_node_at_or_below_eos(tiny):
@@ -169,21 +162,17 @@ def test_bad_input_is_refused(tiny):
         decode(*args, [3, 4], NoDraft(), greedy_verifier(), DecodeConfig(max_new_tokens=0), 512)
 
 
-class RandomTreeDrafter:
+class RandomTreeDrafter(NoDraft):
     """Random deterministic trees over a small vocabulary, for the sampling test."""
 
     def __init__(self, vocab, seed):
         self.vocab, self.rng = vocab, random.Random(seed)
 
-    def begin(self, prompt_ids, prefill): ...
-
     def propose(self, sequence):
         tree = DraftTree.root_only(sequence[-1])
         for _ in range(self.rng.randint(0, 3)):
             tree.add_chain(0, [self.rng.randrange(self.vocab) for _ in range(2)], "context")
-        return tree
-
-    def commit(self, new_tokens): ...
+        return Proposal(tree)
 
 
 @pytest.mark.parametrize("temperature,top_k,top_p", [(1.0, 0, 1.0), (0.7, 4, 0.9)])
@@ -204,7 +193,7 @@ def test_tree_sampling_matches_the_target_distribution(temperature, top_k, top_p
     n = 3000
     drafter = RandomTreeDrafter(vocab, seed=1)
     for i in range(n):
-        verify = strict_or_sampling({"temperature": temperature, "top_k": top_k, "top_p": top_p, "seed": i})
+        verify = make_verifier(get_method("greedy"), {"temperature": temperature, "top_k": top_k, "top_p": top_p, "seed": i})
         out = decode(tiny.model, tiny.tokenizer, [], prompt, drafter, verify, DecodeConfig(max_new_tokens=2), 512).output_ids
         counts[out[0] * vocab + out[1]] += 1
     keep = exact > 0
@@ -218,3 +207,24 @@ def test_tree_sampling_matches_the_target_distribution(temperature, top_k, top_p
         obs, exp = obs[:-1], exp[:-1]
     exp = exp / exp.sum() * obs.sum()
     assert chisquare(obs, exp).pvalue > 1e-3
+
+
+class PredictionsDrafter(NoDraft):
+    """Asks for prefill and per-token predictions, as alignment over generated text does."""
+
+    prefill_topk = 3
+    generated_topk = 2
+
+    def commit(self, new_tokens, predictions):
+        assert predictions.shape == (len(new_tokens), 2)
+
+
+def test_the_result_keeps_the_prefill_predictions_when_generated_ones_are_kept_too(tiny):
+    """DecodeResult.prefill is what the drafter got at the start: prompt length - 1 rows of prefill_topk ids
+    (the engine once overwrote it with the last step's generated predictions)."""
+    prompt = [3, 4, 5, 6, 7, 8]
+    out = decode(tiny.model, tiny.tokenizer, [], prompt, PredictionsDrafter(), greedy_verifier(), DecodeConfig(max_new_tokens=6), 512)
+    assert out.prefill.ids.shape == (len(prompt) - 1, 3)
+    with torch.no_grad():
+        logits = tiny.model(torch.tensor([prompt])).logits[0, :-1]
+    assert out.prefill.ids[:, 0].tolist() == logits.argmax(-1).tolist()

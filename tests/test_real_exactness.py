@@ -103,12 +103,12 @@ def test_greedy_engine_equals_transformers(smollm2, suite, greedy_refs):
 def test_adversarial_trees_equal_greedy_on_the_real_model(smollm2, suite, greedy_refs):
     from test_engine import AdversarialDrafter
 
-    from core.methods import strict_or_sampling
+    from core.methods import get_method, make_verifier, resolve_params
 
     for seed in [0, 1, 2, len(suite) - 1]:
         prompt, ref = suite[seed], greedy_refs[seed]
         res = decode(smollm2.model, smollm2.tokenizer, smollm2.eos_ids, prompt, AdversarialDrafter(ref, 49152, seed),
-                     strict_or_sampling({"temperature": 0.0}), DecodeConfig(max_new_tokens=MAX_NEW), smollm2.max_context)
+                     make_verifier(get_method("greedy"), resolve_params("greedy", {"temperature": 0.0})), DecodeConfig(max_new_tokens=MAX_NEW), smollm2.max_context)
         if res.output_ids != ref:
             ok, why = first_divergence_is_near_tie(smollm2, prompt, ref, res.output_ids)
             assert ok, why

@@ -12,7 +12,7 @@ from conftest import make_tiny
 
 from core.errors import InvalidInputError
 from core.memory import CorrectionMemory
-from core.methods import METHODS, run_method
+from core.methods import METHODS, resolve_params, run_method
 from core.trace import NodeTrace, RunTrace, StepTrace
 from workbench.rescore import UNKNOWN, flips_table, rescore_run, rescore_step
 
@@ -216,11 +216,19 @@ def test_refusals_say_why():
 
 
 def test_every_engine_method_carries_its_verification():
+    """Rules and rescue are data on the method, the same callables for the engine and for re-scoring;
+    a method that reads CSD's memory has a rescue rule that reads its counts."""
+    from core.rules import Rescue
+
     for m in METHODS.values():
-        if m.hf_mode is None:
-            assert (m.rules_of is None) != (m.rescue_of is None), m.name
-        else:
-            assert m.rules_of is None and m.rescue_of is None, m.name
+        if not m.in_engine:
+            assert m.external is not None, m.name
+            continue
+        p = resolve_params(m.name)
+        rules, rescue = m.rules_of(p), m.rescue_of(p)
+        assert callable(rules) or all(callable(r) for r in rules.values()), m.name
+        assert rescue is None or isinstance(rescue, Rescue), m.name
+        assert m.reads_memory == (rescue is not None and rescue.lam is not None), m.name
 
 
 # -- real runs: re-scoring with the run's own parameters reproduces the engine ------------------------
@@ -301,5 +309,56 @@ def test_another_rule_judges_the_same_drafts(runs):
                                                          for x in s.nodes if x.node == n.node))
         strict_again = rescore_run(run, {}, rule="aasd-strict")
         assert all(s.accepted <= s.old_accepted for s in strict_again.steps)
-    with pytest.raises(InvalidInputError, match="verifies differently.*choose one of"):
-        rescore_run(runs[0], {}, rule="csd-context")
+    # A rescue rule needs memory counts an AASD run never read: its walk stops at the first rejection.
+    counted = rescore_run(next(r for r in runs if r.method == "aasd"), {}, rule="csd-context")
+    assert counted.predicted_is_lower_bound and any(n.decision == UNKNOWN for s in counted.steps for n in s.nodes)
+    with pytest.raises(InvalidInputError, match="transformers' generate.*choose one of"):
+        rescore_run(runs[0], {}, rule="hf-generate")
+
+
+# -- stored runs of every relaxed method: the store's records alone reproduce every online decision ----
+RELAXED = {  # four parameter settings each; five prompts -> 20 runs per method
+    "aasd": [{}, {"alpha": 0.0, "beta": 0.02}, {"alpha": 0.02, "beta": 0.01}, {"alpha": 0.05, "beta": 0.05, "align_m": 1}],
+    "casd": [{}, {"delta": 0.02}, {"delta": 0.05}, {"delta": 0.005, "max_nodes": 8}],
+    "csd": [{"lam": 0, "tau": 0.05}, {"lam": 0, "tau": 0.001}, {"lam": 2, "tau": 0.01}, {"lam": 1, "tau": 0.2, "gamma": 3}],
+    "csd (single model)": [{"lam": 0, "tau": 0.05}, {"lam": 1, "tau": 0.001}, {"lam": 2, "tau": 0.01}, {"lam": 0, "tau": 0.2}],
+}
+
+
+def test_stored_runs_of_every_relaxed_method_rescore_to_their_online_decisions(tmp_path):
+    from test_sd import perturbed
+
+    from workbench.store import Store
+
+    target, draft = make_tiny(0), perturbed(0, 0.1)
+    rng = random.Random(7)
+    own = run_method("greedy", target, [rng.randrange(2, 96) for _ in range(8)], {"max_new_tokens": 24}).output_ids
+    prompts = [[rng.randrange(2, 96) for _ in range(6)] + own + [rng.randrange(2, 96) for _ in range(3)] + own[:5] for _ in range(3)]
+    prompts += [[rng.randrange(2, 96) for _ in range(10)] * 2 + [rng.randrange(2, 96) for _ in range(4)] for _ in range(2)]
+    store = Store(f"sqlite:///{tmp_path / 'runs.db'}")
+    memory = CorrectionMemory()  # one memory for all csd runs: later runs read the counts earlier ones left
+    judged, runs = Counter(), Counter()
+    for label, settings in RELAXED.items():
+        name = label.split()[0]
+        for prompt in prompts:
+            for params in settings:
+                kw = {"memory": memory} if name == "csd" else {}
+                if label == "csd":
+                    kw["draft"] = draft
+                run = run_method(name, target, prompt, {"max_new_tokens": 32, **params}, **kw)
+                stored = store.load_run(store.save_run(run)).trace
+                again = rescore_run(stored)
+                assert again.first_divergence is None and again.flip_counts == {}, (label, params)
+                for step, new in zip(run.steps, again.steps):
+                    assert new.accepted == step.accepted and not new.lower_bound, (label, params, step.index)
+                    records = [n for n in step.nodes if n.decision != "bonus"]
+                    for old, node in zip(records, new.nodes, strict=True):
+                        assert (node.decision, node.reason, node.threshold) == (old.decision, old.reason, old.threshold), \
+                            (label, params, step.index, old.node)
+                        judged[(label, old.decision)] += 1
+                runs[label] += 1
+    assert all(n == 20 for n in runs.values()) and len(runs) == 4
+    for label in RELAXED:  # the runs exercise what the rules decide
+        assert judged[(label, "accepted")] and judged[(label, "rejected")], label
+    assert judged[("csd", "rescued")] and judged[("csd (single model)", "rescued")]
+    assert judged[("aasd", "unreached")] and judged[("casd", "unreached")]

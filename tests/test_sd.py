@@ -13,14 +13,15 @@ from conftest import make_tiny
 from scipy.stats import chisquare
 
 from core import cache as kv
-from core.draft_model import DraftModelDrafter
+from core.drafters import DraftModelDrafter
 from core.engine import DecodeConfig, decode
 from core.errors import InvalidInputError
 from core.memory import CorrectionMemory, memory_path, pair_fingerprint
-from core.methods import METHODS, resolve_params, run_method
+from core.methods import METHODS, get_method, make_verifier, resolve_params, run_method
 from core.models import VocabularyMismatchError
 from core.tree import DraftTree
-from core.verify import Rescue, sampling_processors, verify_rescue_sampling
+from core.target_stats import sampling_processors
+from core.walk import sample_walk
 
 
 def perturbed(base_seed: int, noise: float, seed: int = 5, vocab: int = 96):
@@ -75,7 +76,8 @@ class CheckedDrafter(DraftModelDrafter):
         self.checked = 0
 
     def propose(self, sequence):
-        tree = super().propose(sequence)
+        proposal = super().propose(sequence)
+        tree = proposal.tree
         assert kv.cache_length(self.cache) == self.n_cached == len(sequence) + self.gamma - 1
         ids = list(sequence)
         with torch.no_grad():
@@ -83,19 +85,17 @@ class CheckedDrafter(DraftModelDrafter):
                 ids.append(int(self.model(torch.tensor([ids])).logits[0, -1].argmax()))
         assert tree.tokens[1:] == ids[len(sequence):]
         self.checked += 1
-        return tree
+        return proposal
 
-    def commit(self, new_tokens):
-        super().commit(new_tokens)
+    def commit(self, new_tokens, predictions):
+        super().commit(new_tokens, predictions)
         assert kv.cache_length(self.cache) == self.n_cached
 
 
 def test_draft_cache_stays_in_step_with_the_committed_sequence(target, drafts):
-    from core.verify import verify_rescue_greedy
-
     drafter = CheckedDrafter(drafts["close"].model, 4)
     out = decode(target.model, target.tokenizer, [], prompt_of(7, 9), drafter,
-                 lambda tree, logits, stats: verify_rescue_greedy(tree, stats), DecodeConfig(max_new_tokens=30), 512)
+                 make_verifier(get_method("sd"), resolve_params("sd")), DecodeConfig(max_new_tokens=30), 512)
     assert drafter.checked == len(out.steps) and len(out.output_ids) == 30
     assert {s.accepted for s in out.steps} >= {0, 1}  # rejections after 0 and after 1 accepted token
 
@@ -237,7 +237,7 @@ def test_rejection_sampling_keeps_the_target_distribution(temperature, top_k):
         tree = DraftTree.root_only(0)
         tree.add(tree.add(0, x1, "draft"), x2, "draft")
         logits = torch.stack([zp1, zp2[x1], torch.zeros(vocab)])  # the last row is never reached by the first two tokens
-        v = verify_rescue_sampling(tree, logits, procs, gen, q_rows=torch.stack([q1, q2]))
+        v = sample_walk(tree, logits, procs, gen, q_rows=torch.stack([q1, q2]))
         emitted = [tree.tokens[n] for n in v.path[1:]] + [v.bonus]
         if len(emitted) == 1:  # the next step starts from the target alone
             emitted.append(int(torch.multinomial(warp(zp2[emitted[0]]), 1, generator=gen)))

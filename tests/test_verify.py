@@ -4,10 +4,14 @@ import math
 import pytest
 import torch
 
+from core.rules import NodeStats, adaptive, by_source, fixed, mixed, strict, top_k_rule
+from core.target_stats import step_stats
 from core.tree import DraftTree
-from core.verify import (
-    NodeStats, adaptive, by_source, choose_path, fixed, mixed, step_stats, strict, top_k_rule, verify_by_rule,
-)
+from core.walk import choose_path, walk
+
+
+def verify_by_rule(tree, s, rules):
+    return walk(tree, s.nodes, s.logp, rules, argmax=s.row_argmax)
 
 
 def stats(p, entropy=1.0, max_p=0.5, p_eos=0.0, rank=1, gap=1.0):

@@ -1,9 +1,9 @@
 """Re-scoring: what a stored step's verification would have decided under other parameters, without the model.
 
 Every node record carries the statistics a T = 0 verification rule reads (p, entropy, max p, p(eos),
-rank, logit gap, and for CSD the memory count read before the update), so a step's tree can be
-rebuilt and judged again by the method's own rule (`Method.rules_of` / `Method.rescue_of`, the same
-callables the engine verifies with).
+rank, logit gap, and for CSD the correction and the memory count read before the update), so a step's
+tree can be rebuilt and judged again by core.walk.walk, the engine's own walk, with the method's own
+rule (`Method.rules_of` / `Method.rescue_of`, the same callables the engine verifies with).
 
 What it can and cannot say:
 - Up to and including the first step whose accepted length changes, the prediction is exact: the
@@ -26,14 +26,14 @@ import numpy as np
 
 from core.errors import InvalidInputError
 from core.methods import METHODS, Method, get_method, resolve_params
+from core.rules import NodeStats
 from core.trace import NodeTrace, RunTrace, StepTrace
 from core.tree import DraftTree
-from core.verify import Judgement, NodeStats, Rescue, best_child, judge, rescue_decision
+from core.walk import UNKNOWN, walk
 
 # Parameters that only change how the target judges the drafts; any other (pool sizes, γ,
 # max_new_tokens, temperature, ...) would change the drafts themselves, which needs a new run.
 VERIFY_PARAMS = ("delta", "alpha", "beta", "top_k", "tau", "lam")
-UNKNOWN = "unknown"  # a CSD node the walk reached but cannot judge (no memory count recorded)
 
 
 @dataclass(frozen=True)
@@ -91,7 +91,7 @@ class RunRescore:
 
 # ---------------------------------------------------------------------------------------------
 def _check_rescorable(method: Method, params: Mapping[str, Any]) -> None:
-    if method.rules_of is None and method.rescue_of is None:
+    if not method.in_engine:
         raise InvalidInputError(
             f"method {method.name!r} has no stored verification steps to re-score (it runs through transformers' "
             "generate); re-score a run of one of our engine's methods, e.g. greedy, aasd, casd or csd")
@@ -133,51 +133,18 @@ def _logp(p: float) -> float:
     return float(np.float32(math.log(p))) if p > 0 else -math.inf
 
 
-def _rescue_walk(tree: DraftTree, records: Sequence[NodeTrace], stats: Sequence[NodeStats | None],
-                 logp: Sequence[float], rule: Rescue | None) -> tuple[Judgement, str | None]:
-    """core.verify.verify_rescue_greedy on recorded statistics: the argmax child (rank 0) is accepted;
-    otherwise the likeliest child is the candidate, which `rule` may rescue with its recorded count.
-    Returns the judgement and, when the walk had to stop at an unknown count, why."""
-    n = len(tree)
-    decisions = ["accepted"] + ["unreached"] * (n - 1)
-    reasons = ["pending token (root)"] + ["an ancestor was not accepted"] * (n - 1)
-    thresholds: list[float | None] = [None] * n
-    kids = tree.children()
-    node, path = 0, [0]
-    while kids[node]:
-        match = next((c for c in kids[node] if stats[c].rank == 0), None)
-        if match is not None:
-            decisions[match], reasons[match] = "accepted", "argmax"
-            for c in kids[node]:
-                if c != match:
-                    decisions[c], reasons[c] = "rejected", f"rank {stats[c].rank}, not the argmax"
-            node = match
-            path.append(node)
-            continue
-        cand = best_child(kids[node], lambda c: logp[c])
-        for c in kids[node]:
-            if c != cand:
-                decisions[c] = "rejected"
-                reasons[c] = f"rank {stats[c].rank}, not the argmax (a likelier sibling was the candidate)"
-        rec = records[cand]
-        why = f"rank {stats[cand].rank}, not the argmax; correction "
-        why += str(rec.correction_id) if rec.correction_id is not None else "the argmax (not recorded)"
-        thresholds[cand] = rule.tau if rule is not None else None
-        if rule is None:
-            decisions[cand], reasons[cand] = "rejected", why
-            break
-        if rule.lam is not None and rec.mem_count is None:
-            note = (f"node {cand} was never judged in the original run, so its memory count M[(x, t*)] is unknown; "
-                    "the walk stops there and the accepted length is a lower bound")
-            decisions[cand], reasons[cand] = UNKNOWN, note
-            return Judgement(path, decisions, reasons, thresholds), note
-        ok, detail = rescue_decision(rule, rec.mem_count, -stats[cand].logit_gap)  # t* is the argmax at T = 0
-        decisions[cand], reasons[cand] = ("rescued" if ok else "rejected"), f"{why}; {detail}"
-        if not ok:
-            break
-        node = cand
-        path.append(node)
-    return Judgement(path, decisions, reasons, thresholds), None
+def _argmax_rows(step: StepTrace, n: int) -> list[int | None]:
+    """The target's own token after each node, where the records tell it: a child of rank 0, a recorded
+    correction, or the bonus (T = 0: the argmax after the last accepted node)."""
+    argmax: list[int | None] = [None] * n
+    # Weakest evidence first, so a recorded correction has the last word.
+    for r in sorted(step.nodes, key=lambda r: (r.correction_id is not None, r.rank == 0)):
+        if 0 <= r.parent < n:
+            if r.correction_id is not None:
+                argmax[r.parent] = r.correction_id
+            elif r.decision == "bonus" or r.rank == 0:
+                argmax[r.parent] = r.token_id
+    return argmax
 
 
 def _rescore(step: StepTrace, method: Method, params: Mapping[str, Any]) -> StepRescore:
@@ -185,17 +152,15 @@ def _rescore(step: StepTrace, method: Method, params: Mapping[str, Any]) -> Step
     tree = _tree(records)
     stats = [None] + [_stats(step.index, r) for r in records[1:]]
     logp = [0.0] + [_logp(s.p) for s in stats[1:]]
-    note = None
-    if method.rules_of is not None:
-        verdict = judge(tree, stats, logp, method.rules_of(dict(params)))
-    else:
-        verdict, note = _rescue_walk(tree, records, stats, logp, method.rescue_of(dict(params)))
+    verdict = walk(tree, stats, logp, method.rules_of(params), rescue=method.rescue_of(params),
+                   argmax=_argmax_rows(step, len(records)), count_of=lambda node, correction: records[node].mem_count)
     nodes = [
         NodeRescore(r.node, r.parent, r.depth, r.token_id, r.token_text, r.source, r.p, r.decision, r.threshold, r.reason,
                     verdict.decisions[i], verdict.thresholds[i], verdict.reasons[i])
         for i, r in enumerate(records)
     ]
-    return StepRescore(step.index, step.accepted, len(verdict.path) - 1, nodes, lower_bound=note is not None, note=note)
+    return StepRescore(step.index, step.accepted, len(verdict.path) - 1, nodes, lower_bound=verdict.note is not None,
+                       note=verdict.note)
 
 
 def rescore_step(step: StepTrace, method: str, params: Mapping[str, Any] | None = None) -> StepRescore:
@@ -210,21 +175,20 @@ def rescore_run(run: RunTrace, params: Mapping[str, Any] | None = None, rule: st
     """Re-score every step of `run` with its method under `params` (over the run's own parameters).
 
     `rule` names another method whose verification rule judges the same stored drafts ("what if this
-    AASD run had used CASD's fixed δ?"); it must verify the same way (threshold rules, or the
-    draft-model rescue walk) and takes its own defaults where the run's parameters do not apply."""
-    own = get_method(run.method)
+    AASD run had used CASD's fixed δ?"; any method our engine runs) and takes its own defaults where the
+    run's parameters do not apply. A rescue rule needs memory counts, which only CSD runs record: on
+    other runs its walk stops at the first rejection it would have to count (a lower bound)."""
     m = get_method(rule or run.method)
-    if (own.rules_of is None) != (m.rules_of is None) or (own.rescue_of is None) != (m.rescue_of is None):
-        same = [n for n, x in METHODS.items() if (x.rules_of is None) == (own.rules_of is None)
-                and (x.rescue_of is None) == (own.rescue_of is None) and x.hf_mode is None]
-        raise InvalidInputError(f"{m.name!r} verifies differently from {run.method!r}, so it cannot judge this run's drafts; "
-                                f"choose one of: {', '.join(same)}")
-    base = {**resolve_params(m.name), **{k: v for k, v in run.params.items() if k in m.params}}
     if not run.steps:
         raise InvalidInputError(
             f"run of {run.method!r} has no stored steps to re-score"
-            + (" (transformers' generate runs record no verification steps)" if m.hf_mode else "")
+            + (" (transformers' generate runs record no verification steps)" if not get_method(run.method).in_engine else "")
             + ": re-score a run of one of our engine's methods, e.g. greedy, aasd, casd or csd")
+    if not m.in_engine:
+        ours = [n for n, x in METHODS.items() if x.in_engine]
+        raise InvalidInputError(f"{m.name!r} runs through transformers' generate and has no verification rule to judge "
+                                f"this run's drafts with; choose one of: {', '.join(ours)}")
+    base = {**resolve_params(m.name), **{k: v for k, v in run.params.items() if k in m.params}}
     if run.params.get("temperature", 0.0) > 0:
         raise InvalidInputError(
             f"this run sampled (temperature {run.params['temperature']}): its acceptances came from random draws, "

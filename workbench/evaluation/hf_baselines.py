@@ -11,6 +11,7 @@ from transformers import StoppingCriteria, StoppingCriteriaList
 from transformers.generation.streamers import BaseStreamer
 
 from core.engine import stop_string_end
+from core.methods import COMMON, Method, param_defaults
 
 
 class StepClock(BaseStreamer):
@@ -113,3 +114,25 @@ def run_hf(mode: str, model, tokenizer, eos_ids: list[int], prompt_ids: list[int
     t_first = clock.events[0][0]
     lengths = [n for _, n in clock.events[1:]]
     return HFResult(output, lengths or None, t_first - t0, t_end - t_first)
+
+
+def _runner(mode: str):
+    """An external runner for core.methods: transformers' generate in `mode` on the loaded models."""
+
+    def run(target, draft, prompt_ids: list[int], params: dict[str, Any], stop_strings=()) -> HFResult:
+        return run_hf(mode, target.model, target.tokenizer, target.eos_ids, prompt_ids, params, stop_strings,
+                      draft.model if draft is not None else None)
+
+    return run
+
+
+def register_methods(register) -> None:
+    """Entry point (`spec_workbench.methods`): the reference baselines, so `bench` and the UI run them
+    beside ours under the same names everywhere."""
+    for name, summary, params, lossless, needs_draft in [
+        ("beam", "beam search through transformers (width 10)", param_defaults(*COMMON, "num_beams"), False, False),
+        ("hf-generate", "transformers generate(), greedy", param_defaults(*COMMON), True, False),
+        ("hf-prompt-lookup", "transformers prompt lookup (10 tokens, n-gram ≤ 3)", param_defaults(*COMMON), True, False),
+        ("hf-assisted", "transformers assisted generation with the draft model", param_defaults(*COMMON), True, True),
+    ]:
+        register(Method(name, summary, params, lossless, needs_draft=needs_draft, external=_runner(name)))

@@ -1,51 +1,14 @@
-"""Drafters: each proposes a draft tree rooted at the pending token and learns from what was committed.
-
-One small class per strategy behind the same three methods (`begin`, `propose`, `commit`), as in
-transformers' candidate generators, so the engine never knows which one it runs.
-"""
+"""Context-aware drafting (CASD, AASD): continuations retrieved from the n-gram draft pool, merged into a
+trie under a node budget, with AASD's alignment siblings."""
 from __future__ import annotations
 
-from core.engine import PrefillTopK
+from typing import Any
+
+import numpy as np
+
+from core.drafters.base import DraftEnv, Proposal, TopK
 from core.pool import DraftPool
-from core.tree import DraftTree, merge_sequences
-
-
-class NoDraft:
-    """Root-only trees: plain autoregressive decoding through the same engine."""
-
-    def begin(self, prompt_ids: list[int], prefill: PrefillTopK | None) -> None:
-        pass
-
-    def propose(self, sequence: list[int]) -> DraftTree:
-        return DraftTree.root_only(sequence[-1])
-
-    def commit(self, new_tokens: list[int]) -> None:
-        pass
-
-
-class PromptLookupDrafter:
-    """PLD (Saxena 2023), as transformers' prompt lookup does it: the longest matching n-gram of the
-    last `max_ngram` tokens (earliest occurrence, left to right) proposes one chain of `num_tokens`.
-
-    The search runs over the prompt and the generated text, indexed incrementally by the draft pool.
-    """
-
-    def __init__(self, max_ngram: int = 3, num_tokens: int = 10):
-        self.max_ngram, self.num_tokens = max_ngram, num_tokens
-        self.pool: DraftPool | None = None
-
-    def begin(self, prompt_ids: list[int], prefill: PrefillTopK | None) -> None:
-        self.pool = DraftPool(prompt_ids, key_len=self.max_ngram, ngram=self.num_tokens)
-
-    def propose(self, sequence: list[int]) -> DraftTree:
-        tree = DraftTree.root_only(sequence[-1])
-        _, hits = self.pool.lookup(sequence[-self.max_ngram :], max_hits=1, order="earliest")
-        if hits:
-            tree.add_chain(0, hits[0].tokens.tolist(), hits[0].sources)
-        return tree
-
-    def commit(self, new_tokens: list[int]) -> None:
-        self.pool.extend(new_tokens)
+from core.tree import merge_sequences
 
 
 class ContextDrafter:
@@ -68,17 +31,18 @@ class ContextDrafter:
         self.predictions = None  # (positions, k) top prefill ids for the token at each pool position
         self.generated_predictions: list = []  # per generated token: the target's top ids at its position
 
-    @property
-    def prefill_topk(self) -> int:
-        """How many prefill predictions per prompt position the engine should keep for us."""
-        return self.align_m + 1 if self.align_m else 0
+        # Alignment needs the target's top align_m + 1 predictions per prompt position (and per generated
+        # token with the align-generated extension): one for the aligned test, align_m alternatives.
+        self.prefill_topk = align_m + 1 if align_m else 0
+        self.generated_topk = self.prefill_topk if self.align_generated else 0
 
-    @property
-    def generated_topk(self) -> int:
-        """Likewise for generated tokens (the align-generated extension); 0 when off."""
-        return self.prefill_topk if self.align_generated else 0
+    @classmethod
+    def from_params(cls, params: dict[str, Any], env: DraftEnv) -> "ContextDrafter":
+        return cls(params["key_len"], params["ngram"], params["max_nodes"], params.get("align_m", 0),
+                   graft=bool(params.get("align_graft", 0)), context_ids=env.context_ids,
+                   align_generated=bool(params.get("align_generated", 0)))
 
-    def begin(self, prompt_ids: list[int], prefill: PrefillTopK | None) -> None:
+    def begin(self, prompt_ids: list[int], prefill: TopK | None) -> None:
         self.pool = DraftPool(self.context_ids if self.context_ids is not None else prompt_ids, key_len=self.key_len, ngram=self.ngram)
         self.predictions = None
         self.generated_predictions = []
@@ -101,7 +65,7 @@ class ContextDrafter:
             return []
         return [int(t) for t in top if int(t) != token][: self.align_m]
 
-    def propose(self, sequence: list[int]) -> DraftTree:
+    def propose(self, sequence: list[int]) -> Proposal:
         _, hits = self.pool.lookup(sequence[-self.key_len :], max_hits=self.max_hits, order="recent")
         candidates: list[tuple[list[int], list[str]]] = []
         aligned: list[tuple[list[int], list[str]]] = []
@@ -114,9 +78,9 @@ class ContextDrafter:
                 for alt in self._alternatives(hit.position + t, token):
                     tail_tokens = tokens[t + 1 :] if self.graft else []
                     aligned.append((tokens[:t] + [alt] + tail_tokens, sources[:t] + ["alignment"] + sources[t + 1 : t + 1 + len(tail_tokens)]))
-        return merge_sequences(sequence[-1], candidates + aligned, self.max_nodes)
+        return Proposal(merge_sequences(sequence[-1], candidates + aligned, self.max_nodes))
 
-    def commit(self, new_tokens: list[int], predictions=None) -> None:
+    def commit(self, new_tokens: list[int], predictions: np.ndarray | None) -> None:
         self.pool.extend(new_tokens)
         if predictions is not None:
             self.generated_predictions.extend(predictions)

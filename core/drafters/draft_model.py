@@ -1,6 +1,5 @@
 """Draft-model speculative decoding: a small causal LM sharing the target's vocabulary drafts γ
-tokens per step, and the pieces that turn it (or the context drafter) into `sd`, `csd` and CSD's
-baselines.
+tokens per step, used by `sd`, `csd` and CSD's baselines.
 
 The draft model keeps its own KV cache in step with the target's: it holds a prefix of the
 committed sequence, `propose` feeds what it has not seen yet and drafts γ tokens one forward each,
@@ -13,22 +12,26 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import torch
 
 from core import cache as kv
-from core.engine import PREFILL_CHUNK, PrefillTopK, Verifier
+from core.drafters.base import DraftEnv, Proposal, TopK
 from core.errors import InvalidInputError
+from core.target_stats import sampling_processors
 from core.tree import DraftTree
-from core.verify import Rescue, sampling_processors, verify_rescue_greedy, verify_rescue_sampling
 
 
 class DraftModelDrafter:
     """Drafts one chain of γ tokens with a draft model (greedy at T = 0, sampled at T > 0).
 
-    At T > 0 the draft's sampling distributions q (same warpers as the target's) are kept in
-    `q_rows` (γ, V) for the rejection-sampling verifier; every node's `draft_p` is q(x), or at
+    At T > 0 the proposal carries the draft's sampling distributions q (same warpers as the target's)
+    as `q_rows` (γ, V) for the rejection-sampling verifier; every node's `draft_p` is q(x), or at
     T = 0 the draft's softmax probability of its argmax token.
     """
+
+    prefill_topk = 0
+    generated_topk = 0
 
     def __init__(self, model, gamma: int = 6, temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0,
                  generator: torch.Generator | None = None):
@@ -39,14 +42,21 @@ class DraftModelDrafter:
         self.n_cached = 0  # the cache holds sequence[:n_cached] of the committed sequence
         self.drafted: list[int] = []  # the last proposal's tokens
         self.base = 0  # len(sequence) at the last proposal
-        self.q_rows: torch.Tensor | None = None
 
-    def begin(self, prompt_ids: list[int], prefill: PrefillTopK | None) -> None:
+    @classmethod
+    def from_params(cls, params: dict[str, Any], env: DraftEnv) -> "DraftModelDrafter":
+        if env.draft is None:
+            raise InvalidInputError("this method drafts with a draft model: pass --draft (e.g. the qwen2.5-coder-0.5b preset)")
+        check_draft(env.target, env.draft)
+        return cls(env.draft.model, params["gamma"], float(params.get("temperature", 0.0)), params.get("top_k", 0),
+                   params.get("top_p", 1.0), env.generator)
+
+    def begin(self, prompt_ids: list[int], prefill: TopK | None) -> None:
         self.cache = kv.new_cache(self.model)
-        self.n_cached, self.drafted, self.base, self.q_rows = 0, [], 0, None
+        self.n_cached, self.drafted, self.base = 0, [], 0
         # The prompt but its last token, like the target: that token is the first step's root.
-        for start in range(0, len(prompt_ids) - 1, PREFILL_CHUNK):
-            self._forward(prompt_ids[start : min(start + PREFILL_CHUNK, len(prompt_ids) - 1)])
+        for start in range(0, len(prompt_ids) - 1, kv.PREFILL_CHUNK):
+            self._forward(prompt_ids[start : min(start + kv.PREFILL_CHUNK, len(prompt_ids) - 1)])
 
     @torch.inference_mode()
     def _forward(self, ids: Sequence[int]) -> torch.Tensor:
@@ -67,7 +77,7 @@ class DraftModelDrafter:
         return token, float(q[token]), q
 
     @torch.inference_mode()
-    def propose(self, sequence: list[int]) -> DraftTree:
+    def propose(self, sequence: list[int]) -> Proposal:
         if self.n_cached >= len(sequence):  # never happens in the engine's loop; keep one token to feed
             kv.crop(self.cache, len(sequence) - 1)
             self.n_cached = len(sequence) - 1
@@ -81,14 +91,13 @@ class DraftModelDrafter:
             if i + 1 < self.gamma:
                 logits = self._forward([token])
         self.base, self.drafted = len(sequence), tokens
-        self.q_rows = torch.stack(qs) if self.processors is not None else None
         tree = DraftTree.root_only(sequence[-1])
         node = 0
         for token, p in zip(tokens, probs):
             node = tree.add(node, token, "draft", p)
-        return tree
+        return Proposal(tree, torch.stack(qs) if self.processors is not None else None)
 
-    def commit(self, new_tokens: list[int]) -> None:
+    def commit(self, new_tokens: list[int], predictions: np.ndarray | None) -> None:
         # The cache holds sequence + drafted[:-1]; keep the part the committed tokens agree with.
         agree = 0
         for a, b in zip(self.drafted[:-1], new_tokens):
@@ -102,7 +111,7 @@ class DraftModelDrafter:
         self.drafted = []
 
 
-# -- building the methods ---------------------------------------------------------------------
+# -- the pair check -------------------------------------------------------------------------
 _CHECKED_PAIRS: set[tuple[str, str]] = set()
 
 
@@ -119,33 +128,3 @@ def check_draft(target, draft) -> None:
         raise InvalidInputError(f"cannot tell whether {draft.name!r} shares the tokenizer of {target.name!r}: "
                                 "their tokenizers are of different kinds and list no vocabulary")
     _CHECKED_PAIRS.add(key)
-
-
-def build_sd(params: dict[str, Any], *, target, draft=None, rescue: Rescue | None = None, memory=None,
-             context_ids: list[int] | None = None) -> tuple[Any, Verifier, int]:
-    """Drafter and verifier of a draft-model method (or, without a draft, over context drafts).
-
-    `rescue` None is plain SD (lossless); a given `memory` is updated at every rejection.
-    """
-    temperature = float(params.get("temperature", 0.0))
-    generator = torch.Generator().manual_seed(int(params.get("seed", 0)))
-    if draft is not None:
-        check_draft(target, draft)
-        drafter = DraftModelDrafter(draft.model, params["gamma"], temperature, params.get("top_k", 0), params.get("top_p", 1.0), generator)
-        prefill_topk = 0
-    else:
-        from core.drafters import ContextDrafter
-
-        drafter = ContextDrafter(params["key_len"], params["ngram"], params["max_nodes"], params["align_m"], context_ids=context_ids)
-        prefill_topk = drafter.prefill_topk
-    if temperature == 0.0:
-        def verify(tree, logits, stats):
-            return verify_rescue_greedy(tree, stats, rescue, memory)
-    else:
-        procs = sampling_processors(temperature, params.get("top_k", 0), params.get("top_p", 1.0))
-
-        def verify(tree, logits, stats):
-            q_rows = getattr(drafter, "q_rows", None)
-            return verify_rescue_sampling(tree, logits, procs, generator, rescue, memory, q_rows)
-
-    return drafter, verify, prefill_topk

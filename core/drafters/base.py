@@ -1,0 +1,77 @@
+"""The drafter protocol: what the engine asks of every drafting strategy, and nothing more.
+
+A drafter proposes a draft tree rooted at the pending token and learns from what was committed, as
+transformers' candidate generators do. What it needs from the target's forwards it declares up front
+(`prefill_topk`, `generated_topk`); the engine hands those predictions over, so no caller ever probes
+a drafter for optional attributes.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+
+from core.tree import DraftTree
+
+
+@dataclass
+class TopK:
+    """The target's top-k next-token ids at every prompt position i (predicting token i + 1)."""
+
+    ids: np.ndarray  # (n, k) int32, best first
+
+
+@dataclass
+class Proposal:
+    """One step's draft: the tree (each node with its source and, for draft models, its draft
+    probability) and, where a sampling verifier needs them, the draft's distributions."""
+
+    tree: DraftTree
+    q_rows: torch.Tensor | None = None  # (depth, V): the draft model's sampling distribution at each chain depth (T > 0)
+
+
+@dataclass(frozen=True)
+class DraftEnv:
+    """What a drafter may be built from besides the method's parameters."""
+
+    target: Any = None  # core.models.LoadedModel
+    draft: Any = None  # a LoadedModel sharing the target's tokenizer, for draft-model drafters
+    context_ids: list[int] | None = None  # a separate document for the pool (CASD's full context); None = the prompt
+    generator: torch.Generator | None = None  # the run's one random stream, shared with the sampling verifier
+
+
+class Drafter(Protocol):
+    prefill_topk: int  # target predictions per prompt position that `begin` wants (0 = none)
+    generated_topk: int  # target predictions per committed token that `commit` wants (0 = none)
+
+    def begin(self, prompt_ids: list[int], prefill: TopK | None) -> None:
+        """Start a request: `prefill` holds `prefill_topk` predictions per prompt position (None when 0)."""
+
+    def propose(self, sequence: list[int]) -> Proposal:
+        """A draft tree rooted at `sequence[-1]`, the pending token."""
+
+    def commit(self, new_tokens: list[int], predictions: np.ndarray | None) -> None:
+        """The tokens this step committed; `predictions[j]` are the target's top `generated_topk` ids at
+        the position of new_tokens[j] (None when `generated_topk` is 0)."""
+
+
+class NoDraft:
+    """Root-only trees: plain autoregressive decoding through the same engine."""
+
+    prefill_topk = 0
+    generated_topk = 0
+
+    @classmethod
+    def from_params(cls, params: dict[str, Any], env: DraftEnv) -> "NoDraft":
+        return cls()
+
+    def begin(self, prompt_ids: list[int], prefill: TopK | None) -> None:
+        pass
+
+    def propose(self, sequence: list[int]) -> Proposal:
+        return Proposal(DraftTree.root_only(sequence[-1]))
+
+    def commit(self, new_tokens: list[int], predictions: np.ndarray | None) -> None:
+        pass

@@ -1,0 +1,225 @@
+"""The tree walk: which draft nodes the target accepts, as pure functions of per-node statistics.
+
+`walk` is the one verification walk at temperature 0, for every method: the engine calls it on fresh
+statistics and workbench.rescore on stored ones, so an offline re-score decides exactly as the run did.
+It is parameterised by
+- `rules` (core.rules): one rule, or one per node source (AASD's split). Strict verification is
+  `walk(..., rules=strict)`; there is no other strict walk.
+- `rescue` and `count_of` (CSD, seed 004 Algorithm 1): where the accepted path ends at a node whose
+  children all failed, the child the target finds most probable is the *candidate*; `count_of(node,
+  correction)` reads the memory count of (candidate, t*) before updating it (the engine's memory) or
+  returns the recorded count (re-scoring), and the rescue rule may accept the candidate anyway, after
+  which the walk goes on below it.
+
+`sample_walk` is lossless speculative sampling at T > 0 (random draws, so it is never re-scored),
+with the same rescue step at each rejection.
+
+Path choice (METHODS.md): among root-to-node paths whose nodes all pass, the longest; ties go to the
+higher sum of log-probabilities.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import torch
+from transformers import LogitsProcessorList
+
+from core.rules import NodeStats, Rescue, RuleResult, Rules, rescue_decision, rule_for
+from core.tree import DraftTree
+
+UNKNOWN = "unknown"  # a rescue candidate whose memory count is not known (re-scoring a node the run never judged)
+CountOf = Callable[[int, "int | None"], "int | None"]  # (candidate node, correction t*) -> M[(x, t*)] before the update
+
+
+@dataclass
+class Verdict:
+    """What a walk decided for every node of one tree, and the token the target adds after the path."""
+
+    path: list[int]  # accepted node ids from the root (included) down
+    decisions: list[str]  # per node: accepted / rejected / rescued / unreached (UNKNOWN only offline)
+    reasons: list[str]
+    thresholds: list[float | None]
+    extra: list[dict] = field(default_factory=list)  # per node, trace fields of a rejection: correction_id, mem_count
+    bonus: int | None = None  # the target's token after the last accepted node (None offline when not recorded)
+    note: str | None = None  # why a walk stopped early (an UNKNOWN node): the accepted length is a lower bound
+
+
+def choose_path(tree: DraftTree, passed: Sequence[bool], logp: Sequence[float], start: int = 0) -> list[int]:
+    """The longest path down from `start` whose nodes all pass; ties go to the higher sum of log-probabilities."""
+    score = {start: 0.0}  # nodes reachable from `start` through passing nodes
+    best = start
+    for i in range(start + 1, len(tree)):
+        parent = tree.parents[i]
+        if parent not in score or not passed[i]:
+            continue
+        score[i] = score[parent] + logp[i]
+        if tree.depths[i] > tree.depths[best] or (tree.depths[i] == tree.depths[best] and score[i] > score[best]):
+            best = i
+    path = tree.path_to(best)
+    return path[path.index(start):]
+
+
+def best_child(kids: Sequence[int], score: Callable[[int], float]) -> int:
+    """The rejected child the target finds most probable (ties: the earlier node): CSD's candidate."""
+    return max(kids, key=lambda c: (score(c), -c))
+
+
+def _rescued(rescue: Rescue | None, count: int | None, gap: float) -> tuple[bool | None, str]:
+    """CSD's rescue test at one rejection: True / False with its reason, or None when the memory
+    count it needs is unknown."""
+    if rescue is None:
+        return False, ""
+    if rescue.lam is not None and count is None:
+        return None, ("this node was never judged in the original run, so its memory count M[(x, t*)] is unknown; "
+                      "the walk stops here and the accepted length is a lower bound")
+    return rescue_decision(rescue, count, gap)
+
+
+def _finish(tree: DraftTree, path: list[int], results: Sequence[RuleResult | None], rescued: set[int],
+            stopped_at: dict[int, tuple[str, str]]) -> tuple[list[str], list[str]]:
+    """Decisions and reasons once the path is known; `stopped_at` holds the rescue candidate the walk
+    did not take, with its decision (rejected or UNKNOWN) and reason."""
+    on_path = set(path)
+    decisions, reasons = ["accepted"], ["pending token (root)"]
+    for i in range(1, len(tree)):
+        res = results[i]
+        if i in on_path:
+            decisions.append("rescued" if i in rescued else "accepted")
+            reasons.append(res.reason)
+        elif i in stopped_at:
+            decisions.append(stopped_at[i][0])
+            reasons.append(stopped_at[i][1])
+        elif tree.parents[i] in on_path:
+            decisions.append("rejected")
+            reasons.append(res.reason if not res.passed else f"{res.reason}; passed, but a longer or likelier path was chosen")
+        else:
+            decisions.append("unreached")
+            reasons.append("an ancestor was not accepted")
+    return decisions, reasons
+
+
+def walk(tree: DraftTree, nodes: Sequence[NodeStats | None], logp: Sequence[float], rules: Rules, *,
+         rescue: Rescue | None = None, argmax: Sequence[int | None] | None = None,
+         count_of: CountOf | None = None) -> Verdict:
+    """Judge every node by its source's rule, take the best passing path, and at its end try CSD's rescue.
+
+    `argmax[row]` is the target's own token after node `row` (the correction t* at a rejection there and
+    the bonus after the path); offline it may be None where no record tells it.
+    """
+    n = len(tree)
+    results: list[RuleResult | None] = [None] + [rule_for(rules, tree.sources[i])(nodes[i]) for i in range(1, n)]
+    passed = [True] + [r.passed for r in results[1:]]
+    thresholds = [None] + [r.threshold for r in results[1:]]
+    extra: list[dict] = [{} for _ in range(n)]
+    kids = tree.children()
+    path, rescued, stopped_at, note = [0], set(), {}, None
+    while True:
+        path += choose_path(tree, passed, logp, start=path[-1])[1:]
+        end = path[-1]
+        if not kids[end]:
+            break
+        # Every child of `end` failed its rule: the likeliest is the rejection CSD's memory records.
+        cand = best_child(kids[end], lambda c: logp[c])
+        correction = argmax[end] if argmax is not None else None
+        count = count_of(cand, correction) if count_of is not None else None
+        extra[cand] = {"correction_id": correction, "mem_count": count}
+        ok, detail = _rescued(rescue, count, -nodes[cand].logit_gap)  # t* is the argmax at T = 0
+        if rescue is not None:
+            thresholds[cand] = rescue.tau
+        why = f"{results[cand].reason}; correction {correction if correction is not None else 'not recorded'}"
+        reason = f"{why}; {detail}" if detail else why
+        if ok is None:
+            stopped_at[cand], note = (UNKNOWN, detail), detail
+            break
+        if not ok:
+            stopped_at[cand] = ("rejected", reason)
+            break
+        results[cand] = RuleResult(True, rescue.tau, reason)
+        passed[cand] = True
+        rescued.add(cand)
+        path.append(cand)
+    decisions, reasons = _finish(tree, path, results, rescued, stopped_at)
+    bonus = argmax[path[-1]] if argmax is not None else None
+    return Verdict(path, decisions, reasons, thresholds, extra, bonus, note)
+
+
+def sample_walk(tree: DraftTree, logits: torch.Tensor, processors: LogitsProcessorList, generator: torch.Generator, *,
+                rescue: Rescue | None = None, count_of: CountOf | None = None,
+                q_rows: torch.Tensor | None = None) -> Verdict:
+    """T > 0: lossless speculative sampling, with CSD's rescue at each rejection.
+
+    With `q_rows` (a draft model's sampling distributions, row i for the child of chain node i):
+    Leviathan et al.: accept x with probability min(1, p(x)/q(x)), else t* ~ norm(max(0, p − q)).
+    Without (deterministic drafts, q one-hot, any tree): draw s ~ p; the child equal to s is
+    accepted, otherwise t* = s (a sample of p given that it is no child: the residual). Every emitted
+    token is thus a sample from the target given its prefix. p is the target under the same warpers as
+    the draft; the gate uses the raw logits, as CSD does.
+    """
+    logits = logits.float().cpu()
+    n = len(tree)
+    kids = tree.children()
+    decisions = ["accepted"] + ["unreached"] * (n - 1)
+    reasons = ["pending token (root)"] + ["an ancestor was not accepted"] * (n - 1)
+    thresholds: list[float | None] = [None] * n
+    extra: list[dict] = [{} for _ in range(n)]
+    node, path = 0, [0]
+
+    def target_probs(row: int) -> torch.Tensor:
+        return torch.softmax(processors(None, logits[row : row + 1])[0], dim=-1)
+
+    def draw(probs: torch.Tensor) -> int:
+        return int(torch.multinomial(probs, 1, generator=generator).item())
+
+    while True:
+        p = target_probs(node)
+        if not kids[node]:
+            bonus = draw(p)
+            break
+        if q_rows is not None:
+            if len(kids[node]) != 1:
+                raise ValueError("draft-model rejection sampling needs a chain (one child per node)")
+            cand = kids[node][0]
+            x = tree.tokens[cand]
+            q = q_rows[tree.depths[cand] - 1].float()
+            q = torch.nn.functional.pad(q, (0, max(0, p.shape[0] - q.shape[0])))[: p.shape[0]]  # a smaller draft head: q = 0 beyond it
+            px, qx = float(p[x]), float(q[x])
+            alpha = min(1.0, px / qx) if qx > 0 else 1.0
+            r = float(torch.rand(1, generator=generator).item())
+            if r < alpha:
+                decisions[cand], reasons[cand] = "accepted", f"r {r:.3f} < min(1, p/q) = {alpha:.3f}"
+                node = cand
+                path.append(node)
+                continue
+            residual = (p - q).clamp_min(0.0)
+            mass = float(residual.sum())
+            correction = draw(residual / mass if mass > 0 else p)
+            why = f"r {r:.3f} ≥ min(1, p/q) = {alpha:.3f}"
+        else:
+            sample = draw(p)
+            match = next((c for c in kids[node] if tree.tokens[c] == sample), None)
+            for c in kids[node]:
+                decisions[c] = "accepted" if c == match else "rejected"
+                reasons[c] = "equals the target's sample" if c == match else "differs from the target's sample"
+            if match is not None:
+                node = match
+                path.append(node)
+                continue
+            correction = sample
+            cand = best_child(kids[node], lambda c: float(p[tree.tokens[c]]))
+            why = "differs from the target's sample"
+        count = count_of(cand, correction) if count_of is not None else None
+        extra[cand] = {"correction_id": correction, "mem_count": count}
+        z = logits[node]
+        ok, detail = _rescued(rescue, count, float(z[tree.tokens[cand]] - z[correction]))
+        if ok is None:
+            raise ValueError("CSD's memory condition (λ) needs a correction memory: pass count_of")
+        thresholds[cand] = rescue.tau if rescue is not None else None
+        decisions[cand] = "rescued" if ok else "rejected"
+        reasons[cand] = f"{why}; correction {correction}" + (f"; {detail}" if detail else "")
+        if not ok:
+            bonus = correction
+            break
+        node = cand
+        path.append(node)
+    return Verdict(path, decisions, reasons, thresholds, extra, bonus)
