@@ -18,7 +18,7 @@ import pytest
 from sqlalchemy import create_engine, make_url, text
 
 from core.trace import NodeTrace, RunTrace, StepTrace
-from workbench.cli import main
+from workbench.commands.main import main
 from workbench.store import (CorruptStoreError, CsvFormatError, RunNotFoundError, SchemaVersionError, Store,
                              StoreLockedError, compare_traces, resolve_url)
 
@@ -128,7 +128,17 @@ def test_compare_runs():
     assert (c["first_divergence"], c["token_a"], c["token_b"], c["step_a"], c["step_b"]) == (3, a.output_ids[3], 99, 1, 1)
     assert c["lengths_a"] == [2, 2, 2]
     short = make_run(steps=2)
-    assert compare_traces(a, short)["first_divergence"] == 4
+    c = compare_traces(a, short)
+    # the shorter output ends first: it has no token and no step there
+    assert (c["first_divergence"], c["step_a"], c["step_b"], c["token_b"]) == (4, 2, None, None)
+
+
+def test_the_store_does_not_import_torch_or_gradio():
+    # The CLI's store commands and the migrations stay light; core.models (torch) is only imported
+    # lazily when the default location is needed.
+    code = "import sys, workbench.store; print(sorted({'torch', 'gradio', 'plotly'} & set(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
 
 
 def test_tiny_model_traces_round_trip(new_url, stores, tiny):

@@ -1,14 +1,21 @@
 """The workbench through its HTTP API (gradio_client), on the real default model: compare, replay,
-re-scoring, export, and bad input that must come back as a readable message while the app keeps serving."""
+re-scoring, export, and bad input that must come back as a readable message while the app keeps serving.
+Also the replay's pure helpers (workbench/ui/replay_view.py) on a hand-built run, without the app."""
 from __future__ import annotations
 
 import csv
 import io
+import re
 import zipfile
+from types import SimpleNamespace
 
 import pytest
 
-pytestmark = pytest.mark.real_model
+from core.trace import NodeTrace, RunTrace, StepTrace
+from workbench.ui import replay_view as rv
+from workbench.ui.shared import TUNABLE, step_ends
+
+real_model = pytest.mark.real_model
 SLOTS = 4
 
 
@@ -26,6 +33,7 @@ def default_comparison(app):
     return status, heads, metrics, texts, {r.method: r.id for r in runs}
 
 
+@real_model
 def test_compare_fills_three_columns_and_stores_the_runs(default_comparison):
     status, heads, metrics, texts, ids = default_comparison
     assert status.startswith("done"), status
@@ -39,6 +47,7 @@ def test_compare_fills_three_columns_and_stores_the_runs(default_comparison):
     assert "tok-context" in texts[1]
 
 
+@real_model
 def test_replay_moves_through_steps(app, default_comparison):
     _, client = app
     rid = default_comparison[-1]["aasd"]
@@ -52,6 +61,7 @@ def test_replay_moves_through_steps(app, default_comparison):
     assert first[4]["headers"][:3] == ["node", "parent", "depth"]
 
 
+@real_model
 def test_rescoring_with_own_params_changes_nothing_and_a_lower_threshold_flips(app, default_comparison):
     _, client = app
     rid = default_comparison[-1]["aasd"]
@@ -68,6 +78,7 @@ def test_rescoring_with_own_params_changes_nothing_and_a_lower_threshold_flips(a
     assert fixed[0].startswith("aasd-fixed: δ = 0.001") and "first change at step" in fixed[0], fixed[0]
 
 
+@real_model
 def test_rerun_with_new_settings_stores_a_second_run(app, default_comparison):
     demo, client = app
     rid = default_comparison[-1]["aasd"]
@@ -78,6 +89,7 @@ def test_rerun_with_new_settings_stores_a_second_run(app, default_comparison):
     assert len(new) == 1 and f"re-run #{new.pop()}" in md and original and rerun
 
 
+@real_model
 def test_export_zip_holds_the_runs_csv(app, default_comparison):
     _, client = app
     ids = sorted(default_comparison[-1].values())
@@ -89,6 +101,7 @@ def test_export_zip_holds_the_runs_csv(app, default_comparison):
     assert sorted(int(r["run_id"]) for r in runs) == ids
 
 
+@real_model
 @pytest.mark.parametrize("kw, message", [
     (dict(prompt_text="", context_text=""), "the prompt is empty"),
     (dict(context_text="lighthouse keeper " * 6000), "context is 8192"),
@@ -104,3 +117,74 @@ def test_bad_input_shows_a_message_and_the_app_keeps_serving(app, kw, message):
     assert status.startswith("**⚠") and message in status, status
     status, *_ = compare(client, model_name="smollm2-135m", method_list=["greedy"], max_new_tokens=2)
     assert status.startswith("done"), status
+
+
+# ---------------------------------------------------------------- replay helpers (no app)
+
+def chain_step(index: int, tokens: list[str], accepted: int) -> StepTrace:
+    """root -> a chain of context nodes, the first `accepted` accepted and the next rejected, then the bonus."""
+    nodes = [NodeTrace(step=index, cache_pos=0, node=0, parent=-1, depth=0, token_id=0, token_text="^", source="root",
+                       decision="accepted", reason="root")]
+    for i, text in enumerate(tokens[:-1], start=1):
+        decision = "accepted" if i <= accepted else "rejected" if i == accepted + 1 else "unreached"
+        nodes.append(NodeTrace(step=index, cache_pos=0, node=i, parent=i - 1, depth=i, token_id=i, token_text=text,
+                               source="context", decision=decision, reason=decision, p=0.123456, threshold=0.2))
+    nodes.append(NodeTrace(step=index, cache_pos=0, node=len(tokens), parent=accepted, depth=accepted + 1, token_id=99,
+                           token_text=tokens[-1], source="model", decision="bonus", reason="bonus"))
+    return StepTrace(index=index, cache_pos=0, tree_size=len(tokens) - 1, accepted=accepted,
+                     emitted=list(range(accepted + 1)), nodes=nodes, draft_ms=1.0, forward_ms=2.0)
+
+
+@pytest.fixture
+def replay_run() -> RunTrace:
+    steps = [chain_step(0, [" a", " b", " x", "!"], accepted=2), chain_step(1, [" c", " y", "?"], accepted=0)]
+    return RunTrace(method="aasd", params={"alpha": 0.3, "beta": 0.05, "max_nodes": 16}, model="m", draft_model=None,
+                    device="cpu", dtype="float32", prompt="p", prompt_ids=[1], output_ids=[0, 1, 2, 0], steps=steps,
+                    decode_seconds=1.0)
+
+
+def test_replay_step_outputs_show_the_text_so_far_and_the_step(replay_run):
+    origins = [(" a", "context"), (" b", "context"), ("!", "model"), ("?", "model")]
+    info, text, tree, thresholds, nodes = rv.step_outputs(7, replay_run, origins, step_ends(replay_run), 0)
+    assert info.startswith("run #7 · aasd · step 0 of 0–1 · tree 3 nodes · accepted 2 + bonus")
+    assert re.findall(r'title="(\w+)">([^<]*)</span>', text) == [("context", " a"), ("context", " b"), ("model", "!")]
+    assert tree is not None and thresholds is not None
+    assert list(nodes.columns) == list(rv.NODE_COLUMNS) and len(nodes) == 5
+    assert list(nodes["decision"]) == ["accepted", "accepted", "accepted", "rejected", "bonus"]
+    assert nodes["p"].iloc[1] == 0.1235  # four significant digits
+    # a step past the end (the slider of another run) shows the last step, with all the text
+    info, text, *_ = rv.step_outputs(7, replay_run, origins, step_ends(replay_run), 99)
+    assert "step 1 of 0–1" in info and text.count("<span") == 4
+
+
+def test_replay_of_a_run_without_steps_shows_its_text_and_no_figures(replay_run):
+    replay_run.steps = []
+    info, text, *figures = rv.step_outputs(3, replay_run, [("whole text", "model")], [], 5)
+    assert "has no steps to replay" in info and "whole text" in text and figures == [None, None, None]
+
+
+def test_player_stops_at_the_last_step(replay_run):
+    assert rv.next_step(replay_run, 0) == 1
+    assert rv.next_step(replay_run, None) == 1
+    assert rv.next_step(replay_run, 1) is None
+
+
+def test_tuning_takes_only_the_parameters_of_the_judging_method(replay_run):
+    assert rv.judge_of(rv.OWN_RULE) is None and rv.judge_of(None) is None and rv.judge_of("aasd-fixed") == "aasd-fixed"
+    assert rv.tuning_values(replay_run) == [None, 0.3, 0.05, None, None]  # TUNABLE order
+    values = dict(zip(TUNABLE, [0.01, 0.5, 0.2, 0.1, 3]))
+    assert rv.tuned_params("aasd", list(values.values())) == {"alpha": 0.5, "beta": 0.2}
+    assert rv.tuned_params("casd", list(values.values())) == {"delta": 0.01}
+    # a re-run keeps the run's own parameters the method takes and puts the sliders' values over them
+    assert rv.rerun_params(replay_run, "aasd", list(values.values())) == {"alpha": 0.5, "beta": 0.2, "max_nodes": 16}
+    assert rv.rerun_params(replay_run, "casd", list(values.values())) == {"delta": 0.01, "max_nodes": 16}
+    assert rv.rule_choices()[0] == rv.OWN_RULE and "aasd-fixed" in rv.rule_choices()
+    assert rv.slider_range("tau")[0] == 1e-4 and rv.slider_range("lam")[2] == 1
+
+
+def test_rescore_summary_names_the_rule_values_and_first_change():
+    result = SimpleNamespace(method="aasd-fixed", first_divergence=4, original_mal=2.0, predicted_mal=2.5)
+    assert rv.rescore_summary(result, {"delta": 0.001}).startswith(
+        "aasd-fixed: δ = 0.001: first change at step 4; MAL 2.00 → predicted **2.50**")
+    result.first_divergence = None
+    assert "takes none of" in rv.rescore_summary(result, {}) and "no decision changes" in rv.rescore_summary(result, {})

@@ -17,7 +17,7 @@ import plotly.graph_objects as go
 import plotly.io as pio
 from plotly.subplots import make_subplots
 
-from core.stats import acceptance_by, first_divergence, run_metrics
+from core.stats import acceptance_by, run_metrics
 from core.trace import NodeTrace, RunTrace, StepTrace
 
 # ---------------------------------------------------------------- colours and names
@@ -465,6 +465,7 @@ def accept_hist_figure(runs: Sequence[Any]) -> go.Figure:
 
 def _rate_figure(runs: Sequence[Any], key: Callable[[NodeTrace], Any], title: str, x_title: str,
                  kind: str) -> go.Figure:
+    # core.stats.acceptance_by is the one per-source / per-depth acceptance: accepted ÷ verified nodes.
     collected = [(r.label, acceptance_by(r.trace, key)) for r in _collect(runs) if r.trace is not None]
     collected = [(label, table) for label, table in collected if table]
     if not collected:
@@ -481,17 +482,17 @@ def _rate_figure(runs: Sequence[Any], key: Callable[[NodeTrace], Any], title: st
         fig.add_trace(go.Scatter(mode="lines+markers", **common) if kind == "line" else go.Bar(**common))
     fig.update_layout(template="plotly_white", title=title, barmode="group", height=360, margin={"t": 50},
                       xaxis={"title": x_title, **({"dtick": 1} if kind == "line" else {})},
-                      yaxis={"title": "accepted / reached", "range": [0, 1.05], "tickformat": ".0%"})
+                      yaxis={"title": "accepted / verified", "range": [0, 1.05], "tickformat": ".0%"})
     return fig
 
 
 def accept_by_depth_figure(runs: Sequence[Any]) -> go.Figure:
-    """Acceptance rate of the nodes the verifier reached, by depth in the draft tree."""
+    """Acceptance by depth in the draft tree: accepted ÷ verified draft nodes (core.stats.acceptance_by)."""
     return _rate_figure(runs, lambda n: n.depth, "acceptance by depth", "depth", "line")
 
 
 def accept_by_source_figure(runs: Sequence[Any]) -> go.Figure:
-    """Acceptance rate of the nodes the verifier reached, by where the drafter took them from."""
+    """Acceptance by where the drafter took the nodes from: accepted ÷ verified (core.stats.acceptance_by)."""
     return _rate_figure(runs, lambda n: n.source, "acceptance by source", "source", "bar")
 
 

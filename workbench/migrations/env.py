@@ -10,7 +10,7 @@ then read the new file under versions/ (batch mode is on, so SQLite can alter ta
 from alembic import context
 from sqlalchemy import create_engine
 
-from workbench.store import Base
+from workbench.store.schema import Base
 
 config = context.config
 connection = config.attributes.get("connection")

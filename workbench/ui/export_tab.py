@@ -1,0 +1,49 @@
+"""The Export tab: chosen stored runs (by default the last comparison) as runs.csv, steps.csv and
+nodes.csv in one zip."""
+from __future__ import annotations
+
+import tempfile
+import zipfile
+from pathlib import Path
+
+import gradio as gr
+
+from core.errors import WorkbenchError
+from workbench.store import Store
+from workbench.ui.shared import error_md, parse_run_ids, run_choices
+
+
+def export_zip(store: Store, choice, last_comparison) -> tuple[str | None, str]:
+    """(path of the zip or None, a status line)."""
+    try:
+        ids = parse_run_ids(choice or last_comparison)
+    except WorkbenchError as e:
+        return None, error_md(e)
+    if not ids:
+        return None, error_md("choose runs to export (or run a comparison first)")
+    out = Path(tempfile.mkdtemp(prefix="workbench-export-"))
+    try:
+        files = store.export_csv(ids, out)
+    except WorkbenchError as e:
+        return None, error_md(e)
+    zpath = out / f"runs-{'-'.join(map(str, ids[:8]))}.zip"
+    with zipfile.ZipFile(zpath, "w", zipfile.ZIP_DEFLATED) as z:
+        for f in files.values():
+            z.write(f, f.name)
+    return str(zpath), f"exported {len(ids)} run(s): {', '.join(f.name for f in files.values())}"
+
+
+def export_tab(store: Store, compare_ids: gr.State) -> gr.Dropdown:
+    """Build the tab; returns the run picker (refreshed when the tab opens)."""
+    with gr.Row():
+        chosen = gr.Dropdown(run_choices(store), multiselect=True, allow_custom_value=True,
+                             label="Runs to export (empty: the last comparison)", scale=4)
+        refresh = gr.Button("Refresh list", scale=1)
+        export_btn = gr.Button("Export CSV (zip)", variant="primary", scale=1)
+    file = gr.File(label="runs.csv, steps.csv and nodes.csv", elem_id="export-file")
+    note = gr.Markdown("")
+
+    refresh.click(lambda: gr.Dropdown(choices=run_choices(store)), None, [chosen], api_name=False)
+    export_btn.click(lambda choice, last: export_zip(store, choice, last), [chosen, compare_ids], [file, note],
+                     api_name="export")
+    return chosen

@@ -1,0 +1,214 @@
+"""The Replay & tune tab: pick a stored run, step through it (text so far, draft tree, thresholds,
+node table), re-score every stored step under new thresholds without the model, or re-run it.
+
+Components are built by small functions, one per panel; the handlers are methods of ReplayHandlers
+and turn replay_view's pure results into outputs. The session keeps only the run id."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import gradio as gr
+
+from core.errors import WorkbenchError
+from core.params import PARAMS
+from workbench import service
+from workbench.rescore import rescore_run
+from workbench.store import Store
+from workbench.ui import replay_view as rv
+from workbench.ui.shared import TUNABLE, RunCache, error_md, param_label, runs_frame
+
+
+@dataclass
+class RunPicker:
+    """The stored runs, the run id and the step player."""
+    filt: gr.Textbox
+    refresh: gr.Button
+    runs: gr.Dataframe
+    run_id: gr.Number
+    load: gr.Button
+    play: gr.Button
+    pause: gr.Button
+    timer: gr.Timer
+    step: gr.Slider
+
+
+@dataclass
+class StepPanel:
+    """What one step shows; `outputs` is the order StepPanel handlers return."""
+    info: gr.Markdown
+    text: gr.HTML
+    tree: gr.Plot
+    thresholds: gr.Plot
+    nodes: gr.Dataframe
+
+    @property
+    def outputs(self) -> list:
+        return [self.info, self.text, self.tree, self.thresholds, self.nodes]
+
+
+@dataclass
+class TuningPanel:
+    sliders: dict[str, gr.Slider]
+    rule: gr.Dropdown
+    summary: gr.Markdown
+    flips: gr.Dataframe
+    rerun: gr.Button
+    original_text: gr.HTML
+    rerun_text: gr.HTML
+    rerun_md: gr.Markdown
+
+    @property
+    def inputs(self) -> list:
+        """After the run id: the rule, then the sliders in TUNABLE order."""
+        return [self.rule, *self.sliders.values()]
+
+
+def run_picker(store: Store) -> RunPicker:
+    with gr.Row():
+        filt = gr.Textbox("", label="Filter runs (method, model, tag, status)", scale=3)
+        refresh = gr.Button("Refresh", scale=1)
+    runs = gr.Dataframe(runs_frame(store), interactive=False, max_height=240, label="Stored runs (click a row to replay)")
+    with gr.Row():
+        run_id = gr.Number(None, label="Run id", precision=0, scale=1, elem_id="replay-run-id")
+        load = gr.Button("Load run", scale=1)
+        play = gr.Button("▶ Play", scale=1)
+        pause = gr.Button("Pause", scale=1)
+    timer = gr.Timer(0.6, active=False)
+    step = gr.Slider(0, 1, value=0, step=1, label="Step", elem_id="replay-step")
+    return RunPicker(filt, refresh, runs, run_id, load, play, pause, timer, step)
+
+
+def step_panel() -> StepPanel:
+    info = gr.Markdown("", elem_id="replay-info")
+    text = gr.HTML("", elem_classes=["tokens"], elem_id="replay-text")
+    with gr.Row():
+        tree = gr.Plot(label="Draft tree of this step")
+        thresholds = gr.Plot(label="p against the threshold (and the CSD gate)")
+    nodes = gr.Dataframe(interactive=False, max_height=260, label="Nodes of this step")
+    return StepPanel(info, text, tree, thresholds, nodes)
+
+
+def tuning_panel() -> TuningPanel:
+    gr.Markdown("### Live tuning: re-score every stored step under new thresholds (no model)")
+    with gr.Row():
+        sliders = {}
+        for name in TUNABLE:
+            low, high, step = rv.slider_range(name)
+            sliders[name] = gr.Slider(low, high, value=PARAMS[name].default, step=step, label=param_label(name),
+                                      elem_id=f"tune-{name}")
+    rule = gr.Dropdown(rv.rule_choices(), value=rv.OWN_RULE,
+                       label="Judge with the rule of (same drafts; e.g. aasd-fixed to try CASD's δ on an AASD run)",
+                       elem_id="tune-rule")
+    summary = gr.Markdown("", elem_id="tune-summary")
+    flips = gr.Dataframe(interactive=False, max_height=260, label="Decisions that flip (step, node, why)", elem_id="tune-flips")
+    with gr.Row():
+        rerun = gr.Button("Re-run with these settings")
+    with gr.Row():
+        original_text = gr.HTML("", elem_classes=["tokens"])
+        rerun_text = gr.HTML("", elem_classes=["tokens"])
+    rerun_md = gr.Markdown("")
+    return TuningPanel(sliders, rule, summary, flips, rerun, original_text, rerun_text, rerun_md)
+
+
+class ReplayHandlers:
+    """The tab's event handlers; project errors come back as a message, never as an exception."""
+
+    def __init__(self, store: Store, pool: service.ModelPool, cache: RunCache):
+        self.store, self.pool, self.cache = store, pool, cache
+
+    def show_step(self, rid, k):
+        if rid is None:
+            return "choose a run", "", None, None, None
+        try:
+            stored, origins, ends = self.cache.get(int(rid))
+        except WorkbenchError as e:
+            return error_md(e), "", None, None, None
+        return rv.step_outputs(int(rid), stored.trace, origins, ends, k)
+
+    def load(self, rid):
+        """The step slider sized to the run, a status line, and the sliders set to the run's own values."""
+        keep = [gr.update()] * len(TUNABLE)
+        if rid is None:
+            return gr.update(), "type a run id or click a row", *keep
+        try:
+            stored, _, _ = self.cache.get(int(rid))
+        except WorkbenchError as e:
+            return gr.update(), error_md(e), *keep
+        steps = max(1, len(stored.trace.steps))
+        values = [gr.update() if v is None else gr.update(value=v) for v in rv.tuning_values(stored.trace)]
+        return gr.update(maximum=steps - 1, value=0), f"loaded run #{rid}", *values
+
+    def advance(self, k, rid):
+        """The player's tick: the next step, or stop the timer at the last one."""
+        if rid is None:
+            return gr.update(), gr.Timer(active=False)
+        stored, _, _ = self.cache.get(int(rid))
+        nxt = rv.next_step(stored.trace, k)
+        return (gr.update(), gr.Timer(active=False)) if nxt is None else (nxt, gr.update())
+
+    def tune(self, rid, rule_choice, *values):
+        if rid is None:
+            return "load a run first", None
+        try:
+            stored, _, _ = self.cache.get(int(rid))
+            judge = rv.judge_of(rule_choice)
+            params = rv.tuned_params(judge or stored.trace.method, values)
+            result = rescore_run(stored.trace, params, rule=judge)
+        except WorkbenchError as e:
+            return error_md(e), None
+        return rv.rescore_summary(result, params), rv.flips_frame(result)
+
+    def rerun(self, rid, rule_choice, *values):
+        if rid is None:
+            return "", "", "load a run first"
+        try:
+            stored, origins, _ = self.cache.get(int(rid))
+            trace = stored.trace
+            method = rv.judge_of(rule_choice) or trace.method
+            params = rv.rerun_params(trace, method, values)
+            models = self.pool.load(trace.model, trace.draft_model)
+            with self.pool.slot(trace.model):
+                last = None
+                for prog in service.stream_run(method, models, trace.prompt_ids, params, prompt_text=trace.prompt,
+                                               context=trace.context, store=self.store,
+                                               tags=("workbench", f"rerun-of-{rid}")):
+                    last = prog
+        except WorkbenchError as e:
+            return "", "", error_md(e)
+        if last is None or last.error:
+            return "", "", error_md(last.error if last else "the run produced nothing")
+        return rv.rerun_outputs(int(rid), trace, origins, last.run, last.run_id)
+
+
+def pick_row(frame, evt: gr.SelectData) -> int:
+    """The run id of the clicked row of the runs table."""
+    row = evt.index[0] if isinstance(evt.index, (list, tuple)) else evt.index
+    return int(frame.iloc[row]["id"])
+
+
+def replay_tab(store: Store, pool: service.ModelPool, cache: RunCache):
+    """Build the tab and wire it; returns the runs table and its filter (refreshed when the tab opens)."""
+    picker, panel, tuning = run_picker(store), step_panel(), tuning_panel()
+    h = ReplayHandlers(store, pool, cache)
+    loaded = [picker.step, panel.info, *tuning.sliders.values()]
+    shown = dict(fn=h.show_step, inputs=[picker.run_id, picker.step], outputs=panel.outputs)
+
+    picker.refresh.click(lambda f: runs_frame(store, f), [picker.filt], [picker.runs], api_name="list_runs")
+    picker.filt.submit(lambda f: runs_frame(store, f), [picker.filt], [picker.runs], api_name=False)
+    picker.runs.select(pick_row, [picker.runs], [picker.run_id], api_name=False).then(
+        h.load, [picker.run_id], loaded, api_name=False).then(**shown, api_name=False)
+    picker.load.click(h.load, [picker.run_id], loaded, api_name="load_run").then(**shown, api_name=False)
+    picker.step.change(**shown, api_name="replay_step", trigger_mode="always_last")
+    picker.play.click(lambda: gr.Timer(active=True), None, [picker.timer], api_name=False)
+    picker.pause.click(lambda: gr.Timer(active=False), None, [picker.timer], api_name=False)
+    picker.timer.tick(h.advance, [picker.step, picker.run_id], [picker.step, picker.timer], api_name=False)
+
+    tune_io = dict(fn=h.tune, inputs=[picker.run_id, *tuning.inputs], outputs=[tuning.summary, tuning.flips])
+    for slider in tuning.sliders.values():
+        slider.change(**tune_io, api_name=False, trigger_mode="always_last")
+    tuning.rule.change(**tune_io, api_name=False)
+    gr.Button("Re-score", visible=False).click(**tune_io, api_name="rescore")
+    tuning.rerun.click(h.rerun, [picker.run_id, *tuning.inputs],
+                       [tuning.original_text, tuning.rerun_text, tuning.rerun_md], api_name="rerun",
+                       concurrency_id="generate")
+    return picker.runs, picker.filt

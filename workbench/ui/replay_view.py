@@ -1,0 +1,118 @@
+"""What the Replay & tune tab shows, as pure functions of a stored run (no Gradio, no events):
+the step header and node table, the tuning sliders' ranges and values, the re-scoring summary and
+the re-run's comparison. replay_tab.py wires them to components."""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pandas as pd
+
+from core.methods import METHODS, get_method
+from core.params import PARAMS
+from core.stats import first_divergence
+from core.trace import RunTrace, StepTrace
+from workbench import views
+from workbench.rescore import RunRescore, flips_table
+from workbench.ui.shared import SYMBOL, TUNABLE, metrics_md, sig
+
+OWN_RULE = "(the run's own)"
+NODE_COLUMNS = ("node", "parent", "depth", "token", "source", "p", "threshold", "entropy", "rank", "decision", "reason")
+
+
+# ---------------------------------------------------------------- one step
+
+def clamp_step(trace: RunTrace, k: Any) -> int:
+    """A step index the run has (the slider may hold one from another run)."""
+    return max(0, min(int(k or 0), len(trace.steps) - 1))
+
+
+def step_info(run_id: int, trace: RunTrace, k: int) -> str:
+    """The header above the replay: where we are and what the step cost."""
+    if not trace.steps:
+        return f"run #{run_id} ({trace.method}) has no steps to replay (transformers' baselines keep none)"
+    s = trace.steps[k]
+    return (f"run #{run_id} · {trace.method} · step {k} of 0–{len(trace.steps) - 1} · tree {s.tree_size} nodes · "
+            f"accepted {s.accepted} + bonus · {s.step_ms:.1f} ms (draft {s.draft_ms:.1f}, forward {s.forward_ms:.1f})")
+
+
+def nodes_frame(step: StepTrace) -> pd.DataFrame:
+    """One row per node record: what the rule saw and what it decided."""
+    return pd.DataFrame([{"node": n.node, "parent": n.parent, "depth": n.depth, "token": n.token_text, "source": n.source,
+                          "p": sig(n.p), "threshold": sig(n.threshold), "entropy": sig(n.entropy), "rank": n.rank,
+                          "decision": n.decision, "reason": n.reason} for n in step.nodes], columns=NODE_COLUMNS)
+
+
+def step_outputs(run_id: int, trace: RunTrace, origins: Sequence[tuple[str, str]], ends: Sequence[int], k: Any):
+    """(header, text so far, tree figure, threshold figure, node table) of step `k`; a run without
+    steps shows its whole text and no figures."""
+    if not trace.steps:
+        return step_info(run_id, trace, 0), views.tokens_html(origins), None, None, None
+    k = clamp_step(trace, k)
+    s = trace.steps[k]
+    return (step_info(run_id, trace, k), views.tokens_html(origins, upto=ends[k]), views.tree_figure(s),
+            views.threshold_figure(s), nodes_frame(s))
+
+
+def next_step(trace: RunTrace, k: Any) -> int | None:
+    """The step after `k` while playing; None at the last one (the player stops)."""
+    nxt = int(k or 0) + 1
+    return nxt if nxt < len(trace.steps) else None
+
+
+# ---------------------------------------------------------------- live tuning
+
+def slider_range(name: str) -> tuple[float, float, float]:
+    """(low, high, step) of a tuning slider: the parameter's range, kept to where it is worth sliding."""
+    spec = PARAMS[name]
+    low = 0.0 if not spec.low_open else (1e-4 if name == "tau" else 0.001)
+    high = {"alpha": 2.0, "lam": 50}.get(name, spec.high)
+    return low, high, 1 if spec.kind is int else 0.001
+
+
+def rule_choices() -> list[str]:
+    """The rule dropdown: the run's own, or any method of our engine (same drafts, another rule)."""
+    return [OWN_RULE] + [name for name, m in METHODS.items() if m.in_engine]
+
+
+def judge_of(rule_choice: str | None) -> str | None:
+    """The method whose rule judges the drafts; None for the run's own."""
+    return None if not rule_choice or rule_choice.startswith("(") else rule_choice
+
+
+def tuning_values(trace: RunTrace) -> list[Any]:
+    """The run's own value of each tuning slider (None where the method takes no such parameter)."""
+    return [trace.params.get(name) for name in TUNABLE]
+
+
+def tuned_params(method: str, values: Sequence[Any]) -> dict[str, Any]:
+    """The sliders' values of the parameters `method` takes (in TUNABLE order)."""
+    takes = get_method(method).params
+    return {name: v for name, v in zip(TUNABLE, values) if name in takes}
+
+
+def rerun_params(trace: RunTrace, method: str, values: Sequence[Any]) -> dict[str, Any]:
+    """The run's parameters that `method` takes, with the sliders' values over them."""
+    takes = get_method(method).params
+    return {**{k: v for k, v in trace.params.items() if k in takes}, **tuned_params(method, values)}
+
+
+def rescore_summary(result: RunRescore, params: Mapping[str, Any]) -> str:
+    """One line: the rule and values tried, the first changed step, and the MAL they predict."""
+    div = "no decision changes" if result.first_divergence is None else f"first change at step {result.first_divergence}"
+    shown = ", ".join(f"{SYMBOL[n]} = {v:g}" for n, v in params.items()) or f"{result.method} takes none of δ α β τ λ"
+    return (f"{result.method}: {shown}: {div}; MAL {result.original_mal:.2f} → predicted **{result.predicted_mal:.2f}** "
+            f"(until the first divergence; after it the text would differ)")
+
+
+def flips_frame(result: RunRescore) -> pd.DataFrame:
+    """The decisions that flip, probabilities and thresholds to four significant digits."""
+    rounded = ("p", "old_threshold", "new_threshold")
+    return pd.DataFrame([{k: sig(v) if k in rounded else v for k, v in row.items()} for row in flips_table(result)])
+
+
+def rerun_outputs(run_id: int, trace: RunTrace, origins: Sequence[tuple[str, str]], new: RunTrace, new_id: int | None):
+    """(original text, re-run text with its first divergence marked, both runs' metrics)."""
+    div = first_divergence(trace.output_ids, new.output_ids)
+    return (views.tokens_html(origins), views.tokens_html(views.token_origins(new), first_divergence=div),
+            f"original #{run_id}: {metrics_md(trace, run_id, None)}  \nre-run #{new_id}: {metrics_md(new, new_id, None)}")

@@ -1,0 +1,114 @@
+"""What the tabs share: parameter labels, the run cache, run lists and the metrics line. No Gradio here."""
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from itertools import accumulate
+
+import pandas as pd
+
+from core.errors import InvalidInputError
+from core.params import PARAMS
+from core.stats import run_metrics
+from core.trace import RunTrace
+from workbench import views
+from workbench.store import Store, StoredRun
+
+TUNABLE = ("delta", "alpha", "beta", "tau", "lam")  # the live-tuning sliders
+SYMBOL = {"delta": "δ", "alpha": "α", "beta": "β", "tau": "τ", "lam": "λ", "gamma": "γ"}
+RUN_COLUMNS = ["id", "method", "model", "status", "tokens", "MAL", "tok/s", "tags", "created"]
+
+try:  # ZeroGPU on Hugging Face Spaces: request a GPU per generation; a no-op elsewhere
+    import spaces
+
+    gpu = spaces.GPU
+except ImportError:
+    def gpu(fn):
+        return fn
+
+
+def error_md(e: Exception | str) -> str:
+    """An error as the status line shows it."""
+    return f"**⚠ {e}**"
+
+
+def param_label(name: str) -> str:
+    """"δ delta: default 0.1, range (0, 1]": symbol, name, default and range from core.params."""
+    spec = PARAMS[name]
+    bracket = "(" if spec.low_open else "["
+    return f"{SYMBOL.get(name, name)} {name}: default {spec.default}, range {bracket}{spec.low}, {spec.high}]"
+
+
+def sig(x: float | None) -> float | None:
+    """Four significant digits, for tables."""
+    return None if x is None else float(f"{x:.4g}")
+
+
+class RunCache:
+    """Finished runs by id (they never change), so replay steps switch without reloading.
+
+    An entry is (stored run, token origins, step ends): what the replay shows without recomputing."""
+
+    def __init__(self, store: Store, size: int = 16):
+        self.store, self.size, self._runs, self._lock = store, size, OrderedDict(), threading.Lock()
+
+    def get(self, run_id: int) -> tuple[StoredRun, list[tuple[str, str]], list[int]]:
+        run_id = int(run_id)
+        with self._lock:
+            if run_id in self._runs:
+                self._runs.move_to_end(run_id)
+                return self._runs[run_id]
+        stored = self.store.load_run(run_id)
+        entry = (stored, views.token_origins(stored.trace), step_ends(stored.trace))
+        if stored.trace.status != "running":
+            with self._lock:
+                self._runs[run_id] = entry
+                while len(self._runs) > self.size:
+                    self._runs.popitem(last=False)
+        return entry
+
+
+def step_ends(run: RunTrace) -> list[int]:
+    """Tokens emitted up to and including each step."""
+    return list(accumulate(len(s.emitted) for s in run.steps))
+
+
+def metrics_md(run: RunTrace, run_id: int | None, greedy_tps: float | None) -> str:
+    """One line of a run's metrics; the speed-up is against `greedy_tps` when given."""
+    m = run_metrics(run)
+    fmt = lambda v, f="{:.2f}": "–" if v is None else f.format(v)  # noqa: E731
+    speed = f"{m['tps'] / greedy_tps:.2f}×" if greedy_tps and m.get("tps") else "–"
+    state = "" if run.status == "complete" else f" · **{run.status}**"
+    return (f"MAL **{fmt(m['mal'])}** · {fmt(m['tps'], '{:.1f}')} tok/s · speed-up {speed} · "
+            f"acceptance {fmt(m['accept_rate'], '{:.0%}')} · {m['steps']} steps · {m['tokens']} tokens"
+            f" · run #{run_id if run_id is not None else '–'}{state}")
+
+
+def runs_frame(store: Store, filter_text: str = "", limit: int = 200) -> pd.DataFrame:
+    """The stored runs, newest first, keeping those whose method, model, tags, status or id contain the filter."""
+    text = (filter_text or "").strip()
+    rows = []
+    for r in store.list_runs(limit=limit):
+        m = r.metrics or {}
+        row = {"id": r.id, "method": r.method, "model": r.model, "status": r.status, "tokens": m.get("tokens"),
+               "MAL": round(m["mal"], 2) if m.get("mal") else None, "tok/s": round(m["tps"], 1) if m.get("tps") else None,
+               "tags": ", ".join(r.tags), "created": r.created.strftime("%Y-%m-%d %H:%M:%S")}
+        if not text or any(text.lower() in str(row[k]).lower() for k in ("method", "model", "tags", "status", "id")):
+            rows.append(row)
+    return pd.DataFrame(rows, columns=RUN_COLUMNS)
+
+
+def parse_run_ids(values) -> list[int]:
+    """Run ids from a dropdown: ids, or typed text such as "12" or "#12 aasd"."""
+    out = []
+    for v in values or []:
+        text = str(v).strip().lstrip("#").split()[0] if str(v).strip() else ""
+        if not text.isdigit():
+            raise InvalidInputError(f"{v!r} is not a run id: pick runs from the list or type their numbers")
+        out.append(int(text))
+    return out
+
+
+def run_choices(store: Store) -> list[tuple[str, int]]:
+    """(label, id) of the latest runs, for the run dropdowns."""
+    return [(f"#{r.id} {r.method} · {r.model}", r.id) for r in store.list_runs(limit=200)]
