@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from workbench.evaluation.report import DEFAULT_DATA  # noqa: E402
-from workbench.cli import main as workbench  # noqa: E402
+from workbench.commands.main import main as workbench  # noqa: E402
 
 SMOL = "smollm2-135m"
 TARGET, DRAFT = "qwen2.5-coder-1.5b", "qwen2.5-coder-0.5b"

@@ -11,8 +11,9 @@ import pytest
 from workbench.evaluation.bench import Checkpoint, read_checkpoint, run_resumable
 from core.errors import InvalidInputError
 from workbench.evaluation.scores import score_task
-from workbench.evaluation.report import (DELTAS, PAPER, Results, build_tables, csd_ablation, delta_method, delta_sweep, efficiency_table,
-                         oracles, render_markdown, score_table, sweep_table, table_methods)
+from workbench.evaluation.report import (DEFAULT_DATA, DELTAS, PAPER, PAPER_LONGBENCH, PAPER_SETUP, Results, build_tables, csd_ablation,
+                                         delta_method, delta_sweep, efficiency_table, load_published, oracles, render_markdown,
+                                         score_table, sweep_table, table_methods)
 from workbench.evaluation.tasks import Task
 
 
@@ -90,6 +91,20 @@ def test_report_markdown_has_setup_tables_and_papers():
 
 
 # ---- the checkpoint file ----------------------------------------------------------------------
+
+def test_the_papers_numbers_come_from_the_data_file():
+    published = load_published()
+    assert set(PAPER) == set(published["tables"]) >= {"aasd_table1", "casd_table8", "csd_table3"}
+    for key, table in PAPER.items():
+        data = published["tables"][key]
+        assert (table.key, table.title, table.rows) == (f"paper_{key}", f"Paper: {data['title']}", data["rows"])
+        assert len(table.kinds) == len(table.header) and all(len(r) == len(table.header) for r in table.rows), key
+        assert all(isinstance(v, (int, float)) for r in table.rows for v, k in zip(r, table.kinds) if k != "text"), key
+    assert PAPER["aasd_table1"].rows[-1][:2] == ["AASD", 34.54] and PAPER["csd_table3"].rows[0][2] == 0.636
+    assert PAPER_SETUP == published["setup"] and set(PAPER_SETUP) == {"aasd", "casd", "csd"}
+    assert PAPER_LONGBENCH == tuple(published["longbench_datasets"]) and len(PAPER_LONGBENCH) == 8
+    assert DEFAULT_DATA["aasd"] == ("longbench:" + ",".join(d for d in PAPER_LONGBENCH if d != "nq"),)
+
 
 def test_checkpoint_survives_a_torn_line_and_refuses_another_configuration(tmp_path):
     path = tmp_path / "c.jsonl"
@@ -193,7 +208,7 @@ def test_runs_go_to_the_trace_store_tagged_report(tiny_bench, tmp_path):
 def test_report_command_rebuilds_tables_from_a_checkpoint_and_rejects_bad_input(tmp_path, capsys, monkeypatch):
     import plotly.graph_objects as go
 
-    from workbench.cli import main
+    from workbench.commands.main import main
 
     def no_png(self, *args, **kwargs):  # keep the test off Chromium: PNG export is optional
         raise RuntimeError("\nKaleido requires Google Chrome to be installed.")

@@ -10,8 +10,9 @@ import types
 import pytest
 
 from core.errors import InvalidInputError
-from workbench.evaluation.tasks import (LONGBENCH, Task, load_dataset_tasks, load_gsm8k, load_humaneval, load_longbench_file,
-                        load_longbench_hub, load_many, load_tasks, middle_truncate, parse_data_spec, select_subset)
+from workbench.evaluation.tasks import (LONGBENCH, Task, fill_template, load_dataset_tasks, load_gsm8k, load_humaneval,
+                                        load_longbench_file, load_longbench_hub, load_many, load_tasks, middle_truncate,
+                                        parse_data_spec, select_subset)
 
 
 def write_jsonl(path, rows):
@@ -45,13 +46,78 @@ def test_task_file_fields_and_bad_lines_named(tmp_path):
         ([{"id": "a", "task": "qa", "input": "Q"}, "{not json"], r"line 2: not valid JSON"),
         ([[1, 2]], r"line 1: each line must be a JSON object"),
         ([{"id": "a", "task": "qa", "input": "Q", "answers": "x"}], r"line 1: 'answers' must be a list"),
-        ([{"id": "a", "task": "qa", "input": "Q", "template": "no slot"}], r"line 1: 'template' must contain \{input\}"),
+        ([{"id": "a", "task": "qa", "input": "Q", "template": "no slot"}], r"line 1: 'template' must contain \{context\} or \{input\}"),
     ]
     for rows, message in cases:
         with pytest.raises(InvalidInputError, match=message):
             load_tasks(write_jsonl(tmp_path / "t.jsonl", rows))
     with pytest.raises(InvalidInputError, match="not found"):
         load_tasks(tmp_path / "missing.jsonl")
+
+
+# ---- templates: by name only ------------------------------------------------------------------
+
+LCC_TEMPLATE = "Please complete the code given below. \n{context}Next line of code:\n"
+
+
+def test_a_template_needs_context_or_input_and_only_those_two_are_substituted(tmp_path):
+    code = 'cfg = {"a": 1}\nempty = {}\nfmt = "{0} {input}"\n'  # braces in code, even our field names, are the context's own
+    path = write_jsonl(tmp_path / "t.jsonl", [
+        {"id": "lcc", "task": "code", "input": "", "context": code, "answers": ["x = 1"], "template": LCC_TEMPLATE, "chat": False},
+        {"id": "in", "task": "qa", "input": "Q?", "template": "Only the input: {input} ({name}, { 1 } and {} stay as written)"},
+        {"id": "both", "task": "qa", "input": "{context}", "context": "C", "template": "{context} | {input} | {context}"},
+    ])
+    lcc, only_input, both = load_tasks(path)
+    assert lcc.prompt() == f"Please complete the code given below. \n{code}Next line of code:\n"
+    assert only_input.prompt() == "Only the input: Q? ({name}, { 1 } and {} stay as written)"
+    assert both.prompt() == "C | {context} | C"  # one pass: text put in is never read as a field again
+    assert fill_template("{{input}}", context="", input="x") == "{x}"  # no escapes: a brace around the field stays
+
+
+def test_format_fields_are_refused_naming_the_line_and_nothing_is_evaluated(tmp_path):
+    for field in ["{0}", "{input.__class__.__mro__}", "{input!r}", "{input.x}", "{context[0]}", "{context:>20}"]:
+        rows = [{"id": "ok", "task": "qa", "input": "Q"},
+                {"id": "bad", "task": "qa", "input": "Q", "template": "Answer {input} " + field}]
+        with pytest.raises(InvalidInputError, match=r"t\.jsonl line 2: template field \{.+\} is not supported: only \{context\} "
+                                                    r"and \{input\}"):
+            load_tasks(write_jsonl(tmp_path / "t.jsonl", rows))
+    task = Task(id="made-in-code", task="qa", input="Q", template="{input.__class__.__mro__}")
+    with pytest.raises(InvalidInputError, match=r"task made-in-code: template field \{input.__class__.__mro__\}"):
+        task.prompt()  # a Task built in code is checked when its prompt is made, not evaluated
+    with pytest.raises(InvalidInputError, match=r"line 1: 'template' must be a string"):
+        load_tasks(write_jsonl(tmp_path / "t.jsonl", [{"id": "a", "task": "qa", "input": "Q", "template": 3}]))
+
+
+def test_every_bundled_template_fills_by_name():
+    from workbench.evaluation.tasks import GSM8K_TEMPLATE
+
+    for name, spec in LONGBENCH.items():
+        text = fill_template(spec.template, context="CTX", input="INP")
+        assert "CTX" in text and "{" not in text, name  # every field was one of the two names
+    assert LONGBENCH["lcc"].template == LCC_TEMPLATE and "{input}" not in LCC_TEMPLATE
+    assert fill_template(GSM8K_TEMPLATE, context="", input="2+2?").startswith("2+2?\n\nSolve")
+
+
+# ---- one task file, several row formats (detected per line) -------------------------------------
+
+def test_a_task_file_takes_longbench_and_humaneval_rows_as_they_are(tmp_path):
+    problem = {"task_id": "Toy/0", "prompt": "def add(a, b):\n", "test": "def check(c):\n    assert c(2, 3) == 5\n",
+               "entry_point": "add", "canonical_solution": "    return a + b\n"}
+    as_task = {"id": "Toy/1", "task": "code", "input": "def sub(a, b):\n", "test": "def check(c):\n    assert c(3, 2) == 1\n",
+               "entry_point": "sub"}
+    path = write_jsonl(tmp_path / "mixed.jsonl", [LB_ROWS[1], problem, as_task, {"id": "q", "task": "qa", "input": "Q?"}])
+    lcc, he, toy, qa = load_tasks(path)
+    assert (lcc.id, lcc.category, lcc.metric, lcc.chat) == ("c1", "lcc", "code_sim", False)
+    assert lcc.prompt() == LONGBENCH["lcc"].template.replace("{context}", LB_ROWS[1]["context"])
+    assert (he.id, he.metric, he.chat, he.problem["entry_point"]) == ("Toy/0", "pass@1", False, "add")
+    assert (toy.metric, toy.chat, toy.category) == ("pass@1", False, "code")
+    assert toy.problem == {"task_id": "Toy/1", "prompt": "def sub(a, b):\n", "test": as_task["test"], "entry_point": "sub"}
+    assert "\ndef " in toy.stop and toy.prompt() == "def sub(a, b):\n" and qa.metric is None
+    half = {k: v for k, v in as_task.items() if k != "entry_point"}
+    with pytest.raises(InvalidInputError, match=r"line 1: a HumanEval-style task needs both test and entry_point \(missing entry_point\)"):
+        load_tasks(write_jsonl(tmp_path / "t.jsonl", [half]))
+    with pytest.raises(InvalidInputError, match=r"line 1: unknown LongBench dataset 'dureader'"):
+        load_tasks(write_jsonl(tmp_path / "t.jsonl", [{**LB_ROWS[0], "dataset": "dureader"}]))
 
 
 def test_spec_bench_rows_categories_and_nested_references(tmp_path):

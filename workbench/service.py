@@ -1,6 +1,6 @@
 """What the app does, without Gradio: resolve models, run methods with streaming and storing, list runs.
 
-The UI (workbench/ui.py) only turns these results into components. Models are loaded once per
+The UI (workbench/ui/) only turns these results into components. Models are loaded once per
 (source, device, dtype) by core.models and shared read-only; each loaded model has a semaphore so
 at most `per_model` generations use it at once (the rest wait in Gradio's bounded queue).
 """

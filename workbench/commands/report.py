@@ -21,6 +21,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from workbench.commands import common
+
 CHECKPOINT = "checkpoint.jsonl"
 CHAT_MARGIN = 64  # tokens the chat template may add around a truncated prompt
 # What must be equal for a rerun to add to an existing checkpoint (the rest describes the machine).
@@ -31,7 +33,6 @@ MUST_MATCH = ("model", "model_fingerprint", "draft", "draft_fingerprint", "devic
 def add_parser(subparsers) -> argparse.ArgumentParser:
     from workbench.evaluation.report import TABLE_SETS
     from workbench.evaluation.tasks import DATASETS
-    from workbench.cli import _add_db_arg, _add_model_args, _add_param_args
 
     p = subparsers.add_parser("report", help="the papers' tables (AASD, CASD, CSD) from a resumable benchmark run",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -50,9 +51,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="cut longer prompts in the middle, as LongBench does (default: the model's context minus the generation)")
     p.add_argument("--memory", default=None, help="CSD's calibrated memory file (default: the pair's file under <home>/memory/)")
     p.add_argument("--title", default=None, help="heading of report.md")
-    _add_model_args(p)
-    _add_param_args(p)
-    _add_db_arg(p)
+    common.add_model_args(p)
+    common.add_param_args(p)
+    common.add_db_arg(p)
     p.set_defaults(func=run)
     return p
 
@@ -79,10 +80,11 @@ def _cpu() -> str:
 
 
 def run(args) -> int:
-    from workbench.evaluation.bench import Checkpoint, read_checkpoint, run_resumable
     from core.errors import InvalidInputError
     from core.methods import get_method, parse_method_spec, resolve_params, split_method_list
+    from workbench.evaluation.bench import Checkpoint, read_checkpoint, run_resumable
     from workbench.evaluation.report import DEFAULT_DATA, table_methods
+    from workbench.evaluation.scores import score_task
     from workbench.evaluation.tasks import load_many
 
     out = Path(args.out)
@@ -95,10 +97,8 @@ def run(args) -> int:
         write_outputs(list(rows.values()), _table_sets(args.tables or ",".join(config.get("tables") or [])), config, out, args.title)
         return 0
 
-    from workbench.cli import _load, _open_store, _params
-
     sets = _table_sets(args.tables)
-    params = _params(args)
+    params = common.params_from(args)
     methods = split_method_list(args.methods) if args.methods else table_methods(sets)
     for m in methods:  # fail on a bad method or value before loading anything
         name, overrides = parse_method_spec(m)
@@ -111,8 +111,8 @@ def run(args) -> int:
     tasks = load_many(specs, limit=args.limit, seed=params.get("seed"))
     if args.fresh and path.exists():
         path.unlink()
-    store = _open_store(args)
-    target, draft = _load(args)
+    store = common.open_store(args)
+    target, draft = common.load_models(args)
     longest = params.get("max_new_tokens") or max((t.max_new_tokens or 128) for t in tasks)
     budget = args.max_prompt_tokens or target.max_context - longest - CHAT_MARGIN
     if budget < 16:
@@ -137,8 +137,6 @@ def run(args) -> int:
         return store.save_run(run, tags=["report", f"task={task.id}", f"dataset={task.category}", *args.tag])
 
     def scorer(task, text):
-        from workbench.evaluation.scores import score_task
-
         return score_task(task, text, execute_code=args.execute_code)
 
     with Checkpoint(path, config, must_match=MUST_MATCH) as ckpt:

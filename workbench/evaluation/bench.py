@@ -1,6 +1,7 @@
 """Running methods over tasks, interleaved per task so machine noise hits every method alike;
-results as plain data (the JSON that `bench` writes), and a checkpoint file that makes long runs
-resumable (`run_resumable`: one line per finished run, skipped when the run is repeated)."""
+results as plain data (the JSON that `bench` writes), scored by workbench.evaluation.scores.score_task
+as they run or afterwards from saved outputs (`score_results`), and a checkpoint file that makes long
+runs resumable (`run_resumable`: one line per finished run, skipped when the run is repeated)."""
 from __future__ import annotations
 
 import json
@@ -13,8 +14,11 @@ from core.errors import InvalidInputError
 from core.methods import get_method, parse_method_spec, resolve_params, run_method
 from core.stats import run_metrics, add_speedups, pool, run_totals
 from core.models import encode_prompt
-from workbench.evaluation.tasks import Task, middle_truncate
 from core.trace import RunTrace
+from workbench.evaluation.scores import score_task
+from workbench.evaluation.tasks import Task, middle_truncate
+
+Scorer = Callable[[Task, str], float | None]  # (task, generated text) -> score ×100, None = absent
 
 
 def summarise(runs: Mapping[str, list[RunTrace]], scores: Mapping[str, list[float | None]] | None = None) -> dict[str, dict[str, Any]]:
@@ -52,7 +56,7 @@ def run_bench(
     draft=None,
     max_new_tokens: int | None = None,
     max_prompt_tokens: int | None = None,
-    scorer: Callable[[Task, str], float | None] | None = None,
+    scorer: Scorer | None = score_task,
     memories: Mapping[str, Any] | None = None,
     skip: Callable[[Task, str], bool] | None = None,
     on_run: Callable[[Task, RunTrace], None] | None = None,
@@ -62,6 +66,7 @@ def run_bench(
     """Run every method on every task (greedy added first when missing) and summarise.
 
     A method may carry its own overrides, `aasd[align_graft=1]`; its results are keyed by that label.
+    Each output is scored by `scorer` (score_task without running code by default; None: no scores).
     Prompts over `max_prompt_tokens` lose their middle (LongBench's truncation). `memories` maps a
     method label to the correction memory it reads (CSD). `skip(task, label)` leaves a run out (done
     earlier); `on_result(row, task, run)` sees each result row as soon as the run ends.
@@ -113,6 +118,50 @@ def run_bench(
             bar.set_postfix_str(f"{task.id} {m}")
     bar.close()
     return {"methods": summarise_rows(rows), "tasks": rows}
+
+
+def score_results(result: Mapping[str, Any], tasks: Sequence[Task], scorer: Scorer = score_task) -> dict[str, Any]:
+    """Saved bench results (`{"methods": ..., "tasks": [rows]}`) scored again from each row's `text`,
+    without a model: every row's `score`, and each method's mean `score` and `scored` count, replaced;
+    the measured numbers stay as recorded. A row finds its task by (category, id), or by id alone when
+    that is unique among `tasks`; rows whose task is missing are an error (wrong --data)."""
+    rows = result.get("tasks") if isinstance(result, Mapping) else None
+    is_row = lambda r: isinstance(r, Mapping) and {"id", "method"} <= r.keys() and isinstance(r.get("text"), str)  # noqa: E731
+    if not isinstance(rows, list) or not all(is_row(r) for r in rows):
+        raise InvalidInputError('not bench results: expected {"methods": {...}, "tasks": [{"id", "method", "text", ...}, ...]}')
+    by_key = {(t.category or "", t.id): t for t in tasks}
+    by_id: dict[str, list[Task]] = {}
+    for t in tasks:
+        by_id.setdefault(t.id, []).append(t)
+
+    def task_of(row: Mapping[str, Any]) -> Task | None:
+        found = by_key.get((row.get("category") or "", str(row["id"])))
+        same_id = by_id.get(str(row["id"]), [])
+        return found or (same_id[0] if len(same_id) == 1 else None)
+
+    matched = [(row, task_of(row)) for row in rows]
+    unmatched = list(dict.fromkeys(str(row["id"]) for row, task in matched if task is None))
+    ambiguous = [i for i in unmatched if len(by_id.get(i, [])) > 1]
+    missing = [i for i in unmatched if i not in ambiguous]
+    if ambiguous:
+        raise InvalidInputError(f"task id {ambiguous[0]} names {len(by_id[ambiguous[0]])} tasks of the data (categories "
+                                f"{', '.join(str(t.category) for t in by_id[ambiguous[0]])}) and the result rows do not say which")
+    if missing:
+        shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+        raise InvalidInputError(f"{len(missing)} task id(s) of the results are not in the task data: {shown} "
+                                f"(score with the task file the results were made from)")
+    known: dict[tuple[int, str], float | None] = {}  # lossless methods repeat texts: run HumanEval once per text
+    scored = []
+    for row, task in matched:
+        key = (id(task), row["text"])
+        if key not in known:
+            known[key] = scorer(task, row["text"])
+        scored.append({**row, "score": known[key]})
+    methods = {name: dict(entry) for name, entry in (result.get("methods") or {}).items()}
+    for name, pooled in summarise_rows(scored).items():
+        entry = methods.setdefault(name, pooled)  # rows of a method the summary lacks: summarised afresh
+        entry["score"], entry["scored"] = pooled["score"], pooled["scored"]
+    return {**result, "methods": methods, "tasks": scored}
 
 
 class Checkpoint:

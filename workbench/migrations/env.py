@@ -1,6 +1,6 @@
 """Alembic environment: the store passes its open connection in `config.attributes["connection"]`.
 
-To add a migration after changing the models in workbench/store.py (from the project root):
+To add a migration after changing the models in workbench/store/schema.py (from the project root):
     python -c "from alembic.config import Config; from alembic import command; c = Config(); \
 c.set_main_option('script_location', 'workbench/migrations'); \
 c.set_main_option('sqlalchemy.url', 'sqlite:///schema.db'); command.upgrade(c, 'head'); \

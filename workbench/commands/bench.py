@@ -1,0 +1,68 @@
+"""`python -m workbench bench --data F --methods M1,M2`: every method on every task, interleaved per
+task, scored by workbench.evaluation.scores.score_task, printed as a table and written as JSON (--out)."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from core.errors import WorkbenchError
+from workbench.commands import common
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    p = subparsers.add_parser("bench", help="run methods over tasks, interleaved, and print a table")
+    p.add_argument("--data", required=True,
+                   help="a task file (JSON Lines: the project's rows, Spec-Bench's question.jsonl, LongBench or HumanEval rows)")
+    p.add_argument("--methods", default="greedy,pld")
+    p.add_argument("--categories", help="comma-separated categories (Spec-Bench: summarization,rag,...)")
+    p.add_argument("--limit", type=int, help="tasks per category")
+    p.add_argument("--out", help="write the JSON results here")
+    p.add_argument("--execute-code", action="store_true",
+                   help="score HumanEval-style tasks (test, entry_point) by running the completions in a sandboxed subprocess")
+    common.add_model_args(p)
+    common.add_param_args(p)
+    common.add_db_arg(p)
+    p.set_defaults(func=run)
+    return p
+
+
+def run(args) -> int:
+    from core.methods import parse_method_spec, split_method_list
+    from workbench.evaluation.bench import format_table, run_bench
+    from workbench.evaluation.scores import score_task
+    from workbench.evaluation.tasks import load_tasks
+
+    methods = split_method_list(args.methods)  # variants like aasd[align_graft=1] keep their commas
+    for m in methods:
+        parse_method_spec(m)
+    tasks = load_tasks(args.data, categories=args.categories.split(",") if args.categories else None, limit=args.limit)
+    if not tasks:
+        raise WorkbenchError(f"no tasks selected from {args.data}")
+    store = common.open_store(args)
+    target, draft = common.load_models(args)
+    params = common.params_from(args)
+    run_ids: list[int] = []
+
+    def keep(task, run):  # one bulk insert per finished run, outside the timed decoding; in the order of the rows
+        run_ids.append(store.save_run(run, tags=["bench", f"task={task.id}", *args.tag]))
+
+    def scorer(task, text):
+        return score_task(task, text, execute_code=args.execute_code)
+
+    result = run_bench(target, tasks, methods, params, draft=draft, max_new_tokens=args.max_new_tokens, scorer=scorer,
+                       on_run=keep if store is not None else None)
+    for row, run_id in zip(result["tasks"], run_ids):
+        row["run_id"] = run_id
+    result["config"] = {"model": target.name, "draft": draft.name if draft else None, "device": str(target.device),
+                        "dtype": str(target.dtype).replace("torch.", ""), "data": str(args.data), "tasks": len(tasks),
+                        "categories": args.categories, "params": params, "execute_code": args.execute_code}
+    print(format_table(result["methods"]))
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps(result, indent=1))
+        print(f"wrote {args.out}", file=sys.stderr)
+    if store is not None:
+        print(f"stored {len(run_ids)} runs in {store.where} (python -m workbench store list --tag bench)", file=sys.stderr)
+    return 0

@@ -1,0 +1,66 @@
+"""What several subcommands share: the model, loading, store and method-parameter options, and
+acting on them (loading the models, opening the store). Subcommand modules import this module,
+never each other; heavy imports (torch, the store) happen inside the functions that need them."""
+from __future__ import annotations
+
+import argparse
+
+from core.params import PARAMS
+
+
+def add_load_args(p: argparse.ArgumentParser) -> None:
+    """How models load: every command that loads one takes these."""
+    p.add_argument("--device", default="auto", help="auto (CUDA, then MPS, then CPU), cuda, mps or cpu")
+    p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
+    p.add_argument("--trust-remote-code", action="store_true", help="allow a hub model's own Python code (off by default)")
+
+
+def add_model_args(p: argparse.ArgumentParser) -> None:
+    """The target and draft models, how they load, and how their runs are stored."""
+    # The default is resolved in load_models: naming it here would import core.models (and torch) for --help.
+    p.add_argument("--model", default=None,
+                   help="preset, local folder, .gguf file or hub id (default: the default preset, marked in `models list`)")
+    p.add_argument("--draft", default=None, help="draft model for draft-model methods (must share the target's tokenizer)")
+    add_load_args(p)
+    p.add_argument("--no-store", action="store_true", help="do not keep the run's trace in the store")
+    p.add_argument("--tag", action="append", default=[], help="label the stored run(s) (repeatable; `store list --tag`)")
+
+
+def add_db_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--db", default=None,
+                   help="trace store: a SQLAlchemy URL or a SQLite file (default: $WORKBENCH_DB, else <home>/traces.db)")
+
+
+def add_param_args(p: argparse.ArgumentParser) -> None:
+    """One option per method parameter (core.params.PARAMS), unset unless given."""
+    g = p.add_argument_group("method parameters (defaults depend on the method)")
+    for spec in PARAMS.values():
+        g.add_argument(f"--{spec.name.replace('_', '-')}", dest=spec.name, type=spec.kind, default=None,
+                       help=f"{spec.help} (range {spec.low}..{spec.high})")
+
+
+def params_from(args: argparse.Namespace) -> dict:
+    """The method parameters given on the command line (by name), leaving out those not given."""
+    return {name: getattr(args, name) for name in PARAMS if getattr(args, name, None) is not None}
+
+
+def load_models(args: argparse.Namespace):
+    """(target, draft or None) as --model, --draft, --device, --dtype and --trust-remote-code say; the pair is checked."""
+    from core.models import DEFAULT_MODEL, check_pair, load_model
+
+    how = {"device": args.device, "dtype": args.dtype, "trust_remote_code": args.trust_remote_code}
+    target = load_model(args.model or DEFAULT_MODEL, **how)
+    draft = None
+    if args.draft:
+        draft = load_model(args.draft, **how)
+        check_pair(target, draft)
+    return target, draft
+
+
+def open_store(args: argparse.Namespace):
+    """The trace store, opened before any model loads so a bad --db fails fast; None with --no-store."""
+    if getattr(args, "no_store", False):
+        return None
+    from workbench.store import Store
+
+    return Store(args.db)

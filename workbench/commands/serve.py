@@ -1,0 +1,25 @@
+"""`python -m workbench serve`: the Gradio workbench (`python app.py` does the same)."""
+from __future__ import annotations
+
+import argparse
+
+from workbench.commands import common
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    p = subparsers.add_parser("serve", help="start the Gradio workbench (python app.py does the same)")
+    p.add_argument("--host", default=None, help="address to listen on (default 127.0.0.1; 0.0.0.0 to share on a network)")
+    p.add_argument("--port", type=int, default=None, help="port (default 7860, or $GRADIO_SERVER_PORT)")
+    common.add_load_args(p)
+    common.add_db_arg(p)
+    p.set_defaults(func=run)
+    return p
+
+
+def run(args) -> int:
+    from workbench.service import ModelPool
+    from workbench.ui import build_app, launch
+
+    demo = build_app(args.db, ModelPool(args.device, args.dtype, trust_remote_code=args.trust_remote_code))
+    launch(demo, server_name=args.host, server_port=args.port)
+    return 0

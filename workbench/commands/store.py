@@ -1,0 +1,138 @@
+"""`python -m workbench store list|show|export|import|delete|compare`: the stored runs."""
+from __future__ import annotations
+
+import argparse
+import json
+
+from core.errors import WorkbenchError
+from workbench.commands import common
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    store = subparsers.add_parser("store", help="list, show, export, import, delete or compare stored runs")
+    actions = store.add_subparsers(dest="action", required=True)
+    ls = actions.add_parser("list", help="stored runs, newest first")
+    ls.add_argument("--method")
+    ls.add_argument("--model", help="target or draft model id")
+    ls.add_argument("--tag")
+    ls.add_argument("--status", choices=["running", "complete", "failed", "cancelled"])
+    ls.add_argument("--since", type=_when, help="created at or after (UTC, YYYY-MM-DD[THH:MM])")
+    ls.add_argument("--until", type=_when, help="created before (UTC)")
+    ls.add_argument("--limit", type=int, default=50)
+    ls.add_argument("--json", action="store_true")
+    show = actions.add_parser("show", help="one run (or one step's tree with --step)")
+    show.add_argument("id", type=int)
+    show.add_argument("--step", type=int)
+    show.add_argument("--json", action="store_true")
+    export = actions.add_parser("export", help="write runs.csv, steps.csv and nodes.csv")
+    export.add_argument("--run", type=int, action="append", help="run id (repeatable)")
+    export.add_argument("--all", action="store_true", help="every run in the store")
+    export.add_argument("--out", required=True, help="folder for the CSV files")
+    imp = actions.add_parser("import", help="read a folder written by `store export`")
+    imp.add_argument("folder")
+    imp.add_argument("--renumber", action="store_true", help="give the runs new ids (when their ids are taken)")
+    rm = actions.add_parser("delete", help="delete runs with their steps and nodes")
+    rm.add_argument("ids", type=int, nargs="+")
+    cmp_ = actions.add_parser("compare", help="first divergence and per-step lengths of two runs")
+    cmp_.add_argument("a", type=int)
+    cmp_.add_argument("b", type=int)
+    cmp_.add_argument("--json", action="store_true")
+    for p in (ls, show, export, imp, rm, cmp_):
+        common.add_db_arg(p)
+        p.set_defaults(func=run)
+    return store
+
+
+def _when(value: str) -> "datetime":
+    from datetime import datetime
+
+    try:
+        return datetime.fromisoformat(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a date (YYYY-MM-DD or YYYY-MM-DDTHH:MM)") from None
+
+
+def _fmt(v) -> str:
+    if v is None:
+        return "-"
+    return f"{v:.2f}" if isinstance(v, float) else str(v)
+
+
+def run(args) -> int:
+    from workbench.store import Store
+
+    store = Store(args.db)
+    if args.action == "list":
+        runs = store.list_runs(method=args.method, model=args.model, tag=args.tag, status=args.status,
+                               since=args.since, until=args.until, limit=args.limit)
+        if args.json:
+            print(json.dumps([{**vars(r), "created": r.created.isoformat()} for r in runs]))
+            return 0
+        print(f"{'id':>6}  {'created (UTC)':19}  {'status':9}  {'method':14}  {'model':24}  {'tokens':>6}  {'steps':>5}  {'MAL':>5}  {'tok/s':>7}  tags")
+        for r in runs:
+            m = r.metrics or {}
+            print(f"{r.id:>6}  {r.created:%Y-%m-%d %H:%M:%S}  {r.status:9}  {r.method:14}  {r.model[-24:]:24}  "
+                  f"{_fmt(m.get('tokens')):>6}  {_fmt(m.get('steps')):>5}  {_fmt(m.get('mal')):>5}  {_fmt(m.get('tps')):>7}  "
+                  f"{','.join(r.tags)}")
+        return 0
+    if args.action == "show":
+        return _show(store, args)
+    if args.action == "export":
+        if not args.run and not args.all:
+            raise WorkbenchError("name the runs to export with --run ID (repeatable), or pass --all")
+        paths = store.export_csv(None if args.all else args.run, args.out)
+        print(f"wrote {', '.join(str(p) for p in paths.values())}")
+        return 0
+    if args.action == "import":
+        ids = store.import_csv(args.folder, renumber=args.renumber)
+        print(f"imported {len(ids)} runs into {store.where}: {', '.join(map(str, ids))}")
+        return 0
+    if args.action == "delete":
+        print(f"deleted {store.delete_runs(args.ids)} runs from {store.where}")
+        return 0
+    result = store.compare(args.a, args.b)  # compare
+    if args.json:
+        print(json.dumps(result))
+        return 0
+    if result["identical"]:
+        print(f"runs {args.a} and {args.b} emit the same {result['tokens_a']} tokens")
+    else:
+        print(f"first divergence at token {result['first_divergence']}: run {args.a} has {result['token_a']} "
+              f"(step {result['step_a']}), run {args.b} has {result['token_b']} (step {result['step_b']})")
+    la, lb = result["lengths_a"], result["lengths_b"]
+    print(f"{'step':>5}  {'run ' + str(args.a):>8}  {'run ' + str(args.b):>8}")
+    for i in range(max(len(la), len(lb))):
+        print(f"{i:>5}  {_fmt(la[i] if i < len(la) else None):>8}  {_fmt(lb[i] if i < len(lb) else None):>8}")
+    return 0
+
+
+def _show(store, args) -> int:
+    if args.step is not None:
+        step = store.load_step(args.id, args.step)
+        if args.json:
+            print(json.dumps({**{k: v for k, v in vars(step).items() if k != "nodes"}, "nodes": [n.to_dict() for n in step.nodes]}))
+            return 0
+        print(f"run {args.id} step {step.index}: cache position {step.cache_pos}, {step.tree_size} draft nodes, "
+              f"{step.accepted} accepted, emitted {step.emitted}, {step.step_ms:.2f} ms")
+        print(f"{'node':>4} {'parent':>6} {'depth':>5} {'token':>7}  {'text':12} {'source':10} {'decision':9} {'p':>7} {'rank':>4}  reason")
+        for n in step.nodes:
+            print(f"{n.node:>4} {n.parent:>6} {n.depth:>5} {n.token_id:>7}  {n.token_text[:12]!r:12} {n.source:10} "
+                  f"{n.decision:9} {_fmt(n.p):>7} {_fmt(n.rank):>4}  {n.reason}")
+        return 0
+    stored = store.load_run(args.id, nodes=False)
+    run = stored.trace
+    if args.json:
+        print(json.dumps({"id": stored.id, "created": stored.created.isoformat(), "tags": stored.tags, "status": run.status,
+                          "error": run.error, "method": run.method, "params": run.params, "model": run.model,
+                          "draft_model": run.draft_model, "text": run.output_text, "token_ids": run.output_ids,
+                          "accept_lengths": run.accept_lengths, "metrics": stored.metrics, "stop_reason": run.stop_reason}))
+        return 0
+    print(f"run {stored.id}: {run.method} on {run.model}" + (f" with draft {run.draft_model}" if run.draft_model else "")
+          + f", {run.device}/{run.dtype}, {run.status}" + (f" ({run.error})" if run.error else ""))
+    print(f"created {stored.created:%Y-%m-%d %H:%M:%S} UTC, tags {','.join(stored.tags) or '-'}, params {json.dumps(run.params)}")
+    m = stored.metrics or {}
+    print(f"{len(run.output_ids)} tokens in {len(run.steps)} steps, MAL {_fmt(m.get('mal'))}, {_fmt(m.get('tps'))} tok/s, "
+          f"stop: {run.stop_reason}")
+    print(f"output: {run.output_text!r}")
+    print(f"accept lengths: {run.accept_lengths}  (store show {stored.id} --step N lists a step's tree)")
+    return 0
