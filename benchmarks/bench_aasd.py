@@ -18,7 +18,6 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from workbench.evaluation.bench import format_table, run_bench  # noqa: E402
-from workbench.evaluation.scores import score  # noqa: E402
 from core.models import load_model  # noqa: E402
 from workbench.evaluation.tasks import load_tasks  # noqa: E402
 
@@ -53,8 +52,7 @@ def main() -> int:
     tasks = load_tasks(args.data, categories=["summarization", "rag"], limit=args.limit)
     target = load_model(args.model, device="cpu", dtype=args.dtype)
     methods = METHODS + [m for m in args.extra.split(",") if m]
-    result = run_bench(target, tasks, methods, {"max_new_tokens": args.max_new_tokens},
-                       scorer=lambda task, text: score(task.task, text, task.answers))
+    result = run_bench(target, tasks, methods, {"max_new_tokens": args.max_new_tokens})
     dtype = str(target.dtype).replace("torch.", "")
     out = Path(args.out) / f"bench_aasd_{dtype}.json"
     out.parent.mkdir(parents=True, exist_ok=True)

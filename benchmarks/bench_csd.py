@@ -77,9 +77,9 @@ def pair_items(limit: int, max_new_tokens: int, code_max_new_tokens: int) -> lis
 
 
 def single_items(limit: int, max_new_tokens: int) -> list[Item]:
-    from workbench.evaluation.scores import score
+    from workbench.evaluation.scores import score_task
 
-    return [Item(t.id, t.category, t.prompt(), t.chat, (), lambda text, t=t: score(t.task, text, t.answers), max_new_tokens)
+    return [Item(t.id, t.category, t.prompt(), t.chat, (), lambda text, t=t: score_task(t, text), max_new_tokens)
             for t in load_tasks(SPEC_BENCH, categories=["summarization", "rag"], limit=limit)]
 
 

@@ -111,7 +111,7 @@ def build(method: Method, params: Mapping[str, Any], *, target=None, draft=None,
     """The one method factory: the method's drafter and verifier for one request.
 
     Methods that read CSD's memory use the model pair's shared, persisted table unless `memory` is given;
-    the others never touch it. Drafter and sampling verifier share the run's one random stream (two
+    the others touch a memory only when given one (plain SD then counts its rejections, as calibration does). Drafter and sampling verifier share the run's one random stream (two
     streams with one seed would correlate the draft's samples with the acceptance test's)."""
     if method.external is not None:
         raise InvalidInputError(f"method {method.name!r} runs outside our engine (transformers' generate)")
@@ -124,7 +124,7 @@ def build(method: Method, params: Mapping[str, Any], *, target=None, draft=None,
     env = DraftEnv(target=target, draft=draft, context_ids=list(context_ids) if context_ids is not None else None,
                    generator=generator)
     drafter = make_drafter(name, dict(params), env)
-    return drafter, make_verifier(method, params, memory if method.reads_memory else None, generator)
+    return drafter, make_verifier(method, params, memory, generator)
 
 
 # The rules of the rule-based methods. AASD's split (core.rules.by_source): relaxed for copied and

@@ -5,6 +5,7 @@ import json
 import math
 import threading
 from collections import Counter
+from pathlib import Path
 
 import pytest
 import torch
@@ -13,9 +14,11 @@ from conftest import make_tiny
 from core.stats import run_metrics
 from core.errors import InvalidInputError, WorkbenchError
 from core.memory import CorrectionMemory, memory_path, pair_fingerprint, rejections, rescues, shared_memory
-from core.methods import run_method
+from core.drafters import Proposal
+from core.methods import get_method, make_verifier, resolve_params, run_method
+from core.rules import Rescue, rescue_decision
+from core.target_stats import step_stats
 from core.tree import DraftTree
-from core.verify import Rescue, rescue_decision, step_stats, verify_rescue_greedy
 
 
 def test_observe_returns_the_count_before_the_update():
@@ -89,26 +92,28 @@ def one_rejection_step(draft_token: int, z_draft: float, vocab: int = 10):
     logits[0, 0], logits[0, draft_token] = 0.0, z_draft
     tree = DraftTree.root_only(4)
     tree.add(0, draft_token, "draft", 0.9)
-    return tree, step_stats(logits, tree, [])
+    return Proposal(tree), logits, step_stats(logits, tree, [])
 
 
 def test_verifier_reads_the_memory_before_updating_it():
-    rule = Rescue(lam=3, tau=0.01)
+    # The engine's own verifiers (csd with λ = 3, τ = 0.01; plain sd), each given the memory.
     mem = CorrectionMemory({(5, 0): 2})  # one short of λ
-    tree, stats = one_rejection_step(5, z_draft=-1.0)  # safe: -1 ≥ log 0.01
-    first = verify_rescue_greedy(tree, stats, rule, mem)
+    csd = make_verifier(get_method("csd"), resolve_params("csd", {"lam": 3, "tau": 0.01, "temperature": 0.0}), memory=mem)
+    step = one_rejection_step(5, z_draft=-1.0)  # safe: -1 ≥ log 0.01
+    first = csd(*step)
     assert first.decisions[1] == "rejected" and first.bonus == 0 and first.path == [0]
     assert first.extra[1] == {"correction_id": 0, "mem_count": 2} and first.thresholds[1] == 0.01
     assert mem.count(5, 0) == 3  # updated although not rescued
-    second = verify_rescue_greedy(tree, stats, rule, mem)
+    second = csd(*step)
     assert second.decisions[1] == "rescued" and second.path == [0, 1] and second.extra[1]["mem_count"] == 3
     assert mem.count(5, 0) == 4  # updated on a rescue too
     # Frequent but unsafe: the gate holds it back, and the count still grows.
-    tree, stats = one_rejection_step(5, z_draft=-5.0)
-    third = verify_rescue_greedy(tree, stats, rule, mem)
+    step = one_rejection_step(5, z_draft=-5.0)
+    third = csd(*step)
     assert third.decisions[1] == "rejected" and "< log τ" in third.reasons[1] and mem.count(5, 0) == 5
     # Plain SD with a memory counts too but never rescues.
-    plain = verify_rescue_greedy(tree, stats, None, mem)
+    sd = make_verifier(get_method("sd"), resolve_params("sd", {"temperature": 0.0}), memory=mem)
+    plain = sd(*step)
     assert plain.decisions[1] == "rejected" and plain.extra[1]["mem_count"] == 5 and mem.count(5, 0) == 6
 
 
@@ -178,8 +183,11 @@ def test_calibration_pairs_from_traces_equal_online_counting():
         gen = torch.Generator().manual_seed(5)
         for p in draft.model.parameters():
             p.add_(torch.randn(p.shape, generator=gen) * 0.08)
+    prompt = [5, 9, 14, 5, 9, 22, 31, 5, 9]
     online = CorrectionMemory()
-    run = run_method("sd", target, [5, 9, 14, 5, 9, 22, 31, 5, 9], {"max_new_tokens": 60}, draft=draft, memory=online)
+    # A method that reads the memory at every rejection, with λ out of reach so it never rescues: plain SD's decisions.
+    run = run_method("sd-memory-only", target, prompt, {"max_new_tokens": 60, "lam": 1_000_000}, draft=draft, memory=online)
+    assert run.output_ids == run_method("sd", target, prompt, {"max_new_tokens": 60}, draft=draft).output_ids
     offline = CorrectionMemory()
     pairs = rejections(run.steps)
     offline.observe_many(pairs)
@@ -201,9 +209,8 @@ def test_rescues_name_the_output_position_where_csd_leaves_greedy():
             p.add_(torch.randn(p.shape, generator=gen) * 0.08)
     prompt = [5, 9, 14, 5, 9, 22, 31, 5, 9]
     greedy = run_method("greedy", target, prompt, {"max_new_tokens": 60}).output_ids
-    seen = CorrectionMemory()
-    run_method("sd", target, prompt, {"max_new_tokens": 60}, draft=draft, memory=seen)
-    known = CorrectionMemory({pair: 10 for pair in seen.snapshot()})  # every pair sd met, well past λ
+    met = rejections(run_method("sd", target, prompt, {"max_new_tokens": 60}, draft=draft).steps)
+    known = CorrectionMemory({pair: 10 for pair in met})  # every pair sd met, well past λ
     run = run_method("csd", target, prompt, {"max_new_tokens": 60, "lam": 6, "tau": 1e-6}, draft=draft, memory=known)
     found = rescues(run.steps)
     assert found and len(found) == run_metrics(run)["rescued"]
@@ -275,10 +282,12 @@ def test_calibrate_counts_the_rejections_of_plain_sd(tmp_path):
     assert calibrate(target, draft, prompts, reloaded, max_new_tokens=20).prompts == 0
 
 
-def test_task_specific_corpus_is_the_held_out_part_of_the_benchmark_datasets():
+def test_task_specific_corpus_is_the_held_out_part_of_the_benchmark_datasets(spec_bench):
+    # GSM8K without a file is Spec-Bench's math_reasoning rows (workbench.evaluation.tasks.SPEC_BENCH): the fixture skips without them.
     from workbench.evaluation.calibration import BENCHMARK_ITEMS, corpus_prompts, prompt_hash
     from workbench.evaluation.tasks import SPEC_BENCH, load_dataset_tasks
 
+    assert SPEC_BENCH == spec_bench  # the file the project reads is the one the fixture checked
     prompts, dropped, described = corpus_prompts("gsm8k+humaneval", limit=1000, spec_bench=SPEC_BENCH)
     gsm8k, humaneval = load_dataset_tasks("gsm8k"), load_dataset_tasks("humaneval")
     assert "after the first 40" in described
@@ -298,6 +307,18 @@ def test_task_specific_corpus_is_the_held_out_part_of_the_benchmark_datasets():
     assert len(corpus_prompts("gsm8k+humaneval", limit=5, spec_bench=SPEC_BENCH)[0]) == 5
     with pytest.raises(InvalidInputError, match="unknown dataset"):
         corpus_prompts("gsm9k", limit=5, spec_bench=SPEC_BENCH)
+
+
+def test_calibrate_command_checks_overlap_with_the_spec_bench_the_project_reads():
+    # One home for the path: were the default elsewhere, benchmark_texts would find no file and silently skip
+    # Spec-Bench's items in the disjointness check.
+    import argparse
+
+    from workbench.commands.calibrate import add_parser
+    from workbench.evaluation.tasks import SPEC_BENCH
+
+    parser = add_parser(argparse.ArgumentParser().add_subparsers())
+    assert Path(parser.get_default("benchmark")) == SPEC_BENCH
 
 
 def test_an_interrupted_calibration_keeps_the_prompts_it_finished(tmp_path):

@@ -48,6 +48,22 @@ def test_compare_fills_three_columns_and_stores_the_runs(default_comparison):
 
 
 @real_model
+def test_compare_scores_a_bundled_task_with_bench_scorer(app, default_comparison):
+    """The default task carries references: each column shows the score bench would give its stored output."""
+    from workbench import service
+    from workbench.evaluation.scores import score_task
+
+    demo, client = app
+    status, heads, metrics, texts, ids = default_comparison
+    task = service.sample_tasks()[0]
+    for head, line in zip(heads[:3], metrics[:3]):
+        run = demo.store.load_run(ids[head.strip("# ")]).trace
+        assert f"score **{score_task(task, run.output_text):.1f}**" in line, line
+    _, _, free, _ = compare(client, model_name="smollm2-135m", method_list=["greedy"], prompt_text="Say hi.", max_new_tokens=4)
+    assert "score" not in free[0]  # an edited prompt has no references that apply
+
+
+@real_model
 def test_replay_moves_through_steps(app, default_comparison):
     _, client = app
     rid = default_comparison[-1]["aasd"]

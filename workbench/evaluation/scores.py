@@ -97,13 +97,6 @@ KIND_METRIC = {"qa": "qa_f1", "summarization": "rouge_l", "code": "code_sim", "m
 PASS_AT_1 = "pass@1"  # HumanEval: executed, not compared with a reference
 
 
-def score(task_kind: str, prediction: str, answers: list[str]) -> float | None:
-    """The metric of a task kind ×100, max over the references; None when there are no references or no metric."""
-    from workbench.evaluation.tasks import Task
-
-    return score_task(Task(id="", task=task_kind, input="", answers=list(answers)), prediction)
-
-
 def score_task(task: "Task", prediction: str, *, execute_code: bool = False, timeout: float = 10.0) -> float | None:
     """A task's score ×100 as LongBench's eval.py computes it (first line only where it says so, max
     over the references), GSM8K final-number accuracy, or HumanEval pass@1 run in the sandbox.

@@ -8,6 +8,7 @@ from core.errors import WorkbenchError
 from core.params import PARAMS
 from core.stats import first_divergence, run_metrics
 from workbench import service, views
+from workbench.evaluation.scores import score_task
 from workbench.evaluation.tasks import Task, fill_template
 from workbench.store import Store
 from workbench.ui.shared import TUNABLE, error_md, gpu, metrics_md, param_label
@@ -89,7 +90,13 @@ def compare_tab(store: Store, pool: service.ModelPool, compare_ids: gr.State):
         return [msg, []] + [gr.update()] * (3 * SLOTS)
 
     @gpu
-    def compare(model_name, draft_name, method_list, prompt_text, context_text, use_chat, max_new_tokens, *values):
+    def compare(model_name, draft_name, method_list, prompt_text, context_text, use_chat, max_new_tokens, *rest):
+        values, (task_choice, extra) = rest[:-2], rest[-2:]  # the task inputs come last: the API's numbering stays
+        # The chosen task's references score every output, as bench scores them; free text, or a task whose
+        # prompt or context was edited, has none that apply.
+        chosen_task = tasks.get(task_choice) or (extra or {}).get(task_choice)
+        if chosen_task is not None and task_fields(chosen_task)[:2] != ((context_text or ""), (prompt_text or "")):
+            chosen_task = None
         try:
             specs = service.check_methods(method_list or [], model_name, draft_name)
             chosen = {n: v for n, v in zip(names, values) if v is not None and v != PARAMS[n].default}
@@ -122,14 +129,15 @@ def compare_tab(store: Store, pool: service.ModelPool, compare_ids: gr.State):
                             greedy_ids, greedy_tps = run.output_ids, run_metrics(run)["tps"]
                         div = first_divergence(greedy_ids, run.output_ids) if greedy_ids is not None and name != "greedy" else None
                         texts[slot] = views.tokens_html(views.token_origins(run), first_divergence=div)
-                        metrics[slot] = metrics_md(run, prog.run_id, greedy_tps)
+                        score = score_task(chosen_task, run.output_text) if chosen_task is not None else None
+                        metrics[slot] = metrics_md(run, prog.run_id, greedy_tps, score)
                     else:
                         texts[slot] = views.tokens_html(views.step_origins(prog.steps, models.target.tokenizer))
                         metrics[slot] = f"running… {len(prog.steps)} steps"
                     yield [f"running {name}…", list(run_ids)] + heads_out + metrics + texts
         yield [f"done: runs {', '.join(f'#{r}' for r in run_ids)} stored ({store.where})", list(run_ids)] + heads_out + metrics + texts
 
-    inputs = [model, draft, methods, prompt, context, chat, max_new] + [controls[n] for n in names]
+    inputs = [model, draft, methods, prompt, context, chat, max_new] + [controls[n] for n in names] + [task, uploaded]
     outputs = [status, compare_ids] + heads + stats + bodies
     event = run_btn.click(compare, inputs, outputs, api_name="compare", concurrency_id="generate")
     stop_btn.click(None, None, None, cancels=[event], api_name=False)

@@ -73,15 +73,17 @@ def step_ends(run: RunTrace) -> list[int]:
     return list(accumulate(len(s.emitted) for s in run.steps))
 
 
-def metrics_md(run: RunTrace, run_id: int | None, greedy_tps: float | None) -> str:
-    """One line of a run's metrics; the speed-up is against `greedy_tps` when given."""
+def metrics_md(run: RunTrace, run_id: int | None, greedy_tps: float | None, score: float | None = None) -> str:
+    """One line of a run's metrics; the speed-up is against `greedy_tps` when given; `score` is the task's
+    score against its references (workbench.evaluation.scores.score_task, as bench computes it)."""
     m = run_metrics(run)
     fmt = lambda v, f="{:.2f}": "–" if v is None else f.format(v)  # noqa: E731
     speed = f"{m['tps'] / greedy_tps:.2f}×" if greedy_tps and m.get("tps") else "–"
     state = "" if run.status == "complete" else f" · **{run.status}**"
     return (f"MAL **{fmt(m['mal'])}** · {fmt(m['tps'], '{:.1f}')} tok/s · speed-up {speed} · "
             f"acceptance {fmt(m['accept_rate'], '{:.0%}')} · {m['steps']} steps · {m['tokens']} tokens"
-            f" · run #{run_id if run_id is not None else '–'}{state}")
+            + (f" · score **{score:.1f}**" if score is not None else "")
+            + f" · run #{run_id if run_id is not None else '–'}{state}")
 
 
 def runs_frame(store: Store, filter_text: str = "", limit: int = 200) -> pd.DataFrame:
