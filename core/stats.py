@@ -86,6 +86,7 @@ def run_totals(run: "RunTrace") -> dict[str, Any]:
         "tokens": m["tokens"], "steps": m["steps"], "decoded": (m["mal"] or 0.0) * m["steps"],
         "decode_seconds": run.decode_seconds, "prefill_seconds": run.prefill_seconds,
         "drafted": m["drafted"], "accepted": m["accepted"], "rescued": m["rescued"], "timed_steps": len(run.steps),
+        "by_source": {k: [a, n] for k, (a, n) in acceptance_by(run, lambda node: node.source).items()},  # [accepted, verified]
         **{f"{k}_total": sum(getattr(s, k) for s in run.steps) for k in PHASES},
     }
 
@@ -102,6 +103,12 @@ def pool(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 
     timed = total("timed_steps")
     scores = [r["score"] for r in rows if r.get("score") is not None]
+    by_source: dict[str, list[int]] = {}
+    for r in rows:
+        for source, (a, n) in (r.get("by_source") or {}).items():
+            counts = by_source.setdefault(source, [0, 0])
+            counts[0] += a
+            counts[1] += n
     return {
         "mal": _ratio(total("decoded"), total("steps")),
         # No steps (beam search through transformers): decoding tokens/s is unknown, not 0; e2e_tps still holds.
@@ -109,6 +116,7 @@ def pool(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "speedup": None,
         "accept_rate": _ratio(total("accepted"), total("drafted")),
         "rescued_share": _ratio(total("rescued"), total("drafted")),
+        "accept_rate_by_source": {k: a / n for k, (a, n) in sorted(by_source.items())},  # accepted ÷ verified (acceptance_by)
         "score": statistics.fmean(scores) if scores else None,
         "draft_ms_per_step": _ratio(total("draft_ms_total"), timed),
         "verify_ms_per_step": _ratio(total("verify_ms_total"), timed),

@@ -56,6 +56,18 @@ def make_tiny(seed: int = 0, vocab: int = 96, layers: int = 2, init: float = 0.3
     return TinyModel(model=model, tokenizer=IdTokenizer(), vocab_size=vocab)
 
 
+def perturbed(base_seed: int, noise: float, seed: int = 5, vocab: int = 96):
+    """A copy of tiny model `base_seed` with Gaussian noise on its LM head: a draft that agrees with
+    the target at some positions and not at others (noise 0.1: about a third of the drafts)."""
+    m = make_tiny(base_seed, vocab=vocab)
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        w = m.model.lm_head.weight
+        w.add_(torch.randn(w.shape, generator=gen) * noise)
+    m.fingerprint = f"tiny-{base_seed}-noise{noise}-{seed}"
+    return m
+
+
 @pytest.fixture(scope="session")
 def tiny() -> TinyModel:
     return make_tiny()

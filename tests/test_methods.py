@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import random
 
 import pytest
 
@@ -99,11 +100,10 @@ def test_task_files(tmp_path):
         load_tasks(good, categories=["nope"])
 
 
-def test_spec_bench_rows_and_bundled_samples():
-    from conftest import ROOT, SPEC_BENCH, spec_bench_rows
+def test_spec_bench_rows_and_bundled_samples(spec_bench):
+    from conftest import ROOT
 
-    spec_bench_rows(("rag",), 1)  # skips when shared/ is absent
-    tasks = load_tasks(SPEC_BENCH, categories=["summarization", "rag"], limit=3)
+    tasks = load_tasks(spec_bench, categories=["summarization", "rag"], limit=3)
     assert [t.category for t in tasks] == ["summarization"] * 3 + ["rag"] * 3
     assert all(t.answers for t in tasks) and tasks[3].task == "qa"
     samples = load_tasks(ROOT / "assets" / "samples.jsonl")
@@ -188,3 +188,33 @@ def test_a_stop_string_inside_a_multi_token_step_stops_transformers_baselines(sm
     before = StopStringAnywhere(tok, len(prompt), stops)
     assert not bool(before(torch.tensor([prompt + gen[: end - 1]]), None)[0])
     assert stop_string_end(tok, gen[: end - 1], stops) is None
+
+
+def test_per_source_acceptance_is_one_number_in_bench_run_metrics_and_the_ui(tiny):
+    """accepted ÷ verified nodes of a source (core.stats.acceptance_by), the same in bench's JSON, a run's
+    metrics (what the store keeps) and the UI's per-source plot; unreached nodes do not count."""
+    from core.stats import acceptance_by, pool, run_totals
+    from workbench import views
+
+    rng = random.Random(3)
+    prompts = []
+    for _ in range(2):
+        words = [rng.randrange(2, 96) for _ in range(12)]
+        prompts.append(words * 2 + [rng.randrange(2, 96) for _ in range(3)] + words[:4])
+    runs = [run_method("aasd", tiny, p, {"max_new_tokens": 24, "alpha": 0.0, "beta": 0.02}) for p in prompts]
+    pooled: dict = {}
+    for run in runs:
+        for source, (a, n) in acceptance_by(run, lambda node: node.source).items():
+            pooled.setdefault(source, [0, 0])
+            pooled[source][0] += a
+            pooled[source][1] += n
+    unreached = sum(n.decision == "unreached" for r in runs for s in r.steps for n in s.nodes)
+    assert unreached and pooled  # there are unreached nodes to leave out
+    summary = pool([run_totals(r) for r in runs])  # what bench's JSON reports per method
+    assert summary["accept_rate_by_source"] == {k: a / n for k, (a, n) in sorted(pooled.items())}
+    for run in runs:
+        by_source = run_metrics(run)["accept_rate_by_source"]
+        fig = views.accept_by_source_figure([run])
+        bars = {x: y for trace in fig.data for x, y in zip(trace.x, trace.y)}
+        assert by_source == {k: a / n for k, (a, n) in acceptance_by(run, lambda node: node.source).items()}
+        assert bars == pytest.approx(by_source)

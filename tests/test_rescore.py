@@ -8,7 +8,7 @@ import random
 from collections import Counter
 
 import pytest
-from conftest import make_tiny
+from conftest import make_tiny, perturbed
 
 from core.errors import InvalidInputError
 from core.memory import CorrectionMemory
@@ -326,8 +326,6 @@ RELAXED = {  # four parameter settings each; five prompts -> 20 runs per method
 
 
 def test_stored_runs_of_every_relaxed_method_rescore_to_their_online_decisions(tmp_path):
-    from test_sd import perturbed
-
     from workbench.store import Store
 
     target, draft = make_tiny(0), perturbed(0, 0.1)

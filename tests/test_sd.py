@@ -9,7 +9,7 @@ from collections import Counter
 import numpy as np
 import pytest
 import torch
-from conftest import make_tiny
+from conftest import make_tiny, perturbed
 from scipy.stats import chisquare
 
 from core import cache as kv
@@ -22,18 +22,6 @@ from core.models import VocabularyMismatchError
 from core.tree import DraftTree
 from core.target_stats import sampling_processors
 from core.walk import sample_walk
-
-
-def perturbed(base_seed: int, noise: float, seed: int = 5, vocab: int = 96):
-    """A copy of tiny model `base_seed` with Gaussian noise on its LM head: a draft that agrees with
-    the target at some positions and not at others (noise 0.1: about a third of the drafts)."""
-    m = make_tiny(base_seed, vocab=vocab)
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        w = m.model.lm_head.weight
-        w.add_(torch.randn(w.shape, generator=gen) * noise)
-    m.fingerprint = f"tiny-{base_seed}-noise{noise}-{seed}"
-    return m
 
 
 @pytest.fixture(scope="module")

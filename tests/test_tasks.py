@@ -248,18 +248,18 @@ def test_humaneval_from_the_package_and_from_a_file(tmp_path):
         load_dataset_tasks("humaneval:easy")
 
 
-def test_gsm8k_file_and_spec_bench_default(tmp_path):
+def test_gsm8k_file(tmp_path):
     path = write_jsonl(tmp_path / "gsm8k.jsonl", [{"question": "2+2?", "answer": "2+2=4\n#### 4"}, {"question": "3+3?", "answer": "#### 6"}])
     a, b = load_gsm8k(path)
     assert (a.id, a.metric, a.category, a.answers) == ("gsm8k-1", "gsm8k", "gsm8k", ["2+2=4\n#### 4"])
     assert a.prompt().startswith("2+2?\n\nSolve the problem step by step") and "The answer is" in a.prompt()
     with pytest.raises(InvalidInputError, match="gsm8k.jsonl line 2: missing field question"):
         load_gsm8k(write_jsonl(tmp_path / "gsm8k.jsonl", [{"question": "1?", "answer": "#### 1"}, {"answer": "#### 2"}]))
-    from conftest import SPEC_BENCH
 
-    if SPEC_BENCH.exists():
-        tasks = load_dataset_tasks("gsm8k", limit=3)
-        assert len(tasks) == 3 and all(t.metric == "gsm8k" and "####" in t.answers[0] for t in tasks)
+
+def test_gsm8k_without_a_file_is_spec_bench_math(spec_bench):
+    tasks = load_dataset_tasks("gsm8k", limit=3)
+    assert len(tasks) == 3 and all(t.metric == "gsm8k" and "####" in t.answers[0] for t in tasks)
 
 
 def test_samples_plain_paths_and_unknown_datasets(tmp_path):

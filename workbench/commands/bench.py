@@ -21,9 +21,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--out", help="write the JSON results here")
     p.add_argument("--execute-code", action="store_true",
                    help="score HumanEval-style tasks (test, entry_point) by running the completions in a sandboxed subprocess")
-    common.add_model_args(p)
-    common.add_param_args(p)
-    common.add_db_arg(p)
+    common.add_decoding_args(p)
     p.set_defaults(func=run)
     return p
 

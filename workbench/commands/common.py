@@ -39,6 +39,13 @@ def add_param_args(p: argparse.ArgumentParser) -> None:
                        help=f"{spec.help} (range {spec.low}..{spec.high})")
 
 
+
+def add_decoding_args(p: argparse.ArgumentParser) -> None:
+    """What every command that decodes takes: models, method parameters, the store."""
+    add_model_args(p)
+    add_param_args(p)
+    add_db_arg(p)
+
 def params_from(args: argparse.Namespace) -> dict:
     """The method parameters given on the command line (by name), leaving out those not given."""
     return {name: getattr(args, name) for name in PARAMS if getattr(args, name, None) is not None}

@@ -21,9 +21,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--stop", action="append", help="stop string (repeatable)")
     p.add_argument("--no-chat", action="store_true", help="do not apply the tokenizer's chat template")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of streaming text")
-    common.add_model_args(p)
-    common.add_param_args(p)
-    common.add_db_arg(p)
+    common.add_decoding_args(p)
     p.set_defaults(func=run)
     return p
 

@@ -51,9 +51,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="cut longer prompts in the middle, as LongBench does (default: the model's context minus the generation)")
     p.add_argument("--memory", default=None, help="CSD's calibrated memory file (default: the pair's file under <home>/memory/)")
     p.add_argument("--title", default=None, help="heading of report.md")
-    common.add_model_args(p)
-    common.add_param_args(p)
-    common.add_db_arg(p)
+    common.add_decoding_args(p)
     p.set_defaults(func=run)
     return p
 
