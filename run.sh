@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One entry point for people and CI:
 #   bash run.sh demo   install, fetch the embedded default model, start the workbench at http://127.0.0.1:7860
+#                      (single-user: a local, one-person workbench sees every stored run, the CLI's too)
 #   bash run.sh test   install, fetch the embedded default model, run the default (fast) test suite
 #   bash run.sh table  install, then compare greedy and PLD on the bundled samples as a table in the terminal
 #   bash run.sh test -m slow    the long tests on real models (any pytest arguments pass through)
@@ -25,7 +26,7 @@ shift || true
 case "$cmd" in
   demo)
     setup
-    python -m workbench serve "$@"
+    python -m workbench serve --single-user "$@"
     ;;
   table)
     setup

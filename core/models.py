@@ -7,6 +7,7 @@ import hashlib
 import json
 import os
 import shutil
+import struct
 import subprocess
 import sys
 import tempfile
@@ -266,7 +267,13 @@ def _eos_ids(model, tokenizer) -> list[int]:
 
 
 _LOADED: dict[tuple[str, str, str], LoadedModel] = {}
-_LOCK = threading.Lock()
+_LOCK = threading.Lock()  # guards _LOADED and _KEY_LOCKS only, never held while a model loads
+_KEY_LOCKS: dict[tuple[str, str, str], threading.Lock] = {}  # one per (source, device, dtype): loads of one model
+
+
+def _key_lock(key: tuple[str, str, str]) -> threading.Lock:
+    with _LOCK:
+        return _KEY_LOCKS.setdefault(key, threading.Lock())
 
 
 def _source(spec: str) -> tuple[str, dict]:
@@ -280,7 +287,7 @@ def _source(spec: str) -> tuple[str, dict]:
     path = Path(spec).expanduser()
     if path.suffix == ".gguf":
         if not path.is_file():
-            raise WorkbenchError(f"GGUF file not found: {path}")
+            raise WorkbenchError(f"GGUF file not found: {spec}")
         print(f"{path.name}: de-quantising the GGUF file (fetch a preset or save_pretrained to skip this next time)", file=sys.stderr)
         return str(path.parent), {"gguf_file": path.name}
     if path.is_dir():
@@ -320,21 +327,40 @@ def load_model(spec: str, device: str | torch.device = "auto", dtype: str | torc
     dev = resolve_device(device)
     dt_ = resolve_dtype(dtype, dev)
     key = (source + extra.get("gguf_file", ""), str(dev), str(dt_))
-    with _LOCK:
-        if cache and key in _LOADED:
-            return _LOADED[key]
+    if cache:
+        with _LOCK:
+            if key in _LOADED:  # a loaded model never waits behind another model's load
+                return _LOADED[key]
+    with _key_lock(key):  # two requests for one model load it once; other models load in parallel
+        if cache:
+            with _LOCK:
+                if key in _LOADED:
+                    return _LOADED[key]
+        if "gguf_file" in extra:
+            _check_gguf(Path(source) / extra["gguf_file"], spec)
+        elif Path(source).is_dir():
+            _check_model_folder(Path(source), spec)
         try:
             config = AutoConfig.from_pretrained(source, trust_remote_code=trust_remote_code, **extra)
         except OSError as e:
             raise WorkbenchError(
-                f"could not load {spec!r}: {str(e).splitlines()[0]}. Without network access use a preset "
+                f"could not load {spec!r}: {_first_line(e, source, spec)}. Without network access use a preset "
                 f"({', '.join(PRESETS)}) or a local folder."
             ) from None
+        except (ValueError, KeyError, TypeError, EOFError, IndexError, struct.error, UnicodeDecodeError,
+                json.JSONDecodeError) as e:
+            raise _unreadable(spec, e, "its configuration") from None
         check_supported(config)
-        tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=trust_remote_code, **extra)
-        model = AutoModelForCausalLM.from_pretrained(
-            source, dtype=dt_, attn_implementation="sdpa", trust_remote_code=trust_remote_code, **extra
-        ).to(dev).eval().requires_grad_(False)
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=trust_remote_code, **extra)
+            model = AutoModelForCausalLM.from_pretrained(
+                source, dtype=dt_, attn_implementation="sdpa", trust_remote_code=trust_remote_code, **extra
+            ).to(dev).eval().requires_grad_(False)
+        except WorkbenchError:
+            raise
+        except (OSError, ValueError, KeyError, TypeError, EOFError, IndexError, RuntimeError, struct.error,
+                UnicodeDecodeError) as e:
+            raise _unreadable(spec, e, "its tokenizer or weights") from None
         pack_output_head_input(model)
         loaded = LoadedModel(
             model=model, tokenizer=tokenizer, name=spec, path=source, device=dev, dtype=dt_,
@@ -343,14 +369,64 @@ def load_model(spec: str, device: str | torch.device = "auto", dtype: str | torc
             vocab_size=int(model.get_output_embeddings().weight.shape[0]),
         )
         if cache:
-            _LOADED[key] = loaded
+            with _LOCK:
+                _LOADED[key] = loaded
         return loaded
+
+
+GGUF_MAGIC = b"GGUF"
+
+
+def _first_line(e: Exception, source: str, spec: str) -> str:
+    """The first line of a loader's message, with the resolved folder replaced by what the user typed."""
+    line = (str(e).strip().splitlines() or [type(e).__name__])[0]
+    for where in {source, str(Path(source).resolve()) if not source.startswith(("http", "hf://")) else source}:
+        if where and where != spec:
+            line = line.replace(where, spec)
+    return line[:300]
+
+
+def _unreadable(spec: str, e: Exception, what: str) -> WorkbenchError:
+    """A model that exists but cannot be read; the reason's kind, never the file's contents or server folders."""
+    return UnsupportedModelError(
+        f"could not read {spec!r} ({what}: {type(e).__name__}); the file may be truncated, corrupt or not a model "
+        f"transformers can load: fetch or save it again, or use a preset ({', '.join(PRESETS)})")
+
+
+def _check_gguf(path: Path, spec: str) -> None:
+    """Refuse a .gguf file that is not GGUF before transformers tries to parse it."""
+    try:
+        with path.open("rb") as f:
+            head = f.read(24)
+    except OSError as e:
+        raise WorkbenchError(f"cannot read the GGUF file {spec!r}: {e.strerror or type(e).__name__}") from None
+    if len(head) < 24 or head[:4] != GGUF_MAGIC:
+        raise UnsupportedModelError(
+            f"{spec!r} is not a GGUF file ({'empty' if not head else 'too short' if len(head) < 24 else 'no GGUF header'}): "
+            f"check the file (a download may have been cut short) or use a preset ({', '.join(PRESETS)})")
+    version = struct.unpack("<I", head[4:8])[0]
+    if version not in (2, 3):
+        raise UnsupportedModelError(f"{spec!r} is GGUF version {version}; versions 2 and 3 can be read: convert it again")
+
+
+def _check_model_folder(path: Path, spec: str) -> None:
+    """A local folder must hold a transformers model (config.json); say so instead of a loader's traceback."""
+    if not (path / "config.json").is_file():
+        raise UnsupportedModelError(
+            f"{spec!r} is a folder but not a model folder (no config.json): pass a folder written by save_pretrained, "
+            f"a .gguf file, a preset ({', '.join(PRESETS)}) or a hub id")
 
 
 def check_pair(target: LoadedModel, draft: LoadedModel) -> None:
     """A draft model must share the target's vocabulary token for token."""
     tv, dv = target.tokenizer.get_vocab(), draft.tokenizer.get_vocab()
     if tv == dv:
+        t_rows, d_rows = getattr(target, "vocab_size", None), getattr(draft, "vocab_size", None)
+        if t_rows is not None and d_rows is not None and d_rows > t_rows:
+            raise VocabularyMismatchError(
+                f"the draft {draft.name!r} has {d_rows} output rows (token ids), more than the target {target.name!r} "
+                f"({t_rows}): it could propose ids the target cannot score. Use a draft whose output layer is no "
+                f"larger than the target's (e.g. qwen2.5-coder-0.5b drafting for qwen2.5-coder-1.5b).")
         return
     differing = next((tok for tok in sorted(set(tv) | set(dv)) if tv.get(tok) != dv.get(tok)), None)
     raise VocabularyMismatchError(

@@ -357,7 +357,7 @@ def _edit(path: Path, row: int, column: str, value: str) -> None:
 
 
 @pytest.mark.parametrize("file,row,column,value,message", [
-    ("nodes.csv", 7, "p", "abc", "nodes.csv row 7, column 'p': could not convert"),
+    ("nodes.csv", 7, "p", "abc", "nodes.csv row 7, column 'p': is not a number"),
     ("nodes.csv", 7, "decision", "maybe", "nodes.csv row 7, column 'decision': must be one of"),
     ("nodes.csv", 7, "step", "9", "nodes.csv row 7, column 'step': run 1 has no step 9"),
     ("steps.csv", 3, "emitted", "[1,", "steps.csv row 3, column 'emitted'"),

@@ -6,6 +6,7 @@ at most `per_model` generations use it at once (the rest wait in Gradio's bounde
 """
 from __future__ import annotations
 
+import math
 import os
 import queue
 import threading
@@ -27,6 +28,14 @@ DEFAULT_METHODS = ("greedy", "aasd", "csd")
 UI_METHODS = [m for m in METHODS if m != "beam"]
 SAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "assets", "samples.jsonl")
 MAX_PROMPT_CHARS = 200_000  # a UI guard before tokenising; the model's context length is checked after
+MAX_METHODS = 4  # methods per comparison: the Compare tab's columns (the API is held to the same number)
+# A generation whose consumer has not come back for its next update in this many seconds is cancelled:
+# Gradio stops reading a streaming handler when its client disconnects, without closing it.
+IDLE_CANCEL_SECONDS = 10.0
+
+
+class Cancelled(WorkbenchError):
+    """The generation was stopped (Stop, a closed tab, a client that went away) before it finished."""
 
 
 def default_model() -> str:
@@ -62,6 +71,7 @@ class ModelPool:
         self.device, self.dtype, self.per_model, self.trust_remote_code = device, dtype, per_model, trust_remote_code
         self._slots: dict[str, threading.Semaphore] = {}
         self._lock = threading.Lock()
+        self.idle_cancel = IDLE_CANCEL_SECONDS  # see stream_run
 
     def load(self, model: str, draft: str | None = None) -> Models:
         model = (model or "").strip()
@@ -75,17 +85,28 @@ class ModelPool:
         return Models(target, d)
 
     @contextmanager
-    def slot(self, model: str):
+    def slot(self, model: str, should_stop=None, poll: float = 0.2):
+        """Hold one of `model`'s generation slots; waiting ends with Cancelled once `should_stop()` is true."""
         with self._lock:
             sem = self._slots.setdefault(model, threading.Semaphore(self.per_model))
-        with sem:
+        while not sem.acquire(timeout=poll):
+            if should_stop is not None and should_stop():
+                raise Cancelled("cancelled while waiting for the model")
+        try:
             yield
+        finally:
+            sem.release()
 
 
-def check_methods(names: Sequence[str], model: str, draft: str | None) -> list[tuple[str, dict[str, str]]]:
+def check_methods(names: Sequence[str], model: str, draft: str | None, limit: int = MAX_METHODS) -> list[tuple[str, dict[str, str]]]:
     """Parse the chosen methods and refuse combinations that cannot run, before any model loads."""
     if not names:
         raise InvalidInputError("choose at least one method")
+    if isinstance(names, str) or not all(isinstance(n, str) for n in names):
+        raise InvalidInputError("methods must be a list of method names")
+    if len(names) > limit:
+        raise InvalidInputError(f"{len(names)} methods chosen; a comparison runs at most {limit}: "
+                                f"remove {len(names) - limit} (run the others in a second comparison)")
     specs = [parse_method_spec(n) for n in names]
     for name, _ in specs:
         method = get_method(name)
@@ -111,6 +132,9 @@ def method_params(name: str, values: Mapping[str, Any], overrides: Mapping[str, 
     allowed = get_method(name).params
     chosen = {k: v for k, v in values.items() if k in allowed and v is not None}
     chosen.update(overrides or {})
+    for k, v in chosen.items():
+        if isinstance(v, float) and not math.isfinite(v):
+            raise InvalidInputError(f"{k} must be a finite number, got {v}")
     resolve_params(name, chosen)  # raises a readable InvalidInputError on a bad value
     return chosen
 
@@ -126,13 +150,23 @@ class Progress:
 
 def stream_run(method: str, models: Models, prompt_ids: list[int], params: Mapping[str, Any], *, prompt_text: str,
                context: str | None = None, store=None, tags: Sequence[str] = (), stop: threading.Event | None = None,
-               every: float = 0.25) -> Iterator[Progress]:
+               every: float = 0.25, slot=None, idle_cancel: float | None = IDLE_CANCEL_SECONDS) -> Iterator[Progress]:
     """Run one method in a worker thread and yield its progress at most every `every` seconds.
 
     The run is recorded in `store` as it goes (a cancelled or failed run stays there, marked so).
-    Setting `stop` cancels the run at the next step.
+    Setting `stop`, closing this generator, or leaving it suspended at a yield for more than
+    `idle_cancel` seconds (a client that went away) cancels the run at its next step. `slot`, when
+    given, is called with the stop test and returns the context manager (ModelPool.slot) the worker
+    holds while it decodes, so a cancelled run gives its slot back even if this generator is never resumed.
     """
     stop = stop or threading.Event()
+    suspended: list[float | None] = [None]  # when this generator last yielded and was not resumed yet
+
+    def should_stop() -> bool:
+        since = suspended[0]
+        if idle_cancel is not None and since is not None and time.monotonic() - since > idle_cancel:
+            stop.set()
+        return stop.is_set()
     steps: list[StepTrace] = []
     events: queue.Queue = queue.Queue()
     target, draft = models.target, models.draft
@@ -145,18 +179,19 @@ def stream_run(method: str, models: Models, prompt_ids: list[int], params: Mappi
     def work():
         from contextlib import nullcontext
 
-        rec = store.recording(header, tags=tags) if store is not None else nullcontext()
         try:
-            with rec:
-                def on_step(step):
-                    if store is not None:
-                        rec.add_step(step)
-                    events.put(("step", step))
+            with (slot(should_stop) if slot is not None else nullcontext()):
+                rec = store.recording(header, tags=tags) if store is not None else nullcontext()
+                with rec:
+                    def on_step(step):
+                        if store is not None:
+                            rec.add_step(step)
+                        events.put(("step", step))
 
-                run = run_method(method, target, prompt_ids, params, draft=draft, prompt_text=prompt_text,
-                                 context=context, on_step=on_step, should_stop=stop.is_set)
-                if store is not None:
-                    rec.finish(run)
+                    run = run_method(method, target, prompt_ids, params, draft=draft, prompt_text=prompt_text,
+                                     context=context, on_step=on_step, should_stop=should_stop)
+                    if store is not None:
+                        rec.finish(run)
             events.put(("done", (run, rec.run_id if store is not None else None)))
         except WorkbenchError as e:
             events.put(("error", str(e)))
@@ -173,7 +208,9 @@ def stream_run(method: str, models: Models, prompt_ids: list[int], params: Mappi
                 steps.append(item)
                 if time.monotonic() - last >= every:
                     last = time.monotonic()
+                    suspended[0] = last
                     yield Progress(method, list(steps))
+                    suspended[0] = None
                 continue
             if kind == "done":
                 run, run_id = item

@@ -27,14 +27,20 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def run(args) -> int:
-    from core.methods import parse_method_spec, split_method_list
+    from core.methods import get_method, parse_method_spec, resolve_params, split_method_list
     from workbench.evaluation.bench import format_table, run_bench
     from workbench.evaluation.scores import score_task
     from workbench.evaluation.tasks import load_tasks
 
     methods = split_method_list(args.methods)  # variants like aasd[align_graft=1] keep their commas
-    for m in methods:
-        parse_method_spec(m)
+    if not methods:
+        raise WorkbenchError("--methods names no method: pass e.g. --methods greedy,pld")
+    given = common.params_from(args)
+    for m in methods:  # every method and variant value checked before any model loads
+        name, overrides = parse_method_spec(m)
+        resolve_params(name, {k: v for k, v in given.items() if k in get_method(name).params} | overrides)
+    if args.out:  # a long run must not end in an unwritable --out
+        common.check_writable(args.out, "--out")
     tasks = load_tasks(args.data, categories=args.categories.split(",") if args.categories else None, limit=args.limit)
     if not tasks:
         raise WorkbenchError(f"no tasks selected from {args.data}")
@@ -58,9 +64,15 @@ def run(args) -> int:
                         "categories": args.categories, "params": params, "execute_code": args.execute_code}
     print(format_table(result["methods"]))
     if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps(result, indent=1))
-        print(f"wrote {args.out}", file=sys.stderr)
+        try:
+            Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+            Path(args.out).write_text(json.dumps(result, indent=1))
+            print(f"wrote {args.out}", file=sys.stderr)
+        except OSError as e:  # keep the results: they took the whole run
+            print(json.dumps(result, indent=1))
+            print(f"error: could not write {args.out} ({e.strerror or type(e).__name__}); the results are printed above",
+                  file=sys.stderr)
+            return 2
     if store is not None:
         print(f"stored {len(run_ids)} runs in {store.where} (python -m workbench store list --tag bench)", file=sys.stderr)
     return 0

@@ -4,6 +4,7 @@ never each other; heavy imports (torch, the store) happen inside the functions t
 from __future__ import annotations
 
 import argparse
+import math
 
 from core.params import PARAMS
 
@@ -31,12 +32,71 @@ def add_db_arg(p: argparse.ArgumentParser) -> None:
                    help="trace store: a SQLAlchemy URL or a SQLite file (default: $WORKBENCH_DB, else <home>/traces.db)")
 
 
+def number_type(kind: type, name: str):
+    """argparse's type for a parameter: an int, or a finite float (NaN passes every range check and makes
+    invalid JSON, so it is refused here, as is infinity)."""
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a{'n integer' if kind is int else ' number'}") from None
+        if kind is float and not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
+        return value
+
+    parse.__name__ = kind.__name__  # argparse names the type in its messages
+    return parse
+
+
 def add_param_args(p: argparse.ArgumentParser) -> None:
     """One option per method parameter (core.params.PARAMS), unset unless given."""
     g = p.add_argument_group("method parameters (defaults depend on the method)")
     for spec in PARAMS.values():
-        g.add_argument(f"--{spec.name.replace('_', '-')}", dest=spec.name, type=spec.kind, default=None,
-                       help=f"{spec.help} (range {spec.low}..{spec.high})")
+        g.add_argument(f"--{spec.name.replace('_', '-')}", dest=spec.name, type=number_type(spec.kind, spec.name),
+                       default=None, help=f"{spec.help} (range {spec.low}..{spec.high})")
+
+
+def read_text_file(path: str, option: str) -> str:
+    """A UTF-8 text file named by `option`; missing, a folder, unreadable or not UTF-8 is an InvalidInputError."""
+    from pathlib import Path
+
+    from core.errors import InvalidInputError
+
+    p = Path(path)
+    try:
+        return p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InvalidInputError(f"{option} {path}: no such file") from None
+    except IsADirectoryError:
+        raise InvalidInputError(f"{option} {path} is a folder: pass a text file") from None
+    except UnicodeDecodeError as e:
+        raise InvalidInputError(f"{option} {path} is not UTF-8 text (byte {e.start}): save it as UTF-8") from None
+    except OSError as e:
+        raise InvalidInputError(f"{option} {path}: cannot read it ({e.strerror or type(e).__name__})") from None
+
+
+def check_writable(path: str, option: str) -> None:
+    """Fail before a long run if `path` cannot be written (a folder, or a folder that cannot be made or written)."""
+    import os
+    from pathlib import Path
+
+    from core.errors import InvalidInputError
+
+    p = Path(path)
+    if p.is_dir():
+        raise InvalidInputError(f"{option} {path} is a folder: pass a file name")
+    try:
+        p.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise InvalidInputError(f"{option} {path}: cannot create its folder ({e.strerror or type(e).__name__})") from None
+    existed = p.exists()
+    try:
+        with p.open("a"):
+            pass
+    except OSError as e:
+        raise InvalidInputError(f"{option} {path} cannot be written ({e.strerror or type(e).__name__}): pass another path") from None
+    if not existed:
+        os.unlink(p)
 
 
 

@@ -27,16 +27,22 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def run(args) -> int:
-    from core.methods import resolve_params, run_method
+    from core.errors import InvalidInputError
+    from core.methods import parse_method_spec, resolve_params, run_method
+    from workbench.store import StoreError
     from core.models import encode_prompt
     from core.stats import run_metrics
 
-    given = common.params_from(args)
-    params = resolve_params(args.method, given)  # fail on bad parameters before loading anything
+    # A variant (aasd[align_graft=1]) as bench and the UI take it; its values checked before anything loads
+    method, overrides = parse_method_spec(args.method)
+    given = {**common.params_from(args), **overrides}
+    params = resolve_params(method, given)  # fail on bad parameters before loading anything
+    if args.stop is not None and any(not s for s in args.stop):
+        raise InvalidInputError("--stop \"\" would stop before the first token: give each --stop a non-empty string")
     prompt = args.prompt
     if args.prompt_file:
-        prompt = Path(args.prompt_file).read_text(encoding="utf-8")
-    context = Path(args.context_file).read_text(encoding="utf-8") if args.context_file else None
+        prompt = common.read_text_file(args.prompt_file, "--prompt-file")
+    context = common.read_text_file(args.context_file, "--context-file") if args.context_file else None
     text = f"{context}\n\n{prompt}" if context else prompt
     if not text or not text.strip():
         raise WorkbenchError("the prompt is empty: pass --prompt TEXT (or --prompt-file F)")
@@ -44,7 +50,7 @@ def run(args) -> int:
     target, draft = common.load_models(args)
     ids = encode_prompt(target.tokenizer, text, chat=None if not args.no_chat else False)
     streamed = []
-    recording = store.recording(_header(args.method, params, target, draft, text, ids, context), tags=args.tag) if store else nullcontext()
+    recording = store.recording(_header(method, params, target, draft, text, ids, context), tags=args.tag) if store else nullcontext()
 
     def show(step):
         if store is not None:
@@ -54,13 +60,18 @@ def run(args) -> int:
             streamed.append(piece)
             print(piece, end="", flush=True)
 
+    stored = store is not None
     with recording:  # a run that raises or is interrupted stays in the store, marked failed or cancelled
         # run_method resolves `given` itself: some resolved defaults (top_k=0) do not pass validation a second time
-        run = run_method(args.method, target, ids, given, draft=draft, prompt_text=text, context=context,
+        run = run_method(method, target, ids, given, draft=draft, prompt_text=text, context=context,
                          stop_strings=args.stop or (), on_step=show)
         if store is not None:
-            recording.finish(run)
-    run_id = recording.run_id if store is not None else None
+            try:
+                recording.finish(run)
+            except StoreError as e:  # the generation is done: show it, and say the store did not keep it
+                print(f"\nwarning: the run was not stored: {e}", file=sys.stderr)
+                recording.status, stored = "failed", False
+    run_id = recording.run_id if stored else None
     m = run_metrics(run)
     if args.json:
         print(json.dumps({

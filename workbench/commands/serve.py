@@ -10,6 +10,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser("serve", help="start the Gradio workbench (python app.py does the same)")
     p.add_argument("--host", default=None, help="address to listen on (default 127.0.0.1; 0.0.0.0 to share on a network)")
     p.add_argument("--port", type=int, default=None, help="port (default 7860, or $GRADIO_SERVER_PORT)")
+    p.add_argument("--single-user", action="store_true",
+                   help="every run in the store is visible to everyone who reaches the app (for a local, one-person "
+                        "workbench); by default a run made in the app is seen only by the browser session that made "
+                        "it until its owner shares it")
     common.add_load_args(p)
     common.add_db_arg(p)
     p.set_defaults(func=run)
@@ -20,6 +24,7 @@ def run(args) -> int:
     from workbench.service import ModelPool
     from workbench.ui import build_app, launch
 
-    demo = build_app(args.db, ModelPool(args.device, args.dtype, trust_remote_code=args.trust_remote_code))
+    demo = build_app(args.db, ModelPool(args.device, args.dtype, trust_remote_code=args.trust_remote_code),
+                     single_user=args.single_user)
     launch(demo, server_name=args.host, server_port=args.port)
     return 0

@@ -90,11 +90,24 @@ def middle_truncate(text: str, tokenizer, max_tokens: int) -> str:
 
 # ---- reading JSON Lines with line numbers ---------------------------------------------------
 
+def read_text(path: Path) -> str:
+    """A task file's text; a folder, an unreadable file or one that is not UTF-8 is an InvalidInputError
+    (naming the file, never repeating its contents)."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except IsADirectoryError:
+        raise InvalidInputError(f"{path} is a folder: pass a task file (JSON Lines)") from None
+    except UnicodeDecodeError as e:
+        raise InvalidInputError(f"{path.name} is not UTF-8 text (byte {e.start}): save it as UTF-8 JSON Lines") from None
+    except OSError as e:
+        raise InvalidInputError(f"cannot read {path}: {e.strerror or type(e).__name__}") from None
+
+
 def _jsonl(path: Path) -> Iterator[tuple[str, dict]]:
     """(where, row) per non-empty line; `where` names the file and line for error messages."""
     if not path.exists():
         raise InvalidInputError(f"file not found: {path}")
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+    for number, line in enumerate(read_text(path).splitlines(), start=1):
         if not line.strip():
             continue
         where = f"{path.name} line {number}"
@@ -102,6 +115,8 @@ def _jsonl(path: Path) -> Iterator[tuple[str, dict]]:
             row = json.loads(line)
         except json.JSONDecodeError as e:
             raise InvalidInputError(f"{where}: not valid JSON ({e.msg})") from None
+        except RecursionError:
+            raise InvalidInputError(f"{where}: JSON nested too deeply") from None
         if not isinstance(row, dict):
             raise InvalidInputError(f"{where}: each line must be a JSON object")
         yield where, row

@@ -40,26 +40,62 @@ def lock_timeout(value: float | None) -> float:
 
 
 def check_sqlite_file(path: Path) -> None:
-    """Refuse a file that is not a SQLite database before any connection can write to it."""
+    """Refuse a file that is not a SQLite database, or a SQLite database of another application, before
+    any connection can write to it (switching it to WAL would modify it)."""
+    if path.is_dir():
+        raise CorruptStoreError(f"{path} is a folder, not a trace store: pass a file path (or a database URL) as --db")
+    if path.parent.exists() and not path.parent.is_dir():
+        raise CorruptStoreError(f"{path.parent} is a file, so {path.name} cannot be created inside it: pass another --db")
     if not path.exists() or path.stat().st_size == 0:
         return
-    with path.open("rb") as f:
-        head = f.read(len(SQLITE_MAGIC))
-    if head != SQLITE_MAGIC:
+    try:
+        with path.open("rb") as f:
+            head = f.read(100)
+    except OSError as e:
+        raise CorruptStoreError(f"cannot read {path}: {e.strerror or type(e).__name__}; pass another --db") from None
+    if head[:len(SQLITE_MAGIC)] != SQLITE_MAGIC:
         raise CorruptStoreError(
             f"{path} is not a SQLite database (corrupt, or another kind of file); it was left untouched: "
             f"move it aside or pass another --db (or WORKBENCH_DB)")
+    _check_foreign_tables(path)
+
+
+def _check_foreign_tables(path: Path) -> None:
+    """Read the table names through a read-only connection: tables without our schema version mean another
+    application's database, refused before our own connection (which sets WAL) opens it."""
+    import sqlite3
+
+    from workbench.store.errors import SchemaVersionError
+
+    try:
+        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+    except sqlite3.Error:
+        return  # the store's own connection reports what is wrong
+    try:
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    except sqlite3.DatabaseError:
+        return
+    finally:
+        conn.close()
+    tables.discard("sqlite_sequence")
+    if tables and "alembic_version" not in tables:  # what schema_state refuses, refused before any write
+        raise SchemaVersionError(
+            f"{path} holds tables ({', '.join(sorted(tables)[:5])}) but no spec-workbench schema version: it is not a "
+            f"trace store and was left untouched; pass another --db (or WORKBENCH_DB)")
+
+
+SUPPORTED_BACKENDS = ("sqlite", "postgresql")
 
 
 def make_engine(url: str, timeout: float) -> Engine:
     """The engine for `url`; connections opened with `execution_options(writing=True)` write."""
-    parsed = make_url(url)
+    parsed = parse_url(url)
     if parsed.get_backend_name() != "sqlite":
         connect_args = {}
         if parsed.get_backend_name() == "postgresql":  # a write blocked by a lock waits `timeout`, then fails
             connect_args["options"] = f"-c lock_timeout={int(timeout * 1000)}"
-        return create_engine(url, pool_pre_ping=True, connect_args=connect_args)
-    engine = create_engine(url)
+        return _create(url, parsed, pool_pre_ping=True, connect_args=connect_args)
+    engine = _create(url, parsed)
 
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn, _record):
@@ -68,7 +104,10 @@ def make_engine(url: str, timeout: float) -> Engine:
         cur.execute(f"PRAGMA busy_timeout = {int(timeout * 1000)}")
         cur.execute("PRAGMA foreign_keys = ON")
         if cur.execute("PRAGMA journal_mode").fetchone()[0].lower() not in ("wal", "memory"):
-            cur.execute("PRAGMA journal_mode = WAL")  # only when needed: an existing store is never written on open
+            try:
+                cur.execute("PRAGMA journal_mode = WAL")  # only when needed: an existing store is never written on open
+            except dbapi_conn.OperationalError:
+                pass  # a read-only file or folder: reading works without WAL; a write says it cannot
         cur.execute("PRAGMA synchronous = NORMAL")  # safe with WAL against a killed process
         cur.close()
 
@@ -78,3 +117,37 @@ def make_engine(url: str, timeout: float) -> Engine:
         conn.exec_driver_sql("BEGIN IMMEDIATE" if conn.get_execution_options().get("writing") else "BEGIN")
 
     return engine
+
+
+def parse_url(url: str):
+    """The parsed URL; a malformed one or a backend the store does not support is an InvalidInputError."""
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        parsed = make_url(url)
+    except (ArgumentError, ValueError):
+        raise InvalidInputError(f"{_redacted(url)} is not a database URL or path: pass a SQLite file path or a URL such as "
+                                f"postgresql://user@host/db") from None
+    if parsed.get_backend_name() not in SUPPORTED_BACKENDS:
+        raise InvalidInputError(f"{parsed.render_as_string(hide_password=True)}: the trace store supports SQLite files and "
+                                f"PostgreSQL URLs ({', '.join(SUPPORTED_BACKENDS)}), not {parsed.get_backend_name()!r}")
+    return parsed
+
+
+def _redacted(url: str) -> str:
+    """A URL for a message, without a password."""
+    import re
+
+    return re.sub(r"(://[^:/@]*:)[^@/]*@", r"\1***@", url)
+
+
+def _create(url: str, parsed, **kwargs) -> Engine:
+    from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+
+    try:
+        return create_engine(url, **kwargs)
+    except (NoSuchModuleError, ModuleNotFoundError, ImportError) as e:
+        raise InvalidInputError(f"cannot open {parsed.render_as_string(hide_password=True)}: its database driver is not "
+                                f"installed ({type(e).__name__}); the trace store supports SQLite files and PostgreSQL URLs") from None
+    except (ArgumentError, TypeError, ValueError) as e:
+        raise InvalidInputError(f"cannot open {parsed.render_as_string(hide_password=True)}: {e}") from None

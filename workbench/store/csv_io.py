@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import csv
 import json
+import math
+import sys
 from collections.abc import Mapping, Sequence
-from datetime import datetime
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +27,19 @@ CSV_TABLES = {"runs": Run.__table__, "steps": Step.__table__, "nodes": Node.__ta
 # Values a column must take, checked on import.
 CSV_CHOICES = {("runs", "status"): STATUSES, ("nodes", "source"): SOURCES, ("nodes", "decision"): DECISIONS}
 CSV_JSON_KINDS = {("runs", "params"): dict, ("runs", "tags"): list, ("runs", "prompt_ids"): list,
-                  ("runs", "output_ids"): list, ("steps", "emitted"): list}
+                  ("runs", "output_ids"): list, ("steps", "emitted"): list, ("runs", "metrics"): dict,
+                  ("runs", "attributes"): dict, ("steps", "attributes"): dict, ("nodes", "attributes"): dict,
+                  ("runs", "external_accept_lengths"): list}
+# JSON lists whose items must be integers (token ids, lengths) or strings (tags).
+CSV_LIST_ITEMS = {("runs", "prompt_ids"): int, ("runs", "output_ids"): int, ("steps", "emitted"): int,
+                  ("runs", "external_accept_lengths"): int, ("runs", "tags"): str}
+INT64 = (-(2**63), 2**63 - 1)  # what SQLite and PostgreSQL's BIGINT hold
+MAX_JSON_DEPTH = 32
+# A spreadsheet runs a cell that starts with one of these as a formula (CSV injection): text cells that
+# do are written with a leading apostrophe, which reading removes again (as does one before an apostrophe).
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+# Python's csv refuses fields over 131,072 characters by default; a long prompt or context is longer.
+csv.field_size_limit(min(sys.maxsize, 2**31 - 1))
 
 
 def csv_columns(name: str) -> list[str]:
@@ -51,9 +65,24 @@ def table_type(name: str, column: str) -> str:
     return "text"
 
 
+def escape_formula(text: str) -> str:
+    """`=1+1` -> `'=1+1` (and `'=x` -> `''=x`, so reading gives back exactly what was written)."""
+    if text[:1] in FORMULA_START or (text[:1] == "'" and text[1:2] in (*FORMULA_START, "'")):
+        return "'" + text
+    return text
+
+
+def unescape_formula(text: str) -> str:
+    if text[:1] == "'" and text[1:2] in (*FORMULA_START, "'"):
+        return text[1:]
+    return text
+
+
 def _format(kind: str, value: Any) -> str:
     if value is None:
         return ""
+    if kind == "text":
+        return escape_formula(str(value))
     if kind == "json":
         return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     if kind == "float":
@@ -69,14 +98,61 @@ def _parse(kind: str, raw: str, nullable: bool) -> Any:
             raise ValueError("is empty but required")
         return None
     if kind == "int":
-        return int(raw)
+        try:
+            value = int(raw.strip()) if raw.strip().lstrip("+-").isdigit() and len(raw) < 30 else None
+        except ValueError:
+            value = None
+        if value is None:
+            raise ValueError("is not an integer")
+        if not INT64[0] <= value <= INT64[1]:
+            raise ValueError("is outside the 64-bit integer range")
+        return value
     if kind == "float":
-        return float(raw)
+        try:
+            value = float(raw)
+        except ValueError:
+            raise ValueError("is not a number") from None
+        if math.isnan(value):  # SQLite keeps NaN as NULL: refused rather than changed
+            raise ValueError("is NaN, which the store cannot keep (leave the field empty for no value)")
+        return value
     if kind == "json":
-        return json.loads(raw)
+        try:
+            value = json.loads(raw)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"is not valid JSON ({e.msg} at character {e.pos})") from None
+        except RecursionError:
+            raise ValueError(f"is JSON nested too deeply (at most {MAX_JSON_DEPTH} levels)") from None
+        _check_json(value)
+        return value
     if kind == "datetime":
-        return datetime.fromisoformat(raw)
-    return raw
+        try:
+            value = datetime.fromisoformat(raw)
+        except ValueError:
+            raise ValueError("is not an ISO date-time (YYYY-MM-DDTHH:MM:SS[.ffffff][+HH:MM])") from None
+        if value.tzinfo is not None:  # the store keeps UTC without an offset
+            value = value.astimezone(timezone.utc).replace(tzinfo=None)
+        return value
+    return unescape_formula(raw)
+
+
+def _check_json(value: Any, depth: int = 0) -> None:
+    """JSON the store can keep: limited nesting, integers in 64 bits, finite numbers."""
+    if depth > MAX_JSON_DEPTH:
+        raise ValueError(f"is JSON nested too deeply (at most {MAX_JSON_DEPTH} levels)")
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return
+    if isinstance(value, int):
+        if not INT64[0] <= value <= INT64[1]:
+            raise ValueError("holds an integer outside the 64-bit range")
+    elif isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError("holds NaN or an infinity, which JSON does not allow")
+    elif isinstance(value, list):
+        for v in value:
+            _check_json(v, depth + 1)
+    elif isinstance(value, dict):
+        for v in value.values():
+            _check_json(v, depth + 1)
 
 
 # ---------------------------------------------------------------- writing
@@ -89,6 +165,9 @@ def write_csv(session: Session, run_ids: Sequence[int], tags: Mapping[int, list[
         path = paths[name] = out / f"{name}.csv"
         with path.open("w", encoding="utf-8", newline="") as f:
             w = csv.writer(f, lineterminator="\n")
+            # csv quotes a field holding "\n" but not one holding a bare "\r", which no reader then reads
+            # back whole: such rows are written with every field quoted (the values read back the same).
+            quoted = csv.writer(f, lineterminator="\n", quoting=csv.QUOTE_ALL)
             w.writerow(cols)
             key = table.c.id if name == "runs" else table.c.run_id
             order = list(table.primary_key.columns)
@@ -98,15 +177,29 @@ def write_csv(session: Session, run_ids: Sequence[int], tags: Mapping[int, list[
                     if name == "runs":
                         m["run_id"] = m.pop("id")
                         m["tags"] = tags.get(m["run_id"], [])
-                    w.writerow([_format(table_type(name, c), m[c]) for c in cols])
+                    values = [_format(table_type(name, c), m[c]) for c in cols]
+                    (quoted if any("\r" in v for v in values) else w).writerow(values)
     return paths
 
 
 # ---------------------------------------------------------------- reading
 
 def _read_table(path: Path, name: str) -> list[dict[str, Any]]:
-    if not path.exists():
-        raise CsvFormatError(f"{path} is missing: an export folder holds runs.csv, steps.csv and nodes.csv")
+    if not path.is_file():
+        what = "is a folder" if path.is_dir() else "is missing"
+        raise CsvFormatError(f"{path} {what}: an export folder holds runs.csv, steps.csv and nodes.csv")
+    try:
+        return _read_rows(path, name)
+    except UnicodeDecodeError as e:
+        raise CsvFormatError(f"{path.name} is not UTF-8 text (byte {e.start}): export again, or save it as UTF-8; "
+                             f"nothing was imported") from None
+    except csv.Error as e:
+        raise CsvFormatError(f"{path.name}: not a readable CSV file ({e}); nothing was imported") from None
+    except OSError as e:
+        raise CsvFormatError(f"cannot read {path.name}: {e.strerror or type(e).__name__}; nothing was imported") from None
+
+
+def _read_rows(path: Path, name: str) -> list[dict[str, Any]]:
     cols = csv_columns(name)
     table = CSV_TABLES[name]
     rows = []
@@ -116,9 +209,12 @@ def _read_table(path: Path, name: str) -> list[dict[str, Any]]:
         if header != cols:
             missing = [c for c in cols if c not in (header or [])]
             extra = [c for c in (header or []) if c not in cols]
+            # Unknown column names are shown only when they look like column names: the "header" may be
+            # the first line of any file, and its contents are not repeated back.
+            named = all(len(c) <= 40 and c.replace("_", "").isalnum() and c.isascii() for c in extra)
             raise CsvFormatError(f"{path.name}: the header does not match this schema"
                                  + (f"; missing columns {missing}" if missing else "")
-                                 + (f"; unknown columns {extra}" if extra else "")
+                                 + ((f"; unknown columns {extra}" if named else f"; {len(extra)} unknown columns") if extra else "")
                                  + ("; columns out of order" if not missing and not extra else ""))
         # Rows are counted as a spreadsheet shows them (the header is row 1); a quoted field may span lines.
         for line, values in enumerate(reader, start=2):
@@ -134,10 +230,14 @@ def _read_table(path: Path, name: str) -> list[dict[str, Any]]:
                     if choices and value not in choices:
                         raise ValueError(f"must be one of {', '.join(choices)}")
                     kind = CSV_JSON_KINDS.get((name, col))
-                    if kind and not isinstance(value, kind):
-                        raise ValueError(f"must be a JSON {kind.__name__}")
-                except ValueError as e:
-                    raise CsvFormatError(f"{path.name} row {line}, column {col!r}: {e} (got {raw[:80]!r}); nothing was imported") from None
+                    if kind and value is not None and not isinstance(value, kind):
+                        raise ValueError(f"must be a JSON {'object' if kind is dict else 'list'}")
+                    item = CSV_LIST_ITEMS.get((name, col))
+                    if item and value and not all(isinstance(v, item) and not isinstance(v, bool) for v in value):
+                        raise ValueError(f"must be a JSON list of {'integers' if item is int else 'strings'}")
+                except ValueError as e:  # the value itself is not echoed: the file may be anything
+                    raise CsvFormatError(f"{path.name} row {line}, column {col!r}: {e} (a value of {len(raw):,} "
+                                         f"characters, not repeated here); nothing was imported") from None
                 row[db_col] = value
             row["_line"] = line
             rows.append(row)

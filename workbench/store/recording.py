@@ -28,15 +28,22 @@ class Recording:
         self._pending: list[StepTrace] = []
         self._next_index = 0  # steps below this index are written
         self._last_flush = time.monotonic()
+        self.write_error: StoreError | None = None  # the last failed batch write, retried with the next one
 
     def __enter__(self) -> Recording:
         self.run_id = self.store._begin_run(self.header, self.tags)
         return self
 
     def add_step(self, step: StepTrace) -> None:
+        """Keep the step; write the batch when it is due. A store that cannot be written right now (locked,
+        deleted, read-only) does not stop the generation: the steps wait and go with the next write."""
         self._pending.append(step)
         if time.monotonic() - self._last_flush >= self.flush_seconds:
-            self.flush()
+            try:
+                self.flush()
+            except StoreError as e:
+                self.write_error = e
+                self._last_flush = time.monotonic()  # try again after another flush interval
 
     def flush(self) -> None:
         self._write(self._pending)

@@ -25,7 +25,7 @@ from sqlalchemy.orm import Session
 from core.errors import InvalidInputError
 from core.trace import NodeTrace, RunTrace, StepTrace
 from workbench.store.compare import compare_traces
-from workbench.store.connection import check_sqlite_file, lock_timeout, make_engine, resolve_url
+from workbench.store.connection import check_sqlite_file, lock_timeout, make_engine, parse_url, resolve_url
 from workbench.store.csv_io import read_csv_dir, write_csv
 from workbench.store.errors import (CorruptStoreError, RunNotFoundError, StoreError, StoreLockedError,
                                     StoreUnavailableError)
@@ -88,22 +88,36 @@ class Store:
         self.url = resolve_url(db)
         self.timeout = lock_timeout(timeout)
         self.flush_seconds = flush_seconds
-        parsed = make_url(self.url)
+        parsed = parse_url(self.url)
         self.where = parsed.render_as_string(hide_password=True)
         self.is_sqlite = parsed.get_backend_name() == "sqlite"
         if self.is_sqlite and parsed.database and parsed.database != ":memory:":
             path = Path(parsed.database)
             check_sqlite_file(path)
-            path.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as e:
+                raise StoreUnavailableError(f"cannot create the folder of the trace store {path}: "
+                                            f"{e.strerror or type(e).__name__}; pass another --db") from None
         self.engine = make_engine(self.url, self.timeout)
         self._write_engine = self.engine.execution_options(writing=True)
         self._lock = threading.Lock()  # one writer per Store
         try:
             self._prepare_schema()
-            self.mark_abandoned()
+            try:
+                self.mark_abandoned()
+            except StoreError:
+                if self._writable():
+                    raise  # a read-only store is still listed; marking waits for a writer
         except BaseException:
             self.engine.dispose()
             raise
+
+    def _writable(self) -> bool:
+        if not self.is_sqlite:
+            return True
+        path = make_url(self.url).database
+        return not path or path == ":memory:" or (os.access(path, os.W_OK) and os.access(os.path.dirname(path) or ".", os.W_OK))
 
     def close(self) -> None:
         self.engine.dispose()
@@ -121,6 +135,10 @@ class Store:
             return StoreLockedError(
                 f"the trace store {self.where} is locked by another writer and stayed locked for {self.timeout:g} s; "
                 f"try again when it is done (WORKBENCH_DB_TIMEOUT sets the wait)")
+        if "readonly" in low or "read-only" in low or "unable to open" in low:
+            return StoreUnavailableError(
+                f"the trace store {self.where} cannot be written here ({msg.strip()}); listing and showing runs work, "
+                f"but to store runs pass a writable --db (or WORKBENCH_DB)")
         if "not a database" in low or "malformed" in low or "corrupt" in low:
             return CorruptStoreError(
                 f"the trace store {self.where} is damaged ({msg.strip()}); it was left as it is: move it aside "
@@ -232,9 +250,12 @@ class Store:
     @_translating
     def list_runs(self, *, method: str | None = None, model: str | None = None, tag: str | None = None,
                   status: str | None = None, since: datetime | None = None, until: datetime | None = None,
-                  limit: int | None = 100) -> list[RunSummary]:
-        """Newest first. `model` matches the target or the draft model."""
+                  limit: int | None = 100, any_tag: Sequence[str] | None = None) -> list[RunSummary]:
+        """Newest first. `model` matches the target or the draft model; `any_tag` keeps the runs that carry
+        at least one of these tags (the app's visibility: the session's owner tag or `shared`)."""
         q = select(Run.id, Run.created, Run.status, Run.method, Run.model, Run.draft_model, Run.metrics, Run.error)
+        if any_tag is not None:
+            q = q.where(Run.id.in_(select(RunTag.run_id).where(RunTag.tag.in_(list(any_tag)))))
         if method:
             q = q.where(Run.method == method)
         if model:
@@ -253,6 +274,23 @@ class Store:
             tags = self._tags(s, [r.id for r in rows])
         return [RunSummary(r.id, r.created, r.status, r.method, r.model, r.draft_model, tags.get(r.id, []), r.metrics, r.error)
                 for r in rows]
+
+    @_translating
+    def run_tags(self, run_id: int) -> list[str]:
+        """The tags of one run; RunNotFoundError when there is no such run."""
+        with self._read() as s:
+            if s.get(Run, int(run_id)) is None:
+                raise RunNotFoundError(f"no run {run_id} in {self.where} (python -m workbench store list shows the runs)")
+            return self._tags(s, [int(run_id)]).get(int(run_id), [])
+
+    @_translating
+    def add_tags(self, run_id: int, tags: Sequence[str]) -> None:
+        """Give a run more tags (those it has already are left as they are)."""
+        have = set(self.run_tags(run_id))
+        new = sorted(set(tags) - have)
+        if new:
+            with self._write() as s:
+                s.execute(insert(RunTag), [{"run_id": int(run_id), "tag": t} for t in new])
 
     def _tags(self, s: Session, run_ids: list[int]) -> dict[int, list[str]]:
         out: dict[int, list[str]] = {}
@@ -298,7 +336,12 @@ class Store:
     def export_csv(self, run_ids: Sequence[int] | None, out_dir: str | Path) -> dict[str, Path]:
         """Write runs.csv, steps.csv and nodes.csv for these runs (all runs when None)."""
         out = Path(out_dir)
-        out.mkdir(parents=True, exist_ok=True)
+        if out.exists() and not out.is_dir():
+            raise InvalidInputError(f"{out} is a file; --out names the folder the CSV files go into: pass a new or existing folder")
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise InvalidInputError(f"cannot create the folder {out}: {e.strerror or type(e).__name__}") from None
         with self._read() as s:
             if run_ids is None:
                 ids = list(s.scalars(select(Run.id).order_by(Run.id)))

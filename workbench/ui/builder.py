@@ -11,6 +11,7 @@ from workbench.ui.analytics_tab import analytics_tab
 from workbench.ui.compare_tab import compare_tab
 from workbench.ui.export_tab import export_tab
 from workbench.ui.replay_tab import replay_tab
+from workbench.ui.access import Viewer, viewer_of
 from workbench.ui.shared import RunCache, run_choices, runs_frame
 
 CSS = """
@@ -18,31 +19,48 @@ CSS = """
 """
 
 
-def build_app(db: str | None = None, pool: service.ModelPool | None = None, queue_size: int = 32) -> gr.Blocks:
-    """The workbench on the store at `db` (see workbench.store.resolve_url); `demo.store` is that store."""
+def build_app(db: str | None = None, pool: service.ModelPool | None = None, queue_size: int = 32,
+              single_user: bool = False) -> gr.Blocks:
+    """The workbench on the store at `db` (see workbench.store.resolve_url); `demo.store` is that store.
+
+    Runs made in the app belong to the browser session that made them and are seen by others only once
+    shared (workbench/ui/access.py); `single_user=True` shows every run in the store to everyone."""
     store = Store(db)
     pool = pool or service.ModelPool()
     cache = RunCache(store)
+
+    def who(request: gr.Request | None) -> Viewer:
+        return viewer_of(request, single_user)
+
+    where = store.where if single_user else "this server's trace store"
     with gr.Blocks(title="Speculative decoding workbench") as demo:
         gr.Markdown("## Speculative decoding workbench\nGreedy, AASD, CSD and friends side by side; every step kept, "
-                    "replayable and re-scorable. Runs are stored in " + f"`{store.where}`.")
+                    "replayable and re-scorable. Runs are stored in " + (f"`{where}`." if single_user else
+                    f"{where}; yours are visible only to this browser session until you share them (Replay & tune)."))
         compare_ids = gr.State([])  # the run ids of this session's last comparison: the only session state
         with gr.Tabs():
             with gr.Tab("Compare"):
-                compare_tab(store, pool, compare_ids)
+                compare_tab(store, pool, compare_ids, who)
             with gr.Tab("Replay & tune") as replay:
-                runs, filt = replay_tab(store, pool, cache)
+                runs, filt = replay_tab(store, pool, cache, who)
             with gr.Tab("Analytics") as analytics:
-                analytics_pick = analytics_tab(store, cache, compare_ids)
+                analytics_pick = analytics_tab(store, cache, compare_ids, who)
             with gr.Tab("Export") as export:
-                export_pick = export_tab(store, compare_ids)
+                export_pick = export_tab(store, cache, compare_ids, who)
+
         # Lists of stored runs are read when their tab opens, so they include the runs made since.
-        replay.select(lambda f: runs_frame(store, f), [filt], [runs], api_name=False)
+        def listed(f, request: gr.Request):
+            return runs_frame(store, f, viewer=who(request))
+
+        def picks(request: gr.Request):
+            return gr.Dropdown(choices=run_choices(store, who(request)))
+
+        replay.select(listed, [filt], [runs], api_name=False)
         for tab, pick in ((analytics, analytics_pick), (export, export_pick)):
-            tab.select(lambda: gr.Dropdown(choices=run_choices(store)), None, [pick], api_name=False)
+            tab.select(picks, None, [pick], api_name=False)
     # One generation per loaded model at a time (ModelPool's semaphores); other events stay responsive.
     demo.queue(max_size=queue_size, default_concurrency_limit=4)
-    demo.store = store
+    demo.store, demo.pool, demo.single_user = store, pool, single_user
     return demo
 
 

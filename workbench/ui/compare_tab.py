@@ -13,7 +13,7 @@ from workbench.evaluation.tasks import Task, fill_template
 from workbench.store import Store
 from workbench.ui.shared import TUNABLE, error_md, gpu, metrics_md, param_label
 
-SLOTS = 4  # columns
+SLOTS = service.MAX_METHODS  # columns
 FREE_TEXT = "(free text)"
 MORE_PARAMS = ("key_len", "ngram", "align_m", "align_graft", "max_nodes", "gamma", "top_k", "temperature", "top_p", "seed")
 
@@ -31,7 +31,7 @@ def _number(name: str) -> gr.Number:
     return gr.Number(spec.default, label=param_label(name), precision=0 if spec.kind is int else None)
 
 
-def compare_tab(store: Store, pool: service.ModelPool, compare_ids: gr.State):
+def compare_tab(store: Store, pool: service.ModelPool, compare_ids: gr.State, who=lambda request: None):
     tasks = {t.id: t for t in service.sample_tasks()}
     with gr.Row():
         model = gr.Dropdown(service.model_choices(), value=service.default_model(), allow_custom_value=True,
@@ -90,13 +90,16 @@ def compare_tab(store: Store, pool: service.ModelPool, compare_ids: gr.State):
         return [msg, []] + [gr.update()] * (3 * SLOTS)
 
     @gpu
-    def compare(model_name, draft_name, method_list, prompt_text, context_text, use_chat, max_new_tokens, *rest):
+    def compare(request: gr.Request, model_name, draft_name, method_list, prompt_text, context_text, use_chat,
+                max_new_tokens, *rest):
         values, (task_choice, extra) = rest[:-2], rest[-2:]  # the task inputs come last: the API's numbering stays
         # The chosen task's references score every output, as bench scores them; free text, or a task whose
         # prompt or context was edited, has none that apply.
         chosen_task = tasks.get(task_choice) or (extra or {}).get(task_choice)
         if chosen_task is not None and task_fields(chosen_task)[:2] != ((context_text or ""), (prompt_text or "")):
             chosen_task = None
+        viewer = who(request)
+        owner_tags = viewer.run_tags if viewer is not None else ()
         try:
             specs = service.check_methods(method_list or [], model_name, draft_name)
             chosen = {n: v for n, v in zip(names, values) if v is not None and v != PARAMS[n].default}
@@ -116,26 +119,28 @@ def compare_tab(store: Store, pool: service.ModelPool, compare_ids: gr.State):
         context_value = (context_text or "").strip() or None
         for slot in order:
             name = specs[slot][0]
-            with pool.slot(model_name):
-                for prog in service.stream_run(name, models, ids, per_method[slot], prompt_text=text, context=context_value,
-                                               store=store, tags=("workbench",)):
-                    if prog.error:
-                        metrics[slot] = error_md(prog.error)
-                    elif prog.run is not None:
-                        run = prog.run
-                        if prog.run_id is not None:
-                            run_ids.append(prog.run_id)
-                        if name == "greedy":
-                            greedy_ids, greedy_tps = run.output_ids, run_metrics(run)["tps"]
-                        div = first_divergence(greedy_ids, run.output_ids) if greedy_ids is not None and name != "greedy" else None
-                        texts[slot] = views.tokens_html(views.token_origins(run), first_divergence=div)
-                        score = score_task(chosen_task, run.output_text) if chosen_task is not None else None
-                        metrics[slot] = metrics_md(run, prog.run_id, greedy_tps, score)
-                    else:
-                        texts[slot] = views.tokens_html(views.step_origins(prog.steps, models.target.tokenizer))
-                        metrics[slot] = f"running… {len(prog.steps)} steps"
-                    yield [f"running {name}…", list(run_ids)] + heads_out + metrics + texts
-        yield [f"done: runs {', '.join(f'#{r}' for r in run_ids)} stored ({store.where})", list(run_ids)] + heads_out + metrics + texts
+            # The worker holds the model's slot, so a client that goes away gives it back (service.stream_run)
+            for prog in service.stream_run(name, models, ids, per_method[slot], prompt_text=text, context=context_value,
+                                           store=store, tags=("workbench", *owner_tags), idle_cancel=pool.idle_cancel,
+                                           slot=lambda should_stop: pool.slot(model_name, should_stop)):
+                if prog.error:
+                    metrics[slot] = error_md(prog.error)
+                elif prog.run is not None:
+                    run = prog.run
+                    if prog.run_id is not None:
+                        run_ids.append(prog.run_id)
+                    if name == "greedy":
+                        greedy_ids, greedy_tps = run.output_ids, run_metrics(run)["tps"]
+                    div = first_divergence(greedy_ids, run.output_ids) if greedy_ids is not None and name != "greedy" else None
+                    texts[slot] = views.tokens_html(views.token_origins(run), first_divergence=div)
+                    score = score_task(chosen_task, run.output_text) if chosen_task is not None else None
+                    metrics[slot] = metrics_md(run, prog.run_id, greedy_tps, score)
+                else:
+                    texts[slot] = views.tokens_html(views.step_origins(prog.steps, models.target.tokenizer))
+                    metrics[slot] = f"running… {len(prog.steps)} steps"
+                yield [f"running {name}…", list(run_ids)] + heads_out + metrics + texts
+        where = store.where if viewer is None or viewer.owner is None else "yours until you share them"
+        yield [f"done: runs {', '.join(f'#{r}' for r in run_ids)} stored ({where})", list(run_ids)] + heads_out + metrics + texts
 
     inputs = [model, draft, methods, prompt, context, chat, max_new] + [controls[n] for n in names] + [task, uploaded]
     outputs = [status, compare_ids] + heads + stats + bodies

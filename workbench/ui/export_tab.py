@@ -9,14 +9,21 @@ from pathlib import Path
 import gradio as gr
 
 from core.errors import WorkbenchError
-from workbench.store import Store
+from workbench.store import RunNotFoundError, Store
+from workbench.ui.access import NOBODY, Viewer, not_visible
 from workbench.ui.shared import error_md, parse_run_ids, run_choices
 
 
-def export_zip(store: Store, choice, last_comparison) -> tuple[str | None, str]:
-    """(path of the zip or None, a status line)."""
+def export_zip(store: Store, choice, last_comparison, viewer: Viewer | None = None) -> tuple[str | None, str]:
+    """(path of the zip or None, a status line); only runs `viewer` may see are exported."""
     try:
         ids = parse_run_ids(choice or last_comparison)
+        if viewer is not None:
+            for i in ids:
+                try:
+                    viewer.check(i, store.run_tags(i))
+                except RunNotFoundError:
+                    raise not_visible(i) from None
     except WorkbenchError as e:
         return None, error_md(e)
     if not ids:
@@ -33,17 +40,22 @@ def export_zip(store: Store, choice, last_comparison) -> tuple[str | None, str]:
     return str(zpath), f"exported {len(ids)} run(s): {', '.join(f.name for f in files.values())}"
 
 
-def export_tab(store: Store, compare_ids: gr.State) -> gr.Dropdown:
+def export_tab(store: Store, cache, compare_ids: gr.State, who) -> gr.Dropdown:
     """Build the tab; returns the run picker (refreshed when the tab opens)."""
     with gr.Row():
-        chosen = gr.Dropdown(run_choices(store), multiselect=True, allow_custom_value=True,
+        chosen = gr.Dropdown(run_choices(store, NOBODY), multiselect=True, allow_custom_value=True,
                              label="Runs to export (empty: the last comparison)", scale=4)
         refresh = gr.Button("Refresh list", scale=1)
         export_btn = gr.Button("Export CSV (zip)", variant="primary", scale=1)
     file = gr.File(label="runs.csv, steps.csv and nodes.csv", elem_id="export-file")
     note = gr.Markdown("")
 
-    refresh.click(lambda: gr.Dropdown(choices=run_choices(store)), None, [chosen], api_name=False)
-    export_btn.click(lambda choice, last: export_zip(store, choice, last), [chosen, compare_ids], [file, note],
-                     api_name="export")
+    def picks(request: gr.Request):
+        return gr.Dropdown(choices=run_choices(store, who(request)))
+
+    def export(request: gr.Request, choice, last):
+        return export_zip(store, choice, last, who(request))
+
+    refresh.click(picks, None, [chosen], api_name=False)
+    export_btn.click(export, [chosen, compare_ids], [file, note], api_name="export")
     return chosen

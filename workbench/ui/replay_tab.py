@@ -15,6 +15,7 @@ from workbench import service
 from workbench.rescore import rescore_run
 from workbench.store import Store
 from workbench.ui import replay_view as rv
+from workbench.ui.access import NOBODY, SHARED_TAG, not_visible
 from workbench.ui.shared import TUNABLE, RunCache, error_md, param_label, runs_frame
 
 
@@ -67,7 +68,7 @@ def run_picker(store: Store) -> RunPicker:
     with gr.Row():
         filt = gr.Textbox("", label="Filter runs (method, model, tag, status)", scale=3)
         refresh = gr.Button("Refresh", scale=1)
-    runs = gr.Dataframe(runs_frame(store), interactive=False, max_height=240, label="Stored runs (click a row to replay)")
+    runs = gr.Dataframe(runs_frame(store, viewer=NOBODY), interactive=False, max_height=240, label="Stored runs (click a row to replay)")
     with gr.Row():
         run_id = gr.Number(None, label="Run id", precision=0, scale=1, elem_id="replay-run-id")
         load = gr.Button("Load run", scale=1)
@@ -113,44 +114,47 @@ def tuning_panel() -> TuningPanel:
 class ReplayHandlers:
     """The tab's event handlers; project errors come back as a message, never as an exception."""
 
-    def __init__(self, store: Store, pool: service.ModelPool, cache: RunCache):
-        self.store, self.pool, self.cache = store, pool, cache
+    def __init__(self, store: Store, pool: service.ModelPool, cache: RunCache, who=lambda request: None):
+        self.store, self.pool, self.cache, self.who = store, pool, cache, who
 
-    def show_step(self, rid, k):
+    def show_step(self, request: gr.Request, rid, k):
         if rid is None:
             return "choose a run", "", None, None, None
         try:
-            stored, origins, ends = self.cache.get(int(rid))
+            stored, origins, ends = self.cache.get(int(rid), self.who(request))
         except WorkbenchError as e:
             return error_md(e), "", None, None, None
         return rv.step_outputs(int(rid), stored.trace, origins, ends, k)
 
-    def load(self, rid):
+    def load(self, request: gr.Request, rid):
         """The step slider sized to the run, a status line, and the sliders set to the run's own values."""
         keep = [gr.update()] * len(TUNABLE)
         if rid is None:
             return gr.update(), "type a run id or click a row", *keep
         try:
-            stored, _, _ = self.cache.get(int(rid))
+            stored, _, _ = self.cache.get(int(rid), self.who(request))
         except WorkbenchError as e:
             return gr.update(), error_md(e), *keep
         steps = max(1, len(stored.trace.steps))
         values = [gr.update() if v is None else gr.update(value=v) for v in rv.tuning_values(stored.trace)]
         return gr.update(maximum=steps - 1, value=0), f"loaded run #{rid}", *values
 
-    def advance(self, k, rid):
+    def advance(self, request: gr.Request, k, rid):
         """The player's tick: the next step, or stop the timer at the last one."""
         if rid is None:
             return gr.update(), gr.Timer(active=False)
-        stored, _, _ = self.cache.get(int(rid))
+        try:
+            stored, _, _ = self.cache.get(int(rid), self.who(request))
+        except WorkbenchError:
+            return gr.update(), gr.Timer(active=False)
         nxt = rv.next_step(stored.trace, k)
         return (gr.update(), gr.Timer(active=False)) if nxt is None else (nxt, gr.update())
 
-    def tune(self, rid, rule_choice, *values):
+    def tune(self, request: gr.Request, rid, rule_choice, *values):
         if rid is None:
             return "load a run first", None
         try:
-            stored, _, _ = self.cache.get(int(rid))
+            stored, _, _ = self.cache.get(int(rid), self.who(request))
             judge = rv.judge_of(rule_choice)
             params = rv.tuned_params(judge or stored.trace.method, values)
             result = rescore_run(stored.trace, params, rule=judge)
@@ -158,26 +162,48 @@ class ReplayHandlers:
             return error_md(e), None
         return rv.rescore_summary(result, params), rv.flips_frame(result)
 
-    def rerun(self, rid, rule_choice, *values):
+    def rerun(self, request: gr.Request, rid, rule_choice, *values):
         if rid is None:
             return "", "", "load a run first"
+        viewer = self.who(request)
         try:
-            stored, origins, _ = self.cache.get(int(rid))
+            stored, origins, _ = self.cache.get(int(rid), viewer)
             trace = stored.trace
             method = rv.judge_of(rule_choice) or trace.method
             params = rv.rerun_params(trace, method, values)
             models = self.pool.load(trace.model, trace.draft_model)
-            with self.pool.slot(trace.model):
-                last = None
-                for prog in service.stream_run(method, models, trace.prompt_ids, params, prompt_text=trace.prompt,
-                                               context=trace.context, store=self.store,
-                                               tags=("workbench", f"rerun-of-{rid}")):
-                    last = prog
+            last = None
+            for prog in service.stream_run(method, models, trace.prompt_ids, params, prompt_text=trace.prompt,
+                                           context=trace.context, store=self.store,
+                                           tags=("workbench", f"rerun-of-{rid}", *(viewer.run_tags if viewer else ())),
+                                           slot=lambda should_stop: self.pool.slot(trace.model, should_stop)):
+                last = prog
         except WorkbenchError as e:
             return "", "", error_md(e)
         if last is None or last.error:
             return "", "", error_md(last.error if last else "the run produced nothing")
         return rv.rerun_outputs(int(rid), trace, origins, last.run, last.run_id)
+
+
+def _share(self, request: gr.Request, rid):
+    """Tag the run `shared` (its owner only): every session can then list, replay and export it."""
+    if rid is None:
+        return "load a run first"
+    viewer = self.who(request)
+    try:
+        tags = self.store.run_tags(int(rid))
+        if viewer is not None and not viewer.owns(tags):
+            if viewer.can_see(tags):
+                return error_md(f"run #{int(rid)} is someone else's: only its owner can share it")
+            raise not_visible(int(rid))
+        self.store.add_tags(int(rid), [SHARED_TAG])
+    except WorkbenchError as e:
+        return error_md(e)
+    self.cache.forget(int(rid))
+    return f"run #{int(rid)} is shared: anyone using this app can see it"
+
+
+ReplayHandlers.share = _share
 
 
 def pick_row(frame, evt: gr.SelectData) -> int:
@@ -186,15 +212,22 @@ def pick_row(frame, evt: gr.SelectData) -> int:
     return int(frame.iloc[row]["id"])
 
 
-def replay_tab(store: Store, pool: service.ModelPool, cache: RunCache):
+def replay_tab(store: Store, pool: service.ModelPool, cache: RunCache, who=lambda request: None):
     """Build the tab and wire it; returns the runs table and its filter (refreshed when the tab opens)."""
     picker, panel, tuning = run_picker(store), step_panel(), tuning_panel()
-    h = ReplayHandlers(store, pool, cache)
+    h = ReplayHandlers(store, pool, cache, who)
+    with gr.Row():
+        share = gr.Button("Share this run (anyone using this app can then see it)", scale=1)
+        shared_md = gr.Markdown("", elem_id="share-status")
     loaded = [picker.step, panel.info, *tuning.sliders.values()]
     shown = dict(fn=h.show_step, inputs=[picker.run_id, picker.step], outputs=panel.outputs)
 
-    picker.refresh.click(lambda f: runs_frame(store, f), [picker.filt], [picker.runs], api_name="list_runs")
-    picker.filt.submit(lambda f: runs_frame(store, f), [picker.filt], [picker.runs], api_name=False)
+    def listed(request: gr.Request, f):
+        return runs_frame(store, f, viewer=who(request))
+
+    picker.refresh.click(listed, [picker.filt], [picker.runs], api_name="list_runs")
+    picker.filt.submit(listed, [picker.filt], [picker.runs], api_name=False)
+    share.click(h.share, [picker.run_id], [shared_md], api_name="share_run")
     picker.runs.select(pick_row, [picker.runs], [picker.run_id], api_name=False).then(
         h.load, [picker.run_id], loaded, api_name=False).then(**shown, api_name=False)
     picker.load.click(h.load, [picker.run_id], loaded, api_name="load_run").then(**shown, api_name=False)

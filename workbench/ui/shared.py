@@ -1,6 +1,7 @@
 """What the tabs share: parameter labels, the run cache, run lists and the metrics line. No Gradio here."""
 from __future__ import annotations
 
+import re
 import threading
 from collections import OrderedDict
 from itertools import accumulate
@@ -12,7 +13,8 @@ from core.params import PARAMS
 from core.stats import run_metrics
 from core.trace import RunTrace
 from workbench import views
-from workbench.store import Store, StoredRun
+from workbench.store import RunNotFoundError, Store, StoredRun
+from workbench.ui.access import Viewer, not_visible, shown_tags
 
 TUNABLE = ("delta", "alpha", "beta", "tau", "lam")  # the live-tuning sliders
 SYMBOL = {"delta": "δ", "alpha": "α", "beta": "β", "tau": "τ", "lam": "λ", "gamma": "γ"}
@@ -27,9 +29,21 @@ except ImportError:
         return fn
 
 
+# An absolute path (POSIX or Windows) inside a message: a browser user sees only its last part.
+_SERVER_PATH = re.compile(r"(?<![\w.:/])(?:[A-Za-z]:\\|/)(?:[^\s'\"/\\:]+[/\\])+([^\s'\"/\\:]*)")
+
+_DB_URL = re.compile(r"(sqlite:///)/?(?:[^\s'\"/]+/)*([^\s'\"/]+)")
+
+
+def public_message(text: str) -> str:
+    """A message for a browser: server folders cut to "…/name" (the user's own input stays recognisable)."""
+    text = _DB_URL.sub(lambda m: f"{m.group(1)}…/{m.group(2)}", str(text))
+    return _SERVER_PATH.sub(lambda m: f"…/{m.group(1)}", text)
+
+
 def error_md(e: Exception | str) -> str:
-    """An error as the status line shows it."""
-    return f"**⚠ {e}**"
+    """An error as the status line shows it, without the server's folders."""
+    return f"**⚠ {public_message(str(e))}**"
 
 
 def param_label(name: str) -> str:
@@ -52,12 +66,22 @@ class RunCache:
     def __init__(self, store: Store, size: int = 16):
         self.store, self.size, self._runs, self._lock = store, size, OrderedDict(), threading.Lock()
 
-    def get(self, run_id: int) -> tuple[StoredRun, list[tuple[str, str]], list[int]]:
+    def get(self, run_id: int, viewer: Viewer | None = None) -> tuple[StoredRun, list[tuple[str, str]], list[int]]:
+        """The run, if `viewer` may see it (RunNotFoundError, as for a missing run, when not)."""
         run_id = int(run_id)
         with self._lock:
-            if run_id in self._runs:
+            entry = self._runs.get(run_id)
+            if entry is not None:
                 self._runs.move_to_end(run_id)
-                return self._runs[run_id]
+        if entry is not None:
+            if viewer is not None:
+                viewer.check(run_id, entry[0].tags)
+            return entry
+        if viewer is not None:
+            try:
+                viewer.check(run_id, self.store.run_tags(run_id))
+            except RunNotFoundError:
+                raise not_visible(run_id) from None
         stored = self.store.load_run(run_id)
         entry = (stored, views.token_origins(stored.trace), step_ends(stored.trace))
         if stored.trace.status != "running":
@@ -66,6 +90,11 @@ class RunCache:
                 while len(self._runs) > self.size:
                     self._runs.popitem(last=False)
         return entry
+
+    def forget(self, run_id: int) -> None:
+        """Drop a run whose tags changed (shared)."""
+        with self._lock:
+            self._runs.pop(int(run_id), None)
 
 
 def step_ends(run: RunTrace) -> list[int]:
@@ -86,15 +115,16 @@ def metrics_md(run: RunTrace, run_id: int | None, greedy_tps: float | None, scor
             + f" · run #{run_id if run_id is not None else '–'}{state}")
 
 
-def runs_frame(store: Store, filter_text: str = "", limit: int = 200) -> pd.DataFrame:
-    """The stored runs, newest first, keeping those whose method, model, tags, status or id contain the filter."""
+def runs_frame(store: Store, filter_text: str = "", limit: int = 200, viewer: Viewer | None = None) -> pd.DataFrame:
+    """The stored runs `viewer` may see (all without one), newest first, keeping those whose method, model,
+    tags, status or id contain the filter."""
     text = (filter_text or "").strip()
     rows = []
-    for r in store.list_runs(limit=limit):
+    for r in store.list_runs(limit=limit, any_tag=viewer.visible_tags if viewer is not None else None):
         m = r.metrics or {}
         row = {"id": r.id, "method": r.method, "model": r.model, "status": r.status, "tokens": m.get("tokens"),
                "MAL": round(m["mal"], 2) if m.get("mal") else None, "tok/s": round(m["tps"], 1) if m.get("tps") else None,
-               "tags": ", ".join(r.tags), "created": r.created.strftime("%Y-%m-%d %H:%M:%S")}
+               "tags": ", ".join(shown_tags(r.tags)), "created": r.created.strftime("%Y-%m-%d %H:%M:%S")}
         if not text or any(text.lower() in str(row[k]).lower() for k in ("method", "model", "tags", "status", "id")):
             rows.append(row)
     return pd.DataFrame(rows, columns=RUN_COLUMNS)
@@ -111,6 +141,7 @@ def parse_run_ids(values) -> list[int]:
     return out
 
 
-def run_choices(store: Store) -> list[tuple[str, int]]:
-    """(label, id) of the latest runs, for the run dropdowns."""
-    return [(f"#{r.id} {r.method} · {r.model}", r.id) for r in store.list_runs(limit=200)]
+def run_choices(store: Store, viewer: Viewer | None = None) -> list[tuple[str, int]]:
+    """(label, id) of the latest runs `viewer` may see, for the run dropdowns."""
+    runs = store.list_runs(limit=200, any_tag=viewer.visible_tags if viewer is not None else None)
+    return [(f"#{r.id} {r.method} · {r.model}", r.id) for r in runs]
