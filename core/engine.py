@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from core import cache as kv
-from core.drafters.base import Drafter, Proposal, TopK
+from core.drafters.base import Drafter, Proposal, TopK, TreeObserver, TreeTopK
 from core.errors import InvalidInputError
 from core.target_stats import StepStats, step_stats
 from core.trace import NodeTrace, StepTrace
@@ -109,6 +109,22 @@ def forward_tree(model, tree: DraftTree, past_len: int, cache, root_logits: torc
         use_cache=True,
     )
     return out.logits[0] if not skip else torch.cat([root_logits[None], out.logits[0]])
+
+
+def step_predictions(drafter: Drafter, logits: torch.Tensor, tree: DraftTree, verdict: Verdict, n_new: int) -> np.ndarray | None:
+    """What the drafter declared it wants from this step's forward, from one topk and one host transfer:
+    a TreeObserver sees the top `tree_topk` ids of every tree row; the returned `commit` predictions are
+    the top `generated_topk` ids of the rows that chose the committed tokens (None when not wanted)."""
+    observer = drafter if isinstance(drafter, TreeObserver) and drafter.tree_topk else None
+    k = max(drafter.generated_topk, observer.tree_topk if observer is not None else 0)
+    if not k:
+        return None
+    chose = verdict.path[:n_new]  # row path[j] is the distribution that chose new[j] (the bonus: the last row)
+    top = (logits if observer is not None else logits[chose]).topk(k, dim=-1).indices.to(torch.int32).cpu().numpy()
+    if observer is None:
+        return top[:, : drafter.generated_topk]
+    observer.observe_tree(TreeTopK(np.asarray(tree.tokens, np.int32), top, list(verdict.path)))
+    return top[chose, : drafter.generated_topk] if drafter.generated_topk else None
 
 
 class TokenText:
@@ -260,12 +276,7 @@ def decode(
         sequence.extend(new)
         generated.extend(new)
         past_len += len(verdict.path)
-        predictions = None
-        if drafter.generated_topk:
-            # Row path[j] is the distribution that chose new[j] (the bonus comes from the last row).
-            rows = logits[verdict.path[: len(new)]].topk(drafter.generated_topk, dim=-1).indices
-            predictions = rows.to(torch.int32).cpu().numpy()
-        drafter.commit(new, predictions)
+        drafter.commit(new, step_predictions(drafter, logits, tree, verdict, len(new)))
         t_e = time.perf_counter()
         step.draft_ms, step.forward_ms = (t_b - t_a) * 1e3, (t_c - t_b) * 1e3
         step.verify_ms, step.bookkeeping_ms = (t_d - t_c) * 1e3, (t_e - t_d) * 1e3

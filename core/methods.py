@@ -17,7 +17,8 @@ from typing import Any, Protocol
 
 import torch
 
-from core.drafters import DraftEnv, Drafter, make_drafter
+from core.drafters import DraftEnv, Drafter, RecycleTable, make_drafter
+from core.drafters.recycle import shared_table
 from core.engine import Cancelled, DecodeConfig, Verifier, check_prompt, decode
 from core.errors import InvalidInputError
 from core.params import PARAMS, validate
@@ -27,9 +28,12 @@ from core.trace import RunTrace, StepTrace
 from core.walk import sample_walk, walk
 
 COMMON = ("max_new_tokens",)
-POOL = ("key_len", "ngram", "max_nodes")
+POOL = ("key_len", "ngram", "max_nodes", "fallback")
+AASD_FALLBACK = dict(fallback=1)  # AASD's methods draft from Token Recycling's table where the pool has no match (it paid
+# in every Spec-Bench category, docs/RESULTS.md); CASD's keep the paper's behaviour (fallback=0)
 ALIGN = ("align_m", "align_graft", "align_generated")
 DRAFT = ("gamma",)
+TABLE = ("warm", "cold")  # Token Recycling's table: where it lives (core.drafters.recycle)
 SAMPLING = dict(temperature=0.0, seed=0, top_k=0, top_p=1.0)
 
 
@@ -106,23 +110,38 @@ def make_verifier(method: Method, params: Mapping[str, Any], memory=None, genera
     return verify_sampled
 
 
+def recycle_table(method: Method, params: Mapping[str, Any], target) -> RecycleTable | None:
+    """The Token Recycling table a run drafts from (None when it uses none): the model's process-wide
+    table (warm=1: also loaded from and saved to the workbench home), or a private empty one (cold=1)."""
+    if method.drafter != "recycle" and not params.get("fallback", 0):
+        return None
+    if params.get("cold", 0):
+        if params.get("warm", 0):
+            raise InvalidInputError("cold=1 starts from an empty table and warm=1 loads the saved one: choose one")
+        return RecycleTable(target.vocab_size)
+    return shared_table(target, warm=bool(params.get("warm", 0)))
+
+
 def build(method: Method, params: Mapping[str, Any], *, target=None, draft=None, context_ids: Sequence[int] | None = None,
-          memory=None) -> tuple[Drafter, Verifier]:
+          memory=None, table: RecycleTable | None = None) -> tuple[Drafter, Verifier]:
     """The one method factory: the method's drafter and verifier for one request.
 
     Methods that read CSD's memory use the model pair's shared, persisted table unless `memory` is given;
     the others touch a memory only when given one (plain SD then counts its rejections, as calibration does). Drafter and sampling verifier share the run's one random stream (two
-    streams with one seed would correlate the draft's samples with the acceptance test's)."""
+    streams with one seed would correlate the draft's samples with the acceptance test's). Token Recycling's
+    table (`recycle`, `fallback=1`) is the model's shared one unless `table` is given."""
     if method.external is not None:
         raise InvalidInputError(f"method {method.name!r} runs outside our engine (transformers' generate)")
     if method.reads_memory and memory is None:
         from core.memory import shared_memory
 
         memory = shared_memory(target, draft)
+    if table is None:
+        table = recycle_table(method, params, target)
     generator = torch.Generator().manual_seed(int(params.get("seed", 0)))
     name = method.drafter if draft is not None or method.drafter_without_draft is None else method.drafter_without_draft
     env = DraftEnv(target=target, draft=draft, context_ids=list(context_ids) if context_ids is not None else None,
-                   generator=generator)
+                   generator=generator, table=table)
     drafter = make_drafter(name, dict(params), env)
     return drafter, make_verifier(method, params, memory, generator)
 
@@ -143,6 +162,11 @@ def _adaptive(p) -> Rules:
 
 def _topk(p) -> Rules:
     return by_source(top_k_rule(p["top_k"]))
+
+
+def _adaptive_all(p) -> Rules:
+    """recycle-aasd: AASD's entropy-adaptive rule for every node (all of them are recycled)."""
+    return adaptive(p["alpha"], p["beta"])
 
 
 # CSD's rescue rules (seed 004): the methods differ only in which conditions a rescue needs.
@@ -167,6 +191,7 @@ def register(method: Method) -> Method:
 
 
 GREEDY = param_defaults(*COMMON, "temperature", "seed", top_k=0, top_p=1.0)
+RECYCLE_NODES = 16  # template nodes per step: the best of 8 / 16 / 32 / 80 on this CPU (docs/RESULTS.md); 80 = the paper's tree
 for m in [
     Method("greedy", "autoregressive decoding through our engine (the speed-up baseline)", GREEDY, True),
     Method("pld", "prompt lookup decoding: longest n-gram ≤ 3 in prompt + output, one chain of 10", GREEDY, True,
@@ -178,17 +203,24 @@ for m in [
     Method("casd-mixed", "context-aware drafting, δ and top-k together", param_defaults(*COMMON, *POOL, "delta", "top_k"), False,
            drafter="context", rules_of=_mixed),
     Method("aasd", "context drafting + alignment sampling + entropy-adaptive verification",
-           param_defaults(*COMMON, *POOL, *ALIGN, "alpha", "beta"), False, drafter="context", rules_of=_adaptive),
-    Method("aasd-strict", "AASD drafting with strict verification (lossless)", param_defaults(*COMMON, *POOL, *ALIGN), True,
+           param_defaults(*COMMON, *POOL, *ALIGN, "alpha", "beta", **AASD_FALLBACK), False, drafter="context", rules_of=_adaptive),
+    Method("aasd-strict", "AASD drafting with strict verification (lossless)", param_defaults(*COMMON, *POOL, *ALIGN, **AASD_FALLBACK), True,
            drafter="context"),
-    Method("aasd-no-align", "ablation: AASD without alignment sampling", param_defaults(*COMMON, *POOL, "alpha", "beta"), False,
+    Method("aasd-no-align", "ablation: AASD without alignment sampling", param_defaults(*COMMON, *POOL, "alpha", "beta", **AASD_FALLBACK), False,
            drafter="context", rules_of=_adaptive),
-    Method("aasd-fixed", "ablation: AASD drafting with CASD's fixed threshold", param_defaults(*COMMON, *POOL, *ALIGN, "delta"), False,
+    Method("aasd-fixed", "ablation: AASD drafting with CASD's fixed threshold", param_defaults(*COMMON, *POOL, *ALIGN, "delta", **AASD_FALLBACK), False,
            drafter="context", rules_of=_fixed),
-    Method("aasd-topk", "ablation: AASD drafting with a top-k acceptance rule", param_defaults(*COMMON, *POOL, *ALIGN, "top_k"), False,
+    Method("aasd-topk", "ablation: AASD drafting with a top-k acceptance rule", param_defaults(*COMMON, *POOL, *ALIGN, "top_k", **AASD_FALLBACK), False,
            drafter="context", rules_of=_topk),
     # Draft-model speculative decoding and CSD (seed 004): one drafter and one walk; the methods differ only
     # in the rescue rule and in whether they read the correction memory.
+    # Token Recycling (arXiv 2408.08696): the target's own past top-k after each token, drafted as a static tree.
+    Method("recycle", "Token Recycling: a tree from the target's own top-8 after each token, refreshed by every forward "
+           "(strict: lossless)", param_defaults(*COMMON, "max_nodes", *TABLE, "temperature", "seed", top_k=0, top_p=1.0,
+                                                max_nodes=RECYCLE_NODES), True, drafter="recycle"),
+    Method("recycle-aasd", "Token Recycling verified by AASD's entropy-adaptive rule (lossy)",
+           param_defaults(*COMMON, "max_nodes", *TABLE, "alpha", "beta", max_nodes=RECYCLE_NODES), False, drafter="recycle",
+           rules_of=_adaptive_all),
     Method("sd", "speculative decoding with a draft model: γ tokens per step, greedy or rejection sampling (lossless)",
            param_defaults(*COMMON, *DRAFT, **SAMPLING), True, drafter="draft_model", needs_draft=True),
     Method("csd", "calibrated SD: a rejected draft token is rescued when its correction pair is frequent in the memory "
@@ -292,7 +324,10 @@ def run_method(
         run.prefill_seconds, run.decode_seconds = res.prefill_seconds, res.decode_seconds
         run.stop_reason = "eos" if res.output_ids and res.output_ids[-1] in target.eos_ids else "max_new_tokens"
     else:
-        drafter, verifier = build(method, p, target=target, draft=draft, context_ids=context_ids, memory=memory)
+        table = recycle_table(method, p, target)
+        if table is not None:  # the table the run starts from: runs are reproducible from it (docs/RESULTS.md)
+            run.params.update(table.state())
+        drafter, verifier = build(method, p, target=target, draft=draft, context_ids=context_ids, memory=memory, table=table)
         cfg = DecodeConfig(max_new_tokens=p["max_new_tokens"], stop_strings=tuple(stop_strings))
         try:
             res = decode(target.model, target.tokenizer, target.eos_ids, prompt_ids, drafter, verifier, cfg,
@@ -301,6 +336,8 @@ def run_method(
         except Cancelled as c:
             res = c.partial
             run.status = "cancelled"
+        if table is not None and p.get("warm", 0):
+            table.save()
         run.output_ids, run.steps = res.output_ids, res.steps
         run.prefill_seconds, run.decode_seconds, run.stop_reason = res.prefill_seconds, res.decode_seconds, res.stop_reason
     if run.status == "running":

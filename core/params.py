@@ -1,6 +1,7 @@
 """Every tunable parameter in one table: default, range and meaning. The CLI, the methods and the UI read it."""
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -17,6 +18,7 @@ class ParamSpec:
     kind: type  # int or float
     help: str
     low_open: bool = False  # True when `low` itself is not allowed
+    names: Mapping[str, int] | None = None  # words accepted for values (`aasd[fallback=recycle]` = fallback 1)
 
 
 PARAMS: dict[str, ParamSpec] = {
@@ -40,6 +42,12 @@ PARAMS: dict[str, ParamSpec] = {
         ParamSpec("align_generated", 0, 0, 1, int, "1 = alignment sampling also covers generated text (extension)"),
         ParamSpec("max_nodes", 16, 1, 256, int, "draft-node budget per tree (root excluded)"),
         ParamSpec("gamma", 6, 1, 64, int, "draft-model tokens per step (γ)"),
+        ParamSpec("warm", 0, 0, 1, int, "Token Recycling: 1 = load the model's table from the workbench home and save it "
+                  "after each run (0 = the table lives in this process only)"),
+        ParamSpec("cold", 0, 0, 1, int, "Token Recycling: 1 = start from an empty table of this run's own, so the run "
+                  "depends on its prompt alone (0 = the model's table, shared by the process's runs)"),
+        ParamSpec("fallback", 0, 0, 1, int, "context drafting where the pool has no match: 0 = none (one token), "
+                  "1 = recycle (Token Recycling's tree from the model's table)", names={"none": 0, "recycle": 1}),
     ]
 }
 
@@ -57,10 +65,15 @@ def validate(values: Mapping[str, Any], allowed: Mapping[str, Any]) -> dict[str,
             raise InvalidInputError(
                 f"parameter {name!r} has no effect on this method; it takes: {', '.join(sorted(allowed)) or 'no parameters'}"
             )
+        if spec.names and isinstance(value, str) and value.strip() in spec.names:
+            value = spec.names[value.strip()]
         try:
             number = spec.kind(value)
         except (TypeError, ValueError):
-            raise InvalidInputError(f"{name} must be a{'n integer' if spec.kind is int else ' number'}, got {value!r}") from None
+            words = f" or one of {', '.join(spec.names)}" if spec.names else ""
+            raise InvalidInputError(f"{name} must be a{'n integer' if spec.kind is int else ' number'}{words}, got {value!r}") from None
+        if not math.isfinite(number):  # NaN passes every comparison and makes invalid JSON
+            raise InvalidInputError(f"{name} must be a finite number, got {value!r}")
         if spec.kind is int and float(value) != number:
             raise InvalidInputError(f"{name} must be an integer, got {value!r}")
         too_low = number <= spec.low if spec.low_open else number < spec.low

@@ -95,8 +95,9 @@ def adaptive(alpha: float, beta: float) -> Rule:
 
 
 def by_source(relaxed: Rule) -> dict[str, Rule]:
-    """AASD's split: the relaxed rule for copied and alignment nodes, strict for everything else."""
-    return {"context": relaxed, "alignment": relaxed, "generated": strict, "draft": strict}
+    """AASD's split: the relaxed rule for copied and alignment nodes, strict for everything else
+    (generated text, draft-model tokens, Token Recycling's `recycled` nodes)."""
+    return {"context": relaxed, "alignment": relaxed, "generated": strict, "draft": strict, "recycled": strict}
 
 
 def rule_for(rules: Rules, source: str) -> Rule:

@@ -8,8 +8,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-# Where a node came from. `root` is the pending token; `model` marks the bonus token the target chose.
-SOURCES = ("root", "context", "generated", "alignment", "draft", "model")
+# Where a node came from. `root` is the pending token; `model` marks the bonus token the target chose;
+# `recycled` nodes come from Token Recycling's table (core.drafters.recycle).
+SOURCES = ("root", "context", "generated", "alignment", "draft", "recycled", "model")
 DECISIONS = ("accepted", "rejected", "rescued", "bonus", "unreached")
 STATUSES = ("running", "complete", "failed", "cancelled")
 

@@ -130,3 +130,24 @@ def test_the_documented_drafter_example_runs(monkeypatch):
     assert ours.output_ids == methods.run_method("greedy", tiny, prompt, {"max_new_tokens": 24}).output_ids
     assert all(n.source == "context" for s in ours.steps for n in s.nodes if 0 < n.node and n.decision != "bonus")
     assert sum(s.tree_size for s in ours.steps) > 0
+
+
+def test_context_drafter_falls_back_to_the_recycled_table_without_hits():
+    from core.drafters import RecycleTable
+
+    table = RecycleTable(64, k=8)
+    table.ids[7] = np.arange(20, 28)
+    prompt = [1, 2, 3, 4, 0, 1, 2]
+    ids = np.tile(np.arange(40, 48, dtype=np.int32), (len(prompt) - 1, 1))
+    ids[1, :3] = [3, 7, 6]  # alignment reads the first align_m + 1 columns of the wider prefill rows
+    d = ContextDrafter(key_len=2, ngram=2, max_nodes=4, align_m=2, table=table)
+    assert d.prefill_topk == 8 and d.tree_topk == 8
+    d.begin(prompt, TopK(ids))
+    assert table.ids[2].tolist() == [3, 7, 6, 43, 44, 45, 46, 47]  # the prompt's rows reached the table
+    hit = d.propose(prompt).tree  # "1 2" is in the pool: context drafting as before
+    assert set(hit.sources[1:]) <= {"context", "alignment"} and hit.num_draft > 0
+    miss = d.propose(prompt + [9, 7]).tree  # "9 7" is nowhere: Token Recycling's tree from 7's row
+    assert miss.tokens[:3] == [7, 20, 21] and set(miss.sources[1:]) == {"recycled"} and miss.num_draft <= 4
+    plain = ContextDrafter(key_len=2, ngram=2, max_nodes=4)
+    plain.begin(prompt, None)
+    assert plain.propose(prompt + [9, 7]).tree.num_draft == 0 and plain.tree_topk == 0

@@ -11,7 +11,7 @@ import torch
 from conftest import make_tiny
 
 from core import cache as kv
-from core.drafters import NoDraft, Proposal
+from core.drafters import NoDraft, Proposal, TreeObserver
 from core.engine import DecodeConfig, decode, forward_tree, prefill
 from core.errors import InvalidInputError
 from core.methods import get_method, make_verifier, resolve_params
@@ -228,3 +228,30 @@ def test_the_result_keeps_the_prefill_predictions_when_generated_ones_are_kept_t
     with torch.no_grad():
         logits = tiny.model(torch.tensor([prompt])).logits[0, :-1]
     assert out.prefill.ids[:, 0].tolist() == logits.argmax(-1).tolist()
+
+
+class ObservingPredictionsDrafter(PredictionsDrafter, TreeObserver):
+    """Declares both needs: every tree row's top-k (TreeObserver) and per-committed-token predictions."""
+
+    tree_topk = 4
+
+    def __init__(self):
+        self.forwards, self.commits = [], []
+
+    def observe_tree(self, forward):
+        self.forwards.append(forward)
+
+    def commit(self, new_tokens, predictions):
+        self.commits.append(predictions)
+
+
+def test_one_topk_serves_the_tree_observer_and_the_commit_predictions(tiny):
+    """The engine computes the top max(tree_topk, generated_topk) ids of every row once: the commit's
+    predictions are the path rows' first generated_topk columns, as when only they are wanted."""
+    prompt = [3, 4, 5, 6, 7, 8] * 2
+    d = ObservingPredictionsDrafter()
+    out = decode(tiny.model, tiny.tokenizer, [], prompt, d, greedy_verifier(), DecodeConfig(max_new_tokens=8), 512)
+    assert len(d.forwards) == len(d.commits) == len(out.steps)
+    for fwd, preds, step in zip(d.forwards, d.commits, out.steps):
+        assert fwd.ids.shape == (1, 4) and fwd.path == [0]  # root-only trees: one row
+        assert preds.shape == (len(step.emitted), 2) and (preds == fwd.ids[fwd.path[: len(step.emitted)], :2]).all()

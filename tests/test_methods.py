@@ -218,3 +218,11 @@ def test_per_source_acceptance_is_one_number_in_bench_run_metrics_and_the_ui(tin
         bars = {x: y for trace in fig.data for x, y in zip(trace.x, trace.y)}
         assert by_source == {k: a / n for k, (a, n) in acceptance_by(run, lambda node: node.source).items()}
         assert bars == pytest.approx(by_source)
+
+
+def test_parameters_must_be_finite_numbers():
+    """NaN passes every range comparison and would be stored as invalid JSON; inf is no setting either."""
+    for value in ("nan", float("nan"), "inf", float("-inf")):
+        with pytest.raises(InvalidInputError, match="temperature must be a finite number"):
+            resolve_params("greedy", {"temperature": value})
+    assert resolve_params("aasd", {"fallback": "recycle"})["fallback"] == 1  # words for values where a parameter names them

@@ -28,6 +28,7 @@ ORIGIN_COLORS: dict[str, str] = {
     "alignment": "#e4d7ff",
     "draft": "#c9f0e1",
     "generated": "#fff0b3",
+    "recycled": "#d9f2c2",
     "rescued": "#ffd2a8",
     "model": "#ececec",
 }
@@ -36,6 +37,7 @@ ORIGIN_DESCRIPTIONS: dict[str, str] = {
     "alignment": "an alignment-sampling sibling, accepted",
     "draft": "draft-model token, accepted",
     "generated": "from the pool's generated tokens, accepted",
+    "recycled": "from Token Recycling's table (the target's own past top-k), accepted",
     "rescued": "rejected by the target, rescued by CSD",
     "model": "the target model's own token (bonus or plain decoding)",
 }
@@ -53,6 +55,7 @@ SOURCE_SYMBOLS: dict[str, str] = {
     "generated": "diamond",
     "alignment": "triangle-up",
     "draft": "hexagon",
+    "recycled": "pentagon",
     "model": "star",
 }
 DIVERGENCE_COLOR = "#d62728"

@@ -3,11 +3,13 @@
 A drafter proposes a draft tree rooted at the pending token and learns from what was committed, as
 transformers' candidate generators do. What it needs from the target's forwards it declares up front
 (`prefill_topk`, `generated_topk`); the engine hands those predictions over, so no caller ever probes
-a drafter for optional attributes.
+a drafter for optional attributes. A drafter that learns from every row of every verified tree (Token
+Recycling) says so by subclassing `TreeObserver`, which declares `tree_topk` and `observe_tree`.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from abc import ABC, abstractmethod
 from typing import Any, Protocol
 
 import numpy as np
@@ -21,6 +23,16 @@ class TopK:
     """The target's top-k next-token ids at every prompt position i (predicting token i + 1)."""
 
     ids: np.ndarray  # (n, k) int32, best first
+
+
+@dataclass
+class TreeTopK:
+    """One verification forward as a TreeObserver sees it: the tree's tokens, the target's top-k ids at
+    every row (row i = the distribution after node i), and the accepted path (node ids, root first)."""
+
+    tokens: np.ndarray  # (Q,) int32: the fed tokens, node 0 the root
+    ids: np.ndarray  # (Q, k) int32, best first
+    path: list[int]
 
 
 @dataclass
@@ -40,6 +52,7 @@ class DraftEnv:
     draft: Any = None  # a LoadedModel sharing the target's tokenizer, for draft-model drafters
     context_ids: list[int] | None = None  # a separate document for the pool (CASD's full context); None = the prompt
     generator: torch.Generator | None = None  # the run's one random stream, shared with the sampling verifier
+    table: Any = None  # core.drafters.recycle.RecycleTable: the model's recycled top-k table (recycle, fallback=1)
 
 
 class Drafter(Protocol):
@@ -55,6 +68,18 @@ class Drafter(Protocol):
     def commit(self, new_tokens: list[int], predictions: np.ndarray | None) -> None:
         """The tokens this step committed; `predictions[j]` are the target's top `generated_topk` ids at
         the position of new_tokens[j] (None when `generated_topk` is 0)."""
+
+
+class TreeObserver(ABC):
+    """The declared need of drafters that learn from whole forwards: after each step the engine computes
+    the top `tree_topk` ids of every tree row (one topk, one transfer) and calls `observe_tree` before
+    `commit`. Declared by subclassing, so the engine asks `isinstance`, never probes attributes."""
+
+    tree_topk: int
+
+    @abstractmethod
+    def observe_tree(self, forward: TreeTopK) -> None:
+        """What the step's forward predicted at every node of the tree it verified."""
 
 
 class NoDraft:

@@ -1,28 +1,32 @@
 """Context-aware drafting (CASD, AASD): continuations retrieved from the n-gram draft pool, merged into a
-trie under a node budget, with AASD's alignment siblings."""
+trie under a node budget, with AASD's alignment siblings; where the pool has no match, optionally a tree
+from Token Recycling's table (fallback=1)."""
 from __future__ import annotations
 
 from typing import Any
 
 import numpy as np
 
-from core.drafters.base import DraftEnv, Proposal, TopK
+from core.drafters.base import DraftEnv, Proposal, TopK, TreeObserver, TreeTopK
+from core.drafters.recycle import TEMPLATE, RecycleTable, expand
 from core.pool import DraftPool
 from core.tree import merge_sequences
 
 
-class ContextDrafter:
+class ContextDrafter(TreeObserver):
     """Context-aware drafting (CASD, AASD): retrieve continuations of the longest matching key from
     the draft pool, merge them into a trie under the node budget, and, with alignment sampling, add
     the target's own top prefill predictions as siblings of copied tokens it would not have chosen.
 
     The pool holds the prompt (default) or a separate document (`context_ids`, CASD's full-document
-    pool beside a shortened prompt); generated tokens join it as they are committed.
+    pool beside a shortened prompt); generated tokens join it as they are committed. With a recycle
+    `table`, a step whose key has no hit drafts Token Recycling's tree instead of none (source
+    `recycled`, verified strictly under AASD's split), and the table learns from every forward.
     """
 
     def __init__(self, key_len: int = 6, ngram: int = 6, max_nodes: int = 16, align_m: int = 0,
                  graft: bool = False, max_hits: int = 16, context_ids: list[int] | None = None,
-                 align_generated: bool = False):
+                 align_generated: bool = False, table: RecycleTable | None = None):
         self.key_len, self.ngram, self.max_nodes = key_len, ngram, max_nodes
         self.align_m, self.graft, self.max_hits = align_m, graft, max_hits
         self.context_ids = context_ids
@@ -35,17 +39,24 @@ class ContextDrafter:
         # token with the align-generated extension): one for the aligned test, align_m alternatives.
         self.prefill_topk = align_m + 1 if align_m else 0
         self.generated_topk = self.prefill_topk if self.align_generated else 0
+        self.table = table
+        self.tree_topk = table.k if table is not None else 0
+        if table is not None:  # the table learns from the prompt too; alignment reads the first align_m + 1
+            self.prefill_topk = max(self.prefill_topk, table.k)
 
     @classmethod
     def from_params(cls, params: dict[str, Any], env: DraftEnv) -> "ContextDrafter":
         return cls(params["key_len"], params["ngram"], params["max_nodes"], params.get("align_m", 0),
                    graft=bool(params.get("align_graft", 0)), context_ids=env.context_ids,
-                   align_generated=bool(params.get("align_generated", 0)))
+                   align_generated=bool(params.get("align_generated", 0)),
+                   table=env.table if params.get("fallback", 0) else None)
 
     def begin(self, prompt_ids: list[int], prefill: TopK | None) -> None:
         self.pool = DraftPool(self.context_ids if self.context_ids is not None else prompt_ids, key_len=self.key_len, ngram=self.ngram)
         self.predictions = None
         self.generated_predictions = []
+        if self.table is not None and prefill is not None and len(prefill.ids):
+            self.table.write(np.asarray(prompt_ids[: len(prefill.ids)]), prefill.ids)
         # Prefill row i predicts prompt token i + 1, which is pool position i + 1 when the pool is the prompt.
         if self.align_m and prefill is not None and self.context_ids is None:
             self.predictions = prefill.ids
@@ -67,6 +78,8 @@ class ContextDrafter:
 
     def propose(self, sequence: list[int]) -> Proposal:
         _, hits = self.pool.lookup(sequence[-self.key_len :], max_hits=self.max_hits, order="recent")
+        if not hits and self.table is not None:
+            return Proposal(expand(TEMPLATE, self.table.ids, sequence[-1], self.max_nodes))
         candidates: list[tuple[list[int], list[str]]] = []
         aligned: list[tuple[list[int], list[str]]] = []
         for hit in hits:
@@ -79,6 +92,9 @@ class ContextDrafter:
                     tail_tokens = tokens[t + 1 :] if self.graft else []
                     aligned.append((tokens[:t] + [alt] + tail_tokens, sources[:t] + ["alignment"] + sources[t + 1 : t + 1 + len(tail_tokens)]))
         return Proposal(merge_sequences(sequence[-1], candidates + aligned, self.max_nodes))
+
+    def observe_tree(self, forward: TreeTopK) -> None:
+        self.table.write(forward.tokens, forward.ids, forward.path)
 
     def commit(self, new_tokens: list[int], predictions: np.ndarray | None) -> None:
         self.pool.extend(new_tokens)
