@@ -140,8 +140,8 @@ def _references(value: Any, where: str) -> list[str]:
 
 def _spec_bench_row(row: dict, where: str) -> Task:
     turns = row.get("turns")
-    if not turns or not isinstance(turns, list):
-        raise InvalidInputError(f"{where}: a Spec-Bench row needs a non-empty 'turns' list")
+    if not turns or not isinstance(turns, list) or not isinstance(turns[0], str):
+        raise InvalidInputError(f"{where}: a Spec-Bench row needs a non-empty 'turns' list of strings")
     cat = row.get("category", "other")
     # Only the first turn: the second of an MT-bench pair needs the model's own first answer.
     return Task(id=str(row["question_id"]), task=SPEC_BENCH_TASK.get(cat, "chat"), input=turns[0],
