@@ -29,8 +29,6 @@ from core.walk import sample_walk, walk
 
 COMMON = ("max_new_tokens",)
 POOL = ("key_len", "ngram", "max_nodes", "fallback")
-AASD_FALLBACK = dict(fallback=1)  # AASD's methods draft from Token Recycling's table where the pool has no match (it paid
-# in every Spec-Bench category, docs/RESULTS.md); CASD's keep the paper's behaviour (fallback=0)
 ALIGN = ("align_m", "align_graft", "align_generated")
 DRAFT = ("gamma",)
 TABLE = ("warm", "cold")  # Token Recycling's table: where it lives (core.drafters.recycle)
@@ -203,14 +201,14 @@ for m in [
     Method("casd-mixed", "context-aware drafting, δ and top-k together", param_defaults(*COMMON, *POOL, "delta", "top_k"), False,
            drafter="context", rules_of=_mixed),
     Method("aasd", "context drafting + alignment sampling + entropy-adaptive verification",
-           param_defaults(*COMMON, *POOL, *ALIGN, "alpha", "beta", **AASD_FALLBACK), False, drafter="context", rules_of=_adaptive),
-    Method("aasd-strict", "AASD drafting with strict verification (lossless)", param_defaults(*COMMON, *POOL, *ALIGN, **AASD_FALLBACK), True,
+           param_defaults(*COMMON, *POOL, *ALIGN, "alpha", "beta"), False, drafter="context", rules_of=_adaptive),
+    Method("aasd-strict", "AASD drafting with strict verification (lossless)", param_defaults(*COMMON, *POOL, *ALIGN), True,
            drafter="context"),
-    Method("aasd-no-align", "ablation: AASD without alignment sampling", param_defaults(*COMMON, *POOL, "alpha", "beta", **AASD_FALLBACK), False,
+    Method("aasd-no-align", "ablation: AASD without alignment sampling", param_defaults(*COMMON, *POOL, "alpha", "beta"), False,
            drafter="context", rules_of=_adaptive),
-    Method("aasd-fixed", "ablation: AASD drafting with CASD's fixed threshold", param_defaults(*COMMON, *POOL, *ALIGN, "delta", **AASD_FALLBACK), False,
+    Method("aasd-fixed", "ablation: AASD drafting with CASD's fixed threshold", param_defaults(*COMMON, *POOL, *ALIGN, "delta"), False,
            drafter="context", rules_of=_fixed),
-    Method("aasd-topk", "ablation: AASD drafting with a top-k acceptance rule", param_defaults(*COMMON, *POOL, *ALIGN, "top_k", **AASD_FALLBACK), False,
+    Method("aasd-topk", "ablation: AASD drafting with a top-k acceptance rule", param_defaults(*COMMON, *POOL, *ALIGN, "top_k"), False,
            drafter="context", rules_of=_topk),
     # Draft-model speculative decoding and CSD (seed 004): one drafter and one walk; the methods differ only
     # in the rescue rule and in whether they read the correction memory.
