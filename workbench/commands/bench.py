@@ -19,8 +19,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--categories", help="comma-separated categories (Spec-Bench: summarization,rag,...)")
     p.add_argument("--limit", type=int, help="tasks per category")
     p.add_argument("--out", help="write the JSON results here")
-    p.add_argument("--execute-code", action="store_true",
-                   help="score HumanEval-style tasks (test, entry_point) by running the completions in a sandboxed subprocess")
+    common.add_exec_args(p)
     common.add_decoding_args(p)
     p.set_defaults(func=run)
     return p
@@ -29,7 +28,6 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 def run(args) -> int:
     from core.methods import get_method, parse_method_spec, resolve_params, split_method_list
     from workbench.evaluation.bench import format_table, run_bench
-    from workbench.evaluation.scores import score_task
     from workbench.evaluation.tasks import load_tasks
 
     methods = split_method_list(args.methods)  # variants like aasd[align_graft=1] keep their commas
@@ -41,6 +39,7 @@ def run(args) -> int:
         resolve_params(name, {k: v for k, v in given.items() if k in get_method(name).params} | overrides)
     if args.out:  # a long run must not end in an unwritable --out
         common.check_writable(args.out, "--out")
+    scorer = common.task_scorer(args)  # no sandbox for --execute-code fails here, not after the run
     tasks = load_tasks(args.data, categories=args.categories.split(",") if args.categories else None, limit=args.limit)
     if not tasks:
         raise WorkbenchError(f"no tasks selected from {args.data}")
@@ -51,9 +50,6 @@ def run(args) -> int:
 
     def keep(task, run):  # one bulk insert per finished run, outside the timed decoding; in the order of the rows
         run_ids.append(store.save_run(run, tags=["bench", f"task={task.id}", *args.tag]))
-
-    def scorer(task, text):
-        return score_task(task, text, execute_code=args.execute_code)
 
     result = run_bench(target, tasks, methods, params, draft=draft, max_new_tokens=args.max_new_tokens, scorer=scorer,
                        on_run=keep if store is not None else None)

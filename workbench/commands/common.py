@@ -106,6 +106,30 @@ def add_decoding_args(p: argparse.ArgumentParser) -> None:
     add_param_args(p)
     add_db_arg(p)
 
+def add_exec_args(p: argparse.ArgumentParser) -> None:
+    """--execute-code (HumanEval: run the completions in the sandbox) and --unsafe-exec (without one)."""
+    p.add_argument("--execute-code", action="store_true",
+                   help="score HumanEval-style tasks (test, entry_point) by running the completions in the bubblewrap sandbox")
+    p.add_argument("--unsafe-exec", action="store_true",
+                   help="with --execute-code where bubblewrap is missing: run model-written code in a plain subprocess "
+                        "(no isolation; only for code you trust)")
+
+
+def task_scorer(args: argparse.Namespace):
+    """score_task as --execute-code and --unsafe-exec say, the sandbox checked now (before any model loads)."""
+    from workbench.evaluation.scores import score_task
+
+    if args.execute_code:
+        from workbench.evaluation.sandbox import check_sandbox
+
+        check_sandbox(unsafe=args.unsafe_exec)
+
+    def scorer(task, text):
+        return score_task(task, text, execute_code=args.execute_code, unsafe_exec=args.unsafe_exec)
+
+    return scorer
+
+
 def params_from(args: argparse.Namespace) -> dict:
     """The method parameters given on the command line (by name), leaving out those not given."""
     return {name: getattr(args, name) for name in PARAMS if getattr(args, name, None) is not None}

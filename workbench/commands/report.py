@@ -45,8 +45,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--out", default="results/report", help="folder for the checkpoint, report.md, tables/ and figures/")
     p.add_argument("--fresh", action="store_true", help="delete the folder's checkpoint and start over")
     p.add_argument("--no-run", action="store_true", help="only rebuild the tables from the folder's checkpoint (no model)")
-    p.add_argument("--execute-code", action="store_true",
-                   help="score HumanEval by running the completions (sandboxed subprocess); otherwise its score is absent")
+    common.add_exec_args(p)
     p.add_argument("--max-prompt-tokens", type=int, default=None,
                    help="cut longer prompts in the middle, as LongBench does (default: the model's context minus the generation)")
     p.add_argument("--memory", default=None, help="CSD's calibrated memory file (default: the pair's file under <home>/memory/)")
@@ -82,7 +81,6 @@ def run(args) -> int:
     from core.methods import get_method, parse_method_spec, resolve_params, split_method_list
     from workbench.evaluation.bench import Checkpoint, read_checkpoint, run_resumable
     from workbench.evaluation.report import DEFAULT_DATA, table_methods
-    from workbench.evaluation.scores import score_task
     from workbench.evaluation.tasks import load_many
 
     out = Path(args.out)
@@ -105,6 +103,7 @@ def run(args) -> int:
     if need_draft and not args.draft:
         raise InvalidInputError(f"{', '.join(need_draft)} need a draft model: pass --draft (e.g. --model qwen2.5-coder-1.5b "
                                 f"--draft qwen2.5-coder-0.5b), or leave out the csd tables")
+    scorer = common.task_scorer(args)  # no sandbox for --execute-code fails here, before any model loads
     specs = args.data or list(dict.fromkeys(d for s in sets for d in DEFAULT_DATA[s]))
     tasks = load_many(specs, limit=args.limit, seed=params.get("seed"))
     if args.fresh and path.exists():
@@ -133,9 +132,6 @@ def run(args) -> int:
 
     def keep(task, run) -> int | None:
         return store.save_run(run, tags=["report", f"task={task.id}", f"dataset={task.category}", *args.tag])
-
-    def scorer(task, text):
-        return score_task(task, text, execute_code=args.execute_code)
 
     with Checkpoint(path, config, must_match=MUST_MATCH) as ckpt:
         done = len(ckpt.done())

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from core.errors import InvalidInputError
+from workbench.commands import common
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -17,8 +18,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--results", required=True, help="the JSON `bench --out` wrote")
     p.add_argument("--data", required=True, help="the task file the results were made from (with answers, or HumanEval tests)")
-    p.add_argument("--execute-code", action="store_true",
-                   help="score HumanEval-style tasks (test, entry_point) by running the completions in a sandboxed subprocess")
+    common.add_exec_args(p)
     p.add_argument("--out", help="write the scored results (bench's JSON schema) here")
     p.set_defaults(func=run)
     return p
@@ -44,14 +44,11 @@ def read_results(path: str | Path) -> dict:
 
 def run(args) -> int:
     from workbench.evaluation.bench import format_table, score_results
-    from workbench.evaluation.scores import score_task
     from workbench.evaluation.tasks import load_tasks
 
+    scorer = common.task_scorer(args)
     result = read_results(args.results)
     tasks = load_tasks(args.data)
-
-    def scorer(task, text):
-        return score_task(task, text, execute_code=args.execute_code)
 
     try:
         scored = score_results(result, tasks, scorer)

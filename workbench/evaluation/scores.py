@@ -97,19 +97,21 @@ KIND_METRIC = {"qa": "qa_f1", "summarization": "rouge_l", "code": "code_sim", "m
 PASS_AT_1 = "pass@1"  # HumanEval: executed, not compared with a reference
 
 
-def score_task(task: "Task", prediction: str, *, execute_code: bool = False, timeout: float = 10.0) -> float | None:
+def score_task(task: "Task", prediction: str, *, execute_code: bool = False, timeout: float = 10.0,
+               unsafe_exec: bool = False) -> float | None:
     """A task's score ×100 as LongBench's eval.py computes it (first line only where it says so, max
     over the references), GSM8K final-number accuracy, or HumanEval pass@1 run in the sandbox.
 
     None means absent, never zero: no references, no metric for the task kind, or code execution not
-    asked for (`execute_code`: HumanEval runs the model's code, in workbench.evaluation.sandbox's subprocess)."""
+    asked for (`execute_code`: HumanEval runs the model's code in workbench.evaluation.sandbox's sandbox,
+    which raises SandboxUnavailable without bubblewrap unless `unsafe_exec` allows a plain subprocess)."""
     name = task.metric or KIND_METRIC.get(task.task)
     if name == PASS_AT_1:
         if not execute_code or task.problem is None:
             return None
         from workbench.evaluation.sandbox import run_humaneval
 
-        return 100.0 if run_humaneval(task.problem, prediction, timeout=timeout).passed else 0.0
+        return 100.0 if run_humaneval(task.problem, prediction, timeout=timeout, unsafe=unsafe_exec).passed else 0.0
     if name is None or not task.answers:
         return None
     if name not in METRICS:
