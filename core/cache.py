@@ -6,6 +6,8 @@ every layer. Cache classes change across transformers releases, so nothing else 
 """
 from __future__ import annotations
 
+import functools
+import inspect
 from collections.abc import Sequence
 
 import torch
@@ -16,6 +18,17 @@ PREFILL_CHUNK = 4096  # tokens per prefill forward (target and draft model): bou
 
 def new_cache(model) -> DynamicCache:
     return DynamicCache(config=model.config)
+
+
+@functools.lru_cache(maxsize=None)
+def _cache_kwarg(forward) -> str:
+    # transformers 5.x renamed forward's `past_key_values` to `cache` (the old name warns on every call).
+    return "cache" if "cache" in inspect.signature(forward).parameters else "past_key_values"
+
+
+def cache_arg(module, cache: DynamicCache) -> dict:
+    """The keyword that hands `cache` to `module`'s forward, under the name this transformers release uses."""
+    return {_cache_kwarg(type(module).forward): cache}
 
 
 def cache_length(cache: DynamicCache) -> int:

@@ -17,6 +17,7 @@ import torch
 from core import cache as kv
 from core.drafters.base import Drafter, Proposal, TopK, TreeObserver, TreeTopK
 from core.errors import InvalidInputError
+from core.sizing import TreeSizer
 from core.target_stats import StepStats, step_stats
 from core.trace import NodeTrace, StepTrace
 from core.tree import DraftTree, is_chain, position_ids, tree_attention_mask
@@ -73,7 +74,7 @@ def prefill(model, ids: list[int], cache, keep_topk: int = 0) -> tuple[TopK | No
     for start in range(0, len(ids), kv.PREFILL_CHUNK):
         chunk = torch.tensor([ids[start : start + kv.PREFILL_CHUNK]], device=device)
         pos = torch.arange(start, start + chunk.shape[1], device=device)[None]
-        hidden = decoder(input_ids=chunk, position_ids=pos, past_key_values=cache, use_cache=True).last_hidden_state[0]
+        hidden = decoder(input_ids=chunk, position_ids=pos, use_cache=True, **kv.cache_arg(decoder, cache)).last_hidden_state[0]
         rows = min(hidden.shape[0], len(ids) - 1 - start)  # the last id's row is the first step's root
         for s in range(0, rows, TOPK_CHUNK) if keep_topk else ():
             # Top-k of the logits is top-k of the probabilities: no softmax over the vocabulary needed.
@@ -105,8 +106,8 @@ def forward_tree(model, tree: DraftTree, past_len: int, cache, root_logits: torc
         input_ids=input_ids,
         position_ids=position_ids(tree.depths, past_len, device)[:, skip:],
         attention_mask=mask,
-        past_key_values=cache,
         use_cache=True,
+        **kv.cache_arg(model, cache),
     )
     return out.logits[0] if not skip else torch.cat([root_logits[None], out.logits[0]])
 
@@ -224,7 +225,10 @@ def decode(
     max_context: int,
     on_step: Callable[[StepTrace], None] | None = None,
     should_stop: Callable[[], bool] | None = None,
+    sizer: TreeSizer | None = None,
 ) -> DecodeResult:
+    """Decode `prompt_ids` with the drafter's trees and the verifier's decisions; with a `sizer`
+    (max_nodes=auto) each proposed tree is first cut to the size that pays most on this hardware."""
     check_prompt(prompt_ids, max_context)
     if cfg.max_new_tokens <= 0:
         raise InvalidInputError(f"max_new_tokens must be at least 1 (got {cfg.max_new_tokens})")
@@ -257,6 +261,8 @@ def decode(
         # Nothing deeper than the tokens still wanted, nor past the model's context; no draft of EOS or
         # past it, as in transformers' prompt lookup: if the target wants to stop, its bonus token is EOS.
         tree = proposal.tree.pruned(min(cfg.max_new_tokens - len(generated) - 1, max_context - past_len - 2), eos)
+        if sizer is not None:
+            tree = sizer.choose(tree)
         proposal = Proposal(tree, proposal.q_rows)  # q_rows are per depth: a pruned chain keeps its prefix
         t_b = time.perf_counter()
         logits = forward_tree(model, tree, past_len, cache, root_logits)
@@ -265,6 +271,8 @@ def decode(
         t_c = time.perf_counter()
         stats = step_stats(logits, tree, eos_ids)
         verdict = verifier(proposal, logits, stats)
+        if sizer is not None:
+            sizer.observe(tree, verdict.path)
         t_d = time.perf_counter()
         kv.keep_path(cache, past_len, verdict.path)
         new = [tree.tokens[n] for n in verdict.path[1:]] + [verdict.bonus]

@@ -23,6 +23,7 @@ from core.engine import Cancelled, DecodeConfig, Verifier, check_prompt, decode
 from core.errors import InvalidInputError
 from core.params import PARAMS, validate
 from core.rules import Rescue, Rules, adaptive, by_source, fixed, mixed, strict, top_k_rule
+from core.sizing import AUTO, TreeSizer
 from core.target_stats import sampling_processors
 from core.trace import RunTrace, StepTrace
 from core.walk import sample_walk, walk
@@ -118,6 +119,16 @@ def recycle_table(method: Method, params: Mapping[str, Any], target) -> RecycleT
             raise InvalidInputError("cold=1 starts from an empty table and warm=1 loads the saved one: choose one")
         return RecycleTable(target.vocab_size)
     return shared_table(target, warm=bool(params.get("warm", 0)))
+
+
+def tree_sizer(method: Method, params: Mapping[str, Any], target, draft=None) -> TreeSizer | None:
+    """`max_nodes=auto` for tree drafters (context, recycle): a sizer over the model's measured t(n)."""
+    name = method.drafter if draft is not None or method.drafter_without_draft is None else method.drafter_without_draft
+    if params.get("max_nodes", None) != AUTO or name not in ("context", "recycle"):
+        return None
+    from core.timing import cost_curve
+
+    return TreeSizer(cost_curve(target))
 
 
 def build(method: Method, params: Mapping[str, Any], *, target=None, draft=None, context_ids: Sequence[int] | None = None,
@@ -327,9 +338,12 @@ def run_method(
             run.params.update(table.state())
         drafter, verifier = build(method, p, target=target, draft=draft, context_ids=context_ids, memory=memory, table=table)
         cfg = DecodeConfig(max_new_tokens=p["max_new_tokens"], stop_strings=tuple(stop_strings))
+        sizer = tree_sizer(method, p, target, draft)
+        if sizer is not None:  # what the tree sizes were chosen from: the run is reproducible from it
+            run.params["cost_curve_ms"] = " ".join(f"{n}:{t * 1e3:.1f}" for n, t in zip(sizer.cost.sizes, sizer.cost.seconds))
         try:
             res = decode(target.model, target.tokenizer, target.eos_ids, prompt_ids, drafter, verifier, cfg,
-                         target.max_context, on_step=on_step, should_stop=should_stop)
+                         target.max_context, on_step=on_step, should_stop=should_stop, sizer=sizer)
             run.status = "complete"
         except Cancelled as c:
             res = c.partial

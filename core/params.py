@@ -40,7 +40,9 @@ PARAMS: dict[str, ParamSpec] = {
         ParamSpec("align_m", 2, 0, 16, int, "alignment siblings per misaligned context token (m)"),
         ParamSpec("align_graft", 0, 0, 1, int, "1 = graft the retrieved continuation under alignment siblings too"),
         ParamSpec("align_generated", 0, 0, 1, int, "1 = alignment sampling also covers generated text (extension)"),
-        ParamSpec("max_nodes", 16, 1, 256, int, "draft-node budget per tree (root excluded)"),
+        ParamSpec("max_nodes", 0, 0, 256, int, "draft-node budget per tree (root excluded); auto (0) = the size that "
+                  "maximises expected tokens per second of this model's measured forward time (core.sizing)",
+                  names={"auto": 0}),
         ParamSpec("gamma", 6, 1, 64, int, "draft-model tokens per step (γ)"),
         ParamSpec("warm", 0, 0, 1, int, "Token Recycling: 1 = load the model's table from the workbench home and save it "
                   "after each run (0 = the table lives in this process only)"),

@@ -80,6 +80,20 @@ class DraftTree:
                 new_index[i] = out.add(new_index[self.parents[i]], self.tokens[i], self.sources[i], self.draft_probs[i])
         return out
 
+    def subset(self, keep: Collection[int]) -> "DraftTree":
+        """A copy with the root and the draft nodes in `keep` (which must hold every kept node's parent)."""
+        keep = set(keep)
+        if len(keep) == self.num_draft:
+            return self
+        out = DraftTree.root_only(self.tokens[0])
+        new_index = {0: 0}
+        for i in range(1, len(self.tokens)):
+            if i in keep:
+                if self.parents[i] not in new_index:
+                    raise ValueError(f"node {i} is kept without its parent {self.parents[i]}")
+                new_index[i] = out.add(new_index[self.parents[i]], self.tokens[i], self.sources[i], self.draft_probs[i])
+        return out
+
     def add_chain(self, parent: int, tokens: Sequence[int], sources: Sequence[str] | str, budget: int | None = None) -> int:
         """Add a chain below `parent`, sharing existing prefixes; stop when the tree has `budget` draft nodes."""
         node = parent
@@ -92,6 +106,44 @@ class DraftTree:
         return node
 
 
+def _prefix_stats(candidates: Sequence[tuple[Sequence[int], Sequence[str] | str]]):
+    """How many candidates start with each prefix, and for each its (first-seen order, source). The
+    source is the first candidate's, except that `context` wins (METHODS.md): a continuation the
+    context holds is verified as context even when generated text holds it too."""
+    counts: dict[tuple[int, ...], int] = {}
+    first_seen: dict[tuple[int, ...], tuple[int, str]] = {}
+    for tokens, sources in candidates:
+        prefix: tuple[int, ...] = ()
+        for i, tok in enumerate(tokens):
+            prefix = prefix + (int(tok),)
+            counts[prefix] = counts.get(prefix, 0) + 1
+            source = sources if isinstance(sources, str) else sources[i]
+            if prefix not in first_seen:
+                first_seen[prefix] = (len(first_seen), source)
+            elif source == "context" and first_seen[prefix][1] != "context":
+                first_seen[prefix] = (first_seen[prefix][0], "context")
+    return counts, first_seen
+
+
+def add_ranked(tree: DraftTree, candidates: Sequence[tuple[Sequence[int], Sequence[str] | str]], budget: int) -> DraftTree:
+    """Merge candidate continuations of the root into `tree`, adding at most `budget` new nodes: the
+    prefixes most frequent among *these* candidates (ties: shallower, then earlier), each only under a
+    parent the tree holds or gains. Prefixes the tree holds already cost nothing and keep their node."""
+    counts, first_seen = _prefix_stats(candidates)
+    node_of: dict[tuple[int, ...], int] = {(): 0}
+    chosen: set[tuple[int, ...]] = set()
+    for pre in sorted(counts, key=lambda pre: (-counts[pre], len(pre), first_seen[pre][0])):
+        parent = node_of.get(pre[:-1])
+        existing = tree.child(parent, pre[-1]) if parent is not None else None
+        if existing is not None:
+            node_of[pre] = existing
+        elif len(chosen) < budget and (parent is not None or pre[:-1] in chosen):
+            chosen.add(pre)
+    for pre in sorted(chosen, key=lambda pre: (len(pre), first_seen[pre][0])):  # parents first
+        node_of[pre] = tree.add(node_of[pre[:-1]], pre[-1], first_seen[pre][1])
+    return tree
+
+
 def merge_sequences(
     root_token: int,
     candidates: Sequence[tuple[Sequence[int], Sequence[str] | str]],
@@ -101,26 +153,10 @@ def merge_sequences(
 
     A prefix's frequency is the number of candidates that start with it, so a kept node's parent is
     always kept too. Ties go to the shallower prefix, then to the earlier candidate (callers order
-    candidates by preference). Each node takes the source of the first candidate that reached it.
+    candidates by preference). Each node takes the source of the first candidate that reached it, or
+    `context` when any candidate from the context reached it.
     """
-    counts: dict[tuple[int, ...], int] = {}
-    first_seen: dict[tuple[int, ...], tuple[int, str]] = {}
-    order = 0
-    for tokens, sources in candidates:
-        prefix: tuple[int, ...] = ()
-        for i, tok in enumerate(tokens):
-            prefix = prefix + (int(tok),)
-            counts[prefix] = counts.get(prefix, 0) + 1
-            if prefix not in first_seen:
-                first_seen[prefix] = (order, sources if isinstance(sources, str) else sources[i])
-                order += 1
-    ranked = sorted(counts, key=lambda pre: (-counts[pre], len(pre), first_seen[pre][0]))
-    kept = sorted(ranked[: max(0, max_nodes)], key=lambda pre: (len(pre), first_seen[pre][0]))
-    tree = DraftTree.root_only(root_token)
-    node_of: dict[tuple[int, ...], int] = {(): 0}
-    for pre in kept:
-        node_of[pre] = tree.add(node_of[pre[:-1]], pre[-1], first_seen[pre][1])
-    return tree
+    return add_ranked(DraftTree.root_only(root_token), candidates, max(0, max_nodes))
 
 
 def ancestor_matrix(parents: Sequence[int]) -> torch.Tensor:

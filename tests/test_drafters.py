@@ -63,6 +63,38 @@ def test_alignment_sampling_adds_the_targets_alternatives():
     assert no_align.propose(prompt).tree.num_draft == 2
 
 
+def test_a_continuation_the_context_holds_is_context_even_when_generated_text_holds_it():
+    """METHODS.md: source `context` wins, so AASD verifies it with the relaxed rule. The generated
+    occurrence is the most recent hit (retrieved first), which used to tag it `generated`."""
+    prompt = [1, 2, 3, 4, 0]
+    d = ContextDrafter(key_len=2, ngram=2, max_nodes=16)
+    d.begin(prompt, None)
+    generated = [7, 1, 2, 3, 4, 8, 1, 2, 5, 6, 9, 1, 2]
+    d.commit(generated, None)
+    tree = d.propose(prompt + generated).tree
+    three, five = tree.child(0, 3), tree.child(0, 5)
+    assert tree.sources[three] == "context" and tree.sources[tree.child(three, 4)] == "context"
+    assert tree.sources[five] == "generated" and tree.sources[tree.child(five, 6)] == "generated"  # only generated text has it
+
+
+def test_alignment_siblings_have_their_own_share_of_the_budget():
+    """Frequent misaligned hits used to fill the budget and push out every alternative AASD adds: the
+    retrieved prefixes 3, 3 4, 3 4 5 occur three times each, each alternative once."""
+    prompt = [1, 2, 3, 4, 5, 0] * 3 + [1, 2]
+    ids = np.array([[prompt[i + 1], 70, 71] for i in range(len(prompt) - 1)], dtype=np.int32)  # aligned everywhere...
+    for row, alt in ((1, 9), (7, 19), (13, 29)):  # ...but at each 3, where the target wanted 9, 19 or 29
+        ids[row] = [alt, 3, 72]
+    d = ContextDrafter(key_len=2, ngram=3, max_nodes=3, align_m=1)
+    d.begin(prompt, TopK(ids))
+    tree = d.propose(prompt).tree
+    assert tree.num_draft == 3
+    assert [tree.sources[c] for c in tree.children()[0]] == ["context", "alignment"]
+    assert tree.tokens[tree.children()[0][1]] == 29  # ranked among themselves; ties go to the most recent hit
+    without = ContextDrafter(key_len=2, ngram=3, max_nodes=3)  # no alignment: the whole budget is the hits'
+    without.begin(prompt, TopK(ids))
+    assert without.propose(prompt).tree.tokens == [2, 3, 4, 5]
+
+
 def test_alignment_graft_puts_the_continuation_under_alternatives():
     prompt = [1, 2, 3, 4, 5, 0, 1, 2]
     ids = np.tile(np.array([[60, 61, 62]], dtype=np.int32), (len(prompt) - 1, 1))

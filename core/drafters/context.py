@@ -3,6 +3,7 @@ trie under a node budget, with AASD's alignment siblings; where the pool has no 
 from Token Recycling's table (fallback=1)."""
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -10,7 +11,10 @@ import numpy as np
 from core.drafters.base import DraftEnv, Proposal, TopK, TreeObserver, TreeTopK
 from core.drafters.recycle import TEMPLATE, RecycleTable, expand
 from core.pool import DraftPool
-from core.tree import merge_sequences
+from core.sizing import AUTO_CANDIDATES
+from core.tree import add_ranked, merge_sequences
+
+ALIGN_SHARE = 0.25  # of the node budget kept for alignment siblings (when they need it); the rest for retrieved hits
 
 
 class ContextDrafter(TreeObserver):
@@ -27,7 +31,8 @@ class ContextDrafter(TreeObserver):
     def __init__(self, key_len: int = 6, ngram: int = 6, max_nodes: int = 16, align_m: int = 0,
                  graft: bool = False, max_hits: int = 16, context_ids: list[int] | None = None,
                  align_generated: bool = False, table: RecycleTable | None = None):
-        self.key_len, self.ngram, self.max_nodes = key_len, ngram, max_nodes
+        self.key_len, self.ngram = key_len, ngram
+        self.max_nodes = max_nodes or AUTO_CANDIDATES  # max_nodes=auto (0): candidates for core.sizing to choose from
         self.align_m, self.graft, self.max_hits = align_m, graft, max_hits
         self.context_ids = context_ids
         self.align_generated = bool(align_generated and align_m)
@@ -91,7 +96,12 @@ class ContextDrafter(TreeObserver):
                 for alt in self._alternatives(hit.position + t, token):
                     tail_tokens = tokens[t + 1 :] if self.graft else []
                     aligned.append((tokens[:t] + [alt] + tail_tokens, sources[:t] + ["alignment"] + sources[t + 1 : t + 1 + len(tail_tokens)]))
-        return Proposal(merge_sequences(sequence[-1], candidates + aligned, self.max_nodes))
+        # Alignment siblings have their own share of the budget and are ranked among themselves, so frequent
+        # misaligned hits cannot push out the alternatives AASD adds (METHODS.md); a share they do not use
+        # goes to the retrieved hits.
+        share = min(_new_prefixes(aligned, candidates), math.ceil(self.max_nodes * ALIGN_SHARE)) if aligned else 0
+        tree = merge_sequences(sequence[-1], candidates, self.max_nodes - share)
+        return Proposal(add_ranked(tree, aligned, self.max_nodes - tree.num_draft))
 
     def observe_tree(self, forward: TreeTopK) -> None:
         self.table.write(forward.tokens, forward.ids, forward.path)
@@ -100,3 +110,9 @@ class ContextDrafter(TreeObserver):
         self.pool.extend(new_tokens)
         if predictions is not None:
             self.generated_predictions.extend(predictions)
+
+
+def _new_prefixes(aligned: list[tuple[list[int], list[str]]], retrieved: list[tuple[list[int], list[str]]]) -> int:
+    """Prefixes of the alignment candidates that no retrieved candidate has: the nodes alignment adds."""
+    have = {tuple(tokens[:i]) for tokens, _ in retrieved for i in range(1, len(tokens) + 1)}
+    return len({tuple(tokens[:i]) for tokens, _ in aligned for i in range(1, len(tokens) + 1)} - have)

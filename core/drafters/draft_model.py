@@ -64,7 +64,8 @@ class DraftModelDrafter:
         device = self.model.device
         input_ids = torch.tensor([list(ids)], device=device)
         pos = torch.arange(self.n_cached, self.n_cached + len(ids), device=device)[None]
-        out = self.model(input_ids=input_ids, position_ids=pos, past_key_values=self.cache, use_cache=True, logits_to_keep=1)
+        out = self.model(input_ids=input_ids, position_ids=pos, use_cache=True, logits_to_keep=1,
+                         **kv.cache_arg(self.model, self.cache))
         self.n_cached += len(ids)
         return out.logits[0, -1].float()
 

