@@ -25,6 +25,7 @@ from core.params import PARAMS, validate
 from core.rules import Rescue, Rules, adaptive, by_source, fixed, mixed, strict, top_k_rule
 from core.sizing import AUTO, TreeSizer
 from core.target_stats import sampling_processors
+from core.thresholds import FITTED_PARAMS, fitted_values
 from core.trace import RunTrace, StepTrace
 from core.walk import sample_walk, walk
 
@@ -166,7 +167,13 @@ def _mixed(p) -> Rules:
 
 
 def _adaptive(p) -> Rules:
-    return by_source(adaptive(p["alpha"], p["beta"]))
+    """AASD's split, with alignment nodes under their own α, β where given (`alpha_alignment`, `beta_alignment`:
+    what `aasd[auto]` records from the per-source fit)."""
+    rules = by_source(adaptive(p["alpha"], p["beta"]))
+    a, b = p.get("alpha_alignment"), p.get("beta_alignment")
+    if a is not None or b is not None:
+        rules["alignment"] = adaptive(p["alpha"] if a is None else a, p["beta"] if b is None else b)
+    return rules
 
 
 def _topk(p) -> Rules:
@@ -207,12 +214,13 @@ for m in [
            drafter="prompt_lookup"),
     Method("top-k", "top-k sampling (k = 50, T = 1)", param_defaults(*COMMON, "seed", temperature=1.0, top_k=50, top_p=1.0), True),
     Method("nucleus", "nucleus sampling (p = 0.8, T = 1)", param_defaults(*COMMON, "seed", temperature=1.0, top_k=0, top_p=0.8), True),
-    Method("casd", "context-aware drafting, fixed threshold δ with EOS guard", param_defaults(*COMMON, *POOL, "delta"), False,
-           drafter="context", rules_of=_fixed),
+    Method("casd", "context-aware drafting, fixed threshold δ with EOS guard", param_defaults(*COMMON, *POOL, "delta", "fitted"),
+           False, drafter="context", rules_of=_fixed),
     Method("casd-mixed", "context-aware drafting, δ and top-k together", param_defaults(*COMMON, *POOL, "delta", "top_k"), False,
            drafter="context", rules_of=_mixed),
     Method("aasd", "context drafting + alignment sampling + entropy-adaptive verification",
-           param_defaults(*COMMON, *POOL, *ALIGN, "alpha", "beta"), False, drafter="context", rules_of=_adaptive),
+           param_defaults(*COMMON, *POOL, *ALIGN, "alpha", "beta", "alpha_alignment", "beta_alignment", "fitted"), False,
+           drafter="context", rules_of=_adaptive),
     Method("aasd-strict", "AASD drafting with strict verification (lossless)", param_defaults(*COMMON, *POOL, *ALIGN), True,
            drafter="context"),
     Method("aasd-no-align", "ablation: AASD without alignment sampling", param_defaults(*COMMON, *POOL, "alpha", "beta"), False,
@@ -258,25 +266,41 @@ def get_method(name: str) -> Method:
 
 
 def resolve_params(name: str, values: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    return validate(values or {}, get_method(name).params)
+    p = validate(values or {}, get_method(name).params)
+    if p.get("fitted"):  # the fit sets these: given ones would be silently replaced
+        given = [k for k in FITTED_PARAMS.get(name, ()) if (values or {}).get(k) is not None]
+        if given:
+            raise InvalidInputError(f"{name}[auto] verifies with the fitted {', '.join(FITTED_PARAMS[name])}; "
+                                    f"{', '.join(given)} cannot be given beside it: drop {'it' if len(given) == 1 else 'them'} or auto")
+    return p
+
+
+AUTO_THRESHOLDS = "auto"  # `aasd[auto]`: short for `aasd[fitted=1]`, the thresholds fitted to the model
 
 
 def parse_method_spec(spec: str) -> tuple[str, dict[str, str]]:
     """`aasd[align_graft=1,alpha=0.2]` -> ("aasd", {"align_graft": "1", "alpha": "0.2"}): one method
-    with its own parameter overrides, so a bench can put variants of a method side by side."""
+    with its own parameter overrides, so a bench can put variants of a method side by side. A bare
+    `auto` is `fitted=1`: `aasd[auto]` verifies with the thresholds fitted to the model (core.thresholds)."""
     spec = spec.strip()
     name, _, rest = spec.partition("[")
+    name = name.strip()
+    get_method(name)
     overrides: dict[str, str] = {}
     if rest:
         if not rest.endswith("]"):
             raise InvalidInputError(f"bad method spec {spec!r}: write NAME or NAME[param=value,...]")
         for item in filter(None, (x.strip() for x in rest[:-1].split(","))):
+            if item == AUTO_THRESHOLDS:
+                if name not in FITTED_PARAMS:
+                    raise InvalidInputError(f"{name} has no fitted thresholds; `[auto]` works for {', '.join(FITTED_PARAMS)}")
+                overrides["fitted"] = "1"
+                continue
             key, eq, value = item.partition("=")
             if not eq or not key.strip():
-                raise InvalidInputError(f"bad parameter {item!r} in {spec!r}: write param=value")
+                raise InvalidInputError(f"bad parameter {item!r} in {spec!r}: write param=value (or auto)")
             overrides[key.strip()] = value.strip()
-    get_method(name.strip())
-    return name.strip(), overrides
+    return name, overrides
 
 
 def split_method_list(text: str) -> list[str]:
@@ -317,6 +341,8 @@ def run_method(
     """
     method = get_method(name)
     p = resolve_params(name, params)
+    if p.get("fitted"):  # the fit's values become the run's own: recorded, and all that rules_of reads
+        p.update(fitted_values(target, name))
     if method.needs_draft and draft is None:
         raise InvalidInputError(f"method {name!r} needs a draft model: pass --draft (e.g. the qwen2.5-coder-0.5b preset)")
     prompt_ids = [int(t) for t in prompt_ids]

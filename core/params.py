@@ -33,6 +33,12 @@ PARAMS: dict[str, ParamSpec] = {
         ParamSpec("delta", 0.1, 0.0, 1.0, float, "fixed acceptance threshold δ (CASD)", low_open=True),
         ParamSpec("alpha", 0.1, 0.0, 10.0, float, "entropy weight α of the adaptive threshold (AASD)"),
         ParamSpec("beta", 0.1, 0.0, 1.0, float, "offset β of the adaptive threshold (AASD)"),
+        # Per source: alignment nodes may take their own α, β (unset: the same as context nodes).
+        ParamSpec("alpha_alignment", None, 0.0, 10.0, float, "α for alignment nodes (AASD); unset = α"),
+        ParamSpec("beta_alignment", None, 0.0, 1.0, float, "β for alignment nodes (AASD); unset = β"),
+        ParamSpec("fitted", 0, 0, 1, int, "1 = verify with the thresholds `calibrate --thresholds` fitted for this model, "
+                  "device and dtype (aasd: α, β per source; casd: δ), written `aasd[auto]`; the run records the values "
+                  "it used in alpha, beta, alpha_alignment, beta_alignment (delta), so it re-scores without the fit"),
         ParamSpec("tau", 0.01, 0.0, 1.0, float, "CSD gate: accept when the logit gap ≥ log τ", low_open=True),
         ParamSpec("lam", 6, 0, 1_000_000, int, "CSD memory threshold λ"),
         ParamSpec("key_len", 6, 1, 32, int, "longest n-gram key of the draft pool (l)"),

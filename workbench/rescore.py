@@ -33,7 +33,7 @@ from core.walk import UNKNOWN, walk
 
 # Parameters that only change how the target judges the drafts; any other (pool sizes, γ,
 # max_new_tokens, temperature, ...) would change the drafts themselves, which needs a new run.
-VERIFY_PARAMS = ("delta", "alpha", "beta", "top_k", "tau", "lam")
+VERIFY_PARAMS = ("delta", "alpha", "beta", "alpha_alignment", "beta_alignment", "top_k", "tau", "lam")
 
 
 @dataclass(frozen=True)

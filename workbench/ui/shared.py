@@ -11,6 +11,7 @@ import pandas as pd
 from core.errors import InvalidInputError
 from core.params import PARAMS
 from core.stats import run_metrics
+from core.thresholds import describe_values
 from core.trace import RunTrace
 from workbench import views
 from workbench.store import RunNotFoundError, Store, StoredRun
@@ -102,9 +103,18 @@ def step_ends(run: RunTrace) -> list[int]:
     return list(accumulate(len(s.emitted) for s in run.steps))
 
 
+def fitted_md(params) -> str:
+    """" · fitted thresholds: context α 0.05, β 0.03 · alignment …" for a run that verified with the
+    thresholds fitted to its model (`aasd[auto]`); "" for any other run."""
+    if not params.get("fitted"):
+        return ""
+    return f" · fitted thresholds: {describe_values(params)}"
+
+
 def metrics_md(run: RunTrace, run_id: int | None, greedy_tps: float | None, score: float | None = None) -> str:
     """One line of a run's metrics; the speed-up is against `greedy_tps` when given; `score` is the task's
-    score against its references (workbench.evaluation.scores.score_task, as bench computes it)."""
+    score against its references (workbench.evaluation.scores.score_task, as bench computes it); a run
+    with fitted thresholds shows the values it used."""
     m = run_metrics(run)
     fmt = lambda v, f="{:.2f}": "–" if v is None else f.format(v)  # noqa: E731
     speed = f"{m['tps'] / greedy_tps:.2f}×" if greedy_tps and m.get("tps") else "–"
@@ -112,7 +122,7 @@ def metrics_md(run: RunTrace, run_id: int | None, greedy_tps: float | None, scor
     return (f"MAL **{fmt(m['mal'])}** · {fmt(m['tps'], '{:.1f}')} tok/s · speed-up {speed} · "
             f"acceptance {fmt(m['accept_rate'], '{:.0%}')} · {m['steps']} steps · {m['tokens']} tokens"
             + (f" · score **{score:.1f}**" if score is not None else "")
-            + f" · run #{run_id if run_id is not None else '–'}{state}")
+            + fitted_md(run.params) + f" · run #{run_id if run_id is not None else '–'}{state}")
 
 
 def runs_frame(store: Store, filter_text: str = "", limit: int = 200, viewer: Viewer | None = None) -> pd.DataFrame:

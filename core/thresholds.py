@@ -1,0 +1,113 @@
+"""Thresholds fitted to the model: the acceptance thresholds `workbench calibrate --thresholds` chose
+for one model, device and dtype, stored beside its timing curve in `<home>/thresholds/`.
+
+A fit is per method: `aasd` keeps α, β for context nodes and α, β for alignment nodes (AASD's per-source
+split, core.rules.by_source), `casd` keeps δ (it drafts no alignment nodes). `aasd[auto]` (the parameter
+`fitted=1`) verifies with them: `core.methods.run_method` copies the fitted values into the run's
+parameters (`fitted_values`), so the run records what it used and its rules are rebuilt from its
+parameters alone: re-scoring a stored run never reads this file.
+
+The fitting (decoding held-out items, scoring them, choosing) is workbench.evaluation.thresholds.
+"""
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from core.errors import InvalidInputError
+from core.models import workbench_home
+
+# The parameters a fit sets, per method that can read one (`fitted=1`).
+FITTED_PARAMS: dict[str, tuple[str, ...]] = {
+    "aasd": ("alpha", "beta", "alpha_alignment", "beta_alignment"),
+    "casd": ("delta",),
+}
+# What a fit stores when no relaxed setting kept greedy's score: each rule's own setting that only the
+# argmax passes. Adaptive with β = 1: δ = min(α·H + 1, max p) = max p, so only the argmax (and exact ties)
+# pass: strict verification, aasd-strict's. Fixed with δ = 0.5: p > 0.5 only for the argmax, so the output
+# is greedy's (the fixed rule cannot express strict itself: an argmax with p ≤ 0.5 is rejected, then emitted
+# as the bonus token).
+LOSSLESS: dict[str, dict[str, float]] = {
+    "aasd": {"alpha": 0.0, "beta": 1.0, "alpha_alignment": 0.0, "beta_alignment": 1.0},
+    "casd": {"delta": 0.5},
+}
+
+
+def _dtype(target) -> str:
+    return str(target.dtype).replace("torch.", "")
+
+
+def thresholds_path(target) -> Path:
+    """`<home>/thresholds/<fingerprint>-<device>-<dtype>.json`, named as core.timing names the cost curve."""
+    return workbench_home() / "thresholds" / f"{target.fingerprint}-{target.device.type}-{_dtype(target)}.json"
+
+
+def calibrate_command(target, method: str) -> str:
+    """The command that fits `method`'s thresholds for this model, device and dtype."""
+    extra = "" if method == "aasd" else f" --method {method}"
+    return (f"python -m workbench calibrate --thresholds --model {target.name} --device {target.device.type} "
+            f"--dtype {_dtype(target)}{extra}")
+
+
+def load_fits(path: Path) -> dict[str, Any]:
+    """The file's fits by method ({} when there is no file); a damaged file is an InvalidInputError."""
+    if not path.exists():
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        fits = data["fits"]
+        if not isinstance(fits, dict):
+            raise TypeError
+        return fits
+    except (OSError, ValueError, KeyError, TypeError):
+        raise InvalidInputError(f"the fitted thresholds in {path} cannot be read: delete the file and fit again") from None
+
+
+def save_fit(target, method: str, fit: Mapping[str, Any]) -> Path:
+    """Store `fit` as `method`'s fit for this model, device and dtype (the other methods' fits stay)."""
+    if method not in FITTED_PARAMS:
+        raise InvalidInputError(f"thresholds are fitted for {', '.join(FITTED_PARAMS)}, not {method!r}")
+    path = thresholds_path(target)
+    fits = load_fits(path)
+    fits[method] = {"fitted": time.strftime("%Y-%m-%d %H:%M:%S"), **fit}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"model": target.name, "fingerprint": target.fingerprint, "device": str(target.device),
+                               "dtype": _dtype(target), "fits": fits}, indent=1), encoding="utf-8")
+    tmp.replace(path)
+    return path
+
+
+def fitted_values(target, method: str) -> dict[str, float]:
+    """The parameters `method[auto]` verifies with on this model, device and dtype: the stored fit's values.
+    No fit stored is an InvalidInputError naming the command that makes one."""
+    if method not in FITTED_PARAMS:
+        raise InvalidInputError(f"{method} has no fitted thresholds; `[auto]` works for {', '.join(FITTED_PARAMS)}")
+    path = thresholds_path(target)
+    fit = load_fits(path).get(method)
+    if fit is None:
+        raise InvalidInputError(f"no thresholds are fitted for {method} on {target.name} ({target.device.type}, "
+                                f"{_dtype(target)}): run `{calibrate_command(target, method)}` first")
+    values = fit.get("values") or {}
+    missing = [k for k in FITTED_PARAMS[method] if not isinstance(values.get(k), (int, float))]
+    if missing:
+        raise InvalidInputError(f"the {method} fit in {path} lacks {', '.join(missing)}: fit again "
+                                f"(`{calibrate_command(target, method)}`)")
+    return {k: float(values[k]) for k in FITTED_PARAMS[method]}
+
+
+def describe_values(values: Mapping[str, Any]) -> str:
+    """"context α 0.05, β 0.03 · alignment α 0.1, β 0.03" (or "δ 0.2"): thresholds as a line of text."""
+    def g(v: Any) -> str:
+        return f"{v:g}" if isinstance(v, (int, float)) else "-"
+
+    if "delta" in values and "alpha" not in values:
+        return f"δ {g(values['delta'])}"
+    a, b = values.get("alpha"), values.get("beta")
+    a_al = values.get("alpha_alignment")
+    b_al = values.get("beta_alignment")
+    a_al, b_al = (a if a_al is None else a_al), (b if b_al is None else b_al)
+    return f"context α {g(a)}, β {g(b)} · alignment α {g(a_al)}, β {g(b_al)}"
