@@ -19,6 +19,7 @@ from pathlib import Path
 import torch
 
 from core.errors import WorkbenchError
+from core.placement import Placement, check_fits, check_map, input_device
 
 
 class ModelNotFetchedError(WorkbenchError):
@@ -319,14 +320,17 @@ def pack_output_head_input(model) -> None:
 
 
 def load_model(spec: str, device: str | torch.device = "auto", dtype: str | torch.dtype = "auto",
-               trust_remote_code: bool = False, cache: bool = True) -> LoadedModel:
-    """Load once per (source, device, dtype) and share: models are used read-only."""
+               trust_remote_code: bool = False, cache: bool = True, placement: Placement | None = None) -> LoadedModel:
+    """Load once per (source, device, dtype, placement) and share: models are used read-only.
+
+    With a `placement` (core.placement) accelerate spreads the layers over devices, CPU and disk, and
+    `device` is where the token ids go (the input embedding's device)."""
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     source, extra = _source(spec)
-    dev = resolve_device(device)
+    dev = resolve_device(device) if placement is None else _placement_device(placement)
     dt_ = resolve_dtype(dtype, dev)
-    key = (source + extra.get("gguf_file", ""), str(dev), str(dt_))
+    key = (source + extra.get("gguf_file", ""), str(dev) if placement is None else placement.key(), str(dt_))
     if cache:
         with _LOCK:
             if key in _LOADED:  # a loaded model never waits behind another model's load
@@ -351,16 +355,23 @@ def load_model(spec: str, device: str | torch.device = "auto", dtype: str | torc
                 json.JSONDecodeError) as e:
             raise _unreadable(spec, e, "its configuration") from None
         check_supported(config)
+        if placement is not None:
+            check_fits(config, placement, dt_)
         try:
             tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=trust_remote_code, **extra)
             model = AutoModelForCausalLM.from_pretrained(
-                source, dtype=dt_, attn_implementation="sdpa", trust_remote_code=trust_remote_code, **extra
-            ).to(dev).eval().requires_grad_(False)
+                source, dtype=dt_, attn_implementation="sdpa", trust_remote_code=trust_remote_code, **extra,
+                **(placement.from_pretrained_kwargs() if placement is not None else {}),
+            )
+            model = (model.to(dev) if placement is None else model).eval().requires_grad_(False)
         except WorkbenchError:
             raise
         except (OSError, ValueError, KeyError, TypeError, EOFError, IndexError, RuntimeError, struct.error,
                 UnicodeDecodeError) as e:
             raise _unreadable(spec, e, "its tokenizer or weights") from None
+        if placement is not None:
+            check_map(getattr(model, "hf_device_map", None) or {}, placement)
+            dev = input_device(model)
         pack_output_head_input(model)
         loaded = LoadedModel(
             model=model, tokenizer=tokenizer, name=spec, path=source, device=dev, dtype=dt_,
@@ -372,6 +383,15 @@ def load_model(spec: str, device: str | torch.device = "auto", dtype: str | torc
             with _LOCK:
                 _LOADED[key] = loaded
         return loaded
+
+
+def _placement_device(placement: Placement) -> torch.device:
+    """The device whose dtype rules apply before loading: the first GPU a map names, else the CPU."""
+    devices = placement.device_map.values() if isinstance(placement.device_map, dict) else placement.max_memory.keys()
+    gpus = sorted(d for d in devices if isinstance(d, int))
+    if gpus or (isinstance(placement.device_map, str) and not placement.max_memory and torch.cuda.is_available()):
+        return torch.device(f"cuda:{gpus[0] if gpus else 0}")
+    return torch.device("cpu")
 
 
 GGUF_MAGIC = b"GGUF"

@@ -67,8 +67,10 @@ class Models:
 class ModelPool:
     """Loads models on first use (core.models caches them) and bounds concurrent use per model."""
 
-    def __init__(self, device: str = "auto", dtype: str = "auto", per_model: int = 1, trust_remote_code: bool = False):
+    def __init__(self, device: str = "auto", dtype: str = "auto", per_model: int = 1, trust_remote_code: bool = False,
+                 placement=None):
         self.device, self.dtype, self.per_model, self.trust_remote_code = device, dtype, per_model, trust_remote_code
+        self.placement = placement  # core.placement.Placement: serve --device-map / --max-memory, for every model
         self._slots: dict[str, threading.Semaphore] = {}
         self._lock = threading.Lock()
         self.idle_cancel = IDLE_CANCEL_SECONDS  # see stream_run
@@ -77,10 +79,11 @@ class ModelPool:
         model = (model or "").strip()
         if not model:
             raise InvalidInputError("choose a model: a preset name, a local folder or a hub id")
-        target = load_model(model, device=self.device, dtype=self.dtype, trust_remote_code=self.trust_remote_code)
+        how = {"device": self.device, "dtype": self.dtype, "trust_remote_code": self.trust_remote_code, "placement": self.placement}
+        target = load_model(model, **how)
         d = None
         if draft and draft.strip():
-            d = load_model(draft.strip(), device=self.device, dtype=self.dtype, trust_remote_code=self.trust_remote_code)
+            d = load_model(draft.strip(), **how)
             check_pair(target, d)
         return Models(target, d)
 

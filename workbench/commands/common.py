@@ -14,6 +14,14 @@ def add_load_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default="auto", help="auto (CUDA, then MPS, then CPU), cuda, mps or cpu")
     p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
     p.add_argument("--trust-remote-code", action="store_true", help="allow a hub model's own Python code (off by default)")
+    p.add_argument("--device-map", default=None,
+                   help="spread layers over devices with accelerate: auto, balanced, balanced_low_0, sequential, "
+                        "or a JSON object / file {module: device} (device: cpu, disk, mps, N or cuda:N); "
+                        "applies to the target and the draft, each placed on its own")
+    p.add_argument("--max-memory", default=None,
+                   help="most each device may hold, per model: cpu=2GiB,0=10GiB (or JSON); implies --device-map auto")
+    p.add_argument("--offload-folder", default=None,
+                   help="allow disk offload (slow) of what does not fit, with weights kept in this folder")
 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
@@ -138,8 +146,11 @@ def params_from(args: argparse.Namespace) -> dict:
 def load_models(args: argparse.Namespace):
     """(target, draft or None) as --model, --draft, --device, --dtype and --trust-remote-code say; the pair is checked."""
     from core.models import DEFAULT_MODEL, check_pair, load_model
+    from core.placement import placement_from_args
 
-    how = {"device": args.device, "dtype": args.dtype, "trust_remote_code": args.trust_remote_code}
+    placement = placement_from_args(getattr(args, "device_map", None), getattr(args, "max_memory", None),
+                                    getattr(args, "offload_folder", None))
+    how = {"device": args.device, "dtype": args.dtype, "trust_remote_code": args.trust_remote_code, "placement": placement}
     target = load_model(args.model or DEFAULT_MODEL, **how)
     draft = None
     if args.draft:

@@ -21,10 +21,13 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def run(args) -> int:
+    from core.placement import placement_from_args
     from workbench.service import ModelPool
     from workbench.ui import build_app, launch
 
-    demo = build_app(args.db, ModelPool(args.device, args.dtype, trust_remote_code=args.trust_remote_code),
+    placement = placement_from_args(args.device_map, args.max_memory, args.offload_folder)
+    pool = ModelPool(args.device, args.dtype, trust_remote_code=args.trust_remote_code, placement=placement)
+    demo = build_app(args.db, pool,
                      single_user=args.single_user)
     launch(demo, server_name=args.host, server_port=args.port)
     return 0
