@@ -24,10 +24,21 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     show.add_argument("id", type=int)
     show.add_argument("--step", type=int)
     show.add_argument("--json", action="store_true")
-    export = actions.add_parser("export", help="write runs.csv, steps.csv and nodes.csv")
+    export = actions.add_parser("export", help="write runs.csv, steps.csv and nodes.csv, or OpenInference spans "
+                                                "(JSON Lines, or live over OTLP to Phoenix or a collector)")
     export.add_argument("--run", type=int, action="append", help="run id (repeatable)")
     export.add_argument("--all", action="store_true", help="every run in the store")
-    export.add_argument("--out", required=True, help="folder for the CSV files")
+    export.add_argument("--format", default="csv", choices=["csv", "openinference"],
+                        help="csv: a folder of runs.csv, steps.csv, nodes.csv (what `store import` reads); "
+                             "openinference: one LLM span per run and one child span per step (docs/OPENINFERENCE.md)")
+    export.add_argument("--out", help="csv: the folder for the CSV files; openinference: the .jsonl file")
+    export.add_argument("--otlp-endpoint", metavar="URL",
+                        help="openinference: send the spans over OTLP/HTTP (with or without --out), e.g. "
+                             "http://localhost:6006/v1/traces (Phoenix); a URL without a path gets /v1/traces")
+    export.add_argument("--otlp-timeout", type=common.number_type(float, "otlp_timeout"), default=10.0, metavar="S",
+                        help="seconds to keep retrying one OTLP request (default 10)")
+    export.add_argument("--project", default=None,
+                        help="openinference: the project the spans are filed under in Phoenix (default spec-workbench)")
     imp = actions.add_parser("import", help="read a folder written by `store export`")
     imp.add_argument("folder")
     imp.add_argument("--renumber", action="store_true", help="give the runs new ids (when their ids are taken)")
@@ -78,11 +89,7 @@ def run(args) -> int:
     if args.action == "show":
         return _show(store, args)
     if args.action == "export":
-        if not args.run and not args.all:
-            raise WorkbenchError("name the runs to export with --run ID (repeatable), or pass --all")
-        paths = store.export_csv(None if args.all else args.run, args.out)
-        print(f"wrote {', '.join(str(p) for p in paths.values())}")
-        return 0
+        return _export(store, args)
     if args.action == "import":
         ids = store.import_csv(args.folder, renumber=args.renumber)
         print(f"imported {len(ids)} runs into {store.where}: {', '.join(map(str, ids))}")
@@ -103,6 +110,36 @@ def run(args) -> int:
     print(f"{'step':>5}  {'run ' + str(args.a):>8}  {'run ' + str(args.b):>8}")
     for i in range(max(len(la), len(lb))):
         print(f"{i:>5}  {_fmt(la[i] if i < len(la) else None):>8}  {_fmt(lb[i] if i < len(lb) else None):>8}")
+    return 0
+
+
+def _export(store, args) -> int:
+    if not args.run and not args.all:
+        raise WorkbenchError("name the runs to export with --run ID (repeatable), or pass --all")
+    runs = None if args.all else args.run
+    if args.format == "csv":
+        if args.otlp_endpoint or args.project:
+            raise WorkbenchError("--otlp-endpoint and --project go with --format openinference")
+        if not args.out:
+            raise WorkbenchError("--format csv needs --out FOLDER")
+        paths = store.export_csv(runs, args.out)
+        print(f"wrote {', '.join(str(p) for p in paths.values())}")
+        return 0
+    from workbench.store.openinference import DEFAULT_PROJECT, export_openinference, otlp_exporter
+
+    if not args.out and not args.otlp_endpoint:
+        raise WorkbenchError("--format openinference needs --out FILE.jsonl, --otlp-endpoint URL, or both")
+    if args.otlp_timeout <= 0:
+        raise WorkbenchError("--otlp-timeout must be more than 0 seconds")
+    exporter = otlp_exporter(args.otlp_endpoint, args.otlp_timeout) if args.otlp_endpoint else None
+    try:
+        done = export_openinference(store, runs, args.out, exporter=exporter, where=args.otlp_endpoint,
+                                    project=args.project or DEFAULT_PROJECT)
+    finally:
+        if exporter is not None:
+            exporter.shutdown()
+    where = [w for w in (args.out, args.otlp_endpoint) if w]
+    print(f"exported {done['spans']} spans of {done['runs']} run{'s' * (done['runs'] != 1)} to {' and '.join(where)}")
     return 0
 
 

@@ -8,6 +8,7 @@
     repository.py      Store: open, write, query, load, delete, CSV in and out
     recording.py       a run written step by step while it decodes
     csv_io.py          the CSV format (write, parse, check)
+    openinference.py   spans in OpenInference's conventions (JSON Lines, OTLP)
     compare.py         where two runs' outputs part
     errors.py          what can go wrong, said plainly
 
