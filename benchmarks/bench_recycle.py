@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from core.models import load_model  # noqa: E402
-from core.stats import add_speedups, first_divergence, pool  # noqa: E402
+from core.stats import add_speedups, equal_share, pool  # noqa: E402
 from workbench.evaluation.bench import run_bench  # noqa: E402
 from workbench.evaluation.tasks import load_tasks  # noqa: E402
 
@@ -33,15 +33,9 @@ OFF_CONTEXT = ["writing", "math", "translation", "roleplay"]  # the issue's cate
 METHODS = ["greedy", "pld", "hf-prompt-lookup", "recycle", "aasd[fallback=none]", "aasd[fallback=recycle]"]
 
 
-def equal_share(rows: list[dict], reference: dict) -> float | None:
-    """Tokens equal to greedy's over greedy's tokens: the common prefix of each output with greedy's."""
-    same = total = 0
-    for r in rows:
-        ref = reference[(r["category"], r["id"])]
-        j = first_divergence(ref, r["token_ids"])
-        same += len(ref) if j is None else j
-        total += len(ref)
-    return same / total if total else None
+def equal_to_greedy(rows: list[dict], reference: dict) -> float | None:
+    """Tokens equal to greedy's over greedy's tokens (core.stats.equal_share: the common prefix of each output with greedy's)."""
+    return equal_share([(reference[(r["category"], r["id"])], r["token_ids"]) for r in rows])
 
 
 def summary_by(rows: list[dict], methods: list[str]) -> dict[str, dict[str, dict]]:
@@ -56,7 +50,7 @@ def summary_by(rows: list[dict], methods: list[str]) -> dict[str, dict[str, dict
     for group, rs in groups.items():
         s = add_speedups({m: pool([r for r in rs if r["method"] == m]) for m in methods})
         for m in methods:
-            s[m]["equal_to_greedy"] = equal_share([r for r in rs if r["method"] == m], reference)
+            s[m]["equal_to_greedy"] = equal_to_greedy([r for r in rs if r["method"] == m], reference)
         out[group] = s
     return out
 

@@ -76,6 +76,9 @@ def figures_section(source: Path, target: Path) -> str:
                       "which also holds interactive HTML versions.", ""])
 
 
+KEEP_MARKER = "<!-- sections below come from other benchmarks (their commands are in each); make_results.py keeps them -->"
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--limit", type=int, default=20, help="tasks per dataset (default 20)")
@@ -138,8 +141,13 @@ def main() -> int:
         "",
     ]
     body += sections
-    Path(args.results).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.results).write_text("\n".join(body), encoding="utf-8")
+    results = Path(args.results)
+    if results.exists():  # the sections other benchmarks measured (issues 18, 19, 21) stay as they are
+        old = results.read_text(encoding="utf-8")
+        if KEEP_MARKER in old:
+            body += ["", old[old.index(KEEP_MARKER):]]
+    results.parent.mkdir(parents=True, exist_ok=True)
+    results.write_text("\n".join(body), encoding="utf-8")
     print(f"wrote {args.results}", file=sys.stderr)
     return 0
 

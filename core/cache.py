@@ -74,3 +74,51 @@ def keep_path(cache: DynamicCache, past_len: int, path: Sequence[int]) -> None:
         layer.values[..., past_len:new_len, :] = layer.values.index_select(-2, src)
         layer.keys = layer.keys[..., :new_len, :]
         layer.values = layer.values[..., :new_len, :]
+
+
+# Batched decoding (core.batch): every row of the batch has its own accepted path and its own length.
+# Rows are aligned physically: a slot holds, per row, a real token or a hole the attention mask hides.
+
+
+@torch.inference_mode()
+def keep_paths(cache: DynamicCache, past_len: int, paths: Sequence[Sequence[int]]) -> None:
+    """Per batch row b, keep rows past_len + paths[b][j] at past_len + j; crop to past_len + the longest path.
+
+    A row whose path is shorter leaves holes after it (the caller's validity mask hides them)."""
+    width = max(len(p) for p in paths)
+    if all(list(p) == list(range(width)) for p in paths):
+        crop(cache, past_len + width)
+        return
+    index = torch.tensor([[past_len + n for n in p] + [past_len] * (width - len(p)) for p in paths])
+    for layer in _layers(cache):
+        if getattr(layer, "keys", None) is None or layer.keys.numel() == 0:
+            continue
+        layer.keys = torch.cat([layer.keys[:, :, :past_len], _gather_slots(layer.keys, index)], dim=2)
+        layer.values = torch.cat([layer.values[:, :, :past_len], _gather_slots(layer.values, index)], dim=2)
+
+
+@torch.inference_mode()
+def gather_slots(cache: DynamicCache, index: torch.Tensor) -> None:
+    """Replace every layer's slots by index[b] for row b (B, N): compaction of holes, left-padded."""
+    for layer in _layers(cache):
+        if getattr(layer, "keys", None) is None or layer.keys.numel() == 0:
+            continue
+        layer.keys = _gather_slots(layer.keys, index)
+        layer.values = _gather_slots(layer.values, index)
+
+
+@torch.inference_mode()
+def select_rows(cache: DynamicCache, rows: Sequence[int]) -> None:
+    """Keep only these batch rows (finished rows stop costing compute)."""
+    for layer in _layers(cache):
+        if getattr(layer, "keys", None) is None or layer.keys.numel() == 0:
+            continue
+        index = torch.tensor(list(rows), device=layer.keys.device)
+        layer.keys = layer.keys.index_select(0, index)
+        layer.values = layer.values.index_select(0, index)
+
+
+def _gather_slots(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    b, h, _, d = x.shape
+    i = index.to(x.device)[:, None, :, None].expand(b, h, index.shape[1], d)
+    return x.gather(2, i)

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 import torch
 
+from core.compress import DEFAULT_POOL, Compression, check_pool, is_pool_method
 from core.drafters import DraftEnv, Drafter, RecycleTable, make_drafter
 from core.drafters.recycle import shared_table
 from core.engine import Cancelled, DecodeConfig, Verifier, check_prompt, decode
@@ -266,7 +267,14 @@ def get_method(name: str) -> Method:
 
 
 def resolve_params(name: str, values: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    p = validate(values or {}, get_method(name).params)
+    values = dict(values or {})
+    pool = values.pop("pool", None)  # pool=full|compressed: a word, not a number (core.compress), for pool methods only
+    p = validate(values, get_method(name).params)
+    if pool is not None:
+        if not is_pool_method(get_method(name)):
+            raise InvalidInputError(f"pool={pool} has no effect on {name}: it says what the context pool of a context-drafting "
+                                    f"method holds under --compress ({', '.join(n for n, m in METHODS.items() if is_pool_method(m))})")
+        p["pool"] = check_pool(pool)
     if p.get("fitted"):  # the fit sets these: given ones would be silently replaced
         given = [k for k in FITTED_PARAMS.get(name, ()) if (values or {}).get(k) is not None]
         if given:
@@ -331,6 +339,8 @@ def run_method(
     on_step: Callable[[StepTrace], None] | None = None,
     should_stop: Callable[[], bool] | None = None,
     memory=None,
+    compression: Compression | None = None,
+    uncompressed_ids: Sequence[int] | None = None,
 ) -> RunTrace:
     """Run method `name` on the loaded `target` (a core.models.LoadedModel) and return its trace.
 
@@ -338,7 +348,86 @@ def run_method(
     the pool, a shortened prompt to the model). A cancelled run comes back with status `cancelled` and what it had; errors propagate.
     `memory` (a core.memory.CorrectionMemory) replaces the shared, persisted correction memory of
     the model pair for CSD methods (a benchmark passes a private copy so its items never reach the file).
+    `compression` (core.compress.Compression) says the prompt's context was compressed: the run records the
+    compressor, the target rate and the rate reached, and a context-drafting method with `pool=full` (its
+    default) drafts from `uncompressed_ids`, the prompt before compression (CASD), unless `context_ids` is given.
     """
+    method, run, context_ids = _new_run(name, target, prompt_ids, params, draft=draft, prompt_text=prompt_text,
+                                        context=context, context_ids=context_ids, compression=compression,
+                                        uncompressed_ids=uncompressed_ids)
+    if method.external is not None:
+        res = method.external(target, draft, run.prompt_ids, run.params, tuple(stop_strings))
+        run.output_ids, run.external_accept_lengths = res.output_ids, res.accept_lengths
+        run.prefill_seconds, run.decode_seconds = res.prefill_seconds, res.decode_seconds
+        run.stop_reason = "eos" if res.output_ids and res.output_ids[-1] in target.eos_ids else "max_new_tokens"
+        run.status = "complete"
+    else:
+        parts = _decoding_parts(method, run, target, draft, context_ids, memory)
+        try:
+            res = decode(target.model, target.tokenizer, target.eos_ids, run.prompt_ids, parts.drafter, parts.verifier,
+                         _decode_config(run, stop_strings), target.max_context, on_step=on_step, should_stop=should_stop,
+                         sizer=parts.sizer)
+            run.status = "complete"
+        except Cancelled as c:
+            res = c.partial
+            run.status = "cancelled"
+        _finish(run, res, parts)
+    run.output_text = target.tokenizer.decode(run.output_ids, skip_special_tokens=True)
+    return run
+
+
+def run_batch(
+    name: str,
+    target,
+    prompts: Sequence[Sequence[int]],
+    params: Mapping[str, Any] | None = None,
+    *,
+    draft=None,
+    prompt_texts: Sequence[str] | None = None,
+    stop_strings: Sequence[str] = (),
+    memory=None,
+    max_new_tokens: Sequence[int] | None = None,
+    row_stop_strings: Sequence[Sequence[str]] | None = None,
+    should_stop: Callable[[], bool] | None = None,
+) -> list[RunTrace]:
+    """Run method `name` on several prompts in one batch (core.batch): one RunTrace per prompt, as
+    run_method would give it (strict methods: the same tokens, bar float near-ties). `max_new_tokens`
+    and `row_stop_strings` override the parameter and `stop_strings` per prompt. A run's decode_seconds
+    is the batch's time until it finished."""
+    from core.batch import decode_batch
+
+    method = get_method(name)
+    if method.external is not None:
+        raise InvalidInputError(f"{name} runs through transformers' generate, which cannot batch speculative decoding "
+                                "(transformers#32165): run it with batch size 1")
+    if not prompts:
+        raise InvalidInputError("the batch is empty: give at least one prompt")
+    texts = list(prompt_texts) if prompt_texts is not None else [""] * len(prompts)
+    runs, parts = [], []
+    for i, ids in enumerate(prompts):
+        row_params = dict(params or {}) if max_new_tokens is None else {**(params or {}), "max_new_tokens": max_new_tokens[i]}
+        _, run, context_ids = _new_run(name, target, ids, row_params, draft=draft, prompt_text=texts[i])
+        runs.append(run)
+        parts.append(_decoding_parts(method, run, target, draft, context_ids, memory))
+        run.params["batch_size"] = len(prompts)
+        if parts[-1].sizer is not None:  # a node costs more when every row of the batch adds its own
+            parts[-1].sizer.cost = parts[-1].sizer.cost.for_batch(len(prompts))
+    results = decode_batch(target.model, target.tokenizer, target.eos_ids, [r.prompt_ids for r in runs],
+                           [x.drafter for x in parts], [x.verifier for x in parts],
+                           [_decode_config(r, row_stop_strings[i] if row_stop_strings is not None else stop_strings)
+                            for i, r in enumerate(runs)], target.max_context,
+                           sizers=[x.sizer for x in parts], should_stop=should_stop)
+    for run, res, x in zip(runs, results, parts):
+        run.status = "cancelled" if res.stop_reason == "cancelled" else "complete"
+        _finish(run, res, x)
+        run.output_text = target.tokenizer.decode(run.output_ids, skip_special_tokens=True)
+    return runs
+
+
+def _new_run(name: str, target, prompt_ids: Sequence[int], params: Mapping[str, Any] | None, *, draft=None,
+             prompt_text: str = "", context: str | None = None, context_ids: Sequence[int] | None = None,
+             compression: Compression | None = None, uncompressed_ids: Sequence[int] | None = None):
+    """(method, the run's record with its resolved parameters, the pool's context ids): checked before any decoding."""
     method = get_method(name)
     p = resolve_params(name, params)
     if p.get("fitted"):  # the fit's values become the run's own: recorded, and all that rules_of reads
@@ -347,41 +436,54 @@ def run_method(
         raise InvalidInputError(f"method {name!r} needs a draft model: pass --draft (e.g. the qwen2.5-coder-0.5b preset)")
     prompt_ids = [int(t) for t in prompt_ids]
     check_prompt(prompt_ids, target.max_context)
+    if compression is not None:
+        p.update(compression.record())
+        if is_pool_method(method):
+            p["pool"] = p.get("pool", DEFAULT_POOL)
+            if p["pool"] == "full" and context_ids is None:
+                if uncompressed_ids is None:
+                    raise InvalidInputError(f"{name} with pool=full drafts from the uncompressed prompt: pass its ids")
+                context_ids = [int(t) for t in uncompressed_ids]
     run = RunTrace(
         method=name, params=p, model=target.name, draft_model=draft.name if draft is not None else None,
         device=str(target.device), dtype=str(target.dtype).replace("torch.", ""), prompt=prompt_text,
         prompt_ids=prompt_ids, context=context, model_fingerprint=target.fingerprint,
         draft_fingerprint=draft.fingerprint if draft is not None else None,
     )
-    if method.external is not None:
-        res = method.external(target, draft, prompt_ids, p, tuple(stop_strings))
-        run.output_ids, run.external_accept_lengths = res.output_ids, res.accept_lengths
-        run.prefill_seconds, run.decode_seconds = res.prefill_seconds, res.decode_seconds
-        run.stop_reason = "eos" if res.output_ids and res.output_ids[-1] in target.eos_ids else "max_new_tokens"
-    else:
-        table = recycle_table(method, p, target)
-        if table is not None:  # the table the run starts from: runs are reproducible from it (docs/RESULTS.md)
-            run.params.update(table.state())
-        drafter, verifier = build(method, p, target=target, draft=draft, context_ids=context_ids, memory=memory, table=table)
-        cfg = DecodeConfig(max_new_tokens=p["max_new_tokens"], stop_strings=tuple(stop_strings))
-        sizer = tree_sizer(method, p, target, draft)
-        if sizer is not None:  # what the tree sizes were chosen from: the run is reproducible from it
-            run.params["cost_curve_ms"] = " ".join(f"{n}:{t * 1e3:.1f}" for n, t in zip(sizer.cost.sizes, sizer.cost.seconds))
-        try:
-            res = decode(target.model, target.tokenizer, target.eos_ids, prompt_ids, drafter, verifier, cfg,
-                         target.max_context, on_step=on_step, should_stop=should_stop, sizer=sizer)
-            run.status = "complete"
-        except Cancelled as c:
-            res = c.partial
-            run.status = "cancelled"
-        if table is not None and p.get("warm", 0):
-            table.save()
-        run.output_ids, run.steps = res.output_ids, res.steps
-        run.prefill_seconds, run.decode_seconds, run.stop_reason = res.prefill_seconds, res.decode_seconds, res.stop_reason
-    if run.status == "running":
-        run.status = "complete"
-    run.output_text = target.tokenizer.decode(run.output_ids, skip_special_tokens=True)
-    return run
+    return method, run, context_ids
+
+
+@dataclass
+class _DecodingParts:
+    drafter: Drafter
+    verifier: Verifier
+    sizer: TreeSizer | None
+    table: RecycleTable | None
+    warm: bool
+
+
+def _decoding_parts(method: Method, run: RunTrace, target, draft, context_ids, memory) -> _DecodingParts:
+    """The drafter, verifier and tree sizer of one request; what they start from goes into the run's params."""
+    p = run.params
+    table = recycle_table(method, p, target)
+    if table is not None:  # the table the run starts from: runs are reproducible from it (docs/RESULTS.md)
+        p.update(table.state())
+    drafter, verifier = build(method, p, target=target, draft=draft, context_ids=context_ids, memory=memory, table=table)
+    sizer = tree_sizer(method, p, target, draft)
+    if sizer is not None:  # what the tree sizes were chosen from: the run is reproducible from it
+        p["cost_curve_ms"] = " ".join(f"{n}:{t * 1e3:.1f}" for n, t in zip(sizer.cost.sizes, sizer.cost.seconds))
+    return _DecodingParts(drafter, verifier, sizer, table, bool(p.get("warm", 0)))
+
+
+def _decode_config(run: RunTrace, stop_strings: Sequence[str]) -> DecodeConfig:
+    return DecodeConfig(max_new_tokens=run.params["max_new_tokens"], stop_strings=tuple(stop_strings))
+
+
+def _finish(run: RunTrace, res, parts: _DecodingParts) -> None:
+    if parts.table is not None and parts.warm:
+        parts.table.save()
+    run.output_ids, run.steps = res.output_ids, res.steps
+    run.prefill_seconds, run.decode_seconds, run.stop_reason = res.prefill_seconds, res.decode_seconds, res.stop_reason
 
 
 def _load_plugins() -> None:

@@ -49,6 +49,14 @@ class CostCurve:
         slope = (t[i + 1] - t[i]) / (s[i + 1] - s[i])
         return max(t[i] + slope * (n - s[i]), t[0])
 
+    def for_batch(self, rows: int) -> "CostCurve":
+        """One row's cost in a batch of `rows` rows with trees of its size: the forward takes rows·(n + 1)
+        tokens, so t_rows(n) = t(rows·(n + 1) − 1). Bigger batches make each node dearer: smaller trees pay."""
+        if rows <= 1:
+            return self
+        sizes = tuple(range(self.sizes[-1] + 1))
+        return CostCurve(sizes, tuple(self(rows * (n + 1) - 1) for n in sizes))
+
 
 @dataclass
 class AcceptanceRates:

@@ -21,6 +21,19 @@ def first_divergence(a_ids: Sequence[int], b_ids: Sequence[int]) -> int | None:
     return None
 
 
+def equal_prefix(reference: Sequence[int], ids: Sequence[int]) -> int:
+    """Tokens of `reference` (greedy's output) that `ids` reproduces before it first differs."""
+    j = first_divergence(reference, ids)
+    return len(reference) if j is None else min(j, len(reference))
+
+
+def equal_share(pairs: Sequence[tuple[Sequence[int], Sequence[int]]]) -> float | None:
+    """Fidelity of several outputs: Σ equal_prefix / Σ len(reference) over (reference, output) pairs;
+    1.0 when every output is greedy's. None without reference tokens."""
+    total = sum(len(ref) for ref, _ in pairs)
+    return sum(equal_prefix(ref, ids) for ref, ids in pairs) / total if total else None
+
+
 JUDGED = ("accepted", "rejected", "rescued")  # decisions of draft nodes the verifier reached
 
 
@@ -40,6 +53,20 @@ def acceptance_by(trace: "RunTrace", key: Callable[["NodeTrace"], Any]) -> dict[
             if n.decision in ("accepted", "rescued"):
                 accepted[k] += 1
     return {k: (accepted[k], verified[k]) for k in sorted(verified, key=str)}
+
+
+def position_acceptance(trace: "RunTrace") -> dict[int, tuple[int, int]]:
+    """Per draft position d (1 = the first token after the root): (steps that accepted ≥ d tokens, steps
+    that offered a judged node at depth d). Their ratio is the conditional acceptance at d: the chance
+    that position d is accepted once d − 1 were (vLLM's per-position acceptance, here per request)."""
+    offered: Counter = Counter()
+    accepted: Counter = Counter()
+    for step in trace.steps:
+        depths = {n.depth for n in step.nodes if n.parent != -1 and n.decision in JUDGED}
+        for d in depths:
+            offered[d] += 1
+            accepted[d] += step.accepted >= d
+    return {d: (accepted[d], offered[d]) for d in sorted(offered)}
 
 
 def run_metrics(run: "RunTrace") -> dict[str, Any]:
@@ -87,6 +114,7 @@ def run_totals(run: "RunTrace") -> dict[str, Any]:
         "decode_seconds": run.decode_seconds, "prefill_seconds": run.prefill_seconds,
         "drafted": m["drafted"], "accepted": m["accepted"], "rescued": m["rescued"], "timed_steps": len(run.steps),
         "by_source": {k: [a, n] for k, (a, n) in acceptance_by(run, lambda node: node.source).items()},  # [accepted, verified]
+        "by_position": {str(d): [a, n] for d, (a, n) in position_acceptance(run).items()},  # [accepted, offered]
         **{f"{k}_total": sum(getattr(s, k) for s in run.steps) for k in PHASES},
     }
 
@@ -103,12 +131,8 @@ def pool(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 
     timed = total("timed_steps")
     scores = [r["score"] for r in rows if r.get("score") is not None]
-    by_source: dict[str, list[int]] = {}
-    for r in rows:
-        for source, (a, n) in (r.get("by_source") or {}).items():
-            counts = by_source.setdefault(source, [0, 0])
-            counts[0] += a
-            counts[1] += n
+    by_source = _sum_counts(r.get("by_source") for r in rows)
+    by_position = _sum_counts(r.get("by_position") for r in rows)
     return {
         "mal": _ratio(total("decoded"), total("steps")),
         # No steps (beam search through transformers): decoding tokens/s is unknown, not 0; e2e_tps still holds.
@@ -117,6 +141,8 @@ def pool(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "accept_rate": _ratio(total("accepted"), total("drafted")),
         "rescued_share": _ratio(total("rescued"), total("drafted")),
         "accept_rate_by_source": {k: a / n for k, (a, n) in sorted(by_source.items())},  # accepted ÷ verified (acceptance_by)
+        # P(position d accepted | d − 1 accepted), pooled over the runs (position_acceptance)
+        "accept_rate_by_position": {d: a / n for d, (a, n) in sorted(by_position.items(), key=lambda kv: int(kv[0]))},
         "score": statistics.fmean(scores) if scores else None,
         "draft_ms_per_step": _ratio(total("draft_ms_total"), timed),
         "verify_ms_per_step": _ratio(total("verify_ms_total"), timed),
@@ -128,6 +154,17 @@ def pool(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "runs": len(rows),
         "scored": len(scores),
     }
+
+
+def _sum_counts(maps) -> dict[str, list[int]]:
+    """{key: [a, n]} summed over several such maps (None skipped)."""
+    out: dict[str, list[int]] = {}
+    for m in maps:
+        for key, (a, n) in (m or {}).items():
+            counts = out.setdefault(key, [0, 0])
+            counts[0] += a
+            counts[1] += n
+    return out
 
 
 def add_speedups(summary: dict[str, dict[str, Any]], baseline: str = "greedy") -> dict[str, dict[str, Any]]:

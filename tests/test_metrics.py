@@ -104,3 +104,32 @@ def test_pooling_runs_by_hand():
     assert pool([{**rows[1], "score": None}])["score"] is None
     summary = add_speedups({"greedy": {"tps": 4.0}, "pld": {"tps": 8.0}, "x": {"tps": None}})
     assert (summary["greedy"]["speedup"], summary["pld"]["speedup"], summary["x"]["speedup"]) == (1.0, 2.0, None)
+
+
+def test_equal_share_counts_greedys_tokens_reproduced_before_the_first_divergence():
+    from core.stats import equal_prefix, equal_share
+
+    assert equal_prefix([1, 2, 3, 4], [1, 2, 3, 4]) == 4
+    assert equal_prefix([1, 2, 3, 4], [1, 2, 9, 4]) == 2
+    assert equal_prefix([1, 2, 3, 4], [1, 2]) == 2  # stopped early
+    assert equal_prefix([1, 2], [1, 2, 3]) == 2  # went on: all of greedy's tokens are there
+    assert equal_share([([1, 2, 3, 4], [1, 2, 9, 4]), ([5, 6], [5, 6])]) == pytest.approx(4 / 6)
+    assert equal_share([]) is None
+
+
+def test_position_acceptance_is_conditional_on_the_previous_position():
+    from core.stats import position_acceptance
+    from core.trace import NodeTrace, RunTrace, StepTrace
+
+    def node(i, parent, depth, decision):
+        return NodeTrace(step=0, cache_pos=0, node=i, parent=parent, depth=depth, token_id=i, token_text="",
+                         source="root" if parent == -1 else "context", decision=decision, reason="")
+
+    # step 0: a chain of 3, two accepted (depth 3 judged and rejected); step 1: depth 1 rejected, depth 2 unreached
+    s0 = StepTrace(0, 0, 3, 2, [1, 2, 3], nodes=[node(0, -1, 0, "accepted"), node(1, 0, 1, "accepted"),
+                                                  node(2, 1, 2, "accepted"), node(3, 2, 3, "rejected")])
+    s1 = StepTrace(1, 3, 2, 0, [4], nodes=[node(0, -1, 0, "accepted"), node(1, 0, 1, "rejected"), node(2, 1, 2, "unreached")])
+    run = RunTrace(method="pld", params={}, model="m", draft_model=None, device="cpu", dtype="float32", prompt="",
+                   prompt_ids=[1], context=None, model_fingerprint="f", draft_fingerprint=None)
+    run.steps = [s0, s1]
+    assert position_acceptance(run) == {1: (1, 2), 2: (1, 1), 3: (0, 1)}

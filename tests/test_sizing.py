@@ -144,3 +144,19 @@ def test_auto_size_on_smollm2_is_lossless_in_float32_and_varies_by_step(smollm2,
     auto = run_method("aasd-strict", smollm2, ids, {"max_new_tokens": 48})
     assert auto.output_ids == greedy.output_ids
     assert sum(s.accepted for s in auto.steps) > 0 and len({s.tree_size for s in auto.steps}) > 1
+
+
+def test_a_batch_makes_each_rows_nodes_dearer_and_its_best_tree_smaller():
+    from core.sizing import CostCurve
+
+    curve = CostCurve((0, 4, 16, 64), (0.040, 0.042, 0.056, 0.120))
+    four = curve.for_batch(4)
+    assert curve.for_batch(1) is curve
+    assert four(0) == pytest.approx(curve(3)) and four(3) == pytest.approx(curve(15)) and four(15) == pytest.approx(curve(63))
+    tree = DraftTree.root_only(1)
+    for d in range(12):
+        tree.add(d, 100 + d, "context")
+    rates = [1.0] + [0.7] * 12
+    alone, _ = choose_nodes(tree, rates, curve)
+    batched, _ = choose_nodes(tree, rates, four)
+    assert len(batched) < len(alone)

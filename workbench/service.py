@@ -130,6 +130,32 @@ def build_prompt(tokenizer, prompt: str, context: str | None, chat: bool = True)
     return text, encode_prompt(tokenizer, text, chat=None if chat else False)
 
 
+_COMPRESSORS: dict[tuple[str, str, str], Any] = {}  # (compressor, model path, dtype): llmlingua loads its own copy once
+_COMPRESSORS_LOCK = threading.Lock()
+
+
+def compress_context(target, prompt: str, context: str | None, rate: Any, compressor: str | None = None,
+                     chat: bool = True) -> tuple[str, list[int], Any, list[int]]:
+    """The prompt with its context compressed to `rate` (core.compress; the prompt itself stays whole):
+    (text, ids, the Compression, the uncompressed prompt's ids for the full-context pool)."""
+    from core.compress import check_compressor, check_rate, make_compressor
+
+    rate, name = check_rate(rate), check_compressor(compressor)
+    prompt, context = (prompt or "").strip(), (context or "").strip()
+    if not context:
+        raise InvalidInputError("compression shortens the context, and the context is empty: fill in the context box "
+                                "(or leave the compression rate empty)")
+    full_text, full_ids = build_prompt(target.tokenizer, prompt, context, chat)
+    key = (name, str(getattr(target, "path", target.name)), str(target.dtype))
+    with _COMPRESSORS_LOCK:
+        comp = _COMPRESSORS.get(key)
+        if comp is None:
+            comp = _COMPRESSORS[key] = make_compressor(name, target)
+    done = comp.compress(context, rate)
+    text = f"{done.text}\n\n{prompt}" if prompt else done.text
+    return text, encode_prompt(target.tokenizer, text, chat=None if chat else False), done, full_ids
+
+
 def method_params(name: str, values: Mapping[str, Any], overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The UI's parameter values that this method takes, validated (ranges are checked here)."""
     allowed = get_method(name).params
@@ -153,7 +179,8 @@ class Progress:
 
 def stream_run(method: str, models: Models, prompt_ids: list[int], params: Mapping[str, Any], *, prompt_text: str,
                context: str | None = None, store=None, tags: Sequence[str] = (), stop: threading.Event | None = None,
-               every: float = 0.25, slot=None, idle_cancel: float | None = IDLE_CANCEL_SECONDS) -> Iterator[Progress]:
+               every: float = 0.25, slot=None, idle_cancel: float | None = IDLE_CANCEL_SECONDS, compression=None,
+               uncompressed_ids: Sequence[int] | None = None) -> Iterator[Progress]:
     """Run one method in a worker thread and yield its progress at most every `every` seconds.
 
     The run is recorded in `store` as it goes (a cancelled or failed run stays there, marked so).
@@ -161,6 +188,8 @@ def stream_run(method: str, models: Models, prompt_ids: list[int], params: Mappi
     `idle_cancel` seconds (a client that went away) cancels the run at its next step. `slot`, when
     given, is called with the stop test and returns the context manager (ModelPool.slot) the worker
     holds while it decodes, so a cancelled run gives its slot back even if this generator is never resumed.
+    `compression` and `uncompressed_ids` (compress_context) are passed to run_method: a compressed prompt,
+    recorded as such, with context-drafting methods drafting from the full prompt unless pool=compressed.
     """
     stop = stop or threading.Event()
     suspended: list[float | None] = [None]  # when this generator last yielded and was not resumed yet
@@ -173,7 +202,8 @@ def stream_run(method: str, models: Models, prompt_ids: list[int], params: Mappi
     steps: list[StepTrace] = []
     events: queue.Queue = queue.Queue()
     target, draft = models.target, models.draft
-    header = RunTrace(method=method, params=resolve_params(method, params), model=target.name,
+    header_params = resolve_params(method, params) | (compression.record() if compression is not None else {})
+    header = RunTrace(method=method, params=header_params, model=target.name,
                       draft_model=draft.name if draft else None, device=str(target.device),
                       dtype=str(target.dtype).replace("torch.", ""), prompt=prompt_text, prompt_ids=list(prompt_ids),
                       context=context, model_fingerprint=target.fingerprint,
@@ -192,7 +222,8 @@ def stream_run(method: str, models: Models, prompt_ids: list[int], params: Mappi
                         events.put(("step", step))
 
                     run = run_method(method, target, prompt_ids, params, draft=draft, prompt_text=prompt_text,
-                                     context=context, on_step=on_step, should_stop=should_stop)
+                                     context=context, on_step=on_step, should_stop=should_stop, compression=compression,
+                                     uncompressed_ids=uncompressed_ids)
                     if store is not None:
                         rec.finish(run)
             events.put(("done", (run, rec.run_id if store is not None else None)))

@@ -63,8 +63,11 @@ class ContextDrafter(TreeObserver):
         if self.table is not None and prefill is not None and len(prefill.ids):
             self.table.write(np.asarray(prompt_ids[: len(prefill.ids)]), prefill.ids)
         # Prefill row i predicts prompt token i + 1, which is pool position i + 1 when the pool is the prompt.
-        if self.align_m and prefill is not None and self.context_ids is None:
-            self.predictions = prefill.ids
+        if self.align_m and prefill is not None:
+            if self.context_ids is None:
+                self.predictions = prefill.ids
+            else:  # a compressed prompt beside its full context (CASD): the rows of the tokens both hold
+                self.predictions = pool_predictions(prompt_ids, self.context_ids, prefill.ids)
 
     def _alternatives(self, position: int, token: int) -> list[int]:
         generated = position - self.pool.context_len
@@ -77,6 +80,8 @@ class ContextDrafter(TreeObserver):
             if self.predictions is None or not 0 <= row < len(self.predictions):
                 return []
             top = self.predictions[row]
+        if int(top[0]) < 0:  # no prediction for this position (a full-context token the compressed prompt dropped)
+            return []
         if int(top[0]) == token:  # aligned: the target would have copied this token itself
             return []
         return [int(t) for t in top if int(t) != token][: self.align_m]
@@ -110,6 +115,41 @@ class ContextDrafter(TreeObserver):
         self.pool.extend(new_tokens)
         if predictions is not None:
             self.generated_predictions.extend(predictions)
+
+
+ALIGN_LOOKAHEAD = 64  # pool tokens searched ahead for the next prompt token (compression drops runs of tokens)
+ALIGN_MIN_SHARE = 0.5  # of the prompt that must find its place in the pool before its predictions are used
+
+
+def align_positions(prompt_ids: list[int], pool_ids: list[int], lookahead: int = ALIGN_LOOKAHEAD) -> list[int]:
+    """For each prompt token, the pool position it is taken to come from (-1 for none): a greedy left-to-right
+    match within `lookahead` pool tokens of the last match. A prompt compressed by dropping tokens from a
+    context is (nearly) a subsequence of the full prompt; re-tokenised joins simply find no place."""
+    out, j = [], 0
+    for t in prompt_ids:
+        found = -1
+        for k in range(j, min(j + lookahead, len(pool_ids))):
+            if pool_ids[k] == t:
+                found = k
+                break
+        out.append(found)
+        if found >= 0:
+            j = found + 1
+    return out
+
+
+def pool_predictions(prompt_ids: list[int], pool_ids: list[int], prefill_ids: np.ndarray) -> np.ndarray | None:
+    """The prefill's top predictions re-indexed by pool position: row j - 1 holds the prediction for pool
+    token j where the prompt token at position i came from pool position j (prefill row i - 1), and -1
+    elsewhere. None when less than ALIGN_MIN_SHARE of the prompt finds its place (an unrelated document)."""
+    where = align_positions(prompt_ids, pool_ids)
+    if not prompt_ids or sum(w >= 0 for w in where) < ALIGN_MIN_SHARE * len(prompt_ids):
+        return None
+    out = np.full((len(pool_ids), prefill_ids.shape[1]), -1, dtype=prefill_ids.dtype)
+    for i, j in enumerate(where):
+        if i >= 1 and j >= 1 and i - 1 < len(prefill_ids):
+            out[j - 1] = prefill_ids[i - 1]
+    return out
 
 
 def _new_prefixes(aligned: list[tuple[list[int], list[str]]], retrieved: list[tuple[list[int], list[str]]]) -> int:

@@ -19,7 +19,19 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--categories", help="comma-separated categories (Spec-Bench: summarization,rag,...)")
     p.add_argument("--limit", type=int, help="tasks per category")
     p.add_argument("--out", help="write the JSON results here")
+    p.add_argument("--batch-size", type=common.number_type(int, "batch_size"), default=1, metavar="B",
+                   help="decode B tasks at once per method (left padding, per-row trees; not for hf-* methods); "
+                        "tokens/s then counts all rows' tokens over each batch's decode time")
+    p.add_argument("--num-processes", type=common.number_type(int, "num_processes"), default=1, metavar="N",
+                   help="shard the tasks over N processes on this machine, each with its own model copy and cores / N "
+                        "threads, all writing one store; needs --out (shard checkpoints live beside it; a killed "
+                        "shard resumes when the command runs again). Under `accelerate launch` the launcher's "
+                        "processes are the shards")
+    p.add_argument("--shard", default=None, help=argparse.SUPPRESS)  # K/N: one shard (set by --num-processes)
+    p.add_argument("--merge-timeout", type=common.number_type(float, "merge_timeout"), default=86400.0, metavar="S",
+                   help="under accelerate launch: how long rank 0 waits for the other shards before merging (default 1 day)")
     common.add_exec_args(p)
+    common.add_compress_args(p)
     common.add_decoding_args(p)
     p.set_defaults(func=run)
     return p
@@ -27,7 +39,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 def run(args) -> int:
     from core.methods import get_method, parse_method_spec, resolve_params, split_method_list
-    from workbench.evaluation.bench import format_table, run_bench
+    from workbench.evaluation.bench import check_compression, format_table, load_compressor, run_bench
     from workbench.evaluation.tasks import load_tasks
 
     methods = split_method_list(args.methods)  # variants like aasd[align_graft=1] keep their commas
@@ -37,28 +49,63 @@ def run(args) -> int:
     for m in methods:  # every method and variant value checked before any model loads
         name, overrides = parse_method_spec(m)
         resolve_params(name, {k: v for k, v in given.items() if k in get_method(name).params} | overrides)
+    check_compression(args.compress, args.compressor, args.compressor_model)
+    if args.batch_size < 1 or args.num_processes < 1:
+        raise WorkbenchError("--batch-size and --num-processes must be at least 1")
     if args.out:  # a long run must not end in an unwritable --out
         common.check_writable(args.out, "--out")
     scorer = common.task_scorer(args)  # no sandbox for --execute-code fails here, not after the run
     tasks = load_tasks(args.data, categories=args.categories.split(",") if args.categories else None, limit=args.limit)
     if not tasks:
         raise WorkbenchError(f"no tasks selected from {args.data}")
+    from workbench.evaluation import shards
+
+    shard = shards.parse_shard(args.shard) if args.shard else shards.shard_from_env()
+    if (args.num_processes > 1 or shard is not None) and not args.out:
+        raise WorkbenchError("many processes need --out: each shard keeps its results beside it, and the merge writes it")
+    if args.num_processes > 1 and shard is None:  # the parent: start the shards, wait, merge
+        common.open_store(args)  # a bad --db fails here, once, not in every shard
+        argv = [a for a in _without(args.argv, "--num-processes") if a != "bench"]
+        shards.launch(argv, args.num_processes, args.out)
+        return _merge(args, tasks, methods, shards.Shard(0, args.num_processes))
+    if shard is not None:
+        return _run_shard(args, tasks, methods, shard)
     store = common.open_store(args)
     target, draft = common.load_models(args)
+    compressor = load_compressor(args.compress, args.compressor, args.compressor_model, target, device=args.device,
+                                 dtype=args.dtype, trust_remote_code=args.trust_remote_code)
     params = common.params_from(args)
-    run_ids: list[int] = []
+    stored = 0
 
-    def keep(task, run):  # one bulk insert per finished run, outside the timed decoding; in the order of the rows
-        run_ids.append(store.save_run(run, tags=["bench", f"task={task.id}", *args.tag]))
+    def keep(row, task, run):  # one bulk insert per finished run, outside the timed decoding
+        nonlocal stored
+        row["run_id"] = store.save_run(run, tags=["bench", f"task={task.id}", *args.tag])
+        stored += 1
 
     result = run_bench(target, tasks, methods, params, draft=draft, max_new_tokens=args.max_new_tokens, scorer=scorer,
-                       on_run=keep if store is not None else None)
-    for row, run_id in zip(result["tasks"], run_ids):
-        row["run_id"] = run_id
-    result["config"] = {"model": target.name, "draft": draft.name if draft else None, "device": str(target.device),
-                        "dtype": str(target.dtype).replace("torch.", ""), "data": str(args.data), "tasks": len(tasks),
-                        "categories": args.categories, "params": params, "execute_code": args.execute_code}
+                       on_result=keep if store is not None else None, compress=args.compress, compressor=compressor,
+                       batch_size=args.batch_size)
+    result["config"] = _config(args, target, draft, params, len(tasks), compressor)
+    return _report(args, result, stored, store)
+
+
+def _config(args, target, draft, params, n_tasks: int, compressor=None) -> dict:
+    return {"model": target.name, "draft": draft.name if draft else None, "device": str(target.device),
+            "dtype": str(target.dtype).replace("torch.", ""), "data": str(args.data), "tasks": n_tasks,
+            "categories": args.categories, "params": params, "execute_code": args.execute_code,
+            "compress": args.compress, "compressor": getattr(compressor, "name", None),
+            "compressor_model": args.compressor_model, "batch_size": args.batch_size}
+
+
+def _report(args, result: dict, stored: int, store) -> int:
+    """Print the table (and the near-tie flip summary), write --out."""
+    from workbench.evaluation.bench import format_table
+    from workbench.evaluation.fidelity import flip_summary
+
     print(format_table(result["methods"]))
+    line = flip_summary([r.get("flip") for r in result["tasks"]])
+    if line:
+        print(line)
     if args.out:
         try:
             Path(args.out).parent.mkdir(parents=True, exist_ok=True)
@@ -70,5 +117,64 @@ def run(args) -> int:
                   file=sys.stderr)
             return 2
     if store is not None:
-        print(f"stored {len(run_ids)} runs in {store.where} (python -m workbench store list --tag bench)", file=sys.stderr)
+        print(f"stored {stored} runs in {store.where} (python -m workbench store list --tag bench)", file=sys.stderr)
     return 0
+
+
+def _without(argv: list[str], option: str) -> list[str]:
+    """argv without `option` and its value (either `--opt V` or `--opt=V`)."""
+    out, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+        elif a == option:
+            skip = True
+        elif not a.startswith(option + "="):
+            out.append(a)
+    return out
+
+
+def _run_shard(args, tasks, methods, shard) -> int:
+    """One shard: its share of the tasks, results appended to its checkpoint as they end (a rerun resumes),
+    traces into the shared store; rank 0 under accelerate launch then waits for the others and merges."""
+    import os
+
+    import torch
+
+    from workbench.evaluation import shards
+    from workbench.evaluation.bench import Checkpoint, run_resumable
+
+    if os.environ.get("WORKBENCH_SHARD_THREADS"):
+        torch.set_num_threads(int(os.environ["WORKBENCH_SHARD_THREADS"]))
+    store = common.open_store(args)
+    target, draft = common.load_models(args)
+    params = common.params_from(args)
+    config = _config(args, target, draft, params, len(tasks))
+    mine = shards.shard_tasks(tasks, shard)
+
+    def store_run(task, run):
+        return store.save_run(run, tags=["bench", f"task={task.id}", *args.tag]) if store is not None else None
+
+    with Checkpoint(shards.checkpoint_path(args.out, shard), config,
+                    must_match=["model", "dtype", "data", "categories", "params", "batch_size"]) as checkpoint:
+        run_resumable(target, mine, methods, checkpoint, params, store_run=store_run, draft=draft,
+                      max_new_tokens=args.max_new_tokens, scorer=common.task_scorer(args), batch_size=args.batch_size,
+                      progress=shard.rank == 0)
+    shards.done_path(args.out, shard).write_text("done\n")
+    if args.shard or shard.rank != 0:  # a child of --num-processes, or a non-zero rank: the merge is not ours
+        return 0
+    shards.wait_for_shards(args.out, shard.world, args.merge_timeout)
+    return _merge(args, tasks, methods, shard)
+
+
+def _merge(args, tasks, methods, shard) -> int:
+    """The shards' rows in one process's order, summarised as one process summarises them."""
+    from workbench.evaluation import shards
+    from workbench.evaluation.bench import read_checkpoint, summarise_rows
+
+    rows = shards.merge_rows(tasks, methods, [shards.read_shard(args.out, shards.Shard(k, shard.world))
+                                              for k in range(shard.world)])
+    header, _ = read_checkpoint(shards.checkpoint_path(args.out, shards.Shard(0, shard.world)))
+    result = {"methods": summarise_rows(rows), "tasks": rows,
+              "config": {**(header or {}).get("config", {}), "processes": shard.world}}
+    return _report(args, result, sum(r.get("run_id") is not None for r in rows), common.open_store(args))

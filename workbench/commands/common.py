@@ -114,6 +114,17 @@ def add_decoding_args(p: argparse.ArgumentParser) -> None:
     add_param_args(p)
     add_db_arg(p)
 
+def add_compress_args(p: argparse.ArgumentParser) -> None:
+    """--compress RATE, --compressor NAME, --compressor-model M (generate, bench, report)."""
+    g = p.add_argument_group("prompt compression (CASD; docs/COMPRESSION.md)")
+    g.add_argument("--compress", type=number_type(float, "compress"), default=None, metavar="RATE",
+                   help="keep this fraction (0 < RATE <= 1) of the context's tokens; the instruction and question stay whole. "
+                        "Context-drafting methods draft from the full context (method[pool=compressed]: from the compressed prompt)")
+    g.add_argument("--compressor", default=None, help="selfinfo (built in, offline; default) or llmlingua (the llmlingua package)")
+    g.add_argument("--compressor-model", default=None,
+                   help="the small causal LM the compressor scores with (default: the target model itself)")
+
+
 def add_exec_args(p: argparse.ArgumentParser) -> None:
     """--execute-code (HumanEval: run the completions in the sandbox) and --unsafe-exec (without one)."""
     p.add_argument("--execute-code", action="store_true",

@@ -21,6 +21,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--stop", action="append", help="stop string (repeatable)")
     p.add_argument("--no-chat", action="store_true", help="do not apply the tokenizer's chat template")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of streaming text")
+    common.add_compress_args(p)
     common.add_decoding_args(p)
     p.set_defaults(func=run)
     return p
@@ -46,9 +47,24 @@ def run(args) -> int:
     text = f"{context}\n\n{prompt}" if context else prompt
     if not text or not text.strip():
         raise WorkbenchError("the prompt is empty: pass --prompt TEXT (or --prompt-file F)")
+    from workbench.evaluation.bench import check_compression, load_compressor
+
+    check_compression(args.compress, args.compressor, args.compressor_model)
+    if args.compress is not None and not (context or "").strip():
+        raise InvalidInputError("--compress shortens the context: pass it with --context-file F (the prompt itself stays whole); "
+                                "the context is empty")
     store = common.open_store(args)
     target, draft = common.load_models(args)
-    ids = encode_prompt(target.tokenizer, text, chat=None if not args.no_chat else False)
+    chat = None if not args.no_chat else False
+    compression, full_ids = None, None
+    compressor = load_compressor(args.compress, args.compressor, args.compressor_model, target, device=args.device,
+                                 dtype=args.dtype, trust_remote_code=args.trust_remote_code)
+    if compressor is not None:  # before the store hears of the run: a compressor that fails leaves nothing behind
+        full_ids = encode_prompt(target.tokenizer, text, chat=chat)
+        compression = compressor.compress(context, args.compress)
+        text = f"{compression.text}\n\n{prompt}"
+        params = {**params, **compression.record()}
+    ids = encode_prompt(target.tokenizer, text, chat=chat)
     streamed = []
     recording = store.recording(_header(method, params, target, draft, text, ids, context), tags=args.tag) if store else nullcontext()
 
@@ -64,7 +80,7 @@ def run(args) -> int:
     with recording:  # a run that raises or is interrupted stays in the store, marked failed or cancelled
         # run_method resolves `given` itself: some resolved defaults (top_k=0) do not pass validation a second time
         run = run_method(method, target, ids, given, draft=draft, prompt_text=text, context=context,
-                         stop_strings=args.stop or (), on_step=show)
+                         stop_strings=args.stop or (), on_step=show, compression=compression, uncompressed_ids=full_ids)
         if store is not None:
             try:
                 recording.finish(run)
@@ -84,6 +100,10 @@ def run(args) -> int:
             print(run.output_text, end="")
         print()
         fmt = lambda v: "-" if v is None else f"{v:.2f}"  # noqa: E731
+        if compression is not None:
+            print(f"[{compression.compressor}] context {compression.tokens_in} -> {compression.tokens_kept} tokens (rate "
+                  f"{compression.reached:.3f} for {compression.rate:g}) in {compression.seconds:.2f} s; pool "
+                  f"{run.params.get('pool', '-')}", file=sys.stderr)
         print(f"[{run.method}] {m['tokens']} tokens in {m['steps']} steps, MAL {fmt(m['mal'])}, "
               f"{fmt(m['tps'])} tok/s, acceptance {fmt(m['accept_rate'])}, stop: {run.stop_reason}", file=sys.stderr)
         if run_id is not None:

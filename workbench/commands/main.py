@@ -19,7 +19,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
+    args.argv = argv  # as given: `bench --num-processes` starts copies of itself with it
     try:
         return args.func(args)
     except WorkbenchError as e:

@@ -27,7 +27,7 @@ CHECKPOINT = "checkpoint.jsonl"
 CHAT_MARGIN = 64  # tokens the chat template may add around a truncated prompt
 # What must be equal for a rerun to add to an existing checkpoint (the rest describes the machine).
 MUST_MATCH = ("model", "model_fingerprint", "draft", "draft_fingerprint", "device", "dtype", "params", "max_prompt_tokens",
-              "execute_code")
+              "execute_code", "compress", "compressor", "compressor_model")
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -50,6 +50,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="cut longer prompts in the middle, as LongBench does (default: the model's context minus the generation)")
     p.add_argument("--memory", default=None, help="CSD's calibrated memory file (default: the pair's file under <home>/memory/)")
     p.add_argument("--title", default=None, help="heading of report.md")
+    common.add_compress_args(p)
     common.add_decoding_args(p)
     p.set_defaults(func=run)
     return p
@@ -79,7 +80,7 @@ def _cpu() -> str:
 def run(args) -> int:
     from core.errors import InvalidInputError
     from core.methods import get_method, parse_method_spec, resolve_params, split_method_list
-    from workbench.evaluation.bench import Checkpoint, read_checkpoint, run_resumable
+    from workbench.evaluation.bench import Checkpoint, check_compression, check_contexts, load_compressor, read_checkpoint, run_resumable
     from workbench.evaluation.report import DEFAULT_DATA, table_methods
     from workbench.evaluation.tasks import load_many
 
@@ -103,9 +104,12 @@ def run(args) -> int:
     if need_draft and not args.draft:
         raise InvalidInputError(f"{', '.join(need_draft)} need a draft model: pass --draft (e.g. --model qwen2.5-coder-1.5b "
                                 f"--draft qwen2.5-coder-0.5b), or leave out the csd tables")
+    check_compression(args.compress, args.compressor, args.compressor_model)
     scorer = common.task_scorer(args)  # no sandbox for --execute-code fails here, before any model loads
     specs = args.data or list(dict.fromkeys(d for s in sets for d in DEFAULT_DATA[s]))
     tasks = load_many(specs, limit=args.limit, seed=params.get("seed"))
+    if args.compress is not None:
+        check_contexts(tasks)  # every task needs a context to compress: fail before anything runs or is stored
     if args.fresh and path.exists():
         path.unlink()
     store = common.open_store(args)
@@ -115,6 +119,8 @@ def run(args) -> int:
     if budget < 16:
         raise InvalidInputError(f"no room for a prompt: the model's context is {target.max_context} tokens and generation takes {longest}")
     memories, memory_note = _memories(target, draft, methods, tasks, args.memory)
+    compressor = load_compressor(args.compress, args.compressor, args.compressor_model, target, device=args.device,
+                                 dtype=args.dtype, trust_remote_code=args.trust_remote_code)
     import torch
     import transformers
 
@@ -123,6 +129,7 @@ def run(args) -> int:
         "draft": draft.name if draft is not None else None, "draft_fingerprint": draft.fingerprint if draft is not None else None,
         "device": str(target.device), "dtype": str(target.dtype).replace("torch.", ""), "params": params,
         "max_prompt_tokens": budget, "execute_code": bool(args.execute_code),
+        "compress": args.compress, "compressor": getattr(compressor, "name", None), "compressor_model": args.compressor_model,
         # described, not compared: the first run's machine and settings
         "tables": sets, "data": specs, "limit": args.limit, "methods": methods, "csd_memory": memory_note,
         "cpu": f"{_cpu()}, {os.cpu_count()} logical cores, {torch.get_num_threads()} torch threads",
@@ -139,7 +146,7 @@ def run(args) -> int:
             print(f"resuming: {done} runs already in {path}", file=sys.stderr)
         rows = run_resumable(target, tasks, methods, ckpt, params, draft=draft, max_new_tokens=params.get("max_new_tokens"),
                              max_prompt_tokens=budget, scorer=scorer, memories=memories,
-                             store_run=keep if store is not None else None)
+                             store_run=keep if store is not None else None, compress=args.compress, compressor=compressor)
         config["started"] = ckpt.config.get("started", config["started"])  # when the checkpoint began
     write_outputs(rows, sets, config, out, args.title)
     if store is not None:
@@ -185,6 +192,10 @@ def _setup(config: dict[str, Any], rows: list[dict[str, Any]], out: Path) -> dic
         "parameters": json.dumps(params) if params else "the methods' defaults",
         "HumanEval execution": "on (sandboxed)" if config.get("execute_code") else "off (pass@1 absent)",
         "CSD memory": config.get("csd_memory"),
+        "prompt compression": (f"{config['compressor']} at rate {config['compress']:g}"
+                               + (f" over {config['compressor_model']}" if config.get("compressor_model") else " over the target")
+                               + " (context-drafting methods draft from the full prompt unless pool=compressed)"
+                               if config.get("compress") is not None else "none"),
         "started": config.get("started"),
         "checkpoint": str(out / CHECKPOINT),
     }

@@ -11,14 +11,48 @@ from pathlib import Path
 from typing import Any
 
 from core.errors import InvalidInputError
-from core.methods import get_method, parse_method_spec, resolve_params, run_method
-from core.stats import run_metrics, add_speedups, pool, run_totals
+from core.methods import get_method, parse_method_spec, resolve_params, run_batch, run_method
+from core.stats import add_speedups, equal_share, first_divergence, pool, run_metrics, run_totals
 from core.models import encode_prompt
 from core.trace import RunTrace
 from workbench.evaluation.scores import score_task
-from workbench.evaluation.tasks import Task, middle_truncate
+from workbench.evaluation.tasks import Task, compress_prompt, middle_truncate
 
 Scorer = Callable[[Task, str], float | None]  # (task, generated text) -> score ×100, None = absent
+
+
+def check_compression(rate: float | None, compressor: str | None, compressor_model: str | None) -> None:
+    """--compress / --compressor / --compressor-model checked before any model loads."""
+    from core.compress import check_compressor, check_rate
+
+    if rate is not None:
+        check_rate(rate)
+        check_compressor(compressor)
+    elif compressor or compressor_model:
+        raise InvalidInputError("--compressor and --compressor-model need --compress RATE")
+
+
+def load_compressor(rate: float | None, compressor: str | None, compressor_model: str | None, target, **how: Any):
+    """The compressor --compress asks for (None without it), scoring with `compressor_model` (loaded with
+    `how`: device, dtype, trust_remote_code) or the target itself."""
+    if rate is None:
+        return None
+    from core.compress import make_compressor
+    from core.models import load_model
+
+    model = load_model(compressor_model, **how) if compressor_model else target
+    return make_compressor(compressor, model)
+
+
+def check_contexts(tasks: Sequence[Task]) -> None:
+    """Before any run: every task must have a context to compress (else nothing would be stored half-done)."""
+    from workbench.evaluation.tasks import prompt_parts
+
+    empty = [t.id for t in tasks if not prompt_parts(t)[1].strip()]
+    if empty:
+        shown = ", ".join(empty[:5]) + (f" and {len(empty) - 5} more" if len(empty) > 5 else "")
+        raise InvalidInputError(f"--compress shortens each task's context, but {len(empty)} task(s) have none: {shown} "
+                                f"(choose tasks with a context, e.g. spec-bench:summarization,rag or LongBench rows)")
 
 
 def summarise(runs: Mapping[str, list[RunTrace]], scores: Mapping[str, list[float | None]] | None = None) -> dict[str, dict[str, Any]]:
@@ -35,7 +69,16 @@ def summarise_rows(rows: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any
     by: dict[str, list[Mapping[str, Any]]] = {}
     for r in rows:
         by.setdefault(r["method"], []).append(r)
-    return add_speedups({m: pool(rs) for m, rs in by.items()})
+    summary = add_speedups({m: pool(rs) for m, rs in by.items()})
+    greedy = {(r.get("category") or "", r["id"]): r.get("token_ids") for r in by.get("greedy", [])}
+    for m, rs in by.items():  # fidelity beside every speed-up: greedy's tokens reproduced before the first divergence
+        pairs = [(greedy[k], r["token_ids"]) for r in rs
+                 if (k := (r.get("category") or "", r["id"])) in greedy and greedy[k] is not None and r.get("token_ids") is not None]
+        summary[m]["equal_to_greedy"] = equal_share(pairs)
+        flips = [r["flip"] for r in rs if r.get("flip")]
+        summary[m]["flips"] = len(flips)
+        summary[m]["near_tie_flips"] = sum(f["near_tie"] for f in flips)
+    return summary
 
 
 def task_key(task: Task, method: str) -> tuple[str, str, str]:
@@ -62,6 +105,9 @@ def run_bench(
     on_run: Callable[[Task, RunTrace], None] | None = None,
     on_result: Callable[[dict[str, Any], Task, RunTrace], None] | None = None,
     progress: bool = True,
+    compress: float | None = None,
+    compressor=None,
+    batch_size: int = 1,
 ) -> dict[str, Any]:
     """Run every method on every task (greedy added first when missing) and summarise.
 
@@ -70,8 +116,23 @@ def run_bench(
     Prompts over `max_prompt_tokens` lose their middle (LongBench's truncation). `memories` maps a
     method label to the correction memory it reads (CSD). `skip(task, label)` leaves a run out (done
     earlier); `on_result(row, task, run)` sees each result row as soon as the run ends.
+    With `compress` (a rate in (0, 1]) each task's context is compressed once by `compressor`
+    (core.compress) before its methods run; context-drafting methods draft from the full prompt unless
+    `pool=compressed`; every row records the rate reached and the compression time.
+    With `batch_size` B > 1, B tasks decode at once per method (core.methods.run_batch); a row's decode
+    and prefill seconds are its share (by tokens) of its batch's, so pooled tokens/s counts all rows'
+    tokens over the batches' decode time. Rows stay in task order. Every row that is not greedy's gets
+    `first_divergence` from greedy's tokens; a lossless method's divergence gets a `flip` report (the
+    target's logit margin there: workbench.evaluation.fidelity).
     """
     methods = list(dict.fromkeys(["greedy", *methods]))
+    if compress is not None:
+        from core.compress import check_rate
+
+        compress = check_rate(compress)
+        if compressor is None:
+            raise InvalidInputError("compress needs a compressor (core.compress.make_compressor)")
+        check_contexts(tasks)
     names: dict[str, str] = {}
     per_method: dict[str, dict[str, Any]] = {}
     for m in methods:  # fail on an unknown name or a bad value before any model work
@@ -79,6 +140,14 @@ def run_bench(
         names[m] = name
         per_method[m] = {k: v for k, v in (params or {}).items() if k in get_method(name).params} | overrides
         resolve_params(name, per_method[m])
+    lossless = {m: get_method(names[m]).lossless and not float(per_method[m].get("temperature") or 0) for m in methods}
+    if batch_size > 1:
+        external = [m for m in methods if get_method(names[m]).external is not None]
+        if external:
+            raise InvalidInputError(f"{', '.join(external)} run(s) through transformers' generate, which cannot batch "
+                                    "speculative decoding (transformers#32165): drop them or use --batch-size 1")
+        if compress is not None:
+            raise InvalidInputError("--compress with --batch-size > 1 is not supported: use --batch-size 1")
     memories = memories or {}
     todo = [(task, [m for m in methods if skip is None or not skip(task, m)]) for task in tasks]
     pending = {m for _, ms in todo for m in ms}
@@ -91,31 +160,83 @@ def run_bench(
     total = len(tasks) * len(methods)
     bar = tqdm(total=total, initial=total - sum(len(ms) for _, ms in todo), desc="bench", unit="run", disable=not progress)
     rows: list[dict[str, Any]] = []
-    for task, task_methods in todo:
-        if not task_methods:
-            continue
+    greedy_ids: dict[tuple[str, str], list[int]] = {}
+
+    def record(task: Task, m: str, run: RunTrace, ids: list[int], full_ids, compression, seconds=None) -> None:
+        score = scorer(task, run.output_text) if scorer else None
+        met = run_metrics(run)
+        row = {"id": task.id, "category": task.category, "method": m, "text": run.output_text, "token_ids": run.output_ids,
+               "score": score, "mal": met["mal"], "tps": met["tps"], "accept_rate": met["accept_rate"], **run_totals(run)}
+        if seconds is not None:  # a batch row: its share of the batch's time, so pooled tokens/s is all rows' tokens over it
+            row["decode_seconds"], row["prefill_seconds"] = seconds
+            row["tps"] = met["tokens"] / seconds[0] if seconds[0] > 0 else None
+            row["batch_size"] = run.params.get("batch_size")
+        key = (task.category or "", task.id)
+        if m == "greedy":
+            greedy_ids[key] = run.output_ids
+        elif key in greedy_ids:
+            row["first_divergence"] = first_divergence(greedy_ids[key], run.output_ids)
+            if lossless[m] and row["first_divergence"] is not None:
+                from workbench.evaluation.fidelity import flip_report
+
+                row["flip"] = flip_report(target, ids, greedy_ids[key], run.output_ids)
+        if compression is not None:
+            row.update(prompt_tokens=len(ids), full_prompt_tokens=len(full_ids), compressor=compression.compressor,
+                       compress=compression.rate, compress_reached=compression.reached, compress_seconds=compression.seconds,
+                       pool=run.params.get("pool"))
+        rows.append(row)
+        if on_run is not None:
+            on_run(task, run)
+        if on_result is not None:
+            on_result(row, task, run)
+        bar.update(1)
+        bar.set_postfix_str(f"{task.id} {m}")
+
+    def prompt_of(task: Task):
         text = task.prompt()
+        compression, full_ids = None, None
+        if compress is not None:  # the pool may hold the whole prompt: no truncation there
+            full_ids = encode_prompt(target.tokenizer, text, chat=task.chat)
+            text, compression = compress_prompt(task, compressor, compress)
         if max_prompt_tokens:
             text = middle_truncate(text, target.tokenizer, max_prompt_tokens)
-        ids = encode_prompt(target.tokenizer, text, chat=task.chat)
-        for m in task_methods:
-            p = dict(per_method[m])
-            limit = max_new_tokens or task.max_new_tokens
-            if limit:
-                p["max_new_tokens"] = limit
-            run = run_method(names[m], target, ids, p, draft=draft, prompt_text=text, context=task.context,
-                             stop_strings=task.stop, memory=memories.get(m))
-            score = scorer(task, run.output_text) if scorer else None
-            met = run_metrics(run)
-            row = {"id": task.id, "category": task.category, "method": m, "text": run.output_text, "token_ids": run.output_ids,
-                   "score": score, "mal": met["mal"], "tps": met["tps"], "accept_rate": met["accept_rate"], **run_totals(run)}
-            rows.append(row)
-            if on_run is not None:
-                on_run(task, run)
-            if on_result is not None:
-                on_result(row, task, run)
-            bar.update(1)
-            bar.set_postfix_str(f"{task.id} {m}")
+        return text, encode_prompt(target.tokenizer, text, chat=task.chat), compression, full_ids
+
+    def params_of(m: str, task: Task) -> dict[str, Any]:
+        p = dict(per_method[m])
+        limit = max_new_tokens or task.max_new_tokens
+        if limit:
+            p["max_new_tokens"] = limit
+        return p
+
+    if batch_size <= 1:
+        for task, task_methods in todo:
+            if not task_methods:
+                continue
+            text, ids, compression, full_ids = prompt_of(task)
+            for m in task_methods:
+                run = run_method(names[m], target, ids, params_of(m, task), draft=draft, prompt_text=text, context=task.context,
+                                 stop_strings=task.stop, memory=memories.get(m), compression=compression, uncompressed_ids=full_ids)
+                record(task, m, run, ids, full_ids, compression)
+    else:
+        for start in range(0, len(todo), batch_size):
+            chunk = [(task, ms, *prompt_of(task)) for task, ms in todo[start : start + batch_size] if ms]
+            for m in methods:
+                members = [c for c in chunk if m in c[1]]
+                if not members:
+                    continue
+                p = [params_of(m, c[0]) for c in members]
+                runs = run_batch(names[m], target, [c[3] for c in members], per_method[m], draft=draft,
+                                 prompt_texts=[c[2] for c in members], row_stop_strings=[c[0].stop for c in members],
+                                 memory=memories.get(m), max_new_tokens=[x["max_new_tokens"] for x in p])
+                tokens = sum(len(r.output_ids) for r in runs) or 1
+                batch_decode, batch_prefill = max(r.decode_seconds for r in runs), runs[0].prefill_seconds
+                for (task, _, text, ids, compression, full_ids), run in zip(members, runs):
+                    share = len(run.output_ids) / tokens
+                    record(task, m, run, ids, full_ids, compression, seconds=(batch_decode * share, batch_prefill * share))
+        order = {(t.category or "", t.id): i for i, t in enumerate(tasks)}
+        rank = {m: i for i, m in enumerate(methods)}
+        rows.sort(key=lambda r: (order[(r.get("category") or "", r["id"])], rank[r["method"]]))
     bar.close()
     return {"methods": summarise_rows(rows), "tasks": rows}
 
@@ -295,7 +416,7 @@ def run_resumable(
 
 
 def format_table(summary: Mapping[str, Mapping[str, Any]]) -> str:
-    cols = ["mal", "tps", "e2e_tps", "speedup", "accept_rate", "score", "step_ms", "forward_share", "draft_ms_per_step",
+    cols = ["mal", "tps", "e2e_tps", "speedup", "equal_to_greedy", "accept_rate", "score", "step_ms", "forward_share", "draft_ms_per_step",
             "verify_ms_per_step", "bookkeeping_ms_per_step", "tokens"]
     def fmt(v):
         if v is None:

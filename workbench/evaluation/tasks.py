@@ -88,6 +88,44 @@ def middle_truncate(text: str, tokenizer, max_tokens: int) -> str:
     return tokenizer.decode(ids[:half], skip_special_tokens=True) + tokenizer.decode(ids[-half:], skip_special_tokens=True)
 
 
+# ---- the context inside a prompt (prompt compression) ---------------------------------------
+_MARK = "\x00context\x00"
+
+
+def prompt_parts(task: Task) -> tuple[str, str, str]:
+    """(before, context, after) with before + context + after == task.prompt(): the part compression may
+    shorten and the instruction and question around it, which stay whole. Spec-Bench rows carry their
+    document inside the turn: summarization is `Summarize: <article>`, rag is `<passages>\n<question>`."""
+    if task.context:
+        if task.template:
+            filled = fill_template(task.template, context=_MARK, input=task.input, where=f"task {task.id}")
+            if _MARK in filled:
+                before, _, after = filled.partition(_MARK)
+                return before, task.context, after.replace(_MARK, task.context)
+            return task.prompt(), "", ""
+        return "", task.context, f"\n\n{task.input}"
+    text = task.prompt()
+    if task.category == "summarization" and text.startswith("Summarize:"):
+        body = text[len("Summarize:"):]
+        lead = body[: len(body) - len(body.lstrip())]
+        return "Summarize:" + lead, body[len(lead):], ""
+    if task.category == "rag" and "\n" in text.strip():
+        head, _, question = text.rstrip().rpartition("\n")
+        return "", head, "\n" + question + text[len(text.rstrip()):]
+    return text, "", ""
+
+
+def compress_prompt(task: Task, compressor, rate: float):
+    """(the prompt with its context compressed, core.compress.Compression): the instruction and the question stay
+    whole. A task without a context is an InvalidInputError (there is nothing to compress)."""
+    before, context, after = prompt_parts(task)
+    if not context.strip():
+        raise InvalidInputError(f"task {task.id}: nothing to compress: it has no context (compression shortens the context "
+                                f"only; the instruction and question stay whole)")
+    done = compressor.compress(context, rate)
+    return before + done.text + after, done
+
+
 # ---- reading JSON Lines with line numbers ---------------------------------------------------
 
 def read_text(path: Path) -> str:

@@ -58,6 +58,11 @@ def compare_tab(store: Store, pool: service.ModelPool, compare_ids: gr.State, wh
             controls = {name: _number(name) for name in TUNABLE}
         with gr.Row():
             controls.update({name: _number(name) for name in MORE_PARAMS})
+        with gr.Row():
+            compress_rate = gr.Number(1.0, label="compress: the fraction of the context's tokens the model reads (0 < rate ≤ 1; "
+                                                 "1 = off). casd / aasd still draft from the full context (method[pool=compressed]: not)")
+            compressor = gr.Dropdown(["selfinfo", "llmlingua"], value="selfinfo",
+                                     label="compressor (selfinfo: built in, offline; llmlingua: the llmlingua package, needs network once)")
     with gr.Row():
         run_btn = gr.Button("Run", variant="primary")
         stop_btn = gr.Button("Stop", variant="stop")
@@ -95,7 +100,9 @@ def compare_tab(store: Store, pool: service.ModelPool, compare_ids: gr.State, wh
     @gpu
     def compare(request: gr.Request, model_name, draft_name, method_list, prompt_text, context_text, use_chat,
                 max_new_tokens, *rest):
-        values, (task_choice, extra) = rest[:-2], rest[-2:]  # the task inputs come last: the API's numbering stays
+        # the parameters, then the task inputs, then the compression inputs (added last: the API's numbering stays)
+        values = rest[:len(names)]
+        task_choice, extra, compress_value, compressor_name = (list(rest[len(names):]) + [None] * 4)[:4]
         # The chosen task's references score every output, as bench scores them; free text, or a task whose
         # prompt or context was edited, has none that apply.
         chosen_task = tasks.get(task_choice) or (extra or {}).get(task_choice)
@@ -111,6 +118,12 @@ def compare_tab(store: Store, pool: service.ModelPool, compare_ids: gr.State, wh
             yield blank(f"loading {model_name}…")
             models = pool.load(model_name, draft_name)
             text, ids = service.build_prompt(models.target.tokenizer, prompt_text, context_text, bool(use_chat))
+            compression, full_ids = None, None
+            if compress_value is not None and compress_value != 1:  # compressed once, before any run starts or is stored
+                yield blank(f"compressing the context to {compress_value:g} of its tokens…")
+                with pool.slot(model_name):
+                    text, ids, compression, full_ids = service.compress_context(
+                        models.target, prompt_text, context_text, compress_value, compressor_name, bool(use_chat))
             check_prompt(ids, models.target.max_context)
         except WorkbenchError as e:
             yield blank(error_md(e))
@@ -125,6 +138,7 @@ def compare_tab(store: Store, pool: service.ModelPool, compare_ids: gr.State, wh
             # The worker holds the model's slot, so a client that goes away gives it back (service.stream_run)
             for prog in service.stream_run(name, models, ids, per_method[slot], prompt_text=text, context=context_value,
                                            store=store, tags=("workbench", *owner_tags), idle_cancel=pool.idle_cancel,
+                                           compression=compression, uncompressed_ids=full_ids,
                                            slot=lambda should_stop: pool.slot(model_name, should_stop)):
                 if prog.error:
                     metrics[slot] = error_md(prog.error)
@@ -143,9 +157,12 @@ def compare_tab(store: Store, pool: service.ModelPool, compare_ids: gr.State, wh
                     metrics[slot] = f"running… {len(prog.steps)} steps"
                 yield [f"running {name}…", list(run_ids)] + heads_out + metrics + texts
         where = store.where if viewer is None or viewer.owner is None else "yours until you share them"
-        yield [f"done: runs {', '.join(f'#{r}' for r in run_ids)} stored ({where})", list(run_ids)] + heads_out + metrics + texts
+        note = "" if compression is None else (f"; context compressed by {compression.compressor} to {compression.reached:.2f} "
+                                              f"({compression.tokens_kept}/{compression.tokens_in} tokens) in {compression.seconds:.1f} s")
+        yield [f"done: runs {', '.join(f'#{r}' for r in run_ids)} stored ({where}){note}", list(run_ids)] + heads_out + metrics + texts
 
-    inputs = [model, draft, methods, prompt, context, chat, max_new] + [controls[n] for n in names] + [task, uploaded]
+    inputs = [model, draft, methods, prompt, context, chat, max_new] + [controls[n] for n in names] + [task, uploaded,
+                                                                                                     compress_rate, compressor]
     outputs = [status, compare_ids] + heads + stats + bodies
     event = run_btn.click(compare, inputs, outputs, api_name="compare", concurrency_id="generate")
     stop_btn.click(None, None, None, cancels=[event], api_name=False)

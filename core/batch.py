@@ -1,0 +1,244 @@
+"""Batched decoding: B prompts at once, each row with its own drafter, tree, verdict and trace.
+
+The loop of core.engine, per row, around one forward for the whole batch:
+- prompts are left-padded; the cache holds, per row, every committed token but the pending root;
+- each step pads the rows' trees to the widest, with one 4D mask per row (its valid cache slots, its
+  tree's ancestors; padding slots see only themselves, so no row is fully masked);
+- each row keeps its own accepted path (core.cache.keep_paths), leaving holes where it accepted fewer
+  tokens than the longest row; holes are squeezed out once they waste more than REPACK_SLACK slots;
+- a row that finishes leaves the batch: it stops costing compute.
+Position ids count each row's real tokens, so a row sees what it would see alone (up to the rounding
+of a wider matmul: in float32 strict methods give each row its batch-1 tokens, bar near-ties).
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from core import cache as kv
+from core.drafters.base import Drafter, Proposal, TopK
+from core.engine import (DecodeConfig, DecodeResult, TokenText, Verifier, _stop_cut, _sync, check_prompt,
+                         node_traces, step_predictions)
+from core.errors import InvalidInputError
+from core.sizing import TreeSizer
+from core.target_stats import step_stats
+from core.trace import StepTrace
+from core.tree import DraftTree, ancestor_matrix
+
+REPACK_SLACK = 64  # holes (slots per row beyond the longest row's real tokens) tolerated before compaction
+
+
+@dataclass
+class _Row:
+    index: int  # position in the caller's list
+    prompt: list[int]
+    drafter: Drafter
+    verifier: Verifier
+    sizer: TreeSizer | None
+    cfg: DecodeConfig
+    sequence: list[int] = field(default_factory=list)
+    generated: list[int] = field(default_factory=list)
+    steps: list[StepTrace] = field(default_factory=list)
+    length: int = 0  # committed tokens in the cache (the pending root excluded): the root's position id
+    stop_reason: str | None = None
+    decode_seconds: float = 0.0
+    prefill: TopK | None = None
+
+
+def padded_mask(valid: torch.Tensor, trees: Sequence[DraftTree], width: int, dtype: torch.dtype) -> torch.Tensor:
+    """(B, 1, W, C + W) additive mask: row b's query i sees b's valid cache slots and its tree ancestors;
+    a padding query (i >= len(tree b)) sees only itself. Pure: tested without a model."""
+    b, c = valid.shape
+    tree_part = torch.zeros((b, width, width), dtype=torch.bool)
+    for r, tree in enumerate(trees):
+        q = len(tree)
+        tree_part[r, :q, :q] = ancestor_matrix(tree.parents)
+        tree_part[r, range(q, width), range(q, width)] = True
+    past = valid[:, None, :].expand(b, width, c).clone()
+    for r, tree in enumerate(trees):
+        past[r, len(tree):] = False  # padding queries: themselves only
+    allowed = torch.cat([past, tree_part.to(valid.device)], dim=-1)
+    mask = torch.zeros(allowed.shape, dtype=dtype, device=valid.device)
+    mask.masked_fill_(~allowed, torch.finfo(dtype).min)
+    return mask[:, None]
+
+
+def _prefill(model, rows: list[_Row], cache, pad_id: int, keep_topk: int) -> torch.Tensor:
+    """Feed every prompt but its last token, left-padded, in chunks; returns the validity mask (B, C)."""
+    width = max(len(r.prompt) - 1 for r in rows)
+    device = model.device
+    valid = torch.zeros((len(rows), width), dtype=torch.bool)
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    pos = torch.zeros((len(rows), width), dtype=torch.long)
+    for b, r in enumerate(rows):
+        n = len(r.prompt) - 1
+        if n:
+            valid[b, width - n:] = True
+            ids[b, width - n:] = torch.tensor(r.prompt[:-1])
+            pos[b, width - n:] = torch.arange(n)
+    topk_parts: list[list[np.ndarray]] = [[] for _ in rows]
+    decoder, head = model.get_decoder(), model.get_output_embeddings()
+    for s in range(0, width, kv.PREFILL_CHUNK):
+        e = min(width, s + kv.PREFILL_CHUNK)
+        causal = torch.ones((e - s, e), dtype=torch.bool).tril(s)
+        allowed = valid[:, None, :e] & causal[None]
+        diag = torch.arange(e - s)
+        allowed[:, diag, s + diag] = True  # padding rows see themselves: never fully masked
+        mask = torch.zeros(allowed.shape, dtype=model.dtype).masked_fill_(~allowed, torch.finfo(model.dtype).min)
+        hidden = decoder(input_ids=ids[:, s:e].to(device), position_ids=pos[:, s:e].to(device),
+                         attention_mask=mask[:, None].to(device), use_cache=True, **kv.cache_arg(decoder, cache)).last_hidden_state
+        if keep_topk:
+            for b in range(len(rows)):
+                real = valid[b, s:e].nonzero().flatten()
+                if len(real):
+                    top = head(hidden[b, real.to(hidden.device)]).float().topk(keep_topk, dim=-1)
+                    topk_parts[b].append(top.indices.to(torch.int32).cpu().numpy())
+    if keep_topk:
+        for b, r in enumerate(rows):
+            r.prefill = TopK(np.concatenate(topk_parts[b]) if topk_parts[b] else np.zeros((0, keep_topk), np.int32))
+    return valid.to(device)
+
+
+@torch.inference_mode()
+def decode_batch(
+    model,
+    tokenizer,
+    eos_ids: Sequence[int],
+    prompts: Sequence[list[int]],
+    drafters: Sequence[Drafter],
+    verifiers: Sequence[Verifier],
+    cfg: DecodeConfig | Sequence[DecodeConfig],
+    max_context: int,
+    sizers: Sequence[TreeSizer | None] | None = None,
+    should_stop: Callable[[], bool] | None = None,
+) -> list[DecodeResult]:
+    """Decode every prompt with its drafter and verifier, batched; one DecodeResult per prompt, in order.
+    `cfg` is one DecodeConfig for all rows or one per row. A row's decode_seconds is the batch's time
+    until that row finished."""
+    if not prompts:
+        raise InvalidInputError("the batch is empty: give at least one prompt")
+    for p in prompts:
+        check_prompt(p, max_context)
+    cfgs = [cfg] * len(prompts) if isinstance(cfg, DecodeConfig) else list(cfg)
+    for c in cfgs:
+        if c.max_new_tokens <= 0:
+            raise InvalidInputError(f"max_new_tokens must be at least 1 (got {c.max_new_tokens})")
+    sizers = list(sizers) if sizers is not None else [None] * len(prompts)
+    rows = [_Row(i, list(p), d, v, s, c, sequence=list(p), length=len(p) - 1)
+            for i, (p, d, v, s, c) in enumerate(zip(prompts, drafters, verifiers, sizers, cfgs, strict=True))]
+    device, eos, text = model.device, set(eos_ids), TokenText(tokenizer)
+    pad_id = int(eos_ids[0]) if eos_ids else 0
+    cache = kv.new_cache(model)
+
+    t0 = time.perf_counter()
+    keep_topk = max(r.drafter.prefill_topk for r in rows)
+    valid = _prefill(model, rows, cache, pad_id, keep_topk) if max(len(r.prompt) for r in rows) > 1 \
+        else torch.zeros((len(rows), 0), dtype=torch.bool, device=device)
+    for r in rows:
+        want = r.drafter.prefill_topk
+        r.drafter.begin(list(r.prompt), TopK(r.prefill.ids[:, :want]) if want and r.prefill is not None else None)
+    _sync(device)
+    prefill_s = time.perf_counter() - t0
+
+    active = list(rows)  # cache row b is active[b]
+    t_decode = time.perf_counter()
+    while active:
+        t_a = time.perf_counter()
+        stop_all = should_stop is not None and should_stop()
+        for r in active:
+            if stop_all:
+                r.stop_reason = "cancelled"
+            elif r.length + 1 >= max_context:
+                r.stop_reason = "context_full"
+        valid, active = _drop_finished(cache, valid, active, t_decode)
+        if not active:
+            break
+        proposals = []
+        for r in active:
+            proposal = r.drafter.propose(r.sequence)
+            tree = proposal.tree.pruned(min(r.cfg.max_new_tokens - len(r.generated) - 1, max_context - r.length - 2), eos)
+            if r.sizer is not None:
+                tree = r.sizer.choose(tree)
+            proposals.append(Proposal(tree, proposal.q_rows))
+        trees = [p.tree for p in proposals]
+        width = max(len(t) for t in trees)
+        ids = torch.full((len(active), width), pad_id, dtype=torch.long)
+        pos = torch.zeros((len(active), width), dtype=torch.long)
+        for b, (r, tree) in enumerate(zip(active, trees)):
+            ids[b, : len(tree)] = torch.tensor(tree.tokens)
+            pos[b, : len(tree)] = torch.tensor(tree.depths) + r.length
+            pos[b, len(tree):] = r.length
+        mask = padded_mask(valid, trees, width, model.dtype)
+        t_b = time.perf_counter()
+        past_len = valid.shape[1]
+        logits = model(input_ids=ids.to(device), position_ids=pos.to(device), attention_mask=mask.to(device),
+                       use_cache=True, **kv.cache_arg(model, cache)).logits
+        _sync(device)
+        t_c = time.perf_counter()
+        paths = []
+        for b, (r, proposal) in enumerate(zip(active, proposals)):
+            tree, row_logits = proposal.tree, logits[b, : len(proposal.tree)]
+            stats = step_stats(row_logits, tree, eos_ids)
+            verdict = r.verifier(proposal, row_logits, stats)
+            if r.sizer is not None:
+                r.sizer.observe(tree, verdict.path)
+            new = [tree.tokens[n] for n in verdict.path[1:]] + [verdict.bonus]
+            new, r.stop_reason = _stop_cut(new, r.generated, r.cfg, eos, tokenizer)
+            r.steps.append(StepTrace(
+                index=len(r.steps), cache_pos=r.length, tree_size=tree.num_draft, accepted=len(verdict.path) - 1,
+                emitted=new, nodes=node_traces(len(r.steps), r.length, tree, stats, verdict, text),
+            ))
+            r.sequence.extend(new)
+            r.generated.extend(new)
+            r.length += len(verdict.path)
+            r.drafter.commit(new, step_predictions(r.drafter, row_logits, tree, verdict, len(new)))
+            paths.append(verdict.path)
+        t_d = time.perf_counter()
+        kv.keep_paths(cache, past_len, paths)
+        grown = torch.zeros((len(active), max(len(p) for p in paths)), dtype=torch.bool, device=device)
+        for b, path in enumerate(paths):
+            grown[b, : len(path)] = True
+        valid = torch.cat([valid, grown], dim=1)
+        valid = _repack(cache, valid)
+        t_e = time.perf_counter()
+        for r in active:  # one forward served every row: each step records the batch's times
+            step = r.steps[-1]
+            step.draft_ms, step.forward_ms = (t_b - t_a) * 1e3, (t_c - t_b) * 1e3
+            step.verify_ms, step.bookkeeping_ms = (t_d - t_c) * 1e3, (t_e - t_d) * 1e3
+        valid, active = _drop_finished(cache, valid, active, t_decode)
+    return [DecodeResult(r.generated, r.steps, prefill_s, r.decode_seconds, r.stop_reason or "cancelled", r.prefill)
+            for r in rows]
+
+
+def _drop_finished(cache, valid: torch.Tensor, active: list[_Row], t_decode: float) -> tuple[torch.Tensor, list[_Row]]:
+    keep = [b for b, r in enumerate(active) if r.stop_reason is None]
+    if len(keep) == len(active):
+        return valid, active
+    now = time.perf_counter() - t_decode
+    for r in active:
+        if r.stop_reason is not None:
+            r.decode_seconds = now
+    if keep:
+        kv.select_rows(cache, keep)
+    return valid[keep], [active[b] for b in keep]
+
+
+def _repack(cache, valid: torch.Tensor) -> torch.Tensor:
+    """Squeeze holes out once they waste more than REPACK_SLACK slots: each row's valid slots, in order,
+    right-aligned (positions ids are per row, so moving a slot changes nothing the model sees)."""
+    counts = valid.sum(dim=1)
+    width = int(counts.max())
+    if valid.shape[1] - width <= REPACK_SLACK:
+        return valid
+    index = torch.zeros((valid.shape[0], width), dtype=torch.long)
+    packed = torch.zeros((valid.shape[0], width), dtype=torch.bool)
+    for b in range(valid.shape[0]):
+        slots = valid[b].nonzero().flatten().cpu()
+        index[b, width - len(slots):] = slots
+        packed[b, width - len(slots):] = True
+    kv.gather_slots(cache, index)
+    return packed.to(valid.device)
