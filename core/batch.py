@@ -6,7 +6,9 @@ The loop of core.engine, per row, around one forward for the whole batch:
   tree's ancestors; padding slots see only themselves, so no row is fully masked);
 - each row keeps its own accepted path (core.cache.keep_paths), leaving holes where it accepted fewer
   tokens than the longest row; holes are squeezed out once they waste more than REPACK_SLACK slots;
-- a row that finishes leaves the batch: it stops costing compute.
+- a row that finishes leaves the batch: it stops costing compute;
+- with max_nodes=auto all rows get one tree size (core.sizing.common_size): a row padded to the widest
+  tree pays for nodes it does not have, so sizes are chosen for the batch's forward, not for each row.
 Position ids count each row's real tokens, so a row sees what it would see alone (up to the rounding
 of a wider matmul: in float32 strict methods give each row its batch-1 tokens, bar near-ties).
 """
@@ -24,7 +26,7 @@ from core.drafters.base import Drafter, Proposal, TopK
 from core.engine import (DecodeConfig, DecodeResult, TokenText, Verifier, _stop_cut, _sync, check_prompt,
                          node_traces, step_predictions)
 from core.errors import InvalidInputError
-from core.sizing import TreeSizer
+from core.sizing import TreeSizer, common_size
 from core.target_stats import step_stats
 from core.trace import StepTrace
 from core.tree import DraftTree, ancestor_matrix
@@ -161,9 +163,11 @@ def decode_batch(
         for r in active:
             proposal = r.drafter.propose(r.sequence)
             tree = proposal.tree.pruned(min(r.cfg.max_new_tokens - len(r.generated) - 1, max_context - r.length - 2), eos)
-            if r.sizer is not None:
-                tree = r.sizer.choose(tree)
             proposals.append(Proposal(tree, proposal.q_rows))
+        if all(r.sizer is not None for r in active):  # max_nodes=auto: one size for all rows, as they pad to the widest
+            ranked = [r.sizer.ranked(p.tree) for r, p in zip(active, proposals)]
+            k = common_size(ranked, active[0].sizer.cost)
+            proposals = [Proposal(p.tree.subset(sorted(order[:k])), p.q_rows) for p, (order, _) in zip(proposals, ranked)]
         trees = [p.tree for p in proposals]
         width = max(len(t) for t in trees)
         ids = torch.full((len(active), width), pad_id, dtype=torch.long)

@@ -410,8 +410,6 @@ def run_batch(
         runs.append(run)
         parts.append(_decoding_parts(method, run, target, draft, context_ids, memory))
         run.params["batch_size"] = len(prompts)
-        if parts[-1].sizer is not None:  # a node costs more when every row of the batch adds its own
-            parts[-1].sizer.cost = parts[-1].sizer.cost.for_batch(len(prompts))
     results = decode_batch(target.model, target.tokenizer, target.eos_ids, [r.prompt_ids for r in runs],
                            [x.drafter for x in parts], [x.verifier for x in parts],
                            [_decode_config(r, row_stop_strings[i] if row_stop_strings is not None else stop_strings)

@@ -49,14 +49,6 @@ class CostCurve:
         slope = (t[i + 1] - t[i]) / (s[i + 1] - s[i])
         return max(t[i] + slope * (n - s[i]), t[0])
 
-    def for_batch(self, rows: int) -> "CostCurve":
-        """One row's cost in a batch of `rows` rows with trees of its size: the forward takes rows·(n + 1)
-        tokens, so t_rows(n) = t(rows·(n + 1) − 1). Bigger batches make each node dearer: smaller trees pay."""
-        if rows <= 1:
-            return self
-        sizes = tuple(range(self.sizes[-1] + 1))
-        return CostCurve(sizes, tuple(self(rows * (n + 1) - 1) for n in sizes))
-
 
 @dataclass
 class AcceptanceRates:
@@ -88,14 +80,38 @@ def path_products(tree: DraftTree, rates: Sequence[float]) -> list[float]:
     return out
 
 
+def ranked_nodes(tree: DraftTree, rates: Sequence[float]) -> tuple[list[int], list[float]]:
+    """Draft nodes by descending path product (ties: shallower, then earlier), and every node's product:
+    any prefix of that order is prefix-closed, since a ≤ 1 puts a parent before its children."""
+    products = path_products(tree, rates)
+    return sorted(range(1, len(tree)), key=lambda i: (-products[i], tree.depths[i], i)), products
+
+
+def common_size(rows: Sequence[tuple[Sequence[int], Sequence[float]]], cost: CostCurve) -> int:
+    """One tree size k for every row of a batch (rows pad to the widest tree, so a node one row adds costs
+    every row a slot): the k with the most expected tokens over all rows per second of t(B·(k + 1) − 1),
+    each row keeping the first k nodes of its `ranked_nodes` order. Pure."""
+    b = len(rows)
+    longest = max((len(order) for order, _ in rows), default=0)
+    expected = [1.0] * b
+    best_k, best_rate = 0, b / cost(b - 1)
+    for k in range(1, longest + 1):
+        for r, (order, products) in enumerate(rows):
+            if k <= len(order):
+                expected[r] += products[order[k - 1]]
+        rate = sum(expected) / cost(b * (k + 1) - 1)
+        if rate > best_rate:
+            best_k, best_rate = k, rate
+    return best_k
+
+
 def choose_nodes(tree: DraftTree, rates: Sequence[float], cost: CostCurve, max_nodes: int | None = None) -> tuple[list[int], float]:
     """The draft nodes to keep (ids in tree order) and their expected tokens E(S).
 
     Nodes are added by descending path product (ties: shallower, then earlier), which keeps every
     parent before its children since a ≤ 1; of the prefixes of that order (at most `max_nodes` long)
     the one with the most expected tokens per second of t(|S|) wins."""
-    products = path_products(tree, rates)
-    order = sorted(range(1, len(tree)), key=lambda i: (-products[i], tree.depths[i], i))
+    order, products = ranked_nodes(tree, rates)
     if max_nodes is not None:
         order = order[:max_nodes]
     best_k, best_rate, expected = 0, 1.0 / cost(0), 1.0
@@ -121,6 +137,11 @@ class TreeSizer:
         rates = [1.0] + [self.rates.rate(tree.sources[i], tree.depths[i]) for i in range(1, len(tree))]
         kept, _ = choose_nodes(tree, rates, self.cost)
         return tree.subset(kept)
+
+    def ranked(self, tree: DraftTree) -> tuple[list[int], list[float]]:
+        """This request's ranking of `tree`'s nodes (for a batch's common size: common_size)."""
+        rates = [1.0] + [self.rates.rate(tree.sources[i], tree.depths[i]) for i in range(1, len(tree))]
+        return ranked_nodes(tree, rates)
 
     def observe(self, tree: DraftTree, path: Sequence[int]) -> None:
         self.rates.observe(tree, path)

@@ -146,17 +146,18 @@ def test_auto_size_on_smollm2_is_lossless_in_float32_and_varies_by_step(smollm2,
     assert sum(s.accepted for s in auto.steps) > 0 and len({s.tree_size for s in auto.steps}) > 1
 
 
-def test_a_batch_makes_each_rows_nodes_dearer_and_its_best_tree_smaller():
-    from core.sizing import CostCurve
+def test_a_batch_shares_one_tree_size_and_a_bigger_batch_takes_smaller_trees():
+    from core.sizing import common_size, ranked_nodes
 
     curve = CostCurve((0, 4, 16, 64), (0.040, 0.042, 0.056, 0.120))
-    four = curve.for_batch(4)
-    assert curve.for_batch(1) is curve
-    assert four(0) == pytest.approx(curve(3)) and four(3) == pytest.approx(curve(15)) and four(15) == pytest.approx(curve(63))
     tree = DraftTree.root_only(1)
     for d in range(12):
         tree.add(d, 100 + d, "context")
     rates = [1.0] + [0.7] * 12
     alone, _ = choose_nodes(tree, rates, curve)
-    batched, _ = choose_nodes(tree, rates, four)
-    assert len(batched) < len(alone)
+    ranked = ranked_nodes(tree, rates)
+    assert common_size([ranked], curve) == len(alone)  # a batch of one sizes as the single-row sizer does
+    assert common_size([ranked] * 8, curve) < len(alone)  # eight rows: each node costs eight slots
+    poor = ranked_nodes(tree, [1.0] + [0.05] * 12)
+    assert common_size([poor] * 4, curve) == 0  # nothing worth a slot in every row
+    assert common_size([ranked, ([], [1.0])], curve) >= 1  # a row with no drafts pads, the other still drafts

@@ -75,18 +75,18 @@ def run(args) -> int:
     compressor = load_compressor(args.compress, args.compressor, args.compressor_model, target, device=args.device,
                                  dtype=args.dtype, trust_remote_code=args.trust_remote_code)
     params = common.params_from(args)
-    stored = 0
+    timer = _StoreTimer()
 
     def keep(row, task, run):  # one bulk insert per finished run, outside the timed decoding
-        nonlocal stored
-        row["run_id"] = store.save_run(run, tags=["bench", f"task={task.id}", *args.tag])
-        stored += 1
+        with timer:
+            row["run_id"] = store.save_run(run, tags=["bench", f"task={task.id}", *args.tag])
 
     result = run_bench(target, tasks, methods, params, draft=draft, max_new_tokens=args.max_new_tokens, scorer=scorer,
                        on_result=keep if store is not None else None, compress=args.compress, compressor=compressor,
                        batch_size=args.batch_size)
     result["config"] = _config(args, target, draft, params, len(tasks), compressor)
-    return _report(args, result, stored, store)
+    result["store_seconds"], result["wall_seconds"] = timer.seconds, timer.wall()
+    return _report(args, result, timer.count, store)
 
 
 def _config(args, target, draft, params, n_tasks: int, compressor=None) -> dict:
@@ -117,7 +117,10 @@ def _report(args, result: dict, stored: int, store) -> int:
                   file=sys.stderr)
             return 2
     if store is not None:
-        print(f"stored {stored} runs in {store.where} (python -m workbench store list --tag bench)", file=sys.stderr)
+        share = ""
+        if result.get("store_seconds") is not None and result.get("wall_seconds"):
+            share = f", {result['store_seconds']:.2f} s writing = {100 * result['store_seconds'] / result['wall_seconds']:.1f} % of the run"
+        print(f"stored {stored} runs in {store.where}{share} (python -m workbench store list --tag bench)", file=sys.stderr)
     return 0
 
 
@@ -152,15 +155,21 @@ def _run_shard(args, tasks, methods, shard) -> int:
     config = _config(args, target, draft, params, len(tasks))
     mine = shards.shard_tasks(tasks, shard)
 
+    timer = _StoreTimer()
+
     def store_run(task, run):
-        return store.save_run(run, tags=["bench", f"task={task.id}", *args.tag]) if store is not None else None
+        if store is None:
+            return None
+        with timer:
+            return store.save_run(run, tags=["bench", f"task={task.id}", *args.tag])
 
     with Checkpoint(shards.checkpoint_path(args.out, shard), config,
                     must_match=["model", "dtype", "data", "categories", "params", "batch_size"]) as checkpoint:
         run_resumable(target, mine, methods, checkpoint, params, store_run=store_run, draft=draft,
                       max_new_tokens=args.max_new_tokens, scorer=common.task_scorer(args), batch_size=args.batch_size,
                       progress=shard.rank == 0)
-    shards.done_path(args.out, shard).write_text("done\n")
+    # the shard's time writing the store beside its wall time: the merge adds them up
+    shards.done_path(args.out, shard).write_text(json.dumps({"store_seconds": timer.seconds, "wall_seconds": timer.wall()}) + "\n")
     if args.shard or shard.rank != 0:  # a child of --num-processes, or a non-zero rank: the merge is not ours
         return 0
     shards.wait_for_shards(args.out, shard.world, args.merge_timeout)
@@ -175,6 +184,29 @@ def _merge(args, tasks, methods, shard) -> int:
     rows = shards.merge_rows(tasks, methods, [shards.read_shard(args.out, shards.Shard(k, shard.world))
                                               for k in range(shard.world)])
     header, _ = read_checkpoint(shards.checkpoint_path(args.out, shards.Shard(0, shard.world)))
+    times = [shards.shard_times(args.out, shards.Shard(k, shard.world)) for k in range(shard.world)]
     result = {"methods": summarise_rows(rows), "tasks": rows,
-              "config": {**(header or {}).get("config", {}), "processes": shard.world}}
+              "config": {**(header or {}).get("config", {}), "processes": shard.world},
+              "store_seconds": sum(t.get("store_seconds", 0.0) for t in times),
+              "wall_seconds": sum(t.get("wall_seconds", 0.0) for t in times)}  # process-seconds, as store_seconds are
     return _report(args, result, sum(r.get("run_id") is not None for r in rows), common.open_store(args))
+
+
+class _StoreTimer:
+    """Seconds spent writing runs to the store, beside the wall time since it was made (issue 21: storing
+    must stay a small share of a bench run, at batch size 8 and with several processes on one store)."""
+
+    def __init__(self):
+        import time
+
+        self._clock, self.start, self.seconds, self.count = time.perf_counter, time.perf_counter(), 0.0, 0
+
+    def __enter__(self):
+        self._t = self._clock()
+
+    def __exit__(self, *exc):
+        self.seconds += self._clock() - self._t
+        self.count += 1
+
+    def wall(self) -> float:
+        return self._clock() - self.start

@@ -125,3 +125,13 @@ def read_shard(out: str | Path, shard: Shard) -> list[dict[str, Any]]:
     from workbench.evaluation.bench import read_checkpoint
 
     return list(read_checkpoint(checkpoint_path(out, shard))[1].values())
+
+
+def shard_times(out: str | Path, shard: Shard) -> dict[str, float]:
+    """What a finished shard wrote in its done mark: its seconds writing the store and its wall seconds."""
+    import json
+
+    try:
+        return json.loads(done_path(out, shard).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
