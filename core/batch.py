@@ -51,6 +51,40 @@ class _Row:
     prefill: TopK | None = None
 
 
+def batch_bytes(config, dtype: torch.dtype, rows: int, prompt_len: int, max_new: int, width: int = 65) -> int:
+    """What a batch adds to memory at its peak, roughly: the KV cache of `rows` rows of prompt + output +
+    one tree + the tolerated holes, the prefill chunk's mask, and one step's logits. Pure."""
+    elem = torch.finfo(dtype).bits // 8
+    heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    slots = prompt_len + max_new + width + REPACK_SLACK
+    cache = 2 * config.num_hidden_layers * heads * head_dim * elem * rows * slots
+    chunk = min(prompt_len, kv.PREFILL_CHUNK)
+    mask = rows * chunk * min(prompt_len, slots) * elem
+    logits = rows * width * config.vocab_size * 4
+    return cache + mask + logits
+
+
+def free_bytes(device: torch.device) -> int:
+    """Memory free for new tensors on `device` (CUDA: the driver's count; otherwise the system's available RAM)."""
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0]
+    import psutil
+
+    return psutil.virtual_memory().available
+
+
+def check_batch_fits(model, prompts: Sequence[list[int]], max_new: int) -> None:
+    """Refuse, before any work, a batch whose cache and masks would not fit in free memory."""
+    need = batch_bytes(model.config, model.dtype, len(prompts), max(len(p) for p in prompts), max_new)
+    free = free_bytes(model.device)
+    if need > 0.9 * free:
+        raise InvalidInputError(
+            f"a batch of {len(prompts)} prompts of up to {max(len(p) for p in prompts)} tokens with {max_new} new tokens "
+            f"needs about {need / 2**30:.1f} GiB for its cache, masks and logits, and {free / 2**30:.1f} GiB are free: "
+            "use a smaller --batch-size, shorter prompts or fewer new tokens")
+
+
 def padded_mask(valid: torch.Tensor, trees: Sequence[DraftTree], width: int, dtype: torch.dtype) -> torch.Tensor:
     """(B, 1, W, C + W) additive mask: row b's query i sees b's valid cache slots and its tree ancestors;
     a padding query (i >= len(tree b)) sees only itself. Pure: tested without a model."""
@@ -129,6 +163,7 @@ def decode_batch(
     for c in cfgs:
         if c.max_new_tokens <= 0:
             raise InvalidInputError(f"max_new_tokens must be at least 1 (got {c.max_new_tokens})")
+    check_batch_fits(model, prompts, max(c.max_new_tokens for c in cfgs))
     sizers = list(sizers) if sizers is not None else [None] * len(prompts)
     rows = [_Row(i, list(p), d, v, s, c, sequence=list(p), length=len(p) - 1)
             for i, (p, d, v, s, c) in enumerate(zip(prompts, drafters, verifiers, sizers, cfgs, strict=True))]

@@ -110,3 +110,17 @@ def test_smollm2_float32_rows_match_batch_1(smollm2, size):
         params = {"max_new_tokens": 16, **({"cold": 1} if method == "recycle" else {})}
         single = [run_method(method, smollm2, p, params).output_ids for p in prompts]
         assert [r.output_ids for r in run_batch(method, smollm2, prompts, params)] == single, method
+
+
+def test_a_batch_larger_than_memory_is_refused_before_any_work(tiny, monkeypatch):
+    import core.batch
+    from core.batch import batch_bytes
+
+    cfg = tiny.model.config
+    small = batch_bytes(cfg, torch.float32, 2, 100, 32)
+    assert batch_bytes(cfg, torch.float32, 8, 100, 32) > 3 * small  # grows with the rows
+    assert batch_bytes(cfg, torch.float32, 2, 1000, 32) > 5 * small  # and with the prompt
+    monkeypatch.setattr(core.batch, "free_bytes", lambda device: small)  # as if the machine had little free
+    with pytest.raises(InvalidInputError, match="smaller --batch-size"):
+        run_batch("greedy", tiny, [[1, 2, 3]] * 8, {"max_new_tokens": 32})
+    run_batch("greedy", tiny, [[1, 2, 3]], {"max_new_tokens": 4})  # one small row still fits
