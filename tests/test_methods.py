@@ -127,6 +127,25 @@ def test_bench_interleaves_and_summarises(tiny, monkeypatch):
     assert "| pld |" in format_table(result["methods"])
 
 
+def test_repeats_report_the_spread_of_speed_and_batches_keep_task_order(tiny, monkeypatch):
+    import workbench.evaluation.bench as bench
+
+    monkeypatch.setattr(bench, "encode_prompt", lambda tok, text, chat=None: [3 + (ord(c) % 60) for c in text][:40])
+    tasks = [Task(id=str(i), task="chat", input=f"abc abc {i} abc") for i in range(3)]
+    result = bench.repeat_bench(tiny, tasks, ["pld"], {"max_new_tokens": 12}, repeats=3, progress=False)
+    assert len(result["tasks"]) == 3 * 3 * 2 and {r["repeat"] for r in result["tasks"]} == {0, 1, 2}
+    spread = result["methods"]["pld"]["speedup_spread"]
+    assert spread["n"] == 3 and spread["sd"] >= 0 and spread["ci95"] == pytest.approx(4.303 * spread["sd"] / 3 ** 0.5)
+    assert result["methods"]["greedy"]["speedup_spread"]["mean"] == pytest.approx(1.0)
+    assert "speedup_ci95" in format_table(result["methods"])
+    assert bench.spread([2.0]) == {"mean": 2.0, "sd": 0.0, "ci95": None, "n": 1}
+    batched = bench.run_bench(tiny, tasks, ["pld"], {"max_new_tokens": 12}, batch_size=2, progress=False)
+    single = bench.run_bench(tiny, tasks, ["pld"], {"max_new_tokens": 12}, progress=False)
+    key = lambda rows: [(r["id"], r["method"], r["token_ids"]) for r in rows]  # noqa: E731
+    assert key(batched["tasks"]) == key(single["tasks"])  # same rows, same order, same tokens (float32)
+    assert all(r["batch_size"] == 2 for r in batched["tasks"] if r["id"] != "2")
+
+
 def test_method_specs_carry_their_own_overrides():
     from core.errors import InvalidInputError
     from core.methods import parse_method_spec, resolve_params, split_method_list

@@ -27,6 +27,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         "threads, all writing one store; needs --out (shard checkpoints live beside it; a killed "
                         "shard resumes when the command runs again). Under `accelerate launch` the launcher's "
                         "processes are the shards")
+    p.add_argument("--repeats", type=common.number_type(int, "repeats"), default=1, metavar="N",
+                   help="run the whole benchmark N times (methods interleaved per task in each pass) and report, per "
+                        "method, the mean, standard deviation and 95 %% interval of tokens/s and speed-up over the passes")
     p.add_argument("--shard", default=None, help=argparse.SUPPRESS)  # K/N: one shard (set by --num-processes)
     p.add_argument("--merge-timeout", type=common.number_type(float, "merge_timeout"), default=86400.0, metavar="S",
                    help="under accelerate launch: how long rank 0 waits for the other shards before merging (default 1 day)")
@@ -39,7 +42,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 def run(args) -> int:
     from core.methods import get_method, parse_method_spec, resolve_params, split_method_list
-    from workbench.evaluation.bench import check_compression, format_table, load_compressor, run_bench
+    from workbench.evaluation.bench import check_compression, load_compressor, repeat_bench
     from workbench.evaluation.tasks import load_tasks
 
     methods = split_method_list(args.methods)  # variants like aasd[align_graft=1] keep their commas
@@ -50,8 +53,10 @@ def run(args) -> int:
         name, overrides = parse_method_spec(m)
         resolve_params(name, {k: v for k, v in given.items() if k in get_method(name).params} | overrides)
     check_compression(args.compress, args.compressor, args.compressor_model)
-    if args.batch_size < 1 or args.num_processes < 1:
-        raise WorkbenchError("--batch-size and --num-processes must be at least 1")
+    if args.batch_size < 1 or args.num_processes < 1 or args.repeats < 1:
+        raise WorkbenchError("--batch-size, --num-processes and --repeats must be at least 1")
+    if args.repeats > 1 and (args.num_processes > 1 or args.shard):
+        raise WorkbenchError("--repeats runs in one process: drop --num-processes, or run the command N times")
     if args.out:  # a long run must not end in an unwritable --out
         common.check_writable(args.out, "--out")
     scorer = common.task_scorer(args)  # no sandbox for --execute-code fails here, not after the run
@@ -81,9 +86,9 @@ def run(args) -> int:
         with timer:
             row["run_id"] = store.save_run(run, tags=["bench", f"task={task.id}", *args.tag])
 
-    result = run_bench(target, tasks, methods, params, draft=draft, max_new_tokens=args.max_new_tokens, scorer=scorer,
-                       on_result=keep if store is not None else None, compress=args.compress, compressor=compressor,
-                       batch_size=args.batch_size)
+    result = repeat_bench(target, tasks, methods, params, repeats=args.repeats, draft=draft, max_new_tokens=args.max_new_tokens,
+                          scorer=scorer, on_result=keep if store is not None else None, compress=args.compress,
+                          compressor=compressor, batch_size=args.batch_size)
     result["config"] = _config(args, target, draft, params, len(tasks), compressor)
     result["store_seconds"], result["wall_seconds"] = timer.seconds, timer.wall()
     return _report(args, result, timer.count, store)
@@ -94,7 +99,7 @@ def _config(args, target, draft, params, n_tasks: int, compressor=None) -> dict:
             "dtype": str(target.dtype).replace("torch.", ""), "data": str(args.data), "tasks": n_tasks,
             "categories": args.categories, "params": params, "execute_code": args.execute_code,
             "compress": args.compress, "compressor": getattr(compressor, "name", None),
-            "compressor_model": args.compressor_model, "batch_size": args.batch_size}
+            "compressor_model": args.compressor_model, "batch_size": args.batch_size, "repeats": getattr(args, "repeats", 1)}
 
 
 def _report(args, result: dict, stored: int, store) -> int:

@@ -241,6 +241,39 @@ def run_bench(
     return {"methods": summarise_rows(rows), "tasks": rows}
 
 
+# Student's t quantile t(0.975, df) for df = 1..30 (95 % two-sided); beyond 30 the normal's 1.96 is close enough.
+T975 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
+        2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042]
+
+
+def spread(values: Sequence[float | None]) -> dict[str, float | None]:
+    """Mean, sample standard deviation and the 95 % interval's half-width (Student's t) of repeated measurements."""
+    import statistics
+
+    xs = [v for v in values if v is not None]
+    if not xs:
+        return {"mean": None, "sd": None, "ci95": None, "n": 0}
+    sd = statistics.stdev(xs) if len(xs) > 1 else 0.0
+    t = T975[len(xs) - 2] if 1 < len(xs) <= 31 else 1.96
+    return {"mean": statistics.fmean(xs), "sd": sd, "ci95": t * sd / len(xs) ** 0.5 if len(xs) > 1 else None, "n": len(xs)}
+
+
+def repeat_bench(target, tasks: Sequence[Task], methods: Sequence[str], params: Mapping[str, Any] | None = None, *,
+                 repeats: int = 1, **bench_args: Any) -> dict[str, Any]:
+    """run_bench `repeats` times (each pass interleaves the methods per task, so every pass's speed-ups are
+    ratios in one run); the summary pools all passes and adds, per method, the spread of tokens/s and
+    speed-up over the passes (`tps_spread`, `speedup_spread`: mean, sd, ci95, n). Rows carry `repeat`."""
+    if repeats < 1:
+        raise InvalidInputError(f"repeats must be at least 1 (got {repeats})")
+    passes = [run_bench(target, tasks, methods, params, **bench_args) for _ in range(repeats)]
+    rows = [dict(r, repeat=i) for i, p in enumerate(passes) for r in p["tasks"]]
+    summary = summarise_rows(rows)
+    for m, row in summary.items():
+        row["tps_spread"] = spread([p["methods"][m]["tps"] for p in passes if m in p["methods"]])
+        row["speedup_spread"] = spread([p["methods"][m]["speedup"] for p in passes if m in p["methods"]])
+    return {"methods": summary, "tasks": rows, "repeats": repeats}
+
+
 def score_results(result: Mapping[str, Any], tasks: Sequence[Task], scorer: Scorer = score_task) -> dict[str, Any]:
     """Saved bench results (`{"methods": ..., "tasks": [rows]}`) scored again from each row's `text`,
     without a model: every row's `score`, and each method's mean `score` and `scored` count, replaced;
@@ -422,7 +455,13 @@ def format_table(summary: Mapping[str, Mapping[str, Any]]) -> str:
         if v is None:
             return "-"
         return f"{v:.3f}" if isinstance(v, float) else str(v)
+    repeated = any(row.get("speedup_spread") for row in summary.values())
+    if repeated:  # repeats: the spread over the passes beside the pooled values
+        cols[cols.index("speedup") + 1:cols.index("speedup") + 1] = ["speedup_sd", "speedup_ci95", "tps_sd"]
     lines = ["| method | " + " | ".join(cols) + " |", "|---" * (len(cols) + 1) + "|"]
     for name, row in summary.items():
+        if repeated:
+            row = {**row, "speedup_sd": (row.get("speedup_spread") or {}).get("sd"),
+                   "speedup_ci95": (row.get("speedup_spread") or {}).get("ci95"), "tps_sd": (row.get("tps_spread") or {}).get("sd")}
         lines.append(f"| {name} | " + " | ".join(fmt(row.get(c)) for c in cols) + " |")
     return "\n".join(lines)
