@@ -49,7 +49,9 @@ PARAMS: dict[str, ParamSpec] = {
         ParamSpec("max_nodes", 0, 0, 256, int, "draft-node budget per tree (root excluded); auto (0) = the size that "
                   "maximises expected tokens per second of this model's measured forward time (core.sizing)",
                   names={"auto": 0}),
-        ParamSpec("gamma", 6, 1, 64, int, "draft-model tokens per step (γ)"),
+        ParamSpec("gamma", 6, 0, 64, int, "draft-model tokens per step (γ); auto (0) = up to 16, drafting stops after a "
+                  "token whose draft probability is under a confidence threshold tuned online (transformers' dynamic "
+                  "speculation)", names={"auto": 0}),
         ParamSpec("warm", 0, 0, 1, int, "Token Recycling: 1 = load the model's table from the workbench home and save it "
                   "after each run (0 = the table lives in this process only)"),
         ParamSpec("cold", 0, 0, 1, int, "Token Recycling: 1 = start from an empty table of this run's own, so the run "

@@ -273,3 +273,25 @@ def test_csd_sampling_records_the_residual_correction(target, drafts):
         assert n.correction_id != n.token_id  # the residual has no mass on a rejected token
         gap = float(n.reason.split("z(x) − z(t*) ")[1].split(" ")[0])
         assert (n.decision == "rescued") == (gap >= math.log(0.05))
+
+
+def test_the_confidence_threshold_is_tuned_to_the_roc_corner():
+    from core.drafters.draft_model import START_CONFIDENCE, tune_threshold
+
+    probs = [0.9, 0.8, 0.7, 0.3, 0.2, 0.1]
+    assert tune_threshold(probs, [True, True, True, False, False, False]) == 0.7  # separable: the lowest accepted p
+    assert tune_threshold(probs, [True] * 6) == START_CONFIDENCE  # one outcome only: nothing to tune
+    assert tune_threshold([], []) == START_CONFIDENCE
+    noisy = tune_threshold(probs, [True, False, True, True, False, False])
+    assert 0.3 <= noisy <= 0.9
+
+
+def test_gamma_auto_drafts_what_it_is_confident_of_and_stays_lossless(target, drafts):
+    lengths = set()
+    for seed in range(2):
+        prompt = prompt_of(seed, 5 + 9 * seed)
+        ref = run_method("greedy", target, prompt, {"max_new_tokens": 40}).output_ids
+        run = run_method("sd", target, prompt, {"max_new_tokens": 40, "gamma": "auto"}, draft=drafts["close"])
+        assert run.output_ids == ref and run.params["gamma"] == 0
+        lengths |= {s.tree_size for s in run.steps}
+    assert len(lengths) >= 3  # the draft length follows the draft's confidence

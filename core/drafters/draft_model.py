@@ -22,6 +22,29 @@ from core.target_stats import sampling_processors
 from core.tree import DraftTree
 
 
+AUTO_GAMMA_MAX = 16  # gamma=auto: the longest draft
+START_CONFIDENCE = 0.4  # gamma=auto: the first threshold (transformers' assistant_confidence_threshold default)
+HISTORY = 512  # gamma=auto: the judged draft tokens the threshold is tuned on (the latest ones)
+
+
+def tune_threshold(probs: Sequence[float], accepted: Sequence[bool], current: float = START_CONFIDENCE) -> float:
+    """The confidence threshold closest to the ROC curve's ideal corner: among the observed draft probabilities as
+    cut-offs, the one minimising (1 − TPR)² + FPR², where a positive is an accepted draft token (transformers tunes
+    `assistant_confidence_threshold` the same way). Needs both outcomes; otherwise `current` stays. Pure."""
+    pos = sum(1 for a in accepted if a)
+    neg = len(accepted) - pos
+    if not pos or not neg:
+        return current
+    best, best_cost = current, float("inf")
+    for cut in sorted(set(probs)):
+        tpr = sum(1 for p, a in zip(probs, accepted) if a and p >= cut) / pos
+        fpr = sum(1 for p, a in zip(probs, accepted) if not a and p >= cut) / neg
+        cost = (1 - tpr) ** 2 + fpr ** 2
+        if cost < best_cost:
+            best, best_cost = cut, cost
+    return best
+
+
 class DraftModelDrafter:
     """Drafts one chain of γ tokens with a draft model (greedy at T = 0, sampled at T > 0).
 
@@ -35,7 +58,13 @@ class DraftModelDrafter:
 
     def __init__(self, model, gamma: int = 6, temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0,
                  generator: torch.Generator | None = None):
-        self.model, self.gamma, self.temperature = model, int(gamma), float(temperature)
+        # gamma=auto (0): draft up to AUTO_GAMMA_MAX, stopping after a token less confident than the tuned threshold
+        self.adaptive = int(gamma) == 0
+        self.model, self.gamma, self.temperature = model, AUTO_GAMMA_MAX if self.adaptive else int(gamma), float(temperature)
+        self.threshold = START_CONFIDENCE
+        self.seen_p: list[float] = []  # gamma=auto: draft probabilities of judged draft tokens, and whether accepted
+        self.seen_ok: list[bool] = []
+        self.drafted_p: list[float] = []
         self.processors = sampling_processors(temperature, top_k, top_p) if temperature > 0 else None
         self.generator = generator if generator is not None else torch.Generator().manual_seed(0)
         self.cache = None
@@ -89,9 +118,11 @@ class DraftModelDrafter:
             tokens.append(token)
             probs.append(p)
             qs.append(q)
+            if self.adaptive and p < self.threshold:
+                break
             if i + 1 < self.gamma:
                 logits = self._forward([token])
-        self.base, self.drafted = len(sequence), tokens
+        self.base, self.drafted, self.drafted_p = len(sequence), tokens, probs
         tree = DraftTree.root_only(sequence[-1])
         node = 0
         for token, p in zip(tokens, probs):
@@ -105,6 +136,15 @@ class DraftModelDrafter:
             if a != b:
                 break
             agree += 1
+        if self.adaptive:  # the accepted prefix, then the first rejected token (if any) were judged
+            accepted = next((j for j, (a, b) in enumerate(zip(self.drafted, new_tokens)) if a != b),
+                            min(len(self.drafted), len(new_tokens)))
+            # a token after the accepted ones was rejected, unless the step was cut there (EOS, length, stop string)
+            judged = min(len(self.drafted), accepted + (accepted < len(new_tokens)))
+            self.seen_p += self.drafted_p[:judged]
+            self.seen_ok += [j < accepted for j in range(judged)]
+            self.seen_p, self.seen_ok = self.seen_p[-HISTORY:], self.seen_ok[-HISTORY:]
+            self.threshold = tune_threshold(self.seen_p, self.seen_ok, self.threshold)
         keep = min(self.n_cached, self.base + agree)
         if keep < self.n_cached:
             kv.crop(self.cache, keep)
