@@ -42,7 +42,7 @@ sys.path.insert(0, str(ROOT))
 from workbench.evaluation.bench import Checkpoint, format_table, row_key, summarise_rows  # noqa: E402
 from workbench.evaluation.calibration import check_disjoint  # noqa: E402
 from core.errors import InvalidInputError  # noqa: E402
-from core.memory import CorrectionMemory, memory_path, pair_fingerprint, rejections, rescues  # noqa: E402
+from core.memory import CorrectionMemory, calibrated_path, memory_path, pair_fingerprint, rejections, rescues  # noqa: E402
 from core.stats import run_totals  # noqa: E402
 from core.methods import get_method, parse_method_spec, resolve_params, run_method, split_method_list  # noqa: E402
 from core.models import check_pair, encode_prompt, load_model  # noqa: E402
@@ -85,7 +85,9 @@ def single_items(limit: int, max_new_tokens: int) -> list[Item]:
 
 
 def load_memory(target, draft, allow_empty: bool, texts: list[str], path: str | None = None) -> CorrectionMemory:
-    path = Path(path) if path else memory_path(pair_fingerprint(target.fingerprint, draft.fingerprint if draft is not None else None))
+    """The calibrated memory: --memory, else the user's own (home) table, else the one shipped with the package."""
+    pair = pair_fingerprint(target.fingerprint, draft.fingerprint if draft is not None else None)
+    path = Path(path) if path else (calibrated_path(pair)[0] or memory_path(pair))
     if not path.exists():
         if not allow_empty:
             how = f"--model {target.name}" + (f" --draft {draft.name}" if draft is not None else "")
@@ -96,9 +98,12 @@ def load_memory(target, draft, allow_empty: bool, texts: list[str], path: str | 
     clash = check_disjoint(memory, texts)
     if clash:
         sys.exit(f"the memory at {path} was calibrated on {len(clash)} of these benchmark prompts; calibrate on a disjoint corpus")
-    cal = memory.meta.get("calibration", {})
-    print(f"memory {path}: {len(memory)} pairs, {memory.total} observations from {cal.get('prompts')} prompts of "
-          f"{cal.get('corpus')}; disjoint from the {len(texts)} benchmark prompts (hash check)", file=sys.stderr)
+    cal = memory.meta.get("calibration") or {}
+    forced = memory.meta.get("forced_calibration") or {}
+    source = (f"{cal.get('prompts')} prompts of {cal.get('corpus')}" if cal else "") + (" + " if cal and forced else "") + \
+        (f"{forced.get('sequences')} teacher-forced sequences of {forced.get('corpus')}" if forced else "")
+    print(f"memory {path}: {len(memory)} pairs, {memory.total} observations from {source or 'unknown'}; "
+          f"disjoint from the {len(texts)} benchmark prompts (hash check)", file=sys.stderr)
     return memory
 
 
@@ -324,7 +329,7 @@ def main() -> int:
         config = {"model": model, "draft": draft.name if draft else None, "dtype": dtype, "items": len(items),
                   "limit": args.limit, "max_new_tokens": args.max_new_tokens, "code_max_new_tokens": args.code_max_new_tokens,
                   "methods": methods, "gamma": args.gamma, "memory_pair": memory.meta.get("pair"),
-                  "memory_observations": memory.total, "memory_prompts": memory.meta.get("calibration", {}).get("prompts"),
+                  "memory_observations": memory.total, "memory_prompts": (memory.meta.get("calibration") or {}).get("prompts"),
                   "threads": args.threads or None}
         name = "bench_csd_single" if single else "bench_csd"
         out = Path(args.out) / f"{name}_{dtype}.json"

@@ -2,8 +2,15 @@
 
 Counts of (draft token, target token) pairs, one table per model pair (a fingerprint of both
 models; for single-model CSD over context drafts, the target and the word "context"). The table is
-built by calibration (plain SD over an unlabelled corpus, `rejections` of its traces), persisted as
-JSON under `workbench_home()/memory/`, loaded at start and updated online by every CSD rejection.
+built by calibration (plain SD over an unlabelled corpus, `rejections` of its traces; or teacher-forced:
+the two models' argmax disagreements over corpus text), persisted as JSON under
+`workbench_home()/memory/`, loaded at start and updated online by every CSD rejection.
+
+Shipped memories: `core/memories/<pair fingerprint>.json.gz` holds a teacher-forced table for each
+packaged model pair (built by `calibrate --mode forced --ship`). When the user has no table of their
+own for a pair, `shared_memory` starts from the shipped one (`shipped_memory_path`); the shipped file is
+never written: the first save writes the shipped counts plus the online updates to the user's home
+copy, which from then on wins (as does any table the user calibrates).
 
 Concurrency: one lock per table makes `observe` (read the count, then add one) atomic, so requests
 sharing a table in one process see exact counts. Across processes, `save` merges: under a file
@@ -15,6 +22,7 @@ from __future__ import annotations
 
 import atexit
 import datetime as dt
+import gzip
 import hashlib
 import json
 import os
@@ -49,6 +57,38 @@ def memory_path(fingerprint: str) -> Path:
     return memory_dir() / f"{fingerprint}.json"
 
 
+SHIPPED_DIR = Path(__file__).resolve().parent / "memories"
+
+
+def shipped_path(fingerprint: str) -> Path:
+    """Where the package keeps the shipped table of a pair (whether or not there is one)."""
+    return SHIPPED_DIR / f"{fingerprint}.json.gz"
+
+
+def shipped_memory_path(fingerprint: str) -> Path | None:
+    """The table shipped with the package for this pair, if there is one."""
+    path = shipped_path(fingerprint)
+    return path if path.exists() else None
+
+
+def file_sha256(path: str | Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def calibrated_path(fingerprint: str) -> tuple[Path | None, str]:
+    """The table a pair's CSD starts from and where it comes from: the user's own (home) table if there
+    is one ("home"), else the shipped one ("shipped"), else (None, "none")."""
+    home = memory_path(fingerprint)
+    if home.exists():
+        return home, "home"
+    shipped = shipped_memory_path(fingerprint)
+    return (shipped, "shipped") if shipped is not None else (None, "none")
+
+
 class CorrectionMemory:
     """A thread-safe counter of (draft token, target token) pairs, optionally backed by a file.
 
@@ -66,6 +106,10 @@ class CorrectionMemory:
         self.meta: dict[str, Any] = dict(meta or {})
         self.autosave_seconds = autosave_seconds
         self._last_save = time.monotonic()
+        # Counts read from a read-only seed (the shipped table) that `path` does not hold yet: the first
+        # save writes them there with the observations, when the file does not exist.
+        self._seed: Counter[tuple[int, int]] | None = None
+        self._seed_meta: dict[str, Any] = {}
 
     # -- reading and updating -------------------------------------------------------------
     def count(self, draft: int, target: int) -> int:
@@ -141,7 +185,10 @@ class CorrectionMemory:
             self._pending.clear()
         try:
             with _file_lock(path):
-                on_disk, meta = _read(path) if path.exists() else (Counter(), {})
+                if path.exists():
+                    on_disk, meta = _read(path)
+                else:
+                    on_disk, meta = Counter(self._seed or {}), dict(self._seed_meta)
                 merged = on_disk + pending
                 meta = {**meta, **self.meta}
                 _write(path, merged, meta)
@@ -152,6 +199,7 @@ class CorrectionMemory:
         with self._lock:
             # Adopt what other processes saved meanwhile, keeping observations made during the write.
             self._counts = merged + self._pending
+            self._seed, self._seed_meta = None, {}
         self._last_save = time.monotonic()
         if self.path is None:
             self.path = path
@@ -166,10 +214,22 @@ class CorrectionMemory:
         return mem
 
     @classmethod
-    def open(cls, path: str | Path, meta: Mapping[str, Any] | None = None, **kwargs) -> "CorrectionMemory":
-        """Load the table at `path` if there is one, else start empty (it is written on the first save)."""
+    def open(cls, path: str | Path, meta: Mapping[str, Any] | None = None, seed: str | Path | None = None,
+             **kwargs) -> "CorrectionMemory":
+        """Load the table at `path` if there is one, else start from the table at `seed` (read only; the
+        shipped memory), else empty; either way the table is written to `path` on the first save."""
         path = Path(path)
-        mem = cls.load(path, **kwargs) if path.exists() else cls(path=path, **kwargs)
+        if path.exists():
+            mem = cls.load(path, **kwargs)
+        elif seed is not None:
+            counts, seed_meta = _read(Path(seed))
+            mem = cls(counts, path=path, **kwargs)
+            mem._pending.clear()  # the seed's counts are not observations of this process
+            mem._seed = Counter(counts)
+            mem._seed_meta = {**seed_meta, "seeded_from": {"file": Path(seed).name, "sha256": file_sha256(seed)}}
+            mem.meta = dict(mem._seed_meta)
+        else:
+            mem = cls(path=path, **kwargs)
         for k, v in (meta or {}).items():
             mem.meta.setdefault(k, v)
         return mem
@@ -193,8 +253,11 @@ def _file_lock(path: Path) -> Iterator[None]:
 
 def _read(path: Path) -> tuple[Counter, dict[str, Any]]:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as e:
+        raw = path.read_bytes()
+        if path.suffix == ".gz":
+            raw = gzip.decompress(raw)
+        data = json.loads(raw.decode("utf-8"))
+    except (OSError, EOFError, UnicodeDecodeError, json.JSONDecodeError) as e:
         raise WorkbenchError(f"could not read the correction memory {path}: {e}. Delete it or run `calibrate` again.") from None
     if not isinstance(data, dict) or data.get("format") != FORMAT or not isinstance(data.get("pairs"), list):
         raise WorkbenchError(f"{path} is not a correction memory of format {FORMAT}; delete it or run `calibrate` again")
@@ -212,8 +275,13 @@ def _write(path: Path, counts: Mapping[tuple[int, int], int], meta: Mapping[str,
             "observations": sum(r[2] for r in pairs), "pairs": pairs}
     fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(data, fh, separators=(",", ":"))
+        text = json.dumps(data, separators=(",", ":")).encode("utf-8")
+        with os.fdopen(fd, "wb") as fh:
+            if path.suffix == ".gz":  # mtime 0 and no file name: the same table gives the same bytes
+                with gzip.GzipFile(filename="", mode="wb", fileobj=fh, mtime=0, compresslevel=9) as gz:
+                    gz.write(text)
+            else:
+                fh.write(text)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
@@ -230,7 +298,9 @@ AUTOSAVE_SECONDS = 60.0
 
 def shared_memory(target, draft=None) -> CorrectionMemory:
     """The process-wide table of a model pair (core.models.LoadedModel objects; `draft` None for
-    context drafts): loaded from disk on first use, saved every minute while updated and at exit."""
+    context drafts): loaded on first use from the user's home copy, or, when there is none, from the
+    table shipped with the package (`shipped_memory_path`), and saved (to the home copy, never the
+    shipped file) every minute while updated and at exit."""
     fingerprint = pair_fingerprint(target.fingerprint, draft.fingerprint if draft is not None else None)
     path = memory_path(fingerprint)
     with _SHARED_LOCK:
@@ -239,7 +309,8 @@ def shared_memory(target, draft=None) -> CorrectionMemory:
             meta = {"pair": fingerprint, "target": target.name, "target_fingerprint": target.fingerprint,
                     "draft": draft.name if draft is not None else CONTEXT_DRAFTS,
                     "draft_fingerprint": draft.fingerprint if draft is not None else None}
-            mem = _SHARED[path] = CorrectionMemory.open(path, meta=meta, autosave_seconds=AUTOSAVE_SECONDS)
+            mem = _SHARED[path] = CorrectionMemory.open(path, meta=meta, seed=shipped_memory_path(fingerprint),
+                                                        autosave_seconds=AUTOSAVE_SECONDS)
         return mem
 
 

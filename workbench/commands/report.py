@@ -164,7 +164,11 @@ def _memories(target, draft, methods, tasks, path) -> tuple[dict[str, Any], str 
         return {}, None
     base = benchmark_memory(target, draft, [t.prompt() for t in tasks], path)
     cal = base.meta.get("calibration")
-    if not cal:
+    forced = base.meta.get("forced_calibration")
+    if forced and not cal:  # the shipped memory (core/memories) or calibrate --mode forced
+        note = (f"{len(base)} pairs, {base.total} observations, teacher-forced over {forced.get('sequences')} sequences "
+                f"of {forced.get('corpus')}")
+    elif not cal:
         note = "none calibrated: CSD starts from an empty memory and learns online"
         print(f"note: {note} (python -m workbench calibrate --model {target.name}"
               + (f" --draft {draft.name}" if draft is not None else "") + ")", file=sys.stderr)

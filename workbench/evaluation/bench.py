@@ -449,7 +449,7 @@ def run_resumable(
 
 
 def format_table(summary: Mapping[str, Mapping[str, Any]]) -> str:
-    cols = ["mal", "tps", "e2e_tps", "speedup", "equal_to_greedy", "accept_rate", "score", "step_ms", "forward_share", "draft_ms_per_step",
+    cols = ["mal", "tps", "e2e_tps", "speedup", "equal_to_greedy", "accept_rate", "rescued_share", "score", "step_ms", "forward_share", "draft_ms_per_step",
             "verify_ms_per_step", "bookkeeping_ms_per_step", "tokens"]
     def fmt(v):
         if v is None:

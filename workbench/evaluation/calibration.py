@@ -176,9 +176,15 @@ def disjoint_prompts(prompts: Iterable[Prompt], benchmark: Sequence[str]) -> tup
     return kept, dropped
 
 
+def calibration_hashes(memory: CorrectionMemory) -> set[str]:
+    """Hashes of every prompt (SD-based calibration) and document (teacher-forced) the memory was built from."""
+    return {h for key in ("calibration", "forced_calibration") for h in (memory.meta.get(key) or {}).get("prompt_hashes", [])}
+
+
 def check_disjoint(memory: CorrectionMemory, texts: Iterable[str]) -> list[str]:
-    """The given benchmark prompts whose hash is among the memory's calibration prompts (should be none)."""
-    hashes = set((memory.meta.get("calibration") or {}).get("prompt_hashes", []))
+    """The given benchmark prompts whose hash is among the memory's calibration prompts or documents
+    (should be none)."""
+    hashes = calibration_hashes(memory)
     return [t for t in texts if prompt_hash(t) in hashes]
 
 
@@ -289,12 +295,14 @@ def describe(report: CalibrationReport) -> dict[str, Any]:
 
 
 def benchmark_memory(target, draft, texts: Iterable[str], path: str | Path | None = None) -> CorrectionMemory:
-    """The calibrated memory of the pair as a private in-memory table for a benchmark (empty when none
-    is calibrated): online updates never reach the file, so benchmark items cannot leak into it.
-    Refuses a memory calibrated on any of the benchmark's prompts (`texts`)."""
-    from core.memory import memory_path, pair_fingerprint
+    """The calibrated memory of the pair as a private in-memory table for a benchmark (the user's own
+    calibrated table, else the one shipped with the package, else empty): online updates never reach
+    a file, so benchmark items cannot leak into it. Refuses a memory calibrated on any of the
+    benchmark's prompts (`texts`)."""
+    from core.memory import calibrated_path, memory_path, pair_fingerprint
 
-    path = Path(path) if path else memory_path(pair_fingerprint(target.fingerprint, draft.fingerprint if draft is not None else None))
+    pair = pair_fingerprint(target.fingerprint, draft.fingerprint if draft is not None else None)
+    path = Path(path) if path else (calibrated_path(pair)[0] or memory_path(pair))
     if not path.exists():
         return CorrectionMemory(meta={"calibration": None, "path": str(path)})
     memory = CorrectionMemory.load(path)
