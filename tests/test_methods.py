@@ -138,6 +138,8 @@ def test_repeats_report_the_spread_of_speed_and_batches_keep_task_order(tiny, mo
     assert spread["n"] == 3 and spread["sd"] >= 0 and spread["ci95"] == pytest.approx(4.303 * spread["sd"] / 3 ** 0.5)
     assert result["methods"]["greedy"]["speedup_spread"]["mean"] == pytest.approx(1.0)
     assert "speedup_ci95" in format_table(result["methods"])
+    once = bench.repeat_bench(tiny, tasks[:1], ["pld"], {"max_new_tokens": 4}, repeats=1, progress=False)
+    assert "speedup_ci95" not in format_table(once["methods"])  # one pass has no spread to show
     assert bench.spread([2.0]) == {"mean": 2.0, "sd": 0.0, "ci95": None, "n": 1}
     batched = bench.run_bench(tiny, tasks, ["pld"], {"max_new_tokens": 12}, batch_size=2, progress=False)
     single = bench.run_bench(tiny, tasks, ["pld"], {"max_new_tokens": 12}, progress=False)

@@ -455,7 +455,7 @@ def format_table(summary: Mapping[str, Mapping[str, Any]]) -> str:
         if v is None:
             return "-"
         return f"{v:.3f}" if isinstance(v, float) else str(v)
-    repeated = any(row.get("speedup_spread") for row in summary.values())
+    repeated = any((row.get("speedup_spread") or {}).get("n", 0) > 1 for row in summary.values())
     if repeated:  # repeats: the spread over the passes beside the pooled values
         cols[cols.index("speedup") + 1:cols.index("speedup") + 1] = ["speedup_sd", "speedup_ci95", "tps_sd"]
     lines = ["| method | " + " | ".join(cols) + " |", "|---" * (len(cols) + 1) + "|"]
