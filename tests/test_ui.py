@@ -13,7 +13,10 @@ import pytest
 
 from core.trace import NodeTrace, RunTrace, StepTrace
 from workbench.ui import replay_view as rv
-from workbench.ui.shared import TUNABLE, step_ends
+from workbench.ui.builder import newest_run_id
+from workbench.ui.compare_tab import FLIP_CLASS, flip_applies, flip_mark
+from workbench.ui.diff_tab import diff_outputs, token_texts
+from workbench.ui.shared import TUNABLE, param_label, runs_frame, step_ends
 
 real_model = pytest.mark.real_model
 SLOTS = 4
@@ -118,6 +121,34 @@ def test_export_zip_holds_the_runs_csv(app, default_comparison):
 
 
 @real_model
+def test_diff_of_two_stored_runs_states_the_first_divergence(app, default_comparison):
+    demo, client = app
+    ids = default_comparison[-1]
+    greedy, aasd = (demo.store.load_run(ids[m]).trace for m in ("greedy", "aasd"))
+    summary, body = client.predict(ids["greedy"], ids["aasd"], api_name="/diff")
+    from core.stats import first_divergence
+    j = first_divergence(greedy.output_ids, aasd.output_ids)
+    if j is None:
+        assert summary.startswith("**identical**") and "pair differ" not in body
+    else:
+        assert f"first divergence at token {j}**" in summary and 'class="pair differ first"' in body
+    assert body.count('class="pair ') == max(len(greedy.output_ids), len(aasd.output_ids))
+    # the same run against itself, and a run this session cannot see, which reads like a missing one
+    same, _ = client.predict(ids["aasd"], f"#{ids['aasd']} aasd", api_name="/diff")
+    assert same.startswith("**identical**")
+    missing, body = client.predict(ids["greedy"], 99999, api_name="/diff")
+    assert missing.startswith("**⚠ no run 99999") and body == ""
+
+
+@real_model
+def test_replay_draws_the_runs_acceptance_per_position(app, default_comparison):
+    _, client = app
+    by_source, positions = client.predict(default_comparison[-1]["aasd"], api_name="/run_figures")
+    assert by_source["type"] == "plotly" and positions["type"] == "plotly"
+    assert "acceptance per draft position" in positions["plot"]
+
+
+@real_model
 @pytest.mark.parametrize("kw, message", [
     (dict(prompt_text="", context_text=""), "the prompt is empty"),
     (dict(context_text="lighthouse keeper " * 6000), "context is 8192"),
@@ -175,8 +206,9 @@ def test_replay_step_outputs_show_the_text_so_far_and_the_step(replay_run):
 
 def test_replay_of_a_run_without_steps_shows_its_text_and_no_figures(replay_run):
     replay_run.steps = []
-    info, text, *figures = rv.step_outputs(3, replay_run, [("whole text", "model")], [], 5)
-    assert "has no steps to replay" in info and "whole text" in text and figures == [None, None, None]
+    info, text, tree, thresholds, nodes = rv.step_outputs(3, replay_run, [("whole text", "model")], [], 5)
+    assert "has no steps to replay" in info and "whole text" in text and tree is None and thresholds is None
+    assert list(nodes.columns) == list(rv.NODE_COLUMNS) and nodes.empty  # headers, never "1 2 3"
 
 
 def test_player_stops_at_the_last_step(replay_run):
@@ -204,3 +236,52 @@ def test_rescore_summary_names_the_rule_values_and_first_change():
         "aasd-fixed: δ = 0.001: first change at step 4; MAL 2.00 → predicted **2.50**")
     result.first_divergence = None
     assert "takes none of" in rv.rescore_summary(result, {}) and "no decision changes" in rv.rescore_summary(result, {})
+
+
+def test_diff_outputs_aligns_two_runs_and_names_where_they_part(replay_run):
+    other = RunTrace(method="greedy", params={}, model="m", draft_model=None, device="cpu", dtype="float32", prompt="p",
+                     prompt_ids=[1], output_ids=[0, 1, 5], steps=[], decode_seconds=1.0)
+    a_origins = [(" a", "context"), (" b", "context"), ("!", "model"), ("?", "model")]
+    summary, body = diff_outputs(3, other, [("whole", "model")], 7, replay_run, a_origins)
+    assert summary.startswith("**first divergence at token 2** (2 equal tokens before it): #3 greedy `'⟨5⟩'` (id 5)")
+    assert "␣a" in body  # ids the other run recorded read as text
+    assert "#7 aasd `'!'` (id 2) at its step 0" in summary and "2 of 4 positions differ" in summary
+    assert body.count('class="pair same"') == 2 and body.count('class="pair differ first"') == 1
+    assert token_texts(other, [("whole", "model")]) == ["⟨0⟩", "⟨1⟩", "⟨5⟩"]  # no per-token texts: the ids
+    assert token_texts(other, [("whole", "model")], {0: " a"}) == [" a", "⟨1⟩", "⟨5⟩"]
+    same, _ = diff_outputs(7, replay_run, a_origins, 7, replay_run, a_origins)
+    assert same.startswith("**identical**: #7 aasd and #7 aasd emitted the same 4 tokens")
+
+
+def test_parameter_labels_name_each_parameter_once_with_a_readable_range():
+    assert param_label("key_len") == "key_len: default 6, range [1, 32]"  # not "key_len key_len"
+    assert param_label("delta").startswith("δ delta: default 0.1, range (")
+    assert param_label("seed") == "seed: default 0, any integer ≥ 0"  # not [0, 9223372036854775807]
+
+
+def test_empty_tables_keep_their_headers():
+    assert list(rv.flips_frame(None).columns) == list(rv.FLIP_COLUMNS)
+    assert list(rv.nodes_frame_empty().columns) == list(rv.NODE_COLUMNS)
+
+
+def test_replay_run_id_defaults_to_the_newest_visible_run_or_stays_empty(tmp_path):
+    from workbench.store import Store
+
+    store = Store(f"sqlite:///{tmp_path / 'none.db'}")
+    assert newest_run_id(runs_frame(store), None) is None  # no runs: empty, the placeholder says why
+    import pandas as pd
+
+    frame = pd.DataFrame({"id": [12, 9, 4]})
+    assert newest_run_id(frame, None) == 12 and newest_run_id(frame, float("nan")) == 12 and newest_run_id(frame, 0) == 12
+    assert newest_run_id(frame, 4) == 4  # a chosen run stays chosen
+
+
+def test_a_lossless_method_that_leaves_greedy_gets_the_flip_mark():
+    assert flip_applies("pld", {}, 3) and flip_applies("aasd-strict", {"temperature": 0}, 0)
+    assert not flip_applies("aasd", {}, 3)  # relaxed: leaving greedy is its trade, not a flip
+    assert not flip_applies("pld", {"temperature": 0.7}, 3)  # sampling: greedy's tokens are not the reference
+    assert not flip_applies("pld", {}, None) and not flip_applies("no-such-method", {}, 2)
+    mark = flip_mark(3, {"gap": 0.0002, "dtype": "float32", "near_tie": True})
+    assert mark["marker_class"] == FLIP_CLASS == "tok-flip"
+    assert mark["marker_title"].startswith("a lossless method left greedy's tokens at position 3: logit gap 0.0002")
+    assert flip_mark(5, None)["marker_title"].endswith("at position 5")  # without a measurement: the position alone

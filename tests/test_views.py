@@ -10,9 +10,9 @@ import pytest
 from core.stats import first_divergence
 from core.trace import NodeTrace, RunTrace, StepTrace
 from workbench.views import (DECISION_COLORS, NO_RUNS, ORIGIN_COLORS, SOURCE_SYMBOLS, accept_by_depth_figure,
-                             accept_by_source_figure, accept_hist_figure, emitted_nodes, legend_html, run_label,
-                             runs_bar_figure, step_origins, sweep_figure, threshold_figure, token_origins, tokens_html,
-                             tree_figure, tree_layout)
+                             accept_by_source_figure, accept_hist_figure, emitted_nodes, flip_title, legend_html,
+                             position_figure, run_label, runs_bar_figure, step_origins, sweep_figure, threshold_figure,
+                             token_diff_html, token_origins, tokens_html, tree_figure, tree_layout)
 
 
 def node(step, i, parent, depth, tok, text, source, decision, **kw) -> NodeTrace:
@@ -352,3 +352,49 @@ def test_runs_without_node_records_say_so():
     assert accept_hist_figure([hf]).layout.annotations[0].text == "no step lengths in the selected runs"
     hf.external_accept_lengths = [1, 3]
     assert dict(zip(accept_hist_figure([hf]).data[0].x, accept_hist_figure([hf]).data[0].y)) == {1: 1, 2: 0, 3: 1}
+
+
+# ---------------------------------------------------------------- token diff, positions, flips
+
+def cells(html_text: str) -> list[tuple[str, str, str, str]]:
+    """(classes, title, top token, bottom token) per position cell of token_diff_html."""
+    return re.findall(r'<span class="(pair[^"]*)" title="([^"]*)"[^>]*><span class="side a"[^>]*>(.*?)</span>'
+                      r'<span class="side b"[^>]*>(.*?)</span></span>', html_text)
+
+
+def test_token_diff_aligns_positions_and_marks_the_first_divergence():
+    out = token_diff_html([" the", " cat", " sat", "<b>"], [" the", " dog", " sat"], first_divergence([1, 2, 3, 4], [1, 5, 3]),
+                          ("#1 greedy", "#2 aasd"))
+    found = cells(out)
+    assert [c[0] for c in found] == ["pair same", "pair differ first", "pair same", "pair differ"]
+    assert [(c[2], c[3]) for c in found] == [("␣the", "␣the"), ("␣cat", "␣dog"), ("␣sat", "␣sat"), ("&lt;b&gt;", "∅")]
+    assert found[1][1].startswith("position 1: #1 greedy") and found[1][1].endswith("(first divergence)")
+    assert "only #1 greedy has a token" in found[3][1] and "<b>" not in out
+    assert "top #1 greedy" in out  # the key says which row is which run
+
+
+def test_token_diff_of_identical_outputs_has_no_red_cell():
+    out = token_diff_html(["a", "b"], ["a", "b"], None)
+    assert [c[0] for c in cells(out)] == ["pair same", "pair same"] and "differ" not in re.sub(r"tokdiff-key.*?</div>", "", out)
+
+
+def test_position_figure_plots_accepted_over_offered_per_depth():
+    run = make_run("aasd", [aasd_step(0), aasd_step(1)])
+    fig = position_figure(run, "#4 aasd").to_plotly_json()
+    bar = fig["data"][0]
+    # depth 1: both steps offered judged nodes and accepted >= 1; depth 2 likewise; depth 3: offered, accepted 2 < 3
+    assert list(bar["x"]) == [1, 2, 3] and list(bar["y"]) == [1.0, 1.0, 0.0]
+    assert list(bar["text"]) == ["2/2", "2/2", "0/2"]
+    assert "#4 aasd" in fig["layout"]["title"]["text"] and fig["layout"]["yaxis"]["title"]["text"] == "accepted / offered"
+    empty = position_figure(make_run("greedy", []))
+    assert "no judged draft nodes" in empty.layout.annotations[0].text
+
+
+def test_a_lossless_flip_gets_its_own_class_and_title():
+    origins = [("a", "model"), ("b", "context"), ("c", "model")]
+    title = flip_title(1, {"gap": 0.0004, "dtype": "float32", "near_tie": True})
+    assert title == "a lossless method left greedy's tokens at position 1: logit gap 0.0004 (float32), a near-tie"
+    assert flip_title(2) == "a lossless method left greedy's tokens at position 2"
+    found = spans(tokens_html(origins, first_divergence=1, marker_title=title, marker_class="tok-flip"))
+    assert ["tok-flip" in s for s in found] == [False, True, False] and "position 1" in found[1]
+    assert "tok-flip" not in tokens_html(origins, first_divergence=1)  # other methods keep the plain marker

@@ -17,7 +17,7 @@ import plotly.graph_objects as go
 import plotly.io as pio
 from plotly.subplots import make_subplots
 
-from core.stats import acceptance_by, run_metrics
+from core.stats import acceptance_by, position_acceptance, run_metrics
 from core.trace import NodeTrace, RunTrace, StepTrace
 
 # ---------------------------------------------------------------- colours and names
@@ -178,13 +178,16 @@ def token_origins(run: RunTrace, decode: Any = None) -> list[tuple[str, str]]:
     return [(run.output_text, "model")] if run.output_text else []
 
 
-def _span(text: str, origin: str, marked: bool, marker_title: str) -> str:
+def _span(text: str, origin: str, marked: bool, marker_title: str, marker_class: str | None = None) -> str:
     style = f"background:{ORIGIN_COLORS.get(origin, '#ffffff')};color:#111;border-radius:2px"
-    title = origin
+    title, classes = origin, f"tok tok-{html.escape(origin)}"
     if marked:
         style += f";border-left:3px solid {DIVERGENCE_COLOR}"
         title = f"{marker_title} ({origin})"
-    return (f'<span class="tok tok-{html.escape(origin)}" style="{style}" '
+        if marker_class:
+            classes += f" {html.escape(marker_class)}"
+            style += f";outline:2px dashed {DIVERGENCE_COLOR}"
+    return (f'<span class="{classes}" style="{style}" '
             f'title="{html.escape(title)}">{html.escape(text)}</span>')
 
 
@@ -193,17 +196,65 @@ def tokens_html(
     first_divergence: int | None = None,
     upto: int | None = None,
     marker_title: str = "first divergence from greedy",
+    marker_class: str | None = None,
 ) -> str:
     """Tokens as spans coloured by origin, whitespace kept; a red left border marks the token at
-    `first_divergence`; `upto` shows only the first `upto` tokens (replay)."""
+    `first_divergence` (with the CSS class `marker_class` too, when given: the compare tab's lossless
+    flips); `upto` shows only the first `upto` tokens (replay)."""
     shown = origins[:upto] if upto is not None else origins
-    parts = [_span(text, origin, i == first_divergence, marker_title) for i, (text, origin) in enumerate(shown)]
+    parts = [_span(text, origin, i == first_divergence, marker_title, marker_class) for i, (text, origin) in enumerate(shown)]
     # The shorter of two runs diverges at its own end: mark the end so the reader still sees it.
     if first_divergence is not None and first_divergence == len(origins) and len(shown) == len(origins):
-        parts.append(f'<span class="tok-divergence" style="border-left:3px solid {DIVERGENCE_COLOR}" '
+        extra = f" {html.escape(marker_class)}" if marker_class else ""
+        parts.append(f'<span class="tok-divergence{extra}" style="border-left:3px solid {DIVERGENCE_COLOR}" '
                      f'title="{html.escape(marker_title)} (output ends here)">&#8203;</span>')
     return ('<div class="tokens" style="white-space:pre-wrap;font-family:ui-monospace,monospace;'
             f'line-height:1.6">{"".join(parts)}</div>')
+
+
+def flip_title(position: int, report: Mapping[str, Any] | None = None) -> str:
+    """The hover text of a lossless method's first token that is not greedy's: the position, and, when
+    workbench.evaluation.fidelity.flip_report measured it, the target's logit gap there and whether
+    that is a near-tie (a lossless method may flip only where rounding can)."""
+    text = f"a lossless method left greedy's tokens at position {position}"
+    if report:
+        tie = "a near-tie" if report.get("near_tie") else "not a near-tie"
+        text += f": logit gap {report['gap']:.3g} ({report.get('dtype', '?')}), {tie}"
+    return text
+
+
+def token_diff_html(a: Sequence[str], b: Sequence[str], first: int | None, labels: tuple[str, str] = ("A", "B"),
+                    ids: tuple[Sequence[int], Sequence[int]] | None = None) -> str:
+    """Two outputs aligned position by position: one cell per position with run A's token above run B's;
+    cells whose tokens differ (by id when `ids` are given, else by text) are red (class `differ`), the first
+    divergence is outlined (class `first`) and each cell's title names its position. A run that ends first
+    shows ∅ in the positions it lacks."""
+    la, lb = (html.escape(x) for x in labels)
+    key_a, key_b = ids if ids is not None else (a, b)
+    cells = []
+    for i in range(max(len(a), len(b))):
+        ta, tb = (a[i] if i < len(a) else None), (b[i] if i < len(b) else None)
+        same = i < len(key_a) and i < len(key_b) and key_a[i] == key_b[i]
+        cls = "pair same" if same else "pair differ"
+        if i == first:
+            cls += " first"
+        title = f"position {i}" + ("" if same else f": {la} {ta!r} · {lb} {tb!r}" if ta is not None and tb is not None
+                                   else f": only {la if tb is None else lb} has a token")
+        if i == first:
+            title += " (first divergence)"
+        bg = "#ffffff" if same else "#ffd6d6"
+        border = f"2px solid {DIVERGENCE_COLOR}" if i == first else "1px solid #e3e3e3"
+
+        def cell(t: str | None, who: str) -> str:
+            return f'<span class="side {who}" style="display:block">{"∅" if t is None else _show(t, 24)}</span>'
+
+        cells.append(f'<span class="{cls}" title="{html.escape(title)}" style="display:inline-block;vertical-align:top;'
+                     f'margin:1px;padding:0 2px;background:{bg};border:{border};border-radius:3px">'
+                     f'{cell(ta, "a")}{cell(tb, "b")}</span>')
+    head = (f'<div class="tokdiff-key" style="font-size:0.85em;color:#555;margin-bottom:4px">each cell: top {la}, '
+            f'bottom {lb}; red: the tokens differ; outlined: the first divergence; ␣ a space, ↵ a newline</div>')
+    return ('<div class="tokdiff" style="font-family:ui-monospace,monospace;font-size:0.9em;line-height:1.4">'
+            + head + "".join(cells) + "</div>")
 
 
 def legend_html() -> str:
@@ -211,7 +262,10 @@ def legend_html() -> str:
     items = [f'<span style="background:{color};color:#111;padding:0 6px;border-radius:2px;margin-right:8px" '
              f'title="{html.escape(ORIGIN_DESCRIPTIONS[origin])}">{origin}</span>'
              for origin, color in ORIGIN_COLORS.items()]
-    items.append(f'<span style="border-left:3px solid {DIVERGENCE_COLOR};padding-left:4px">first divergence</span>')
+    items.append(f'<span style="border-left:3px solid {DIVERGENCE_COLOR};padding-left:4px;margin-right:8px">first divergence</span>')
+    items.append(f'<span style="border-left:3px solid {DIVERGENCE_COLOR};outline:2px dashed {DIVERGENCE_COLOR};padding-left:4px" '
+                 f'title="a lossless method should emit greedy\'s tokens; hover the marked token for the position and the '
+                 f'target\'s logit gap there">lossless method left greedy</span>')
     return f'<div class="token-legend" style="font-size:0.9em">{"".join(items)}</div>'
 
 
@@ -591,3 +645,26 @@ def delta_sweep_figure(sweep: Mapping[str, Any], metric: str = "score") -> go.Fi
                       margin={"t": 60}, yaxis={"title": name},
                       xaxis={"title": "δ", "type": "log", "autorange": "reversed", "tickvals": deltas, "ticktext": [f"{d:g}" for d in deltas]})
     return fig
+
+
+def position_figure(run: RunTrace, label: str | None = None) -> go.Figure:
+    """Acceptance per draft position (core.stats.position_acceptance): at position d, the share of the
+    steps offering a judged node at depth d that accepted at least d tokens; bars labelled "accepted/offered"."""
+    table = position_acceptance(run) if run is not None else {}
+    if not table:
+        return empty_figure("no judged draft nodes in this run" if run is not None else NO_RUNS)
+    depths = list(table)
+    rates = [table[d][0] / table[d][1] if table[d][1] else 0.0 for d in depths]
+    name = label or run_label(run)
+    data = [{"type": "bar", "x": depths, "y": rates, "name": name, "marker": {"color": DECISION_COLORS["accepted"]},
+             "text": [f"{table[d][0]}/{table[d][1]}" for d in depths], "textposition": "outside",
+             "customdata": [list(table[d]) for d in depths],
+             "hovertemplate": (f"{html.escape(name)}<br>position %{{x}}: %{{y:.1%}} "
+                               "(%{customdata[0]} of %{customdata[1]} steps)<extra></extra>")}]
+    return fast_figure(data, {
+        "title": {"text": f"{html.escape(name)}: acceptance per draft position (given the positions before it accepted)",
+                  "font": {"size": 14}},
+        "height": 360, "margin": {"l": 50, "r": 20, "t": 60, "b": 50}, "showlegend": False,
+        "xaxis": {"title": {"text": "draft position d (1 = first token after the root)"}, "dtick": 1},
+        "yaxis": {"title": {"text": "accepted / offered"}, "range": [0, 1.12], "tickformat": ".0%"},
+    })

@@ -9,6 +9,7 @@ from workbench import service
 from workbench.store import Store
 from workbench.ui.analytics_tab import analytics_tab
 from workbench.ui.compare_tab import compare_tab
+from workbench.ui.diff_tab import diff_tab
 from workbench.ui.export_tab import export_tab
 from workbench.ui.replay_tab import replay_tab
 from workbench.ui.access import Viewer, viewer_of
@@ -42,26 +43,44 @@ def build_app(db: str | None = None, pool: service.ModelPool | None = None, queu
             with gr.Tab("Compare"):
                 compare_tab(store, pool, compare_ids, who)
             with gr.Tab("Replay & tune") as replay:
-                runs, filt = replay_tab(store, pool, cache, who)
+                runs, filt, run_id = replay_tab(store, pool, cache, who)
+            with gr.Tab("Diff", elem_id="tab-diff") as diff:
+                diff_a, diff_b = diff_tab(store, cache, who)
             with gr.Tab("Analytics") as analytics:
                 analytics_pick = analytics_tab(store, cache, compare_ids, who)
             with gr.Tab("Export") as export:
                 export_pick = export_tab(store, cache, compare_ids, who)
 
         # Lists of stored runs are read when their tab opens, so they include the runs made since.
-        def listed(f, request: gr.Request):
-            return runs_frame(store, f, viewer=who(request))
+        def listed(f, rid, request: gr.Request):
+            """The runs table, and the run id set to the newest visible run while it is empty."""
+            frame = runs_frame(store, f, viewer=who(request))
+            return frame, newest_run_id(frame, rid)
 
         def picks(request: gr.Request):
             return gr.Dropdown(choices=run_choices(store, who(request)))
 
-        replay.select(listed, [filt], [runs], api_name=False)
+        replay.select(listed, [filt, run_id], [runs, run_id], api_name=False)
+
+        def two_picks(request: gr.Request):
+            return picks(request), picks(request)
+
+        diff.select(two_picks, None, [diff_a, diff_b], api_name=False)
         for tab, pick in ((analytics, analytics_pick), (export, export_pick)):
             tab.select(picks, None, [pick], api_name=False)
     # One generation per loaded model at a time (ModelPool's semaphores); other events stay responsive.
     demo.queue(max_size=queue_size, default_concurrency_limit=4)
     demo.store, demo.pool, demo.single_user = store, pool, single_user
     return demo
+
+
+def newest_run_id(frame, current):
+    """The run id the replay shows: the one typed or picked, else the newest listed run, else empty
+    (the field's placeholder then says how to get one). 0 counts as empty: an empty number field sends
+    0, and stored run ids start at 1."""
+    if current not in (None, "", 0) and not (isinstance(current, float) and current != current):
+        return current
+    return int(frame["id"].max()) if len(frame) else None
 
 
 def launch(demo: gr.Blocks, **kwargs: Any):

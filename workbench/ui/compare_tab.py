@@ -5,9 +5,11 @@ import gradio as gr
 
 from core.engine import check_prompt
 from core.errors import WorkbenchError
+from core.methods import get_method
 from core.params import PARAMS
 from core.stats import first_divergence, run_metrics
 from workbench import service, views
+from workbench.evaluation.fidelity import flip_report
 from workbench.evaluation.scores import score_task
 from workbench.evaluation.tasks import Task, fill_template
 from workbench.store import Store
@@ -16,6 +18,10 @@ from workbench.ui.shared import TUNABLE, error_md, gpu, metrics_md, param_label
 SLOTS = service.MAX_METHODS  # columns
 FREE_TEXT = "(free text)"
 FITTED_VARIANTS = ("aasd[auto]", "casd[auto]")  # verify with the thresholds fitted to the model (core.thresholds)
+FLIP_CLASS = "tok-flip"  # a lossless method's first token that is not greedy's
+UPLOAD_HINT = ("JSON Lines, one task a line: `{\"id\": \"q1\", \"task\": \"qa\", \"input\": \"the question\", "
+               "\"context\": \"the document (optional)\", \"answers\": [\"a reference\"]}`; optional `template` "
+               "(with `{context}` / `{input}`) and `max_new_tokens`. Spec-Bench's question.jsonl and LongBench rows load as they are.")
 MORE_PARAMS = ("key_len", "ngram", "align_m", "align_graft", "max_nodes", "gamma", "top_k", "temperature", "top_p", "seed")
 
 
@@ -29,7 +35,7 @@ def task_fields(t: Task) -> tuple[str, str, int, bool]:
 def _number(name: str) -> gr.Number:
     # No min/max on the field: core.params checks ranges and says what the parameter means.
     spec = PARAMS[name]
-    return gr.Number(spec.default, label=param_label(name), precision=0 if spec.kind is int else None)
+    return gr.Number(spec.default, label=param_label(name), precision=0 if spec.kind is int else None, elem_id=f"param-{name}")
 
 
 def compare_tab(store: Store, pool: service.ModelPool, compare_ids: gr.State, who=lambda request: None):
@@ -45,16 +51,20 @@ def compare_tab(store: Store, pool: service.ModelPool, compare_ids: gr.State, wh
                                     "aasd[auto]: the thresholds `calibrate --thresholds` fitted to the model)", scale=3)
     with gr.Row():
         task = gr.Dropdown([FREE_TEXT] + list(tasks), value=next(iter(tasks)), label="Task (bundled samples)", scale=2)
-        task_file = gr.File(label="…or upload a task file (.jsonl)", file_types=[".jsonl", ".json"], scale=2, height=90)
+        with gr.Column(scale=2):
+            task_file = gr.File(label="…or upload a task file (.jsonl, one JSON task a line)", file_types=[".jsonl", ".json"],
+                                height=90, elem_id="task-file")
+            gr.Markdown(UPLOAD_HINT, elem_id="upload-hint")
         chat = gr.Checkbox(True, label="apply the chat template", scale=1)
     uploaded = gr.State({})
     first = next(iter(tasks.values()))
     with gr.Row():
         context = gr.Textbox(first.context or "", label="Context (the draft pool; optional)", lines=6, max_lines=12, scale=3)
-        prompt = gr.Textbox(first.input, label="Prompt", lines=6, max_lines=12, scale=2)
+        prompt = gr.Textbox(first.input, label="Prompt", lines=6, max_lines=12, scale=2, elem_id="compare-prompt")
     with gr.Accordion("Parameters (every method reads the ones it takes; a changed value applies to all that take it)", open=False):
         with gr.Row():
-            max_new = gr.Slider(1, 1024, value=first.max_new_tokens or 128, step=1, label="max_new_tokens")
+            max_new = gr.Slider(1, 1024, value=first.max_new_tokens or 128, step=1, label="max_new_tokens",
+                                elem_id="compare-max-new")
             controls = {name: _number(name) for name in TUNABLE}
         with gr.Row():
             controls.update({name: _number(name) for name in MORE_PARAMS})
@@ -94,8 +104,10 @@ def compare_tab(store: Store, pool: service.ModelPool, compare_ids: gr.State, wh
     task.change(pick_task, [task, uploaded], [context, prompt, max_new, chat], api_name=False)
     task_file.change(upload, [task_file], [uploaded, task, status], api_name=False)
 
-    def blank(msg=""):
-        return [msg, []] + [gr.update()] * (3 * SLOTS)
+    def blank(msg="", heads_too=False):
+        """The status line alone: the last comparison's columns are cleared, so a message (an error, or
+        "loading…") never stands above results it does not belong to."""
+        return [msg, []] + ([""] * SLOTS if heads_too else [gr.update()] * SLOTS) + [""] * (2 * SLOTS)
 
     @gpu
     def compare(request: gr.Request, model_name, draft_name, method_list, prompt_text, context_text, use_chat,
@@ -126,7 +138,7 @@ def compare_tab(store: Store, pool: service.ModelPool, compare_ids: gr.State, wh
                         models.target, prompt_text, context_text, compress_value, compressor_name, bool(use_chat))
             check_prompt(ids, models.target.max_context)
         except WorkbenchError as e:
-            yield blank(error_md(e))
+            yield blank(error_md(e), heads_too=True)
             return
         heads_out = [f"### {method_list[i]}" if i < len(specs) else "" for i in range(SLOTS)]
         texts, metrics, run_ids = [""] * SLOTS, [""] * SLOTS, []
@@ -135,6 +147,7 @@ def compare_tab(store: Store, pool: service.ModelPool, compare_ids: gr.State, wh
         context_value = (context_text or "").strip() or None
         for slot in order:
             name = specs[slot][0]
+            flip, div, run = False, None, None
             # The worker holds the model's slot, so a client that goes away gives it back (service.stream_run)
             for prog in service.stream_run(name, models, ids, per_method[slot], prompt_text=text, context=context_value,
                                            store=store, tags=("workbench", *owner_tags), idle_cancel=pool.idle_cancel,
@@ -149,13 +162,24 @@ def compare_tab(store: Store, pool: service.ModelPool, compare_ids: gr.State, wh
                     if name == "greedy":
                         greedy_ids, greedy_tps = run.output_ids, run_metrics(run)["tps"]
                     div = first_divergence(greedy_ids, run.output_ids) if greedy_ids is not None and name != "greedy" else None
-                    texts[slot] = views.tokens_html(views.token_origins(run), first_divergence=div)
+                    flip = flip_applies(name, per_method[slot], div)
+                    texts[slot] = views.tokens_html(views.token_origins(run), first_divergence=div,
+                                                    **flip_mark(div, None) if flip else {})
                     score = score_task(chosen_task, run.output_text) if chosen_task is not None else None
                     metrics[slot] = metrics_md(run, prog.run_id, greedy_tps, score)
                 else:
                     texts[slot] = views.tokens_html(views.step_origins(prog.steps, models.target.tokenizer))
                     metrics[slot] = f"running… {len(prog.steps)} steps"
                 yield [f"running {name}…", list(run_ids)] + heads_out + metrics + texts
+            if flip and div is not None and div < min(len(greedy_ids), len(run.output_ids)):
+                # The run is over (its slot given back): one forward of the target measures the flip
+                try:
+                    with pool.slot(model_name):
+                        report = flip_report(models.target, ids, greedy_ids, run.output_ids)
+                except Exception:  # noqa: BLE001 - the mark stands on the position alone
+                    report = None
+                if report is not None:
+                    texts[slot] = views.tokens_html(views.token_origins(run), first_divergence=div, **flip_mark(div, report))
         where = store.where if viewer is None or viewer.owner is None else "yours until you share them"
         note = "" if compression is None else (f"; context compressed by {compression.compressor} to {compression.reached:.2f} "
                                               f"({compression.tokens_kept}/{compression.tokens_in} tokens) in {compression.seconds:.1f} s")
@@ -166,3 +190,21 @@ def compare_tab(store: Store, pool: service.ModelPool, compare_ids: gr.State, wh
     outputs = [status, compare_ids] + heads + stats + bodies
     event = run_btn.click(compare, inputs, outputs, api_name="compare", concurrency_id="generate")
     stop_btn.click(None, None, None, cancels=[event], api_name=False)
+
+
+def _lossless(name: str) -> bool:
+    try:
+        return get_method(name).lossless
+    except WorkbenchError:
+        return False
+
+
+def flip_applies(name: str, params, div: int | None) -> bool:
+    """A lossless method at T = 0 that left greedy's tokens (it should not, except at near-ties)."""
+    return div is not None and not (params.get("temperature") or 0) > 0 and _lossless(name)
+
+
+def flip_mark(div: int, report) -> dict:
+    """tokens_html's marker for such a flip: the class FLIP_CLASS and a title with the position (and the
+    target's logit gap there when fidelity.flip_report measured it)."""
+    return {"marker_title": views.flip_title(div, report), "marker_class": FLIP_CLASS}

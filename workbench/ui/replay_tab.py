@@ -11,7 +11,7 @@ import gradio as gr
 
 from core.errors import WorkbenchError
 from core.params import PARAMS
-from workbench import service
+from workbench import service, views
 from workbench.rescore import rescore_run
 from workbench.store import Store
 from workbench.ui import replay_view as rv
@@ -48,6 +48,17 @@ class StepPanel:
 
 
 @dataclass
+class RunPanel:
+    """The whole run's acceptance: by source and per draft position (drawn when a run loads)."""
+    by_source: gr.Plot
+    positions: gr.Plot
+
+    @property
+    def outputs(self) -> list:
+        return [self.by_source, self.positions]
+
+
+@dataclass
 class TuningPanel:
     sliders: dict[str, gr.Slider]
     rule: gr.Dropdown
@@ -70,7 +81,10 @@ def run_picker(store: Store) -> RunPicker:
         refresh = gr.Button("Refresh", scale=1)
     runs = gr.Dataframe(runs_frame(store, viewer=NOBODY), interactive=False, max_height=240, label="Stored runs (click a row to replay)")
     with gr.Row():
-        run_id = gr.Number(None, label="Run id", precision=0, scale=1, elem_id="replay-run-id")
+        # Filled when the tab opens with the newest run this session may see (builder.newest_run_id)
+        run_id = gr.Number(None, label="Run id", precision=0, scale=1, elem_id="replay-run-id",
+                           placeholder="no run yet: run a comparison, or type an id",
+                           info="opens on your newest run; click a row of the table to pick another")
         load = gr.Button("Load run", scale=1)
         play = gr.Button("▶ Play", scale=1)
         pause = gr.Button("Pause", scale=1)
@@ -85,8 +99,16 @@ def step_panel() -> StepPanel:
     with gr.Row():
         tree = gr.Plot(label="Draft tree of this step")
         thresholds = gr.Plot(label="p against the threshold (and the CSD gate)")
-    nodes = gr.Dataframe(interactive=False, max_height=260, label="Nodes of this step")
+    nodes = gr.Dataframe(rv.nodes_frame_empty(), headers=list(rv.NODE_COLUMNS), interactive=False, max_height=260,
+                         label="Nodes of this step", elem_id="replay-nodes")
     return StepPanel(info, text, tree, thresholds, nodes)
+
+
+def run_panel() -> RunPanel:
+    with gr.Row(elem_id="replay-run-figures"):
+        by_source = gr.Plot(label="This run: acceptance by source", elem_id="replay-by-source")
+        positions = gr.Plot(label="This run: acceptance per draft position", elem_id="replay-positions")
+    return RunPanel(by_source, positions)
 
 
 def tuning_panel() -> TuningPanel:
@@ -101,7 +123,8 @@ def tuning_panel() -> TuningPanel:
                        label="Judge with the rule of (same drafts; e.g. aasd-fixed to try CASD's δ on an AASD run)",
                        elem_id="tune-rule")
     summary = gr.Markdown("", elem_id="tune-summary")
-    flips = gr.Dataframe(interactive=False, max_height=260, label="Decisions that flip (step, node, why)", elem_id="tune-flips")
+    flips = gr.Dataframe(rv.flips_frame(None), headers=list(rv.FLIP_COLUMNS), interactive=False, max_height=260,
+                         label="Decisions that flip (step, node, why)", elem_id="tune-flips")
     with gr.Row():
         rerun = gr.Button("Re-run with these settings")
     with gr.Row():
@@ -119,11 +142,11 @@ class ReplayHandlers:
 
     def show_step(self, request: gr.Request, rid, k):
         if rid is None:
-            return "choose a run", "", None, None, None
+            return "choose a run", "", None, None, rv.nodes_frame_empty()
         try:
             stored, origins, ends = self.cache.get(int(rid), self.who(request))
         except WorkbenchError as e:
-            return error_md(e), "", None, None, None
+            return error_md(e), "", None, None, rv.nodes_frame_empty()
         return rv.step_outputs(int(rid), stored.trace, origins, ends, k)
 
     def load(self, request: gr.Request, rid):
@@ -150,16 +173,27 @@ class ReplayHandlers:
         nxt = rv.next_step(stored.trace, k)
         return (gr.update(), gr.Timer(active=False)) if nxt is None else (nxt, gr.update())
 
+    def run_figures(self, request: gr.Request, rid):
+        """The loaded run's acceptance by source and per draft position."""
+        if rid is None:
+            return None, None
+        try:
+            stored, _, _ = self.cache.get(int(rid), self.who(request))
+        except WorkbenchError:
+            return None, None
+        label = f"#{int(rid)} {stored.trace.method}"
+        return views.accept_by_source_figure([(label, stored.trace)]), views.position_figure(stored.trace, label)
+
     def tune(self, request: gr.Request, rid, rule_choice, *values):
         if rid is None:
-            return "load a run first", None
+            return "load a run first", rv.flips_frame(None)
         try:
             stored, _, _ = self.cache.get(int(rid), self.who(request))
             judge = rv.judge_of(rule_choice)
             params = rv.tuned_params(judge or stored.trace.method, values)
             result = rescore_run(stored.trace, params, rule=judge)
         except WorkbenchError as e:
-            return error_md(e), None
+            return error_md(e), rv.flips_frame(None)
         return rv.rescore_summary(result, params), rv.flips_frame(result)
 
     def rerun(self, request: gr.Request, rid, rule_choice, *values):
@@ -213,8 +247,10 @@ def pick_row(frame, evt: gr.SelectData) -> int:
 
 
 def replay_tab(store: Store, pool: service.ModelPool, cache: RunCache, who=lambda request: None):
-    """Build the tab and wire it; returns the runs table and its filter (refreshed when the tab opens)."""
-    picker, panel, tuning = run_picker(store), step_panel(), tuning_panel()
+    """Build the tab and wire it; returns the runs table, its filter and the run id (refreshed when the tab opens)."""
+    picker, panel = run_picker(store), step_panel()
+    whole = run_panel()
+    tuning = tuning_panel()
     h = ReplayHandlers(store, pool, cache, who)
     with gr.Row():
         share = gr.Button("Share this run (anyone using this app can then see it)", scale=1)
@@ -228,9 +264,12 @@ def replay_tab(store: Store, pool: service.ModelPool, cache: RunCache, who=lambd
     picker.refresh.click(listed, [picker.filt], [picker.runs], api_name="list_runs")
     picker.filt.submit(listed, [picker.filt], [picker.runs], api_name=False)
     share.click(h.share, [picker.run_id], [shared_md], api_name="share_run")
+    figures = dict(fn=h.run_figures, inputs=[picker.run_id], outputs=whole.outputs)
     picker.runs.select(pick_row, [picker.runs], [picker.run_id], api_name=False).then(
-        h.load, [picker.run_id], loaded, api_name=False).then(**shown, api_name=False)
-    picker.load.click(h.load, [picker.run_id], loaded, api_name="load_run").then(**shown, api_name=False)
+        h.load, [picker.run_id], loaded, api_name=False).then(**shown, api_name=False).then(**figures, api_name=False)
+    picker.load.click(h.load, [picker.run_id], loaded, api_name="load_run").then(**shown, api_name=False).then(
+        **figures, api_name=False)
+    gr.Button("Run figures", visible=False).click(**figures, api_name="run_figures")
     picker.step.change(**shown, api_name="replay_step", trigger_mode="always_last")
     picker.play.click(lambda: gr.Timer(active=True), None, [picker.timer], api_name=False)
     picker.pause.click(lambda: gr.Timer(active=False), None, [picker.timer], api_name=False)
@@ -244,4 +283,4 @@ def replay_tab(store: Store, pool: service.ModelPool, cache: RunCache, who=lambd
     tuning.rerun.click(h.rerun, [picker.run_id, *tuning.inputs],
                        [tuning.original_text, tuning.rerun_text, tuning.rerun_md], api_name="rerun",
                        concurrency_id="generate")
-    return picker.runs, picker.filt
+    return picker.runs, picker.filt, picker.run_id

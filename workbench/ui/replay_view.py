@@ -18,6 +18,8 @@ from workbench.ui.shared import SYMBOL, TUNABLE, fitted_md, metrics_md, sig
 
 OWN_RULE = "(the run's own)"
 NODE_COLUMNS = ("node", "parent", "depth", "token", "source", "p", "threshold", "entropy", "rank", "decision", "reason")
+FLIP_COLUMNS = ("step", "node", "token", "source", "p", "old_threshold", "new_threshold", "old_decision", "new_decision",
+                "reason")  # workbench.rescore.flips_table's keys, so an empty table still has its headers
 
 
 # ---------------------------------------------------------------- one step
@@ -44,11 +46,16 @@ def nodes_frame(step: StepTrace) -> pd.DataFrame:
                           "decision": n.decision, "reason": n.reason} for n in step.nodes], columns=NODE_COLUMNS)
 
 
+def nodes_frame_empty() -> pd.DataFrame:
+    """The node table before a run is loaded: its headers, no rows."""
+    return pd.DataFrame(columns=NODE_COLUMNS)
+
+
 def step_outputs(run_id: int, trace: RunTrace, origins: Sequence[tuple[str, str]], ends: Sequence[int], k: Any):
     """(header, text so far, tree figure, threshold figure, node table) of step `k`; a run without
     steps shows its whole text and no figures."""
     if not trace.steps:
-        return step_info(run_id, trace, 0), views.tokens_html(origins), None, None, None
+        return step_info(run_id, trace, 0), views.tokens_html(origins), None, None, nodes_frame_empty()
     k = clamp_step(trace, k)
     s = trace.steps[k]
     return (step_info(run_id, trace, k), views.tokens_html(origins, upto=ends[k]), views.tree_figure(s),
@@ -110,10 +117,12 @@ def rescore_summary(result: RunRescore, params: Mapping[str, Any]) -> str:
             f"(until the first divergence; after it the text would differ)")
 
 
-def flips_frame(result: RunRescore) -> pd.DataFrame:
-    """The decisions that flip, probabilities and thresholds to four significant digits."""
+def flips_frame(result: RunRescore | None) -> pd.DataFrame:
+    """The decisions that flip, probabilities and thresholds to four significant digits (headers and no
+    rows when nothing flips or nothing was re-scored yet)."""
     rounded = ("p", "old_threshold", "new_threshold")
-    return pd.DataFrame([{k: sig(v) if k in rounded else v for k, v in row.items()} for row in flips_table(result)])
+    rows = flips_table(result) if result is not None else []
+    return pd.DataFrame([{k: sig(v) if k in rounded else v for k, v in row.items()} for row in rows], columns=FLIP_COLUMNS)
 
 
 def rerun_outputs(run_id: int, trace: RunTrace, origins: Sequence[tuple[str, str]], new: RunTrace, new_id: int | None):

@@ -47,11 +47,19 @@ def error_md(e: Exception | str) -> str:
     return f"**⚠ {public_message(str(e))}**"
 
 
+UNBOUNDED = 2**31  # an upper bound this large (the seed's 2⁶³ − 1) is shown as "any integer ≥ low"
+
+
 def param_label(name: str) -> str:
-    """"δ delta: default 0.1, range (0, 1]": symbol, name, default and range from core.params."""
+    """"δ delta: default 0.1, range (0, 1]": symbol (for the Greek-letter parameters only, so no name shows
+    twice), name, default and range from core.params; a practically unbounded range reads "any integer ≥ 0"."""
     spec = PARAMS[name]
+    shown = f"{SYMBOL[name]} {name}" if name in SYMBOL else name
+    if spec.high is not None and spec.high >= UNBOUNDED:
+        kind = "integer" if spec.kind is int else "number"
+        return f"{shown}: default {spec.default}, any {kind} {'>' if spec.low_open else '≥'} {spec.low}"
     bracket = "(" if spec.low_open else "["
-    return f"{SYMBOL.get(name, name)} {name}: default {spec.default}, range {bracket}{spec.low}, {spec.high}]"
+    return f"{shown}: default {spec.default}, range {bracket}{spec.low}, {spec.high}]"
 
 
 def sig(x: float | None) -> float | None:
