@@ -158,6 +158,11 @@ class CorrectionMemory:
         with self._lock:
             return sum(self._pending.values())
 
+    def fingerprint(self) -> str:
+        """16 hex digits of SHA-256 over the sorted counts: two memories with one fingerprint rescue alike."""
+        items = sorted(self.snapshot().items())
+        return hashlib.sha256(json.dumps(items).encode()).hexdigest()[:16]
+
     def snapshot(self) -> dict[tuple[int, int], int]:
         with self._lock:
             return dict(self._counts)

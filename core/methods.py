@@ -89,9 +89,13 @@ def make_verifier(method: Method, params: Mapping[str, Any], memory=None, genera
     A given `memory` (core.memory.CorrectionMemory) is read and updated at every rejection."""
     rules, rescue = method.rules_of(params), method.rescue_of(params)
 
+    frozen = bool(params.get("memory_mode", 0))
+
     def count_of(tree):
         if memory is None:
             return None
+        if frozen:  # read only: the run leaves the memory as it found it
+            return lambda node, correction: memory.count(tree.tokens[node], correction)
         return lambda node, correction: memory.observe(tree.tokens[node], correction)
 
     temperature = float(params.get("temperature", 0.0))
@@ -245,15 +249,16 @@ for m in [
            param_defaults(*COMMON, *DRAFT, **SAMPLING), True, drafter="draft_model", needs_draft=True),
     Method("csd", "calibrated SD: a rejected draft token is rescued when its correction pair is frequent in the memory "
            "(count ≥ λ) and the target's gate passes (p(x)/p(t*) ≥ τ); over context drafts when no draft model is given",
-           param_defaults(*COMMON, *DRAFT, "tau", "lam", *POOL, "align_m", **SAMPLING), False, drafter="draft_model",
+           param_defaults(*COMMON, *DRAFT, "tau", "lam", "memory_mode", *POOL, "align_m", **SAMPLING), False, drafter="draft_model",
            drafter_without_draft="context", rescue_of=_csd_rule, reads_memory=True),
     Method("csd-context", "single-model CSD: the rescue rule over context drafts (AASD's drafter), memory keyed by the target alone",
-           param_defaults(*COMMON, "tau", "lam", *POOL, "align_m", **SAMPLING), False, drafter="context", rescue_of=_csd_rule,
-           reads_memory=True),
+           param_defaults(*COMMON, "tau", "lam", "memory_mode", *POOL, "align_m", **SAMPLING), False, drafter="context",
+           rescue_of=_csd_rule, reads_memory=True),
     Method("lossy-sd", "SD with the gate alone at a lenient τ (p(x)/p(t*) ≥ 0.6), no memory",
            param_defaults(*COMMON, *DRAFT, tau=0.6, **SAMPLING), False, drafter="draft_model", rescue_of=_gate_rule, needs_draft=True),
     Method("sd-memory-only", "ablation: SD rescuing every rejection whose pair is frequent in the memory (count ≥ λ), no gate",
-           param_defaults(*COMMON, *DRAFT, "lam", **SAMPLING), False, drafter="draft_model", rescue_of=_memory_rule, reads_memory=True,
+           param_defaults(*COMMON, *DRAFT, "lam", "memory_mode", **SAMPLING), False, drafter="draft_model", rescue_of=_memory_rule,
+           reads_memory=True,
            needs_draft=True),
     Method("sd-gating-only", "ablation: SD with the gate alone at CSD's τ (p(x)/p(t*) ≥ τ), no memory",
            param_defaults(*COMMON, *DRAFT, "tau", **SAMPLING), False, drafter="draft_model", rescue_of=_gate_rule, needs_draft=True),
@@ -465,6 +470,12 @@ class _DecodingParts:
 def _decoding_parts(method: Method, run: RunTrace, target, draft, context_ids, memory) -> _DecodingParts:
     """The drafter, verifier and tree sizer of one request; what they start from goes into the run's params."""
     p = run.params
+    if method.reads_memory:  # which memory the run read, and how: a stored run says what made it
+        if memory is None:
+            from core.memory import shared_memory
+
+            memory = shared_memory(target, draft)
+        p.update(memory_sha=memory.fingerprint(), memory_pairs=len(memory), memory_observations=memory.total)
     table = recycle_table(method, p, target)
     if table is not None:  # the table the run starts from: runs are reproducible from it (docs/RESULTS.md)
         p.update(table.state())

@@ -41,6 +41,9 @@ PARAMS: dict[str, ParamSpec] = {
                   "it used in alpha, beta, alpha_alignment, beta_alignment (delta), so it re-scores without the fit"),
         ParamSpec("tau", 0.01, 0.0, 1.0, float, "CSD gate: accept when the logit gap ≥ log τ", low_open=True),
         ParamSpec("lam", 6, 0, 1_000_000, int, "CSD memory threshold λ"),
+        ParamSpec("memory_mode", 0, 0, 1, int, "CSD's correction memory: online (0) = every rejection adds to it as the run "
+                  "goes (the paper); frozen (1) = read only, so a run leaves it as it was and repeats exactly "
+                  "(bench and report default to frozen)", names={"online": 0, "frozen": 1}),
         ParamSpec("key_len", 6, 1, 32, int, "longest n-gram key of the draft pool (l)"),
         ParamSpec("ngram", 6, 1, 64, int, "tokens per retrieved continuation (n)"),
         ParamSpec("align_m", 2, 0, 16, int, "alignment siblings per misaligned context token (m)"),

@@ -295,3 +295,20 @@ def test_gamma_auto_drafts_what_it_is_confident_of_and_stays_lossless(target, dr
         assert run.output_ids == ref and run.params["gamma"] == 0
         lengths |= {s.tree_size for s in run.steps}
     assert len(lengths) >= 3  # the draft length follows the draft's confidence
+
+
+def test_a_frozen_memory_is_read_not_written_and_runs_repeat(target, drafts):
+    from core.memory import CorrectionMemory
+
+    prompt = prompt_of(3, 12)
+    mem = CorrectionMemory()
+    run_method("csd", target, prompt, {"max_new_tokens": 40, "lam": 0, "tau": 0.05}, draft=drafts["far"], memory=mem)
+    assert mem.total > 0  # online (the default): rejections were counted
+    before = mem.snapshot()
+    runs = [run_method("csd", target, prompt, {"max_new_tokens": 40, "lam": 1, "tau": 0.05, "memory_mode": "frozen"},
+                       draft=drafts["far"], memory=mem) for _ in range(2)]
+    assert mem.snapshot() == before  # frozen: read only
+    assert runs[0].output_ids == runs[1].output_ids and runs[0].params["memory_mode"] == 1
+    assert runs[0].params["memory_sha"] == mem.fingerprint() and runs[0].params["memory_pairs"] == len(mem)
+    online = run_method("csd", target, prompt, {"max_new_tokens": 40, "lam": 1, "tau": 0.05}, draft=drafts["far"], memory=mem)
+    assert mem.snapshot() != before and online.params["memory_sha"] == runs[0].params["memory_sha"]  # recorded at the start

@@ -79,7 +79,7 @@ def run(args) -> int:
     target, draft = common.load_models(args)
     compressor = load_compressor(args.compress, args.compressor, args.compressor_model, target, device=args.device,
                                  dtype=args.dtype, trust_remote_code=args.trust_remote_code)
-    params = common.params_from(args)
+    params = common.benchmark_params(args)
     timer = _StoreTimer()
 
     def keep(row, task, run):  # one bulk insert per finished run, outside the timed decoding
@@ -156,7 +156,7 @@ def _run_shard(args, tasks, methods, shard) -> int:
         torch.set_num_threads(int(os.environ["WORKBENCH_SHARD_THREADS"]))
     store = common.open_store(args)
     target, draft = common.load_models(args)
-    params = common.params_from(args)
+    params = common.benchmark_params(args)
     config = _config(args, target, draft, params, len(tasks))
     mine = shards.shard_tasks(tasks, shard)
 

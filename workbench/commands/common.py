@@ -40,10 +40,12 @@ def add_db_arg(p: argparse.ArgumentParser) -> None:
                    help="trace store: a SQLAlchemy URL or a SQLite file (default: $WORKBENCH_DB, else <home>/traces.db)")
 
 
-def number_type(kind: type, name: str):
+def number_type(kind: type, name: str, names=None):
     """argparse's type for a parameter: an int, or a finite float (NaN passes every range check and makes
-    invalid JSON, so it is refused here, as is infinity)."""
+    invalid JSON, so it is refused here, as is infinity); or one of the parameter's words (`auto`, `frozen`)."""
     def parse(text: str):
+        if names and text.strip() in names:
+            return names[text.strip()]
         try:
             value = kind(text)
         except ValueError:
@@ -60,8 +62,9 @@ def add_param_args(p: argparse.ArgumentParser) -> None:
     """One option per method parameter (core.params.PARAMS), unset unless given."""
     g = p.add_argument_group("method parameters (defaults depend on the method)")
     for spec in PARAMS.values():
-        g.add_argument(f"--{spec.name.replace('_', '-')}", dest=spec.name, type=number_type(spec.kind, spec.name),
-                       default=None, help=f"{spec.help} (range {spec.low}..{spec.high})")
+        words = f"; or {', '.join(spec.names)}" if spec.names else ""
+        g.add_argument(f"--{spec.name.replace('_', '-')}", dest=spec.name, type=number_type(spec.kind, spec.name, spec.names),
+                       default=None, help=f"{spec.help} (range {spec.low}..{spec.high}{words})")
 
 
 def read_text_file(path: str, option: str) -> str:
@@ -152,6 +155,12 @@ def task_scorer(args: argparse.Namespace):
 def params_from(args: argparse.Namespace) -> dict:
     """The method parameters given on the command line (by name), leaving out those not given."""
     return {name: getattr(args, name) for name in PARAMS if getattr(args, name, None) is not None}
+
+
+def benchmark_params(args: argparse.Namespace) -> dict:
+    """params_from for bench and report: CSD's memory frozen unless --memory-mode online is given, so a
+    method's results do not depend on the tasks that ran before it (the papers' tables are per item)."""
+    return {"memory_mode": 1, **params_from(args)}
 
 
 def load_models(args: argparse.Namespace):

@@ -95,7 +95,7 @@ def run(args) -> int:
         return 0
 
     sets = _table_sets(args.tables)
-    params = common.params_from(args)
+    params = common.benchmark_params(args)
     methods = split_method_list(args.methods) if args.methods else table_methods(sets)
     for m in methods:  # fail on a bad method or value before loading anything
         name, overrides = parse_method_spec(m)
