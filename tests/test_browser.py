@@ -53,9 +53,11 @@ def test_compare_replay_tune_and_download(app, page, tmp_path):
 
     # Replay: load the AASD run and move the step slider
     page.get_by_role("tab", name="Replay & tune").click()
+    # opening the tab fills in the newest run; wait for it, so it does not overwrite the id typed next
+    expect(page.locator("#replay-run-id input")).to_have_value(str(max(ids.values())))
     page.locator("#replay-run-id input").fill(str(ids["aasd"]))
     page.get_by_role("button", name="Load run").click()
-    expect(page.locator("#replay-info")).to_contain_text("step 0 of 0–")
+    expect(page.locator("#replay-info")).to_contain_text(f"run #{ids['aasd']} · aasd · step 0 of 0–")
     slider_box = page.locator("#replay-step input[type=number]")
     slider_box.fill("3")
     slider_box.press("Enter")

@@ -55,7 +55,8 @@ def build_app(db: str | None = None, pool: service.ModelPool | None = None, queu
         def listed(f, rid, request: gr.Request):
             """The runs table, and the run id set to the newest visible run while it is empty."""
             frame = runs_frame(store, f, viewer=who(request))
-            return frame, newest_run_id(frame, rid)
+            rid_now = newest_run_id(frame, rid)
+            return frame, gr.update() if rid_now == rid else rid_now  # a chosen run is left as it is
 
         def picks(request: gr.Request):
             return gr.Dropdown(choices=run_choices(store, who(request)))

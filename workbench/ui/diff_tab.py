@@ -1,0 +1,83 @@
+"""The Diff tab: two stored runs' outputs aligned token by token, the positions where they differ
+highlighted and the first divergence stated (workbench.store.compare.compare_traces, which calls
+core.stats.first_divergence). Only runs this session may see are offered and read."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import gradio as gr
+
+from core.errors import InvalidInputError, WorkbenchError
+from core.trace import RunTrace
+from workbench import views
+from workbench.store.compare import compare_traces
+from workbench.ui.access import NOBODY
+from workbench.ui.shared import RunCache, error_md, parse_run_ids, run_choices
+
+
+def token_texts(trace: RunTrace, origins: Sequence[tuple[str, str]], known: dict[int, str] | None = None) -> list[str]:
+    """One text per output token: the step records' texts; where a run kept none per token (transformers'
+    baselines store their whole text as one span), the text `known` has for the id, else ⟨id⟩."""
+    if len(origins) == len(trace.output_ids):
+        return [text for text, _ in origins]
+    return [(known or {}).get(t, f"⟨{t}⟩") for t in trace.output_ids]
+
+
+def _known(trace: RunTrace, origins: Sequence[tuple[str, str]]) -> dict[int, str]:
+    return dict(zip(trace.output_ids, (t for t, _ in origins))) if len(origins) == len(trace.output_ids) else {}
+
+
+def _show(token: int | None, texts: Sequence[str], at: int | None) -> str:
+    return "(its output ends here)" if token is None or at is None or at >= len(texts) else f"`{texts[at]!r}` (id {token})"
+
+
+def diff_outputs(a_id: int, a: RunTrace, a_origins, b_id: int, b: RunTrace, b_origins) -> tuple[str, str]:
+    """(summary line, aligned HTML) of run #a_id against run #b_id."""
+    known = {**_known(a, a_origins), **_known(b, b_origins)}  # texts of ids one run recorded, for the other
+    ta, tb = token_texts(a, a_origins, known), token_texts(b, b_origins, known)
+    c = compare_traces(a, b)
+    la, lb = f"#{a_id} {a.method}", f"#{b_id} {b.method}"
+    differing = sum(x != y for x, y in zip(a.output_ids, b.output_ids)) + abs(len(a.output_ids) - len(b.output_ids))
+    if c["identical"]:
+        head = f"**identical**: {la} and {lb} emitted the same {c['tokens_a']} tokens"
+    else:
+        j = c["first_divergence"]
+        step = lambda s: "–" if s is None else s  # noqa: E731
+        head = (f"**first divergence at token {j}** ({j} equal tokens before it): {la} {_show(c['token_a'], ta, j)} "
+                f"at its step {step(c['step_a'])} · {lb} {_show(c['token_b'], tb, j)} at its step {step(c['step_b'])} · "
+                f"{differing} of {max(c['tokens_a'], c['tokens_b'])} positions differ")
+    if a.prompt_ids != b.prompt_ids:
+        head += " · ⚠ the two runs had different prompts"
+    head += f" · {la}: {c['tokens_a']} tokens, {lb}: {c['tokens_b']} tokens"
+    return head, views.token_diff_html(ta, tb, c["first_divergence"], (la, lb), ids=(a.output_ids, b.output_ids))
+
+
+def diff_runs(cache: RunCache, a, b, viewer=None) -> tuple[str, str]:
+    """The summary and HTML of two chosen runs (by id or dropdown label); errors come back as the summary."""
+    if a in (None, "") or b in (None, ""):
+        return "choose two runs", ""
+    try:
+        (ia,), (ib,) = parse_run_ids([a]), parse_run_ids([b])
+        sa, oa, _ = cache.get(ia, viewer)
+        sb, ob, _ = cache.get(ib, viewer)
+    except (WorkbenchError, ValueError) as e:
+        return error_md(e if isinstance(e, WorkbenchError) else InvalidInputError(str(e))), ""
+    return diff_outputs(ia, sa.trace, oa, ib, sb.trace, ob)
+
+
+def diff_tab(store, cache: RunCache, who) -> tuple[gr.Dropdown, gr.Dropdown]:
+    """Build the tab; returns its two run pickers (refreshed when the tab opens)."""
+    gr.Markdown("Two stored runs' outputs, aligned position by position: where they part and what each emitted there "
+                "(e.g. greedy against a relaxed method on the same prompt).")
+    with gr.Row():
+        a = gr.Dropdown(run_choices(store, NOBODY), allow_custom_value=True, label="Run A (e.g. greedy)", elem_id="diff-a", scale=3)
+        b = gr.Dropdown(run_choices(store, NOBODY), allow_custom_value=True, label="Run B", elem_id="diff-b", scale=3)
+        go = gr.Button("Diff", variant="primary", scale=1, elem_id="diff-go")
+    summary = gr.Markdown("", elem_id="diff-summary")
+    tokens = gr.HTML("", elem_id="diff-tokens")
+
+    def run(request: gr.Request, x, y):
+        return diff_runs(cache, x, y, who(request))
+
+    go.click(run, [a, b], [summary, tokens], api_name="diff")
+    return a, b
