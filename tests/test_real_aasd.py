@@ -25,7 +25,9 @@ def accepted_non_argmax(runs):
 
 
 def test_aasd_accepts_non_argmax_tokens_only_by_its_rule(smollm2, prompts):
-    params = {"max_new_tokens": 40, "alpha": 0.1, "beta": 0.1}
+    # A fixed tree budget: with max_nodes=auto the trees follow this machine's measured t(n), and on a busy
+    # machine they can shrink until no relaxed node is offered; the rule is what this test checks.
+    params = {"max_new_tokens": 40, "alpha": 0.1, "beta": 0.1, "max_nodes": 16}
     runs = [run_method("aasd", smollm2, p, params) for p in prompts]
     relaxed = accepted_non_argmax(runs)
     assert relaxed, "aasd accepted no non-argmax token on ten real prompts: the relaxed rule never acted"
