@@ -15,7 +15,8 @@ as in the paper (the HumanEval and GSM8K items after the first 40, which these b
 Every memory-reading method gets its own in-memory copy of the calibrated table, updated online
 during the run and never saved: benchmark items must not reach the file, nor one method's
 updates help another. Reports acceptance, rescued share, MAL, tokens/s, speed-up vs greedy,
-accuracy and per-step time by phase, then checks the issue's targets.
+accuracy and per-step time by phase, then checks the issue's targets. Both modes run `csd` beside
+`csd[rescue_eos=no]` (no rescue over an end-of-sequence correction; docs/CSD.md) and compare the two.
 
 Each finished (item, method) run is appended at once to results/bench_csd_<dtype>.checkpoint.jsonl,
 with the memory updates it made; a rerun with the same configuration skips those runs, replays the
@@ -51,8 +52,10 @@ from workbench.evaluation.sandbox import (HUMANEVAL_STOP, SandboxUnavailable, ch
 from workbench.evaluation.tasks import load_tasks  # noqa: E402
 
 SPEC_BENCH = ROOT.parent / "shared" / "data" / "spec_bench" / "question.jsonl"
-PAIR_METHODS = ["greedy", "sd", "hf-assisted", "lossy-sd", "csd"]
-SINGLE_METHODS = ["greedy", "aasd-strict", "aasd", "csd"]
+# csd rescues over an end of sequence as the paper does; csd[rescue_eos=no] exempts it (issue 20 item 5): both reported.
+EOS_EXEMPT_VARIANT = "csd[rescue_eos=no]"
+PAIR_METHODS = ["greedy", "sd", "hf-assisted", "lossy-sd", "csd", EOS_EXEMPT_VARIANT]
+SINGLE_METHODS = ["greedy", "aasd-strict", "aasd", "csd", EOS_EXEMPT_VARIANT]
 MATH_INSTRUCTION = "\n\nSolve the problem step by step, then give the final answer as 'The answer is <number>'."
 READS_MEMORY = {"csd", "csd-context", "sd-memory-only"}
 
@@ -239,7 +242,26 @@ def report_pair(s: dict, same_as_greedy: str) -> tuple[list[str], bool]:
     return lines, ok
 
 
-def render(result: dict, title: str, single: bool, methods: list[str], tokenizer) -> tuple[list[str], bool]:
+def eos_lines(summary: dict, rows: list[dict], methods: list[str], eos_ids) -> list[str]:
+    """Each method beside its rescue_eos=no variant (csd and csd[rescue_eos=no]): tokens written, MAL,
+    tokens/s, score, and how many rescues were over an end-of-sequence correction (the paper's rule allows
+    them; they lengthen answers rather than change a word)."""
+    eos = set(eos_ids or ())
+    lines = []
+    for m in methods:
+        name, overrides = parse_method_spec(m)
+        if m not in summary or "rescue_eos" not in get_method(name).params or resolve_params(name, overrides)["rescue_eos"]:
+            continue
+        pair = [x for x in methods if x in summary and parse_method_spec(x) == (name, {k: v for k, v in overrides.items() if k != "rescue_eos"})]
+        for label in pair + [m]:
+            row, own = summary[label], [r for r in rows if r["method"] == label]
+            over = sum(1 for r in own for x in r.get("rescues") or [] if x[2] in eos)
+            lines.append(f"  {label}: {row.get('tokens')} tokens, MAL {fmt(row.get('mal'))}, tokens/s {fmt(row.get('tps'))}, "
+                         f"score {fmt(row.get('score'))}, {over} rescues over EOS")
+    return ["rescue over an end of sequence (rescue_eos; docs/CSD.md):"] + lines if lines else []
+
+
+def render(result: dict, title: str, single: bool, methods: list[str], tokenizer, eos_ids=None) -> tuple[list[str], bool]:
     """The report printed at the end of a run and written beside its JSON as Markdown; whether the
     issue's targets passed (pair mode)."""
     s = result["methods"]
@@ -269,6 +291,7 @@ def render(result: dict, title: str, single: bool, methods: list[str], tokenizer
         lines.append(f"sd's {cov['rejections']} rejections whose pair the calibrated memory holds at count ≥ λ: "
                      + ", ".join(f"λ {k[5:]}: {v:.1%}" for k, v in cov.items() if k.startswith("lam"))
                      + f"; the memory's Good–Turing estimate of unseen pairs: {cov['unseen_share_estimate']:.1%}")
+    lines += eos_lines(s, result["tasks"], methods, eos_ids)
     changed = changed_scores(result["tasks"], tokenizer)
     if changed:
         lines += ["scores a rescuing method changed:"] + changed
@@ -353,7 +376,7 @@ def main() -> int:
         out.write_text(json.dumps(result, indent=1, default=str))
         label = "csd over context drafts" if single else "csd with the 0.5B draft"
         title = f"{model}{'' if single else ' + ' + args.draft} {dtype}: {len(items)} items, {label}"
-        lines, passed = render(result, title, single, methods, target.tokenizer)
+        lines, passed = render(result, title, single, methods, target.tokenizer, target.eos_ids)
         ok &= passed
         command = "python benchmarks/bench_csd.py " + " ".join(sys.argv[1:])
         print("\n" + "\n".join(lines))

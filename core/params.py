@@ -44,6 +44,10 @@ PARAMS: dict[str, ParamSpec] = {
         ParamSpec("memory_mode", 0, 0, 1, int, "CSD's correction memory: online (0) = every rejection adds to it as the run "
                   "goes (the paper); frozen (1) = read only, so a run leaves it as it was and repeats exactly "
                   "(bench and report default to frozen)", names={"online": 0, "frozen": 1}),
+        ParamSpec("rescue_eos", 1, 0, 1, int, "CSD's rescue over an end of sequence: yes (1) = a rejection whose correction "
+                  "t* is one of the target's EOS ids may be rescued like any other (the paper); no (0) = it never is "
+                  "(reason 't* is EOS: exempt'), so a rescue cannot lengthen an answer; the memory counts the pair either way",
+                  names={"yes": 1, "no": 0}),
         ParamSpec("key_len", 6, 1, 32, int, "longest n-gram key of the draft pool (l)"),
         ParamSpec("ngram", 6, 1, 64, int, "tokens per retrieved continuation (n)"),
         ParamSpec("align_m", 2, 0, 16, int, "alignment siblings per misaligned context token (m)"),
@@ -78,8 +82,8 @@ def validate(values: Mapping[str, Any], allowed: Mapping[str, Any]) -> dict[str,
             raise InvalidInputError(
                 f"parameter {name!r} has no effect on this method; it takes: {', '.join(sorted(allowed)) or 'no parameters'}"
             )
-        if spec.names and isinstance(value, str) and value.strip() in spec.names:
-            value = spec.names[value.strip()]
+        if spec.names and isinstance(value, str) and value.strip().lower() in spec.names:
+            value = spec.names[value.strip().lower()]
         try:
             number = spec.kind(value)
         except (TypeError, ValueError):
@@ -92,6 +96,7 @@ def validate(values: Mapping[str, Any], allowed: Mapping[str, Any]) -> dict[str,
         too_low = number <= spec.low if spec.low_open else number < spec.low
         if too_low or number > spec.high:
             bracket = "(" if spec.low_open else "["
-            raise InvalidInputError(f"{name} = {value} is out of range {bracket}{spec.low}, {spec.high}]: {spec.help}")
+            words = f" (or one of {', '.join(f'{w} = {n}' for w, n in spec.names.items())})" if spec.names else ""
+            raise InvalidInputError(f"{name} = {value} is out of range {bracket}{spec.low}, {spec.high}]{words}: {spec.help}")
         out[name] = number
     return out

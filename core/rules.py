@@ -110,27 +110,39 @@ class Rescue:
     """Which of CSD's two conditions a rejected draft token must meet to be accepted anyway.
 
     csd: both; sd-memory-only: `lam` only; sd-gating-only and lossy-sd: `tau` only.
+    `exempt`: corrections t* never rescued over, whatever the conditions say: empty by default (the paper
+    rescues over any t*, end of sequence included); the target's EOS ids under `rescue_eos=no`
+    (core.methods.rescue_for builds it from the target, so the decision stays a pure function).
     """
 
     lam: int | None = None  # memory: rescue needs count ≥ λ (None: not checked)
     tau: float | None = None  # gate: rescue needs p(x)/p(t*) ≥ τ at T = 1 (None: not checked)
+    exempt: frozenset[int] = frozenset()  # t* here: never rescued (rescue_eos=no: the target's EOS ids)
 
     def __post_init__(self):
         if self.lam is None and self.tau is None:
             raise ValueError("a rescue rule needs the memory threshold λ, the gate τ, or both")
         if self.tau is not None and not 0 < self.tau <= 1:
             raise ValueError(f"τ must be in (0, 1], got {self.tau}")
+        object.__setattr__(self, "exempt", frozenset(int(t) for t in self.exempt))
 
 
-def rescue_decision(rule: Rescue, count: int | None, gap: float) -> tuple[bool, str]:
-    """CSD lines 16-19: `count` = M[(x, t*)] read before the update, `gap` = z(x) − z(t*).
+EOS_EXEMPT = "t* is EOS: exempt (rescue_eos=no)"  # the reason of a rejection rescue_eos=no keeps
+
+
+def rescue_decision(rule: Rescue, count: int | None, gap: float, correction: int | None = None) -> tuple[bool, str]:
+    """CSD lines 16-19: `count` = M[(x, t*)] read before the update, `gap` = z(x) − z(t*), `correction` = t*.
 
     The gate compares log-probability ratios, so it is the same at any sampling temperature:
     log p(x)/p(t*) = z(x) − z(t*) at T = 1 (Eq. 3). When t* is the argmax, gap = −logit_gap.
+    A t* in `rule.exempt` (rescue_eos=no: an end of sequence) is never rescued, and the reason says so.
     """
+    exempt = correction is not None and correction in rule.exempt
     parts, ok = [], True
     if rule.lam is not None:
         if count is None:
+            if exempt:  # decided without the count
+                return False, EOS_EXEMPT
             raise ValueError("the memory condition needs the pair's count")
         is_freq = count >= rule.lam
         ok &= is_freq
@@ -140,4 +152,6 @@ def rescue_decision(rule: Rescue, count: int | None, gap: float) -> tuple[bool, 
         is_safe = gap >= log_tau
         ok &= is_safe
         parts.append(f"z(x) − z(t*) {gap:.3f} {'≥' if is_safe else '<'} log τ {log_tau:.3f}")
+    if exempt:  # the conditions stay in the reason: they say whether the paper's rule would have rescued
+        return False, "; ".join([EOS_EXEMPT, *parts])
     return ok, "; ".join(parts)

@@ -9,7 +9,8 @@ It is parameterised by
   children all failed, the child the target finds most probable is the *candidate*; `count_of(node,
   correction)` reads the memory count of (candidate, t*) before updating it (the engine's memory) or
   returns the recorded count (re-scoring), and the rescue rule may accept the candidate anyway, after
-  which the walk goes on below it.
+  which the walk goes on below it. A correction in `rescue.exempt` (`rescue_eos=no`: the target's EOS
+  ids) is never rescued over; its pair is still counted.
 
 `sample_walk` is lossless speculative sampling at T > 0 (random draws, so it is never re-scored),
 with the same rescue step at each rejection.
@@ -65,15 +66,19 @@ def best_child(kids: Sequence[int], score: Callable[[int], float]) -> int:
     return max(kids, key=lambda c: (score(c), -c))
 
 
-def _rescued(rescue: Rescue | None, count: int | None, gap: float) -> tuple[bool | None, str]:
-    """CSD's rescue test at one rejection: True / False with its reason, or None when the memory
-    count it needs is unknown."""
+def _rescued(rescue: Rescue | None, count: int | None, gap: float, correction: int | None,
+             maybe_exempt: bool = False) -> tuple[bool | None, str]:
+    """CSD's rescue test at one rejection with correction t*: True / False with its reason, or None when
+    what it needs is unknown (offline: the memory count, or whether an unrecorded t* is exempt)."""
     if rescue is None:
         return False, ""
-    if rescue.lam is not None and count is None:
+    if correction is None and maybe_exempt and rescue.exempt:
+        return None, ("the correction t* was not recorded and may be an end of sequence (p_eos = max p), which "
+                      "rescue_eos=no exempts; the walk stops here and the accepted length is a lower bound")
+    if rescue.lam is not None and count is None and correction not in rescue.exempt:
         return None, ("this node was never judged in the original run, so its memory count M[(x, t*)] is unknown; "
                       "the walk stops here and the accepted length is a lower bound")
-    return rescue_decision(rescue, count, gap)
+    return rescue_decision(rescue, count, gap, correction)
 
 
 def _finish(tree: DraftTree, path: list[int], results: Sequence[RuleResult | None], rescued: set[int],
@@ -124,7 +129,9 @@ def walk(tree: DraftTree, nodes: Sequence[NodeStats | None], logp: Sequence[floa
         correction = argmax[end] if argmax is not None else None
         count = count_of(cand, correction) if count_of is not None else None
         extra[cand] = {"correction_id": correction, "mem_count": count}
-        ok, detail = _rescued(rescue, count, -nodes[cand].logit_gap)  # t* is the argmax at T = 0
+        # t* is the argmax at T = 0; p_eos is the likeliest EOS id's p, so t* can be one only if p_eos = max p.
+        ok, detail = _rescued(rescue, count, -nodes[cand].logit_gap, correction,
+                              maybe_exempt=nodes[cand].p_eos >= nodes[cand].max_p)
         if rescue is not None:
             thresholds[cand] = rescue.tau
         why = f"{results[cand].reason}; correction {correction if correction is not None else 'not recorded'}"
@@ -211,7 +218,7 @@ def sample_walk(tree: DraftTree, logits: torch.Tensor, processors: LogitsProcess
         count = count_of(cand, correction) if count_of is not None else None
         extra[cand] = {"correction_id": correction, "mem_count": count}
         z = logits[node]
-        ok, detail = _rescued(rescue, count, float(z[tree.tokens[cand]] - z[correction]))
+        ok, detail = _rescued(rescue, count, float(z[tree.tokens[cand]] - z[correction]), correction)
         if ok is None:
             raise ValueError("CSD's memory condition (λ) needs a correction memory: pass count_of")
         thresholds[cand] = rescue.tau if rescue is not None else None

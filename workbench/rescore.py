@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from core.errors import InvalidInputError
-from core.methods import METHODS, Method, get_method, resolve_params
+from core.methods import METHODS, Method, get_method, rescue_for, resolve_params
 from core.rules import NodeStats
 from core.trace import NodeTrace, RunTrace, StepTrace
 from core.tree import DraftTree
@@ -33,7 +33,7 @@ from core.walk import UNKNOWN, walk
 
 # Parameters that only change how the target judges the drafts; any other (pool sizes, γ,
 # max_new_tokens, temperature, ...) would change the drafts themselves, which needs a new run.
-VERIFY_PARAMS = ("delta", "alpha", "beta", "alpha_alignment", "beta_alignment", "top_k", "tau", "lam")
+VERIFY_PARAMS = ("delta", "alpha", "beta", "alpha_alignment", "beta_alignment", "top_k", "tau", "lam", "rescue_eos")
 
 
 @dataclass(frozen=True)
@@ -147,12 +147,12 @@ def _argmax_rows(step: StepTrace, n: int) -> list[int | None]:
     return argmax
 
 
-def _rescore(step: StepTrace, method: Method, params: Mapping[str, Any]) -> StepRescore:
+def _rescore(step: StepTrace, method: Method, params: Mapping[str, Any], eos_ids: Sequence[int] | None = None) -> StepRescore:
     records = _records(step)
     tree = _tree(records)
     stats = [None] + [_stats(step.index, r) for r in records[1:]]
     logp = [0.0] + [_logp(s.p) for s in stats[1:]]
-    verdict = walk(tree, stats, logp, method.rules_of(params), rescue=method.rescue_of(params),
+    verdict = walk(tree, stats, logp, method.rules_of(params), rescue=rescue_for(method, params, eos_ids),
                    argmax=_argmax_rows(step, len(records)), count_of=lambda node, correction: records[node].mem_count)
     nodes = [
         NodeRescore(r.node, r.parent, r.depth, r.token_id, r.token_text, r.source, r.p, r.decision, r.threshold, r.reason,
@@ -163,12 +163,14 @@ def _rescore(step: StepTrace, method: Method, params: Mapping[str, Any]) -> Step
                        note=verdict.note)
 
 
-def rescore_step(step: StepTrace, method: str, params: Mapping[str, Any] | None = None) -> StepRescore:
-    """Judge one stored step again with `method`'s rule under `params` (over the method's defaults)."""
+def rescore_step(step: StepTrace, method: str, params: Mapping[str, Any] | None = None,
+                 eos_ids: Sequence[int] | None = None) -> StepRescore:
+    """Judge one stored step again with `method`'s rule under `params` (over the method's defaults);
+    `eos_ids`: the target's end-of-sequence ids, which `rescue_eos=no` needs (a run records them)."""
     m = get_method(method)
     p = resolve_params(method, params)
     _check_rescorable(m, p)
-    return _rescore(step, m, p)
+    return _rescore(step, m, p, eos_ids)
 
 
 def rescore_run(run: RunTrace, params: Mapping[str, Any] | None = None, rule: str | None = None) -> RunRescore:
@@ -204,7 +206,12 @@ def rescore_run(run: RunTrace, params: Mapping[str, Any] | None = None, rule: st
             f"re-scoring can change only verification parameters ({', '.join(k for k in VERIFY_PARAMS if k in new)}); "
             f"{', '.join(redraft)} would change what is drafted or decoded: run the method again instead")
     _check_rescorable(m, new)
-    steps = [_rescore(s, m, new) for s in run.steps]
+    eos_ids = run.params.get("eos_ids")  # what rescue_eos=no exempts: recorded by runs of the rescuing methods
+    if not new.get("rescue_eos", 1) and eos_ids is None:
+        raise InvalidInputError(f"rescue_eos=no exempts the target's end-of-sequence ids, which this run of {run.method!r} "
+                                "did not record (runs of csd, csd-context, lossy-sd, sd-memory-only and sd-gating-only do): "
+                                "run the method again to judge it with rescue_eos=no")
+    steps = [_rescore(s, m, new, eos_ids) for s in run.steps]
     first = next((i for i, s in enumerate(steps) if s.changed), None)
     window = steps if first is None else steps[: first + 1]
     flips = Counter(f"{n.old_decision} -> {n.decision}" for s in steps for n in s.flips)
