@@ -6,7 +6,9 @@ The loop of core.engine, per row, around one forward for the whole batch:
   tree's ancestors; padding slots see only themselves, so no row is fully masked);
 - each row keeps its own accepted path (core.cache.keep_paths), leaving holes where it accepted fewer
   tokens than the longest row; holes are squeezed out once they waste more than REPACK_SLACK slots;
-- a row that finishes leaves the batch: it stops costing compute;
+- a row that finishes leaves the batch: it stops costing compute, and with more prompts than `slots`
+  the next waiting prompt takes its place (prefilled in a cache of its own, then appended: continuous
+  batching, so the batch stays full until the queue runs dry);
 - with max_nodes=auto all rows get one tree size (core.sizing.common_size): a row padded to the widest
   tree pays for nodes it does not have, so sizes are chosen for the batch's forward, not for each row.
 Position ids count each row's real tokens, so a row sees what it would see alone (up to the rounding
@@ -15,6 +17,7 @@ of a wider matmul: in float32 strict methods give each row its batch-1 tokens, b
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -151,10 +154,15 @@ def decode_batch(
     max_context: int,
     sizers: Sequence[TreeSizer | None] | None = None,
     should_stop: Callable[[], bool] | None = None,
+    slots: int | None = None,
 ) -> list[DecodeResult]:
     """Decode every prompt with its drafter and verifier, batched; one DecodeResult per prompt, in order.
-    `cfg` is one DecodeConfig for all rows or one per row. A row's decode_seconds is the batch's time
-    until that row finished."""
+    `cfg` is one DecodeConfig for all rows or one per row.
+
+    At most `slots` rows decode at once (all of them when None); a waiting prompt takes the place of a
+    row that finished, so the batch stays full until the queue runs dry (continuous batching). Times are
+    the stream's: a row's decode_seconds is the stream's decode time until that row finished (time spent
+    prefilling admitted prompts excluded), prefill_seconds the stream's whole prefill time."""
     if not prompts:
         raise InvalidInputError("the batch is empty: give at least one prompt")
     for p in prompts:
@@ -163,37 +171,37 @@ def decode_batch(
     for c in cfgs:
         if c.max_new_tokens <= 0:
             raise InvalidInputError(f"max_new_tokens must be at least 1 (got {c.max_new_tokens})")
-    check_batch_fits(model, prompts, max(c.max_new_tokens for c in cfgs))
+    slots = len(prompts) if slots is None else slots
+    if slots < 1:
+        raise InvalidInputError(f"a batch needs at least one slot (got {slots})")
+    longest = sorted(prompts, key=len, reverse=True)[:slots]
+    check_batch_fits(model, longest, max(c.max_new_tokens for c in cfgs))
     sizers = list(sizers) if sizers is not None else [None] * len(prompts)
     rows = [_Row(i, list(p), d, v, s, c, sequence=list(p), length=len(p) - 1)
             for i, (p, d, v, s, c) in enumerate(zip(prompts, drafters, verifiers, sizers, cfgs, strict=True))]
     device, eos, text = model.device, set(eos_ids), TokenText(tokenizer)
     pad_id = int(eos_ids[0]) if eos_ids else 0
-    cache = kv.new_cache(model)
-
-    t0 = time.perf_counter()
-    keep_topk = max(r.drafter.prefill_topk for r in rows)
-    valid = _prefill(model, rows, cache, pad_id, keep_topk) if max(len(r.prompt) for r in rows) > 1 \
-        else torch.zeros((len(rows), 0), dtype=torch.bool, device=device)
-    for r in rows:
-        want = r.drafter.prefill_topk
-        r.drafter.begin(list(r.prompt), TopK(r.prefill.ids[:, :want]) if want and r.prefill is not None else None)
-    _sync(device)
-    prefill_s = time.perf_counter() - t0
-
-    active = list(rows)  # cache row b is active[b]
-    t_decode = time.perf_counter()
-    while active:
-        t_a = time.perf_counter()
+    stream = _Stream(kv.new_cache(model), torch.zeros((0, 0), dtype=torch.bool, device=device))
+    waiting = deque(rows)
+    active: list[_Row] = []  # cache row b is active[b]
+    while active or waiting:
         stop_all = should_stop is not None and should_stop()
+        if waiting and len(active) < slots and not stop_all:
+            admitted = [waiting.popleft() for _ in range(min(slots - len(active), len(waiting)))]
+            _admit(model, stream, len(active), admitted, pad_id)
+            active += admitted
+        t_a = time.perf_counter()
         for r in active:
             if stop_all:
                 r.stop_reason = "cancelled"
             elif r.length + 1 >= max_context:
                 r.stop_reason = "context_full"
-        valid, active = _drop_finished(cache, valid, active, t_decode)
+        active = _drop_finished(stream, active)
         if not active:
-            break
+            if stop_all:
+                break
+            continue
+        valid, cache = stream.valid, stream.cache
         proposals = []
         for r in active:
             proposal = r.drafter.propose(r.sequence)
@@ -241,29 +249,58 @@ def decode_batch(
         grown = torch.zeros((len(active), max(len(p) for p in paths)), dtype=torch.bool, device=device)
         for b, path in enumerate(paths):
             grown[b, : len(path)] = True
-        valid = torch.cat([valid, grown], dim=1)
-        valid = _repack(cache, valid)
+        stream.valid = _repack(cache, torch.cat([valid, grown], dim=1))
         t_e = time.perf_counter()
         for r in active:  # one forward served every row: each step records the batch's times
             step = r.steps[-1]
             step.draft_ms, step.forward_ms = (t_b - t_a) * 1e3, (t_c - t_b) * 1e3
             step.verify_ms, step.bookkeeping_ms = (t_d - t_c) * 1e3, (t_e - t_d) * 1e3
-        valid, active = _drop_finished(cache, valid, active, t_decode)
-    return [DecodeResult(r.generated, r.steps, prefill_s, r.decode_seconds, r.stop_reason or "cancelled", r.prefill)
-            for r in rows]
+        active = _drop_finished(stream, active)
+    return [DecodeResult(r.generated, r.steps, stream.prefill_seconds, r.decode_seconds, r.stop_reason or "cancelled",
+                         r.prefill) for r in rows]
 
 
-def _drop_finished(cache, valid: torch.Tensor, active: list[_Row], t_decode: float) -> tuple[torch.Tensor, list[_Row]]:
+@dataclass
+class _Stream:
+    """The batch's shared state: its cache, which slots of it hold real tokens (B, C), and its clock."""
+
+    cache: object
+    valid: torch.Tensor
+    prefill_seconds: float = 0.0  # spent prefilling admitted prompts
+    started: float = field(default_factory=time.perf_counter)
+
+    def decode_seconds(self) -> float:
+        return time.perf_counter() - self.started - self.prefill_seconds
+
+
+def _admit(model, stream: _Stream, rows_now: int, admitted: list[_Row], pad_id: int) -> None:
+    """Prefill the admitted prompts in a cache of their own, then append their rows below the batch's."""
+    t0 = time.perf_counter()
+    keep_topk = max(r.drafter.prefill_topk for r in admitted)
+    cache = kv.new_cache(model)
+    valid = _prefill(model, admitted, cache, pad_id, keep_topk) if max(len(r.prompt) for r in admitted) > 1 \
+        else torch.zeros((len(admitted), 0), dtype=torch.bool, device=model.device)
+    for r in admitted:
+        want = r.drafter.prefill_topk
+        r.drafter.begin(list(r.prompt), TopK(r.prefill.ids[:, :want]) if want and r.prefill is not None else None)
+    kv.append_rows(stream.cache, cache, rows_now, len(admitted))
+    width = max(stream.valid.shape[1], valid.shape[1])
+    pad = lambda v: torch.nn.functional.pad(v, (width - v.shape[1], 0), value=False)  # noqa: E731
+    stream.valid = torch.cat([pad(stream.valid[:rows_now]), pad(valid)], dim=0)
+    _sync(model.device)
+    stream.prefill_seconds += time.perf_counter() - t0
+
+
+def _drop_finished(stream: _Stream, active: list[_Row]) -> list[_Row]:
     keep = [b for b, r in enumerate(active) if r.stop_reason is None]
     if len(keep) == len(active):
-        return valid, active
-    now = time.perf_counter() - t_decode
+        return active
     for r in active:
         if r.stop_reason is not None:
-            r.decode_seconds = now
-    if keep:
-        kv.select_rows(cache, keep)
-    return valid[keep], [active[b] for b in keep]
+            r.decode_seconds = stream.decode_seconds()
+    kv.select_rows(stream.cache, keep)
+    stream.valid = stream.valid[keep]
+    return [active[b] for b in keep]
 
 
 def _repack(cache, valid: torch.Tensor) -> torch.Tensor:

@@ -113,9 +113,46 @@ def select_rows(cache: DynamicCache, rows: Sequence[int]) -> None:
     for layer in _layers(cache):
         if getattr(layer, "keys", None) is None or layer.keys.numel() == 0:
             continue
-        index = torch.tensor(list(rows), device=layer.keys.device)
+        index = torch.tensor(list(rows), dtype=torch.long, device=layer.keys.device)
         layer.keys = layer.keys.index_select(0, index)
         layer.values = layer.values.index_select(0, index)
+
+
+@torch.inference_mode()
+def append_rows(cache: DynamicCache, other: DynamicCache, rows: int, other_rows: int) -> None:
+    """Rows of `other` (other_rows of them) join `cache` (rows of them) below its rows. Both are left-padded
+    with zero slots to the wider one's length (the caller's validity mask hides the padding). A cache that
+    has seen no token yet (prompts of one token) has no tensors: its rows get zero slots of their own."""
+    theirs_by_index = list(_layers(other))
+    for i, mine in enumerate(_layers(cache)):
+        theirs = theirs_by_index[i] if i < len(theirs_by_index) else None  # a cache without config adds layers lazily
+        have_mine, have_theirs = _filled(mine), _filled(theirs)
+        if not have_mine and not have_theirs:
+            continue
+        like = mine if have_mine else theirs
+        parts = []
+        for layer, n in ((mine, rows), (theirs, other_rows)):
+            if _filled(layer):
+                parts.append((layer.keys, layer.values))
+            else:
+                empty = like.keys.new_zeros((n, like.keys.shape[1], 0, like.keys.shape[3]))
+                parts.append((empty, like.values.new_zeros((n, like.values.shape[1], 0, like.values.shape[3]))))
+        width = max(k.shape[2] for k, _ in parts)
+        keys = torch.cat([_left_pad(k, width) for k, _ in parts], dim=0)
+        values = torch.cat([_left_pad(v, width) for _, v in parts], dim=0)
+        if not have_mine:
+            mine.lazy_initialization(keys, values)
+        mine.keys, mine.values = keys, values
+
+
+def _filled(layer) -> bool:
+    """Whether the layer holds (B, H, C, D) tensors, even with no rows or slots (before its first update it
+    holds nothing, or an empty 1-D placeholder)."""
+    return layer is not None and getattr(layer, "keys", None) is not None and layer.keys.dim() == 4
+
+
+def _left_pad(x: torch.Tensor, width: int) -> torch.Tensor:
+    return torch.nn.functional.pad(x, (0, 0, width - x.shape[2], 0)) if x.shape[2] < width else x
 
 
 def _gather_slots(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 import torch
@@ -34,6 +34,7 @@ COMMON = ("max_new_tokens",)
 POOL = ("key_len", "ngram", "max_nodes", "fallback")
 ALIGN = ("align_m", "align_graft", "align_generated")
 DRAFT = ("gamma",)
+RESCUE = ("rescue_eos",)  # every method with a rescue rule: may it rescue over an end of sequence (core.params)
 TABLE = ("warm", "cold")  # Token Recycling's table: where it lives (core.drafters.recycle)
 SAMPLING = dict(temperature=0.0, seed=0, top_k=0, top_p=1.0)
 
@@ -84,10 +85,28 @@ def param_defaults(*names: str, **overrides: Any) -> dict[str, Any]:
     return out
 
 
-def make_verifier(method: Method, params: Mapping[str, Any], memory=None, generator: torch.Generator | None = None) -> Verifier:
+def rescue_for(method: Method, params: Mapping[str, Any], eos_ids: Sequence[int] | None = None) -> Rescue | None:
+    """The method's rescue rule for a target whose end-of-sequence ids are `eos_ids` (else the `eos_ids` a
+    run recorded in its params): with `rescue_eos=no` a correction t* among them is never rescued over.
+    The engine (make_verifier) and the offline re-scoring (workbench.rescore) both build it here."""
+    rescue = method.rescue_of(params)
+    if rescue is None or params.get("rescue_eos", 1):
+        return rescue
+    ids = eos_ids if eos_ids is not None else params.get("eos_ids")
+    if ids is None:
+        raise InvalidInputError(f"{method.name}[rescue_eos=no] exempts the target's end-of-sequence ids, which are not "
+                                "known here: pass the target's eos_ids (a run records them in its params as eos_ids)")
+    if not ids:
+        warnings.warn(f"{method.name}[rescue_eos=no]: the target has no end-of-sequence id, so nothing is exempt")
+    return replace(rescue, exempt=frozenset(int(t) for t in ids))
+
+
+def make_verifier(method: Method, params: Mapping[str, Any], memory=None, generator: torch.Generator | None = None,
+                  eos_ids: Sequence[int] | None = None) -> Verifier:
     """The method's verification: `walk` with its rule and rescue at T = 0, `sample_walk` above it.
-    A given `memory` (core.memory.CorrectionMemory) is read and updated at every rejection."""
-    rules, rescue = method.rules_of(params), method.rescue_of(params)
+    A given `memory` (core.memory.CorrectionMemory) is read and updated at every rejection; `eos_ids`
+    (the target's) are what `rescue_eos=no` exempts from rescue (rescue_for)."""
+    rules, rescue = method.rules_of(params), rescue_for(method, params, eos_ids)
 
     frozen = bool(params.get("memory_mode", 0))
 
@@ -158,7 +177,8 @@ def build(method: Method, params: Mapping[str, Any], *, target=None, draft=None,
     env = DraftEnv(target=target, draft=draft, context_ids=list(context_ids) if context_ids is not None else None,
                    generator=generator, table=table)
     drafter = make_drafter(name, dict(params), env)
-    return drafter, make_verifier(method, params, memory, generator)
+    eos_ids = getattr(target, "eos_ids", None)
+    return drafter, make_verifier(method, params, memory, generator, eos_ids=eos_ids)
 
 
 # The rules of the rule-based methods. AASD's split (core.rules.by_source): relaxed for copied and
@@ -249,19 +269,21 @@ for m in [
            param_defaults(*COMMON, *DRAFT, **SAMPLING), True, drafter="draft_model", needs_draft=True),
     Method("csd", "calibrated SD: a rejected draft token is rescued when its correction pair is frequent in the memory "
            "(count ≥ λ) and the target's gate passes (p(x)/p(t*) ≥ τ); over context drafts when no draft model is given",
-           param_defaults(*COMMON, *DRAFT, "tau", "lam", "memory_mode", *POOL, "align_m", **SAMPLING), False, drafter="draft_model",
+           param_defaults(*COMMON, *DRAFT, "tau", "lam", "memory_mode", *RESCUE, *POOL, "align_m", **SAMPLING), False, drafter="draft_model",
            drafter_without_draft="context", rescue_of=_csd_rule, reads_memory=True),
     Method("csd-context", "single-model CSD: the rescue rule over context drafts (AASD's drafter), memory keyed by the target alone",
-           param_defaults(*COMMON, "tau", "lam", "memory_mode", *POOL, "align_m", **SAMPLING), False, drafter="context",
+           param_defaults(*COMMON, "tau", "lam", "memory_mode", *RESCUE, *POOL, "align_m", **SAMPLING), False, drafter="context",
            rescue_of=_csd_rule, reads_memory=True),
     Method("lossy-sd", "SD with the gate alone at a lenient τ (p(x)/p(t*) ≥ 0.6), no memory",
-           param_defaults(*COMMON, *DRAFT, tau=0.6, **SAMPLING), False, drafter="draft_model", rescue_of=_gate_rule, needs_draft=True),
+           param_defaults(*COMMON, *DRAFT, *RESCUE, tau=0.6, **SAMPLING), False, drafter="draft_model", rescue_of=_gate_rule,
+           needs_draft=True),
     Method("sd-memory-only", "ablation: SD rescuing every rejection whose pair is frequent in the memory (count ≥ λ), no gate",
-           param_defaults(*COMMON, *DRAFT, "lam", "memory_mode", **SAMPLING), False, drafter="draft_model", rescue_of=_memory_rule,
+           param_defaults(*COMMON, *DRAFT, "lam", "memory_mode", *RESCUE, **SAMPLING), False, drafter="draft_model", rescue_of=_memory_rule,
            reads_memory=True,
            needs_draft=True),
     Method("sd-gating-only", "ablation: SD with the gate alone at CSD's τ (p(x)/p(t*) ≥ τ), no memory",
-           param_defaults(*COMMON, *DRAFT, "tau", **SAMPLING), False, drafter="draft_model", rescue_of=_gate_rule, needs_draft=True),
+           param_defaults(*COMMON, *DRAFT, "tau", *RESCUE, **SAMPLING), False, drafter="draft_model", rescue_of=_gate_rule,
+           needs_draft=True),
 ]:
     register(m)
 
@@ -396,11 +418,13 @@ def run_batch(
     max_new_tokens: Sequence[int] | None = None,
     row_stop_strings: Sequence[Sequence[str]] | None = None,
     should_stop: Callable[[], bool] | None = None,
+    slots: int | None = None,
 ) -> list[RunTrace]:
     """Run method `name` on several prompts in one batch (core.batch): one RunTrace per prompt, as
     run_method would give it (strict methods: the same tokens, bar float near-ties). `max_new_tokens`
-    and `row_stop_strings` override the parameter and `stop_strings` per prompt. A run's decode_seconds
-    is the batch's time until it finished."""
+    and `row_stop_strings` override the parameter and `stop_strings` per prompt. At most `slots` prompts
+    decode at once (all when None); a waiting prompt takes a finished row's place. A run's decode_seconds
+    is the batch's decode time until it finished."""
     from core.batch import decode_batch
 
     method = get_method(name)
@@ -416,12 +440,12 @@ def run_batch(
         _, run, context_ids = _new_run(name, target, ids, row_params, draft=draft, prompt_text=texts[i])
         runs.append(run)
         parts.append(_decoding_parts(method, run, target, draft, context_ids, memory))
-        run.params["batch_size"] = len(prompts)
+        run.params["batch_size"] = min(slots or len(prompts), len(prompts))
     results = decode_batch(target.model, target.tokenizer, target.eos_ids, [r.prompt_ids for r in runs],
                            [x.drafter for x in parts], [x.verifier for x in parts],
                            [_decode_config(r, row_stop_strings[i] if row_stop_strings is not None else stop_strings)
                             for i, r in enumerate(runs)], target.max_context,
-                           sizers=[x.sizer for x in parts], should_stop=should_stop)
+                           sizers=[x.sizer for x in parts], should_stop=should_stop, slots=slots)
     for run, res, x in zip(runs, results, parts):
         run.status = "cancelled" if res.stop_reason == "cancelled" else "complete"
         _finish(run, res, x)
@@ -439,6 +463,8 @@ def _new_run(name: str, target, prompt_ids: Sequence[int], params: Mapping[str, 
         p.update(fitted_values(target, name))
     if method.needs_draft and draft is None:
         raise InvalidInputError(f"method {name!r} needs a draft model: pass --draft (e.g. the qwen2.5-coder-0.5b preset)")
+    if "rescue_eos" in p:  # what rescue_eos=no exempts: recorded, so a re-score can judge with or without it
+        p["eos_ids"] = [int(t) for t in target.eos_ids]
     prompt_ids = [int(t) for t in prompt_ids]
     check_prompt(prompt_ids, target.max_context)
     if compression is not None:

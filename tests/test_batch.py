@@ -76,6 +76,33 @@ def test_rows_that_finish_early_leave_the_batch(tiny, tiny_prompts):
     assert runs[0].decode_seconds <= runs[1].decode_seconds
 
 
+@pytest.mark.parametrize("method", ["greedy", "pld", "aasd-strict"])
+@pytest.mark.parametrize("slots", [1, 2, 3])
+def test_waiting_prompts_take_finished_rows_places_with_their_batch_1_output(tiny, tiny_prompts, method, slots):
+    """Continuous batching: more prompts than slots, rows of different lengths (so they finish at different
+    steps and the cache holds rows admitted at different times); every row still gives its batch-1 tokens."""
+    limits = [5, 20, 9, 14, 30]
+    single = [run_method(method, tiny, p, {"max_new_tokens": n}).output_ids for p, n in zip(tiny_prompts, limits)]
+    runs = run_batch(method, tiny, tiny_prompts, {"max_new_tokens": 30}, max_new_tokens=limits, slots=slots)
+    assert [r.output_ids for r in runs] == single
+    assert {r.params["batch_size"] for r in runs} == {slots}
+
+
+def test_append_rows_left_pads_the_shorter_cache():
+    from transformers import DynamicCache
+
+    a, b = DynamicCache(), DynamicCache()
+    a.update(torch.ones(2, 1, 3, 4), torch.ones(2, 1, 3, 4), 0)
+    b.update(torch.full((1, 1, 5, 4), 2.0), torch.full((1, 1, 5, 4), 2.0), 0)
+    kv.append_rows(a, b, 2, 1)
+    keys = a.layers[0].keys
+    assert keys.shape == (3, 1, 5, 4)
+    assert keys[:2, :, :2].eq(0).all() and keys[:2, :, 2:].eq(1).all() and keys[2].eq(2).all()
+    empty = DynamicCache()  # a row of a one-token prompt has seen nothing yet: zero slots of its own
+    kv.append_rows(a, empty, 3, 2)
+    assert a.layers[0].keys.shape == (5, 1, 5, 4) and a.layers[0].keys[3:].eq(0).all()
+
+
 def test_holes_are_squeezed_out_without_changing_outputs(tiny, tiny_prompts, monkeypatch):
     import core.batch
 

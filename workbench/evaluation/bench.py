@@ -19,6 +19,7 @@ from workbench.evaluation.scores import score_task
 from workbench.evaluation.tasks import Task, compress_prompt, middle_truncate
 
 Scorer = Callable[[Task, str], float | None]  # (task, generated text) -> score ×100, None = absent
+STREAM_WINDOW = 4  # batches' worth of tasks a method streams before the next method runs the same tasks
 
 
 def check_compression(rate: float | None, compressor: str | None, compressor_model: str | None) -> None:
@@ -119,9 +120,10 @@ def run_bench(
     With `compress` (a rate in (0, 1]) each task's context is compressed once by `compressor`
     (core.compress) before its methods run; context-drafting methods draft from the full prompt unless
     `pool=compressed`; every row records the rate reached and the compression time.
-    With `batch_size` B > 1, B tasks decode at once per method (core.methods.run_batch); a row's decode
-    and prefill seconds are its share (by tokens) of its batch's, so pooled tokens/s counts all rows'
-    tokens over the batches' decode time. Rows stay in task order. Every row that is not greedy's gets
+    With `batch_size` B > 1, B tasks decode at once per method (core.methods.run_batch), a waiting task
+    taking a finished row's place, over windows of STREAM_WINDOW * B tasks (each method streams a window
+    in turn, so machine noise hits all alike); a row's decode and prefill seconds are its share (by
+    tokens) of its window's, so pooled tokens/s counts all rows' tokens over the windows' decode time. Rows stay in task order. Every row that is not greedy's gets
     `first_divergence` from greedy's tokens; a lossless method's divergence gets a `flip` report (the
     target's logit margin there: workbench.evaluation.fidelity).
     """
@@ -219,8 +221,9 @@ def run_bench(
                                  stop_strings=task.stop, memory=memories.get(m), compression=compression, uncompressed_ids=full_ids)
                 record(task, m, run, ids, full_ids, compression)
     else:
-        for start in range(0, len(todo), batch_size):
-            chunk = [(task, ms, *prompt_of(task)) for task, ms in todo[start : start + batch_size] if ms]
+        window = batch_size * STREAM_WINDOW
+        for start in range(0, len(todo), window):
+            chunk = [(task, ms, *prompt_of(task)) for task, ms in todo[start : start + window] if ms]
             for m in methods:
                 members = [c for c in chunk if m in c[1]]
                 if not members:
@@ -228,7 +231,7 @@ def run_bench(
                 p = [params_of(m, c[0]) for c in members]
                 runs = run_batch(names[m], target, [c[3] for c in members], per_method[m], draft=draft,
                                  prompt_texts=[c[2] for c in members], row_stop_strings=[c[0].stop for c in members],
-                                 memory=memories.get(m), max_new_tokens=[x["max_new_tokens"] for x in p])
+                                 memory=memories.get(m), max_new_tokens=[x["max_new_tokens"] for x in p], slots=batch_size)
                 tokens = sum(len(r.output_ids) for r in runs) or 1
                 batch_decode, batch_prefill = max(r.decode_seconds for r in runs), runs[0].prefill_seconds
                 for (task, _, text, ids, compression, full_ids), run in zip(members, runs):
