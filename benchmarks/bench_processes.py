@@ -44,6 +44,9 @@ def main() -> int:
         tmp = Path(tmp)
         one_s, one = bench(common, tmp / "one.json", tmp / "one.db")
         many_s, many = bench([*common, "--num-processes", str(args.processes)], tmp / "many.json", tmp / "many.db")
+        from workbench.evaluation.shards import Shard, shard_times
+
+        walls = [shard_times(tmp / "many.json", Shard(k, args.processes)).get("wall_seconds") for k in range(args.processes)]
     key = lambda rows: [(r["id"], r["method"], r["token_ids"]) for r in rows]  # noqa: E731
     same = key(one["tasks"]) == key(many["tasks"])
     ratio = many_s / one_s
@@ -53,6 +56,7 @@ def main() -> int:
     for name, r in (("one", one), ("many", many)):
         if r.get("store_seconds") is not None and r.get("wall_seconds"):
             print(f"  {name}: storing {100 * r['store_seconds'] / r['wall_seconds']:.2f} % of the run")
+    print("shard wall seconds (each shard's own clock): " + ", ".join(f"{w:.1f}" if w else "?" for w in walls))
     print(f"identical texts: {same}")
     print(f"{'PASS' if ratio <= 0.6 and same else 'MISS'}: {args.processes} processes at most 0.6x one process, identical texts")
     return 0

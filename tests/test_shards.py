@@ -72,3 +72,12 @@ def test_two_processes_give_one_process_texts_and_a_killed_shard_resumes(smollm2
     assert main([*base, "--out", str(two), "--db", str(db), "--num-processes", "2"]) == 0
     assert strip(json.loads(two.read_text())["tasks"]) == strip(one_rows)
     assert len(Store(str(db)).list_runs()) == 9  # only the lost run ran again
+
+
+def test_core_groups_give_each_process_its_own_cores():
+    from workbench.evaluation.shards import core_groups, pin_to_shard_cores
+
+    assert core_groups([0, 1], 2) == [[0], [1]]
+    assert core_groups([0, 1, 2, 3, 4], 2) == [[0, 1], [2, 3]]
+    assert core_groups([3], 2) == [[3], [3]]  # fewer cores than processes: they share
+    pin_to_shard_cores({})  # no cores given: nothing happens

@@ -154,6 +154,7 @@ def _run_shard(args, tasks, methods, shard) -> int:
 
     if os.environ.get("WORKBENCH_SHARD_THREADS"):
         torch.set_num_threads(int(os.environ["WORKBENCH_SHARD_THREADS"]))
+        shards.pin_to_shard_cores()
     store = common.open_store(args)
     target, draft = common.load_models(args)
     params = common.benchmark_params(args)

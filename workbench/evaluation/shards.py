@@ -83,13 +83,16 @@ def merge_rows(tasks: Sequence[Any], methods: Sequence[str], shard_rows: Sequenc
 
 def launch(argv: Sequence[str], processes: int, out: str | Path, threads: int | None = None) -> None:
     """Run `python -m workbench bench argv --shard K/N` for K in 0..N-1 on this machine and wait for them all.
-    Each child gets threads = cores ÷ N (OMP_NUM_THREADS) unless given. Raises when a shard failed: the
+    Each child gets threads = cores ÷ N (OMP_NUM_THREADS) unless given, and its own cores when there are
+    enough (core_groups): processes that do not share cores do not evict each other's caches. Raises when a shard failed: the
     finished results stay in its checkpoint and the same command resumes."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    per = threads or max(1, cores // processes)
+    cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
+    per = threads or max(1, len(cores) // processes)
+    groups = core_groups(cores, processes)
     children = []
     for k in range(processes):
-        env = {**os.environ, "OMP_NUM_THREADS": str(per), "WORKBENCH_SHARD_THREADS": str(per)}
+        env = {**os.environ, "OMP_NUM_THREADS": str(per), "WORKBENCH_SHARD_THREADS": str(per),
+               "WORKBENCH_SHARD_CPUS": ",".join(map(str, groups[k]))}
         env.pop("WORLD_SIZE", None)
         env.pop("RANK", None)
         cmd = [sys.executable, "-m", "workbench", "bench", *argv, "--shard", f"{k}/{processes}"]
@@ -105,6 +108,23 @@ def launch(argv: Sequence[str], processes: int, out: str | Path, threads: int | 
         raise WorkbenchError(f"shard(s) {', '.join(map(str, failed))} of {processes} failed (exit codes "
                              f"{', '.join(str(codes[k]) for k in failed)}); their finished results are kept in "
                              f"{shard_dir(out)}: run the same command again to resume")
+
+
+def core_groups(cores: Sequence[int], processes: int) -> list[list[int]]:
+    """Split the cores into `processes` disjoint groups of equal size; with fewer cores than processes,
+    every process may use every core. Pure."""
+    if len(cores) < processes:
+        return [list(cores)] * processes
+    per = len(cores) // processes
+    return [list(cores[k * per : (k + 1) * per]) for k in range(processes)]
+
+
+def pin_to_shard_cores(env: Mapping[str, str] | None = None) -> None:
+    """In a child started by `launch`: keep to the cores it was given (no-op elsewhere)."""
+    env = os.environ if env is None else env
+    cpus = env.get("WORKBENCH_SHARD_CPUS")
+    if cpus and hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, {int(c) for c in cpus.split(",")})
 
 
 def wait_for_shards(out: str | Path, world: int, timeout: float, poll: float = 2.0) -> None:
