@@ -51,12 +51,17 @@ def test_the_pair_report_passes_and_misses_each_target_on_the_right_side_of_its_
                                       "phases_ms": {"draft_ms": 1.0, "forward_ms": 2.0, "verify_ms": 0.5, "bookkeeping_ms": 0.5}}
     summary = {"greedy": row(None, 1.0, 60.0), "sd": row(0.70, 2.0, 60.0), "hf-assisted": row(None, 2.1, 60.0),
                "csd": row(0.81, 2.3, 59.0)}
-    lines, ok = bench.report_pair(summary, "sd == greedy on 2/2")
+    by_kind = {"gsm8k": {"greedy": {"score": 50.0}, "csd": {"score": 45.0}}}
+    lines, ok = bench.report_pair(summary, "sd == greedy on 2/2", by_kind, {"gsm8k": 20}, {"lam>=6": 0.25})
     verdicts = {line.split(":")[0] for line in lines if line.startswith(("PASS", "MISS"))}
-    assert verdicts == {"PASS csd acceptance ≥ sd + 10 points", "PASS csd tokens/s ≥ 1.1 × sd",
-                        "MISS sd tokens/s ≥ 1.0 × hf-assisted", "PASS csd accuracy within 1 point of greedy"}
+    assert verdicts == {"PASS csd acceptance ≥ sd + 5 points", "PASS csd tokens/s ≥ 1.05 × sd",
+                        "MISS sd tokens/s ≥ 1.1 × hf-assisted", "PASS csd gsm8k accuracy within one item of greedy",
+                        "PASS memory covers ≥ 20 % of sd's rejections at λ = 6"}
     assert not ok
-    summary["hf-assisted"]["tps"], summary["csd"]["score"] = 2.0, 58.9
-    lines, ok = bench.report_pair(summary, "")
-    assert "MISS csd accuracy within 1 point of greedy" in {line.split(":")[0] for line in lines} and not ok
+    summary["hf-assisted"]["tps"] = 1.8
+    by_kind["gsm8k"]["csd"]["score"] = 40.0  # two of 20 items
+    lines, ok = bench.report_pair(summary, "", by_kind, {"gsm8k": 20}, {"lam>=6": 0.05})
+    verdicts = {line.split(":")[0] for line in lines if line.startswith(("PASS", "MISS"))}
+    assert {"MISS csd gsm8k accuracy within one item of greedy", "MISS memory covers ≥ 20 % of sd's rejections at λ = 6",
+            "PASS sd tokens/s ≥ 1.1 × hf-assisted"} <= verdicts and not ok
     assert any("per token 2.0 ms" in line for line in lines)  # (1 + 2 + 0.5 + 0.5) ms / MAL 2
