@@ -11,6 +11,12 @@ while the model reads the compressed one. Then issue 22's two targets, PASS or M
     python benchmarks/bench_compress.py [--data spec-bench:summarization,rag] [--limit 5] [--dtype bfloat16]
         [--rates 1.0,0.5,0.33] [--methods greedy,casd,aasd] [--compressor selfinfo] [--compressor-model M]
 
+`--compressor selfinfo[layers=K]` scores with the first K decoder layers only (early exit; docs/COMPRESSION.md).
+`--scorers selfinfo,selfinfo[layers=8],...` instead compares compressors without decoding: per item, each one's
+compression seconds (best of --scorer-repeats) against the target's prefill seconds on the full and on the
+compressed prompt, and how far its choice agrees with the first scorer's (Jaccard of the kept context tokens;
+Spearman correlation of the per-token self-information); one item's kept text is printed per scorer.
+
 No hub access is needed for the default data (Spec-Bench's summarization and RAG rows, which carry
 references); LongBench-format QA files work too: --data longbench:hotpotqa@/path/hotpotqa.jsonl.
 """
@@ -26,7 +32,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from core.compress import check_rate, make_compressor  # noqa: E402
+from core.compress import check_compressor, check_rate, make_compressor  # noqa: E402
 from core.methods import parse_method_spec, run_method, split_method_list  # noqa: E402
 from core.models import encode_prompt, load_model  # noqa: E402
 from core.stats import run_metrics  # noqa: E402
@@ -88,7 +94,12 @@ def main() -> int:
     ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--rates", default="1.0,0.5,0.33")
     ap.add_argument("--methods", default="greedy,casd,aasd")
-    ap.add_argument("--compressor", default="selfinfo")
+    ap.add_argument("--compressor", default="selfinfo", help="selfinfo, selfinfo[layers=K] (early exit after K layers) or llmlingua")
+    ap.add_argument("--scorers", default=None,
+                    help="compare compressors instead of decoding, e.g. selfinfo,selfinfo[layers=8],selfinfo[layers=15] "
+                         "(the first is the reference for the overlap)")
+    ap.add_argument("--scorer-rate", type=float, default=0.5, help="the rate the --scorers comparison compresses to")
+    ap.add_argument("--scorer-repeats", type=int, default=3, help="timings per item in the --scorers comparison (best kept)")
     ap.add_argument("--compressor-model", default=None, help="default: the target itself")
     ap.add_argument("--min-prompt-tokens", type=int, default=0, help="only items whose full prompt has at least this many tokens")
     ap.add_argument("--out", default=str(ROOT / "results"))
@@ -107,9 +118,10 @@ def main() -> int:
     names = {m: parse_method_spec(m) for m in methods}
     tasks = load_many(args.data or ["spec-bench:summarization,rag"], limit=None)
     check_contexts(tasks)
+    scorers = [check_compressor(x) for x in split_method_list(args.scorers)] if args.scorers else None
     target = load_model(args.model, device="cpu", dtype=args.dtype)
     comp_model = load_model(args.compressor_model, device="cpu", dtype=args.dtype) if args.compressor_model else target
-    compressor = make_compressor(args.compressor, comp_model)
+    compressor = make_compressor(scorers[0] if scorers else args.compressor, comp_model)
     full = {(t.category, t.id): encode_prompt(target.tokenizer, t.prompt(), chat=t.chat) for t in tasks}
     tasks = [t for t in tasks if len(full[(t.category, t.id)]) >= args.min_prompt_tokens]
     by_cat: dict = {}
@@ -118,6 +130,8 @@ def main() -> int:
     tasks = [t for ts in by_cat.values() for t in ts[: args.limit]]
     if not tasks:
         raise SystemExit("no items left (lower --min-prompt-tokens)")
+    if scorers:
+        return compare_scorers(args, scorers, target, comp_model, tasks, full)
 
     # Warm-up: lazy initialisation (and the compressor's first forward) stays out of the timings.
     warm = tasks[0]
@@ -184,10 +198,130 @@ def main() -> int:
     if t2b:
         print(f"         without compression:    {t2b}")
     dtype = str(target.dtype).replace("torch.", "")
-    out = Path(args.out) / f"bench_compress_{args.model.replace('/', '_')}_{dtype}.json"
+    label = "" if compressor.name == "selfinfo" else "_" + "".join(c if c.isalnum() else "-" for c in compressor.name).strip("-")
+    out = Path(args.out) / f"bench_compress_{args.model.replace('/', '_')}_{dtype}{label}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"config": vars(args), "summary": {f"{m}@{r:g}": v for (m, r), v in summary.items()},
                                "targets": {"recovery": t1, "e2e": t2, "e2e_without_compression": t2b}, "rows": rows}, indent=1))
+    print(f"wrote {out}", file=sys.stderr)
+    return 0
+
+
+def ranks(x):
+    import numpy as np
+
+    order = np.argsort(x, kind="stable")
+    r = np.empty(len(x))
+    r[order] = np.arange(len(x))
+    return r
+
+
+def spearman(a, b):
+    """Spearman's rank correlation (ties broken by position: the values are floats)."""
+    import numpy as np
+
+    if len(a) < 2:
+        return None
+    return float(np.corrcoef(ranks(a), ranks(b))[0, 1])
+
+
+def jaccard(a, b):
+    a, b = set(a), set(b)
+    return len(a & b) / len(a | b) if a | b else 1.0
+
+
+def timed(fn):
+    """(result, wall seconds, CPU seconds of this thread): on a shared core the CPU time is the steadier of the two
+    (another process's load stretches the wall clock, not this thread's CPU time; run with one torch thread)."""
+    wall, cpu = time.perf_counter(), time.thread_time()
+    out = fn()
+    return out, time.perf_counter() - wall, time.thread_time() - cpu
+
+
+def prefill_once(target, ids):
+    """(engine prefill wall seconds, CPU seconds of the call): greedy with one new token (the prefill gives it)."""
+    run, _, cpu = timed(lambda: run_method("greedy", target, ids, {"max_new_tokens": 1}))
+    return run.prefill_seconds, cpu
+
+
+def compare_scorers(args, scorers, target, comp_model, tasks, full) -> int:
+    """--scorers: compression seconds of each scorer against the prefill seconds it saves, and how far its
+    kept tokens agree with the first scorer's. No decoding. Every timing is taken --scorer-repeats times, the
+    scorers and prefills interleaved within each round, and the best is kept."""
+    from workbench.evaluation.tasks import prompt_parts
+
+    rate, reps = check_rate(args.scorer_rate), max(1, args.scorer_repeats)
+    comps = {name: make_compressor(name, comp_model) for name in scorers}
+    if any(not hasattr(c, "select") for c in comps.values()):
+        raise SystemExit("--scorers compares the built-in selfinfo scorers (selfinfo, selfinfo[layers=K])")
+    for c in comps.values():  # warm-up: lazy initialisation stays out of the timings
+        compress_prompt(tasks[0], c, rate)
+    prefill_once(target, full[(tasks[0].category, tasks[0].id)][:64])
+    ref = scorers[0]
+    rows, started, example = [], time.time(), {}
+    for i, task in enumerate(tasks, 1):
+        full_ids = full[(task.category, task.id)]
+        context = prompt_parts(task)[1]
+        best = {}  # key -> (wall, cpu), best of the rounds
+
+        def keep(key, wall, cpu):
+            w, c = best.get(key, (wall, cpu))
+            best[key] = (min(w, wall), min(c, cpu))
+
+        prompts, done = {}, {}
+        for _ in range(reps):
+            keep("full", *prefill_once(target, full_ids))
+            for name, c in comps.items():
+                (text, done[name]), _, cpu = timed(lambda: compress_prompt(task, c, rate))
+                keep(("compress", name), done[name].seconds, cpu)
+                prompts[name] = encode_prompt(target.tokenizer, text, chat=task.chat)
+                keep(("prefill", name), *prefill_once(target, prompts[name]))
+        picks = {name: c.select(context, rate)[1:] for name, c in comps.items()}
+        example = example or {name: d.text for name, d in done.items()}
+        for name in scorers:
+            (cw, cc), (pw, pc), (fw, fc) = best[("compress", name)], best[("prefill", name)], best["full"]
+            rows.append({"id": task.id, "category": task.category, "scorer": name, "full_prompt_tokens": len(full_ids),
+                         "context_tokens": done[name].tokens_in, "prompt_tokens": len(prompts[name]),
+                         "reached": done[name].reached, "compress_s": cw, "compress_cpu_s": cc, "prefill_full_s": fw,
+                         "prefill_full_cpu_s": fc, "prefill_s": pw, "prefill_cpu_s": pc, "saved_s": fw - pw,
+                         "saved_cpu_s": fc - pc, "net_s": fw - pw - cw, "net_cpu_s": fc - pc - cc,
+                         "jaccard": jaccard(picks[name][0], picks[ref][0]), "spearman": spearman(picks[name][1], picks[ref][1])})
+            r = rows[-1]
+            print(f"[{i}/{len(tasks)}] {task.category}/{task.id} {name}: compress {cw:.2f} s ({cc:.2f} CPU), prefill "
+                  f"{fw:.2f} -> {pw:.2f} s ({fc:.2f} -> {pc:.2f} CPU), Jaccard vs {ref} {r['jaccard']:.3f}",
+                  file=sys.stderr, flush=True)
+    total = int(getattr(comp_model.model.config, "num_hidden_layers", 0) or 0)
+    print(f"\n{args.model} {str(target.dtype).replace('torch.', '')}, scoring model "
+          f"{args.compressor_model or 'the target'} ({total} decoder layers), rate {rate:g}, {len(tasks)} items, "
+          f"best of {reps} timings, {time.time() - started:.0f} s\n")
+    print("Seconds are the best of the rounds: wall clock (CPU time of the thread in brackets).\n")
+    print("| item | prompt tok | context tok | scorer | compress s | prefill s, full prompt | prefill s, compressed | "
+          "prefill saved s | saved − compress s | Jaccard vs " + ref + " | Spearman vs " + ref + " |")
+    print("|---" * 11 + "|")
+    for r in rows:
+        print(f"| {r['category']}/{r['id']} | {r['full_prompt_tokens']} | {r['context_tokens']} | {r['scorer']} | "
+              f"{r['compress_s']:.2f} ({r['compress_cpu_s']:.2f}) | {r['prefill_full_s']:.2f} ({r['prefill_full_cpu_s']:.2f}) | "
+              f"{r['prefill_s']:.2f} ({r['prefill_cpu_s']:.2f}) | {r['saved_s']:.2f} ({r['saved_cpu_s']:.2f}) | "
+              f"{r['net_s']:+.2f} ({r['net_cpu_s']:+.2f}) | {r['jaccard']:.3f} | {fmt(r['spearman'], '.3f')} |")
+    summary = {}
+    print("\n| scorer | items | compress s | prefill saved s | compress ÷ saved | Jaccard | Spearman |\n|---|---|---|---|---|---|---|")
+    for name in scorers:
+        rs = [r for r in rows if r["scorer"] == name]
+        summary[name] = {k: mean(r[k] for r in rs) for k in ("compress_s", "compress_cpu_s", "saved_s", "saved_cpu_s",
+                                                             "jaccard", "spearman")}
+        m = summary[name]
+        ratio = m["compress_s"] / m["saved_s"] if m["saved_s"] else None
+        ratio_cpu = m["compress_cpu_s"] / m["saved_cpu_s"] if m["saved_cpu_s"] else None
+        print(f"| {name} | {len(rs)} | {m['compress_s']:.2f} ({m['compress_cpu_s']:.2f}) | {m['saved_s']:.2f} "
+              f"({m['saved_cpu_s']:.2f}) | {fmt(ratio)} ({fmt(ratio_cpu)}) | {m['jaccard']:.3f} | {fmt(m['spearman'], '.3f')} |")
+    first = tasks[0]
+    print(f"\nkept text of {first.category}/{first.id} at rate {rate:g} (first 500 characters):")
+    print(f"  original: {prompt_parts(first)[1][:500]!r}")
+    for name, text in example.items():
+        print(f"  {name}: {text[:500]!r}")
+    out = Path(args.out) / f"bench_compress_scorers_{args.model.replace('/', '_')}_{str(target.dtype).replace('torch.', '')}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"config": vars(args), "summary": summary, "rows": rows, "example": example}, indent=1))
     print(f"wrote {out}", file=sys.stderr)
     return 0
 

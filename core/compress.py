@@ -9,6 +9,8 @@ splits the prompt: workbench.evaluation.tasks.prompt_parts). Two compressors:
   and LLMLingua-1. Tokens are grouped into words (a word never loses half its tokens), each word scored
   by the mean self-information of its tokens, and every sentence gets its share of the budget
   (`select_units`): the context keeps round(rate × N) of its N tokens, up to one word.
+  `selfinfo[layers=K]` scores with the model's first K decoder layers, its final norm and its LM head (an
+  early-exit LM carved from the scoring model: about K/L of a forward; `early_exit_decoder`).
 - `llmlingua` (the `llmlingua` package, 0.2.2, imported only when asked for): LLMLingua-1's
   `PromptCompressor` over a local causal-LM folder. It needs tiktoken's gpt-3.5-turbo BPE file
   (downloaded at start unless cached in TIKTOKEN_CACHE_DIR); without it, CompressorUnavailable says so.
@@ -20,6 +22,7 @@ from __future__ import annotations
 import math
 import re
 import time
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -54,11 +57,50 @@ def check_rate(rate: Any) -> float:
     return value
 
 
-def check_compressor(name: Any) -> str:
-    name = str(name or DEFAULT_COMPRESSOR).strip().lower()
+COMPRESSOR_OPTIONS = {  # compressor -> {option: what it does}; written NAME[option=value,...]
+    "selfinfo": {"layers": "score with the first K decoder layers of the scoring model, then its final norm and LM head "
+                           "(early exit: about K/L of a forward; 1 <= K <= L)"},
+}
+
+
+def parse_compressor(spec: Any) -> tuple[str, dict[str, int]]:
+    """`selfinfo[layers=8]` -> ("selfinfo", {"layers": 8}); a bare name has no options (None: the default).
+    Options are checked here as far as they can be without a model (K ≥ 1; K ≤ L once the model is loaded)."""
+    text = str(spec or DEFAULT_COMPRESSOR).strip().lower()
+    name, bracket, rest = text.partition("[")
+    name = name.strip()
     if name not in COMPRESSORS:
-        raise InvalidInputError(f"unknown compressor {name!r}; known: " + "; ".join(f"{k} ({v})" for k, v in COMPRESSORS.items()))
-    return name
+        raise InvalidInputError(f"unknown compressor {name!r}; known: " + "; ".join(f"{k} ({v})" for k, v in COMPRESSORS.items())
+                                + "; selfinfo takes [layers=K] (early-exit scoring)")
+    options: dict[str, int] = {}
+    if bracket:
+        if not rest.endswith("]"):
+            raise InvalidInputError(f"bad compressor spec {spec!r}: write NAME or NAME[option=value], e.g. selfinfo[layers=8]")
+        allowed = COMPRESSOR_OPTIONS.get(name, {})
+        for item in filter(None, (x.strip() for x in rest[:-1].split(","))):
+            key, eq, value = (x.strip() for x in item.partition("="))
+            if key not in allowed or not eq:
+                known = ", ".join(f"{k}=K ({v})" for k, v in allowed.items()) or "none"
+                raise InvalidInputError(f"bad option {item!r} in compressor spec {spec!r}; {name} takes: {known}")
+            try:
+                number = int(value)
+            except ValueError:
+                number = None
+            if number is None or number < 1:
+                raise InvalidInputError(f"{name}[{key}={value}]: {key} must be a whole number >= 1 (K of the scoring "
+                                        f"model's L decoder layers)")
+            options[key] = number
+    return name, options
+
+
+def compressor_label(name: str, options: dict[str, Any]) -> str:
+    """The canonical spec a run records: `selfinfo`, `selfinfo[layers=8]`."""
+    return name + ("[" + ",".join(f"{k}={v}" for k, v in sorted(options.items())) + "]" if options else "")
+
+
+def check_compressor(name: Any) -> str:
+    """The canonical compressor spec (lower case, options sorted), or InvalidInputError."""
+    return compressor_label(*parse_compressor(name))
 
 
 def check_pool(value: Any) -> str:
@@ -200,38 +242,161 @@ def unit_scores(info: Sequence[float], units: Sequence[int]) -> tuple[list[int],
 
 # ---- self-information under a causal LM -----------------------------------------------------
 
-def self_information(model, ids: Sequence[int], window: int = WINDOW) -> np.ndarray:
+HEAD_ROWS = 128  # positions per LM-head product when scoring (the float32 logits stay small and in cache)
+
+
+def decoder_of(model):
+    """(decoder stack, LM head) of a transformers causal LM: the base model (its decoder layers and final norm)
+    and the output projection. Logits are head(decoder(x)) for Llama-, Qwen2- and Mistral-style models."""
+    get_decoder, get_head = getattr(model, "get_decoder", None), getattr(model, "get_output_embeddings", None)
+    decoder = get_decoder() if callable(get_decoder) else None
+    head = get_head() if callable(get_head) else None
+    if decoder is None or head is None or decoder is model:
+        raise CompressorUnavailable(f"{type(model).__name__} has no separate decoder and LM head "
+                                    f"(get_decoder / get_output_embeddings): it cannot be scored layer by layer")
+    return decoder, head
+
+
+def decoder_layer_count(model) -> int:
+    """L, the number of decoder layers of `model` (its decoder's `layers` list)."""
+    layers = getattr(decoder_of(model)[0], "layers", None)
+    if layers is None or not hasattr(layers, "__getitem__"):
+        raise CompressorUnavailable(f"{type(model).__name__}'s decoder has no `layers` list (Llama, Qwen2, Mistral, "
+                                    f"Gemma and SmolLM2 have one): early-exit scoring cannot truncate it")
+    return len(layers)
+
+
+def check_layers(model, layers: int | None) -> int | None:
+    """`layers` (K) for early-exit scoring: None (all layers) or 1..L, L the model's decoder layers."""
+    if layers is None:
+        return None
+    total = decoder_layer_count(model)
+    if isinstance(layers, bool) or not isinstance(layers, int) or not 1 <= layers <= total:
+        raise InvalidInputError(f"selfinfo[layers={layers}]: the scoring model ({type(model).__name__}) has {total} decoder "
+                                f"layers, so layers must be an integer in 1..{total} (early exit after layer K; "
+                                f"{total} or no option: the whole model)")
+    return layers
+
+
+def early_exit_decoder(model, layers: int | None):
+    """The model's decoder running only its first `layers` decoder layers, then its own final norm: a shallow
+    copy of the decoder module whose `layers` list holds the first K layers (the same modules and weights:
+    nothing is copied or downloaded). The model itself is never changed, so the engine (or another thread)
+    can use it meanwhile; the decoder's own forward still builds masks, rotary embeddings and position ids,
+    whatever transformers version runs it (it loops over `self.layers[: config.num_hidden_layers]`, and
+    Qwen2 picks each layer's mask by its index, which the first K layers keep)."""
+    import copy
+
+    decoder, _ = decoder_of(model)
+    if layers is None or layers == decoder_layer_count(model):
+        return decoder
+    clone = copy.copy(decoder)  # shares the submodule table with `decoder`: give it its own before changing it
+    object.__setattr__(clone, "_modules", dict(decoder._modules))
+    object.__setattr__(clone, "_parameters", dict(decoder._parameters))
+    object.__setattr__(clone, "_buffers", dict(decoder._buffers))
+    clone._modules["layers"] = decoder.layers[:layers]  # a new ModuleList over the same first K layers
+    clone.__dict__.pop("forward", None)  # an instance-level forward (accelerate's hook) is bound to the original
+    return clone
+
+
+_PROBED: "weakref.WeakKeyDictionary[Any, dict]" = weakref.WeakKeyDictionary()
+
+
+def scoring_path(model, layers: int | None = None):
+    """(decoder, head) that self_information runs: the decoder (early exit after `layers` layers) and the LM
+    head, checked once per model on an 8-token probe: with all layers, head(decoder(x)) must give the model's
+    own logits (a model that rescales or caps its logits after the head fails: then (None, None), and
+    self_information falls back to the model's forward); with K < L layers it must differ from them (the
+    decoder really stopped early). Early exit on a model that fails either check is CompressorUnavailable."""
+    import torch
+
+    layers = check_layers(model, layers)
+    seen = _PROBED.setdefault(model, {})
+    if layers is None and layers not in seen:
+        try:
+            decoder_of(model)
+        except CompressorUnavailable:  # no separate decoder and head: the model's own forward scores
+            seen[None] = False
+    if layers not in seen:
+        decoder, head = decoder_of(model)
+        vocab = int(getattr(model.config, "vocab_size", 0) or head.weight.shape[0])
+        x = torch.arange(3, 11, device=_device(model))[None] % vocab
+        with torch.inference_mode():
+            want = model(input_ids=x, use_cache=False).logits[0].float()
+            full = head(decoder(input_ids=x, use_cache=False).last_hidden_state.to(head.weight.device))[0].float()
+            same = bool(((full - want).abs().max() <= 0.02 * want.abs().max() + 1e-4).item())
+            ok = same
+            if same and layers is not None and layers < decoder_layer_count(model):
+                short = early_exit_decoder(model, layers)
+                part = head(short(input_ids=x, use_cache=False).last_hidden_state.to(head.weight.device))[0].float()
+                ok = not torch.equal(part, full)
+        if layers is not None and not ok:
+            why = ("its logits are not head(decoder(x)) (rescaled or capped after the head)" if not same else
+                   "its decoder ran every layer anyway")
+            raise CompressorUnavailable(f"early-exit scoring (selfinfo[layers={layers}]) does not work on "
+                                        f"{type(model).__name__}: {why}; use selfinfo (the whole model) or --compressor-model")
+        seen[layers] = ok
+    if not seen[layers]:
+        return None, None
+    return early_exit_decoder(model, layers), decoder_of(model)[1]
+
+
+def self_information(model, ids: Sequence[int], window: int = WINDOW, layers: int | None = None) -> np.ndarray:
     """−log p(ids[i] | ids[:i]) in nats under `model` (a transformers causal LM), in windows of `window`
     tokens (each window conditioned on its own tokens only); the first token of each window, which has no
-    prefix there, gets the window's highest value (such tokens are kept rather than dropped blindly)."""
+    prefix there, gets the window's highest value (such tokens are kept rather than dropped blindly).
+
+    `layers` = K scores with the first K of the model's L decoder layers, then its final norm and LM head
+    (early exit: about K/L of a forward, plus the head). The head runs only on the positions that predict a
+    next token, HEAD_ROWS at a time, each block's logits cast to float32 and turned into −log p by
+    cross-entropy; the whole window's float32 logits are never held at once."""
     import torch
+    import torch.nn.functional as F
 
     ids = [int(t) for t in ids]
     out = np.zeros(len(ids), dtype=np.float64)
-    device = next(model.parameters()).device
+    device = _device(model)
+    decoder, head = scoring_path(model, layers)
     with torch.inference_mode():
         for start in range(0, len(ids), window):
             chunk = ids[start : start + window]
-            x = torch.tensor([chunk], dtype=torch.long, device=device)
-            logits = model(input_ids=x).logits[0].float()
-            if len(chunk) > 1:
-                lp = logits[:-1].log_softmax(-1)
-                nll = -lp.gather(1, x[0, 1:, None])[:, 0]
-                values = nll.cpu().numpy().astype(np.float64)
-                out[start + 1 : start + len(chunk)] = values
-                out[start] = values.max()
-            else:
+            if len(chunk) < 2:
                 out[start] = 0.0
+                continue
+            x = torch.tensor([chunk], dtype=torch.long, device=device)
+            if decoder is None:  # the model's own forward: its logits are not head(decoder(x))
+                rows = model(input_ids=x, use_cache=False).logits[0, :-1]
+                blocks = (rows[i : i + HEAD_ROWS] for i in range(0, len(rows), HEAD_ROWS))
+            else:  # the head only on the positions that predict a token, a block at a time
+                hidden = decoder(input_ids=x, use_cache=False).last_hidden_state[0, :-1].to(head.weight.device)
+                blocks = (head(hidden[i : i + HEAD_ROWS]) for i in range(0, len(hidden), HEAD_ROWS))
+            nll, at = [], 0
+            for logits in blocks:
+                target = x[0, 1 + at : 1 + at + len(logits)].to(logits.device)
+                nll.append(F.cross_entropy(logits.float(), target, reduction="none"))
+                at += len(logits)
+            values = torch.cat(nll).cpu().numpy().astype(np.float64)
+            out[start + 1 : start + len(chunk)] = values
+            out[start] = values.max()
     return out
 
 
+def _device(model):
+    return next(model.parameters()).device
+
+
 class SelfInfoCompressor:
-    """The built-in compressor: words of highest self-information under `model`, budget per sentence."""
+    """The built-in compressor: words of highest self-information under `model`, budget per sentence;
+    `layers` = K: scored by the model's first K decoder layers (early exit), labelled `selfinfo[layers=K]`."""
 
     name = "selfinfo"
 
-    def __init__(self, model, tokenizer, window: int = WINDOW):
+    def __init__(self, model, tokenizer, window: int = WINDOW, layers: int | None = None):
         self.model, self.tokenizer, self.window = model, tokenizer, window
+        self.layers = check_layers(model, layers)
+        if self.layers is not None:
+            self.name = compressor_label("selfinfo", {"layers": self.layers})
+        scoring_path(model, self.layers)  # fails now (not at the first compression) where early exit cannot work
 
     def tokenize(self, context: str) -> tuple[list[int], list[int]]:
         """(token ids, sentence index per token): each sentence chunk tokenized on its own."""
@@ -242,16 +407,16 @@ class SelfInfoCompressor:
             sentence_of += [s] * len(chunk_ids)
         return ids, sentence_of
 
-    def compress(self, context: str, rate: float) -> Compression:
+    def select(self, context: str, rate: float) -> tuple[list[int], list[int], np.ndarray]:
+        """(context token ids, indices of the tokens kept, self-information per token): the decision alone."""
         rate = check_rate(rate)
-        started = time.perf_counter()
         context = _check_context(context)
         ids, sentence_of = self.tokenize(context)
         if not ids:
             raise InvalidInputError("nothing to compress: the context has no tokens")
         if rate >= 1.0:
-            return Compression(context, self.name, rate, 1.0, len(ids), len(ids), time.perf_counter() - started)
-        info = self_information(self.model, ids, self.window)
+            return ids, list(range(len(ids))), np.zeros(len(ids))
+        info = self_information(self.model, ids, self.window, self.layers)
         pieces = [self.tokenizer.decode([t]) for t in ids]
         units = units_of(word_starts(pieces), sentence_of)
         lengths, scores = unit_scores(info, units)
@@ -259,9 +424,16 @@ class SelfInfoCompressor:
         for u, s in zip(units, sentence_of):
             unit_sentence[u] = s
         keep = select_units(lengths, scores, unit_sentence, rate)
-        kept = [i for i, u in enumerate(units) if keep[u]]
+        return ids, [i for i, u in enumerate(units) if keep[u]], info
+
+    def compress(self, context: str, rate: float) -> Compression:
+        rate = check_rate(rate)
+        started = time.perf_counter()
+        context = _check_context(context)
+        ids, kept, _ = self.select(context, rate)
+        if rate >= 1.0:
+            return Compression(context, self.name, rate, 1.0, len(ids), len(ids), time.perf_counter() - started)
         text = join_runs([self.tokenizer.decode(ids[a:b]) for a, b in runs(kept)])
-        kept = [ids[i] for i in kept]
         return Compression(text, self.name, rate, len(kept) / len(ids), len(ids), len(kept), time.perf_counter() - started)
 
 
@@ -353,11 +525,12 @@ def _check_context(context: str | None) -> str:
 
 
 def make_compressor(name: str, model) -> SelfInfoCompressor | LLMLinguaCompressor:
-    """The named compressor over `model` (a core.models.LoadedModel: the target, or another small LM)."""
-    name = check_compressor(name)
+    """The named compressor (a spec: `selfinfo`, `selfinfo[layers=8]`, `llmlingua`) over `model` (a
+    core.models.LoadedModel: the target, or another small LM)."""
+    name, options = parse_compressor(name)
     if name == "llmlingua":
         return LLMLinguaCompressor(model.path, tokenizer=model.tokenizer, device=str(model.device))
-    return SelfInfoCompressor(model.model, model.tokenizer)
+    return SelfInfoCompressor(model.model, model.tokenizer, layers=options.get("layers"))
 
 
 def is_pool_method(method) -> bool:

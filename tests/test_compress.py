@@ -1,7 +1,8 @@
 """Prompt compression (issue 22): the pure decisions (sentences, words, which words a budget keeps), the
-self-information compressor on a tiny model built in code, the task's context split out of its prompt, the
-`pool=full|compressed` parameter, what a run records, llmlingua's offline failure, bad input, and the real
-SmolLM2 model end to end."""
+self-information compressor on a tiny model built in code (its values against the plain log-softmax; the
+early-exit scorer `selfinfo[layers=K]` against a Llama and a Qwen2 model cut after K layers), the task's
+context split out of its prompt, the `pool=full|compressed` parameter, what a run records, llmlingua's
+offline failure, bad input, and the real SmolLM2 model end to end (also early exit)."""
 from __future__ import annotations
 
 import math
@@ -13,7 +14,8 @@ import pytest
 from conftest import make_tiny
 from core.compress import (
     Compression, CompressorUnavailable, LLMLinguaCompressor, SelfInfoCompressor, check_compressor, check_pool, check_rate,
-    is_pool_method, llmlingua_failure, select_units, self_information, split_sentences, unit_scores, units_of, word_starts,
+    is_pool_method, llmlingua_failure, make_compressor, parse_compressor, select_units, self_information, split_sentences,
+    unit_scores, units_of, word_starts,
 )
 from core.drafters.context import ContextDrafter, align_positions, pool_predictions
 from core.errors import InvalidInputError, WorkbenchError
@@ -187,6 +189,162 @@ def test_compressing_an_empty_context_is_a_clear_error(tiny_compressor, empty):
         tiny_compressor.compress(empty, 0.5)
 
 
+# ---- self-information: the fused path, early exit ----------------------------------------------
+
+def reference_self_information(model, ids, window=512):
+    """The first implementation: the model's forward, every position's full log-softmax in float32."""
+    import torch
+
+    out = np.zeros(len(ids))
+    with torch.inference_mode():
+        for start in range(0, len(ids), window):
+            chunk = [int(t) for t in ids[start : start + window]]
+            x = torch.tensor([chunk])
+            logits = model(input_ids=x).logits[0].float()
+            if len(chunk) > 1:
+                values = (-logits[:-1].log_softmax(-1).gather(1, x[0, 1:, None])[:, 0]).numpy().astype(np.float64)
+                out[start + 1 : start + len(chunk)] = values
+                out[start] = values.max()
+    return out
+
+
+def tiny_llama(layers=4, seed=0):
+    return make_tiny(seed=seed, layers=layers).model
+
+
+def tiny_qwen2(layers=4, seed=0):
+    """A Qwen2 with sliding-window layers after the first (layer_types: full, sliding, sliding, sliding)."""
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(seed)
+    cfg = Qwen2Config(vocab_size=96, hidden_size=64, intermediate_size=128, num_hidden_layers=layers, num_attention_heads=4,
+                      num_key_value_heads=2, max_position_embeddings=512, use_sliding_window=True, max_window_layers=1,
+                      sliding_window=16, initializer_range=0.3, attn_implementation="sdpa")
+    return Qwen2ForCausalLM(cfg).eval().requires_grad_(False)
+
+
+def cut_after(model, k):
+    """A separate copy of `model` with only its first k decoder layers: what early exit must equal."""
+    import copy
+
+    short = copy.deepcopy(model)
+    short.model.layers = short.model.layers[:k]
+    short.config.num_hidden_layers = k
+    if getattr(short.config, "layer_types", None):
+        short.config.layer_types = short.config.layer_types[:k]
+    return short
+
+
+IDS = np.random.default_rng(3).integers(2, 96, 300).tolist()
+
+
+@pytest.mark.parametrize("build", [tiny_llama, tiny_qwen2])
+@pytest.mark.parametrize("window", [512, 64, 7])
+def test_self_information_equals_the_plain_log_softmax(build, window):
+    from core import compress
+
+    model = build()
+    want = reference_self_information(model, IDS, window)
+    got = self_information(model, IDS, window)
+    assert np.allclose(got, want, atol=1e-5), np.abs(got - want).max()
+    # more positions than one block of the head: blocks join up in order
+    assert len(IDS) - 1 > compress.HEAD_ROWS
+
+
+@pytest.mark.parametrize("build", [tiny_llama, tiny_qwen2])
+@pytest.mark.parametrize("k", [1, 2, 3])
+def test_early_exit_equals_the_model_cut_after_k_layers_and_leaves_the_model_whole(build, k):
+    import torch
+
+    model = build()
+    x = torch.tensor([IDS[:40]])
+    with torch.inference_mode():
+        before = model(input_ids=x).logits.clone()
+    got = self_information(model, IDS, 64, layers=k)
+    want = reference_self_information(cut_after(model, k), IDS, 64)
+    assert np.allclose(got, want, atol=1e-5), np.abs(got - want).max()
+    assert not np.allclose(got, self_information(model, IDS, 64), atol=1e-3)  # it did stop early
+    assert len(model.model.layers) == 4 and model.config.num_hidden_layers == 4
+    with torch.inference_mode():
+        assert torch.equal(model(input_ids=x).logits, before)  # the model itself is unchanged
+    assert np.allclose(self_information(model, IDS, 64, layers=4), self_information(model, IDS, 64))  # K = L: all layers
+
+
+def test_compressor_specs_parse_to_one_canonical_label():
+    assert parse_compressor("selfinfo[layers=8]") == ("selfinfo", {"layers": 8})
+    assert check_compressor(" SelfInfo[ Layers = 8 ] ") == "selfinfo[layers=8]"
+    assert check_compressor("selfinfo") == "selfinfo" and check_compressor("selfinfo[]") == "selfinfo"
+    for bad, message in [("selfinfo[layers=0]", "whole number >= 1"), ("selfinfo[layers=-2]", "whole number >= 1"),
+                         ("selfinfo[layers=half]", "whole number >= 1"), ("selfinfo[layers=2.5]", "whole number >= 1"),
+                         ("selfinfo[depth=2]", "bad option"), ("selfinfo[layers]", "bad option"),
+                         ("llmlingua[layers=2]", "llmlingua takes: none"), ("selfinfo[layers=2", "bad compressor spec"),
+                         ("gzip[layers=2]", "unknown compressor")]:
+        with pytest.raises(InvalidInputError, match=re_escape(message)):
+            check_compressor(bad)
+
+
+def re_escape(text):
+    import re
+
+    return re.escape(text)
+
+
+def test_the_early_exit_compressor_runs_records_its_label_and_checks_k(tiny_compressor):
+    from conftest import make_tiny
+
+    tiny = make_tiny(layers=2)
+    tiny.tokenizer = WordTokenizer()
+    c = make_compressor("selfinfo[layers=1]", tiny)
+    assert c.name == "selfinfo[layers=1]" and c.layers == 1
+    a = c.compress(TEXT, 0.5)
+    assert a.compressor == "selfinfo[layers=1]" and a.record()["compressor"] == "selfinfo[layers=1]"
+    assert abs(a.reached - 0.5) <= 1 / a.tokens_in + 1e-9 and a.text == c.compress(TEXT, 0.5).text
+    full = make_compressor("selfinfo[layers=2]", tiny)  # K = L: the whole model, under the label asked for
+    assert full.name == "selfinfo[layers=2]"
+    assert full.compress(TEXT, 0.5).text == SelfInfoCompressor(tiny.model, tiny.tokenizer).compress(TEXT, 0.5).text
+    for k in (3, 0):
+        with pytest.raises(InvalidInputError, match=r"has 2 decoder layers.*1\.\.2"):
+            SelfInfoCompressor(tiny.model, tiny.tokenizer, layers=k)
+    with pytest.raises(InvalidInputError, match=r"1\.\.2"):
+        make_compressor("selfinfo[layers=9]", tiny)
+    ids, kept, info = c.select(TEXT, 0.5)
+    assert len(info) == len(ids) and kept == sorted(kept) and len(kept) == a.tokens_kept
+
+
+def test_a_model_that_rescales_its_logits_is_scored_by_its_own_forward_and_refuses_early_exit():
+    from transformers import LlamaForCausalLM
+
+    base = tiny_llama(layers=2)
+
+    class Halved(LlamaForCausalLM):
+        def forward(self, *args, **kwargs):
+            out = super().forward(*args, **kwargs)
+            out.logits = out.logits * 0.5
+            return out
+
+    model = Halved(base.config).eval().requires_grad_(False)
+    model.load_state_dict(base.state_dict())
+    assert np.allclose(self_information(model, IDS, 64), reference_self_information(model, IDS, 64), atol=1e-5)
+    with pytest.raises(CompressorUnavailable, match="not head\\(decoder"):
+        self_information(model, IDS, 64, layers=1)
+
+    import torch
+
+    class Plain(torch.nn.Module):  # a causal LM with no get_decoder / get_output_embeddings
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, input_ids, **kwargs):
+            return self.inner(input_ids=input_ids, **kwargs)
+
+    plain = Plain(base)
+    assert np.allclose(self_information(plain, IDS, 64), reference_self_information(base, IDS, 64), atol=1e-5)
+    with pytest.raises(CompressorUnavailable, match="no separate decoder"):
+        self_information(plain, IDS, 64, layers=1)
+
+
 # ---- the context inside a task's prompt ------------------------------------------------------
 
 def test_prompt_parts_split_templates_plain_contexts_and_spec_bench_rows():
@@ -279,6 +437,9 @@ def test_llmlingua_failure_messages():
     (["generate", "--prompt", "Q?", "--compress", "0.5"], "context is empty"),
     (["generate", "--prompt", "Q?", "--context-file", "{ctx}", "--compress", "0.5", "--compressor", "zip"], "unknown compressor"),
     (["generate", "--prompt", "Q?", "--compressor", "selfinfo"], "need --compress"),
+    (["generate", "--prompt", "Q?", "--context-file", "{ctx}", "--compress", "0.5", "--compressor", "selfinfo[layers=0]"],
+     "whole number >= 1"),
+    (["bench", "--data", "x.jsonl", "--compress", "0.5", "--compressor", "selfinfo[depth=3]"], "bad option"),
     (["generate", "--prompt", "Q?", "--method", "greedy[pool=full]"], "no effect on greedy"),
     (["bench", "--data", "x.jsonl", "--compress", "-1"], "out of range"),
 ])
@@ -346,6 +507,28 @@ def test_real_model_compression_generation_and_store(smollm2, tmp_path, monkeypa
         assert main(argv[:-2] + ["--compressor", "llmlingua", "--db", str(db)]) == 2
         assert "TIKTOKEN_CACHE_DIR" in capsys.readouterr().err
         assert len(store.list_runs()) == 1  # nothing stored half-done
+
+
+@pytest.mark.real_model
+def test_real_model_early_exit_compression_is_labelled_and_checked(smollm2):
+    c = make_compressor("selfinfo[layers=8]", smollm2)
+    a = c.compress(DOC, 0.5)
+    assert a.compressor == "selfinfo[layers=8]" and abs(a.reached - 0.5) < 0.05 and 0 < len(a.text) < len(DOC)
+    full = make_compressor("selfinfo", smollm2)
+    ids, kept, info = c.select(DOC, 0.5)
+    _, kept_full, info_full = full.select(DOC, 0.5)
+    assert np.isfinite(info).all() and not np.allclose(info, info_full)
+    assert len(set(kept) & set(kept_full)) > 0.3 * len(kept)  # related choices, not the same
+    t = Task(id="amazon", task="qa", input="Which country?", context=DOC,
+             template="Context:{context}\n\nQuestion:{input}\n\nAnswer:")
+    text, done = compress_prompt(t, c, 0.5)
+    from core.models import encode_prompt
+
+    run = run_method("casd", smollm2, encode_prompt(smollm2.tokenizer, text), {"max_new_tokens": 4}, compression=done,
+                     uncompressed_ids=encode_prompt(smollm2.tokenizer, t.prompt()))
+    assert run.params["compressor"] == "selfinfo[layers=8]"
+    with pytest.raises(InvalidInputError, match=r"30 decoder layers.*1\.\.30"):
+        make_compressor("selfinfo[layers=31]", smollm2)
 
 
 def test_the_service_compresses_the_context_box_and_keeps_the_prompt(tiny_compressor):

@@ -123,7 +123,9 @@ def add_compress_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--compress", type=number_type(float, "compress"), default=None, metavar="RATE",
                    help="keep this fraction (0 < RATE <= 1) of the context's tokens; the instruction and question stay whole. "
                         "Context-drafting methods draft from the full context (method[pool=compressed]: from the compressed prompt)")
-    g.add_argument("--compressor", default=None, help="selfinfo (built in, offline; default) or llmlingua (the llmlingua package)")
+    g.add_argument("--compressor", default=None,
+                   help="selfinfo (built in, offline; default), selfinfo[layers=K] (scored by the first K decoder layers: "
+                        "early exit, cheaper) or llmlingua (the llmlingua package)")
     g.add_argument("--compressor-model", default=None,
                    help="the small causal LM the compressor scores with (default: the target model itself)")
 
