@@ -62,7 +62,7 @@ def test_compare_replay_tune_and_download(app, page, tmp_path):
     slider_box.fill("3")
     slider_box.press("Enter")
     expect(page.locator("#replay-info")).to_contain_text("step 3 of 0–")
-    expect(page.locator(".js-plotly-plot").first).to_be_visible()
+    expect(page.locator(".js-plotly-plot:visible").first).to_be_visible()  # the replay's figures (the Compare chart is hidden)
 
     # Live tuning: judge the same drafts with CASD's fixed δ, then lower δ: decisions flip
     page.locator("#tune-rule input").click()
@@ -125,8 +125,10 @@ def test_the_upload_box_says_what_a_task_file_holds(app, page):
     from playwright.sync_api import expect
 
     page.get_by_role("tab", name="Compare").click()
-    expect(page.get_by_text("JSON Lines, one task a line")).to_be_visible()
+    expect(page.get_by_text("JSON Lines, one task a line")).to_be_visible()  # on the closed upload box too
+    page.get_by_text("…or upload a task file").click()
     expect(page.locator("#upload-hint")).to_contain_text('"input"')
+    page.get_by_text("…or upload a task file").click()
 
 
 def test_an_error_clears_the_last_comparisons_columns(app, page):
@@ -167,12 +169,12 @@ def test_empty_tables_show_their_headers_not_1_2_3(app, page):
     expect(page.locator("#tune-flips")).to_contain_text("new_decision")
 
 
-def shared_runs(app, methods, max_new_tokens=48):
+def shared_runs(app, methods, max_new_tokens: int | None = 48):
     """Runs made through the API (another session), shared so this browser session may see them."""
     demo, client = app
     before = {r.id for r in demo.store.list_runs()}
-    status = client.predict(api_name="/compare", model_name="smollm2-135m", method_list=methods,
-                            max_new_tokens=max_new_tokens)[0]
+    cap = {} if max_new_tokens is None else {"max_new_tokens": max_new_tokens}  # None: the tab's default
+    status = client.predict(api_name="/compare", model_name="smollm2-135m", method_list=methods, **cap)[0]
     assert status.startswith("done"), status
     new = {r.id: r for r in demo.store.list_runs() if r.id not in before}
     for rid in new:
@@ -225,3 +227,268 @@ def test_diff_of_two_runs_and_acceptance_per_position(app, page):
     expect(page.locator("#replay-positions")).to_contain_text("acceptance per draft position")
     expect(page.locator("#replay-by-source .js-plotly-plot")).to_be_visible()
     page.locator("#replay-run-figures").screenshot(path=str(SHOTS / "positions.png"))
+
+
+# ---------------------------------------------------------------- issue 23, items 1, 5 and 7: repeats, memory, defects
+
+def choose_methods(page, names):
+    page.get_by_role("tab", name="Compare").click()
+    page.locator("#compare-methods .remove-all").click()
+    box = page.locator("#compare-methods input").first
+    for name in names:
+        box.click()
+        box.fill(name)
+        box.press("Enter")
+    box.press("Escape")
+
+
+def choose_task(page, name):
+    pick(page, "#compare-task", name)
+
+
+def plotly(page, selector, what="data"):
+    """The figure Plotly drew in a gr.Plot (its `data` or `layout`), as the browser holds it."""
+    return page.locator(f"{selector} .js-plotly-plot").first.evaluate(f"el => JSON.parse(JSON.stringify(el.{what}))")
+
+
+def run_and_wait(page, status_pattern, timeout=300_000):
+    from playwright.sync_api import expect
+
+    page.get_by_role("button", name="Run", exact=True).click()
+    expect(page.locator("#compare-status")).to_contain_text(status_pattern, timeout=timeout)
+
+
+def test_compare_repeats_show_mean_and_95_interval(app, page):
+    """Repeats: the methods run interleaved N times; the chart's bars are the mean tokens/s with the 95 % interval of
+    workbench.evaluation.bench.spread as error bars, and the table shows mean ± interval."""
+    from playwright.sync_api import expect
+
+    from core.stats import run_metrics
+    from workbench.evaluation.bench import spread
+
+    demo = app[0]
+    choose_methods(page, ["greedy", "pld"])
+    open_parameters(page)
+    fill_number(page, "#compare-max-new", 12)
+    fill_number(page, "#compare-repeats", 3)
+    first_new = max((r.id for r in demo.store.list_runs()), default=0) + 1
+    run_and_wait(page, re.compile(rf"done: runs #{first_new}\b"))
+    runs = [demo.store.load_run(i, nodes=False).trace for i in range(first_new, first_new + 6)]
+    assert [r.method for r in runs] == ["greedy", "pld"] * 3  # interleaved passes, greedy first in each
+    table = page.locator("#compare-speed-table")
+    pld = spread([run_metrics(r)["tps"] for r in runs if r.method == "pld"])
+    expect(table).to_contain_text(f"{pld['mean']:.1f} ± {pld['ci95']:.1f}")
+    bars = plotly(page, "#compare-speed")[0]
+    assert bars["x"] == ["greedy", "pld"] and abs(bars["y"][1] - pld["mean"]) < 1e-6
+    assert bars["error_y"]["visible"] and abs(bars["error_y"]["array"][1] - pld["ci95"]) < 1e-6
+    expect(page.locator("#compare-speed .errorbar")).to_have_count(2)
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    shot(page, "compare-repeats")
+    fill_number(page, "#compare-repeats", 1)
+    choose_methods(page, ["greedy", "aasd", "csd"])
+
+
+def test_parameter_fields_the_chosen_methods_ignore_are_greyed_out(app, page):
+    from playwright.sync_api import expect
+
+    open_parameters(page)
+    choose_methods(page, ["greedy", "aasd", "csd"])
+    expect(page.locator("#param-delta input")).to_be_disabled()  # only casd takes δ
+    expect(page.locator("#param-alpha input")).to_be_enabled()
+    expect(page.locator("#param-tau input")).to_be_enabled()
+    choose_methods(page, ["greedy", "casd"])
+    expect(page.locator("#param-delta input")).to_be_enabled()
+    expect(page.locator("#param-alpha input")).to_be_disabled()
+    choose_methods(page, ["greedy", "aasd", "csd"])
+
+
+def test_free_text_starts_empty_with_the_default_cap(app, page):
+    from playwright.sync_api import expect
+
+    page.get_by_role("tab", name="Compare").click()
+    choose_task(page, "(free text)")
+    expect(page.locator("#compare-prompt textarea")).to_have_value("")
+    expect(page.locator("#compare-context textarea")).to_have_value("")
+    expect(page.locator("#compare-max-new input[type=number]")).to_have_value("128")
+    choose_task(page, "qa-lighthouse")
+    expect(page.locator("#compare-prompt textarea")).not_to_have_value("")
+
+
+def test_the_default_sample_is_answered_to_its_end(app, page):
+    """The first sample's own cap (48 tokens) cut greedy's answer 5 tokens short: the tab gives it at least 128."""
+    from playwright.sync_api import expect
+
+    page.get_by_role("tab", name="Compare").click()
+    choose_task(page, "qa-recipe")
+    choose_task(page, "qa-lighthouse")  # the sample the page opens on, as it fills in
+    expect(page.locator("#compare-max-new input[type=number]")).to_have_value("128")
+    rid = shared_runs(app, ["greedy"], max_new_tokens=None)["greedy"]  # the tab's defaults: the first sample
+    run = app[0].store.load_run(rid, nodes=False).trace
+    assert run.stop_reason == "eos" and run.output_text.rstrip().endswith("."), (run.stop_reason, run.output_text)
+
+
+def test_an_unknown_model_fails_fast_naming_only_fetched_presets(app, page):
+    import time
+
+    from playwright.sync_api import expect
+
+    from core.models import PRESETS, is_fetched
+
+    page.get_by_role("tab", name="Compare").click()
+    pick(page, "#compare-model", "nobody/nothing-here")
+    start = time.monotonic()
+    page.get_by_role("button", name="Run", exact=True).click()
+    status = page.locator("#compare-status")
+    expect(status).to_contain_text("not reachable", timeout=10_000)  # not ~25 s of hub retries
+    assert time.monotonic() - start < 10
+    text = status.inner_text()
+    assert "Fetched presets" in text and all((name in text) == is_fetched(name) for name in PRESETS)
+    pick(page, "#compare-model", "smollm2-135m")
+
+
+def long_run(page):
+    """A greedy run long enough to stop: free text without the chat template, a count the model goes on with."""
+    from playwright.sync_api import expect
+
+    choose_methods(page, ["greedy"])
+    choose_task(page, "(free text)")
+    expect(page.locator("#compare-prompt textarea")).to_have_value("")  # the task's change has come back: type after it
+    page.locator("#compare-prompt textarea").fill("1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12,")
+    page.get_by_label("apply the chat template").uncheck()
+    open_parameters(page)
+    fill_number(page, "#compare-max-new", 1024)
+    page.get_by_role("button", name="Run", exact=True).click()
+    expect(page.locator("#compare-status")).to_contain_text("running greedy", timeout=120_000)
+
+
+def restore_defaults(page):
+    choose_methods(page, ["greedy", "aasd", "csd"])
+    choose_task(page, "qa-lighthouse")
+
+
+def test_stop_says_the_run_was_stopped_and_stored_as_cancelled(app, page):
+    from playwright.sync_api import expect
+
+    long_run(page)
+    page.get_by_role("button", name="Stop").click()
+    status = page.locator("#compare-status")
+    expect(status).to_contain_text("stopped", timeout=60_000)
+    expect(status).to_contain_text("cancelled")
+    expect(page.locator("#col-metrics-0")).to_contain_text("cancelled")
+    expect(page.get_by_text("Error", exact=True)).to_have_count(0)  # Gradio's cancel marked every output "Error"
+    newest = app[0].store.list_runs()[0]
+    assert newest.method == "greedy" and newest.status == "cancelled"
+    restore_defaults(page)
+
+
+def test_a_tab_waiting_for_the_model_says_so(app, page):
+    """One generation per model at a time: a second tab's comparison waits, and says why (it said "loading")."""
+    from playwright.sync_api import expect
+
+    other = page.context.new_page()
+    other.goto(app[0].local_url)
+    try:
+        long_run(page)
+        other.get_by_role("button", name="Run", exact=True).click()
+        expect(other.locator("#compare-status")).to_contain_text("waiting for smollm2-135m", timeout=60_000)
+        other.get_by_role("button", name="Stop").click()
+        page.get_by_role("button", name="Stop").click()
+        expect(page.locator("#compare-status")).to_contain_text("stopped", timeout=60_000)
+        expect(other.locator("#compare-status")).to_contain_text("stopped", timeout=60_000)
+    finally:
+        other.close()
+    restore_defaults(page)
+
+
+def clipped_texts(page, selector):
+    """Texts inside `selector` cut off by their box (content taller or wider than a box that hides overflow)."""
+    return page.locator(selector).first.evaluate("""root => [root, ...root.querySelectorAll('*')].filter(el => {
+        const s = getComputedStyle(el);
+        const hides = v => v === 'hidden' || v === 'clip';
+        return el.innerText && el.innerText.trim() && el.offsetParent !== null &&
+               ((hides(s.overflowY) && el.scrollHeight > el.clientHeight + 1) ||
+                (hides(s.overflowX) && el.scrollWidth > el.clientWidth + 1));
+    }).map(el => el.innerText.trim().slice(0, 60))""")
+
+
+def test_the_upload_box_text_is_whole_and_the_page_compact(app, page):
+    from playwright.sync_api import expect
+
+    page.get_by_role("tab", name="Compare").click()
+    page.get_by_text("…or upload a task file").click()
+    expect(page.locator("#task-file")).to_be_visible()
+    assert clipped_texts(page, "#task-file") == []
+    expect(page.locator("#upload-hint")).to_contain_text('"input"')
+    page.get_by_text("…or upload a task file").click()  # closed again: the page keeps its height
+    if page.locator("#param-key_len").is_visible():
+        page.get_by_text("Parameters (every method").click()  # as the page opens
+    expect(page.locator("#param-key_len")).to_be_hidden()
+    page.evaluate("window.scrollTo(0, 0)")
+    run = page.get_by_role("button", name="Run", exact=True).bounding_box()
+    assert run["y"] + run["height"] < 760, run  # the old layout put its foot ~850 px down (upload box and hint open)
+
+
+def test_analytics_plots_keep_run_colours_show_shares_and_legends_clear(app, page):
+    from playwright.sync_api import expect
+
+    ids = shared_runs(app, ["greedy", "aasd", "csd"], max_new_tokens=24)
+    page.get_by_role("tab", name="Analytics").click()
+    for method in ("greedy", "aasd", "csd"):
+        pick(page, "#analytics-runs", f"#{ids[method]} {method}")
+    page.locator("#analytics-draw").click()
+    expect(page.locator("#analytics-sweep .js-plotly-plot")).to_be_visible(timeout=60_000)
+    hist, depth = plotly(page, "#analytics-hist"), plotly(page, "#analytics-depth")
+    color = {t["name"]: t["marker"]["color"] for t in hist}
+    assert len(set(color.values())) == 3
+    assert all(t["marker"]["color"] == color[t["name"]] for t in depth)  # aasd is not greedy's colour here
+    assert all(abs(sum(t["y"]) - 1) < 1e-6 for t in hist)  # shares of each run's steps
+    for sel in ("#analytics-hist", "#analytics-depth", "#analytics-source"):
+        legend = plotly(page, sel, "layout")["legend"]
+        assert legend["orientation"] == "h" and legend["y"] > 1  # above the plot area, not over the data
+    bars = plotly(page, "#analytics-bars")
+    assert all(t["cliponaxis"] is False for t in bars)  # the tallest bar's number is not cut off
+    sweep = plotly(page, "#analytics-sweep", "layout")
+    assert "alpha" in sweep["title"]["text"]  # the default comparison's aasd takes α, not δ
+    shot(page, "analytics")
+
+
+def table_rows(page, selector, timeout=30.0):
+    """The cells of a gr.Dataframe's rows, once it has drawn them (its grid rows: the <tbody> is only for sizing)."""
+    import time
+
+    end = time.monotonic() + timeout
+    while True:
+        rows = [[c.strip() for c in r.locator("[role=gridcell]").all_inner_texts()]
+                for r in page.locator(f"{selector} [role=row]").all()]
+        rows = [r for r in rows if any(r)]
+        if rows or time.monotonic() > end:
+            return rows
+        page.wait_for_timeout(250)
+
+
+def test_csd_memory_shows_its_entries_and_what_rescued(app, page):
+    from playwright.sync_api import expect
+
+    from core.memory import rescues
+    from workbench.ui.memory_tab import memory_now
+
+    demo = app[0]
+    rid = shared_runs(app, ["csd[lam=0]"], max_new_tokens=48)["csd"]  # λ = 0: any pair the gate passes rescues
+    trace = demo.store.load_run(rid).trace
+    page.get_by_role("tab", name="CSD memory").click()
+    pick(page, "#memory-runs", f"#{rid} csd")
+    page.locator("#memory-show").click()
+    summary = page.locator("#memory-summary")
+    memory = memory_now(trace)
+    expect(summary).to_contain_text(f"fingerprint {memory.fingerprint()}", timeout=60_000)
+    expect(summary).to_contain_text(f"{len(memory)} entries")
+    expect(summary).to_contain_text("online")
+    expect(summary).to_contain_text(f"rescued in run #{rid}: {len(rescues(trace.steps))} tokens")
+    headers = page.locator("#memory-entries thead th").all_inner_texts()
+    assert [h.strip() for h in headers][:6] == ["draft token", "draft id", "correction", "correction id", "count",
+                                                "rescued in the runs"]
+    rows = table_rows(page, "#memory-entries")
+    counts = [int(r[4]) for r in rows]
+    assert rows and counts == sorted(counts, reverse=True)
+    assert sum(int(r[5]) for r in rows) == len(rescues(trace.steps))
+    page.locator("#tab-memory").screenshot(path=str(SHOTS / "memory.png"))

@@ -23,9 +23,10 @@ SLOTS = 4
 
 
 def compare(client, **kw):
-    """status, 4 column heads, 4 metric lines, 4 token HTML blocks (the session's run ids stay server-side)."""
+    """status, 4 column heads, 4 metric lines, 4 token HTML blocks (the session's run ids stay server-side; the speed
+    chart and table come last)."""
     out = client.predict(api_name="/compare", **kw)
-    return out[0], out[1:1 + SLOTS], out[1 + SLOTS:1 + 2 * SLOTS], out[1 + 2 * SLOTS:]
+    return out[0], out[1:1 + SLOTS], out[1 + SLOTS:1 + 2 * SLOTS], out[1 + 2 * SLOTS:1 + 3 * SLOTS]
 
 
 @pytest.fixture(scope="module")
@@ -153,7 +154,8 @@ def test_replay_draws_the_runs_acceptance_per_position(app, default_comparison):
     (dict(prompt_text="", context_text=""), "the prompt is empty"),
     (dict(context_text="lighthouse keeper " * 6000), "context is 8192"),
     (dict(method_list=["casd"], param_7=2.0), "delta = 2.0 is out of range"),
-    (dict(model_name="nobody/no-such-model"), "could not load 'nobody/no-such-model'"),
+    # offline: refused before transformers retries the hub (workbench.ui.shared.check_model_source); online: the hub's answer
+    (dict(model_name="nobody/no-such-model"), "'nobody/no-such-model'"),
     (dict(model_name="qwen2.5-coder-1.5b", method_list=["csd"]), "needs a draft model"),
     (dict(method_list=["no-such-method"]), "unknown method 'no-such-method'"),
 ])
@@ -285,3 +287,74 @@ def test_a_lossless_method_that_leaves_greedy_gets_the_flip_mark():
     assert mark["marker_class"] == FLIP_CLASS == "tok-flip"
     assert mark["marker_title"].startswith("a lossless method left greedy's tokens at position 3: logit gap 0.0002")
     assert flip_mark(5, None)["marker_title"].endswith("at position 5")  # without a measurement: the position alone
+
+
+# ---------------------------------------------------------------- issue 23: compare repeats, memory, analytics (no app)
+
+def test_compare_speed_table_reuses_bench_spread():
+    from workbench.evaluation.bench import spread
+    from workbench.ui.compare_tab import speed_frame, speed_summary
+
+    summary = speed_summary(["greedy", "pld"], [[10.0, 12.0, 11.0], [20.0, 22.0, 21.0]], [[1, 1, 1], [2.0, 1.8, 1.9]],
+                            [[1, 1, 1], [2, 2, 2]])
+    s = spread([20.0, 22.0, 21.0])
+    frame = speed_frame(summary)
+    assert list(frame["runs"]) == [3, 3]
+    assert frame["tok/s"].iloc[1] == f"{s['mean']:.1f} ± {s['ci95']:.1f}"
+    assert frame["speed-up"].iloc[1].startswith("1.90× ± ")
+    one = speed_frame(speed_summary(["greedy"], [[10.0]], [[1.0]], [[1.0]]))
+    assert one["tok/s"].iloc[0] == "10.0" and one["speed-up"].iloc[0] == "1.00×"  # one run: no interval to show
+
+
+def test_repeats_are_a_small_whole_number():
+    from core.errors import InvalidInputError
+    from workbench.ui.compare_tab import MAX_REPEATS, check_repeats
+
+    assert check_repeats(None) == 1 and check_repeats(3) == 3 and check_repeats(3.0) == 3
+    for bad in (0, MAX_REPEATS + 1, 2.5, "x"):
+        with pytest.raises(InvalidInputError):
+            check_repeats(bad)
+
+
+def test_parameter_fields_follow_the_chosen_methods():
+    from workbench.ui.compare_tab import free_text_fields, params_taken
+
+    taken = params_taken(["greedy", "aasd", "csd"])
+    assert {"alpha", "beta", "tau", "lam", "gamma"} <= taken and "delta" not in taken
+    assert "delta" in params_taken(["casd[delta=0.01]"]) and params_taken(["no-such-method"]) == set()
+    assert free_text_fields() == ("", "", 128, True)
+
+
+def test_analytics_sweeps_what_the_runs_vary_and_shows_shares():
+    from workbench import views
+    from workbench.ui.analytics_tab import restyled, shares, sweep_param
+    from workbench.ui.shared import run_colors
+
+    runs = [SimpleNamespace(params={"alpha": 0.1, "beta": 0.1}), SimpleNamespace(params={"tau": 0.01, "lam": 6})]
+    assert sweep_param("auto", runs) == "alpha"  # the default comparison's aasd: not δ, which no default method takes
+    assert sweep_param("auto", runs + [SimpleNamespace(params={"lam": 2})]) == "lam"  # a stored λ sweep
+    assert sweep_param("delta", runs) == "delta"
+    a = RunTrace(method="greedy", params={}, model="m", draft_model=None, device="cpu", dtype="float32", prompt="p",
+                 prompt_ids=[1], output_ids=[0] * 4, steps=[chain_step(0, ["x"], 0)] * 4, decode_seconds=1.0)
+    b = RunTrace(method="aasd", params={}, model="m", draft_model=None, device="cpu", dtype="float32", prompt="p",
+                 prompt_ids=[1], output_ids=[0] * 3, steps=[chain_step(0, [" a", " b", "!"], 1)], decode_seconds=1.0)
+    pairs = [("#1 greedy", a), ("#2 aasd", b)]
+    colors = run_colors([label for label, _ in pairs])
+    hist = restyled(shares(views.accept_hist_figure(pairs)), colors)
+    assert [round(sum(t.y), 6) for t in hist.data] == [1.0, 1.0]  # shares of each run's steps, not counts
+    depth = restyled(views.accept_by_depth_figure(pairs), colors)
+    assert [t.marker.color for t in hist.data if t.name == "#2 aasd"] == [t.marker.color for t in depth.data] == [colors["#2 aasd"]]
+    assert hist.layout.legend.orientation == "h" and hist.layout.legend.y > 1  # above the plot, not over it
+
+
+def test_memory_entries_sorted_by_count_with_every_rescuing_pair():
+    from collections import Counter
+
+    from core.memory import CorrectionMemory
+    from workbench.ui.memory_tab import ENTRY_COLUMNS, entries_frame
+
+    memory = CorrectionMemory({(1, 2): 5, (3, 4): 9, (5, 6): 1})
+    frame = entries_frame(memory, Counter({(5, 6): 2, (7, 8): 1}), lambda i: f"t{i}", limit=2)
+    assert list(frame.columns) == ENTRY_COLUMNS
+    assert list(frame["count"]) == [9, 5, 1, 0]  # the top 2, then the pairs that rescued although not in the top
+    assert list(frame["rescued in the runs"]) == [0, 0, 2, 1] and frame["draft token"].iloc[0] == "'t3'"

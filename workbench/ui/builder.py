@@ -1,4 +1,4 @@
-"""The app: the four tabs in one gr.Blocks, over one store, one model pool and one run cache."""
+"""The app: the tabs in one gr.Blocks, over one store, one model pool and one run cache."""
 from __future__ import annotations
 
 from typing import Any
@@ -11,11 +11,13 @@ from workbench.ui.analytics_tab import analytics_tab
 from workbench.ui.compare_tab import compare_tab
 from workbench.ui.diff_tab import diff_tab
 from workbench.ui.export_tab import export_tab
+from workbench.ui.memory_tab import csd_choices, memory_tab
 from workbench.ui.replay_tab import replay_tab
 from workbench.ui.access import Viewer, viewer_of
 from workbench.ui.shared import RunCache, run_choices, runs_frame
 
 CSS = """
+input:disabled, textarea:disabled { opacity: 0.45; cursor: not-allowed; }  /* a parameter the chosen methods ignore */
 .tokens { font-family: ui-monospace, monospace; font-size: 0.9em; line-height: 1.6; white-space: pre-wrap; }
 """
 
@@ -46,6 +48,8 @@ def build_app(db: str | None = None, pool: service.ModelPool | None = None, queu
                 runs, filt, run_id = replay_tab(store, pool, cache, who)
             with gr.Tab("Diff", elem_id="tab-diff") as diff:
                 diff_a, diff_b = diff_tab(store, cache, who)
+            with gr.Tab("CSD memory", elem_id="tab-memory") as memory:
+                memory_pick = memory_tab(store, cache, compare_ids, who)
             with gr.Tab("Analytics") as analytics:
                 analytics_pick = analytics_tab(store, cache, compare_ids, who)
             with gr.Tab("Export") as export:
@@ -67,6 +71,11 @@ def build_app(db: str | None = None, pool: service.ModelPool | None = None, queu
             return picks(request), picks(request)
 
         diff.select(two_picks, None, [diff_a, diff_b], api_name=False)
+
+        def memory_picks(request: gr.Request):
+            return gr.Dropdown(choices=csd_choices(store, who(request)))
+
+        memory.select(memory_picks, None, [memory_pick], api_name=False)
         for tab, pick in ((analytics, analytics_pick), (export, export_pick)):
             tab.select(picks, None, [pick], api_name=False)
     # One generation per loaded model at a time (ModelPool's semaphores); other events stay responsive.

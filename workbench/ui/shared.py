@@ -1,14 +1,19 @@
 """What the tabs share: parameter labels, the run cache, run lists and the metrics line. No Gradio here."""
 from __future__ import annotations
 
+import os
 import re
+import socket
 import threading
+import time
 from collections import OrderedDict
 from itertools import accumulate
+from pathlib import Path
 
 import pandas as pd
 
 from core.errors import InvalidInputError
+from core.models import PRESETS, is_fetched
 from core.params import PARAMS
 from core.stats import run_metrics
 from core.thresholds import describe_values
@@ -163,3 +168,72 @@ def run_choices(store: Store, viewer: Viewer | None = None) -> list[tuple[str, i
     """(label, id) of the latest runs `viewer` may see, for the run dropdowns."""
     runs = store.list_runs(limit=200, any_tag=viewer.visible_tags if viewer is not None else None)
     return [(f"#{r.id} {r.method} · {r.model}", r.id) for r in runs]
+
+
+# ---------------------------------------------------------------- colours and models
+
+# Plotly's default colour sequence (the plotly_white template's colorway), in the order runs were chosen.
+PALETTE = ("#636EFA", "#EF553B", "#00CC96", "#AB63FA", "#FFA15A", "#19D3F3", "#FF6692", "#B6E880", "#FF97FF", "#FECB52")
+
+
+def run_colors(labels) -> dict[str, str]:
+    """One colour per run (or method) label, by its place in `labels`: a run keeps its colour in every plot
+    of a tab, even in a plot where an earlier run has no data."""
+    out: dict[str, str] = {}
+    for label in labels:
+        if label not in out:
+            out[label] = PALETTE[len(out) % len(PALETTE)]
+    return out
+
+
+def fetched_presets() -> list[str]:
+    return [name for name in PRESETS if is_fetched(name)]
+
+
+_HUB_CHECK: dict[str, tuple[float, bool]] = {}  # endpoint -> (when checked, reachable)
+
+
+def hub_reachable(timeout: float = 1.5, ttl: float = 60.0) -> bool:
+    """Whether this server can open a connection to the Hugging Face hub (checked at most once a minute):
+    transformers retries an unreachable hub for ~25 s before it gives up."""
+    from huggingface_hub import constants
+
+    if constants.HF_HUB_OFFLINE or os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on"):
+        return False
+    host = constants.ENDPOINT.split("://", 1)[-1].split("/", 1)[0]
+    name, _, port = host.partition(":")
+    checked = _HUB_CHECK.get(host)
+    if checked is not None and time.monotonic() - checked[0] < ttl:
+        return checked[1]
+    try:
+        socket.create_connection((name, int(port or 443)), timeout=timeout).close()
+        ok = True
+    except OSError:
+        ok = False
+    _HUB_CHECK[host] = (time.monotonic(), ok)
+    return ok
+
+
+def _in_hub_cache(repo_id: str) -> bool:
+    from huggingface_hub import try_to_load_from_cache
+
+    try:
+        return isinstance(try_to_load_from_cache(repo_id, "config.json"), str)
+    except Exception:  # noqa: BLE001 - an id the cache cannot even parse: not cached
+        return False
+
+
+def check_model_source(*specs: str | None) -> None:
+    """Refuse at once a model that is a hub id this server can neither find in its cache nor download (offline,
+    or the hub unreachable), naming the presets that are fetched here; presets, folders and files are left to
+    core.models, which answers those quickly."""
+    for spec in specs:
+        spec = (spec or "").strip()
+        if not spec or spec in PRESETS or spec.startswith((".", "/", "~")) or spec.count("/") > 1 \
+                or spec.endswith(".gguf") or Path(spec).expanduser().exists() or _in_hub_cache(spec):
+            continue
+        if not hub_reachable():
+            fetched = ", ".join(fetched_presets()) or "none: `python -m workbench models fetch smollm2-135m`"
+            raise InvalidInputError(f"{spec!r} is not a fetched preset or a folder on this server, and the Hugging Face hub "
+                                    f"is not reachable from it (offline), so it cannot be downloaded. Fetched presets: "
+                                    f"{fetched}; or give a local model folder.")

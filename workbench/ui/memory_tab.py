@@ -1,0 +1,161 @@
+"""The CSD memory tab: the correction memory a CSD run read (core/memory.py), its fingerprint, mode and
+entries (draft token → the target's correction, with counts), and how often each pair rescued a token in
+the chosen runs (the steps' `rescued` decisions, core.memory.rescues)."""
+from __future__ import annotations
+
+import functools
+from collections import Counter
+from collections.abc import Sequence
+from types import SimpleNamespace
+
+import gradio as gr
+import pandas as pd
+
+from core.errors import InvalidInputError, WorkbenchError
+from core.memory import CorrectionMemory, calibrated_path, pair_fingerprint, rescues, shared_memory
+from core.methods import get_method
+from core.models import PRESETS, is_fetched, preset_path
+from core.trace import RunTrace
+from workbench.ui.access import NOBODY
+from workbench.ui.shared import RunCache, error_md, parse_run_ids
+
+ENTRY_COLUMNS = ["draft token", "draft id", "correction", "correction id", "count", "rescued in the runs"]
+SHOWN_ENTRIES = 300  # the most frequent pairs; pairs that rescued in the chosen runs are always listed
+MODES = {0: "online (every rejection adds to it)", 1: "frozen (read only)"}
+
+
+def reads_memory(trace: RunTrace) -> bool:
+    """A run that read a correction memory records which (core.methods: memory_sha)."""
+    return "memory_sha" in trace.params
+
+
+def memory_now(trace: RunTrace) -> CorrectionMemory:
+    """The table the run's model pair reads in this process now: the shared one later CSD runs read (loaded from the
+    home copy, else the shipped table, with this process's unsaved updates). shared_memory reads only the models'
+    names and fingerprints, which the run recorded."""
+    target = SimpleNamespace(name=trace.model, fingerprint=trace.model_fingerprint)
+    draft = SimpleNamespace(name=trace.draft_model, fingerprint=trace.draft_fingerprint) if trace.draft_fingerprint else None
+    return shared_memory(target, draft)
+
+
+def rescue_counts(traces: Sequence[RunTrace]) -> Counter:
+    """(draft token, correction token) -> how many tokens that pair rescued in the runs."""
+    return Counter((draft, correction) for t in traces for _, draft, correction, _, _ in rescues(t.steps))
+
+
+def token_texts(traces: Sequence[RunTrace], decode=None):
+    """A function id -> text: the tokenizer when given, else the texts the runs' node records carry, else ⟨id⟩."""
+    known = {n.token_id: n.token_text for t in traces for s in t.steps for n in s.nodes}
+
+    def text(token_id: int) -> str:
+        if decode is not None:
+            try:
+                return decode([token_id])
+            except Exception:  # noqa: BLE001 - an id outside the vocabulary: shown by id
+                pass
+        return known.get(token_id, f"⟨{token_id}⟩")
+    return text
+
+
+def entries_frame(memory: CorrectionMemory, rescued: Counter, text, limit: int = SHOWN_ENTRIES) -> pd.DataFrame:
+    """The memory's pairs by count, most frequent first (ties by id), and every pair that rescued in the runs."""
+    counts = memory.snapshot()
+    top = sorted(counts, key=lambda k: (-counts[k], k))[:limit]
+    pairs = top + sorted(set(rescued) - set(top), key=lambda k: (-counts.get(k, 0), k))
+    rows = [{"draft token": repr(text(d)), "draft id": d, "correction": repr(text(c)), "correction id": c,
+             "count": counts.get((d, c), 0), "rescued in the runs": rescued.get((d, c), 0)} for d, c in pairs]
+    frame = pd.DataFrame(rows, columns=ENTRY_COLUMNS)
+    return frame.sort_values(["count", "rescued in the runs"], ascending=False, kind="stable").reset_index(drop=True)
+
+
+def summary_md(run_labels: list[str], trace: RunTrace, memory: CorrectionMemory, source: str, rescued: Counter) -> str:
+    """The memory's identity and size, the runs' mode, the table they started from, and their rescues."""
+    p = trace.params
+    fingerprint = memory.fingerprint()
+    started = p.get("memory_sha")
+    start = "the same table as now" if started == fingerprint else (
+        f"`{started}`, {p.get('memory_pairs')} entries, {p.get('memory_observations')} observations "
+        "(the table has changed since: online runs add every rejection)")
+    mode = MODES.get(int(p.get("memory_mode", 0) or 0), str(p.get("memory_mode")))
+    runs = ", ".join(run_labels)
+    return "\n".join([
+        f"- **fingerprint** `{fingerprint}` · **{len(memory)} entries** · {memory.total} observations · read from {source}",
+        f"- **model pair** {trace.model} + {trace.draft_model or 'context drafts (no draft model)'}",
+        f"- **mode** of run {runs}: {mode}",
+        f"- **at the start of run {run_labels[0]}**: {start}",
+        f"- **rescued in run {runs}**: {sum(rescued.values())} tokens by {len(rescued)} pairs (λ = {p.get('lam')}: "
+        "a pair rescues a rejected draft token once its count reaches λ and the logit gate passes)"])
+
+
+def memory_view(cache: RunCache, choice, last_comparison, viewer=None, decode_for=None) -> tuple[str, pd.DataFrame]:
+    """(summary, entries) for the chosen CSD runs (by default the last comparison's); errors come back as the summary."""
+    empty = pd.DataFrame(columns=ENTRY_COLUMNS)
+    try:
+        ids = parse_run_ids(choice or last_comparison)
+        stored = [cache.get(i, viewer)[0] for i in ids]
+    except WorkbenchError as e:
+        return error_md(e), empty
+    csd = [s for s in stored if reads_memory(s.trace)]
+    if not csd:
+        return error_md(InvalidInputError("choose a CSD run (csd, sd-memory-only, …): the runs chosen read no correction "
+                                          "memory" if stored else "choose CSD runs (or run a comparison with csd first)")), empty
+    first = csd[0].trace
+    key = pair_fingerprint(first.model_fingerprint, first.draft_fingerprint)
+    same_pair = [s for s in csd if pair_fingerprint(s.trace.model_fingerprint, s.trace.draft_fingerprint) == key]
+    traces = [s.trace for s in same_pair]
+    memory = memory_now(first)
+    source = {"home": "your home copy", "shipped": "the table shipped with the package", "none": "an empty table"}[calibrated_path(key)[1]]
+    rescued = rescue_counts(traces)
+    decode = decode_for(first) if decode_for is not None else None
+    md = summary_md([f"#{s.id}" for s in same_pair], first, memory, source, rescued)
+    if len(same_pair) < len(csd):
+        md += f"  \n⚠ {len(csd) - len(same_pair)} chosen run(s) used another model pair's memory and are left out."
+    return md, entries_frame(memory, rescued, token_texts(traces, decode))
+
+
+def _reads_memory_method(name: str) -> bool:
+    try:
+        return get_method(name).reads_memory
+    except WorkbenchError:
+        return False
+
+
+def csd_choices(store, viewer) -> list[tuple[str, int]]:
+    """(label, id) of the latest runs `viewer` may see whose method reads a correction memory."""
+    runs = store.list_runs(limit=200, any_tag=viewer.visible_tags if viewer is not None else None)
+    return [(f"#{r.id} {r.method} · {r.model}", r.id) for r in runs if _reads_memory_method(r.method)]
+
+
+@functools.lru_cache(maxsize=4)
+def tokenizer_of(model: str):
+    """The tokenizer of a run's model, without loading the model: a fetched preset's folder, a local folder,
+    or a hub id already in the local cache (never a download)."""
+    from transformers import AutoTokenizer
+
+    source = str(preset_path(model)) if model in PRESETS and is_fetched(model) else model
+    return AutoTokenizer.from_pretrained(source, local_files_only=True)
+
+
+def memory_tab(store, cache: RunCache, compare_ids: gr.State, who) -> gr.Dropdown:
+    """Build the tab; returns its run picker (refreshed when the tab opens)."""
+    gr.Markdown("The correction memory a CSD run read: (draft token, the target's correction) pairs with how often the "
+                "target made that correction, and how often each pair rescued a token in the chosen runs.")
+    with gr.Row():
+        chosen = gr.Dropdown(csd_choices(store, NOBODY), multiselect=True, allow_custom_value=True, scale=4,
+                             label="CSD runs (empty: the last comparison's)", elem_id="memory-runs")
+        show = gr.Button("Show memory", variant="primary", scale=1, elem_id="memory-show")
+    summary = gr.Markdown("", elem_id="memory-summary")
+    entries = gr.Dataframe(pd.DataFrame(columns=ENTRY_COLUMNS), headers=ENTRY_COLUMNS, interactive=False, max_height=420,
+                           label="Entries, most frequent first", elem_id="memory-entries")
+
+    def decode_for(trace: RunTrace):
+        try:
+            return tokenizer_of(trace.model).decode
+        except Exception:  # noqa: BLE001 - no tokenizer here: the run's own token texts name the ids
+            return None
+
+    def view(request: gr.Request, choice, last):
+        return memory_view(cache, choice, last, who(request), decode_for)
+
+    show.click(view, [chosen, compare_ids], [summary, entries], api_name="memory")
+    return chosen
