@@ -6,6 +6,10 @@ gradio_client for random steps, so each time includes the HTTP round trip, the s
 node table, both Plotly figures and their JSON: everything but the browser drawing them.
 Target: 95th percentile <= 150 ms.
 
+The browser no longer asks the server when the slider moves: it draws each step from the run's step data,
+sent once per load (workbench/ui/replay_js.py). /replay_step stays for API clients, and this script times it;
+benchmarks/bench_replay_browser.py times what a user waits for, in Chromium.
+
     python benchmarks/bench_replay.py [--steps 1000] [--switches 200] [--threads 1]
 """
 from __future__ import annotations
@@ -65,7 +69,7 @@ def main() -> int:
 
     db = str(home / "traces.db")
     run = long_run(args.steps)
-    run_id = Store(db).save_run(run)
+    run_id = Store(db).save_run(run, tags=["shared"])  # the app shows a session its own runs and shared ones
     nodes = sum(len(s.nodes) for s in run.steps)
     demo = build_app(db=db)
     launch(demo, prevent_thread_lock=True, quiet=True)

@@ -368,17 +368,21 @@ def tree_figure(step: StepTrace) -> go.Figure:
 
     leaves = len({y for _, y in pos.values()})
     return fast_figure(traces, {
-        "title": {"text": f"step {step.index}: {step.accepted} of {step.tree_size} drafted accepted, "
-                          f"{len(step.emitted)} emitted", "font": {"size": 14}},
+        "title": {"text": tree_title(step), "font": {"size": 14}},
         "height": max(320, 26 * leaves + 120), "margin": {"l": 20, "r": 20, "t": 50, "b": 30},
         "xaxis": {"title": {"text": "depth"}, "dtick": 1, "zeroline": False},
         "yaxis": {"visible": False}, "hovermode": "closest",
     })
 
 
+def tree_title(step: StepTrace) -> str:
+    """The draft tree's title: "step 3: 2 of 7 drafted accepted, 3 emitted"."""
+    return f"step {step.index}: {step.accepted} of {step.tree_size} drafted accepted, {len(step.emitted)} emitted"
+
+
 # ---------------------------------------------------------------- one step: thresholds
 
-def _is_gate_node(node: NodeTrace) -> bool:
+def is_gate_node(node: NodeTrace) -> bool:
     """A node judged by CSD's walk: its `threshold` is τ of the gate, not a probability threshold."""
     return node.correction_id is not None or node.mem_count is not None or node.source == "draft"
 
@@ -392,7 +396,7 @@ def threshold_figure(step: StepTrace, tau: float | None = None) -> go.Figure:
     if not nodes:
         return empty_figure("this step drafted no tokens")
     cats = [f"{n.node}:{_show(n.token_text, 10)}" for n in nodes]
-    gates = [_is_gate_node(n) for n in nodes]
+    gates = [is_gate_node(n) for n in nodes]
     rows = 2 if any(gates) else 1
     hover = [node_hover(n) for n in nodes]
     data: list[dict] = []

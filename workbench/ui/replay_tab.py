@@ -2,9 +2,16 @@
 node table), re-score every stored step under new thresholds without the model, or re-run it.
 
 Components are built by small functions, one per panel; the handlers are methods of ReplayHandlers
-and turn replay_view's pure results into outputs. The session keeps only the run id."""
+and turn replay_view's pure results into outputs. The session keeps only the run id.
+
+Switching steps makes no round trip: loading a run sends its text and its step data once
+(replay_view.step_data), and the slider's change runs replay_js.STEP_JS in the browser, which draws the
+step's header, text cut, draft tree, threshold figure and node table (benchmarks/bench_replay_browser.py
+times it). The API keeps /replay_step, answered by the server as before (Plotly figures, a node table)."""
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 
 import gradio as gr
@@ -16,6 +23,7 @@ from workbench.rescore import rescore_run
 from workbench.store import Store
 from workbench.ui import replay_view as rv
 from workbench.ui.access import NOBODY, SHARED_TAG, not_visible
+from workbench.ui.replay_js import STEP_JS
 from workbench.ui.shared import TUNABLE, RunCache, error_md, param_label, runs_frame
 
 
@@ -35,16 +43,26 @@ class RunPicker:
 
 @dataclass
 class StepPanel:
-    """What one step shows; `outputs` is the order StepPanel handlers return."""
+    """What one step shows. From `data`, the run's step data, the browser (replay_js.STEP_JS) returns `outputs`,
+    draws the figures and the table into the slots of `tree`, `thresholds` and `nodes` (the server never
+    updates those), and cuts `text`, the run's whole text, at the step. /replay_step answers through
+    `api_outputs` (step_outputs' order): hidden Plotly figures and node table, for API clients."""
     info: gr.Markdown
     text: gr.HTML
-    tree: gr.Plot
-    thresholds: gr.Plot
-    nodes: gr.Dataframe
+    tree: gr.HTML
+    thresholds: gr.HTML
+    nodes: gr.HTML
+    data: gr.JSON
+    api_figures: tuple[gr.Plot, gr.Plot]
+    api_nodes: gr.Dataframe
 
     @property
     def outputs(self) -> list:
-        return [self.info, self.text, self.tree, self.thresholds, self.nodes]
+        return [self.info]
+
+    @property
+    def api_outputs(self) -> list:
+        return [self.info, self.text, *self.api_figures, self.api_nodes]
 
 
 @dataclass
@@ -97,11 +115,14 @@ def step_panel() -> StepPanel:
     info = gr.Markdown("", elem_id="replay-info")
     text = gr.HTML("", elem_classes=["tokens"], elem_id="replay-text")
     with gr.Row():
-        tree = gr.Plot(label="Draft tree of this step")
-        thresholds = gr.Plot(label="p against the threshold (and the CSD gate)")
-    nodes = gr.Dataframe(rv.nodes_frame_empty(), headers=list(rv.NODE_COLUMNS), interactive=False, max_height=260,
-                         label="Nodes of this step", elem_id="replay-nodes")
-    return StepPanel(info, text, tree, thresholds, nodes)
+        tree = gr.HTML(rv.slot_html(580), label="Draft tree of this step", elem_id="replay-tree")
+        thresholds = gr.HTML(rv.slot_html(580), label="p against the threshold (and the CSD gate)",
+                             elem_id="replay-thresholds")
+    nodes = gr.HTML(rv.slot_html(260, rv.nodes_html_empty()), label="Nodes of this step", elem_id="replay-nodes")
+    data = gr.JSON(None, visible=False, elem_id="replay-data")
+    api_figures = gr.Plot(visible=False), gr.Plot(visible=False)
+    api_nodes = gr.Dataframe(rv.nodes_frame_empty(), headers=list(rv.NODE_COLUMNS), visible=False)
+    return StepPanel(info, text, tree, thresholds, nodes, data, api_figures, api_nodes)
 
 
 def run_panel() -> RunPanel:
@@ -139,6 +160,26 @@ class ReplayHandlers:
 
     def __init__(self, store: Store, pool: service.ModelPool, cache: RunCache, who=lambda request: None):
         self.store, self.pool, self.cache, self.who = store, pool, cache, who
+        self._data: OrderedDict[int, tuple[object, dict]] = OrderedDict()  # run id -> (stored run, its step data)
+        self._lock = threading.Lock()
+
+    def step_data(self, request: gr.Request, rid):
+        """The run's step data and whole text, sent once per load: the browser draws every step from them."""
+        if rid is None:
+            return None, ""
+        try:
+            stored, origins, ends = self.cache.get(int(rid), self.who(request))
+        except WorkbenchError:
+            return None, ""  # the load's status line already says why
+        with self._lock:
+            hit = self._data.get(int(rid))
+        if hit is None or hit[0] is not stored:  # a run the cache reloaded (tags changed) is built again
+            hit = (stored, rv.step_data(int(rid), stored.trace, ends))
+            with self._lock:
+                self._data[int(rid)] = hit
+                while len(self._data) > 4:
+                    self._data.popitem(last=False)
+        return hit[1], views.tokens_html(origins)
 
     def show_step(self, request: gr.Request, rid, k):
         if rid is None:
@@ -256,7 +297,8 @@ def replay_tab(store: Store, pool: service.ModelPool, cache: RunCache, who=lambd
         share = gr.Button("Share this run (anyone using this app can then see it)", scale=1)
         shared_md = gr.Markdown("", elem_id="share-status")
     loaded = [picker.step, panel.info, *tuning.sliders.values()]
-    shown = dict(fn=h.show_step, inputs=[picker.run_id, picker.step], outputs=panel.outputs)
+    sent = dict(fn=h.step_data, inputs=[picker.run_id], outputs=[panel.data, panel.text])
+    drawn = dict(fn=None, js=STEP_JS, inputs=[panel.data, picker.step, panel.info], outputs=panel.outputs)
 
     def listed(request: gr.Request, f):
         return runs_frame(store, f, viewer=who(request))
@@ -266,11 +308,15 @@ def replay_tab(store: Store, pool: service.ModelPool, cache: RunCache, who=lambd
     share.click(h.share, [picker.run_id], [shared_md], api_name="share_run")
     figures = dict(fn=h.run_figures, inputs=[picker.run_id], outputs=whole.outputs)
     picker.runs.select(pick_row, [picker.runs], [picker.run_id], api_name=False).then(
-        h.load, [picker.run_id], loaded, api_name=False).then(**shown, api_name=False).then(**figures, api_name=False)
-    picker.load.click(h.load, [picker.run_id], loaded, api_name="load_run").then(**shown, api_name=False).then(
-        **figures, api_name=False)
+        h.load, [picker.run_id], loaded, api_name=False).then(**sent, api_name=False).then(
+        **drawn, api_name=False).then(**figures, api_name=False)
+    picker.load.click(h.load, [picker.run_id], loaded, api_name="load_run").then(**sent, api_name=False).then(
+        **drawn, api_name=False).then(**figures, api_name=False)
     gr.Button("Run figures", visible=False).click(**figures, api_name="run_figures")
-    picker.step.change(**shown, api_name="replay_step", trigger_mode="always_last")
+    picker.step.change(**drawn, api_name=False, trigger_mode="always_last")  # in the browser: no round trip
+    api_step = gr.Number(0, precision=0, visible=False)  # any step: the slider's range is the browser's run
+    gr.Button("Replay step", visible=False).click(h.show_step, [picker.run_id, api_step], panel.api_outputs,
+                                                   api_name="replay_step")
     picker.play.click(lambda: gr.Timer(active=True), None, [picker.timer], api_name=False)
     picker.pause.click(lambda: gr.Timer(active=False), None, [picker.timer], api_name=False)
     picker.timer.tick(h.advance, [picker.step, picker.run_id], [picker.step, picker.timer], api_name=False)

@@ -1,6 +1,6 @@
 """What the Replay & tune tab shows, as pure functions of a stored run (no Gradio, no events):
-the step header and node table, the tuning sliders' ranges and values, the re-scoring summary and
-the re-run's comparison. replay_tab.py wires them to components."""
+the step header and node table, the run's step data the browser draws steps from, the tuning sliders'
+ranges and values, the re-scoring summary and the re-run's comparison. replay_tab.py wires them to components."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
@@ -51,6 +51,19 @@ def nodes_frame_empty() -> pd.DataFrame:
     return pd.DataFrame(columns=NODE_COLUMNS)
 
 
+def nodes_html_empty() -> str:
+    """The browser's node table (replay_js draws it per step) before a run is loaded: its headers, no rows."""
+    heads = "".join(f'<th style="text-align:left;padding:2px 6px">{c}</th>' for c in NODE_COLUMNS)
+    return (f'<div class="replay-nodes-table"><table style="border-collapse:collapse;font-size:0.85em;width:100%">'
+            f"<thead><tr>{heads}</tr></thead><tbody></tbody></table></div>")
+
+
+def slot_html(height: int, inner: str = "") -> str:
+    """A box the browser draws a step's figure or table into (replay_js.STEP_JS): fixed height, scrolling past
+    it, so a new step's content is laid out inside it and not the page around it."""
+    return f'<div class="replay-slot" style="height:{height}px;overflow:auto;contain:strict">{inner}</div>'
+
+
 def step_outputs(run_id: int, trace: RunTrace, origins: Sequence[tuple[str, str]], ends: Sequence[int], k: Any):
     """(header, text so far, tree figure, threshold figure, node table) of step `k`; a run without
     steps shows its whole text and no figures."""
@@ -60,6 +73,35 @@ def step_outputs(run_id: int, trace: RunTrace, origins: Sequence[tuple[str, str]
     s = trace.steps[k]
     return (step_info(run_id, trace, k), views.tokens_html(origins, upto=ends[k]), views.tree_figure(s),
             views.threshold_figure(s), nodes_frame(s))
+
+
+# The fields of one node in step_data, in order (the browser's drawing, replay_js.STEP_JS, reads them by name):
+# the node table's columns, then what the figures need besides: y in the tree layout, on the emitted path,
+# judged by CSD's gate, and the rest of views.node_hover's numbers.
+NODE_FIELDS = NODE_COLUMNS + ("y", "path", "gate", "logit_gap", "max_p", "p_eos", "token_id", "draft_p", "mem_count",
+                              "correction_id")
+
+
+def node_row(n, y: float, path: bool) -> list:
+    """One node of step_data: NODE_FIELDS' values, numbers to four significant digits."""
+    return [n.node, n.parent, n.depth, n.token_text, n.source, sig(n.p), sig(n.threshold), sig(n.entropy), n.rank,
+            n.decision, n.reason, y, int(path), int(views.is_gate_node(n)), sig(n.logit_gap), sig(n.max_p),
+            sig(n.p_eos), n.token_id, sig(n.draft_p), n.mem_count, n.correction_id]
+
+
+def step_data(run_id: int, trace: RunTrace, ends: Sequence[int]) -> dict[str, Any]:
+    """Every step of a run as the browser draws it without asking the server again (replay_js.STEP_JS):
+    per step the header, the tree's title and one row of NODE_FIELDS per node, the tree layout done here
+    (views.tree_layout); `ends` cuts the run's text (sent once) at each step. A 1,000-step run of small trees
+    is ~1 MB of JSON, sent once when the run loads; switching steps then costs no round trip."""
+    steps = []
+    for k, s in enumerate(trace.steps):
+        pos = views.tree_layout(s.nodes)
+        path = {n.node for n in views.emitted_nodes(s)} | {n.node for n in s.nodes if n.parent == -1}
+        steps.append({"info": step_info(run_id, trace, k), "title": views.tree_title(s), "index": s.index,
+                      "nodes": [node_row(n, pos[n.node][1] if n.node in pos else None, n.node in path) for n in s.nodes]})
+    return {"run": run_id, "fields": list(NODE_FIELDS), "ends": list(ends), "steps": steps,
+            "info": step_info(run_id, trace, 0), "colors": views.DECISION_COLORS, "symbols": views.SOURCE_SYMBOLS}
 
 
 def next_step(trace: RunTrace, k: Any) -> int | None:

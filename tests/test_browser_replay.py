@@ -1,0 +1,175 @@
+"""The replay's step switch in headless Chromium (issue 23): the browser draws each step from the run's step
+data (workbench/ui/replay_js.py) with no round trip, so here every drawn step is checked against what the
+server says about that step (replay_view, views, the /replay_step endpoint): header, titles, nodes, the node
+table and the text so far. Behaviour only; benchmarks/bench_replay_browser.py times it."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from core.trace import NodeTrace, RunTrace, StepTrace
+
+pytestmark = pytest.mark.real_model  # the `app` fixture loads the SmolLM2 preset's pool
+CHROMIUM = "/usr/bin/chromium"
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
+         "--disable-component-update", "--disable-sync"]
+STEPS = 30
+
+
+def make_step(i: int, pos: int) -> StepTrace:
+    """Step i: a root, a chain of i % 4 copied tokens (the first i % 3 accepted), a rejected sibling, a CSD
+    draft node on every fifth step (the gate panel) and a bonus; step 7 drafts nothing. Token texts carry
+    markup, which must show as text."""
+    nodes = [NodeTrace(i, pos, 0, -1, 0, 100 + i, f" r{i}", "root", "accepted", "root")]
+    chain = 0 if i == 7 else i % 4
+    accepted = min(i % 3, chain)
+    for d in range(1, chain + 1):
+        ok = d <= accepted
+        nodes.append(NodeTrace(i, pos, d, d - 1, d, 200 + d, f" c{i}.{d}" if d != 2 else "<b>x</b>", "context",
+                               "accepted" if ok else ("rejected" if d == accepted + 1 else "unreached"),
+                               "p ≥ δ" if ok else "p < δ", p=0.9 if ok else 0.05, threshold=0.1, entropy=0.5 + d / 10,
+                               max_p=0.9, p_eos=0.001, rank=0 if ok else 3, logit_gap=0.0 if ok else 2.5))
+    if chain:
+        nodes.append(NodeTrace(i, pos, len(nodes), 0, 1, 300, f" s{i}", "generated", "rejected", "p < δ", p=0.02,
+                               threshold=0.1, entropy=0.6, max_p=0.9, p_eos=0.001, rank=5, logit_gap=4.0))
+    if i % 5 == 0 and chain:
+        nodes.append(NodeTrace(i, pos, len(nodes), 0, 1, 400, f" d{i}", "draft", "rejected", "gap > −ln τ", p=0.01,
+                               threshold=0.3, entropy=0.6, max_p=0.9, p_eos=0.001, rank=7, logit_gap=3.0, mem_count=2,
+                               correction_id=17))
+    bonus_parent = accepted  # the last accepted node of the chain (0: the root)
+    nodes.append(NodeTrace(i, pos, len(nodes), bonus_parent, bonus_parent + 1, 500 + i, f" b{i}", "model", "bonus",
+                           "the target's own token", p=0.7, entropy=0.4))
+    emitted = [n.token_id for n in nodes[1:accepted + 1]] + [500 + i]
+    return StepTrace(i, pos, len(nodes) - 2, accepted, emitted, draft_ms=0.5, forward_ms=10.0, nodes=nodes)
+
+
+def make_run() -> RunTrace:
+    steps, pos = [], 10
+    for i in range(STEPS):
+        steps.append(make_step(i, pos))
+        pos += len(steps[-1].emitted)
+    return RunTrace(method="csd", params={"tau": 0.3}, model="synthetic", draft_model=None, device="cpu",
+                    dtype="float32", prompt="p", prompt_ids=list(range(10)), steps=steps,
+                    output_ids=[t for s in steps for t in s.emitted], status="complete", decode_seconds=1.0)
+
+
+@pytest.fixture(scope="module")
+def replay(app):
+    """The app with the synthetic run stored and shared, and a page on its Replay tab with the run loaded."""
+    if not Path(CHROMIUM).exists():
+        pytest.skip(f"{CHROMIUM} not found: apt-get install chromium (.ci/run does)")
+    sync_api = pytest.importorskip("playwright.sync_api")
+    demo = app[0]
+    run = make_run()
+    rid = demo.store.save_run(run, tags=["shared"])
+    with sync_api.sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=FLAGS, headless=True)
+        page = browser.new_page(viewport={"width": 1500, "height": 1100})
+        page.set_default_timeout(30_000)
+        page.goto(demo.local_url)
+        page.get_by_role("tab", name="Replay & tune").click()
+        page.locator("#replay-run-id input").fill(str(rid))
+        page.get_by_role("button", name="Load run").click()
+        sync_api.expect(page.locator("#replay-info")).to_contain_text(f"run #{rid} · csd · step 0 of 0–{STEPS - 1}")
+        yield page, rid, demo.store.load_run(rid).trace
+        browser.close()
+
+
+def slide(page, k):
+    """Move the slider the way a drag does (the range input's input event)."""
+    page.evaluate("""(k) => { const r = document.querySelector('#replay-step input[type=range]');
+                             r.value = String(k); r.dispatchEvent(new Event('input', {bubbles: true})); }""", k)
+
+
+def drawn(page) -> dict:
+    """What the page shows of the current step."""
+    return page.evaluate("""() => {
+      const txt = (s) => (document.querySelector(s) || {}).textContent || '';
+      const visible = Array.from(document.querySelectorAll('#replay-text span.tok')).filter((e) => e.offsetParent !== null);
+      return {
+        info: txt('#replay-info').trim(),
+        tree_title: txt('#replay-tree .fig-title'), thr_title: txt('#replay-thresholds .fig-title'),
+        tree_nodes: Array.from(document.querySelectorAll('#replay-tree g.node')).map((g) => Number(g.dataset.node)),
+        hovers: Array.from(document.querySelectorAll('#replay-tree g.node > title')).map((t) => t.textContent),
+        bars: Array.from(document.querySelectorAll('#replay-thresholds g.bar')).map((g) => Number(g.dataset.node)),
+        gates: Array.from(document.querySelectorAll('#replay-thresholds g.gate')).map((g) => Number(g.dataset.node)),
+        markup: document.querySelectorAll('#replay-tree b, #replay-thresholds b, #replay-nodes b').length,
+        head: Array.from(document.querySelectorAll('#replay-nodes th')).map((c) => c.textContent),
+        rows: Array.from(document.querySelectorAll('#replay-nodes tbody tr')).map(
+          (r) => Array.from(r.children).map((c) => c.textContent)),
+        text: visible.map((e) => e.textContent).join(''), tokens: visible.length,
+      };
+    }""")
+
+
+def cell(v):
+    """A table cell as a value: numbers compared as numbers (pandas shows a rank 0 beside a None as 0.0)."""
+    if v is None or (isinstance(v, float) and v != v) or v == "":
+        return None
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return str(v)
+
+
+def check_step(page, rid, trace, k, api=None):
+    """The drawn step k matches replay_view / views for step k (and the /replay_step answer, when given)."""
+    from playwright.sync_api import expect
+
+    from workbench import views
+    from workbench.ui import replay_view as rv
+    from workbench.ui.shared import step_ends
+
+    step = trace.steps[k]
+    expect(page.locator("#replay-tree .fig-title")).to_have_text(views.tree_figure(step).layout.title.text)
+    expect(page.locator("#replay-info")).to_contain_text(f"step {k} of")
+    got = drawn(page)
+    assert got["info"] == rv.step_info(rid, trace, k)
+    assert got["thr_title"] == f"step {k}: thresholds"
+    assert sorted(got["tree_nodes"]) == sorted(n.node for n in step.nodes)
+    for n, hover in zip(sorted(step.nodes, key=lambda n: n.node), sorted(got["hovers"], key=lambda h: int(h[1:].split()[0]))):
+        assert hover.startswith(f"#{n.node} ") and n.reason in hover and n.source in hover
+    drafts = [n for n in step.nodes if n.parent != -1 and n.decision != "bonus"]
+    assert got["bars"] == [n.node for n in drafts]
+    if drafts:  # the server's figure has the same bars, in the same order
+        fig = views.threshold_figure(step)
+        assert fig.layout.title.text == got["thr_title"]
+        cats = [c for t in fig.data if t.type == "bar" and t.yaxis == "y" for c in t.x]
+        assert sorted(int(c.split(":")[0]) for c in cats) == sorted(got["bars"])
+    assert got["gates"] == [n.node for n in drafts if views.is_gate_node(n)]
+    assert got["markup"] == 0  # token text "<b>x</b>" is shown as text
+    frame = rv.nodes_frame(step)
+    assert got["head"] == list(rv.NODE_COLUMNS)
+    assert [[cell(v) for v in row] for row in got["rows"]] == [[cell(v) for v in row] for row in frame.values.tolist()]
+    origins = views.token_origins(trace)
+    end = step_ends(trace)[k]
+    assert got["tokens"] == end
+    assert got["text"] == "".join(t for t, _ in origins[:end])
+    if api is not None:  # the server's own answer for this step, through the API
+        info, text, tree, thresholds, nodes = api.predict(rid, k, api_name="/replay_step")
+        assert info == got["info"] and text.count('class="tok ') == end
+        assert tree["type"] == "plotly" and views.tree_figure(step).layout.title.text in tree["plot"]
+        assert nodes["headers"] == got["head"] and len(nodes["data"]) == len(got["rows"])
+
+
+def test_the_slider_draws_the_chosen_step(app, replay):
+    page, rid, trace = replay
+    check_step(page, rid, trace, 0, api=app[1])
+    for k in (17, 5, STEPS - 1, 7, 10, 1):  # 7 drafts nothing; 5 and 10 have a CSD gate node; back and forth
+        slide(page, k)
+        check_step(page, rid, trace, k, api=app[1] if k in (17, 10) else None)
+
+
+def test_typing_a_step_and_coming_back_to_the_tab_keep_the_step(app, replay):
+    from playwright.sync_api import expect
+
+    page, rid, trace = replay
+    box = page.locator("#replay-step input[type=number]")
+    box.fill("12")
+    box.press("Enter")
+    check_step(page, rid, trace, 12)
+    page.get_by_role("tab", name="Compare").click()
+    page.get_by_role("tab", name="Replay & tune").click()
+    expect(page.locator("#replay-info")).to_contain_text("step 12 of")
+    check_step(page, rid, trace, 12)

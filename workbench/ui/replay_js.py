@@ -1,0 +1,245 @@
+"""The replay's step switch, done in the browser: a Gradio `js=` handler that draws one step from the run's
+step data (replay_view.step_data, sent once when the run loads) with no round trip to the server.
+
+It returns the header (StepPanel.outputs: the Markdown above the step); it writes the draft tree and the
+threshold figure as SVG and the node table as HTML into their slots (replay_view.slot_html, boxes of fixed
+height, so the page is not laid out again around them); and it cuts the run's text (sent once) at the step's
+end by moving token spans between a shown and a hidden part, only those between the old end and the new.
+(A <style> rule hiding the spans past the end re-styled the whole page on every switch: ~35 ms of a 55 ms
+median on the 2-core CI machine.) SVG and not Plotly: Plotly.react of these two figures alone took 100-300 ms
+there; an SVG string is drawn in a few. What is drawn mirrors views.tree_figure and views.threshold_figure
+(same titles, colours, shapes, layout and hover text); the tree's layout, the emitted path, the gate flags,
+the headers and the titles are computed in Python (replay_view.step_data), so only painting lives here.
+Every string from the trace is escaped before it reaches the page.
+"""
+from __future__ import annotations
+
+import json
+
+from workbench.ui.replay_view import NODE_COLUMNS
+
+_JS = r"""
+(data, k, info) => {
+  const COLUMNS = __COLUMNS__;
+  const E = (s) => String(s ?? '').replace(/[&<>"']/g, (c) => ({'&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;'}[c]));
+  const num = (v) => (v === null || v === undefined) ? '–' : String(v);
+  const show = (t, limit) => {
+    let s = String(t ?? '').replace(/ /g, '␣').replace(/\n/g, '↵').replace(/\t/g, '⇥');
+    if (s.length > limit) s = s.slice(0, limit - 1) + '…';
+    return s || '∅';
+  };
+  const table = (rows) => '<div class="replay-nodes-table"><style>.replay-nodes-table table{border-collapse:collapse;'
+    + 'font-size:0.85em;width:100%}.replay-nodes-table th{position:sticky;top:0;background:#f4f4f5;text-align:left;'
+    + 'padding:2px 6px}.replay-nodes-table td{border-top:1px solid #e4e4e7;padding:1px 6px}</style><table><thead><tr>'
+    + COLUMNS.map((c) => `<th>${E(c)}</th>`).join('') + '</tr></thead><tbody>'
+    + rows.map((r) => '<tr>' + r.map((v) => `<td>${E(v ?? '')}</td>`).join('') + '</tr>').join('')
+    + '</tbody></table></div>';
+  const svg = (k, w, h, body) => `<svg class="replay-fig" data-step="${k}" viewBox="0 0 ${w} ${h}" width="100%" `
+    + `style="max-width:${w}px;font-family:sans-serif;background:#fff" xmlns="http://www.w3.org/2000/svg">${body}</svg>`;
+  const title = (w, text) => `<text class="fig-title" x="${w / 2}" y="22" text-anchor="middle" font-size="14">${E(text)}</text>`;
+  const empty = (k, head, text) => svg(k, 640, 120, title(640, head)
+    + `<text x="320" y="75" text-anchor="middle" font-size="15" fill="#777">${E(text)}</text>`);
+  // The run's text (#replay-text, all of it) split in a shown and a hidden part. Gradio renders a new text
+  // (the next run's) whenever it likes, so an observer on #replay-text cuts it again at the current step.
+  // Gradio morphs a new text into the old elements, so the split is recognised by its two parts, not by a flag.
+  const isCut = (box) => box.children.length === 2 && box.children[0].className === 'replay-shown'
+    && box.children[1].className === 'replay-hidden';
+  const cutText = (end) => {
+    window.__replayEnd = end;
+    const host = document.querySelector('#replay-text');
+    if (host && !host.__replayWatch) {
+      host.__replayWatch = new MutationObserver(() => {
+        const t = host.querySelector('span.tok');
+        if (t && !isCut(t.closest('div'))) cutText(window.__replayEnd);
+      });
+      host.__replayWatch.observe(host, {childList: true, subtree: true});
+    }
+    const first = host && host.querySelector('span.tok'), box = first && first.closest('div');  // views.tokens_html's div
+    if (!box) return;
+    if (!isCut(box)) {
+      Object.assign(box.style, {height: '', overflowY: '', contain: ''});
+      const shown = document.createElement('span'), hidden = document.createElement('span');
+      shown.className = 'replay-shown';
+      hidden.className = 'replay-hidden';
+      hidden.style.display = 'none';
+      hidden.append(...Array.from(box.childNodes));
+      box.append(shown, hidden);
+      // A box of fixed height, as tall as the whole text up to 16 lines and scrolling past that, is a layout
+      // boundary: the text changing inside re-lays out the box, not the page below it.
+      shown.append(...Array.from(hidden.childNodes));
+      const full = box.scrollHeight, line = parseFloat(getComputedStyle(box).lineHeight) || 22;
+      hidden.append(...Array.from(shown.childNodes));
+      if (full > 0) Object.assign(box.style, {height: `${Math.min(full, 16 * line) + 2}px`, overflowY: 'auto', contain: 'strict'});
+    }
+    const [shown, hidden] = box.children, have = shown.childNodes.length, range = document.createRange();
+    if (end > have && hidden.firstChild) {
+      range.setStartBefore(hidden.firstChild);
+      range.setEndAfter(hidden.childNodes[Math.min(end - have, hidden.childNodes.length) - 1]);
+      shown.appendChild(range.extractContents());
+    } else if (end < have) {
+      range.setStartBefore(shown.childNodes[end]);
+      range.setEndAfter(shown.lastChild);
+      hidden.insertBefore(range.extractContents(), hidden.firstChild);
+    }
+    box.scrollTop = box.scrollHeight;  // the step's own tokens in view
+  };
+  // The figures and the table go straight into their slots (replay_view.slot_html): one parse, no diff
+  // against the last step's elements, and each slot is a box of fixed height the page is not laid out around.
+  const put = (id, html) => { const slot = document.querySelector(`#${id} .replay-slot`); if (slot) slot.innerHTML = html; };
+  if (!data || !Array.isArray(data.steps)) return [info];
+  if (!data.steps.length) {
+    cutText(Infinity);
+    put('replay-tree', '');
+    put('replay-thresholds', '');
+    put('replay-nodes', table([]));
+    return [data.info];
+  }
+  k = Math.max(0, Math.min(Number(k) || 0, data.steps.length - 1));
+  const st = data.steps[k], F = data.fields, C = data.colors, S = data.symbols;
+  const nodes = st.nodes.map((r) => Object.fromEntries(F.map((f, i) => [f, r[i]])));
+  const key = (n) => n.parent === -1 ? 'root' : n.decision;
+  const hover = (n) => [
+    `#${n.node} ${JSON.stringify(String(n.token))}  id ${n.token_id}`,
+    `source ${n.source} · depth ${n.depth} · parent ${n.parent}`,
+    `${key(n)}: ${n.reason}`,
+    `p ${num(n.p)} · threshold ${num(n.threshold)}`,
+    `entropy ${num(n.entropy)} · max p ${num(n.max_p)} · p_eos ${num(n.p_eos)}`,
+    `rank ${num(n.rank)} · logit gap ${num(n.logit_gap)}`,
+    `draft p ${num(n.draft_p)} · mem count ${num(n.mem_count)}`,
+  ].concat(n.correction_id === null || n.correction_id === undefined ? [] : [`correction t* ${n.correction_id}`]).join('\n');
+  // Plotly's marker symbols as polygons: [corners, inner radius of a star, rotation]
+  const SHAPES = {square: [4, 0, Math.PI / 4], diamond: [4, 0, 0], 'triangle-up': [3, 0, 0], hexagon: [6, 0, Math.PI / 6],
+                  pentagon: [5, 0, 0], star: [5, 0.45, 0]};
+  const marker = (sym, x, y, r, fill, stroke) => {
+    const s = SHAPES[sym];
+    if (!s) return `<circle cx="${x.toFixed(1)}" cy="${y.toFixed(1)}" r="${r}" fill="${fill}" stroke="${stroke}"/>`;
+    const m = s[1] ? 2 * s[0] : s[0], pts = [];
+    for (let i = 0; i < m; i++) {
+      const a = s[2] - Math.PI / 2 + i * 2 * Math.PI / m, rr = s[1] && i % 2 ? r * s[1] : r;
+      pts.push(`${(x + rr * Math.cos(a)).toFixed(1)},${(y + rr * Math.sin(a)).toFixed(1)}`);
+    }
+    return `<polygon points="${pts.join(' ')}" fill="${fill}" stroke="${stroke}"/>`;
+  };
+  const legend = (w, y, items) => {  // items: [label, svg of the key at (0, 0)]
+    let x = 10, out = '';
+    for (const [label, key] of items) {
+      const width = 24 + 6.5 * label.length;
+      if (x + width > w - 10) { x = 10; y += 16; }
+      out += `<g transform="translate(${x + 6},${y})">${key}<text x="10" y="4" font-size="11">${E(label)}</text></g>`;
+      x += width;
+    }
+    return [out, y];
+  };
+
+  // ---- the draft tree (views.tree_figure): x = depth, y from views.tree_layout, markers by decision and source
+  const drawTree = () => {
+    const placed = nodes.filter((n) => n.y !== null && n.y !== undefined);
+    if (!placed.length) return empty(k, st.title, 'no node records for this step');
+    const seen = [...new Set(placed.map(key))], sources = [...new Set(nodes.map((n) => n.source))];
+    const items = Object.keys(C).filter((d) => seen.includes(d)).map((d) => [d, marker('circle', 0, 0, 5, C[d], '#fff')])
+      .concat([['emitted path', `<line x1="-6" y1="0" x2="6" y2="0" stroke="${C.accepted}" stroke-width="3"/>`]])
+      .concat(sources.map((s) => ['source: ' + s, marker(S[s] || 'circle', 0, 0, 5, '#666', '#666')]));
+    const W = 640, [keys, last] = legend(W, 44, items);
+    const ys = placed.map((n) => n.y), top = Math.max(...ys), bottom = Math.min(...ys);
+    const maxD = Math.max(...placed.map((n) => n.depth)), leaves = new Set(ys).size;
+    const T = last + 22, B = 40, L = 24, R = 120, H = Math.max(320, 26 * leaves + 120) + (last - 44);
+    const sx = (d) => L + (maxD ? d / maxD : 0.5) * (W - L - R);
+    const sy = (y) => T + (top === bottom ? 0.5 : (top - y) / (top - bottom)) * (H - T - B);
+    const by = new Map(placed.map((n) => [n.node, n]));
+    let grey = '', green = '', marks = '', ticks = '';
+    for (const n of placed) {
+      const p = by.get(n.parent);
+      if (!p || p === n) continue;
+      const line = `<line x1="${sx(p.depth).toFixed(1)}" y1="${sy(p.y).toFixed(1)}" x2="${sx(n.depth).toFixed(1)}" y2="${sy(n.y).toFixed(1)}"`;
+      if (n.path && p.path) green += `${line} stroke="${C.accepted}" stroke-width="3"/>`;
+      else grey += `${line} stroke="#c8c8c8" stroke-width="1"/>`;
+    }
+    for (const n of placed) {
+      const x = sx(n.depth), y = sy(n.y);
+      marks += `<g class="node" data-node="${n.node}"><title>${E(hover(n))}</title>`
+        + marker(S[n.source] || 'circle', x, y, 7, C[key(n)] || '#999', '#fff')
+        + `<text x="${(x + 10).toFixed(1)}" y="${(y + 4).toFixed(1)}" font-size="11">${E(show(n.token, 14))}</text></g>`;
+    }
+    for (let d = 0; d <= maxD; d++) ticks += `<text x="${sx(d).toFixed(1)}" y="${H - B + 18}" text-anchor="middle" font-size="11" fill="#444">${d}</text>`;
+    ticks += `<text x="${(W - R + L) / 2}" y="${H - 4}" text-anchor="middle" font-size="12" fill="#444">depth</text>`;
+    return svg(k, W, H, title(W, st.title) + keys + grey + green + marks + ticks);
+  };
+
+  // ---- p against the threshold, entropy on a second axis, CSD's gate below (views.threshold_figure)
+  const drawThresholds = () => {
+    const head = `step ${st.index}: thresholds`;
+    const ns = nodes.filter((n) => n.parent !== -1 && n.decision !== 'bonus');
+    if (!ns.length) return empty(k, head, 'this step drafted no tokens');
+    const gated = ns.some((n) => n.gate);
+    const decisions = ['accepted', 'rescued', 'rejected', 'unreached'].filter((d) => ns.some((n) => n.decision === d));
+    const items = decisions.map((d) => [d, `<rect x="-5" y="-5" width="10" height="10" fill="${C[d]}"/>`])
+      .concat([['threshold', '<line x1="-7" y1="0" x2="7" y2="0" stroke="#000" stroke-width="3"/>'],
+               ['entropy (nats)', '<line x1="-7" y1="0" x2="7" y2="0" stroke="#7f7f7f" stroke-dasharray="2,2"/>']]);
+    const W = 640, [keys, last] = legend(W, 44, items);
+    const T = last + 34, B = 90, L = 50, R = 50, H = 340 + (gated ? 220 : 0) + (last - 44);
+    const PH = H - T - B, bw = (W - L - R) / ns.length, cx = (i) => L + bw * (i + 0.5);
+    const p1 = [T, T + (gated ? 0.55 : 1) * PH], p2 = [T + 0.69 * PH, T + PH];
+    const yv = (panel, top, v) => panel[1] - Math.max(0, Math.min(1, (v ?? 0) / top)) * (panel[1] - panel[0]);
+    const axis = (panel, top, side, label, fmt) => {
+      const x = side === 'left' ? L : W - R, anchor = side === 'left' ? 'end' : 'start', dx = side === 'left' ? -4 : 4;
+      let out = `<line x1="${x}" y1="${panel[0]}" x2="${x}" y2="${panel[1]}" stroke="#ccc"/>`;
+      for (let i = 0; i <= 4; i++) {
+        const v = top * i / 4, y = yv(panel, top, v).toFixed(1);
+        out += `<text x="${x + dx}" y="${y}" dy="4" text-anchor="${anchor}" font-size="10" fill="#444">${fmt(v)}</text>`;
+        if (side === 'left') out += `<line x1="${L}" y1="${y}" x2="${W - R}" y2="${y}" stroke="#eee"/>`;
+      }
+      const lx = side === 'left' ? 12 : W - 8, ly = (panel[0] + panel[1]) / 2;
+      return out + `<text transform="translate(${lx},${ly}) rotate(-90)" text-anchor="middle" font-size="11" fill="#444">${E(label)}</text>`;
+    };
+    const sub = (panel, text) => `<text x="${W / 2}" y="${panel[0] - 6}" text-anchor="middle" font-size="13">${E(text)}</text>`;
+    let body = title(W, head) + keys + axis(p1, 1.05, 'left', 'p', (v) => v.toFixed(2)) + sub(p1, 'p vs threshold');
+    const ent = Math.max(1e-9, ...ns.map((n) => n.entropy ?? 0)) * 1.1;
+    body += axis(p1, ent, 'right', 'entropy (nats)', (v) => v.toFixed(2));
+    ns.forEach((n, i) => {
+      const y = yv(p1, 1.05, n.p);
+      body += `<g class="bar" data-node="${n.node}"><title>${E(hover(n))}</title><rect x="${(cx(i) - bw * 0.4).toFixed(1)}" y="${y.toFixed(1)}" `
+        + `width="${(bw * 0.8).toFixed(1)}" height="${(p1[1] - y).toFixed(1)}" fill="${C[n.decision] || '#999'}"/>`;
+      if (!n.gate && n.threshold !== null && n.threshold !== undefined) {
+        const t = yv(p1, 1.05, n.threshold).toFixed(1);
+        body += `<line x1="${(cx(i) - bw * 0.45).toFixed(1)}" y1="${t}" x2="${(cx(i) + bw * 0.45).toFixed(1)}" y2="${t}" stroke="#000" stroke-width="3"/>`;
+      }
+      body += '</g>';
+    });
+    const pts = ns.map((n, i) => `${cx(i).toFixed(1)},${yv(p1, ent, n.entropy).toFixed(1)}`);
+    body += `<polyline points="${pts.join(' ')}" fill="none" stroke="#7f7f7f" stroke-dasharray="3,3"/>`
+      + pts.map((p) => `<circle cx="${p.split(',')[0]}" cy="${p.split(',')[1]}" r="2.5" fill="#7f7f7f"/>`).join('');
+    if (gated) {
+      const limit = (n) => (n.threshold > 0 && n.threshold <= 1) ? -Math.log(n.threshold) : null;
+      const top = Math.max(1e-9, ...ns.filter((n) => n.gate).map((n) => Math.max(n.logit_gap ?? 0, limit(n) ?? 0))) * 1.1;
+      body += axis(p2, top, 'left', 'logit gap', (v) => v.toFixed(2)) + sub(p2, 'CSD gate: logit gap vs −ln τ');
+      ns.forEach((n, i) => {
+        if (!n.gate) return;
+        const y = yv(p2, top, n.logit_gap);
+        body += `<g class="gate" data-node="${n.node}"><title>${E(hover(n))}</title><rect x="${(cx(i) - bw * 0.4).toFixed(1)}" y="${y.toFixed(1)}" `
+          + `width="${(bw * 0.8).toFixed(1)}" height="${(p2[1] - y).toFixed(1)}" fill="${C[n.decision] || '#999'}"/>`;
+        const lim = limit(n);
+        if (lim !== null) {
+          const t = yv(p2, top, lim).toFixed(1);
+          body += `<line x1="${(cx(i) - bw * 0.45).toFixed(1)}" y1="${t}" x2="${(cx(i) + bw * 0.45).toFixed(1)}" y2="${t}" stroke="#ff7f0e" stroke-width="3">`
+            + `<title>τ ${num(n.threshold)}, −ln τ ${lim.toPrecision(4)}</title></line>`;
+        }
+        body += '</g>';
+      });
+    }
+    const base = gated ? p2[1] : p1[1];
+    ns.forEach((n, i) => {
+      body += `<text transform="translate(${cx(i).toFixed(1)},${base + 8}) rotate(-45)" text-anchor="end" font-size="10" fill="#444">`
+        + `${E(n.node + ':' + show(n.token, 10))}</text>`;
+    });
+    return svg(k, W, H, body);
+  };
+
+  cutText(data.ends[k]);
+  put('replay-tree', drawTree());
+  put('replay-thresholds', drawThresholds());
+  put('replay-nodes', table(st.nodes.map((r) => r.slice(0, COLUMNS.length))));
+  return [st.info];
+}
+"""
+
+STEP_JS = _JS.replace("__COLUMNS__", json.dumps(list(NODE_COLUMNS)))
