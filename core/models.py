@@ -94,6 +94,14 @@ def is_fetched(name: str) -> bool:
     return (preset_path(name) / "fetched.json").exists()
 
 
+def preset_hint() -> str:
+    """The presets a user can load now (fetched), and how to get the others: for error messages."""
+    fetched = [n for n in PRESETS if is_fetched(n)]
+    others = [n for n in PRESETS if n not in fetched]
+    have = f"a fetched preset ({', '.join(fetched)})" if fetched else "a preset"
+    return have + (f"; `python -m workbench models fetch NAME` gets {', '.join(others)}" if others else "")
+
+
 def _preset(name: str) -> ModelPreset:
     if name not in PRESETS:
         raise WorkbenchError(f"unknown preset {name!r}; presets: {', '.join(PRESETS)}")
@@ -348,8 +356,8 @@ def load_model(spec: str, device: str | torch.device = "auto", dtype: str | torc
             config = AutoConfig.from_pretrained(source, trust_remote_code=trust_remote_code, **extra)
         except OSError as e:
             raise WorkbenchError(
-                f"could not load {spec!r}: {_first_line(e, source, spec)}. Without network access use a preset "
-                f"({', '.join(PRESETS)}) or a local folder."
+                f"could not load {spec!r}: {_first_line(e, source, spec)}. Without network access use "
+                f"{preset_hint()} or a local folder."
             ) from None
         except (ValueError, KeyError, TypeError, EOFError, IndexError, struct.error, UnicodeDecodeError,
                 json.JSONDecodeError) as e:
@@ -410,7 +418,7 @@ def _unreadable(spec: str, e: Exception, what: str) -> WorkbenchError:
     """A model that exists but cannot be read; the reason's kind, never the file's contents or server folders."""
     return UnsupportedModelError(
         f"could not read {spec!r} ({what}: {type(e).__name__}); the file may be truncated, corrupt or not a model "
-        f"transformers can load: fetch or save it again, or use a preset ({', '.join(PRESETS)})")
+        f"transformers can load: fetch or save it again, or use {preset_hint()}")
 
 
 def _check_gguf(path: Path, spec: str) -> None:
@@ -423,7 +431,7 @@ def _check_gguf(path: Path, spec: str) -> None:
     if len(head) < 24 or head[:4] != GGUF_MAGIC:
         raise UnsupportedModelError(
             f"{spec!r} is not a GGUF file ({'empty' if not head else 'too short' if len(head) < 24 else 'no GGUF header'}): "
-            f"check the file (a download may have been cut short) or use a preset ({', '.join(PRESETS)})")
+            f"check the file (a download may have been cut short) or use {preset_hint()}")
     version = struct.unpack("<I", head[4:8])[0]
     if version not in (2, 3):
         raise UnsupportedModelError(f"{spec!r} is GGUF version {version}; versions 2 and 3 can be read: convert it again")
@@ -434,7 +442,7 @@ def _check_model_folder(path: Path, spec: str) -> None:
     if not (path / "config.json").is_file():
         raise UnsupportedModelError(
             f"{spec!r} is a folder but not a model folder (no config.json): pass a folder written by save_pretrained, "
-            f"a .gguf file, a preset ({', '.join(PRESETS)}) or a hub id")
+            f"a .gguf file, {preset_hint()}, or a hub id")
 
 
 def check_pair(target: LoadedModel, draft: LoadedModel) -> None:
