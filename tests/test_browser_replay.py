@@ -173,3 +173,90 @@ def test_typing_a_step_and_coming_back_to_the_tab_keep_the_step(app, replay):
     page.get_by_role("tab", name="Replay & tune").click()
     expect(page.locator("#replay-info")).to_contain_text("step 12 of")
     check_step(page, rid, trace, 12)
+
+
+# ---------------------------------------------------------------- issue 23, item 7: the tab's defects
+
+def choose_rule(page, name):
+    from playwright.sync_api import expect
+
+    box = page.locator("#tune-rule input")
+    box.click()
+    box.fill(name)
+    box.press("Enter")
+    expect(box).to_have_value(name)
+
+
+def test_the_rule_list_offers_only_rules_that_re_score(app, replay):
+    """Top-k and nucleus sample (T = 1): re-scoring refused them with "temperature is 1.0"; they are not offered,
+    and every rule that is offered re-scores this run."""
+    from playwright.sync_api import expect
+
+    from workbench.ui import replay_view as rv
+
+    page, rid, trace = replay
+    page.locator("#tune-rule input").click()
+    expect(page.get_by_role("option").first).to_be_visible()
+    offered = [o.replace("✓", "").strip() for o in page.get_by_role("option").all_text_contents()]
+    page.keyboard.press("Escape")
+    assert "top-k" not in offered and "nucleus" not in offered
+    assert offered == rv.rule_choices() and "aasd-fixed" in offered
+    for rule in offered:
+        summary, _ = app[1].predict(rid, rule, 0.1, 0.1, 0.1, 0.3, 6, api_name="/rescore")
+        assert "predicted" in summary and "temperature" not in summary, (rule, summary)
+    choose_rule(page, "greedy")
+    expect(page.locator("#tune-summary")).to_contain_text("greedy: greedy takes none of δ α β τ λ")
+    choose_rule(page, rv.OWN_RULE)
+
+
+def test_slider_labels_state_the_sliders_own_range(replay):
+    """The labels said λ [0, 1000000] and α [0, 10] over sliders running 0–50 and 0–2."""
+    from workbench.ui.shared import TUNABLE
+
+    page, _, _ = replay
+    for name in TUNABLE:
+        low, high = page.evaluate(f"() => {{ const r = document.querySelector('#tune-{name} input[type=range]'); "
+                                  "return [Number(r.min), Number(r.max)]; }")
+        label = page.locator(f"#tune-{name} [data-testid=block-info]").first.text_content()
+        assert f"slider {low:g}–{high:g}" in label, (name, label, low, high)
+        assert "1000000" not in label
+
+
+def test_sliders_of_parameters_the_judging_method_ignores_are_greyed_out(replay):
+    """CSD reads τ and λ: δ, α and β are greyed out; judged by AASD's rule, α and β are live, τ, λ, δ not."""
+    from playwright.sync_api import expect
+
+    from workbench.ui import replay_view as rv
+
+    page, _, _ = replay
+
+    def expect_live(live):
+        for name in ("delta", "alpha", "beta", "tau", "lam"):
+            slider = page.locator(f"#tune-{name} input[type=range]")
+            if name in live:
+                expect(slider).to_be_enabled()
+            else:
+                expect(slider).to_be_disabled()
+
+    expect_live({"tau", "lam"})  # the run's own method, csd, as loaded
+    choose_rule(page, "aasd")
+    expect_live({"alpha", "beta"})
+    choose_rule(page, "casd")
+    expect_live({"delta"})
+    choose_rule(page, rv.OWN_RULE)
+    expect_live({"tau", "lam"})
+
+
+def test_the_tab_is_shorter_and_no_label_chip_covers_a_figure_title(replay):
+    """The tab was ~2,500 px tall at this width, and the run's figures wore label chips over their own titles."""
+    from playwright.sync_api import expect
+
+    page, _, _ = replay
+    page.wait_for_selector("#replay-positions .js-plotly-plot")
+    height = page.evaluate("() => document.querySelector('#replay-tree').closest('[role=tabpanel]')"
+                           ".getBoundingClientRect().height")
+    assert height < 2_200, height
+    for fig in ("#replay-by-source", "#replay-positions", "#replay-tree", "#replay-thresholds", "#replay-nodes"):
+        assert page.locator(f"{fig} [data-testid=block-label]").filter(visible=True).count() == 0, fig
+    slide(page, 3)  # the step switch still draws into its slots
+    expect(page.locator("#replay-tree .fig-title")).to_contain_text("step 3:")

@@ -358,3 +358,20 @@ def test_memory_entries_sorted_by_count_with_every_rescuing_pair():
     assert list(frame.columns) == ENTRY_COLUMNS
     assert list(frame["count"]) == [9, 5, 1, 0]  # the top 2, then the pairs that rescued although not in the top
     assert list(frame["rescued in the runs"]) == [0, 0, 2, 1] and frame["draft token"].iloc[0] == "'t3'"
+
+
+def test_replay_offers_only_rules_that_re_score_and_labels_its_sliders_with_their_range():
+    """Issue 23, item 7: sampling methods (T > 0) cannot re-score; a slider's label states the slider's range;
+    a slider is live only where the judging method reads its parameter."""
+    from core.methods import METHODS
+
+    choices = rv.rule_choices()
+    assert "top-k" not in choices and "nucleus" not in choices and "casd" in choices
+    assert all(not (METHODS[c].params.get("temperature") or 0) > 0 for c in choices[1:])
+    for name in TUNABLE:
+        low, high, _ = rv.slider_range(name)
+        assert f"slider {low:g}–{high:g}" in rv.slider_label(name)
+    assert rv.slider_label("lam").startswith("λ lam: slider 0–50")
+    assert rv.tuning_active("csd") == [False, False, False, True, True]  # TUNABLE: δ α β τ λ
+    assert rv.tuning_active("aasd") == [False, True, True, False, False]
+    assert rv.tuning_active("greedy") == [False] * len(TUNABLE)

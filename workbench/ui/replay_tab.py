@@ -24,7 +24,11 @@ from workbench.store import Store
 from workbench.ui import replay_view as rv
 from workbench.ui.access import NOBODY, SHARED_TAG, not_visible
 from workbench.ui.replay_js import STEP_JS
-from workbench.ui.shared import TUNABLE, RunCache, error_md, param_label, runs_frame
+from workbench.ui.shared import TUNABLE, RunCache, error_md, runs_frame
+
+
+# Heights (px) of the step's figure slots and node table, and of the run's figures: the tab fits in ~2,000 px.
+STEP_FIGURE_HEIGHT, NODES_HEIGHT, RUN_FIGURE_HEIGHT = 440, 200, 300
 
 
 @dataclass
@@ -39,6 +43,8 @@ class RunPicker:
     pause: gr.Button
     timer: gr.Timer
     step: gr.Slider
+    share: gr.Button
+    shared_md: gr.Markdown
 
 
 @dataclass
@@ -103,22 +109,28 @@ def run_picker(store: Store) -> RunPicker:
         run_id = gr.Number(None, label="Run id", precision=0, scale=1, elem_id="replay-run-id",
                            placeholder="no run yet: run a comparison, or type an id",
                            info="opens on your newest run; click a row of the table to pick another")
-        load = gr.Button("Load run", scale=1)
-        play = gr.Button("▶ Play", scale=1)
-        pause = gr.Button("Pause", scale=1)
+        with gr.Column(scale=4):  # the buttons over the step slider, beside the run id: a shorter page
+            with gr.Row():
+                load = gr.Button("Load run", scale=1)
+                play = gr.Button("▶ Play", scale=1)
+                pause = gr.Button("Pause", scale=1)
+                share = gr.Button("Share this run", scale=1, elem_id="replay-share")
+            step = gr.Slider(0, 1, value=0, step=1, label="Step", elem_id="replay-step")
+    shared_md = gr.Markdown("", elem_id="share-status")
     timer = gr.Timer(0.6, active=False)
-    step = gr.Slider(0, 1, value=0, step=1, label="Step", elem_id="replay-step")
-    return RunPicker(filt, refresh, runs, run_id, load, play, pause, timer, step)
+    return RunPicker(filt, refresh, runs, run_id, load, play, pause, timer, step, share, shared_md)
 
 
 def step_panel() -> StepPanel:
     info = gr.Markdown("", elem_id="replay-info")
     text = gr.HTML("", elem_classes=["tokens"], elem_id="replay-text")
-    with gr.Row():
-        tree = gr.HTML(rv.slot_html(580), label="Draft tree of this step", elem_id="replay-tree")
-        thresholds = gr.HTML(rv.slot_html(580), label="p against the threshold (and the CSD gate)",
-                             elem_id="replay-thresholds")
-    nodes = gr.HTML(rv.slot_html(260, rv.nodes_html_empty()), label="Nodes of this step", elem_id="replay-nodes")
+    with gr.Row():  # the figures carry their own titles: no component labels over them
+        tree = gr.HTML(rv.slot_html(STEP_FIGURE_HEIGHT), label="Draft tree of this step", show_label=False,
+                       elem_id="replay-tree")
+        thresholds = gr.HTML(rv.slot_html(STEP_FIGURE_HEIGHT), label="p against the threshold (and the CSD gate)",
+                             show_label=False, elem_id="replay-thresholds")
+    nodes = gr.HTML(rv.slot_html(NODES_HEIGHT, rv.nodes_html_empty()), label="Nodes of this step", show_label=False,
+                    elem_id="replay-nodes")
     data = gr.JSON(None, visible=False, elem_id="replay-data")
     api_figures = gr.Plot(visible=False), gr.Plot(visible=False)
     api_nodes = gr.Dataframe(rv.nodes_frame_empty(), headers=list(rv.NODE_COLUMNS), visible=False)
@@ -126,9 +138,10 @@ def step_panel() -> StepPanel:
 
 
 def run_panel() -> RunPanel:
-    with gr.Row(elem_id="replay-run-figures"):
-        by_source = gr.Plot(label="This run: acceptance by source", elem_id="replay-by-source")
-        positions = gr.Plot(label="This run: acceptance per draft position", elem_id="replay-positions")
+    with gr.Row(elem_id="replay-run-figures"):  # the figures carry their own titles: no label chips over them
+        by_source = gr.Plot(label="This run: acceptance by source", show_label=False, elem_id="replay-by-source")
+        positions = gr.Plot(label="This run: acceptance per draft position", show_label=False,
+                            elem_id="replay-positions")
     return RunPanel(by_source, positions)
 
 
@@ -138,16 +151,16 @@ def tuning_panel() -> TuningPanel:
         sliders = {}
         for name in TUNABLE:
             low, high, step = rv.slider_range(name)
-            sliders[name] = gr.Slider(low, high, value=PARAMS[name].default, step=step, label=param_label(name),
+            sliders[name] = gr.Slider(low, high, value=PARAMS[name].default, step=step, label=rv.slider_label(name),
                                       elem_id=f"tune-{name}")
-    rule = gr.Dropdown(rv.rule_choices(), value=rv.OWN_RULE,
-                       label="Judge with the rule of (same drafts; e.g. aasd-fixed to try CASD's δ on an AASD run)",
-                       elem_id="tune-rule")
+    with gr.Row(equal_height=True):
+        rule = gr.Dropdown(rv.rule_choices(), value=rv.OWN_RULE, scale=4,
+                           label="Judge with the rule of (same drafts; e.g. aasd-fixed to try CASD's δ on an AASD run)",
+                           elem_id="tune-rule")
+        rerun = gr.Button("Re-run with these settings", scale=1)
     summary = gr.Markdown("", elem_id="tune-summary")
     flips = gr.Dataframe(rv.flips_frame(None), headers=list(rv.FLIP_COLUMNS), interactive=False, max_height=260,
                          label="Decisions that flip (step, node, why)", elem_id="tune-flips")
-    with gr.Row():
-        rerun = gr.Button("Re-run with these settings")
     with gr.Row():
         original_text = gr.HTML("", elem_classes=["tokens"])
         rerun_text = gr.HTML("", elem_classes=["tokens"])
@@ -203,6 +216,19 @@ class ReplayHandlers:
         values = [gr.update() if v is None else gr.update(value=v) for v in rv.tuning_values(stored.trace)]
         return gr.update(maximum=steps - 1, value=0), f"loaded run #{rid}", *values
 
+    def active(self, request: gr.Request, rid, rule_choice):
+        """Each tuning slider active where the judging method (the chosen rule's, else the run's) reads its
+        parameter, greyed out where it does not."""
+        keep = [gr.update()] * len(TUNABLE)
+        if rid is None:
+            return keep
+        try:
+            stored, _, _ = self.cache.get(int(rid), self.who(request))
+            flags = rv.tuning_active(rv.judge_of(rule_choice) or stored.trace.method)
+        except WorkbenchError:
+            return keep
+        return [gr.update(interactive=on) for on in flags]
+
     def advance(self, request: gr.Request, k, rid):
         """The player's tick: the next step, or stop the timer at the last one."""
         if rid is None:
@@ -223,7 +249,10 @@ class ReplayHandlers:
         except WorkbenchError:
             return None, None
         label = f"#{int(rid)} {stored.trace.method}"
-        return views.accept_by_source_figure([(label, stored.trace)]), views.position_figure(stored.trace, label)
+        figures = views.accept_by_source_figure([(label, stored.trace)]), views.position_figure(stored.trace, label)
+        for fig in figures:  # secondary to the step above: kept short
+            fig.update_layout(height=RUN_FIGURE_HEIGHT, margin={"t": 50, "b": 45})
+        return figures
 
     def tune(self, request: gr.Request, rid, rule_choice, *values):
         if rid is None:
@@ -293,9 +322,6 @@ def replay_tab(store: Store, pool: service.ModelPool, cache: RunCache, who=lambd
     whole = run_panel()
     tuning = tuning_panel()
     h = ReplayHandlers(store, pool, cache, who)
-    with gr.Row():
-        share = gr.Button("Share this run (anyone using this app can then see it)", scale=1)
-        shared_md = gr.Markdown("", elem_id="share-status")
     loaded = [picker.step, panel.info, *tuning.sliders.values()]
     sent = dict(fn=h.step_data, inputs=[picker.run_id], outputs=[panel.data, panel.text])
     drawn = dict(fn=None, js=STEP_JS, inputs=[panel.data, picker.step, panel.info], outputs=panel.outputs)
@@ -305,13 +331,14 @@ def replay_tab(store: Store, pool: service.ModelPool, cache: RunCache, who=lambd
 
     picker.refresh.click(listed, [picker.filt], [picker.runs], api_name="list_runs")
     picker.filt.submit(listed, [picker.filt], [picker.runs], api_name=False)
-    share.click(h.share, [picker.run_id], [shared_md], api_name="share_run")
+    picker.share.click(h.share, [picker.run_id], [picker.shared_md], api_name="share_run")
     figures = dict(fn=h.run_figures, inputs=[picker.run_id], outputs=whole.outputs)
+    active = dict(fn=h.active, inputs=[picker.run_id, tuning.rule], outputs=list(tuning.sliders.values()))
     picker.runs.select(pick_row, [picker.runs], [picker.run_id], api_name=False).then(
-        h.load, [picker.run_id], loaded, api_name=False).then(**sent, api_name=False).then(
-        **drawn, api_name=False).then(**figures, api_name=False)
-    picker.load.click(h.load, [picker.run_id], loaded, api_name="load_run").then(**sent, api_name=False).then(
-        **drawn, api_name=False).then(**figures, api_name=False)
+        h.load, [picker.run_id], loaded, api_name=False).then(**active, api_name=False).then(
+        **sent, api_name=False).then(**drawn, api_name=False).then(**figures, api_name=False)
+    picker.load.click(h.load, [picker.run_id], loaded, api_name="load_run").then(**active, api_name=False).then(
+        **sent, api_name=False).then(**drawn, api_name=False).then(**figures, api_name=False)
     gr.Button("Run figures", visible=False).click(**figures, api_name="run_figures")
     picker.step.change(**drawn, api_name=False, trigger_mode="always_last")  # in the browser: no round trip
     api_step = gr.Number(0, precision=0, visible=False)  # any step: the slider's range is the browser's run
@@ -325,6 +352,7 @@ def replay_tab(store: Store, pool: service.ModelPool, cache: RunCache, who=lambd
     for slider in tuning.sliders.values():
         slider.change(**tune_io, api_name=False, trigger_mode="always_last")
     tuning.rule.change(**tune_io, api_name=False)
+    tuning.rule.change(**active, api_name=False)
     gr.Button("Re-score", visible=False).click(**tune_io, api_name="rescore")
     tuning.rerun.click(h.rerun, [picker.run_id, *tuning.inputs],
                        [tuning.original_text, tuning.rerun_text, tuning.rerun_md], api_name="rerun",

@@ -120,9 +120,26 @@ def slider_range(name: str) -> tuple[float, float, float]:
     return low, high, 1 if spec.kind is int else 0.001
 
 
+def slider_label(name: str) -> str:
+    """A tuning slider's label, stating the slider's own range (slider_range: the one source of both), e.g.
+    "λ lam: slider 0–50, default 6" (the parameter's whole range may be wider: the CLI and the API take it)."""
+    low, high, _ = slider_range(name)
+    shown = f"{SYMBOL[name]} {name}" if name in SYMBOL else name
+    return f"{shown}: slider {low:g}–{high:g}, default {PARAMS[name].default:g}"
+
+
 def rule_choices() -> list[str]:
-    """The rule dropdown: the run's own, or any method of our engine (same drafts, another rule)."""
-    return [OWN_RULE] + [name for name, m in METHODS.items() if m.in_engine]
+    """The rule dropdown: the run's own, or any method of our engine that can re-score (same drafts, another
+    rule). Sampling methods (top-k, nucleus: default temperature > 0) verify by random draws, not thresholds,
+    so workbench.rescore refuses them: they are not offered."""
+    return [OWN_RULE] + [name for name, m in METHODS.items()
+                         if m.in_engine and not (m.params.get("temperature") or 0) > 0]
+
+
+def tuning_active(method: str) -> list[bool]:
+    """Which tuning sliders (TUNABLE order) the judging method reads; the others are greyed out."""
+    takes = get_method(method).params
+    return [name in takes for name in TUNABLE]
 
 
 def judge_of(rule_choice: str | None) -> str | None:
