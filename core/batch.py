@@ -285,10 +285,14 @@ def _admit(model, stream: _Stream, rows_now: int, admitted: list[_Row], pad_id: 
         r.drafter.begin(list(r.prompt), TopK(r.prefill.ids[:, :want]) if want and r.prefill is not None else None)
     kv.append_rows(stream.cache, cache, rows_now, len(admitted))
     width = max(stream.valid.shape[1], valid.shape[1])
-    pad = lambda v: torch.nn.functional.pad(v, (width - v.shape[1], 0), value=False)  # noqa: E731
-    stream.valid = torch.cat([pad(stream.valid[:rows_now]), pad(valid)], dim=0)
+    stream.valid = torch.cat([_left_pad_slots(stream.valid[:rows_now], width), _left_pad_slots(valid, width)], dim=0)
     _sync(model.device)
     stream.prefill_seconds += time.perf_counter() - t0
+
+
+def _left_pad_slots(valid: torch.Tensor, width: int) -> torch.Tensor:
+    """A (B, C) validity mask widened to `width` slots with invalid ones on the left, as kv.append_rows pads."""
+    return torch.nn.functional.pad(valid, (width - valid.shape[1], 0), value=False)
 
 
 def _drop_finished(stream: _Stream, active: list[_Row]) -> list[_Row]:
