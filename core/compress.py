@@ -11,6 +11,8 @@ splits the prompt: workbench.evaluation.tasks.prompt_parts). Two compressors:
   (`select_units`): the context keeps round(rate × N) of its N tokens, up to one word.
   `selfinfo[layers=K]` scores with the model's first K decoder layers, its final norm and its LM head (an
   early-exit LM carved from the scoring model: about K/L of a forward; `early_exit_decoder`).
+  `selfinfo[unit=sentence]` keeps whole sentences instead (coarse-grained, as LLMLingua's sentence filter):
+  those of highest mean self-information while they fit the context's budget, so the kept text stays readable.
 - `llmlingua` (the `llmlingua` package, 0.2.2, imported only when asked for): LLMLingua-1's
   `PromptCompressor` over a local causal-LM folder. It needs tiktoken's gpt-3.5-turbo BPE file
   (downloaded at start unless cached in TIKTOKEN_CACHE_DIR); without it, CompressorUnavailable says so.
@@ -58,21 +60,25 @@ def check_rate(rate: Any) -> float:
 
 
 COMPRESSOR_OPTIONS = {  # compressor -> {option: what it does}; written NAME[option=value,...]
-    "selfinfo": {"layers": "score with the first K decoder layers of the scoring model, then its final norm and LM head "
-                           "(early exit: about K/L of a forward; 1 <= K <= L)"},
+    "selfinfo": {"layers": "layers=K: score with the first K decoder layers of the scoring model, then its final norm and "
+                           "LM head (early exit: about K/L of a forward; 1 <= K <= L)",
+                 "unit": "unit=word|sentence: keep the most informative words of every sentence (word, the default) or the "
+                         "most informative whole sentences (sentence: coarse-grained, the kept text stays readable)"},
 }
+UNITS = ("word", "sentence")  # what selfinfo keeps or drops whole; word is the default (not written in the label)
 
 
-def parse_compressor(spec: Any) -> tuple[str, dict[str, int]]:
+def parse_compressor(spec: Any) -> tuple[str, dict[str, int | str]]:
     """`selfinfo[layers=8]` -> ("selfinfo", {"layers": 8}); a bare name has no options (None: the default).
-    Options are checked here as far as they can be without a model (K ≥ 1; K ≤ L once the model is loaded)."""
+    Options are checked here as far as they can be without a model (K ≥ 1; K ≤ L once the model is loaded;
+    unit is word or sentence, and unit=word, the default, is dropped so that the label stays canonical)."""
     text = str(spec or DEFAULT_COMPRESSOR).strip().lower()
     name, bracket, rest = text.partition("[")
     name = name.strip()
     if name not in COMPRESSORS:
         raise InvalidInputError(f"unknown compressor {name!r}; known: " + "; ".join(f"{k} ({v})" for k, v in COMPRESSORS.items())
-                                + "; selfinfo takes [layers=K] (early-exit scoring)")
-    options: dict[str, int] = {}
+                                + "; selfinfo takes [layers=K] (early-exit scoring) and [unit=sentence] (whole sentences)")
+    options: dict[str, int | str] = {}
     if bracket:
         if not rest.endswith("]"):
             raise InvalidInputError(f"bad compressor spec {spec!r}: write NAME or NAME[option=value], e.g. selfinfo[layers=8]")
@@ -80,8 +86,15 @@ def parse_compressor(spec: Any) -> tuple[str, dict[str, int]]:
         for item in filter(None, (x.strip() for x in rest[:-1].split(","))):
             key, eq, value = (x.strip() for x in item.partition("="))
             if key not in allowed or not eq:
-                known = ", ".join(f"{k}=K ({v})" for k, v in allowed.items()) or "none"
+                known = "; ".join(allowed.values()) or "none"
                 raise InvalidInputError(f"bad option {item!r} in compressor spec {spec!r}; {name} takes: {known}")
+            if key == "unit":
+                if value not in UNITS:
+                    raise InvalidInputError(f"{name}[unit={value}]: unit must be one of {', '.join(UNITS)} (what the "
+                                            f"compressor keeps or drops whole)")
+                if value != UNITS[0]:
+                    options[key] = value
+                continue
             try:
                 number = int(value)
             except ValueError:
@@ -387,15 +400,19 @@ def _device(model):
 
 class SelfInfoCompressor:
     """The built-in compressor: words of highest self-information under `model`, budget per sentence;
-    `layers` = K: scored by the model's first K decoder layers (early exit), labelled `selfinfo[layers=K]`."""
+    `layers` = K: scored by the model's first K decoder layers (early exit), labelled `selfinfo[layers=K]`;
+    `unit="sentence"`: whole sentences of highest mean self-information, one budget for the context."""
 
     name = "selfinfo"
 
-    def __init__(self, model, tokenizer, window: int = WINDOW, layers: int | None = None):
+    def __init__(self, model, tokenizer, window: int = WINDOW, layers: int | None = None, unit: str = "word"):
         self.model, self.tokenizer, self.window = model, tokenizer, window
         self.layers = check_layers(model, layers)
-        if self.layers is not None:
-            self.name = compressor_label("selfinfo", {"layers": self.layers})
+        if unit not in UNITS:
+            raise InvalidInputError(f"selfinfo[unit={unit}]: unit must be one of {', '.join(UNITS)}")
+        self.unit = unit
+        options = {"layers": self.layers, "unit": None if unit == UNITS[0] else unit}
+        self.name = compressor_label("selfinfo", {k: v for k, v in options.items() if v is not None})
         scoring_path(model, self.layers)  # fails now (not at the first compression) where early exit cannot work
 
     def tokenize(self, context: str) -> tuple[list[int], list[int]]:
@@ -417,6 +434,11 @@ class SelfInfoCompressor:
         if rate >= 1.0:
             return ids, list(range(len(ids))), np.zeros(len(ids))
         info = self_information(self.model, ids, self.window, self.layers)
+        if self.unit == "sentence":  # each sentence is a unit, all under one budget (one "sentence" for select_units)
+            units = list(sentence_of)
+            lengths, scores = unit_scores(info, units)
+            keep = select_units(lengths, scores, [0] * len(lengths), rate)
+            return ids, [i for i, u in enumerate(units) if keep[u]], info
         pieces = [self.tokenizer.decode([t]) for t in ids]
         units = units_of(word_starts(pieces), sentence_of)
         lengths, scores = unit_scores(info, units)
@@ -525,12 +547,12 @@ def _check_context(context: str | None) -> str:
 
 
 def make_compressor(name: str, model) -> SelfInfoCompressor | LLMLinguaCompressor:
-    """The named compressor (a spec: `selfinfo`, `selfinfo[layers=8]`, `llmlingua`) over `model` (a
+    """The named compressor (a spec: `selfinfo`, `selfinfo[layers=8]`, `selfinfo[unit=sentence]`, `llmlingua`) over `model` (a
     core.models.LoadedModel: the target, or another small LM)."""
     name, options = parse_compressor(name)
     if name == "llmlingua":
         return LLMLinguaCompressor(model.path, tokenizer=model.tokenizer, device=str(model.device))
-    return SelfInfoCompressor(model.model, model.tokenizer, layers=options.get("layers"))
+    return SelfInfoCompressor(model.model, model.tokenizer, layers=options.get("layers"), unit=options.get("unit", UNITS[0]))
 
 
 def is_pool_method(method) -> bool:

@@ -509,6 +509,67 @@ def test_real_model_compression_generation_and_store(smollm2, tmp_path, monkeypa
         assert len(store.list_runs()) == 1  # nothing stored half-done
 
 
+def test_sentence_units_parse_canonically_and_refuse_unknown_units():
+    assert parse_compressor("selfinfo[unit=sentence]") == ("selfinfo", {"unit": "sentence"})
+    assert check_compressor("selfinfo[unit=word]") == "selfinfo"  # the default is not written
+    assert check_compressor("SelfInfo[unit=Sentence, layers=8]") == "selfinfo[layers=8,unit=sentence]"
+    for bad, message in [("selfinfo[unit=paragraph]", "unit must be one of word, sentence"),
+                         ("selfinfo[unit=]", "unit must be one of"), ("llmlingua[unit=sentence]", "llmlingua takes: none")]:
+        with pytest.raises(InvalidInputError, match=message):
+            check_compressor(bad)
+
+
+def test_the_sentence_compressor_keeps_whole_sentences_of_highest_mean_information(tiny_compressor):
+    from conftest import make_tiny
+
+    tiny = make_tiny(layers=2)
+    tiny.tokenizer = WordTokenizer()
+    c = make_compressor("selfinfo[unit=sentence]", tiny)
+    assert c.name == "selfinfo[unit=sentence]" and c.unit == "sentence"
+    a = c.compress(TEXT, 0.5)
+    assert a.compressor == "selfinfo[unit=sentence]" and 0 < a.tokens_kept <= round(0.5 * a.tokens_in)
+    sentences = split_sentences(TEXT)
+    ids, kept, info = c.select(TEXT, 0.5)
+    _, sentence_of = c.tokenize(TEXT)
+    chosen = sorted({sentence_of[i] for i in kept})
+    for s in chosen:  # a sentence is kept whole or not at all
+        assert all(i in kept for i, x in enumerate(sentence_of) if x == s)
+    means = [float(np.mean([info[i] for i, x in enumerate(sentence_of) if x == s])) for s in range(len(sentences))]
+    lengths = [sentence_of.count(s) for s in range(len(sentences))]
+    budget = round(0.5 * len(ids)) - sum(lengths[s] for s in chosen)
+    for s in set(range(len(sentences))) - set(chosen):  # a dropped sentence either scores lower than every kept one
+        assert lengths[s] > budget or means[s] <= min(means[t] for t in chosen)  # or did not fit what was left
+    assert only_whole_sentences(a.text, [sentences[s] for s in chosen])
+    with pytest.raises(InvalidInputError, match="unit must be one of"):
+        SelfInfoCompressor(tiny.model, tiny.tokenizer, unit="clause")
+
+
+@pytest.mark.real_model
+def test_real_model_sentence_compression_keeps_readable_sentences(smollm2):
+    c = make_compressor("selfinfo[unit=sentence]", smollm2)
+    a = c.compress(DOC, 0.5)
+    assert a.compressor == "selfinfo[unit=sentence]" and 0.2 < a.reached <= 0.5 + 1e-9
+    sentences = split_sentences(DOC)
+    _, kept, _ = c.select(DOC, 0.5)
+    sentence_of = c.tokenize(DOC)[1]
+    chosen = sorted({sentence_of[i] for i in kept})
+    assert 1 <= len(chosen) < len(sentences) and only_whole_sentences(a.text, [sentences[s] for s in chosen])
+    word = make_compressor("selfinfo", smollm2)  # the word-level compressor cuts inside sentences
+    _, kept_words, _ = word.select(DOC, 0.5)
+    assert not only_whole_sentences(word.compress(DOC, 0.5).text, [sentences[s] for s in sorted({sentence_of[i] for i in kept_words})])
+
+
+def only_whole_sentences(text, sentences):
+    """Whether `text` is exactly the given sentences in order (whitespace aside)."""
+    rest = text
+    for s in sentences:
+        at = rest.find(s.strip())
+        if at < 0 or rest[:at].strip():
+            return False
+        rest = rest[at + len(s.strip()):]
+    return not rest.strip()
+
+
 @pytest.mark.real_model
 def test_real_model_early_exit_compression_is_labelled_and_checked(smollm2):
     c = make_compressor("selfinfo[layers=8]", smollm2)

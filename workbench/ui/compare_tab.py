@@ -222,9 +222,10 @@ def compare_tab(store: Store, pool: service.ModelPool, compare_ids: gr.State, wh
         with gr.Row():
             compress_rate = gr.Number(1.0, label="compress: the fraction of the context's tokens the model reads (0 < rate ≤ 1; "
                                                  "1 = off). casd / aasd still draft from the full context (method[pool=compressed]: not)")
-            compressor = gr.Dropdown(["selfinfo", "selfinfo[layers=8]", "llmlingua"], value="selfinfo",
+            compressor = gr.Dropdown(["selfinfo", "selfinfo[layers=8]", "selfinfo[unit=sentence]", "llmlingua"], value="selfinfo",
                                      label="compressor (selfinfo: built in, offline; [layers=8]: scored by the first 8 "
-                                           "layers, cheaper; llmlingua: the llmlingua package, needs network once)")
+                                           "layers, cheaper; [unit=sentence]: keeps whole sentences; llmlingua: the "
+                                           "llmlingua package, needs network once)")
     with gr.Row():
         run_btn = gr.Button("Run", variant="primary")
         stop_btn = gr.Button("Stop", variant="stop")
