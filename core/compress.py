@@ -2,7 +2,7 @@
 the draft pool may keep the full one (`pool=full`, the default of the context-drafting methods).
 
 Only the context is compressed; the instruction and the question around it stay whole (the caller
-splits the prompt: workbench.evaluation.tasks.prompt_parts). Two compressors:
+splits the prompt: workbench.evaluation.tasks.prompt_parts). Three compressors:
 
 - `selfinfo` (built in, offline, deterministic): token-level self-information −log p(token | prefix)
   under a small local causal LM (the target itself, or any loaded model), the idea of Selective Context
@@ -16,12 +16,17 @@ splits the prompt: workbench.evaluation.tasks.prompt_parts). Two compressors:
 - `llmlingua` (the `llmlingua` package, 0.2.2, imported only when asked for): LLMLingua-1's
   `PromptCompressor` over a local causal-LM folder. It needs tiktoken's gpt-3.5-turbo BPE file
   (downloaded at start unless cached in TIKTOKEN_CACHE_DIR); without it, CompressorUnavailable says so.
+- `llmlingua2` (the same package): LLMLingua-2, a token classifier (BERT or XLM-RoBERTa) that labels every
+  word keep or drop; it works on text, so it is independent of the target. The classifier is a hub id or a
+  local folder in WORKBENCH_LLMLINGUA2_MODEL (default: the small bert-base-multilingual meetingbank model); it
+  also needs tiktoken's BPE file. Either out of reach is CompressorUnavailable, saying which.
 
 The decisions are pure functions (`split_sentences`, `word_starts`, `select_units`), tested without a model.
 """
 from __future__ import annotations
 
 import math
+import os
 import re
 import time
 import weakref
@@ -36,6 +41,8 @@ from core.errors import InvalidInputError, WorkbenchError
 COMPRESSORS = {
     "selfinfo": "built in: keep the words of highest self-information under a local causal LM, budget per sentence (offline)",
     "llmlingua": "the llmlingua package (LLMLingua-1 over a local model folder; needs tiktoken's BPE file, i.e. network once)",
+    "llmlingua2": "the llmlingua package (LLMLingua-2: a token classifier from the hub or the folder in WORKBENCH_LLMLINGUA2_MODEL; "
+                  "needs tiktoken's BPE file and the classifier, i.e. network once)",
 }
 DEFAULT_COMPRESSOR = "selfinfo"
 POOLS = ("full", "compressed")  # what the draft pool holds when the prompt is compressed
@@ -459,20 +466,31 @@ class SelfInfoCompressor:
         return Compression(text, self.name, rate, len(kept) / len(ids), len(ids), len(kept), time.perf_counter() - started)
 
 
+def import_prompt_compressor(compressor: str):
+    """llmlingua's PromptCompressor class, imported only when an llmlingua compressor is asked for."""
+    try:
+        from llmlingua import PromptCompressor
+    except ImportError as e:
+        raise CompressorUnavailable(f"the {compressor} compressor needs the llmlingua package ({e}): pip install llmlingua==0.2.2, "
+                                    f"or use --compressor selfinfo (built in, offline)") from None
+    return PromptCompressor
+
+
 class LLMLinguaCompressor:
     """LLMLingua-1 (`llmlingua.PromptCompressor`) over a local causal-LM folder, imported only when used."""
 
     name = "llmlingua"
+    classifier: str | None = None  # LLMLingua-2's token classifier (hub id or folder); LLMLingua-1 has none
+    # compress_prompt's arguments besides the context and the rate: the token-level filter alone
+    options: dict[str, Any] = {"use_sentence_level_filter": False, "use_context_level_filter": False,
+                               "use_token_level_filter": True}
 
     def __init__(self, model_path: str, tokenizer=None, device: str = "cpu"):
-        try:
-            from llmlingua import PromptCompressor
-        except ImportError as e:
-            raise CompressorUnavailable(f"the llmlingua compressor needs the llmlingua package ({e}): pip install llmlingua==0.2.2, "
-                                        f"or use --compressor selfinfo (built in, offline)") from None
+        PromptCompressor = import_prompt_compressor(self.name)
         self.tokenizer = tokenizer
         try:
-            self.pc = PromptCompressor(model_name=str(model_path), device_map=str(device))
+            # no remote code (llmlingua's own default is to allow it): a local folder's Python stays unread
+            self.pc = PromptCompressor(model_name=str(model_path), device_map=str(device), model_config={"trust_remote_code": False})
         except Exception as e:  # tiktoken's download, a model it cannot read, an API it no longer finds
             raise CompressorUnavailable(llmlingua_failure(e, "start")) from None
         self.pc.model = LegacyCacheLM(self.pc.model)
@@ -485,10 +503,9 @@ class LLMLinguaCompressor:
             n = self._count(context)
             return Compression(context, self.name, rate, 1.0, n, n, time.perf_counter() - started)
         try:
-            res = self.pc.compress_prompt([context], rate=rate, use_sentence_level_filter=False, use_context_level_filter=False,
-                                          use_token_level_filter=True)
+            res = self.pc.compress_prompt([context], rate=rate, **self.options)
         except Exception as e:
-            raise CompressorUnavailable(llmlingua_failure(e, "compress")) from None
+            raise CompressorUnavailable(llmlingua_failure(e, "compress", self.name, self.classifier)) from None
         text = str(res["compressed_prompt"]).strip("\n")
         n_in, n_out = self._count(context), self._count(text)
         return Compression(text, self.name, rate, n_out / max(n_in, 1), n_in, n_out, time.perf_counter() - started)
@@ -496,6 +513,47 @@ class LLMLinguaCompressor:
     def _count(self, text: str) -> int:
         tok = self.tokenizer if self.tokenizer is not None else self.pc.tokenizer
         return len(tok(text, add_special_tokens=False).input_ids)
+
+
+LLMLINGUA2_MODEL_ENV = "WORKBENCH_LLMLINGUA2_MODEL"  # the classifier: a hub id or a local folder
+DEFAULT_LLMLINGUA2_MODEL = "microsoft/llmlingua-2-bert-base-multilingual-cased-meetingbank"  # the paper's small one
+# llmlingua 0.2.2 picks its word splitting by a substring of the model name (WordPiece "##" or SentencePiece "▁")
+# and raises NotImplementedError for any other name, such as a local folder's: the name it expects, per model type.
+LLMLINGUA2_WORD_SPLITTING = {"bert": "bert-base-multilingual-cased", "xlm-roberta": "xlm-roberta-large"}
+
+
+def llmlingua2_classifier() -> str:
+    """The classifier LLMLingua-2 loads: WORKBENCH_LLMLINGUA2_MODEL (hub id or folder) or the default hub id."""
+    return os.path.expanduser(os.environ.get(LLMLINGUA2_MODEL_ENV, "").strip()) or DEFAULT_LLMLINGUA2_MODEL
+
+
+class LLMLingua2Compressor(LLMLinguaCompressor):
+    """LLMLingua-2 (`PromptCompressor(..., use_llmlingua2=True)`): a token classifier keeps the words it labels
+    most likely to matter. It reads text only, so the target serves just to count the rate reached."""
+
+    name = "llmlingua2"
+    # the package README's call (compress_prompt(prompt, rate=..., force_tokens=['\n', '?'])): line breaks and
+    # question marks always kept; the one context is compressed by the token-level filter alone
+    options = {"use_context_level_filter": False, "use_token_level_filter": True, "force_tokens": ["\n", "?"]}
+
+    def __init__(self, classifier: str | None = None, tokenizer=None, device: str = "cpu"):
+        PromptCompressor = import_prompt_compressor(self.name)
+        self.classifier, self.tokenizer = classifier or llmlingua2_classifier(), tokenizer
+        if self.classifier.startswith(("/", ".")) and not os.path.isdir(self.classifier):
+            raise CompressorUnavailable(f"llmlingua2: {LLMLINGUA2_MODEL_ENV}={self.classifier} is not a folder; give the "
+                                        f"folder of an LLMLingua-2 classifier (its config, tokenizer and weights) or a hub id "
+                                        f"(default {DEFAULT_LLMLINGUA2_MODEL}), or use --compressor selfinfo (built in, offline)")
+        try:  # no remote code: the classifier may be any hub id the environment names
+            self.pc = PromptCompressor(model_name=self.classifier, device_map=str(device), use_llmlingua2=True,
+                                       model_config={"trust_remote_code": False})
+        except Exception as e:  # tiktoken's download, the classifier's, a folder it cannot read
+            raise CompressorUnavailable(llmlingua_failure(e, "start", self.name, self.classifier)) from None
+        model_type = getattr(self.pc.model.config, "model_type", None)
+        if not type(self.pc.model).__name__.endswith("ForTokenClassification") or model_type not in LLMLINGUA2_WORD_SPLITTING:
+            raise CompressorUnavailable(f"llmlingua2: {self.classifier} loads as {type(self.pc.model).__name__} "
+                                        f"(model type {model_type}); LLMLingua-2 needs a token classifier of type "
+                                        f"{' or '.join(LLMLINGUA2_WORD_SPLITTING)}, such as {DEFAULT_LLMLINGUA2_MODEL}")
+        self.pc.model_name = LLMLINGUA2_WORD_SPLITTING[model_type]  # read only to split words (see above)
 
 
 class LegacyCacheLM:
@@ -526,17 +584,39 @@ class LegacyCacheLM:
         return out
 
 
-def llmlingua_failure(error: BaseException, when: str) -> str:
-    """A readable reason llmlingua could not run (the usual one: tiktoken's BPE file is out of reach)."""
-    text = f"{type(error).__name__}: {str(error)[:300]}"
+def llmlingua_failure(error: BaseException, when: str, compressor: str = "llmlingua", classifier: str | None = None) -> str:
+    """A readable reason an llmlingua compressor could not run: tiktoken's BPE file out of reach (both), LLMLingua-2's
+    classifier out of reach on the hub (`classifier` given), or whatever else failed."""
+    text = f"{type(error).__name__}: {' '.join(str(error).split())[:300]}"  # on one line: transformers' spans two
+    if classifier is not None and _hub_failure(error):
+        if os.path.isdir(classifier):  # transformers names the hub even when a local folder lacks a file
+            return (f"{compressor} could not {when}: its classifier model could not be loaded from the folder {classifier} "
+                    f"({text}); it must hold a token classifier as save_pretrained writes it (config.json, tokenizer, "
+                    f"weights), e.g. {DEFAULT_LLMLINGUA2_MODEL}; or use --compressor selfinfo (built in, offline)")
+        return (f"{compressor} could not {when}: its classifier model {classifier} could not be loaded from the Hugging "
+                f"Face hub (offline?) ({text}). Go online once (the hub caches it), or set {LLMLINGUA2_MODEL_ENV} to a "
+                f"local folder holding the classifier; or use --compressor selfinfo (built in, offline)")
     names = {type(c).__name__ for c in type(error).__mro__} | {type(error).__module__.split(".")[0]}
     network = bool(names & {"ConnectionError", "requests", "urllib3", "Timeout"}) or "openaipublic" in str(error) \
         or "tiktoken" in str(error)
     if network:
-        return (f"llmlingua could not {when}: at start it calls tiktoken.encoding_for_model('gpt-3.5-turbo'), which downloads "
-                f"the cl100k_base BPE file from openaipublic.blob.core.windows.net, and that failed ({text}). Go online once, "
-                f"or put the cached file in TIKTOKEN_CACHE_DIR; or use --compressor selfinfo (built in, offline)")
-    return f"llmlingua could not {when} ({text}); use --compressor selfinfo (built in, offline)"
+        return (f"{compressor} could not {when}: at start it calls tiktoken.encoding_for_model('gpt-3.5-turbo'), which "
+                f"downloads the cl100k_base BPE file from openaipublic.blob.core.windows.net, and that failed ({text}). Go "
+                f"online once, or put the cached file in TIKTOKEN_CACHE_DIR; or use --compressor selfinfo (built in, offline)")
+    return f"{compressor} could not {when} ({text}); use --compressor selfinfo (built in, offline)"
+
+
+def _hub_failure(error: BaseException) -> bool:
+    """Whether `error` (or one it was raised from) is the Hugging Face hub out of reach: transformers' OSError
+    ("We couldn't connect to 'https://huggingface.co' ...") over huggingface_hub's LocalEntryNotFoundError and kin."""
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        message = str(error).lower()
+        if type(error).__module__.startswith("huggingface_hub") or "huggingface.co" in message or "couldn't connect" in message:
+            return True
+        error = error.__cause__ or error.__context__
+    return False
 
 
 def _check_context(context: str | None) -> str:
@@ -547,9 +627,11 @@ def _check_context(context: str | None) -> str:
 
 
 def make_compressor(name: str, model) -> SelfInfoCompressor | LLMLinguaCompressor:
-    """The named compressor (a spec: `selfinfo`, `selfinfo[layers=8]`, `selfinfo[unit=sentence]`, `llmlingua`) over `model` (a
-    core.models.LoadedModel: the target, or another small LM)."""
+    """The named compressor (a spec: `selfinfo`, `selfinfo[layers=8]`, `selfinfo[unit=sentence]`, `llmlingua`, `llmlingua2`)
+    over `model` (a core.models.LoadedModel: the target, or another small LM; llmlingua2 only counts with its tokenizer)."""
     name, options = parse_compressor(name)
+    if name == "llmlingua2":  # its classifier comes from WORKBENCH_LLMLINGUA2_MODEL, not from `model`
+        return LLMLingua2Compressor(tokenizer=model.tokenizer, device=str(model.device))
     if name == "llmlingua":
         return LLMLinguaCompressor(model.path, tokenizer=model.tokenizer, device=str(model.device))
     return SelfInfoCompressor(model.model, model.tokenizer, layers=options.get("layers"), unit=options.get("unit", UNITS[0]))

@@ -125,7 +125,9 @@ def add_compress_args(p: argparse.ArgumentParser) -> None:
                         "Context-drafting methods draft from the full context (method[pool=compressed]: from the compressed prompt)")
     g.add_argument("--compressor", default=None,
                    help="selfinfo (built in, offline; default), selfinfo[layers=K] (scored by the first K decoder layers: "
-                        "early exit, cheaper), selfinfo[unit=sentence] (keeps whole sentences) or llmlingua (the llmlingua package)")
+                        "early exit, cheaper), selfinfo[unit=sentence] (keeps whole sentences), llmlingua (the llmlingua package) "
+                        "or llmlingua2 (LLMLingua-2's token classifier; needs the network once, for tiktoken's BPE file and the "
+                        "classifier from the hub, or a local classifier folder in WORKBENCH_LLMLINGUA2_MODEL)")
     g.add_argument("--compressor-model", default=None,
                    help="the small causal LM the compressor scores with (default: the target model itself)")
 

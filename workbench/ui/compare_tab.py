@@ -222,10 +222,13 @@ def compare_tab(store: Store, pool: service.ModelPool, compare_ids: gr.State, wh
         with gr.Row():
             compress_rate = gr.Number(1.0, label="compress: the fraction of the context's tokens the model reads (0 < rate ≤ 1; "
                                                  "1 = off). casd / aasd still draft from the full context (method[pool=compressed]: not)")
-            compressor = gr.Dropdown(["selfinfo", "selfinfo[layers=8]", "selfinfo[unit=sentence]", "llmlingua"], value="selfinfo",
+            compressor = gr.Dropdown(["selfinfo", "selfinfo[layers=8]", "selfinfo[unit=sentence]", "llmlingua", "llmlingua2"],
+                                     value="selfinfo",
                                      label="compressor (selfinfo: built in, offline; [layers=8]: scored by the first 8 "
                                            "layers, cheaper; [unit=sentence]: keeps whole sentences; llmlingua: the "
-                                           "llmlingua package, needs network once)")
+                                           "llmlingua package, needs network once; llmlingua2: LLMLingua-2's token classifier, "
+                                           "needs network once (tiktoken's BPE file, the classifier from the hub) or a local "
+                                           "classifier folder in WORKBENCH_LLMLINGUA2_MODEL)")
     with gr.Row():
         run_btn = gr.Button("Run", variant="primary")
         stop_btn = gr.Button("Stop", variant="stop")
