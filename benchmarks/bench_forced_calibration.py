@@ -134,7 +134,8 @@ def main() -> int:
     ap.add_argument("--max-new-tokens", type=int, default=256)
     ap.add_argument("--dtype", default="bfloat16")
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--memory", default=None, help="also report the coverage of this memory file (e.g. the shipped one)")
+    ap.add_argument("--memory", default=None, help="also report the coverage of this memory file (e.g. the shipped one); "
+                                                            "files joined by '+' are counted together")
     ap.add_argument("--out", default=str(ROOT / "results"))
     ap.add_argument("--sd-only", action="store_true", help="only run (or resume) the sd runs")
     ap.add_argument("--no-run", action="store_true", help="report on the sd runs already in the checkpoint (run nothing)")
@@ -167,9 +168,9 @@ def main() -> int:
     if args.memory:
         from core.memory import CorrectionMemory
 
-        mem = CorrectionMemory.load(args.memory)
-        result["memory"] = {"file": args.memory, "pairs": len(mem), "observations": mem.total,
-                            **{f"lam>={k}": v for k, v in coverage(rejections, Counter(mem.snapshot())).items()}}
+        counts = sum((Counter(CorrectionMemory.load(f).snapshot()) for f in args.memory.split("+")), Counter())
+        result["memory"] = {"file": args.memory, "pairs": len(counts), "observations": sum(counts.values()),
+                            **{f"lam>={k}": v for k, v in coverage(rejections, counts).items()}}
     name = f"bench_forced_calibration_{args.dtype}"
     (out / f"{name}.json").write_text(json.dumps(result, indent=1))
     s, f = result["sd_based"], result["forced"]
