@@ -211,8 +211,8 @@ def main() -> int:
     comp_model = load_model(args.compressor_model, device="cpu", dtype=args.dtype) if args.compressor_model else target
     compressor = make_compressor(scorers[0] if scorers else args.compressor, comp_model)
     full = {(t.category, t.id): encode_prompt(target.tokenizer, t.prompt(), chat=t.chat) for t in tasks}
-    tasks = [t for t in tasks if len(full[(t.category, t.id)]) >= args.min_prompt_tokens
-             and (not args.max_prompt_tokens or len(full[(t.category, t.id)]) < args.max_prompt_tokens)]
+    longest = args.max_prompt_tokens or float("inf")
+    tasks = [t for t in tasks if args.min_prompt_tokens <= len(full[(t.category, t.id)]) < longest]
     by_cat: dict = {}
     for t in tasks:
         by_cat.setdefault(t.category, []).append(t)
