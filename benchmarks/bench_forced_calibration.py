@@ -87,6 +87,24 @@ def forced_curve(log: list[dict], rejections, points: int = 12, marks=None) -> l
     return out
 
 
+def crossing(curve: list[dict], key: str = "lam>=6", target: float = 0.20) -> dict | None:
+    """Where coverage would reach `target`, by a least-squares line of coverage against log2(observations)
+    through the curve's points with nonzero coverage (each doubling has added a roughly constant number of
+    points so far): the slope per doubling and the observations at the target. An extrapolation, None
+    with fewer than two such points or a slope that is not positive."""
+    import math
+
+    pts = [(math.log2(p["observations"]), p[key]) for p in curve if p.get(key, 0) > 0]
+    if len(pts) < 2:
+        return None
+    mx, my = sum(x for x, _ in pts) / len(pts), sum(y for _, y in pts) / len(pts)
+    sxx = sum((x - mx) ** 2 for x, _ in pts)
+    slope = sum((x - mx) * (y - my) for x, y in pts) / sxx if sxx else 0.0
+    if slope <= 0:
+        return None
+    return {"per_doubling": slope, "observations": 2 ** (mx + (target - my) / slope), "target": target, "points": len(pts)}
+
+
 def sd_runs(limit: int, max_new_tokens: int, dtype: str, out: Path, threads: int, run: bool = True,
             code_max_new_tokens: int | None = None) -> list[dict]:
     """Plain SD on the first `limit` HumanEval and GSM8K items (alternating), one checkpoint line per item."""
@@ -186,6 +204,7 @@ def main() -> int:
                    "per_cpu_hour": 3600 * f_obs / f_cpu if f_cpu else None, "per_hour": 3600 * f_obs / f_wall if f_wall else None,
                    "gate_pass_share": sum(g >= -4.605170 for g in gaps) / len(gaps) if gaps else None},
         "forced_curve": curve, "sd_based_split_half": halves,
+        "crossing_20pct": {k: crossing(curve, k) for k in ("lam>=2", "lam>=4", "lam>=6")},
     }
     if args.memory:
         from core.memory import CorrectionMemory
@@ -210,6 +229,15 @@ def main() -> int:
     for p in curve:
         lines.append(f"| {p['observations']} | {p['pairs']} | {p['sequences']} | {p['cpu_hours']:.2f} | {p['wall_hours']:.2f} | "
                      f"{p['lam>=2']:.1%} | {p['lam>=4']:.1%} | {p['lam>=6']:.1%} | {p['unseen']:.1%} |")
+    per_cpu_hour = f["per_cpu_hour"]
+    for k, c in result["crossing_20pct"].items():
+        if c is None:
+            lines.append(f"\n{k.replace('lam>=', 'λ ')}: too few points to extrapolate to 20 %")
+            continue
+        cost = f", about {c['observations'] / per_cpu_hour:,.0f} CPU hours at {per_cpu_hour:,.0f} observations per CPU hour" \
+            if per_cpu_hour else ""
+        lines.append(f"\n{k.replace('lam>=', 'λ ')}: +{c['per_doubling']:.1%} per doubling of observations (fit over "
+                     f"{c['points']} points); 20 % at about {c['observations']:,.0f} observations{cost} (an extrapolation)")
     lines += ["", "SD-based calibration from half the items, coverage of the other half's rejections:", "",
               "| observations (items) | test rejections | λ 2 | λ 4 | λ 6 |", "|---|---|---|---|---|"]
     for h in halves:

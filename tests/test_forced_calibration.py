@@ -69,6 +69,9 @@ def test_held_out_dataset_documents_carry_their_solutions_and_skip_the_benchmark
     assert [d.id for d in docs] == ["gsm8k/441", "humaneval/HumanEval/40", "gsm8k/442", "humaneval/HumanEval/41",
                                     "gsm8k/443", "humaneval/HumanEval/42"] and not dropped
     assert docs[0].chat and docs[0].response.endswith(".") and "The answer is" in docs[0].response
+    # The overlap fingerprints read the item and its answer, not the instruction every GSM8K prompt carries.
+    assert "Solve the problem" in docs[0].prompt and "Solve the problem" not in docs[0].own_text
+    assert docs[0].own_text.endswith(docs[0].response) and docs[1].own_text is None
     # HumanEval: the prompt as the benchmark gives it, the canonical solution as its continuation, one raw text
     assert not docs[1].chat and docs[1].prompt.rstrip().endswith('"""') and "return" in docs[1].response
     assert docs[1].text == docs[1].prompt + docs[1].response
@@ -340,6 +343,11 @@ def test_a_forced_memory_refuses_the_prompts_of_its_documents_not_only_their_who
     # The instruction every item carries is shared by the benchmark's own prompts: their template, not an item.
     assert check_disjoint(mem, [question + instruction, other + instruction]) == [question + instruction]
     assert check_disjoint(mem, [other + instruction, "a short one"]) == []
+    prints = Fingerprints()
+    prints.add(instruction)  # a corpus whose only text is the instruction: its 13-grams are held
+    template_only = CorrectionMemory(meta={"forced_calibration": {"ngram_fingerprints": prints.to_meta()}})
+    assert check_disjoint(template_only, ["Before it. " + instruction]) == ["Before it. " + instruction]
+    assert check_disjoint(template_only, [question + instruction, other + instruction]) == []
     # The old check (whole-document hashes only) misses the prompt: the regression this guards.
     whole_only = {"forced_calibration": {"prompt_hashes": [prompt_hash(d.text) for d in docs]}}
     assert check_disjoint(CorrectionMemory(meta=whole_only), [question + instruction]) == []
@@ -353,6 +361,27 @@ class _CharTokenizer(WordTokenizer):
 
     def apply_chat_template(self, messages, add_generation_prompt=True, tokenize=True):
         return [2, *self(messages[-1]["content"]).input_ids, 3]
+
+
+def test_an_old_memory_gets_the_fingerprints_of_its_corpus_without_a_model():
+    from workbench.evaluation.forced_calibration import add_fingerprints
+
+    docs = [Document("a", "first question " * 5, "first answer " * 10, chat=True),
+            Document("b", " ".join(f"word{i}" for i in range(40))), Document("c", "not in the memory " * 9)]
+    old = CorrectionMemory({(4, 5): 2}, meta={"forced_calibration": {
+        "sequence_hashes": ["k"], "prompt_hashes": [prompt_hash(d.text) for d in docs[:2]]}})  # whole texts, as before
+    assert check_disjoint(old, [docs[0].prompt]) == []  # the old check misses the prompt
+    assert add_fingerprints(old, docs, corpus_spec="x") == 2
+    info = old.meta["forced_calibration"]
+    assert info["document_hashes"] == [prompt_hash(d.text) for d in docs[:2]] and info["corpus_spec"] == "x"
+    assert check_disjoint(old, [docs[0].prompt, "prefix " + docs[1].prompt, docs[2].prompt]) == [docs[0].prompt,
+                                                                                                 "prefix " + docs[1].prompt]
+    assert old.snapshot() == {(4, 5): 2}
+    with pytest.raises(InvalidInputError, match="already"):
+        add_fingerprints(old, docs)
+    missing = CorrectionMemory(meta={"forced_calibration": {"prompt_hashes": [prompt_hash("elsewhere")]}})
+    with pytest.raises(InvalidInputError, match="only 0 of the memory's 1 documents"):
+        add_fingerprints(missing, docs)
 
 
 def test_an_old_memory_without_fingerprints_is_not_resumed():
@@ -497,6 +526,39 @@ def test_a_second_job_on_the_same_memory_is_refused(tmp_path, monkeypatch):
         pass
 
 
+# -- the shipped memory's overlap check, on the real file ---------------------------------------------
+def test_the_shipped_memory_check_finds_the_benchmark_items_it_holds_and_none_it_does_not():
+    """Over every HumanEval prompt and every Spec-Bench GSM8K prompt, as the benchmarks prompt them: the check
+    flags exactly the held-out items whose documents the shipped memory counted (its document hashes say
+    which), and none of the first 40 of each, which the benchmarks report on. The n-gram fingerprints
+    alone find every such prompt long enough for their guarantee."""
+    from core.memory import SHIPPED_DIR
+    from workbench.evaluation.forced_calibration import dataset_documents
+    from workbench.evaluation.tasks import load_dataset_tasks
+
+    if not SPEC_BENCH.is_file():
+        pytest.skip("needs ../shared/data/spec_bench/question.jsonl")
+    (path,) = SHIPPED_DIR.glob("*.json.gz")
+    memory = CorrectionMemory.load(path)
+    info = memory.meta["forced_calibration"]
+    held = set(info["document_hashes"])
+    prompts = {f"{t.category}/{t.id}": t.prompt() for spec in ("humaneval", "gsm8k") for t in load_dataset_tasks(spec)}
+    counted = {d.id for d in dataset_documents("gsm8k+humaneval") if prompt_hash(d.text) in held}
+    assert counted  # every corpus the memory was built with starts with held-out benchmark items
+    first40 = {f"{t.category}/{t.id}" for spec in ("humaneval", "gsm8k") for t in load_dataset_tasks(spec)[:40]}
+    assert len(prompts) == 164 + 80 and not counted & first40
+    ids = {text: i for i, text in prompts.items()}
+    found = {ids[t] for t in check_disjoint(memory, prompts.values())}
+    assert found == counted
+    # The n-gram part alone (no prompt hashes): every counted prompt of WINNOW + 12 words or more, and nothing else.
+    grams_only = CorrectionMemory(meta={"forced_calibration": {"ngram_fingerprints": info["ngram_fingerprints"]}})
+    found = {ids[t] for t in check_disjoint(grams_only, prompts.values())}
+    long_enough = {i for i in counted if len(calibration_mod._words(prompts[i])) >= WINNOW + NGRAM - 1}
+    assert long_enough and long_enough <= found <= counted
+    # One at a time (no other prompt to reveal a shared template), none of the first 40 is refused either.
+    assert not [i for i in first40 if check_disjoint(memory, [prompts[i]])]
+
+
 def test_ship_from_copies_a_job_file_into_the_package_with_its_hash_and_rebuild_command(tmp_path, monkeypatch, capsys):
     from core.memory import file_sha256
     from workbench.commands.main import main
@@ -524,3 +586,23 @@ def test_ship_from_copies_a_job_file_into_the_package_with_its_hash_and_rebuild_
     assert main(["calibrate", "--mode", "forced", "--draft", "d", "--ship-from", str(tmp_path / "old.json.gz")]) == 2
     assert main(["calibrate", "--mode", "forced", "--draft", "d", "--ship-from", str(tmp_path / "none.json.gz")]) == 2
     assert "no memory file" in capsys.readouterr().err
+
+
+def test_the_coverage_curve_and_its_extrapolation():
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from bench_forced_calibration import crossing, forced_curve
+
+    log = [{"pairs": [[1, 2], [1, 2], [3, 4]], "cpu_seconds": 36.0, "seconds": 72.0},
+           {"pairs": [[1, 2], [5, 6]], "cpu_seconds": 36.0, "seconds": 72.0}]
+    curve = forced_curve(log, [(1, 2), (5, 6), (7, 8)], marks=[3])
+    assert [p["observations"] for p in curve] == [3, 5]
+    assert curve[0]["pairs"] == 2 and curve[0]["lam>=2"] == pytest.approx(1 / 3) and curve[0]["unseen"] == pytest.approx(1 / 3)
+    assert curve[1]["sequences"] == 2 and curve[1]["cpu_hours"] == pytest.approx(0.02) and curve[1]["wall_hours"] == pytest.approx(0.04)
+    # +2 points a doubling from 1 % at 1,000 observations: 20 % after 9.5 more doublings.
+    points = [{"observations": 1000 * 2**k, "lam>=6": 0.01 + 0.02 * k} for k in range(4)] + [{"observations": 500, "lam>=6": 0.0}]
+    c = crossing(points)
+    assert c["per_doubling"] == pytest.approx(0.02) and c["observations"] == pytest.approx(1000 * 2**9.5) and c["points"] == 4
+    assert crossing(points[:1]) is None and crossing([{"observations": 10, "lam>=6": 0.1}, {"observations": 20, "lam>=6": 0.05}]) is None

@@ -104,6 +104,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     f.add_argument("--ship-from", default=None, metavar="FILE",
                    help="copy this teacher-forced memory (a job's --out file at a milestone) into the package as the "
                         "pair's shipped table, with its SHA-256, corpus and rebuild command beside it; loads no model")
+    f.add_argument("--add-fingerprints", default=None, metavar="FILE",
+                   help="give a teacher-forced memory built before its corpus's n-gram fingerprints were kept what the "
+                        "benchmark-overlap check reads (reads its corpus again, --corpus or the one it names; no model)")
     f.add_argument("--status", action="store_true",
                    help="print what the memory (--out, or --ship's) holds, its observations per hour so far, and the "
                         "ETA to --target-observations; counts nothing")
@@ -260,6 +263,8 @@ def run_forced(args) -> int:
         raise InvalidInputError("--ship writes into the package; drop --out")
     if args.ship_from:
         return ship_from(Path(args.ship_from))
+    if args.add_fingerprints:
+        return add_fingerprints_to(Path(args.add_fingerprints), args)
     corpus = args.corpus or DEFAULT_CORPUS
     corpus_sources(corpus)  # a corpus naming no source fails before any model loads
     if args.status:
@@ -343,6 +348,29 @@ def write_ship_files(path: Path, memory) -> str:
             f"# rebuild: {rebuild_command(info)}\n")
     _atomic_write(path.with_name(path.name + ".sha256"), text.encode("utf-8"))
     return sha
+
+
+def add_fingerprints_to(path: Path, args) -> int:
+    """Upgrade a teacher-forced memory built before the corpus fingerprints were kept (reads its corpus again,
+    no model; the counts are unchanged); a shipped one gets its .sha256 file rewritten."""
+    from core.errors import InvalidInputError
+    from core.memory import SHIPPED_DIR, CorrectionMemory
+    from workbench.evaluation.forced_calibration import add_fingerprints, forced_documents
+
+    if not path.is_file():
+        raise InvalidInputError(f"--add-fingerprints: no memory file at {path}")
+    memory = CorrectionMemory.load(path)
+    info = memory.meta.get("forced_calibration") or {}
+    corpus = args.corpus or str(info.get("corpus", "")).partition(":")[0].strip()
+    if not corpus:
+        raise InvalidInputError(f"{path} does not name its corpus: give --corpus")
+    documents, _, _ = forced_documents(corpus, args.benchmark, args.held_out_from)
+    found = add_fingerprints(memory, documents, corpus_spec=corpus)
+    memory.save()  # nothing unsaved: rewrites the file with the new metadata, atomically
+    shipped = path.resolve().parent == SHIPPED_DIR.resolve()
+    sha = write_ship_files(path, memory) if shipped else None
+    print(json.dumps({"memory": str(path), "documents_fingerprinted": found, "sha256": sha, "bytes": path.stat().st_size}))
+    return 0
 
 
 def ship_from(source: Path) -> int:

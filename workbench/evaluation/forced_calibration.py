@@ -79,6 +79,9 @@ class Document(NamedTuple):
     prompt: str  # text read as context (no positions counted when `chat`)
     response: str = ""  # the answer whose positions count (chat); raw documents keep everything in `prompt`
     chat: bool = False
+    # What the overlap fingerprints read when not the whole text: a benchmark item's own words and answer,
+    # without the instruction its template adds to every item (which would make every item look seen).
+    own_text: str | None = None
 
     @property
     def text(self) -> str:
@@ -194,8 +197,10 @@ def dataset_documents(datasets: str, skip: int = BENCHMARK_ITEMS) -> list[Docume
             if problem.get("canonical_solution"):  # HumanEval: raw completion, the prompt then the solution
                 docs.append(Document(f"{task.category}/{task.id}", task.prompt(), problem["canonical_solution"]))
             elif task.answers:
-                docs.append(Document(f"{task.category}/{task.id}", task.prompt(), _answer_text(task.answers[0]),
-                                     chat=task.chat is not False))
+                answer = _answer_text(task.answers[0])
+                own = "\n".join(t for t in (task.context, task.input, answer) if t) if task.template else None
+                docs.append(Document(f"{task.category}/{task.id}", task.prompt(), answer, chat=task.chat is not False,
+                                     own_text=own))
         columns.append(docs)
     return [d for d in chain.from_iterable(zip_longest(*columns)) if d is not None]
 
@@ -510,7 +515,8 @@ def forced_calibrate(
     info = dict(memory.meta.get("forced_calibration") or {})
     if info.get("sequence_hashes") and "ngram_fingerprints" not in info:
         raise InvalidInputError("this memory was built before teacher-forced calibration kept n-gram fingerprints of its "
-                                "corpus (for the benchmark-overlap check): start it again with --fresh")
+                                "corpus (for the benchmark-overlap check): add them first (calibrate --mode forced "
+                                "--add-fingerprints FILE) or start it again with --fresh")
     report = ForcedReport(target_observations=target_observations)
     seq_hashes: list[str] = list(info.get("sequence_hashes", []))
     doc_hashes: list[str] = list(info.get("document_hashes", []))
@@ -605,7 +611,7 @@ def forced_calibrate(
                 doc_hashes.append(h)
                 if doc.response:  # the prompt a benchmark would ask with, when the document is more than that
                     prompt_hashes.append(prompt_hash(doc.prompt))
-                prints.add(doc.text)
+                prints.add(doc.own_text or doc.text)
                 report.documents += 1
             for s in document_sequences(doc, target.tokenizer, seq_len):
                 if s.key in done or any(s.key == b.key for b in batch):
@@ -625,6 +631,37 @@ def forced_calibrate(
     report.seconds = time.perf_counter() - t0
     report.cpu_seconds = time.process_time() - c0
     return report
+
+
+def add_fingerprints(memory: CorrectionMemory, documents: Iterable[Document], corpus_spec: str = "") -> int:
+    """Give a memory built before teacher-forced calibration kept its corpus's fingerprints what the
+    benchmark-overlap check reads, with no model: read its corpus again and, for every document whose
+    whole-text hash it recorded (the old `prompt_hashes`), record the document's hash, its prompt's hash
+    and its 13-gram fingerprints, in corpus order. The counts are not touched. Returns the documents
+    found; refuses when the corpus does not hold them all (it is not the one the memory was built from)."""
+    info = memory.meta.get("forced_calibration") or {}
+    if info.get("ngram_fingerprints"):
+        raise InvalidInputError("this memory already keeps its corpus's n-gram fingerprints")
+    wanted = set(info.get("prompt_hashes", []))
+    if not wanted:
+        raise InvalidInputError("this memory records no teacher-forced documents to fingerprint")
+    prints, doc_hashes, prompt_hashes = Fingerprints(), [], []
+    for doc in documents:
+        h = prompt_hash(doc.text)
+        if h in wanted and h not in doc_hashes:
+            doc_hashes.append(h)
+            if doc.response:
+                prompt_hashes.append(prompt_hash(doc.prompt))
+            prints.add(doc.own_text or doc.text)
+            if len(doc_hashes) == len(wanted):
+                break
+    if len(doc_hashes) < len(wanted):
+        raise InvalidInputError(f"only {len(doc_hashes)} of the memory's {len(wanted)} documents are in this corpus: "
+                                f"give the corpus it was built from (its metadata names it)")
+    memory.meta["forced_calibration"] = {**info, "document_hashes": doc_hashes, "prompt_hashes": prompt_hashes,
+                                         "ngram_fingerprints": prints.to_meta(),
+                                         "corpus_spec": info.get("corpus_spec") or corpus_spec or None}
+    return len(doc_hashes)
 
 
 def coverage(rejections: Sequence[tuple[int, int]], counts: Counter | CorrectionMemory, lams=(2, 4, 6)) -> dict[str, float]:
