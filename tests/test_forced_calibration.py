@@ -57,6 +57,17 @@ def test_forced_corpus_drops_documents_that_overlap_the_benchmark(tmp_path):
     corpus.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     docs, dropped, described = forced_documents(str(corpus), bench)
     assert [d.id for d in docs] == ["a"] and dropped == ["b", "c"] and described == str(corpus)
+    # The memory records what was left out.
+    target, draft = _tiny_pair()
+    target.tokenizer = draft.tokenizer = _CharTokenizer()
+    docs, dropped, _ = forced_documents(str(corpus), bench)
+    mem = CorrectionMemory()
+    forced_calibrate(target, draft, docs, mem, seq_len=64, dropped=dropped)
+    assert mem.meta["forced_calibration"]["dropped_for_overlap"] == ["b", "c"]
+    from workbench.evaluation.forced_calibration import corpus_counts
+
+    (row,) = corpus_counts(str(corpus), bench)
+    assert row["documents"] == 1 and row["dropped"] == ["b", "c"] and row["characters"] == len(rows[0]["text"])
     with pytest.raises(InvalidInputError):
         forced_documents(" , ", bench)
 

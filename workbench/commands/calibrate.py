@@ -107,6 +107,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     f.add_argument("--add-fingerprints", default=None, metavar="FILE",
                    help="give a teacher-forced memory built before its corpus's n-gram fingerprints were kept what the "
                         "benchmark-overlap check reads (reads its corpus again, --corpus or the one it names; no model)")
+    f.add_argument("--count-corpus", action="store_true",
+                   help="count the corpus's documents and characters per source and list those left out for overlapping "
+                        "a benchmark text; loads no model")
     f.add_argument("--status", action="store_true",
                    help="print what the memory (--out, or --ship's) holds, its observations per hour so far, and the "
                         "ETA to --target-observations; counts nothing")
@@ -269,6 +272,11 @@ def run_forced(args) -> int:
     corpus_sources(corpus)  # a corpus naming no source fails before any model loads
     if args.status:
         return forced_status(args, corpus)
+    if args.count_corpus:
+        from workbench.evaluation.forced_calibration import corpus_counts
+
+        print(json.dumps({"corpus": corpus, "sources": corpus_counts(corpus, args.benchmark, args.held_out_from)}, indent=1))
+        return 0
     documents, dropped, described = forced_documents(corpus, args.benchmark, args.held_out_from)
     print(f"corpus: {described}", file=sys.stderr)
     target, draft = common.load_models(args)
@@ -303,7 +311,7 @@ def run_forced(args) -> int:
         # SIGTERM (kill, a job scheduler) ends the run like Ctrl-C: the finished sequences are saved first.
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
         report = forced_calibrate(target, draft, documents, memory, seq_len=args.seq_len, batch_size=args.batch_size,
-                                  corpus=f"{corpus}: {described}", corpus_spec=corpus, max_sequences=limit,
+                                  corpus=f"{corpus}: {described}", corpus_spec=corpus, dropped=dropped, max_sequences=limit,
                                   max_seconds=hours * 3600 if hours else None, target_observations=args.target_observations,
                                   save_every=args.save_every, log=args.pairs_log, on_save=saved)
     summary = {"memory": str(path), "pairs": len(memory), "observations": memory.total, "added": memory.total - start,

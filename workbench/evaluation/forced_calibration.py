@@ -288,6 +288,25 @@ def forced_documents(corpus: str, spec_bench: str | Path | None = None, skip: in
     return gen(), dropped, described
 
 
+def corpus_counts(corpus: str, spec_bench: str | Path | None = None, skip: int = BENCHMARK_ITEMS) -> list[dict[str, Any]]:
+    """Each source of the corpus read whole: its documents, characters, and the documents the overlap check
+    leaves out (the record of what a memory built from it may hold). No model."""
+    out = []
+    for names in corpus_sources(corpus):
+        for name in names:
+            docs, described, per = _source(name, skip)
+            overlap = Overlap.of(benchmark_texts(spec_bench, per))
+            row = {"source": name, "description": described, "documents": 0, "characters": 0, "dropped": []}
+            for doc in docs:
+                if overlap.hits(doc.prompt) or overlap.hits(doc.text):
+                    row["dropped"].append(doc.id)
+                    continue
+                row["documents"] += 1
+                row["characters"] += len(doc.text)
+            out.append(row)
+    return out
+
+
 # -- sequences --------------------------------------------------------------------------------
 @dataclass
 class Sequence_:
@@ -486,6 +505,7 @@ def forced_calibrate(
     batch_size: int = 1,
     corpus: str = "",
     corpus_spec: str = "",
+    dropped: Sequence[str] = (),
     max_sequences: int | None = None,
     max_seconds: float | None = None,
     target_observations: int | None = None,
@@ -536,6 +556,8 @@ def forced_calibrate(
         memory.meta["forced_calibration"] = {
             **info, "method": "forced", "corpus": corpus or info.get("corpus"),
             "corpus_spec": corpus_spec or info.get("corpus_spec"), "seq_len": seq_len,
+            # the ids `forced_documents` left out for overlapping a benchmark text (filled as it reads the corpus)
+            "dropped_for_overlap": sorted(set(info.get("dropped_for_overlap", [])) | set(dropped)),
             "dtype": str(target.dtype).replace("torch.", ""),
             "target": target.name, "target_fingerprint": target.fingerprint,
             "draft": draft.name, "draft_fingerprint": draft.fingerprint,
