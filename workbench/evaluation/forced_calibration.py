@@ -77,7 +77,7 @@ LOG_TAU = float(np.log(0.01))  # CSD's default gate, for the report's share of p
 class Document(NamedTuple):
     id: str
     prompt: str  # text read as context (no positions counted when `chat`)
-    response: str = ""  # the answer whose positions count (chat); raw documents keep everything in `prompt`
+    response: str = ""  # chat: the answer, whose positions alone count; raw: the prompt's continuation (a solution)
     chat: bool = False
     # What the overlap fingerprints read when not the whole text: a benchmark item's own words and answer,
     # without the instruction its template adds to every item (which would make every item look seen).
