@@ -647,7 +647,8 @@ def forced_calibrate(
         if batch:
             flush()
     finally:  # an interrupted run (Ctrl-C, SIGTERM) keeps every sequence it finished; a SIGKILL loses the slice
-        save()
+        if since_save or not report.saves:
+            save()
         if log_fh is not None:
             log_fh.close()
     report.seconds = time.perf_counter() - t0
