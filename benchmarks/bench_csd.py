@@ -106,7 +106,7 @@ def load_memory(target, draft, allow_empty: bool, texts: list[str], path: str | 
     source = (f"{cal.get('prompts')} prompts of {cal.get('corpus')}" if cal else "") + (" + " if cal and forced else "") + \
         (f"{forced.get('sequences')} teacher-forced sequences of {forced.get('corpus')}" if forced else "")
     print(f"memory {path}: {len(memory)} pairs, {memory.total} observations from {source or 'unknown'}; "
-          f"disjoint from the {len(texts)} benchmark prompts (hash check)", file=sys.stderr)
+          f"disjoint from the {len(texts)} benchmark prompts (prompt hashes and 13-gram fingerprints)", file=sys.stderr)
     return memory
 
 

@@ -47,17 +47,29 @@ def coverage(rejections, counts: Counter, lams=LAMS) -> dict[int, float]:
 
 
 def read_log(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    from workbench.evaluation.forced_calibration import read_log as read_pairs_log
+
+    return read_pairs_log(path)  # a job may be writing it: a half-written last line is left out
 
 
-def forced_curve(log: list[dict], rejections, points: int = 12) -> list[dict]:
-    """Coverage after the first n observations of the log, at about `points` values of n (doubling)."""
+def unseen_share(counts: Counter) -> float | None:
+    """Good–Turing: pairs seen once / observations, the share of future rejections of pairs never seen."""
+    total = sum(counts.values())
+    return sum(1 for c in counts.values() if c == 1) / total if total else None
+
+
+def forced_curve(log: list[dict], rejections, points: int = 12, marks=None) -> list[dict]:
+    """Coverage after the first n observations of the log, at about `points` values of n (doubling from the
+    total down), or at the given `marks` (those the log reaches), with the Good–Turing unseen share."""
     total = sum(len(r["pairs"]) for r in log)
-    marks, n = [], max(total, 1)
-    while n >= 250 and len(marks) < points:
-        marks.append(n)
-        n //= 2
-    marks = sorted(set(marks))
+    if marks:
+        marks = sorted({m for m in marks if 0 < m <= total} | {total})
+    else:
+        marks, n = [], max(total, 1)
+        while n >= 250 and len(marks) < points:
+            marks.append(n)
+            n //= 2
+        marks = sorted(set(marks))
     counts, seen, out, cpu, wall, seqs = Counter(), 0, [], 0.0, 0.0, 0
     todo = list(marks)
     for row in log:
@@ -67,18 +79,38 @@ def forced_curve(log: list[dict], rejections, points: int = 12) -> list[dict]:
             if todo and seen == todo[0]:
                 todo.pop(0)
                 out.append({"observations": seen, "pairs": len(counts), "sequences": seqs + 1,
-                            "cpu_hours": (cpu + row["cpu_seconds"]) / 3600, **{f"lam>={k}": v for k, v in coverage(rejections, counts).items()}})
+                            "cpu_hours": (cpu + row["cpu_seconds"]) / 3600, "wall_hours": (wall + row["seconds"]) / 3600,
+                            "unseen": unseen_share(counts), **{f"lam>={k}": v for k, v in coverage(rejections, counts).items()}})
         cpu += row["cpu_seconds"]
         wall += row["seconds"]
         seqs += 1
     return out
 
 
-def sd_runs(limit: int, max_new_tokens: int, dtype: str, out: Path, threads: int, run: bool = True) -> list[dict]:
+def crossing(curve: list[dict], key: str = "lam>=6", target: float = 0.20) -> dict | None:
+    """Where coverage would reach `target`, by a least-squares line of coverage against log2(observations)
+    through the curve's points with nonzero coverage (each doubling has added a roughly constant number of
+    points so far): the slope per doubling and the observations at the target. An extrapolation, None
+    with fewer than two such points or a slope that is not positive."""
+    import math
+
+    pts = [(math.log2(p["observations"]), p[key]) for p in curve if p.get(key, 0) > 0]
+    if len(pts) < 2:
+        return None
+    mx, my = sum(x for x, _ in pts) / len(pts), sum(y for _, y in pts) / len(pts)
+    sxx = sum((x - mx) ** 2 for x, _ in pts)
+    slope = sum((x - mx) * (y - my) for x, y in pts) / sxx if sxx else 0.0
+    if slope <= 0:
+        return None
+    return {"per_doubling": slope, "observations": 2 ** (mx + (target - my) / slope), "target": target, "points": len(pts)}
+
+
+def sd_runs(limit: int, max_new_tokens: int, dtype: str, out: Path, threads: int, run: bool = True,
+            code_max_new_tokens: int | None = None) -> list[dict]:
     """Plain SD on the first `limit` HumanEval and GSM8K items (alternating), one checkpoint line per item."""
     from bench_csd import pair_items
 
-    items = pair_items(limit, max_new_tokens, max_new_tokens)
+    items = pair_items(limit, max_new_tokens, code_max_new_tokens or max_new_tokens)
     done = {r["id"]: r for r in (read_log(out) if out.exists() else [])}
     todo = [i for i in items if i.id not in done]
     if todo and run:
@@ -132,6 +164,10 @@ def main() -> int:
                     help="the JSON Lines log of `calibrate --mode forced --pairs-log`")
     ap.add_argument("--limit", type=int, default=40, help="benchmark items per dataset for sd's rejections (HumanEval, GSM8K)")
     ap.add_argument("--max-new-tokens", type=int, default=256)
+    ap.add_argument("--code-max-new-tokens", type=int, default=None,
+                    help="HumanEval's new tokens (default --max-new-tokens; bench_csd's runs use 128 with GSM8K's 256)")
+    ap.add_argument("--marks", default=None,
+                    help="observation counts to draw the forced curve at, comma-separated (default: doubling from the log's total)")
     ap.add_argument("--dtype", default="bfloat16")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--memory", default=None, help="also report the coverage of this memory file (e.g. the shipped one); "
@@ -142,8 +178,12 @@ def main() -> int:
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    ckpt = out / f"bench_forced_sd_{args.dtype}_{args.max_new_tokens}.jsonl"
-    rows = sd_runs(args.limit, args.max_new_tokens, args.dtype, ckpt, args.threads, run=not args.no_run)
+    code_tokens = args.code_max_new_tokens or args.max_new_tokens
+    tokens = f"{args.max_new_tokens}" + (f"_code{code_tokens}" if code_tokens != args.max_new_tokens else "")
+    ckpt = out / f"bench_forced_sd_{args.dtype}_{tokens}.jsonl"
+    rows = sd_runs(args.limit, args.max_new_tokens, args.dtype, ckpt, args.threads, run=not args.no_run,
+                   code_max_new_tokens=code_tokens)
+    rows = rows[: 2 * args.limit]  # a checkpoint of a larger --limit: its balanced prefix
     if args.sd_only:
         return 0
     rejections = [tuple(p) for r in rows for p in r["rejections"]]
@@ -153,7 +193,7 @@ def main() -> int:
     f_cpu, f_wall = sum(r["cpu_seconds"] for r in log), sum(r["seconds"] for r in log)
     f_pos = sum(r["tokens"] for r in log)
     gaps = [g for r in log for g in r.get("gaps", [])]
-    curve = forced_curve(log, rejections)
+    curve = forced_curve(log, rejections, marks=[int(m) for m in args.marks.split(",")] if args.marks else None)
     halves = split_half(rows)
     kinds = Counter(r["kind"] for r in rows)
     result = {
@@ -164,13 +204,14 @@ def main() -> int:
                    "per_cpu_hour": 3600 * f_obs / f_cpu if f_cpu else None, "per_hour": 3600 * f_obs / f_wall if f_wall else None,
                    "gate_pass_share": sum(g >= -4.605170 for g in gaps) / len(gaps) if gaps else None},
         "forced_curve": curve, "sd_based_split_half": halves,
+        "crossing_20pct": {k: crossing(curve, k) for k in ("lam>=2", "lam>=4", "lam>=6")},
     }
     if args.memory:
         from core.memory import CorrectionMemory
 
         counts = sum((Counter(CorrectionMemory.load(f).snapshot()) for f in args.memory.split("+")), Counter())
         result["memory"] = {"file": args.memory, "pairs": len(counts), "observations": sum(counts.values()),
-                            **{f"lam>={k}": v for k, v in coverage(rejections, counts).items()}}
+                            "unseen": unseen_share(counts), **{f"lam>={k}": v for k, v in coverage(rejections, counts).items()}}
     name = f"bench_forced_calibration_{args.dtype}"
     (out / f"{name}.json").write_text(json.dumps(result, indent=1))
     s, f = result["sd_based"], result["forced"]
@@ -183,10 +224,20 @@ def main() -> int:
              "", f"forced/SD per CPU hour: {f['per_cpu_hour'] / s['per_cpu_hour']:.1f}×; share of forced pairs CSD's gate (τ 0.01) passes: "
              f"{(f['gate_pass_share'] or 0):.1%}", "",
              "Coverage of sd's rejections (count ≥ λ) against forced observations:", "",
-             "| observations | pairs | sequences | CPU hours | λ 2 | λ 4 | λ 6 |", "|---|---|---|---|---|---|---|"]
+             "| observations | pairs | sequences | CPU hours | wall hours | λ 2 | λ 4 | λ 6 | Good–Turing unseen |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for p in curve:
-        lines.append(f"| {p['observations']} | {p['pairs']} | {p['sequences']} | {p['cpu_hours']:.2f} | {p['lam>=2']:.1%} | "
-                     f"{p['lam>=4']:.1%} | {p['lam>=6']:.1%} |")
+        lines.append(f"| {p['observations']} | {p['pairs']} | {p['sequences']} | {p['cpu_hours']:.2f} | {p['wall_hours']:.2f} | "
+                     f"{p['lam>=2']:.1%} | {p['lam>=4']:.1%} | {p['lam>=6']:.1%} | {p['unseen']:.1%} |")
+    per_cpu_hour = f["per_cpu_hour"]
+    for k, c in result["crossing_20pct"].items():
+        if c is None:
+            lines.append(f"\n{k.replace('lam>=', 'λ ')}: too few points to extrapolate to 20 %")
+            continue
+        cost = f", about {c['observations'] / per_cpu_hour:,.0f} CPU hours at {per_cpu_hour:,.0f} observations per CPU hour" \
+            if per_cpu_hour else ""
+        lines.append(f"\n{k.replace('lam>=', 'λ ')}: +{c['per_doubling']:.1%} per doubling of observations (fit over "
+                     f"{c['points']} points); 20 % at about {c['observations']:,.0f} observations{cost} (an extrapolation)")
     lines += ["", "SD-based calibration from half the items, coverage of the other half's rejections:", "",
               "| observations (items) | test rejections | λ 2 | λ 4 | λ 6 |", "|---|---|---|---|---|"]
     for h in halves:
@@ -194,7 +245,7 @@ def main() -> int:
     if "memory" in result:
         m = result["memory"]
         lines += ["", f"memory {m['file']} ({m['pairs']} pairs, {m['observations']} observations): "
-                  + ", ".join(f"λ {k}: {m[f'lam>={k}']:.1%}" for k in LAMS)]
+                  + ", ".join(f"λ {k}: {m[f'lam>={k}']:.1%}" for k in LAMS) + f"; Good–Turing unseen {m['unseen'] or 0:.1%}"]
     command = "python benchmarks/bench_forced_calibration.py " + " ".join(sys.argv[1:])
     (out / f"{name}.md").write_text(f"<!-- written by `{command}` -->\n" + "\n".join(lines) + "\n", encoding="utf-8")
     print("\n".join(lines))

