@@ -127,11 +127,14 @@ def test_strict_recycle_is_greedy_on_tiny_models(seed):
     model = make_tiny(seed % 3)
     p = prompt(seed) * 2  # repeated text: the table proposes right drafts, so acceptance is exercised
     ref = run_method("greedy", model, p, {"max_new_tokens": 48}).output_ids
-    for params in ({"cold": 1}, {"cold": 1, "max_nodes": 8}, {}):
-        run = run_method("recycle", model, p, {"max_new_tokens": 48, **params})
-        assert run.output_ids == ref, params
-    assert any(s.accepted for s in run.steps)
-    assert {n.source for s in run.steps for n in s.nodes} <= {"root", "recycled", "model"}
+    runs = {}
+    for name, params in (("cold", {"cold": 1}), ("fixed", {"cold": 1, "max_nodes": 8}), ("default", {})):
+        runs[name] = run_method("recycle", model, p, {"max_new_tokens": 48, **params})
+        assert runs[name].output_ids == ref, params
+    # A fixed tree size, so acceptance is exercised whatever this machine's cost curve makes max_nodes=auto choose
+    # (on a CPU where extra nodes cost almost a full forward, auto may rightly choose greedy's single token).
+    assert any(s.accepted for s in runs["fixed"].steps)
+    assert {n.source for run in runs.values() for s in run.steps for n in s.nodes} <= {"root", "recycled", "model"}
 
 
 def test_the_table_persists_across_requests_and_is_recorded(tmp_path, monkeypatch):

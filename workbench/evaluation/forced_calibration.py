@@ -563,8 +563,8 @@ def forced_calibrate(
             "draft": draft.name, "draft_fingerprint": draft.fingerprint,
             "documents": base["documents"] + report.documents, "sequences": base["sequences"] + report.sequences,
             "tokens": base["tokens"] + report.positions, "observations": base["observations"] + report.pairs,
-            "seconds": round(base_seconds["seconds"] + time.perf_counter() - t0, 1),
-            "cpu_seconds": round(base_seconds["cpu_seconds"] + time.process_time() - c0, 1),
+            "seconds": round(base_seconds["seconds"] + time.perf_counter() - t0, 3),
+            "cpu_seconds": round(base_seconds["cpu_seconds"] + time.process_time() - c0, 3),
             "document_hashes": doc_hashes, "prompt_hashes": prompt_hashes, "ngram_fingerprints": prints.to_meta(),
             "sequence_hashes": seq_hashes,
         }
