@@ -126,11 +126,12 @@ def to_number(value: Any, kind: type, name: str, low: float, high: float, *, low
     if words and isinstance(value, str) and value.strip().lower() in words:
         return words[value.strip().lower()]
     either = f" or one of {', '.join(words)}" if words else ""
-    a_kind = f"{'an integer' if kind is int else 'a number'} in {'(' if low_open else '['}{low}, {high}]"
+    within = f"in {'(' if low_open else '['}{low}, {high}]"
+    a_kind = f"{'an integer' if kind is int else 'a number'} {within}"
     if isinstance(value, str):
         text = value.strip()
         if text.lower().lstrip("+-") in ("nan", "inf", "infinity"):
-            raise InvalidInputError(f"{name} must be a finite number, got {shown(value)}")
+            raise InvalidInputError(f"{name} must be a finite number {within}, got {shown(value)}")
         if not (_INT if kind is int else _FLOAT).match(text):
             hint = " (digits 0-9 only)" if any(c.isdigit() and not c.isascii() for c in text) else ""
             raise InvalidInputError(f"{name} must be {a_kind}{either}{hint}, got {shown(value)}")
@@ -150,7 +151,7 @@ def to_number(value: Any, kind: type, name: str, low: float, high: float, *, low
     else:
         raise InvalidInputError(f"{name} must be {a_kind}{either}, got {shown(value)}")
     if isinstance(number, float) and not math.isfinite(number):  # NaN passes every comparison and makes invalid JSON
-        raise InvalidInputError(f"{name} must be a finite number, got {shown(value)}")
+        raise InvalidInputError(f"{name} must be a finite number {within}, got {shown(value)}")
     number = kind(number)
     if (number <= low if low_open else number < low) or number > high:
         raise _out_of_range(name, value, low, high, low_open, words, meaning)
