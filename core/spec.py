@@ -8,9 +8,9 @@ compressors (`selfinfo[layers=8]`, core.compress) are both read by `parse_spec`,
     items := item ("," item)*            empty items (",," or a trailing ",") are skipped
     item  := KEY "=" VALUE | WORD        a bare WORD is a flag its caller names (`aasd[auto]`)
 
-NAME is any text without brackets, commas or "="; KEY and WORD are ASCII identifiers; VALUE is any
-non-empty text without brackets or commas. Spaces around the parts are ignored. A key given twice, an
-empty name, key or value, brackets that do not balance or that nest, and text after "]" are refused.
+NAME is any text without brackets, commas or "="; KEY and WORD are ASCII identifiers; VALUE is any text
+without brackets or commas (what reads it checks it). Spaces around the parts are ignored. A key given
+twice, an empty name or key, brackets that do not balance or that nest, and text after "]" are refused.
 
 `to_number` turns a value (text from a spec or the command line, or a number from the UI or a stored run)
 into an int or a finite float within bounds: only ASCII digits, no nan or infinity, and a magnitude
@@ -60,7 +60,7 @@ def parse_spec(text: Any, what: str, flags: Collection[str] = (), example: str =
         raise InvalidInputError(f"a {what} must be text such as {example}, got {shown(text)}")
 
     def bad(problem: str) -> InvalidInputError:
-        return InvalidInputError(f"bad {what} {shown(text)}: {problem}; write NAME or {example}")
+        return InvalidInputError(f"bad {what} spec {shown(text)}: {problem}; write NAME or {example}")
 
     name, bracket, rest = text.strip().partition("[")
     name = name.strip()
@@ -83,8 +83,8 @@ def parse_spec(text: Any, what: str, flags: Collection[str] = (), example: str =
         key, eq, value = (x.strip() for x in part.partition("="))
         if not eq:
             if part not in flags:
-                allowed = f" (it takes {', '.join(sorted(flags))})" if flags else ""
-                raise bad(f"{shown(part)} is neither key=value nor a flag of this {what}{allowed}")
+                allowed = f" or {' or '.join(sorted(flags))}" if flags else ""
+                raise bad(f"bad option {shown(part)}, not key=value{allowed}")
             if part in found:
                 raise bad(f"{part} is given twice")
             found.append(part)
@@ -95,9 +95,7 @@ def parse_spec(text: Any, what: str, flags: Collection[str] = (), example: str =
             raise bad(f"the key {shown(key)} is not a name of letters, digits and '_'")
         if key in items:
             raise bad(f"{key} is given twice")
-        if not value:
-            raise bad(f"{key}= has no value")
-        items[key] = value
+        items[key] = value  # may be empty: what reads it says what it takes
     return Spec(name, items, tuple(found))
 
 
@@ -126,15 +124,15 @@ def to_number(value: Any, kind: type, name: str, low: float, high: float, *, low
     if words and isinstance(value, str) and value.strip().lower() in words:
         return words[value.strip().lower()]
     either = f" or one of {', '.join(words)}" if words else ""
-    within = f"in {'(' if low_open else '['}{low}, {high}]"
-    a_kind = f"{'an integer' if kind is int else 'a number'} {within}"
+    a_kind = "an integer" if kind is int else "a number"
+    what = f" (range {'(' if low_open else '['}{low}, {high}]){': ' + meaning if meaning else ''}"  # ends every refusal
     if isinstance(value, str):
         text = value.strip()
         if text.lower().lstrip("+-") in ("nan", "inf", "infinity"):
-            raise InvalidInputError(f"{name} must be a finite number {within}, got {shown(value)}")
+            raise InvalidInputError(f"{name} must be a finite number, got {shown(value)}{what}")
         if not (_INT if kind is int else _FLOAT).match(text):
             hint = " (digits 0-9 only)" if any(c.isdigit() and not c.isascii() for c in text) else ""
-            raise InvalidInputError(f"{name} must be {a_kind}{either}{hint}, got {shown(value)}")
+            raise InvalidInputError(f"{name} must be {a_kind}{either}{hint}, got {shown(value)}{what}")
         if kind is int and len(text.lstrip("+-")) > MAX_DIGITS:
             raise _out_of_range(name, value, low, high, low_open, words, meaning)
         number: int | float = int(text) if kind is int else float(text)
@@ -146,12 +144,12 @@ def to_number(value: Any, kind: type, name: str, low: float, high: float, *, low
         number = float(value)
         if kind is int and math.isfinite(number):
             if not number.is_integer():
-                raise InvalidInputError(f"{name} must be an integer, got {shown(value)}")
+                raise InvalidInputError(f"{name} must be an integer, got {shown(value)}{what}")
             number = int(number)
     else:
-        raise InvalidInputError(f"{name} must be {a_kind}{either}, got {shown(value)}")
+        raise InvalidInputError(f"{name} must be {a_kind}{either}, got {shown(value)}{what}")
     if isinstance(number, float) and not math.isfinite(number):  # NaN passes every comparison and makes invalid JSON
-        raise InvalidInputError(f"{name} must be a finite number {within}, got {shown(value)}")
+        raise InvalidInputError(f"{name} must be a finite number, got {shown(value)}{what}")
     number = kind(number)
     if (number <= low if low_open else number < low) or number > high:
         raise _out_of_range(name, value, low, high, low_open, words, meaning)

@@ -63,7 +63,7 @@ def parse_compressor(spec: Any) -> tuple[str, dict[str, int | str]]:
                 options[key] = value
         else:
             options[key] = int(to_number(value, int, f"{name}[{key}]", 1, MAX_LAYERS,
-                                         meaning=f"{key} is K of the scoring model's L decoder layers"))
+                                         meaning=f"{key} must be a whole number >= 1, K of the scoring model's L decoder layers"))
     return name, options
 
 
