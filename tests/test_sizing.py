@@ -83,11 +83,11 @@ def test_acceptance_rates_count_verified_nodes_per_source_and_depth():
     tree = DraftTree.root_only(0)
     a = tree.add(0, 1, "context")
     b = tree.add(0, 2, "alignment")
-    c = tree.add(a, 3, "context")
+    tree.add(a, 3, "context")  # node 3
     tree.add(b, 4, "alignment")  # its parent was rejected: never verified
     rates = AcceptanceRates()
     assert rates.rate("context", 1) == 0.5  # the prior
-    rates.observe(tree, ["accepted", "accepted", "rejected", "accepted", "unreached"])  # path 0, a, c
+    rates.observe(tree, ["accepted", "accepted", "rejected", "accepted", "unreached"])  # the path 0, a, 3
     assert rates.verified == {("context", 1): 1, ("alignment", 1): 1, ("context", 2): 1}
     assert rates.accepted == {("context", 1): 1, ("context", 2): 1}
     assert rates.rate("context", 1) == pytest.approx(2 / 3) and rates.rate("alignment", 1) == pytest.approx(1 / 3)
