@@ -51,7 +51,7 @@ def main() -> int:
 
     tasks = load_tasks(args.data, categories=["summarization", "rag"], limit=args.limit)
     target = load_model(args.model, device="cpu", dtype=args.dtype)
-    from core.methods import split_method_list
+    from workbench.methods import split_method_list
 
     methods = METHODS + (ABLATIONS if args.ablations else []) + split_method_list(args.extra)
     result = run_bench(target, tasks, methods, {"max_new_tokens": args.max_new_tokens})

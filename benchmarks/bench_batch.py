@@ -44,7 +44,7 @@ def main() -> int:
     import torch
     from tqdm.auto import tqdm
 
-    from core.methods import run_batch, split_method_list
+    from workbench.methods import run_batch, split_method_list
     from core.models import encode_prompt, load_model
     from workbench.evaluation.bench import STREAM_WINDOW
     from workbench.evaluation.tasks import load_tasks

@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from core.compress import check_compressor, check_rate, make_compressor  # noqa: E402
-from core.methods import parse_method_spec, run_method, split_method_list  # noqa: E402
+from workbench.methods import parse_method_spec, run_method, split_method_list  # noqa: E402
 from core.models import encode_prompt, load_model  # noqa: E402
 from core.stats import run_metrics  # noqa: E402
 from workbench.evaluation.bench import check_contexts, spread  # noqa: E402

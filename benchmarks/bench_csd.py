@@ -45,7 +45,7 @@ from workbench.evaluation.calibration import check_disjoint  # noqa: E402
 from core.errors import InvalidInputError  # noqa: E402
 from core.memory import CorrectionMemory, calibrated_path, memory_path, pair_fingerprint, rejections, rescues  # noqa: E402
 from core.stats import run_totals  # noqa: E402
-from core.methods import get_method, parse_method_spec, resolve_params, run_method, split_method_list  # noqa: E402
+from workbench.methods import get_method, parse_method_spec, resolve_params, run_method, split_method_list  # noqa: E402
 from core.models import check_pair, encode_prompt, load_model  # noqa: E402
 from workbench.evaluation.sandbox import (HUMANEVAL_STOP, SandboxUnavailable, check_sandbox, gsm8k_correct,  # noqa: E402
                                          run_humaneval, truncate_completion)

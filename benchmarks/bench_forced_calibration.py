@@ -117,7 +117,7 @@ def sd_runs(limit: int, max_new_tokens: int, dtype: str, out: Path, threads: int
         import torch
 
         from core.memory import rejections
-        from core.methods import run_method
+        from workbench.methods import run_method
         from core.models import check_pair, encode_prompt, load_model
         from core.stats import run_metrics
 

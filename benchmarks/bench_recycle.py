@@ -73,7 +73,7 @@ def markdown(by: dict, methods: list[str]) -> str:
 
 def rank_rates(target, tasks, max_new_tokens: int) -> list[float]:
     """Per rank: accepted ÷ judged among recycled nodes whose parent was accepted (or the root)."""
-    from core.methods import run_method
+    from workbench.methods import run_method
     from core.models import encode_prompt
 
     judged, accepted = [0] * 8, [0] * 8
@@ -121,7 +121,7 @@ def main() -> int:
         print(f"RANK_RATE = ({', '.join(f'{r:.3f}' for r in rates)})  # {len(tasks)} held-out items, {args.model} {dtype}")
         return 0
 
-    from core.methods import split_method_list
+    from workbench.methods import split_method_list
 
     methods = list(dict.fromkeys(["greedy", *split_method_list(args.methods)]))
     tasks = load_tasks(args.data, categories=CATEGORIES, limit=args.limit)

@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT))
 
 
 def long_run(steps: int):
-    from core.methods import run_method
+    from workbench.methods import run_method
     from core.models import encode_prompt, load_model
     from workbench.evaluation.tasks import load_tasks
 

@@ -1,6 +1,7 @@
 """Batched decoding: B prompts at once, each row with its own drafter, tree, verdict and trace.
 
-The loop of core.engine, per row, around one forward for the whole batch:
+The step of core.step (the same as core.engine's for one request) over B rows, one forward for the whole
+batch (`PaddedRows`):
 - prompts are left-padded; the cache holds, per row, every committed token but the pending root;
 - each step pads the rows' trees to the widest, with one 4D mask per row (its valid cache slots, its
   tree's ancestors; padding slots see only themselves, so no row is fully masked);
@@ -19,39 +20,19 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 
 from core import cache as kv
-from core.drafters.base import Drafter, Proposal, TopK
-from core.engine import (DecodeConfig, DecodeResult, TokenText, Verifier, _stop_cut, _sync, check_prompt,
-                         node_traces, step_predictions)
+from core.drafters.base import Drafter, TopK
 from core.errors import InvalidInputError
-from core.sizing import TreeSizer, common_size
-from core.target_stats import step_stats
-from core.trace import StepTrace
+from core.sizing import TreeSizer
+from core.step import (Cancelled, DecodeConfig, DecodeResult, ProgressCallback, Request, StepEnv, Verifier, check_request,
+                       mark_stops, prefill_chunks, step, stop_requested, sync)
 from core.tree import DraftTree, ancestor_matrix
 
 REPACK_SLACK = 64  # holes (slots per row beyond the longest row's real tokens) tolerated before compaction
-
-
-@dataclass
-class _Row:
-    index: int  # position in the caller's list
-    prompt: list[int]
-    drafter: Drafter
-    verifier: Verifier
-    sizer: TreeSizer | None
-    cfg: DecodeConfig
-    sequence: list[int] = field(default_factory=list)
-    generated: list[int] = field(default_factory=list)
-    steps: list[StepTrace] = field(default_factory=list)
-    length: int = 0  # committed tokens in the cache (the pending root excluded): the root's position id
-    stop_reason: str | None = None
-    decode_seconds: float = 0.0
-    prefill: TopK | None = None
 
 
 def batch_bytes(config, dtype: torch.dtype, rows: int, prompt_len: int, max_new: int, width: int = 65) -> int:
@@ -106,42 +87,6 @@ def padded_mask(valid: torch.Tensor, trees: Sequence[DraftTree], width: int, dty
     return mask[:, None]
 
 
-def _prefill(model, rows: list[_Row], cache, pad_id: int, keep_topk: int) -> torch.Tensor:
-    """Feed every prompt but its last token, left-padded, in chunks; returns the validity mask (B, C)."""
-    width = max(len(r.prompt) - 1 for r in rows)
-    device = model.device
-    valid = torch.zeros((len(rows), width), dtype=torch.bool)
-    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
-    pos = torch.zeros((len(rows), width), dtype=torch.long)
-    for b, r in enumerate(rows):
-        n = len(r.prompt) - 1
-        if n:
-            valid[b, width - n:] = True
-            ids[b, width - n:] = torch.tensor(r.prompt[:-1])
-            pos[b, width - n:] = torch.arange(n)
-    topk_parts: list[list[np.ndarray]] = [[] for _ in rows]
-    decoder, head = model.get_decoder(), model.get_output_embeddings()
-    for s in range(0, width, kv.PREFILL_CHUNK):
-        e = min(width, s + kv.PREFILL_CHUNK)
-        causal = torch.ones((e - s, e), dtype=torch.bool).tril(s)
-        allowed = valid[:, None, :e] & causal[None]
-        diag = torch.arange(e - s)
-        allowed[:, diag, s + diag] = True  # padding rows see themselves: never fully masked
-        mask = torch.zeros(allowed.shape, dtype=model.dtype).masked_fill_(~allowed, torch.finfo(model.dtype).min)
-        hidden = decoder(input_ids=ids[:, s:e].to(device), position_ids=pos[:, s:e].to(device),
-                         attention_mask=mask[:, None].to(device), use_cache=True, **kv.cache_arg(decoder, cache)).last_hidden_state
-        if keep_topk:
-            for b in range(len(rows)):
-                real = valid[b, s:e].nonzero().flatten()
-                if len(real):
-                    top = head(hidden[b, real.to(hidden.device)]).float().topk(keep_topk, dim=-1)
-                    topk_parts[b].append(top.indices.to(torch.int32).cpu().numpy())
-    if keep_topk:
-        for b, r in enumerate(rows):
-            r.prefill = TopK(np.concatenate(topk_parts[b]) if topk_parts[b] else np.zeros((0, keep_topk), np.int32))
-    return valid.to(device)
-
-
 @torch.inference_mode()
 def decode_batch(
     model,
@@ -155,6 +100,7 @@ def decode_batch(
     sizers: Sequence[TreeSizer | None] | None = None,
     should_stop: Callable[[], bool] | None = None,
     slots: int | None = None,
+    on_prefill: ProgressCallback | None = None,
 ) -> list[DecodeResult]:
     """Decode every prompt with its drafter and verifier, batched; one DecodeResult per prompt, in order.
     `cfg` is one DecodeConfig for all rows or one per row.
@@ -162,149 +108,156 @@ def decode_batch(
     At most `slots` rows decode at once (all of them when None); a waiting prompt takes the place of a
     row that finished, so the batch stays full until the queue runs dry (continuous batching). Times are
     the stream's: a row's decode_seconds is the stream's decode time until that row finished (time spent
-    prefilling admitted prompts excluded), prefill_seconds the stream's whole prefill time."""
+    prefilling admitted prompts excluded), prefill_seconds the stream's whole prefill time.
+    `on_prefill(done, total)` follows the prefill of every admitted prompt, counted over the whole batch;
+    `should_stop` is asked between prefill chunks and before every step (stopped rows end `cancelled`)."""
     if not prompts:
         raise InvalidInputError("the batch is empty: give at least one prompt")
-    for p in prompts:
-        check_prompt(p, max_context)
     cfgs = [cfg] * len(prompts) if isinstance(cfg, DecodeConfig) else list(cfg)
-    for c in cfgs:
-        if c.max_new_tokens <= 0:
-            raise InvalidInputError(f"max_new_tokens must be at least 1 (got {c.max_new_tokens})")
+    for p, c in zip(prompts, cfgs, strict=True):
+        check_request(p, c, max_context)
     slots = len(prompts) if slots is None else slots
     if slots < 1:
         raise InvalidInputError(f"a batch needs at least one slot (got {slots})")
     longest = sorted(prompts, key=len, reverse=True)[:slots]
     check_batch_fits(model, longest, max(c.max_new_tokens for c in cfgs))
     sizers = list(sizers) if sizers is not None else [None] * len(prompts)
-    rows = [_Row(i, list(p), d, v, s, c, sequence=list(p), length=len(p) - 1)
-            for i, (p, d, v, s, c) in enumerate(zip(prompts, drafters, verifiers, sizers, cfgs, strict=True))]
-    device, eos, text = model.device, set(eos_ids), TokenText(tokenizer)
-    pad_id = int(eos_ids[0]) if eos_ids else 0
-    stream = _Stream(kv.new_cache(model), torch.zeros((0, 0), dtype=torch.bool, device=device))
-    waiting = deque(rows)
-    active: list[_Row] = []  # cache row b is active[b]
+    requests = [Request(list(p), d, v, c, s) for p, d, v, s, c in zip(prompts, drafters, verifiers, sizers, cfgs, strict=True)]
+    env = StepEnv(tokenizer, eos_ids, max_context)
+    rows = PaddedRows(model, pad_id=int(eos_ids[0]) if eos_ids else 0, prompt_tokens=sum(len(p) - 1 for p in prompts))
+    waiting = deque(requests)
+    active: list[Request] = []  # cache row b is active[b]
     while active or waiting:
-        stop_all = should_stop is not None and should_stop()
-        if waiting and len(active) < slots and not stop_all:
+        cancelled = stop_requested(should_stop)
+        if waiting and len(active) < slots and not cancelled:
             admitted = [waiting.popleft() for _ in range(min(slots - len(active), len(waiting)))]
-            _admit(model, stream, len(active), admitted, pad_id)
-            active += admitted
-        t_a = time.perf_counter()
-        for r in active:
-            if stop_all:
-                r.stop_reason = "cancelled"
-            elif r.length + 1 >= max_context:
-                r.stop_reason = "context_full"
-        active = _drop_finished(stream, active)
+            try:
+                rows.admit(active, admitted, should_stop, on_prefill)
+                active += admitted
+            except Cancelled:  # stopped during their prefill: they end with no step, like the rows still waiting
+                cancelled = True
+        mark_stops(active, env, cancelled)
+        active = rows.drop_finished(active)
         if not active:
-            if stop_all:
+            if cancelled:
                 break
             continue
-        valid, cache = stream.valid, stream.cache
-        proposals = []
-        for r in active:
-            proposal = r.drafter.propose(r.sequence)
-            tree = proposal.tree.pruned(min(r.cfg.max_new_tokens - len(r.generated) - 1, max_context - r.length - 2), eos)
-            proposals.append(Proposal(tree, proposal.q_rows))
-        if all(r.sizer is not None for r in active):  # max_nodes=auto: one size for all rows, as they pad to the widest
-            ranked = [r.sizer.ranked(p.tree) for r, p in zip(active, proposals)]
-            k = common_size(ranked, active[0].sizer.cost)
-            proposals = [Proposal(p.tree.subset(sorted(order[:k])), p.q_rows) for p, (order, _) in zip(proposals, ranked)]
-        trees = [p.tree for p in proposals]
-        width = max(len(t) for t in trees)
-        ids = torch.full((len(active), width), pad_id, dtype=torch.long)
-        pos = torch.zeros((len(active), width), dtype=torch.long)
-        for b, (r, tree) in enumerate(zip(active, trees)):
-            ids[b, : len(tree)] = torch.tensor(tree.tokens)
-            pos[b, : len(tree)] = torch.tensor(tree.depths) + r.length
-            pos[b, len(tree):] = r.length
-        mask = padded_mask(valid, trees, width, model.dtype)
-        t_b = time.perf_counter()
-        past_len = valid.shape[1]
-        logits = model(input_ids=ids.to(device), position_ids=pos.to(device), attention_mask=mask.to(device),
-                       use_cache=True, **kv.cache_arg(model, cache)).logits
-        _sync(device)
-        t_c = time.perf_counter()
-        paths = []
-        for b, (r, proposal) in enumerate(zip(active, proposals)):
-            tree, row_logits = proposal.tree, logits[b, : len(proposal.tree)]
-            stats = step_stats(row_logits, tree, eos_ids)
-            verdict = r.verifier(proposal, row_logits, stats)
-            if r.sizer is not None:
-                r.sizer.observe(tree, verdict.path)
-            new = [tree.tokens[n] for n in verdict.path[1:]] + [verdict.bonus]
-            new, r.stop_reason = _stop_cut(new, r.generated, r.cfg, eos, tokenizer)
-            r.steps.append(StepTrace(
-                index=len(r.steps), cache_pos=r.length, tree_size=tree.num_draft, accepted=len(verdict.path) - 1,
-                emitted=new, nodes=node_traces(len(r.steps), r.length, tree, stats, verdict, text),
-            ))
-            r.sequence.extend(new)
-            r.generated.extend(new)
-            r.length += len(verdict.path)
-            r.drafter.commit(new, step_predictions(r.drafter, row_logits, tree, verdict, len(new)))
-            paths.append(verdict.path)
-        t_d = time.perf_counter()
-        kv.keep_paths(cache, past_len, paths)
-        grown = torch.zeros((len(active), max(len(p) for p in paths)), dtype=torch.bool, device=device)
-        for b, path in enumerate(paths):
-            grown[b, : len(path)] = True
-        stream.valid = _repack(cache, torch.cat([valid, grown], dim=1))
-        t_e = time.perf_counter()
-        for r in active:  # one forward served every row: each step records the batch's times
-            step = r.steps[-1]
-            step.draft_ms, step.forward_ms = (t_b - t_a) * 1e3, (t_c - t_b) * 1e3
-            step.verify_ms, step.bookkeeping_ms = (t_d - t_c) * 1e3, (t_e - t_d) * 1e3
-        active = _drop_finished(stream, active)
-    return [DecodeResult(r.generated, r.steps, stream.prefill_seconds, r.decode_seconds, r.stop_reason or "cancelled",
-                         r.prefill) for r in rows]
+        step(rows, active, env)
+        active = rows.drop_finished(active)
+    return [r.result(rows.prefill_seconds) for r in requests]
 
 
-@dataclass
-class _Stream:
-    """The batch's shared state: its cache, which slots of it hold real tokens (B, C), and its clock."""
+class PaddedRows:
+    """B requests sharing one cache (core.step.Rows), aligned physically: slot j of every row holds a real token
+    of that row or a hole that `valid` (B, C) hides. Prompts are left-padded; trees are padded to the widest
+    with one 4D mask per row; each row keeps its own accepted path, leaving holes behind a shorter one."""
 
-    cache: object
-    valid: torch.Tensor
-    prefill_seconds: float = 0.0  # spent prefilling admitted prompts
-    started: float = field(default_factory=time.perf_counter)
+    def __init__(self, model, pad_id: int, prompt_tokens: int):
+        self.model, self.pad_id = model, pad_id
+        self.cache = kv.new_cache(model)
+        self.valid = torch.zeros((0, 0), dtype=torch.bool, device=model.device)
+        self.prompt_tokens, self.prefilled = prompt_tokens, 0  # what on_prefill counts
+        self.prefill_seconds = 0.0  # spent prefilling admitted prompts
+        self.started = time.perf_counter()
 
     def decode_seconds(self) -> float:
         return time.perf_counter() - self.started - self.prefill_seconds
 
+    def forward(self, requests: Sequence[Request], trees: Sequence[DraftTree]) -> list[torch.Tensor]:
+        width = max(len(t) for t in trees)
+        ids = torch.full((len(trees), width), self.pad_id, dtype=torch.long)
+        pos = torch.zeros((len(trees), width), dtype=torch.long)
+        for b, (r, tree) in enumerate(zip(requests, trees)):
+            ids[b, : len(tree)] = torch.tensor(tree.tokens)
+            pos[b, : len(tree)] = torch.tensor(tree.depths) + r.length
+            pos[b, len(tree):] = r.length
+        mask = padded_mask(self.valid, trees, width, self.model.dtype)
+        device = self.model.device
+        logits = self.model(input_ids=ids.to(device), position_ids=pos.to(device), attention_mask=mask.to(device),
+                            use_cache=True, **kv.cache_arg(self.model, self.cache)).logits
+        sync(device)
+        return [logits[b, : len(tree)] for b, tree in enumerate(trees)]
 
-def _admit(model, stream: _Stream, rows_now: int, admitted: list[_Row], pad_id: int) -> None:
-    """Prefill the admitted prompts in a cache of their own, then append their rows below the batch's."""
-    t0 = time.perf_counter()
-    keep_topk = max(r.drafter.prefill_topk for r in admitted)
-    cache = kv.new_cache(model)
-    valid = _prefill(model, admitted, cache, pad_id, keep_topk) if max(len(r.prompt) for r in admitted) > 1 \
-        else torch.zeros((len(admitted), 0), dtype=torch.bool, device=model.device)
-    for r in admitted:
-        want = r.drafter.prefill_topk
-        r.drafter.begin(list(r.prompt), TopK(r.prefill.ids[:, :want]) if want and r.prefill is not None else None)
-    kv.append_rows(stream.cache, cache, rows_now, len(admitted))
-    width = max(stream.valid.shape[1], valid.shape[1])
-    stream.valid = torch.cat([_left_pad_slots(stream.valid[:rows_now], width), _left_pad_slots(valid, width)], dim=0)
-    _sync(model.device)
-    stream.prefill_seconds += time.perf_counter() - t0
+    def keep(self, requests: Sequence[Request], paths: Sequence[Sequence[int]]) -> None:
+        kv.keep_paths(self.cache, self.valid.shape[1], paths)
+        grown = torch.zeros((len(paths), max(len(p) for p in paths)), dtype=torch.bool, device=self.valid.device)
+        for b, path in enumerate(paths):
+            grown[b, : len(path)] = True
+        self.valid = _repack(self.cache, torch.cat([self.valid, grown], dim=1))
+
+    def admit(self, active: Sequence[Request], admitted: list[Request], should_stop: Callable[[], bool] | None,
+              on_prefill: ProgressCallback | None) -> None:
+        """Prefill the admitted prompts in a cache of their own, then append their rows below the active ones."""
+        t0 = time.perf_counter()
+        try:
+            keep_topk = max(r.drafter.prefill_topk for r in admitted)
+            cache = kv.new_cache(self.model)
+            valid = self._prefill(admitted, cache, keep_topk, should_stop, on_prefill)
+            for r in admitted:
+                want = r.drafter.prefill_topk
+                r.drafter.begin(list(r.prompt), TopK(r.prefill.ids[:, :want]) if want and r.prefill is not None else None)
+            kv.append_rows(self.cache, cache, len(active), len(admitted))
+            width = max(self.valid.shape[1], valid.shape[1])
+            self.valid = torch.cat([_left_pad_slots(self.valid[: len(active)], width), _left_pad_slots(valid, width)], dim=0)
+            sync(self.model.device)
+        finally:
+            self.prefill_seconds += time.perf_counter() - t0
+
+    def _prefill(self, requests: list[Request], cache, keep_topk: int, should_stop: Callable[[], bool] | None,
+                 on_prefill: ProgressCallback | None) -> torch.Tensor:
+        """Feed every prompt but its last token, left-padded, in chunks; returns the validity mask (B, C)."""
+        width = max(len(r.prompt) - 1 for r in requests)
+        device, dtype = self.model.device, self.model.dtype
+        valid = torch.zeros((len(requests), width), dtype=torch.bool)
+        ids = torch.full((len(requests), width), self.pad_id, dtype=torch.long)
+        pos = torch.zeros((len(requests), width), dtype=torch.long)
+        for b, r in enumerate(requests):
+            n = len(r.prompt) - 1
+            if n:
+                valid[b, width - n:] = True
+                ids[b, width - n:] = torch.tensor(r.prompt[:-1])
+                pos[b, width - n:] = torch.arange(n)
+        topk_parts: list[list[np.ndarray]] = [[] for _ in requests]
+        decoder, head = self.model.get_decoder(), self.model.get_output_embeddings()
+        done = self.prefilled
+        for s, e in prefill_chunks(width, should_stop):
+            causal = torch.ones((e - s, e), dtype=torch.bool).tril(s)
+            allowed = valid[:, None, :e] & causal[None]
+            diag = torch.arange(e - s)
+            allowed[:, diag, s + diag] = True  # padding rows see themselves: never fully masked
+            mask = torch.zeros(allowed.shape, dtype=dtype).masked_fill_(~allowed, torch.finfo(dtype).min)
+            hidden = decoder(input_ids=ids[:, s:e].to(device), position_ids=pos[:, s:e].to(device),
+                             attention_mask=mask[:, None].to(device), use_cache=True, **kv.cache_arg(decoder, cache)).last_hidden_state
+            if keep_topk:
+                for b in range(len(requests)):
+                    real = valid[b, s:e].nonzero().flatten()
+                    if len(real):
+                        top = head(hidden[b, real.to(hidden.device)]).float().topk(keep_topk, dim=-1)
+                        topk_parts[b].append(top.indices.to(torch.int32).cpu().numpy())
+            self.prefilled = done + int(valid[:, :e].sum())
+            if on_prefill is not None:
+                on_prefill(self.prefilled, self.prompt_tokens)
+        if keep_topk:
+            for b, r in enumerate(requests):
+                r.prefill = TopK(np.concatenate(topk_parts[b]) if topk_parts[b] else np.zeros((0, keep_topk), np.int32))
+        return valid.to(device)
+
+    def drop_finished(self, active: list[Request]) -> list[Request]:
+        """The active requests without the finished ones, whose rows leave the cache (they stop costing compute)."""
+        keep = [b for b, r in enumerate(active) if r.stop_reason is None]
+        if len(keep) == len(active):
+            return active
+        for r in active:
+            if r.stop_reason is not None:
+                r.decode_seconds = self.decode_seconds()
+        kv.select_rows(self.cache, keep)
+        self.valid = self.valid[keep]
+        return [active[b] for b in keep]
 
 
 def _left_pad_slots(valid: torch.Tensor, width: int) -> torch.Tensor:
     """A (B, C) validity mask widened to `width` slots with invalid ones on the left, as kv.append_rows pads."""
     return torch.nn.functional.pad(valid, (width - valid.shape[1], 0), value=False)
-
-
-def _drop_finished(stream: _Stream, active: list[_Row]) -> list[_Row]:
-    keep = [b for b, r in enumerate(active) if r.stop_reason is None]
-    if len(keep) == len(active):
-        return active
-    for r in active:
-        if r.stop_reason is not None:
-            r.decode_seconds = stream.decode_seconds()
-    kv.select_rows(stream.cache, keep)
-    stream.valid = stream.valid[keep]
-    return [active[b] for b in keep]
 
 
 def _repack(cache, valid: torch.Tensor) -> torch.Tensor:

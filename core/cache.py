@@ -31,6 +31,18 @@ def cache_arg(module, cache: DynamicCache) -> dict:
     return {_cache_kwarg(type(module).forward): cache}
 
 
+def from_layer_pairs(pairs, config) -> DynamicCache:
+    """A cache holding per-layer (key, value) tensors: the layout transformers 4 passed around, which
+    llmlingua 0.2.2 (core.compress.llmlingua) still passes and slices."""
+    return DynamicCache(ddp_cache_data=[(k, v) for k, v in pairs], config=config)
+
+
+def layer_pairs(cache) -> list[tuple[torch.Tensor, torch.Tensor]] | None:
+    """The cache's per-layer (key, value) tensors (None for an object that is no per-layer cache)."""
+    layers = getattr(cache, "layers", None)
+    return None if layers is None else [(layer.keys, layer.values) for layer in layers]
+
+
 def cache_length(cache: DynamicCache) -> int:
     return int(cache.get_seq_length())
 

@@ -25,8 +25,6 @@ import datetime as dt
 import gzip
 import hashlib
 import json
-import os
-import tempfile
 import threading
 import time
 from collections import Counter
@@ -36,6 +34,8 @@ from pathlib import Path
 from typing import Any
 
 from core.errors import WorkbenchError
+from core.persist import atomic_write, process_table, save_tables
+from core.rules import rescue_candidate
 
 FORMAT = 1
 CONTEXT_DRAFTS = "context"  # the draft side of the key for single-model CSD over context drafts
@@ -278,26 +278,20 @@ def _write(path: Path, counts: Mapping[tuple[int, int], int], meta: Mapping[str,
     pairs = sorted(((d, t, n) for (d, t), n in counts.items() if n > 0), key=lambda r: (-r[2], r[0], r[1]))
     data = {"format": FORMAT, "meta": {**meta, "saved": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")},
             "observations": sum(r[2] for r in pairs), "pairs": pairs}
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
-    try:
-        text = json.dumps(data, separators=(",", ":")).encode("utf-8")
-        with os.fdopen(fd, "wb") as fh:
-            if path.suffix == ".gz":  # mtime 0 and no file name: the same table gives the same bytes
-                with gzip.GzipFile(filename="", mode="wb", fileobj=fh, mtime=0, compresslevel=9) as gz:
-                    gz.write(text)
-            else:
-                fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    text = json.dumps(data, separators=(",", ":")).encode("utf-8")
+
+    def write(fh) -> None:
+        if path.suffix == ".gz":  # mtime 0 and no file name: the same table gives the same bytes
+            with gzip.GzipFile(filename="", mode="wb", fileobj=fh, mtime=0, compresslevel=9) as gz:
+                gz.write(text)
+        else:
+            fh.write(text)
+
+    atomic_write(path, write)
 
 
 # -- one shared table per model pair in this process ----------------------------------------
 _SHARED: dict[Path, CorrectionMemory] = {}
-_SHARED_LOCK = threading.Lock()
 AUTOSAVE_SECONDS = 60.0
 
 
@@ -308,25 +302,16 @@ def shared_memory(target, draft=None) -> CorrectionMemory:
     shipped file) every minute while updated and at exit."""
     fingerprint = pair_fingerprint(target.fingerprint, draft.fingerprint if draft is not None else None)
     path = memory_path(fingerprint)
-    with _SHARED_LOCK:
-        mem = _SHARED.get(path)
-        if mem is None:
-            meta = {"pair": fingerprint, "target": target.name, "target_fingerprint": target.fingerprint,
-                    "draft": draft.name if draft is not None else CONTEXT_DRAFTS,
-                    "draft_fingerprint": draft.fingerprint if draft is not None else None}
-            mem = _SHARED[path] = CorrectionMemory.open(path, meta=meta, seed=shipped_memory_path(fingerprint),
-                                                        autosave_seconds=AUTOSAVE_SECONDS)
-        return mem
+    meta = {"pair": fingerprint, "target": target.name, "target_fingerprint": target.fingerprint,
+            "draft": draft.name if draft is not None else CONTEXT_DRAFTS,
+            "draft_fingerprint": draft.fingerprint if draft is not None else None}
+    return process_table(_SHARED, path, lambda: CorrectionMemory.open(path, meta=meta, seed=shipped_memory_path(fingerprint),
+                                                                      autosave_seconds=AUTOSAVE_SECONDS))
 
 
 @atexit.register
 def _save_shared() -> None:
-    for mem in list(_SHARED.values()):
-        if mem.unsaved:
-            try:
-                mem.save()
-            except Exception as e:  # never turn a finished run into a crash at exit
-                print(f"warning: could not save the correction memory {mem.path}: {e}")
+    save_tables(_SHARED.values(), lambda mem: mem.unsaved > 0, "correction memory")
 
 
 # -- calibration from traces --------------------------------------------------------------
@@ -343,11 +328,11 @@ def rejections(steps) -> list[tuple[int, int]]:
         bonus = next((n for n in step.nodes if n.decision == "bonus"), None)
         if bonus is None:
             continue
-        rejected = [n for n in step.nodes if n.parent == bonus.parent and n.decision == "rejected" and n.node != bonus.node]
+        rejected = {n.node: n for n in step.nodes if n.parent == bonus.parent and n.decision == "rejected" and n.node != bonus.node}
         if not rejected:
             continue
-        best = max(rejected, key=lambda n: (n.p if n.p is not None else -1.0, -n.node))
-        pairs.append((best.token_id, bonus.token_id))
+        best = rescue_candidate(list(rejected), lambda i: rejected[i].p if rejected[i].p is not None else -1.0)
+        pairs.append((rejected[best].token_id, bonus.token_id))
     return pairs
 
 

@@ -1,12 +1,25 @@
 """Every tunable parameter in one table: default, range and meaning. The CLI, the methods and the UI read it."""
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from core.errors import InvalidInputError
+from core.spec import shown, to_number
+
+
+AUTO = 0  # what `auto` stands for in the parameters that take it (max_nodes, gamma): a size chosen while decoding
+
+
+def auto_or(value: Any, fixed_for_auto: Any) -> Any:
+    """The parameter's value, or `fixed_for_auto` when it is `auto`: the one place a drafter reads the convention."""
+    return fixed_for_auto if is_auto(value) else int(value)
+
+
+def is_auto(value: Any) -> bool:
+    """Whether a size parameter's value means `auto` (None, an unset parameter, does not)."""
+    return value is not None and int(value) == AUTO
 
 
 @dataclass(frozen=True)
@@ -55,10 +68,10 @@ PARAMS: dict[str, ParamSpec] = {
         ParamSpec("align_generated", 0, 0, 1, int, "1 = alignment sampling also covers generated text (extension)"),
         ParamSpec("max_nodes", 0, 0, 256, int, "draft-node budget per tree (root excluded); auto (0) = the size that "
                   "maximises expected tokens per second of this model's measured forward time (core.sizing)",
-                  names={"auto": 0}),
+                  names={"auto": AUTO}),
         ParamSpec("gamma", 6, 0, 64, int, "draft-model tokens per step (γ); auto (0) = up to 16, drafting stops after a "
                   "token whose draft probability is under a confidence threshold tuned online (transformers' dynamic "
-                  "speculation)", names={"auto": 0}),
+                  "speculation)", names={"auto": AUTO}),
         ParamSpec("warm", 0, 0, 1, int, "Token Recycling: 1 = load the model's table from the workbench home and save it "
                   "after each run (0 = the table lives in this process only)"),
         ParamSpec("cold", 0, 0, 1, int, "Token Recycling: 1 = start from an empty table of this run's own, so the run "
@@ -70,33 +83,18 @@ PARAMS: dict[str, ParamSpec] = {
 
 
 def validate(values: Mapping[str, Any], allowed: Mapping[str, Any]) -> dict[str, Any]:
-    """Merge `values` over a method's defaults (`allowed`), checking names, types and ranges."""
+    """Merge `values` over a method's defaults (`allowed`), checking names, types and ranges (core.spec.to_number)."""
     out = dict(allowed)
     for name, value in values.items():
         if value is None:
             continue
         spec = PARAMS.get(name)
         if spec is None:
-            raise InvalidInputError(f"unknown parameter {name!r}; known: {', '.join(sorted(PARAMS))}")
+            raise InvalidInputError(f"unknown parameter {shown(name)}; known: {', '.join(sorted(PARAMS))}")
         if name not in allowed:
             raise InvalidInputError(
                 f"parameter {name!r} has no effect on this method; it takes: {', '.join(sorted(allowed)) or 'no parameters'}"
             )
-        if spec.names and isinstance(value, str) and value.strip().lower() in spec.names:
-            value = spec.names[value.strip().lower()]
-        try:
-            number = spec.kind(value)
-        except (TypeError, ValueError):
-            words = f" or one of {', '.join(spec.names)}" if spec.names else ""
-            raise InvalidInputError(f"{name} must be a{'n integer' if spec.kind is int else ' number'}{words}, got {value!r}") from None
-        if not math.isfinite(number):  # NaN passes every comparison and makes invalid JSON
-            raise InvalidInputError(f"{name} must be a finite number, got {value!r}")
-        if spec.kind is int and float(value) != number:
-            raise InvalidInputError(f"{name} must be an integer, got {value!r}")
-        too_low = number <= spec.low if spec.low_open else number < spec.low
-        if too_low or number > spec.high:
-            bracket = "(" if spec.low_open else "["
-            words = f" (or one of {', '.join(f'{w} = {n}' for w, n in spec.names.items())})" if spec.names else ""
-            raise InvalidInputError(f"{name} = {value} is out of range {bracket}{spec.low}, {spec.high}]{words}: {spec.help}")
-        out[name] = number
+        out[name] = to_number(value, spec.kind, name, spec.low, spec.high, low_open=spec.low_open, words=spec.names,
+                              meaning=spec.help)
     return out

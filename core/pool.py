@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from core.types import Source
+
 _MULT = 0x9E3779B97F4A7C15  # odd 64-bit multiplier (golden ratio)
 _MASK = (1 << 64) - 1
 MAX_ID = 2**31
@@ -21,7 +23,7 @@ MAX_ID = 2**31
 class Hit:
     position: int  # index in the pool sequence of the first continuation token
     tokens: np.ndarray  # int64, length 1..ngram (shorter near the end of the pool)
-    sources: list[str]  # per token: "context" or "generated"
+    sources: list[Source]  # per token: "context" or "generated"
 
 
 def _hashes(tokens: np.ndarray, k: int) -> np.ndarray:

@@ -11,7 +11,7 @@ the logit gap between them.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 
@@ -125,6 +125,13 @@ class Rescue:
         if self.tau is not None and not 0 < self.tau <= 1:
             raise ValueError(f"τ must be in (0, 1], got {self.tau}")
         object.__setattr__(self, "exempt", frozenset(int(t) for t in self.exempt))
+
+
+def rescue_candidate(rejected: Sequence[int], score: Callable[[int], float]) -> int:
+    """CSD's candidate at a rejection: of the rejected children of the path's last node, the one the target
+    finds most probable (`score`: its probability or log-probability; ties: the earlier node). The walk
+    (core.walk) rescues it or not; calibration from traces (core.memory.rejections) counts its pair."""
+    return max(rejected, key=lambda c: (score(c), -c))
 
 
 EOS_EXEMPT = "t* is EOS: exempt (rescue_eos=no)"  # the reason of a rejection rescue_eos=no keeps

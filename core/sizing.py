@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
+from core.stats import AcceptanceCounts
 from core.tree import DraftTree
+from core.types import Decision
 
-AUTO = 0  # max_nodes=auto
 AUTO_CANDIDATES = 64  # draft nodes a drafter proposes under max_nodes=auto, for the sizer to choose from
 PRIOR, PRIOR_WEIGHT = 0.5, 2.0  # a(source, depth) starts at 0.5, as if from two verified nodes
 MAX_DEPTH = 16  # deeper nodes share the estimate of this depth
@@ -50,26 +51,18 @@ class CostCurve:
         return max(t[i] + slope * (n - s[i]), t[0])
 
 
-@dataclass
-class AcceptanceRates:
-    """Per (source, depth): draft nodes verified (their parent was accepted) and accepted, in one request."""
-
-    verified: dict[tuple[str, int], int] = field(default_factory=dict)
-    accepted: dict[tuple[str, int], int] = field(default_factory=dict)
+class AcceptanceRates(AcceptanceCounts):
+    """Per (source, depth): draft nodes verified and accepted in one request (core.stats.AcceptanceCounts),
+    and the rate estimated from them and the prior."""
 
     def rate(self, source: str, depth: int) -> float:
         key = (source, min(depth, MAX_DEPTH))
-        return (self.accepted.get(key, 0) + PRIOR * PRIOR_WEIGHT) / (self.verified.get(key, 0) + PRIOR_WEIGHT)
+        return (self.accepted[key] + PRIOR * PRIOR_WEIGHT) / (self.verified[key] + PRIOR_WEIGHT)
 
-    def observe(self, tree: DraftTree, path: Sequence[int]) -> None:
-        """Count one step: every node whose parent lies on the accepted `path`, and which of them are on it."""
-        on_path = set(path)
+    def observe(self, tree: DraftTree, decisions: Sequence[Decision | str]) -> None:
+        """Count one step's verdict (its decision per node, the root first)."""
         for i in range(1, len(tree)):
-            if tree.parents[i] in on_path:
-                key = (tree.sources[i], min(tree.depths[i], MAX_DEPTH))
-                self.verified[key] = self.verified.get(key, 0) + 1
-                if i in on_path:
-                    self.accepted[key] = self.accepted.get(key, 0) + 1
+            self.add((tree.sources[i], min(tree.depths[i], MAX_DEPTH)), decisions[i])
 
 
 def path_products(tree: DraftTree, rates: Sequence[float]) -> list[float]:
@@ -87,10 +80,12 @@ def ranked_nodes(tree: DraftTree, rates: Sequence[float]) -> tuple[list[int], li
     return sorted(range(1, len(tree)), key=lambda i: (-products[i], tree.depths[i], i)), products
 
 
-def common_size(rows: Sequence[tuple[Sequence[int], Sequence[float]]], cost: CostCurve) -> int:
+def common_size(rows: Sequence[tuple[Sequence[int], Sequence[float]]], cost: CostCurve,
+                context_lens: Sequence[int] | None = None) -> int:
     """One tree size k for every row of a batch (rows pad to the widest tree, so a node one row adds costs
     every row a slot): the k with the most expected tokens over all rows per second of t(B·(k + 1) − 1),
-    each row keeping the first k nodes of its `ranked_nodes` order. Pure."""
+    each row keeping the first k nodes of its `ranked_nodes` order. `context_lens`: the tokens each row has
+    in the cache (the cost curve does not read them yet). Pure."""
     b = len(rows)
     longest = max((len(order) for order, _ in rows), default=0)
     expected = [1.0] * b
@@ -131,17 +126,22 @@ class TreeSizer:
         self.cost = cost
         self.rates = AcceptanceRates()
 
-    def choose(self, tree: DraftTree) -> DraftTree:
+    def choose(self, tree: DraftTree, context_len: int) -> DraftTree:
+        """`tree` cut to the size that pays most; `context_len` is the tokens in the cache (the root's position),
+        which the cost of a forward grows with (the cost curve does not read it yet)."""
         if tree.num_draft == 0:
             return tree
-        rates = [1.0] + [self.rates.rate(tree.sources[i], tree.depths[i]) for i in range(1, len(tree))]
-        kept, _ = choose_nodes(tree, rates, self.cost)
+        kept, _ = choose_nodes(tree, self.node_rates(tree), self.cost)
         return tree.subset(kept)
 
     def ranked(self, tree: DraftTree) -> tuple[list[int], list[float]]:
         """This request's ranking of `tree`'s nodes (for a batch's common size: common_size)."""
-        rates = [1.0] + [self.rates.rate(tree.sources[i], tree.depths[i]) for i in range(1, len(tree))]
-        return ranked_nodes(tree, rates)
+        return ranked_nodes(tree, self.node_rates(tree))
 
-    def observe(self, tree: DraftTree, path: Sequence[int]) -> None:
-        self.rates.observe(tree, path)
+    def node_rates(self, tree: DraftTree) -> list[float]:
+        """Each node's estimated acceptance given its parent's (the root: 1)."""
+        return [1.0] + [self.rates.rate(tree.sources[i], tree.depths[i]) for i in range(1, len(tree))]
+
+    def observe(self, tree: DraftTree, decisions: Sequence[Decision | str]) -> None:
+        """Learn from one step's verdict (its decision per node)."""
+        self.rates.observe(tree, decisions)

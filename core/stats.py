@@ -2,13 +2,16 @@
 defines them, and pooled over runs. Pure functions of trace records: no model, no task scores."""
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
 import statistics
+from collections import Counter
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from core.types import ACCEPTED, JUDGED, Decision
 
 if TYPE_CHECKING:
     from core.trace import NodeTrace, RunTrace
+
 
 def first_divergence(a_ids: Sequence[int], b_ids: Sequence[int]) -> int | None:
     """Index of the first differing token; the shorter length when one is a prefix of the other;
@@ -34,25 +37,37 @@ def equal_share(pairs: Sequence[tuple[Sequence[int], Sequence[int]]]) -> float |
     return sum(equal_prefix(ref, ids) for ref, ids in pairs) / total if total else None
 
 
-JUDGED = ("accepted", "rejected", "rescued")  # decisions of draft nodes the verifier reached
+class AcceptanceCounts:
+    """Accepted ÷ *verified* draft nodes per key (a source, a depth, or both): verified = judged by the walk
+    (accepted, rejected or rescued; the root, the bonus and unreached nodes are left out, since an unreached
+    node was never judged), accepted = on the accepted path (a rescued node counts as accepted). The one count
+    behind every per-source / per-depth acceptance: a run's metrics (`acceptance_by`) and the tree sizer's
+    running rates within a request (core.sizing.AcceptanceRates)."""
+
+    def __init__(self) -> None:
+        self.verified: Counter = Counter()
+        self.accepted: Counter = Counter()
+
+    def add(self, key: Hashable, decision: Decision | str) -> None:
+        if decision in JUDGED:
+            self.verified[key] += 1
+            if decision in ACCEPTED:
+                self.accepted[key] += 1
+
+    def pairs(self) -> dict[Any, tuple[int, int]]:
+        """(accepted, verified) per key, keys in order of their text."""
+        return {k: (self.accepted[k], self.verified[k]) for k in sorted(self.verified, key=str)}
 
 
 def acceptance_by(trace: "RunTrace", key: Callable[["NodeTrace"], Any]) -> dict[Any, tuple[int, int]]:
-    """(accepted, verified) per key: accepted ÷ *verified* draft nodes (those the walk judged:
-    accepted, rejected or rescued). Root, bonus and unreached nodes are left out (an unreached node
-    was never judged); a rescued node counts as accepted. The one per-source / per-depth acceptance:
-    bench JSON, store views and the UI all read it."""
-    verified: Counter = Counter()
-    accepted: Counter = Counter()
+    """(accepted, verified) per key of a run's draft nodes (AcceptanceCounts): bench JSON, store views and
+    the UI all read it."""
+    counts = AcceptanceCounts()
     for step in trace.steps:
         for n in step.nodes:
-            if n.parent == -1 or n.decision not in JUDGED:
-                continue
-            k = key(n)
-            verified[k] += 1
-            if n.decision in ("accepted", "rescued"):
-                accepted[k] += 1
-    return {k: (accepted[k], verified[k]) for k in sorted(verified, key=str)}
+            if n.parent != -1:
+                counts.add(key(n), n.decision)
+    return counts.pairs()
 
 
 def position_acceptance(trace: "RunTrace") -> dict[int, tuple[int, int]]:

@@ -14,9 +14,10 @@ from pathlib import Path
 import torch
 
 from core import cache as kv
-from core.engine import _sync, forward_tree, prefill
+from core.engine import forward_tree, prefill
 from core.models import workbench_home
 from core.sizing import CostCurve
+from core.step import sync
 from core.tree import DraftTree
 
 SIZES = (0, 1, 2, 4, 8, 12, 16, 24, 32, 48, 64)  # draft nodes per measured forward
@@ -55,7 +56,7 @@ def measure(target, sizes=SIZES, repeats: int = REPEATS, prefix: int = PREFIX) -
         for i, tree in enumerate(trees):
             t0 = time.perf_counter()
             forward_tree(target.model, tree, past, cache)
-            _sync(target.device)
+            sync(target.device)
             if r:
                 best[i] = min(best[i], time.perf_counter() - t0)
             kv.crop(cache, past)

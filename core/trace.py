@@ -8,10 +8,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-# Where a node came from. `root` is the pending token; `model` marks the bonus token the target chose;
-# `recycled` nodes come from Token Recycling's table (core.drafters.recycle).
-SOURCES = ("root", "context", "generated", "alignment", "draft", "recycled", "model")
-DECISIONS = ("accepted", "rejected", "rescued", "bonus", "unreached")
+from core.types import DECISIONS, SOURCES, Decision, Source
+
+__all__ = ["DECISIONS", "SOURCES", "STATUSES", "NodeTrace", "RunTrace", "StepTrace"]
 STATUSES = ("running", "complete", "failed", "cancelled")
 
 
@@ -24,8 +23,8 @@ class NodeTrace:
     depth: int
     token_id: int
     token_text: str
-    source: str
-    decision: str
+    source: Source
+    decision: Decision
     reason: str
     # Statistics of the parent's target distribution (temperature 1); None for the root.
     p: float | None = None  # target probability of this token

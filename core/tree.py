@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from core.types import Source
+
 
 @dataclass
 class DraftTree:
@@ -18,7 +20,7 @@ class DraftTree:
     tokens: list[int]
     parents: list[int]
     depths: list[int]
-    sources: list[str]
+    sources: list[Source]
     draft_probs: list[float | None] = field(default_factory=list)
     _child_index: dict[tuple[int, int], int] = field(default_factory=dict, repr=False)
 
@@ -33,7 +35,7 @@ class DraftTree:
     def num_draft(self) -> int:
         return len(self.tokens) - 1
 
-    def add(self, parent: int, token: int, source: str, draft_p: float | None = None) -> int:
+    def add(self, parent: int, token: int, source: Source, draft_p: float | None = None) -> int:
         """Add `token` under `parent`; if that child exists already, return it unchanged."""
         key = (parent, int(token))
         existing = self._child_index.get(key)
@@ -94,7 +96,7 @@ class DraftTree:
                 new_index[i] = out.add(new_index[self.parents[i]], self.tokens[i], self.sources[i], self.draft_probs[i])
         return out
 
-    def add_chain(self, parent: int, tokens: Sequence[int], sources: Sequence[str] | str, budget: int | None = None) -> int:
+    def add_chain(self, parent: int, tokens: Sequence[int], sources: Sequence[Source] | Source, budget: int | None = None) -> int:
         """Add a chain below `parent`, sharing existing prefixes; stop when the tree has `budget` draft nodes."""
         node = parent
         for i, tok in enumerate(tokens):
@@ -106,12 +108,15 @@ class DraftTree:
         return node
 
 
-def _prefix_stats(candidates: Sequence[tuple[Sequence[int], Sequence[str] | str]]):
+Candidate = tuple[Sequence[int], Sequence[Source] | Source]  # a continuation of the root and its source(s)
+
+
+def _prefix_stats(candidates: Sequence[Candidate]):
     """How many candidates start with each prefix, and for each its (first-seen order, source). The
     source is the first candidate's, except that `context` wins (METHODS.md): a continuation the
     context holds is verified as context even when generated text holds it too."""
     counts: dict[tuple[int, ...], int] = {}
-    first_seen: dict[tuple[int, ...], tuple[int, str]] = {}
+    first_seen: dict[tuple[int, ...], tuple[int, Source]] = {}
     for tokens, sources in candidates:
         prefix: tuple[int, ...] = ()
         for i, tok in enumerate(tokens):
@@ -125,7 +130,7 @@ def _prefix_stats(candidates: Sequence[tuple[Sequence[int], Sequence[str] | str]
     return counts, first_seen
 
 
-def add_ranked(tree: DraftTree, candidates: Sequence[tuple[Sequence[int], Sequence[str] | str]], budget: int) -> DraftTree:
+def add_ranked(tree: DraftTree, candidates: Sequence[Candidate], budget: int) -> DraftTree:
     """Merge candidate continuations of the root into `tree`, adding at most `budget` new nodes: the
     prefixes most frequent among *these* candidates (ties: shallower, then earlier), each only under a
     parent the tree holds or gains. Prefixes the tree holds already cost nothing and keep their node."""
@@ -146,7 +151,7 @@ def add_ranked(tree: DraftTree, candidates: Sequence[tuple[Sequence[int], Sequen
 
 def merge_sequences(
     root_token: int,
-    candidates: Sequence[tuple[Sequence[int], Sequence[str] | str]],
+    candidates: Sequence[Candidate],
     max_nodes: int,
 ) -> DraftTree:
     """Merge candidate continuations into one trie, keeping the `max_nodes` most frequent prefixes.

@@ -22,14 +22,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Literal
 
 import torch
 from transformers import LogitsProcessorList
 
-from core.rules import NodeStats, Rescue, RuleResult, Rules, rescue_decision, rule_for
+from core.rules import NodeStats, Rescue, RuleResult, Rules, rescue_candidate, rescue_decision, rule_for
 from core.tree import DraftTree
+from core.types import Decision
 
-UNKNOWN = "unknown"  # a rescue candidate whose memory count is not known (re-scoring a node the run never judged)
+UNKNOWN: Literal["unknown"] = "unknown"  # a rescue candidate whose memory count is not known (re-scoring a node the run never judged)
 CountOf = Callable[[int, "int | None"], "int | None"]  # (candidate node, correction t*) -> M[(x, t*)] before the update
 
 
@@ -38,7 +40,7 @@ class Verdict:
     """What a walk decided for every node of one tree, and the token the target adds after the path."""
 
     path: list[int]  # accepted node ids from the root (included) down
-    decisions: list[str]  # per node: accepted / rejected / rescued / unreached (UNKNOWN only offline)
+    decisions: list[Decision | Literal["unknown"]]  # per node: accepted / rejected / rescued / unreached (UNKNOWN only offline)
     reasons: list[str]
     thresholds: list[float | None]
     extra: list[dict] = field(default_factory=list)  # per node, trace fields of a rejection: correction_id, mem_count
@@ -61,11 +63,6 @@ def choose_path(tree: DraftTree, passed: Sequence[bool], logp: Sequence[float], 
     return path[path.index(start):]
 
 
-def best_child(kids: Sequence[int], score: Callable[[int], float]) -> int:
-    """The rejected child the target finds most probable (ties: the earlier node): CSD's candidate."""
-    return max(kids, key=lambda c: (score(c), -c))
-
-
 def _rescued(rescue: Rescue | None, count: int | None, gap: float, correction: int | None,
              maybe_exempt: bool = False) -> tuple[bool | None, str]:
     """CSD's rescue test at one rejection with correction t*: True / False with its reason, or None when
@@ -82,11 +79,12 @@ def _rescued(rescue: Rescue | None, count: int | None, gap: float, correction: i
 
 
 def _finish(tree: DraftTree, path: list[int], results: Sequence[RuleResult | None], rescued: set[int],
-            stopped_at: dict[int, tuple[str, str]]) -> tuple[list[str], list[str]]:
+            stopped_at: dict[int, tuple[str, str]]) -> tuple[list[Decision | Literal["unknown"]], list[str]]:
     """Decisions and reasons once the path is known; `stopped_at` holds the rescue candidate the walk
     did not take, with its decision (rejected or UNKNOWN) and reason."""
     on_path = set(path)
-    decisions, reasons = ["accepted"], ["pending token (root)"]
+    decisions: list[Decision | Literal["unknown"]] = ["accepted"]
+    reasons = ["pending token (root)"]
     for i in range(1, len(tree)):
         res = results[i]
         if i in on_path:
@@ -125,7 +123,7 @@ def walk(tree: DraftTree, nodes: Sequence[NodeStats | None], logp: Sequence[floa
         if not kids[end]:
             break
         # Every child of `end` failed its rule: the likeliest is the rejection CSD's memory records.
-        cand = best_child(kids[end], lambda c: logp[c])
+        cand = rescue_candidate(kids[end], lambda c: logp[c])
         correction = argmax[end] if argmax is not None else None
         count = count_of(cand, correction) if count_of is not None else None
         extra[cand] = {"correction_id": correction, "mem_count": count}
@@ -166,7 +164,7 @@ def sample_walk(tree: DraftTree, logits: torch.Tensor, processors: LogitsProcess
     logits = logits.float().cpu()
     n = len(tree)
     kids = tree.children()
-    decisions = ["accepted"] + ["unreached"] * (n - 1)
+    decisions: list[Decision | Literal["unknown"]] = ["accepted"] + ["unreached"] * (n - 1)
     reasons = ["pending token (root)"] + ["an ancestor was not accepted"] * (n - 1)
     thresholds: list[float | None] = [None] * n
     extra: list[dict] = [{} for _ in range(n)]
@@ -213,7 +211,7 @@ def sample_walk(tree: DraftTree, logits: torch.Tensor, processors: LogitsProcess
                 path.append(node)
                 continue
             correction = sample
-            cand = best_child(kids[node], lambda c: float(p[tree.tokens[c]]))
+            cand = rescue_candidate(kids[node], lambda c: float(p[tree.tokens[c]]))
             why = "differs from the target's sample"
         count = count_of(cand, correction) if count_of is not None else None
         extra[cand] = {"correction_id": correction, "mem_count": count}

@@ -15,6 +15,7 @@ SPEC_BENCH = SHARED / "data" / "spec_bench" / "question.jsonl"
 # Spec-Bench is never copied into the project: it lives in the shared folder beside it, which a fresh clone lacks.
 NO_SPEC_BENCH = "needs ../shared/data/spec_bench/question.jsonl (the shared folder beside the project)"
 sys.path.insert(0, str(ROOT))
+import workbench.methods  # noqa: E402,F401  transformers' baselines join the methods, as in the workbench
 
 
 @dataclass

@@ -7,9 +7,14 @@ How the graph is built (what counts as an edge):
 - An imported name resolves to the longest prefix that is a project module: `from core.tree import DraftTree`
   -> core.tree; `from core import tree` -> core.tree (a submodule); `from core import name` -> core (the
   package's __init__). Relative imports resolve against the importing module's package.
-- Packages: a package is the module of its __init__.py. An __init__ importing its own submodules (re-export)
-  adds no edge; Python's implicit import of parent packages (`import core.tree` runs core/__init__) adds none
-  either. Everything else is an edge, so a submodule importing its package's __init__ is one.
+- Packages: a package is the module of its __init__.py. An __init__ importing its own submodules (a re-export)
+  is an edge like any other: importing the package runs them, so `pkg -> pkg.a -> x -> pkg` is a cycle. Python's
+  implicit import of parent packages (`import core.tree` runs core/__init__) adds no edge. A submodule
+  importing its package's __init__ is an edge.
+- Entry points: a module that loads an entry-point group (importlib.metadata's `entry_points(group=...)` or
+  `.select(group=...)`, pkg_resources' `iter_entry_points`) imports, at run time, every module pyproject.toml
+  lists in that group: an edge to each (to every group's when the group is not a constant). A cycle through
+  such an edge is a cycle like any other; and core loads no entry points at all (what it runs, it imports).
 """
 from __future__ import annotations
 
@@ -73,6 +78,79 @@ def raw_imports(tree: ast.AST, module: str, is_package: bool) -> list[Import]:
     return found
 
 
+ENTRY_POINT_CALLS = ("entry_points", "iter_entry_points", "load_entry_point")  # importlib.metadata, pkg_resources
+ENTRY_POINT_MODULES = ("importlib.metadata.entry_points", "importlib_metadata.entry_points", "pkg_resources")
+
+
+class EntryPointLoad(NamedTuple):
+    group: str | None  # None: a group not given as a constant (any group)
+    line: int
+
+
+def entry_point_loads(tree: ast.AST) -> list[EntryPointLoad]:
+    """Every call that loads entry points: entry_points(group=G) / entry_points().select(group=G) /
+    iter_entry_points(G) / load_entry_point(dist, G, name), with its group when a constant names it."""
+    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call)]
+    name = {id(c): c.func.id if isinstance(c.func, ast.Name) else c.func.attr if isinstance(c.func, ast.Attribute) else None
+            for c in calls}
+
+    def group_of(call: ast.Call, position: int) -> str | None:
+        for k in call.keywords:
+            if k.arg == "group":
+                return k.value.value if isinstance(k.value, ast.Constant) and isinstance(k.value.value, str) else None
+        arg = call.args[position] if len(call.args) > position else None
+        return arg.value if isinstance(arg, ast.Constant) and isinstance(arg.value, str) else None
+
+    selected = {id(c.func.value) for c in calls if name[id(c)] == "select" and isinstance(c.func, ast.Attribute)
+                and isinstance(c.func.value, ast.Call) and name[id(c.func.value)] == "entry_points"}
+    found = []
+    for c in calls:
+        n = name[id(c)]
+        if n == "select" and id(getattr(c.func, "value", None)) in selected:
+            found.append(EntryPointLoad(group_of(c, 99), c.lineno))
+        elif n in ENTRY_POINT_CALLS and id(c) not in selected:
+            found.append(EntryPointLoad(group_of(c, 1 if n == "load_entry_point" else 0 if n == "iter_entry_points" else 99),
+                                        c.lineno))
+    return found
+
+
+def pyproject_entry_points(pyproject: Path) -> dict[str, list[str]]:
+    """Entry-point group -> the modules its entry points name (`module:attr`), from [project.entry-points.*]."""
+    import tomllib  # Python 3.11+; the project test skips without it
+
+    project = tomllib.loads(pyproject.read_text(encoding="utf-8")).get("project", {})
+    return {group: [value.partition(":")[0].strip() for value in points.values()]
+            for group, points in project.get("entry-points", {}).items()}
+
+
+def add_entry_point_edges(graph: dict[str, dict[str, tuple[int, bool]]], base: Path, entry_points: dict[str, list[str]]
+                          ) -> dict[tuple[str, str], str]:
+    """Add an edge from each module that loads a group to each project module the group's entry points name;
+    returns {(loader, module): group} for those edges (an edge that is also an import stays the import)."""
+    via: dict[tuple[str, str], str] = {}
+    for loader in sorted(graph):
+        path = _module_path(base, loader)
+        if path is None:
+            continue
+        for group, line in entry_point_loads(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            for g in [group] if group is not None else sorted(entry_points):
+                for target in entry_points.get(g, []):
+                    parts = target.split(".")
+                    hit = next((".".join(parts[:n]) for n in range(len(parts), 0, -1) if ".".join(parts[:n]) in graph), None)
+                    if hit is not None and hit != loader and hit not in graph[loader]:
+                        graph[loader][hit] = (line, True)
+                        via[(loader, hit)] = g
+    return via
+
+
+def _module_path(base: Path, module: str) -> Path | None:
+    parts = module.split(".")
+    for path in (base.joinpath(*parts).with_suffix(".py"), base.joinpath(*parts, "__init__.py")):
+        if path.is_file():
+            return path
+    return None
+
+
 def build_graph(base: Path, packages: tuple[str, ...]) -> tuple[dict[str, dict[str, tuple[int, bool]]], dict[str, list[Import]]]:
     """(edges: module -> {imported project module: (first line, lazy)}, every import per module). A folder
     without __init__.py (a namespace package) is a module with no imports."""
@@ -91,8 +169,8 @@ def build_graph(base: Path, packages: tuple[str, ...]) -> tuple[dict[str, dict[s
         for target, line, lazy, _ in raw[name]:
             parts = target.split(".")
             hit = next((".".join(parts[:n]) for n in range(len(parts), 0, -1) if ".".join(parts[:n]) in files), None)
-            if hit is None or hit == name or (is_package and hit.startswith(name + ".")):
-                continue  # not ours, itself, or a package re-exporting its own submodule
+            if hit is None or hit == name:
+                continue  # not ours, or itself
             graph[name].setdefault(hit, (line, lazy))
     return graph, raw
 
@@ -144,8 +222,13 @@ def find_cycles(graph: dict[str, dict]) -> list[list[str]]:
     return cycles
 
 
-def describe(cycle: list[str], graph: dict[str, dict[str, tuple[int, bool]]]) -> str:
-    hops = [f"{a} -> {b} (line {graph[a][b][0]}{', inside a function' if graph[a][b][1] else ''})" for a, b in zip(cycle, cycle[1:])]
+def describe(cycle: list[str], graph: dict[str, dict[str, tuple[int, bool]]], via: dict[tuple[str, str], str] | None = None) -> str:
+    def how(a: str, b: str) -> str:
+        if via and (a, b) in via:
+            return f"line {graph[a][b][0]}, loading entry-point group {via[(a, b)]!r}"
+        return f"line {graph[a][b][0]}{', inside a function' if graph[a][b][1] else ''}"
+
+    hops = [f"{a} -> {b} ({how(a, b)})" for a, b in zip(cycle, cycle[1:])]
     return " -> ".join(cycle) + "\n      " + "\n      ".join(hops)
 
 
@@ -170,7 +253,7 @@ def write(base: Path, files: dict[str, str]) -> None:
 
 def test_the_graph_builder_on_a_synthetic_package_with_a_cycle(tmp_path):
     write(tmp_path, {
-        "pkg/__init__.py": "from . import a\nfrom pkg.b import helper\n",  # re-exports: no edges
+        "pkg/__init__.py": "from . import a\nfrom pkg.b import helper\n",  # re-exports: edges too
         "pkg/a.py": "import os\nimport pkg.b\nfrom pkg import c\n",
         "pkg/b.py": "def helper():\n    from .a import thing  # lazy\n    return thing\n",
         "pkg/c.py": (
@@ -187,7 +270,7 @@ def test_the_graph_builder_on_a_synthetic_package_with_a_cycle(tmp_path):
     assert sorted(graph) == ["pkg", "pkg.a", "pkg.b", "pkg.c", "pkg.ns", "pkg.ns.e", "pkg.sub", "pkg.sub.d"]
     assert missing_modules(graph, raw, ("pkg",)) == ["pkg.ns.e line 1: pkg.gone"]
     assert {m: sorted(e) for m, e in graph.items()} == {
-        "pkg": [],
+        "pkg": ["pkg.a", "pkg.b"],
         "pkg.a": ["pkg.b", "pkg.c"],
         "pkg.b": ["pkg.a"],
         "pkg.c": ["pkg.sub.d"],  # the TYPE_CHECKING imports are not edges, its else branch is
@@ -203,6 +286,30 @@ def test_the_graph_builder_on_a_synthetic_package_with_a_cycle(tmp_path):
     assert cycles == [["pkg.a", "pkg.b", "pkg.a"], ["pkg.c", "pkg.sub.d", "pkg.c"]]
     text = describe(cycles[0], graph)
     assert text.startswith("pkg.a -> pkg.b -> pkg.a") and "pkg.b -> pkg.a (line 2, inside a function)" in text
+
+
+def test_entry_points_are_edges_from_the_module_that_loads_their_group(tmp_path):
+    pytest.importorskip("tomllib")
+    write(tmp_path, {
+        "pkg/__init__.py": "",
+        "pkg/core.py": ("from importlib.metadata import entry_points\n"
+                        "def load():\n    for ep in entry_points(group='pkg.plugins'):\n        ep.load()\n"),
+        "pkg/plugin.py": "import pkg.core\n",  # the plugin uses the loader: a cycle only through the entry point
+        "pkg/other.py": "import importlib.metadata as md\nmd.entry_points().select(group='other.group')\n",
+        "pkg/any.py": "import pkg_resources\nG = 'x'\nfor ep in pkg_resources.iter_entry_points(G):\n    pass\n",
+        "pyproject.toml": ('[project]\nname = "pkg"\n[project.entry-points."pkg.plugins"]\nmine = "pkg.plugin:register"\n'
+                           '[project.entry-points."other.group"]\nx = "pkg.core:nothing"\n'),
+    })
+    graph, _ = build_graph(tmp_path, ("pkg",))
+    assert find_cycles(graph) == []  # the imports alone have no cycle
+    assert entry_point_loads(ast.parse((tmp_path / "pkg/other.py").read_text())) == [("other.group", 2)]
+    assert entry_point_loads(ast.parse((tmp_path / "pkg/any.py").read_text())) == [(None, 3)]  # not a constant: any group
+    via = add_entry_point_edges(graph, tmp_path, pyproject_entry_points(tmp_path / "pyproject.toml"))
+    assert via == {("pkg.core", "pkg.plugin"): "pkg.plugins", ("pkg.other", "pkg.core"): "other.group",
+                   ("pkg.any", "pkg.core"): "other.group", ("pkg.any", "pkg.plugin"): "pkg.plugins"}
+    cycles = find_cycles(graph)
+    assert cycles == [["pkg.core", "pkg.plugin", "pkg.core"]]
+    assert "pkg.core -> pkg.plugin (line 3, loading entry-point group 'pkg.plugins')" in describe(cycles[0], graph, via)
 
 
 def test_find_cycles_reports_self_imports_and_nothing_for_a_dag():
@@ -223,6 +330,7 @@ class Project:
 
     def __init__(self) -> None:
         self.graph, self.raw = build_graph(ROOT, PACKAGES)
+        self.via = add_entry_point_edges(self.graph, ROOT, pyproject_entry_points(ROOT / "pyproject.toml"))
 
     def imports(self, package: str):
         return [(m, imp) for m, imports in sorted(self.raw.items()) if _in(package, m) for imp in imports]
@@ -233,6 +341,7 @@ class Project:
 
 @pytest.fixture(scope="module")
 def project() -> Project:
+    pytest.importorskip("tomllib")  # pyproject's entry points are edges too
     project = Project()
     # Not vacuous: the scan found the project and its edges (workbench uses core; core's modules use each other).
     assert {"core", "core.engine", "core.tree", "workbench"} <= set(project.graph)
@@ -244,6 +353,8 @@ def project() -> Project:
 def test_core_never_imports_workbench(project):
     found = [f"{m} line {imp.line}: {imp.name}{' (inside a function)' if imp.lazy else ''}"
              for m, imp in project.imports("core") if _in("workbench", imp.name)]
+    found += [f"{a} line {project.graph[a][b][0]}: {b} (entry-point group {group!r})" for (a, b), group in project.via.items()
+              if _in("core", a) and _in("workbench", b)]
     assert not found, "core must not reach workbench (workbench -> core only):\n  " + "\n  ".join(found)
 
 
@@ -254,7 +365,19 @@ def test_core_imports_no_ui_sql_tables_or_figures(project):
 
 def test_no_import_cycles(project):
     cycles = find_cycles(project.graph)
-    assert not cycles, "import cycles (lazy imports count):\n  " + "\n  ".join(describe(c, project.graph) for c in cycles)
+    assert not cycles, "import cycles (lazy imports and entry points count):\n  " + "\n  ".join(
+        describe(c, project.graph, project.via) for c in cycles)
+
+
+def test_core_loads_no_entry_points(project):
+    """What core runs, it imports: a plugin loaded by core could import core back (the cycle core -> workbench ->
+    core that transformers' baselines once made); the workbench registers what it adds explicitly."""
+    found = [f"{m} line {load.line}: loads entry-point group {load.group or '(any)'}"
+             for m in sorted(project.graph) if _in("core", m) and (path := _module_path(ROOT, m)) is not None
+             for load in entry_point_loads(ast.parse(path.read_text(encoding="utf-8")))]
+    found += [f"{m} line {imp.line}: imports {imp.name}" for m, imp in project.imports("core")
+              if any(_in(e, imp.name) for e in ENTRY_POINT_MODULES)]
+    assert not found, "core loads entry points:\n  " + "\n  ".join(found)
 
 
 def test_every_project_import_names_a_module_that_exists(project):

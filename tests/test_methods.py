@@ -195,7 +195,7 @@ def test_a_stop_string_inside_a_multi_token_step_stops_transformers_baselines(sm
     import torch
     from transformers import StopStringCriteria
 
-    from core.engine import stop_string_end
+    from core.step import stop_string_end
     from workbench.evaluation.hf_baselines import StopStringAnywhere
 
     tok, stops = smollm2.tokenizer, ["\ndef "]

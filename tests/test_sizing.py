@@ -83,11 +83,11 @@ def test_acceptance_rates_count_verified_nodes_per_source_and_depth():
     tree = DraftTree.root_only(0)
     a = tree.add(0, 1, "context")
     b = tree.add(0, 2, "alignment")
-    c = tree.add(a, 3, "context")
+    tree.add(a, 3, "context")  # node 3
     tree.add(b, 4, "alignment")  # its parent was rejected: never verified
     rates = AcceptanceRates()
     assert rates.rate("context", 1) == 0.5  # the prior
-    rates.observe(tree, [0, a, c])
+    rates.observe(tree, ["accepted", "accepted", "rejected", "accepted", "unreached"])  # the path 0, a, 3
     assert rates.verified == {("context", 1): 1, ("alignment", 1): 1, ("context", 2): 1}
     assert rates.accepted == {("context", 1): 1, ("context", 2): 1}
     assert rates.rate("context", 1) == pytest.approx(2 / 3) and rates.rate("alignment", 1) == pytest.approx(1 / 3)
@@ -99,10 +99,10 @@ def test_the_sizer_learns_to_cut_a_branch_that_is_never_accepted():
     good = tree.add(0, 1, "context")
     tree.add(0, 2, "alignment")
     tree.add(good, 3, "context")
-    assert sizer.choose(tree).num_draft == 3
+    assert sizer.choose(tree, 0).num_draft == 3
     for _ in range(10):
-        sizer.observe(tree, [0, good, 3])
-    chosen = sizer.choose(tree)
+        sizer.observe(tree, ["accepted", "accepted", "rejected", "accepted"])  # path 0, good, 3
+    chosen = sizer.choose(tree, 0)
     assert "alignment" not in chosen.sources and chosen.num_draft == 2
 
 
@@ -123,10 +123,10 @@ def test_auto_sized_strict_decoding_equals_greedy_and_records_the_chosen_sizes(t
 
 
 def test_a_cost_curve_that_makes_trees_expensive_gives_greedy_steps(tiny, monkeypatch):
-    from core import methods
+    from core.methods import run as methods_run
     from core.methods import run_method
 
-    monkeypatch.setattr(methods, "tree_sizer", lambda *a: TreeSizer(CostCurve((0, 1), (0.01, 1.0))))
+    monkeypatch.setattr(methods_run, "tree_sizer", lambda *a: TreeSizer(CostCurve((0, 1), (0.01, 1.0))))
     run = run_method("aasd", tiny, [5, 6, 7, 5, 6, 7, 5, 6], {"max_new_tokens": 8})
     assert all(s.tree_size == 0 for s in run.steps)
 

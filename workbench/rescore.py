@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from core.errors import InvalidInputError
-from core.methods import METHODS, Method, get_method, rescue_for, resolve_params
+from workbench.methods import METHODS, Method, get_method, rescue_for, resolve_params
 from core.rules import NodeStats
 from core.trace import NodeTrace, RunTrace, StepTrace
 from core.tree import DraftTree

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from core.errors import InvalidInputError, WorkbenchError
-from core.methods import METHODS, get_method, parse_method_spec, resolve_params, run_method
+from workbench.methods import METHODS, get_method, parse_method_spec, resolve_params, run_method
 from core.models import DEFAULT_MODEL, PRESETS, check_pair, encode_prompt, is_fetched, load_model
 from workbench.evaluation.tasks import Task, load_tasks
 from core.trace import RunTrace, StepTrace

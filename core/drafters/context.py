@@ -10,9 +10,10 @@ import numpy as np
 
 from core.drafters.base import DraftEnv, Proposal, TopK, TreeObserver, TreeTopK
 from core.drafters.recycle import TEMPLATE, RecycleTable, expand
+from core.params import auto_or
 from core.pool import DraftPool
 from core.sizing import AUTO_CANDIDATES
-from core.tree import add_ranked, merge_sequences
+from core.tree import Candidate, add_ranked, merge_sequences
 
 ALIGN_SHARE = 0.25  # of the node budget kept for alignment siblings (when they need it); the rest for retrieved hits
 
@@ -32,7 +33,7 @@ class ContextDrafter(TreeObserver):
                  graft: bool = False, max_hits: int = 16, context_ids: list[int] | None = None,
                  align_generated: bool = False, table: RecycleTable | None = None):
         self.key_len, self.ngram = key_len, ngram
-        self.max_nodes = max_nodes or AUTO_CANDIDATES  # max_nodes=auto (0): candidates for core.sizing to choose from
+        self.max_nodes = auto_or(max_nodes, AUTO_CANDIDATES)  # max_nodes=auto: candidates for core.sizing to choose from
         self.align_m, self.graft, self.max_hits = align_m, graft, max_hits
         self.context_ids = context_ids
         self.align_generated = bool(align_generated and align_m)
@@ -90,8 +91,8 @@ class ContextDrafter(TreeObserver):
         _, hits = self.pool.lookup(sequence[-self.key_len :], max_hits=self.max_hits, order="recent")
         if not hits and self.table is not None:
             return Proposal(expand(TEMPLATE, self.table.ids, sequence[-1], self.max_nodes))
-        candidates: list[tuple[list[int], list[str]]] = []
-        aligned: list[tuple[list[int], list[str]]] = []
+        candidates: list[Candidate] = []
+        aligned: list[Candidate] = []
         for hit in hits:
             tokens, sources = hit.tokens.tolist(), list(hit.sources)
             candidates.append((tokens, sources))
@@ -152,7 +153,7 @@ def pool_predictions(prompt_ids: list[int], pool_ids: list[int], prefill_ids: np
     return out
 
 
-def _new_prefixes(aligned: list[tuple[list[int], list[str]]], retrieved: list[tuple[list[int], list[str]]]) -> int:
+def _new_prefixes(aligned: list[Candidate], retrieved: list[Candidate]) -> int:
     """Prefixes of the alignment candidates that no retrieved candidate has: the nodes alignment adds."""
     have = {tuple(tokens[:i]) for tokens, _ in retrieved for i in range(1, len(tokens) + 1)}
     return len({tuple(tokens[:i]) for tokens, _ in aligned for i in range(1, len(tokens) + 1)} - have)

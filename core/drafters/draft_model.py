@@ -18,6 +18,7 @@ import torch
 from core import cache as kv
 from core.drafters.base import DraftEnv, Proposal, TopK
 from core.errors import InvalidInputError
+from core.params import auto_or, is_auto
 from core.target_stats import sampling_processors
 from core.tree import DraftTree
 
@@ -58,9 +59,9 @@ class DraftModelDrafter:
 
     def __init__(self, model, gamma: int = 6, temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0,
                  generator: torch.Generator | None = None):
-        # gamma=auto (0): draft up to AUTO_GAMMA_MAX, stopping after a token less confident than the tuned threshold
-        self.adaptive = int(gamma) == 0
-        self.model, self.gamma, self.temperature = model, AUTO_GAMMA_MAX if self.adaptive else int(gamma), float(temperature)
+        # gamma=auto: draft up to AUTO_GAMMA_MAX, stopping after a token less confident than the tuned threshold
+        self.adaptive = is_auto(gamma)
+        self.model, self.gamma, self.temperature = model, auto_or(gamma, AUTO_GAMMA_MAX), float(temperature)
         self.threshold = START_CONFIDENCE
         self.seen_p: list[float] = []  # gamma=auto: draft probabilities of judged draft tokens, and whether accepted
         self.seen_ok: list[bool] = []

@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import atexit
 import hashlib
-import os
-import tempfile
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -26,6 +24,8 @@ from typing import Any
 import numpy as np
 
 from core.drafters.base import DraftEnv, Proposal, TopK, TreeObserver, TreeTopK
+from core.params import auto_or
+from core.persist import atomic_write, process_table, save_tables
 from core.tree import DraftTree
 
 K = 8  # top-k ids kept per token (the paper's k)
@@ -159,14 +159,7 @@ class RecycleTable:
         path.parent.mkdir(parents=True, exist_ok=True)
         with self._lock:
             data = self.ids.copy()
-        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".npy")
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                np.save(fh, data)
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        atomic_write(path, lambda fh: np.save(fh, data))
         return path
 
 
@@ -177,34 +170,25 @@ def table_path(fingerprint: str, k: int = K) -> Path:
 
 
 _SHARED: dict[tuple[str, int], RecycleTable] = {}
-_SHARED_LOCK = threading.Lock()
 
 
 def shared_table(target, warm: bool = False, k: int = K) -> RecycleTable:
     """The process-wide table of a model (by fingerprint): it persists across requests. With `warm`,
     the rows saved under the workbench home fill it on first use and it is saved after each run
     (`core.methods.run_method`) and at exit."""
-    key = (target.fingerprint, k)
-    with _SHARED_LOCK:
-        table = _SHARED.get(key)
-        if table is None:
-            table = _SHARED[key] = RecycleTable(target.vocab_size, k)
+    def load_once(table: RecycleTable) -> None:
         if warm and not table.loaded:
             table.path = table_path(target.fingerprint, k)
             if table.path.is_file():
                 table.merge_file(table.path)
             table.loaded = True
-    return table
+
+    return process_table(_SHARED, (target.fingerprint, k), lambda: RecycleTable(target.vocab_size, k), load_once)
 
 
 @atexit.register
 def _save_warm() -> None:
-    for table in list(_SHARED.values()):
-        if table.loaded:
-            try:
-                table.save()
-            except Exception as e:  # never turn a finished run into a crash at exit
-                print(f"warning: could not save the recycle table {table.path}: {e}")
+    save_tables(_SHARED.values(), lambda table: table.loaded, "recycle table")
 
 
 class RecycleDrafter(TreeObserver):
@@ -221,7 +205,7 @@ class RecycleDrafter(TreeObserver):
     def from_params(cls, params: dict[str, Any], env: DraftEnv) -> "RecycleDrafter":
         if env.table is None:
             raise ValueError("the recycle drafter needs a table (core.methods.build gives the model's shared one)")
-        return cls(env.table, max_nodes=params["max_nodes"] or None)  # auto: the whole template, for core.sizing
+        return cls(env.table, max_nodes=auto_or(params["max_nodes"], None))  # auto: the whole template, for core.sizing
 
     def begin(self, prompt_ids: list[int], prefill: TopK | None) -> None:
         if prefill is not None and len(prefill.ids):  # row i is the distribution at prompt position i

@@ -41,7 +41,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def run(args) -> int:
-    from core.methods import get_method, parse_method_spec, resolve_params, split_method_list
+    from workbench.methods import get_method, parse_method_spec, resolve_params, split_method_list
     from workbench.evaluation.bench import check_compression, load_compressor, repeat_bench
     from workbench.evaluation.tasks import load_tasks
 

@@ -29,7 +29,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 def run(args) -> int:
     from core.errors import InvalidInputError
-    from core.methods import parse_method_spec, resolve_params, run_method
+    from workbench.methods import parse_method_spec, resolve_params, run_method
     from workbench.store import StoreError
     from core.models import encode_prompt
     from core.stats import run_metrics

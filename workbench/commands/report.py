@@ -79,7 +79,7 @@ def _cpu() -> str:
 
 def run(args) -> int:
     from core.errors import InvalidInputError
-    from core.methods import get_method, parse_method_spec, resolve_params, split_method_list
+    from workbench.methods import get_method, parse_method_spec, resolve_params, split_method_list
     from workbench.evaluation.bench import Checkpoint, check_compression, check_contexts, load_compressor, read_checkpoint, run_resumable
     from workbench.evaluation.report import DEFAULT_DATA, table_methods
     from workbench.evaluation.tasks import load_many
@@ -157,7 +157,7 @@ def run(args) -> int:
 def _memories(target, draft, methods, tasks, path) -> tuple[dict[str, Any], str | None]:
     """A private copy of the calibrated correction memory per memory-reading method (benchmark items never reach the file)."""
     from workbench.evaluation.calibration import benchmark_memory
-    from core.methods import get_method, parse_method_spec
+    from workbench.methods import get_method, parse_method_spec
 
     readers = [m for m in methods if get_method(parse_method_spec(m)[0]).reads_memory]
     if not readers:

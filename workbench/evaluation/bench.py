@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from core.errors import InvalidInputError
-from core.methods import get_method, parse_method_spec, resolve_params, run_batch, run_method
+from workbench.methods import get_method, parse_method_spec, resolve_params, run_batch, run_method
 from core.stats import add_speedups, equal_share, first_divergence, pool, run_metrics, run_totals
 from core.models import encode_prompt
 from core.trace import RunTrace

@@ -10,7 +10,7 @@ import torch
 from transformers import StoppingCriteria, StoppingCriteriaList
 from transformers.generation.streamers import BaseStreamer
 
-from core.engine import stop_string_end
+from core.step import stop_string_end
 from core.methods import COMMON, Method, param_defaults
 
 
@@ -127,8 +127,8 @@ def _runner(mode: str):
 
 
 def register_methods(register) -> None:
-    """Entry point (`spec_workbench.methods`): the reference baselines, so `bench` and the UI run them
-    beside ours under the same names everywhere."""
+    """Register the reference baselines with `register` (core.methods.register; workbench.methods calls it), so
+    `bench` and the UI run them beside ours under the same names everywhere."""
     for name, summary, params, lossless, needs_draft in [
         ("beam", "beam search through transformers (width 10)", param_defaults(*COMMON, "num_beams"), False, False),
         ("hf-generate", "transformers generate(), greedy", param_defaults(*COMMON), True, False),

@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from core.errors import InvalidInputError
-from core.methods import resolve_params
+from workbench.methods import resolve_params
 from core.thresholds import FITTED_PARAMS, LOSSLESS
 from workbench.evaluation.bench import Scorer, run_bench
 from workbench.evaluation.calibration import BENCHMARK_ITEMS

@@ -8,9 +8,9 @@ import gradio as gr
 import pandas as pd
 import plotly.graph_objects as go
 
-from core.engine import check_prompt
+from core.step import check_prompt
 from core.errors import InvalidInputError, WorkbenchError
-from core.methods import get_method, parse_method_spec
+from workbench.methods import get_method, parse_method_spec
 from core.params import PARAMS
 from core.stats import first_divergence, run_metrics
 from workbench import service, views

@@ -13,7 +13,7 @@ import pandas as pd
 
 from core.errors import InvalidInputError, WorkbenchError
 from core.memory import CorrectionMemory, calibrated_path, pair_fingerprint, rescues, shared_memory
-from core.methods import get_method
+from workbench.methods import get_method
 from core.models import PRESETS, is_fetched, preset_path
 from core.trace import RunTrace
 from workbench.ui.access import NOBODY

@@ -8,7 +8,7 @@ from typing import Any
 
 import pandas as pd
 
-from core.methods import METHODS, get_method
+from workbench.methods import METHODS, get_method
 from core.params import PARAMS
 from core.stats import first_divergence
 from core.trace import RunTrace, StepTrace

@@ -1,0 +1,59 @@
+"""How a method is written and its parameters resolved: `aasd[alpha=0.2,align_graft=1]` (core.spec's grammar)
+names one method with its own overrides, and `resolve_params` checks them against the method's defaults
+(core.params). A bare `auto` is `fitted=1`: `aasd[auto]` verifies with the thresholds fitted to the model."""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from core.compress.spec import check_pool, is_pool_method
+from core.errors import InvalidInputError
+from core.methods.registry import METHODS, get_method
+from core.params import validate
+from core.spec import parse_spec, shown, split_specs
+from core.thresholds import FITTED_PARAMS
+
+AUTO_THRESHOLDS = "auto"  # `aasd[auto]`: short for `aasd[fitted=1]`, the thresholds fitted to the model
+EXAMPLE = "NAME[param=value,...], e.g. aasd[alpha=0.2,align_graft=1]"
+
+
+def parse_method_spec(spec: str) -> tuple[str, dict[str, str]]:
+    """`aasd[align_graft=1,alpha=0.2]` -> ("aasd", {"align_graft": "1", "alpha": "0.2"}): one method
+    with its own parameter overrides, so a bench can put variants of a method side by side. The values stay
+    text until `resolve_params` checks them."""
+    parsed = parse_spec(spec, "method", flags=(AUTO_THRESHOLDS,), example=EXAMPLE)
+    name = get_method(parsed.name).name
+    overrides = dict(parsed.items)
+    if AUTO_THRESHOLDS in parsed.flags:
+        if name not in FITTED_PARAMS:
+            raise InvalidInputError(f"{name} has no fitted thresholds; `[auto]` works for {', '.join(FITTED_PARAMS)}")
+        if "fitted" in overrides:
+            raise InvalidInputError(f"bad method {shown(spec)}: auto is short for fitted=1, so fitted is given twice; "
+                                    f"write one of them")
+        overrides["fitted"] = "1"
+    return name, overrides
+
+
+def split_method_list(text: str) -> list[str]:
+    """Split `greedy,aasd[alpha=0.2,beta=0.1],pld` on the commas outside brackets."""
+    return split_specs(text, "method")
+
+
+def resolve_params(name: str, values: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The method's parameters: its defaults with `values` checked and merged over them."""
+    values = dict(values or {})
+    pool = values.pop("pool", None)  # pool=full|compressed: a word, not a number (core.compress), for pool methods only
+    method = get_method(name)
+    p = validate(values, method.params)
+    if pool is not None:
+        if not is_pool_method(method):
+            raise InvalidInputError(f"pool={shown(pool)} has no effect on {name}: it says what the context pool "
+                                    f"of a context-drafting method holds under --compress "
+                                    f"({', '.join(n for n, m in METHODS.items() if is_pool_method(m))})")
+        p["pool"] = check_pool(pool)
+    if p.get("fitted"):  # the fit sets these: given ones would be silently replaced
+        given = [k for k in FITTED_PARAMS.get(name, ()) if values.get(k) is not None]
+        if given:
+            raise InvalidInputError(f"{name}[auto] verifies with the fitted {', '.join(FITTED_PARAMS[name])}; "
+                                    f"{', '.join(given)} cannot be given beside it: drop {'it' if len(given) == 1 else 'them'} or auto")
+    return p
