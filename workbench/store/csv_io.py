@@ -157,13 +157,19 @@ def _check_json(value: Any, depth: int = 0) -> None:
 
 # ---------------------------------------------------------------- writing
 
-def write_csv(session: Session, run_ids: Sequence[int], tags: Mapping[int, list[str]], out: Path) -> dict[str, Path]:
-    """Write runs.csv, steps.csv and nodes.csv for these (existing) runs into `out`."""
-    paths = {}
+def write_csv(session: Session, run_ids: Sequence[int], tags: Mapping[int, list[str]], out: Path, *,
+              force: bool = False) -> dict[str, Path]:
+    """Write runs.csv, steps.csv and nodes.csv for these (existing) runs into `out`: all three checked first
+    (an existing file is replaced only with `force`; a symbolic link, FIFO or device never), each written
+    beside its name and renamed when complete (core.files.replacing)."""
+    from core.files import check_output, replacing
+
+    paths = {name: out / f"{name}.csv" for name in CSV_TABLES}
+    for path in paths.values():
+        check_output(path, what="--out", force=force)
     for name, table in CSV_TABLES.items():
         cols = csv_columns(name)
-        path = paths[name] = out / f"{name}.csv"
-        with path.open("w", encoding="utf-8", newline="") as f:
+        with replacing(paths[name], what="--out", force=force) as f:
             w = csv.writer(f, lineterminator="\n")
             # csv quotes a field holding "\n" but not one holding a bare "\r", which no reader then reads
             # back whole: such rows are written with every field quoted (the values read back the same).
@@ -216,23 +222,25 @@ def _read_rows(path: Path, name: str) -> list[dict[str, Any]]:
                                  + (f"; missing columns {missing}" if missing else "")
                                  + ((f"; unknown columns {extra}" if named else f"; {len(extra)} unknown columns") if extra else "")
                                  + ("; columns out of order" if not missing and not extra else ""))
+        # What each column takes, worked out once per file rather than once per cell.
+        specs = []
+        for col in cols:
+            db_col = "id" if (name == "runs" and col == "run_id") else col
+            nullable = col != "tags" and table.c[db_col].nullable and not table.c[db_col].primary_key
+            specs.append((col, db_col, table_type(name, col), nullable, CSV_CHOICES.get((name, col)),
+                          CSV_JSON_KINDS.get((name, col)), CSV_LIST_ITEMS.get((name, col))))
         # Rows are counted as a spreadsheet shows them (the header is row 1); a quoted field may span lines.
         for line, values in enumerate(reader, start=2):
             if len(values) != len(cols):
                 raise CsvFormatError(f"{path.name} row {line}: {len(values)} fields, expected {len(cols)}")
             row = {}
-            for col, raw in zip(cols, values):
-                db_col = "id" if (name == "runs" and col == "run_id") else col
-                nullable = col != "tags" and table.c[db_col].nullable and not table.c[db_col].primary_key
+            for (col, db_col, kind_of_col, nullable, choices, kind, item), raw in zip(specs, values):
                 try:
-                    value = _parse(table_type(name, col), raw, nullable)
-                    choices = CSV_CHOICES.get((name, col))
+                    value = _parse(kind_of_col, raw, nullable)
                     if choices and value not in choices:
                         raise ValueError(f"must be one of {', '.join(choices)}")
-                    kind = CSV_JSON_KINDS.get((name, col))
                     if kind and value is not None and not isinstance(value, kind):
                         raise ValueError(f"must be a JSON {'object' if kind is dict else 'list'}")
-                    item = CSV_LIST_ITEMS.get((name, col))
                     if item and value and not all(isinstance(v, item) and not isinstance(v, bool) for v in value):
                         raise ValueError(f"must be a JSON list of {'integers' if item is int else 'strings'}")
                 except ValueError as e:  # the value itself is not echoed: the file may be anything
