@@ -1,6 +1,8 @@
 """HumanEval execution in the sandbox and GSM8K final-number matching."""
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from workbench.evaluation import sandbox
@@ -8,10 +10,12 @@ from workbench.evaluation.sandbox import (SandboxUnavailable, gsm8k_correct, gsm
                                           run_humaneval, run_python, sandbox_problem, truncate_completion)
 
 # The scoring tests run in the bubblewrap sandbox where it works, else in the unsafe mode (they only run
-# this file's own programs); tests/security/ holds the hostile programs, which need the sandbox.
-UNSAFE = sandbox_problem() is not None
-needs_sandbox = pytest.mark.skipif(UNSAFE, reason=f"no bubblewrap sandbox here ({sandbox_problem()}); "
-                                                  ".ci/run installs it (apt-get install bubblewrap)")
+# this file's own programs; as root that mode must be asked for as "root"); tests/security/ holds the
+# hostile programs, which need the sandbox.
+UNSAFE = (sandbox.UNSAFE_ROOT if os.geteuid() == 0 else True) if sandbox_problem() is not None else False
+ROOT_UNSAFE = sandbox.UNSAFE_ROOT if os.geteuid() == 0 else True  # what unsafe mode takes here
+needs_sandbox = pytest.mark.skipif(bool(UNSAFE), reason=f"no bubblewrap sandbox here ({sandbox_problem()}); "
+                                                        ".ci/run installs it (apt-get install bubblewrap)")
 
 PROBLEM = {
     "task_id": "Toy/0",
@@ -42,7 +46,12 @@ def test_limits_hold(tmp_path):
     victim.write_text("keep")
     assert not run_python(f"import os\nos.remove({str(victim)!r})\n", unsafe=UNSAFE).passed
     assert victim.read_text() == "keep"
-    assert not run_python("import subprocess\nsubprocess.run(['false'], check=True)\n", unsafe=UNSAFE).passed
+    # A subprocess that writes a file on the host: in the sandbox it writes the sandbox's own /tmp (or is
+    # refused in unsafe mode); either way the host file never appears.
+    host_file = tmp_path / "written-by-a-subprocess.txt"
+    program = f"import subprocess\nsubprocess.run(['/bin/sh', '-c', 'echo pwned > {host_file}'])\n"
+    run_python(program, unsafe=UNSAFE)
+    assert not host_file.exists(), "a subprocess of the sandboxed program wrote a file on the host"
     assert run_python("import os, sys\nassert not os.environ.get('WORKBENCH_HOME')\n"
                       "assert os.getcwd().startswith(os.environ['HOME'])\n", unsafe=UNSAFE).passed
 
@@ -55,15 +64,39 @@ def test_a_program_passes_only_when_it_ran_to_its_end():
     assert "exited before its end" in run_python("raise SystemExit(0)\n", unsafe=UNSAFE).detail
 
 
-def test_without_bubblewrap_code_runs_only_when_unsafe_is_asked_for(monkeypatch):
+def test_without_bubblewrap_code_runs_only_when_unsafe_is_asked_for(monkeypatch, capfd):
     monkeypatch.setattr(sandbox, "sandbox_problem", lambda: "bubblewrap (bwrap) is not installed")
+    monkeypatch.setattr(sandbox, "_warned", type(sandbox._warned)())  # this test sees the first warning
     with pytest.raises(SandboxUnavailable, match="apt-get install bubblewrap.*--unsafe-exec"):
         run_humaneval(PROBLEM, "    return a + b\n")
     with pytest.raises(SandboxUnavailable):
         sandbox.check_sandbox()
-    sandbox.check_sandbox(unsafe=True)
-    assert run_humaneval(PROBLEM, "    return a + b\n", unsafe=True).passed
-    assert not run_humaneval(PROBLEM, "    return a - b\n", unsafe=True).passed
+    sandbox.check_sandbox(unsafe=ROOT_UNSAFE)
+    assert "warning" not in capfd.readouterr().err  # checking says nothing; running warns
+    assert run_humaneval(PROBLEM, "    return a + b\n", unsafe=ROOT_UNSAFE).passed
+    assert "warning: --unsafe-exec: bubblewrap (bwrap) is not installed" in capfd.readouterr().err
+    assert not run_humaneval(PROBLEM, "    return a - b\n", unsafe=ROOT_UNSAFE).passed
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="root only: the unsafe mode's refusal and its drop to nobody")
+def test_unsafe_mode_as_root_is_refused_unless_asked_for_and_then_runs_as_nobody(monkeypatch, capfd):
+    monkeypatch.setattr(sandbox, "sandbox_problem", lambda: "bubblewrap (bwrap) is not installed")
+    monkeypatch.setenv("WB_UNSAFE_SECRET", "hunter2")
+    with pytest.raises(SandboxUnavailable, match="from a root process.*--unsafe-exec=root"):
+        run_python("x = 1\n", unsafe=True)
+    program = ("import os\n"
+               f"assert os.getresuid() == ({sandbox.SANDBOX_UID},) * 3, os.getresuid()\n"
+               f"assert os.getresgid() == ({sandbox.SANDBOX_GID},) * 3, os.getresgid()\n"
+               "assert os.getgroups() == [], os.getgroups()\n"
+               "assert sorted(os.environ) == ['HOME', 'LANG', 'PATH', 'PYTHONHASHSEED', 'TMPDIR'], sorted(os.environ)\n"
+               "open(os.path.join(os.environ['HOME'], 'mine.txt'), 'w').write('its own folder is writable')\n")
+    result = run_python(program, unsafe=sandbox.UNSAFE_ROOT)
+    assert result.passed, result.detail
+    from workbench.commands.main import main
+
+    assert main(["score", "--results", "/nonexistent", "--data", "/nonexistent", "--execute-code", "--unsafe-exec"]) == 2
+    err = capfd.readouterr().err
+    assert "--unsafe-exec=root" in err and "Traceback" not in err
 
 
 def test_the_cli_says_how_to_get_a_sandbox_before_reading_anything(monkeypatch, tmp_path, capsys):
