@@ -76,6 +76,7 @@ def run(args) -> int:
         return _run_shard(args, tasks, methods, shard)
     store = common.open_store(args)
     target, draft = common.load_models(args)
+    overlap = _fit_overlap(target, methods, common.benchmark_params(args), tasks)
     compressor = load_compressor(args.compress, args.compressor, args.compressor_model, target, device=args.device,
                                  dtype=args.dtype, trust_remote_code=args.trust_remote_code)
     params = common.benchmark_params(args)
@@ -89,8 +90,21 @@ def run(args) -> int:
                           scorer=scorer, on_result=keep if store is not None else None, compress=args.compress,
                           compressor=compressor, batch_size=args.batch_size)
     result["config"] = _config(args, target, draft, params, len(tasks), compressor)
+    if overlap:
+        result["fit_overlap"] = overlap
     result["store_seconds"], result["wall_seconds"] = timer.seconds, timer.wall()
     return _report(args, result, timer.count, store)
+
+
+def _fit_overlap(target, methods, params, tasks) -> dict:
+    """Warn (before the run) when a method verifies with thresholds fitted on items this bench evaluates."""
+    from workbench.evaluation.thresholds import describe_overlap, fit_overlap
+
+    overlap = fit_overlap(target, methods, params, tasks)
+    if overlap:
+        print(f"warning: fitted thresholds evaluated on the items they were fitted on, so these results are not held "
+              f"out: {describe_overlap(overlap)} (fit on other items: calibrate --thresholds --held-out-from)", file=sys.stderr)
+    return overlap
 
 
 def _config(args, target, draft, params, n_tasks: int, compressor=None) -> dict:
@@ -157,6 +171,8 @@ def _run_shard(args, tasks, methods, shard) -> int:
     store = common.open_store(args)
     target, draft = common.load_models(args)
     params = common.benchmark_params(args)
+    if shard.rank == 0:
+        _fit_overlap(target, methods, params, tasks)
     config = _config(args, target, draft, params, len(tasks))
     mine = shards.shard_tasks(tasks, shard)
 

@@ -118,6 +118,13 @@ def run(args) -> int:
     budget = args.max_prompt_tokens or target.max_context - longest - CHAT_MARGIN
     if budget < 16:
         raise InvalidInputError(f"no room for a prompt: the model's context is {target.max_context} tokens and generation takes {longest}")
+    from workbench.evaluation.thresholds import describe_overlap, fit_overlap
+
+    overlap = fit_overlap(target, methods, params, tasks)
+    if overlap:  # a report's tables are its numbers: thresholds fitted on its own items would not be held out
+        raise InvalidInputError(f"fitted thresholds would be evaluated on the items they were fitted on: "
+                                f"{describe_overlap(overlap)}; fit on other items (calibrate --thresholds "
+                                f"--held-out-from N) or report on others")
     memories, memory_note = _memories(target, draft, methods, tasks, args.memory)
     compressor = load_compressor(args.compress, args.compressor, args.compressor_model, target, device=args.device,
                                  dtype=args.dtype, trust_remote_code=args.trust_remote_code)
