@@ -190,6 +190,21 @@ def _decoded_lines(raw_lines: Iterator[bytes], what: str, path: str | Path) -> I
         yield number, line.removesuffix("\n").removesuffix("\r")
 
 
+def parse_json(text: str | bytes, *, where: str):
+    """`json.loads(text)`, with what can go wrong as one InvalidInputError line naming `where`: not JSON, nested
+    too deeply (Python's recursion limit), or an integer too long to read (more than 4,300 digits)."""
+    import json
+
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise InvalidInputError(f"{where}: not valid JSON ({e.msg}, line {e.lineno} column {e.colno})") from None
+    except RecursionError:
+        raise InvalidInputError(f"{where}: JSON nested too deeply") from None
+    except ValueError as e:  # an integer of more than 4,300 digits
+        raise InvalidInputError(f"{where}: not usable JSON ({str(e)[:120]})") from None
+
+
 def check_text(text: str, *, what: str, max_chars: int | None = None) -> str:
     """`text` when it is valid Unicode (encodable as UTF-8) and at most `max_chars` long. A lone surrogate
     (JSON's "\\ud800", or bytes a file system could not decode) is refused with its position: tokenizers

@@ -94,7 +94,7 @@ def parse_device_map(text: str) -> str | dict:
         mapping = json.loads(source)
     except json.JSONDecodeError as e:
         raise PlacementError(f"--device-map is not valid JSON ({e.msg} at column {e.colno})") from None
-    except (RecursionError, ValueError):
+    except (RecursionError, ValueError):  # nested past the recursion limit; an integer of over 4,300 digits
         raise PlacementError("--device-map is JSON nested too deeply or with numbers too long to read") from None
     if not isinstance(mapping, dict) or not mapping:
         raise PlacementError("--device-map JSON must be a non-empty object {module name: device}")

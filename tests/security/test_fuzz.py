@@ -6,7 +6,6 @@ Each property runs under the "fuzz" profile registered in tests/conftest.py: 1,0
 same cases in every run, so a failure in CI repeats on any machine)."""
 from __future__ import annotations
 
-import argparse
 import contextlib
 import csv
 import hashlib
@@ -171,6 +170,16 @@ def test_csv_import(exported, which, data):
 
 # ---------------------------------------------------------------- CLI parameters
 
+def parsed(parser, argv: list[str]):
+    """The parsed arguments, or None when argparse refused them (with its usage error, exit code 2)."""
+    try:
+        with contextlib.redirect_stderr(io.StringIO()):
+            return parser.parse_args(argv)
+    except SystemExit as e:
+        assert e.code == 2
+        return None
+
+
 @pytest.fixture(scope="module")
 def parser():
     from workbench.commands.main import build_parser
@@ -197,12 +206,8 @@ def test_cli_parameters(parser, options, method):
     from core.methods import parse_method_spec, resolve_params
     from workbench.commands import common
 
-    argv = ["generate", "--prompt", "hi", f"--method={method}"] + [f"{o}={v}" for o, v in options]
-    try:
-        with contextlib.redirect_stderr(io.StringIO()):
-            args = parser.parse_args(argv)
-    except SystemExit as e:
-        assert e.code == 2
+    args = parsed(parser, ["generate", "--prompt", "hi", f"--method={method}"] + [f"{o}={v}" for o, v in options])
+    if args is None:
         return
     try:
         name, overrides = parse_method_spec(args.method)
@@ -250,12 +255,8 @@ def test_store_commands_take_any_integer_text(empty_store, command, value):
 def test_integer_options_parse_within_64_bits_or_exit_2(parser, command, value):
     from workbench.commands.common import INT64_MAX
 
-    argv = [a.format(v=value) for a in command]
-    try:
-        with contextlib.redirect_stderr(io.StringIO()):
-            args = parser.parse_args(argv)
-    except SystemExit as e:
-        assert e.code == 2
+    args = parsed(parser, [a.format(v=value) for a in command])
+    if args is None:
         return
     for name, v in vars(args).items():
         if isinstance(v, int) and not isinstance(v, bool):

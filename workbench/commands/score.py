@@ -30,17 +30,9 @@ RESULTS_BYTES = 256 << 20  # a bench JSON of thousands of tasks is a few MB
 def read_results(path: str | Path) -> dict:
     """A bench results file as data; a file that cannot be read (core.files), is not JSON or is nested too
     deeply is an InvalidInputError naming the file."""
-    from core.files import read_text
+    from core.files import parse_json, read_text
 
-    text = read_text(path, what="--results", max_bytes=RESULTS_BYTES)
-    try:
-        result = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise InvalidInputError(f"{path}: not valid JSON ({e.msg}, line {e.lineno})") from None
-    except RecursionError:
-        raise InvalidInputError(f"{path}: JSON nested too deeply to be bench results") from None
-    except ValueError as e:  # an integer of more than 4,300 digits
-        raise InvalidInputError(f"{path}: not usable JSON ({str(e)[:120]})") from None
+    result = parse_json(read_text(path, what="--results", max_bytes=RESULTS_BYTES), where=str(path))
     if not isinstance(result, dict):
         raise InvalidInputError(f"{path}: not bench results (a JSON object with methods and tasks)")
     return result

@@ -612,8 +612,9 @@ def _humaneval_in(runner: _Runner, problem: dict, completion: str, timeout: floa
     with contextlib.ExitStack() as stack:
         tmp = (None, None) if runner.bwrap else (_private_folder(stack), _private_folder(stack))
         checker = runner.box("checker", "run_checker",
-                             {"token": token, "entry_point": entry, "requests": requests_w, "responses": answers_r},
-                             f"{problem['prompt']}\n\n{problem['test']}\n", (requests_w, answers_r), tmp[0])
+                             {"token": token, "entry_point": entry, "requests": requests_w, "responses": answers_r,
+                              "prompt": str(problem["prompt"])},
+                             f"{problem['test']}\n", (requests_w, answers_r), tmp[0])
         candidate = runner.box("candidate", "serve_candidate",
                                {"entry_point": entry, "requests": requests_r, "responses": answers_w},
                                f"{problem['prompt']}{truncate_completion(completion)}\n", (requests_r, answers_w), tmp[1])

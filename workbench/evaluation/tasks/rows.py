@@ -7,14 +7,13 @@ and line in every error. Nothing from a row reaches a tokenizer, a hash table or
 """
 from __future__ import annotations
 
-import json
 import random
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from core.errors import InvalidInputError
-from core.files import MAX_PROMPT_CHARS, MiB, check_text, iter_lines
+from core.files import MAX_PROMPT_CHARS, MiB, check_text, iter_lines, parse_json
 
 # The largest task file read (LongBench's longest English set is about 40 MB; the rows are parsed and held).
 MAX_TASK_FILE_BYTES = 512 * MiB
@@ -144,14 +143,7 @@ def read_rows(path: str | Path, *, what: str = "task file", gunzip: bool = False
         if not line.strip():
             continue
         where = f"{path.name} line {number}"
-        try:
-            data = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise InvalidInputError(f"{where}: not valid JSON ({e.msg})") from None
-        except RecursionError:
-            raise InvalidInputError(f"{where}: JSON nested too deeply") from None
-        except ValueError as e:  # an integer of more than 4,300 digits
-            raise InvalidInputError(f"{where}: not usable JSON ({str(e)[:120]})") from None
+        data = parse_json(line, where=where)
         if not isinstance(data, dict):
             raise InvalidInputError(f"{where}: each line must be a JSON object")
         yield Row(data, where)
