@@ -139,6 +139,36 @@ def read_head(path: str | Path, size: int, *, what: str) -> bytes:
         os.close(fd)
 
 
+class _Capped(io.RawIOBase):
+    """A read-only stream over a descriptor that refuses to go past `max_bytes` (a file growing while read)."""
+
+    def __init__(self, fd: int, what: str, path: str | Path, max_bytes: int):
+        self.fd, self.what, self.path, self.max_bytes, self.total = fd, what, path, max_bytes, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        data = os.read(self.fd, min(len(buffer), self.max_bytes + 1 - self.total))
+        self.total += len(data)
+        if self.total > self.max_bytes:
+            raise _too_big(self.what, self.path, self.max_bytes)
+        buffer[: len(data)] = data
+        return len(data)
+
+    def close(self) -> None:
+        if not self.closed:
+            os.close(self.fd)
+        super().close()
+
+
+def open_text(path: str | Path, *, what: str, max_bytes: int, newline: str | None = None) -> IO[str]:
+    """A UTF-8 text stream of the regular file at `path` for readers that stream (csv.reader), with `read_bytes`'s
+    refusals up front and its cap while reading; a byte that is not UTF-8 raises UnicodeDecodeError as it is met."""
+    return io.TextIOWrapper(io.BufferedReader(_Capped(_open(path, what, max_bytes), what, path, max_bytes)),
+                            encoding="utf-8", errors="strict", newline=newline)
+
+
 def _not_utf8(what: str, path: str | Path, where: str, e: UnicodeDecodeError) -> InvalidInputError:
     return InvalidInputError(f"{what} {os.fspath(path)} is not UTF-8 text ({where}byte {e.start}): save it as UTF-8")
 

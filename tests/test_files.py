@@ -123,3 +123,33 @@ def test_check_text_refuses_lone_surrogates_with_their_position():
     assert check_text("fine ✓", what="input") == "fine ✓"
     with pytest.raises(InvalidInputError, match=r"input holds a lone surrogate \(U\+D800\) at character 3"):
         check_text("abc\ud800def", what="input")
+
+
+def test_open_text_streams_with_the_same_refusals(tmp_path):
+    from core.files import open_text
+
+    path = tmp_path / "t.csv"
+    path.write_text("a,b\n1,2\n")
+    with open_text(path, what="runs.csv", max_bytes=100, newline="") as fh:
+        assert fh.read() == "a,b\n1,2\n"
+    refused("read_text", "/dev/zero")  # the same checks up front...
+    with pytest.raises(InvalidInputError, match="is a device"):
+        open_text("/dev/zero", what="--data", max_bytes=100)
+    path.write_bytes(b"x" * 50)
+    with pytest.raises(InvalidInputError, match="more than the 40 bytes"):
+        open_text(path, what="--data", max_bytes=40)
+
+
+def test_gzip_content_is_capped_too(tmp_path):
+    import gzip
+
+    path = tmp_path / "big.jsonl.gz"
+    path.write_bytes(gzip.compress(b"0" * 100_000))  # about 100 bytes on disk
+    assert len(read_bytes(path, what="--data", max_bytes=200_000, gunzip=True)) == 100_000
+    with pytest.raises(InvalidInputError, match="decompresses to more than"):
+        read_bytes(path, what="--data", max_bytes=50_000, gunzip=True)
+    assert [line for _, line in iter_lines(path, what="f", max_bytes=200_000, gunzip=True)] == ["0" * 100_000]
+    cut = tmp_path / "cut.gz"
+    cut.write_bytes(gzip.compress(b"abc")[:-4])
+    with pytest.raises(InvalidInputError, match="not a readable gzip file"):
+        read_bytes(cut, what="--data", max_bytes=1000, gunzip=True)

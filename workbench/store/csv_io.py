@@ -18,6 +18,8 @@ from typing import Any
 from sqlalchemy import JSON, DateTime, Double, Integer, select
 from sqlalchemy.orm import Session
 
+from core.errors import InvalidInputError
+from core.files import open_text
 from core.trace import DECISIONS, SOURCES, STATUSES
 from workbench.store.errors import CsvFormatError
 from workbench.store.rows import chunks
@@ -190,12 +192,18 @@ def write_csv(session: Session, run_ids: Sequence[int], tags: Mapping[int, list[
 
 # ---------------------------------------------------------------- reading
 
+CSV_BYTES = 64 << 30  # the largest CSV file imported (nodes.csv of a very large store); it is streamed, not held
+
+
 def _read_table(path: Path, name: str) -> list[dict[str, Any]]:
-    if not path.is_file():
-        what = "is a folder" if path.is_dir() else "is missing"
-        raise CsvFormatError(f"{path} {what}: an export folder holds runs.csv, steps.csv and nodes.csv")
+    if not path.exists() and not path.is_symlink():
+        raise CsvFormatError(f"{path} is missing: an export folder holds runs.csv, steps.csv and nodes.csv")
     try:
         return _read_rows(path, name)
+    except CsvFormatError:
+        raise
+    except InvalidInputError as e:  # core.files: a folder, FIFO, device, or over the cap
+        raise CsvFormatError(f"{e}; nothing was imported") from None
     except UnicodeDecodeError as e:
         raise CsvFormatError(f"{path.name} is not UTF-8 text (byte {e.start}): export again, or save it as UTF-8; "
                              f"nothing was imported") from None
@@ -209,7 +217,7 @@ def _read_rows(path: Path, name: str) -> list[dict[str, Any]]:
     cols = csv_columns(name)
     table = CSV_TABLES[name]
     rows = []
-    with path.open(encoding="utf-8", newline="") as f:
+    with open_text(path, what=f"{name}.csv", max_bytes=CSV_BYTES, newline="") as f:
         reader = csv.reader(f)
         header = next(reader, None)
         if header != cols:
