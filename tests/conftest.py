@@ -158,10 +158,9 @@ def fresh_node_stats(target, prompt_ids, run, *, steps=None, sample: int = 6, se
 
     A test that re-derives decisions from recorded values passes whatever the engine computed wrongly and
     recorded consistently (an EOS probability left out, say); these numbers come from the model itself."""
-    import copy
     import random
 
-    from core.cache import cache_arg, new_cache
+    from core.cache import cache_arg, crop, new_cache
     from core.rules import NodeStats
 
     eos = sorted(set(target.eos_ids))
@@ -186,11 +185,15 @@ def fresh_node_stats(target, prompt_ids, run, *, steps=None, sample: int = 6, se
             if len(seq) > 1:
                 target.model(input_ids=torch.tensor([seq[:-1]], device=device), use_cache=True, **cache_arg(target.model, prefix))
             rows = {}
-            for path in paths:
-                cache = copy.deepcopy(prefix)
+            # One forward per longest path (the accepted path covers every node judged under it), on the
+            # prefix's plain cache, cut back to the prefix after it; its rows are the distributions along it.
+            longest = [p for p in paths if not any(len(q) > len(p) and q[: len(p)] == p for q in paths)]
+            for path in longest:
                 out = target.model(input_ids=torch.tensor([[seq[-1], *path]], device=device), use_cache=True,
-                                   **cache_arg(target.model, cache))
-                rows[path] = out.logits[0, -1].double().cpu()
+                                   **cache_arg(target.model, prefix))
+                for j in range(len(path) + 1):
+                    rows.setdefault(path[:j], out.logits[0, j].double().cpu())
+                crop(prefix, len(seq) - 1)
         for n in wanted:
             z = rows[tuple(_path_tokens(by_id, by_id[n.parent]))]
             logp = torch.log_softmax(z, -1)

@@ -456,28 +456,18 @@ def test_a_forged_pass_scores_zero(name, mode):
     assert sb.run_humaneval(PROBLEM, "    return a + b\n", timeout=10, unsafe=unsafe).passed  # the harness works
 
 
-def test_the_checker_never_runs_the_completion():
-    """What each side runs: the completion only in the candidate's program, the test only in the checker's."""
-    import contextlib
-
+def test_the_checker_never_runs_the_completion(monkeypatch):
+    """What each side runs: the completion only in the candidate's program, the tests and the token only in the
+    checker's."""
     boxes = []
-    real = sb._run_boxes
-    with contextlib.ExitStack() as stack:
-        stack.callback(lambda: None)
-        sb._run_boxes = lambda b, token, timeout: boxes.extend(b) or sb.ExecResult(False, "failed", "")
-        try:
-            sb._humaneval_in(sb._Runner(bwrap="/usr/bin/bwrap"), PROBLEM, "    return a + b  # MARK-COMPLETION\n", 5)
-        finally:
-            sb._run_boxes = real
+    monkeypatch.setattr(sb, "_run_boxes", lambda b, token, timeout: boxes.extend(b) or sb.ExecResult(False, "failed", ""))
+    sb._humaneval_in(sb._Runner(bwrap="/usr/bin/bwrap"), PROBLEM, "    return a + b  # MARK-COMPLETION\n", 5)
     checker, candidate = boxes
     assert b"MARK-COMPLETION" not in checker.payload and b"def check" in checker.payload
     assert b"MARK-COMPLETION" in candidate.payload and b"def check" not in candidate.payload
     assert b"token" not in candidate.payload and b'"token"' in checker.payload
-    for fd in {*checker.pass_fds, *candidate.pass_fds}:
-        try:
-            os.close(fd)
-        except OSError:
-            pass
+    for fd in {*checker.pass_fds, *candidate.pass_fds}:  # the pipes the boxes would have taken
+        os.close(fd)
 
 
 # ---- the narrow sandbox (issue 30, case 5): nothing of the host but Python and the system libraries ----
