@@ -172,7 +172,8 @@ def fresh_node_stats(target, prompt_ids, run, *, steps=None, sample: int = 6, se
         steps = sorted(random.Random(seed).sample(range(len(run.steps)), min(sample, len(run.steps))))
     pairs = []
     device = next(target.model.parameters()).device
-    for k in steps:
+    prefix, have = new_cache(target.model), 0  # a plain cache of the committed tokens, extended step to step
+    for k in sorted(steps):
         step, seq = run.steps[k], sequences[k]
         by_id = {n.node: n for n in step.nodes}
         assert step.nodes[0].token_id == seq[-1], "the root is the last committed token"
@@ -181,9 +182,10 @@ def fresh_node_stats(target, prompt_ids, run, *, steps=None, sample: int = 6, se
             continue
         paths = {tuple(_path_tokens(by_id, by_id[n.parent])) for n in wanted}  # the tokens after which each is judged
         with torch.no_grad():
-            prefix = new_cache(target.model)
-            if len(seq) > 1:
-                target.model(input_ids=torch.tensor([seq[:-1]], device=device), use_cache=True, **cache_arg(target.model, prefix))
+            if len(seq) - 1 > have:
+                target.model(input_ids=torch.tensor([seq[have:-1]], device=device), use_cache=True,
+                             **cache_arg(target.model, prefix))
+                have = len(seq) - 1
             rows = {}
             # One forward per longest path (the accepted path covers every node judged under it), on the
             # prefix's plain cache, cut back to the prefix after it; its rows are the distributions along it.
