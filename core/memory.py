@@ -256,20 +256,28 @@ def _file_lock(path: Path) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
+MEMORY_BYTES = 256 << 20  # the shipped table is 30 KB; a large calibration a few MB
+
+
 def _read(path: Path) -> tuple[Counter, dict[str, Any]]:
+    from core.files import read_bytes
+
     try:
-        raw = path.read_bytes()
-        if path.suffix == ".gz":
-            raw = gzip.decompress(raw)
+        raw = read_bytes(path, what="the correction memory", max_bytes=MEMORY_BYTES, gunzip=path.suffix == ".gz")
         data = json.loads(raw.decode("utf-8"))
-    except (OSError, EOFError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise WorkbenchError(f"could not read the correction memory {path}: {e}. Delete it or run `calibrate` again.") from None
+    except (UnicodeDecodeError, RecursionError, ValueError, WorkbenchError) as e:  # JSONDecodeError is a ValueError
+        raise WorkbenchError(f"could not read the correction memory {path}: {str(e)[:300]}. Delete it or run `calibrate` "
+                             f"again.") from None
     if not isinstance(data, dict) or data.get("format") != FORMAT or not isinstance(data.get("pairs"), list):
         raise WorkbenchError(f"{path} is not a correction memory of format {FORMAT}; delete it or run `calibrate` again")
     counts: Counter = Counter()
-    for row in data["pairs"]:
-        d, t, n = (int(v) for v in row)
-        counts[(d, t)] += n
+    try:
+        for row in data["pairs"]:
+            d, t, n = (int(v) for v in row)
+            counts[(d, t)] += n
+    except (TypeError, ValueError):
+        raise WorkbenchError(f"{path}: a pair is not three integers (draft token, target token, count); delete it or run "
+                             f"`calibrate` again") from None
     return counts, dict(data.get("meta") or {})
 
 

@@ -423,11 +423,9 @@ def _unreadable(spec: str, e: Exception, what: str) -> WorkbenchError:
 
 def _check_gguf(path: Path, spec: str) -> None:
     """Refuse a .gguf file that is not GGUF before transformers tries to parse it."""
-    try:
-        with path.open("rb") as f:
-            head = f.read(24)
-    except OSError as e:
-        raise WorkbenchError(f"cannot read the GGUF file {spec!r}: {e.strerror or type(e).__name__}") from None
+    from core.files import read_head
+
+    head = read_head(path, 24, what="the GGUF file")
     if len(head) < 24 or head[:4] != GGUF_MAGIC:
         raise UnsupportedModelError(
             f"{spec!r} is not a GGUF file ({'empty' if not head else 'too short' if len(head) < 24 else 'no GGUF header'}): "
@@ -443,6 +441,15 @@ def _check_model_folder(path: Path, spec: str) -> None:
         raise UnsupportedModelError(
             f"{spec!r} is a folder but not a model folder (no config.json): pass a folder written by save_pretrained, "
             f"a .gguf file, {preset_hint()}, or a hub id")
+    from core.files import MiB, read_text
+
+    try:  # read safely before transformers does (a config.json that is a huge file or a link to a device)
+        config = json.loads(read_text(path / "config.json", what="the model's config.json", max_bytes=16 * MiB))
+    except (ValueError, RecursionError) as e:  # InvalidInputError and JSONDecodeError are ValueErrors
+        raise UnsupportedModelError(f"{spec!r}: its config.json cannot be used ({str(e)[:200]}); save the model again, "
+                                    f"or use {preset_hint()}") from None
+    if not isinstance(config, dict):
+        raise UnsupportedModelError(f"{spec!r}: its config.json is not a JSON object; save the model again")
 
 
 def check_pair(target: LoadedModel, draft: LoadedModel) -> None:
@@ -465,7 +472,14 @@ def check_pair(target: LoadedModel, draft: LoadedModel) -> None:
 
 
 def encode_prompt(tokenizer, text: str, *, chat: bool | None = None, system: str | None = None) -> list[int]:
-    """Token ids of a prompt; the chat template is applied when the tokenizer has one (unless chat=False)."""
+    """Token ids of a prompt; the chat template is applied when the tokenizer has one (unless chat=False). A prompt
+    with a lone surrogate or longer than core.files.MAX_PROMPT_CHARS is an InvalidInputError (before the tokenizer
+    sees it: tokenizers raise TypeError on the one and hold about 130 bytes per character of the other)."""
+    from core.files import MAX_PROMPT_CHARS, check_text
+
+    check_text(text, what="the prompt", max_chars=MAX_PROMPT_CHARS)
+    if system:
+        check_text(system, what="the system prompt", max_chars=MAX_PROMPT_CHARS)
     use_chat = bool(getattr(tokenizer, "chat_template", None)) if chat is None else chat
     if use_chat and getattr(tokenizer, "chat_template", None):
         messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": text}]

@@ -84,14 +84,18 @@ def parse_device_map(text: str) -> str | dict:
                 f"--device-map {text!r}: use {', '.join(POLICIES)}, a JSON object such as "
                 "'{\"model.embed_tokens\": \"cpu\", \"model.layers\": \"disk\", ...}', or a file holding one"
             )
+        from core.files import MiB, read_text
+
         try:
-            source = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as e:
-            raise PlacementError(f"--device-map: cannot read {path.name}: {type(e).__name__}") from None
+            source = read_text(path, what="--device-map", max_bytes=MiB)
+        except WorkbenchError as e:
+            raise PlacementError(str(e)) from None
     try:
         mapping = json.loads(source)
     except json.JSONDecodeError as e:
         raise PlacementError(f"--device-map is not valid JSON ({e.msg} at column {e.colno})") from None
+    except (RecursionError, ValueError):  # nested past the recursion limit; an integer of over 4,300 digits
+        raise PlacementError("--device-map is JSON nested too deeply or with numbers too long to read") from None
     if not isinstance(mapping, dict) or not mapping:
         raise PlacementError("--device-map JSON must be a non-empty object {module name: device}")
     return {str(k): _device_name(v, f"--device-map entry {k!r}") for k, v in mapping.items()}

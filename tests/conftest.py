@@ -17,6 +17,18 @@ NO_SPEC_BENCH = "needs ../shared/data/spec_bench/question.jsonl (the shared fold
 sys.path.insert(0, str(ROOT))
 import workbench.methods  # noqa: E402,F401  transformers' baselines join the methods, as in the workbench
 
+# Hypothesis: the "fuzz" profile is what the property tests of bad input run under (tests/security/test_fuzz.py:
+# CLI parameters, task rows, method strings): at least 1,000 cases each, derandomized so CI is repeatable, no
+# deadline (a slow case on a busy machine is not a failure). WORKBENCH_FUZZ_PROFILE=fuzz-quick runs 100 while
+# working on them; other tests keep Hypothesis's defaults.
+from hypothesis import HealthCheck  # noqa: E402
+from hypothesis import settings as hypothesis_settings  # noqa: E402
+
+hypothesis_settings.register_profile("fuzz", max_examples=1000, deadline=None, derandomize=True,
+                                     suppress_health_check=list(HealthCheck))
+hypothesis_settings.register_profile("fuzz-quick", parent=hypothesis_settings.get_profile("fuzz"), max_examples=100)
+FUZZ_PROFILE = os.environ.get("WORKBENCH_FUZZ_PROFILE", "fuzz")
+
 
 @dataclass
 class TinyModel:
@@ -126,3 +138,79 @@ def app(smollm2, tmp_path_factory):
     yield demo, client
     demo.close()
     mp.undo()
+
+
+# ---- the target's own numbers, from a fresh forward (not from the trace) --------------------------------
+
+def _path_tokens(nodes_by_id: dict, node) -> list[int]:
+    """The tokens from the root (exclusive) down to `node` (inclusive)."""
+    out = []
+    while node.parent >= 0:
+        out.append(node.token_id)
+        node = nodes_by_id[node.parent]
+    return out[::-1]
+
+
+def fresh_node_stats(target, prompt_ids, run, *, steps=None, sample: int = 6, seed: int = 0, only=None):
+    """Recompute the statistics of the nodes of a sample of a run's steps from a fresh forward of the target:
+    the committed sequence once, then each node's own path on a copy of that plain cache (no engine cache, no
+    tree mask); assert they equal what the trace recorded, and return [(node trace, fresh NodeStats)] so a
+    test can judge decisions with numbers the engine did not produce. `only(node)` limits the nodes checked.
+
+    A test that re-derives decisions from recorded values passes whatever the engine computed wrongly and
+    recorded consistently (an EOS probability left out, say); these numbers come from the model itself."""
+    import random
+
+    from core.cache import cache_arg, crop, new_cache
+    from core.rules import NodeStats
+
+    eos = sorted(set(target.eos_ids))
+    before, sequences = list(prompt_ids), []
+    for step in run.steps:
+        sequences.append(list(before))
+        before += step.emitted
+    if steps is None:
+        steps = sorted(random.Random(seed).sample(range(len(run.steps)), min(sample, len(run.steps))))
+    pairs = []
+    device = next(target.model.parameters()).device
+    prefix, have = new_cache(target.model), 0  # a plain cache of the committed tokens, extended step to step
+    for k in sorted(steps):
+        step, seq = run.steps[k], sequences[k]
+        by_id = {n.node: n for n in step.nodes}
+        assert step.nodes[0].token_id == seq[-1], "the root is the last committed token"
+        wanted = [n for n in step.nodes if n.p is not None and (only is None or only(n))]
+        if not wanted:
+            continue
+        paths = {tuple(_path_tokens(by_id, by_id[n.parent])) for n in wanted}  # the tokens after which each is judged
+        with torch.no_grad():
+            if len(seq) - 1 > have:
+                target.model(input_ids=torch.tensor([seq[have:-1]], device=device), use_cache=True,
+                             **cache_arg(target.model, prefix))
+                have = len(seq) - 1
+            rows = {}
+            # One forward per longest path (the accepted path covers every node judged under it), on the
+            # prefix's plain cache, cut back to the prefix after it; its rows are the distributions along it.
+            longest = [p for p in paths if not any(len(q) > len(p) and q[: len(p)] == p for q in paths)]
+            for path in longest:
+                out = target.model(input_ids=torch.tensor([[seq[-1], *path]], device=device), use_cache=True,
+                                   **cache_arg(target.model, prefix))
+                for j in range(len(path) + 1):
+                    rows.setdefault(path[:j], out.logits[0, j].double().cpu())
+                crop(prefix, len(seq) - 1)
+        for n in wanted:
+            z = rows[tuple(_path_tokens(by_id, by_id[n.parent]))]
+            logp = torch.log_softmax(z, -1)
+            probs = logp.exp()
+            tok = n.token_id
+            rank = int((z > z[tok]).sum()) + int((z[:tok] == z[tok]).sum())
+            fresh = NodeStats(p=float(probs[tok]), entropy=float(-(probs * logp).nan_to_num().sum()),
+                              max_p=float(probs.max()), p_eos=float(probs[eos].max()) if eos else 0.0, rank=rank,
+                              logit_gap=float(z.max() - z[tok]))
+            where = f"step {k} node {n.node} ({n.source}, {n.decision})"
+            for name in ("p", "max_p", "p_eos", "entropy", "logit_gap"):
+                got, want = getattr(n, name), getattr(fresh, name)
+                assert abs(got - want) <= 1e-5 + 2e-3 * abs(want), f"{where}: recorded {name} {got!r}, the target says {want!r}"
+            near_tie = int((abs(z - z[tok]) < 1e-4).sum()) > 1
+            assert n.rank == fresh.rank or near_tie, f"{where}: recorded rank {n.rank}, the target says {fresh.rank}"
+            pairs.append((n, fresh))
+    return pairs

@@ -247,7 +247,7 @@ def test_bad_input_is_refused_and_nothing_is_half_written(store, tmp_path, capsy
     fails("--run", "999", "--format", "openinference", "--out", str(tmp_path / "a.jsonl"), message="no run 999")
     fails("--run", str(rid), "--format", "openinference", "--out", str(tmp_path), message="is a folder")
     (tmp_path / "file").write_text("x")
-    fails("--run", str(rid), "--format", "openinference", "--out", str(tmp_path / "file" / "a.jsonl"), message="cannot write")
+    fails("--run", str(rid), "--format", "openinference", "--out", str(tmp_path / "file" / "a.jsonl"), message="is a file, not a folder")
     for url in ("ftp://h/v1/traces", "localhost:6006", "http://h:99999/v1/traces", "http:///v1/traces"):
         fails("--run", str(rid), "--format", "openinference", "--otlp-endpoint", url, message="not an http(s) URL")
     fails("--run", str(rid), "--format", "openinference", "--otlp-endpoint", "http://h", "--otlp-timeout", "0",
@@ -257,8 +257,9 @@ def test_bad_input_is_refused_and_nothing_is_half_written(store, tmp_path, capsy
     old.write_text("earlier export\n")
     port = _free_port()  # nothing listens there
     t = time.monotonic()
-    fails("--run", str(rid), "--format", "openinference", "--out", str(old), "--otlp-endpoint", f"http://127.0.0.1:{port}",
-          "--otlp-timeout", "0.5", message=f"nothing answers at 127.0.0.1:{port}")
+    fails("--run", str(rid), "--format", "openinference", "--out", str(old), message="already exists: pass --force")
+    fails("--run", str(rid), "--format", "openinference", "--out", str(old), "--force", "--otlp-endpoint",
+          f"http://127.0.0.1:{port}", "--otlp-timeout", "0.5", message=f"nothing answers at 127.0.0.1:{port}")
     assert time.monotonic() - t < 8
     assert old.read_text() == "earlier export\n"  # the earlier file survives
     assert not (tmp_path / "a.jsonl").exists()

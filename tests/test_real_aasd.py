@@ -1,11 +1,13 @@
 """AASD and CASD on the real default model: every token accepted although it is not the target's
-argmax passed its rule, checked from the traces alone; and such tokens do occur."""
+argmax passed its rule; such tokens do occur; and on the steps where they did, every judged node's numbers
+are recomputed from a fresh forward of the model (conftest.fresh_node_stats) and the rule applied to those,
+so a value the engine got wrong and recorded consistently (p(EOS) left out, say) fails here."""
 from __future__ import annotations
 
 import math
 
 import pytest
-from conftest import spec_bench_rows
+from conftest import fresh_node_stats, spec_bench_rows
 
 from core.methods import run_method
 from core.models import encode_prompt
@@ -22,6 +24,17 @@ def prompts(smollm2):
 
 def accepted_non_argmax(runs):
     return [n for run in runs for s in run.steps for n in s.nodes if n.decision == "accepted" and n.rank and n.rank > 0]
+
+
+def judged_afresh(model, prompts, runs, runs_checked: int = 4, steps_per_run: int = 2):
+    """(node, fresh stats) of every judged draft node on the first steps that accepted an off-argmax token."""
+    pairs = []
+    for prompt, run in list(zip(prompts, runs))[:runs_checked]:
+        steps = [s.index for s in run.steps if any(n.decision == "accepted" and n.rank for n in s.nodes)][:steps_per_run]
+        pairs += fresh_node_stats(model, prompt, run, steps=steps,
+                                  only=lambda n: n.decision in ("accepted", "rejected") and n.source != "root")
+    assert pairs, "no step to check afresh"
+    return pairs
 
 
 def test_aasd_accepts_non_argmax_tokens_only_by_its_rule(smollm2, prompts):
@@ -43,6 +56,13 @@ def test_aasd_accepts_non_argmax_tokens_only_by_its_rule(smollm2, prompts):
         for s in run.steps:
             bonus = [n for n in s.nodes if n.decision == "bonus"]
             assert len(bonus) == 1 and bonus[0].rank == 0
+    for n, fresh in judged_afresh(smollm2, prompts, runs):  # the rule, by source, on the model's own numbers
+        if n.source in ("context", "alignment"):
+            threshold = min(0.1 * fresh.entropy + 0.1, fresh.max_p)
+            assert n.threshold == pytest.approx(threshold, rel=2e-3, abs=1e-6), (n, fresh)
+            assert n.decision != "accepted" or fresh.p >= threshold - 1e-6, (n, fresh)
+        elif n.decision == "accepted":
+            assert fresh.rank == 0 or fresh.logit_gap < 1e-4, (n, fresh)
 
 
 def test_casd_fixed_threshold_with_eos_guard_from_traces(smollm2, prompts):
@@ -51,3 +71,12 @@ def test_casd_fixed_threshold_with_eos_guard_from_traces(smollm2, prompts):
     assert relaxed
     for n in relaxed:
         assert n.p > max(0.05, n.p_eos) and n.threshold == max(0.05, n.p_eos), n
+    guard = 0
+    for n, fresh in judged_afresh(smollm2, prompts[:2], runs):  # p(EOS) as the model gives it, not as recorded
+        if n.source == "context":
+            assert n.threshold == pytest.approx(max(0.05, fresh.p_eos), rel=2e-3, abs=1e-6), (n, fresh)
+            assert n.decision != "accepted" or fresh.p > max(0.05, fresh.p_eos) - 1e-6, (n, fresh)
+            guard += fresh.p_eos > 0
+        elif n.decision == "accepted":
+            assert fresh.rank == 0 or fresh.logit_gap < 1e-4, (n, fresh)
+    assert guard, "no context node judged afresh"

@@ -11,7 +11,7 @@ import math
 
 import pytest
 import torch
-from conftest import spec_bench_rows
+from conftest import fresh_node_stats, spec_bench_rows
 
 from core.stats import run_metrics
 from core.memory import CorrectionMemory, rejections
@@ -100,6 +100,11 @@ def test_single_model_csd_rescues_only_when_both_conditions_hold(smollm2):
                     assert (n.decision == "rescued") == (is_freq and is_safe), n.reason
                     assert n.threshold == tau and n.correction_id != n.token_id
                     rescued += n.decision == "rescued"
+            steps = sorted({s.index for s in run.steps for n in s.nodes if n.correction_id is not None})[:2]
+            for n, fresh in fresh_node_stats(smollm2, prompt, run, steps=steps, only=lambda n: n.correction_id is not None):
+                gap = -fresh.logit_gap  # the model's own z(x) − z(t*), from a fresh forward
+                if abs(gap - math.log(tau)) > 1e-4:
+                    assert (n.decision == "rescued") == (n.mem_count >= lam and gap >= math.log(tau)), (n, fresh)
     assert seen > 0 and rescued > 0
     assert memory.total == seen  # one update per rejection, rescued or not
 

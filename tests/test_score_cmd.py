@@ -228,12 +228,12 @@ def test_score_names_what_is_wrong(tmp_path, capsys):
         (results_json(tmp_path / "m.json", [{"id": "a", "method": "greedy", "text": "yes"},
                                               {"id": "zz", "method": "greedy", "text": "no"}]), data,
          "1 task id(s) of the results are not in the task data: zz"),
-        (tmp_path / "missing.json", data, "results file not found"),
+        (tmp_path / "missing.json", data, "missing.json: not found"),
         (tmp_path / "broken.json", data, "broken.json: not valid JSON"),
-        (tmp_path / "binary.json", data, "cannot read"),
+        (tmp_path / "binary.json", data, "is not UTF-8 text"),
         (tmp_path / "list.json", data, "not bench results"),
         (results_json(tmp_path / "no_text.json", [{"id": "a", "method": "greedy"}]), data, "not bench results"),
-        (good, tmp_path / "nope.jsonl", "task file not found"),
+        (good, tmp_path / "nope.jsonl", "nope.jsonl: not found"),
     ]
     for results, task_data, message in cases:
         code, _, err = score(capsys, "--results", results, "--data", task_data)

@@ -9,7 +9,7 @@ from collections import Counter
 import numpy as np
 import pytest
 import torch
-from conftest import make_tiny, perturbed
+from conftest import fresh_node_stats, make_tiny, perturbed
 from scipy.stats import chisquare
 
 from core import cache as kv
@@ -141,6 +141,11 @@ def test_csd_rescues_exactly_when_both_conditions_hold(target, drafts):
             safe = -n.logit_gap >= math.log(0.05)  # t* is the argmax at T = 0
             assert (n.decision == "rescued") == (freq and safe), n.reason
             assert n.threshold == 0.05
+        # The gap as the target gives it (a fresh forward), not as the engine recorded it
+        steps = sorted({s.index for s in run.steps for n in s.nodes if n.correction_id is not None})[:6]
+        for n, fresh in fresh_node_stats(target, prompt, run, steps=steps, only=lambda n: n.correction_id is not None):
+            if n.mem_count is not None and abs(-fresh.logit_gap - math.log(0.05)) > 1e-4:
+                assert (n.decision == "rescued") == (n.mem_count >= 2 and -fresh.logit_gap >= math.log(0.05)), (n, fresh)
         rescued.append(len(rescued_nodes(run)))
         rejections += len(rejection_nodes(run))
     assert rescued[-1] > 0 and mem.total == rejections  # every rejection and every rescue updated the memory once

@@ -242,7 +242,7 @@ def test_humaneval_from_the_package_and_from_a_file(tmp_path):
     path = tmp_path / "toy.jsonl.gz"
     with gzip.open(path, "wt") as fh:
         fh.write(json.dumps(row) + "\n" + json.dumps({**row, "task_id": "Toy/1", "test": ""}) + "\n")
-    with pytest.raises(InvalidInputError, match=r"toy.jsonl.gz problem 2: missing field\(s\) test"):
+    with pytest.raises(InvalidInputError, match=r"toy.jsonl.gz line 2: missing field\(s\) test"):
         load_dataset_tasks(f"humaneval@{path}")
     with pytest.raises(InvalidInputError, match="humaneval takes no selection"):
         load_dataset_tasks("humaneval:easy")

@@ -184,6 +184,23 @@ def test_the_command_fits_on_held_out_items_and_saves(tiny, home, id_prompts, tm
     assert main(argv[:-1] + ["--grid", "alpha=x"]) == 2  # bad grid: refused before any model loads
     assert main(["calibrate", "--thresholds", "--data", str(data), "--held-out-from", "3"]) == 2  # nothing held out
 
+    # The fit recorded its items: evaluating aasd[auto] on them is not held out. bench warns (and says so in its
+    # JSON); report, whose tables are the numbers, refuses; on other items neither complains.
+    capsys.readouterr()
+    out = tmp_path / "bench.json"
+    bench = ["bench", "--data", str(data), "--methods", "aasd[auto]", "--max-new-tokens", "3", "--no-store"]
+    assert main(bench + ["--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert "warning: fitted thresholds evaluated on the items they were fitted on" in err and "x/x2" in err and "y/y2" in err
+    assert json.loads(out.read_text())["fit_overlap"] == {"aasd[auto]": ["x/x2", "y/y2"]}
+    assert main(bench + ["--categories", "x", "--limit", "2", "--out", str(out)]) == 0  # x0, x1: held out
+    assert "warning: fitted" not in capsys.readouterr().err and "fit_overlap" not in json.loads(out.read_text())
+    report = ["report", "--data", str(data), "--methods", "aasd[auto]", "--max-new-tokens", "3", "--no-store",
+              "--out", str(tmp_path / "report")]
+    assert main(report) == 2
+    err = capsys.readouterr().err
+    assert "evaluated on the items they were fitted on: aasd[auto]: 2 items (x/x2, y/y2)" in err and "Traceback" not in err
+
 
 # ---------------------------------------------------------------- the real model
 

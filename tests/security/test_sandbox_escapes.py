@@ -378,3 +378,197 @@ def test_exiting_before_the_tests_is_not_a_pass(name, mode):
     result = sb.run_humaneval(PROBLEM, EXITS[name], timeout=10, unsafe=mode)
     assert not result.passed and result.status == "failed", result
     assert sb.run_humaneval(PROBLEM, "    return a + b\n", timeout=10, unsafe=mode).passed  # the harness works
+
+
+# ---- forged passes (issue 30): the candidate runs in its own sandbox, the checker only sees data ----------
+# Each payload is a completion that is wrong (`a - b`) plus code that tries to make the harness count a pass.
+# Against a harness that ran the completion in check's own interpreter, each of them did. They all score 0
+# here, in both modes, and the same harness still passes the honest completion.
+
+FRAME_WALK = '''    return a - b
+import os, sys
+def_frames = [sys._getframe()]
+try:
+    raise RuntimeError
+except RuntimeError as exc:
+    def_frames.append(exc.__traceback__.tb_frame)
+for frame in def_frames:
+    while frame is not None:
+        local = frame.f_locals
+        if isinstance(local.get("token"), bytes) and isinstance(local.get("result"), int):
+            os.write(local["result"], local["token"] + b"\\n")
+            os._exit(0)
+        frame = frame.f_back
+'''
+
+TRACE_SWAP = '''    return a - b
+import sys
+noop = lambda candidate: None
+swap = lambda frame: "check" in frame.f_globals and setattr(frame.f_globals["check"], "__code__", noop.__code__)
+tracer = lambda frame, event, arg: (swap(frame), tracer)[1]
+sys.settrace(tracer)
+sys._getframe().f_trace = tracer
+'''
+
+MEMORY_SCAN = '''    return a - b
+import ctypes, os, re
+found = set()
+for line in open("/proc/self/maps"):
+    fields = line.split()
+    name = fields[5] if len(fields) > 5 else ""
+    if not fields[1].startswith("rw") or (name and name not in ("[heap]", "[stack]")):
+        continue
+    start, end = (int(x, 16) for x in fields[0].split("-"))
+    if end - start > 64 << 20:
+        continue
+    found.update(re.findall(rb"(?<![0-9a-f])[0-9a-f]{32}(?![0-9a-f])", ctypes.string_at(start, end - start)))
+lines = b"".join(t + b"\\n" for t in sorted(found))[:4000]
+for fd in range(3, 20):
+    try:
+        os.write(fd, lines)
+    except OSError:
+        pass
+'''
+
+ALWAYS_EQUAL = '''    class Anything:
+        __eq__ = lambda self, other: True
+        __ne__ = lambda self, other: False
+        __hash__ = lambda self: 0
+    return Anything()
+'''
+
+INT_ALWAYS_EQUAL = '''    class Five(int):
+        __eq__ = lambda self, other: True
+    return Five(a - b)
+'''
+
+FORGERIES = {"frame walk to the harness": FRAME_WALK, "settrace and check.__code__ swap": TRACE_SWAP,
+             "ctypes memory scan for the token": MEMORY_SCAN, "always-equal __eq__ object": ALWAYS_EQUAL,
+             "int subclass with an always-true __eq__": INT_ALWAYS_EQUAL}
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("name", sorted(FORGERIES))
+def test_a_forged_pass_scores_zero(name, mode):
+    unsafe = (sb.UNSAFE_ROOT if os.geteuid() == 0 else True) if mode else False
+    result = sb.run_humaneval(PROBLEM, FORGERIES[name], timeout=20, unsafe=unsafe)
+    assert not result.passed and result.status in ("failed", "error"), result
+    assert sb.run_humaneval(PROBLEM, "    return a + b\n", timeout=10, unsafe=unsafe).passed  # the harness works
+
+
+def test_the_checker_never_runs_the_completion(monkeypatch):
+    """What each side runs: the completion only in the candidate's program, the tests and the token only in the
+    checker's."""
+    boxes = []
+    monkeypatch.setattr(sb, "_run_boxes", lambda b, token, timeout: boxes.extend(b) or sb.ExecResult(False, "failed", ""))
+    sb._humaneval_in(sb._Runner(bwrap="/usr/bin/bwrap"), PROBLEM, "    return a + b  # MARK-COMPLETION\n", 5)
+    checker, candidate = boxes
+    assert b"MARK-COMPLETION" not in checker.payload and b"def check" in checker.payload
+    assert b"MARK-COMPLETION" in candidate.payload and b"def check" not in candidate.payload
+    assert b"token" not in candidate.payload and b'"token"' in checker.payload
+    for fd in {*checker.pass_fds, *candidate.pass_fds}:  # the pipes the boxes would have taken
+        os.close(fd)
+
+
+# ---- the narrow sandbox (issue 30, case 5): nothing of the host but Python and the system libraries ----
+
+@needs_sandbox
+def test_no_host_socket_is_reachable_not_even_in_a_world_writable_project_folder(tmp_path):
+    """A Unix socket listening in a world-writable folder of the project (outside the folders the old sandbox
+    hid) was reachable from inside; now the project is not there at all. An abstract socket neither."""
+    folder = Path(__file__).parent / f".sandbox-socket-{secrets.token_hex(4)}"
+    folder.mkdir()
+    os.chmod(folder, 0o1777)
+    path = folder / "s"
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    abstract = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    name = f"\0wb-sandbox-{secrets.token_hex(4)}"
+    try:
+        listener.bind(str(path))
+        os.chmod(path, 0o777)
+        listener.listen(4)
+        listener.setblocking(False)
+        abstract.bind(name)
+        abstract.listen(4)
+        abstract.setblocking(False)
+        program = ("import socket\n"
+                   f"for address in ({str(path)!r}, {name!r}):\n"
+                   "    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)\n"
+                   "    try:\n"
+                   "        s.connect(address)\n"
+                   "        s.sendall(b'escaped')\n"
+                   "    except OSError:\n"
+                   "        pass\n")
+        result = sb.run_python(program, timeout=10)
+        reached = []
+        for sock in (listener, abstract):
+            try:
+                sock.accept()[0].close()
+                reached.append(sock)
+            except BlockingIOError:
+                pass
+    finally:
+        listener.close()
+        abstract.close()
+        shutil.rmtree(folder, ignore_errors=True)
+    assert result.passed, result.detail
+    assert not reached, "sandboxed code connected to a Unix socket on the host"
+
+
+@needs_sandbox
+def test_only_python_and_the_system_libraries_are_visible():
+    """No project, home or data folder, no /opt, /root, /home, /run, /var, /srv, /mnt or /sys: the root holds
+    /usr (and its links), /etc's two files, /dev, /proc, a private /tmp and the interpreter's prefix."""
+    prefix = os.path.realpath(sys.base_prefix)
+    project = str(Path(__file__).resolve().parents[2])
+    allowed_top = {"usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "etc", "dev", "proc", "tmp",
+                   prefix.strip("/").split("/")[0]}
+    program = (
+        "import os\n"
+        f"top = set(os.listdir('/')) - set({sorted(allowed_top)!r})\n"
+        "assert not top, f'visible: {sorted(top)}'\n"
+        "assert sorted(os.listdir('/etc')) <= ['ld.so.cache', 'localtime'], os.listdir('/etc')\n"
+        f"for path in ({project!r}, {str(Path.home())!r}, '/opt', '/home', '/run', '/var', '/srv', '/mnt', '/sys', '/work'):\n"
+        f"    if path == {prefix!r} or {prefix!r}.startswith(path + '/'):\n"
+        "        continue\n"
+        "    assert not os.path.exists(path), path + ' is visible'\n"
+        f"parts = {prefix!r}.strip('/').split('/')\n"
+        "for i in range(1, len(parts)):  # the folders above the prefix hold only the way to it\n"
+        "    assert os.listdir('/' + '/'.join(parts[:i])) == [parts[i]], os.listdir('/' + '/'.join(parts[:i]))\n"
+        "for path in ('/', '/usr/probe', '/etc/probe'):\n"
+        "    try:\n"
+        "        open(path.rstrip('/') + '/wb-probe', 'w')\n"
+        "    except OSError:\n"
+        "        continue\n"
+        "    raise AssertionError('wrote under ' + path)\n")
+    result = sb.run_python(program, timeout=10)
+    assert result.passed, result.detail
+
+
+@needs_sandbox
+def test_the_memory_cap_holds_over_all_the_sandboxes_processes_together():
+    """Three processes of 450 MB each stay under the 1 GiB per-process address-space limit but not under the
+    1 GiB cap of the whole sandbox: one of them is killed (the old sandbox let all three live)."""
+    program = (
+        "import posix, time\n"
+        "pids = []\n"
+        "for _ in range(3):\n"
+        "    pid = posix.fork()\n"
+        "    if pid == 0:\n"
+        "        block = bytearray(450 << 20)\n"
+        "        for i in range(0, len(block), 4096):\n"
+        "            block[i] = 1\n"
+        "        time.sleep(3)\n"
+        "        posix._exit(0)\n"
+        "    pids.append(pid)\n"
+        "codes = [posix.waitpid(pid, 0)[1] for pid in pids]\n"
+        "assert codes == [0, 0, 0], f'exit statuses {codes}'\n")
+    result = sb.run_python(program, timeout=30)
+    assert not result.passed and result.status in ("failed", "error"), result
+    assert "exit statuses" in result.detail or "memory" in result.detail, result
+
+
+@needs_sandbox
+def test_without_a_cgroup_the_parent_enforces_the_memory_cap(monkeypatch):
+    monkeypatch.setattr(sb._Cgroup, "make", classmethod(lambda cls, limit: None))
+    test_the_memory_cap_holds_over_all_the_sandboxes_processes_together()

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 
 from core.errors import WorkbenchError
 from workbench.commands import common
@@ -17,21 +16,21 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="a task file (JSON Lines: the project's rows, Spec-Bench's question.jsonl, LongBench or HumanEval rows)")
     p.add_argument("--methods", default="greedy,pld")
     p.add_argument("--categories", help="comma-separated categories (Spec-Bench: summarization,rag,...)")
-    p.add_argument("--limit", type=int, help="tasks per category")
+    p.add_argument("--limit", type=common.integer("limit", 1, 10**9), help="tasks per category")
     p.add_argument("--out", help="write the JSON results here")
-    p.add_argument("--batch-size", type=common.number_type(int, "batch_size"), default=1, metavar="B",
+    p.add_argument("--batch-size", type=common.integer("batch_size", 1, 4096), default=1, metavar="B",
                    help="decode B tasks at once per method (left padding, per-row trees; not for hf-* methods); "
                         "tokens/s then counts all rows' tokens over each batch's decode time")
-    p.add_argument("--num-processes", type=common.number_type(int, "num_processes"), default=1, metavar="N",
+    p.add_argument("--num-processes", type=common.integer("num_processes", 1, 1024), default=1, metavar="N",
                    help="shard the tasks over N processes on this machine, each with its own model copy and cores / N "
                         "threads, all writing one store; needs --out (shard checkpoints live beside it; a killed "
                         "shard resumes when the command runs again). Under `accelerate launch` the launcher's "
                         "processes are the shards")
-    p.add_argument("--repeats", type=common.number_type(int, "repeats"), default=1, metavar="N",
+    p.add_argument("--repeats", type=common.integer("repeats", 1, 10_000), default=1, metavar="N",
                    help="run the whole benchmark N times (methods interleaved per task in each pass) and report, per "
                         "method, the mean, standard deviation and 95 %% interval of tokens/s and speed-up over the passes")
     p.add_argument("--shard", default=None, help=argparse.SUPPRESS)  # K/N: one shard (set by --num-processes)
-    p.add_argument("--merge-timeout", type=common.number_type(float, "merge_timeout"), default=86400.0, metavar="S",
+    p.add_argument("--merge-timeout", type=common.number_type(float, "merge_timeout", low=0), default=86400.0, metavar="S",
                    help="under accelerate launch: how long rank 0 waits for the other shards before merging (default 1 day)")
     common.add_exec_args(p)
     common.add_compress_args(p)
@@ -77,6 +76,7 @@ def run(args) -> int:
         return _run_shard(args, tasks, methods, shard)
     store = common.open_store(args)
     target, draft = common.load_models(args)
+    overlap = _fit_overlap(target, methods, common.benchmark_params(args), tasks)
     compressor = load_compressor(args.compress, args.compressor, args.compressor_model, target, device=args.device,
                                  dtype=args.dtype, trust_remote_code=args.trust_remote_code)
     params = common.benchmark_params(args)
@@ -90,8 +90,21 @@ def run(args) -> int:
                           scorer=scorer, on_result=keep if store is not None else None, compress=args.compress,
                           compressor=compressor, batch_size=args.batch_size)
     result["config"] = _config(args, target, draft, params, len(tasks), compressor)
+    if overlap:
+        result["fit_overlap"] = overlap
     result["store_seconds"], result["wall_seconds"] = timer.seconds, timer.wall()
     return _report(args, result, timer.count, store)
+
+
+def _fit_overlap(target, methods, params, tasks) -> dict:
+    """Warn (before the run) when a method verifies with thresholds fitted on items this bench evaluates."""
+    from workbench.evaluation.thresholds import describe_overlap, fit_overlap
+
+    overlap = fit_overlap(target, methods, params, tasks)
+    if overlap:
+        print(f"warning: fitted thresholds evaluated on the items they were fitted on, so these results are not held "
+              f"out: {describe_overlap(overlap)} (fit on other items: calibrate --thresholds --held-out-from)", file=sys.stderr)
+    return overlap
 
 
 def _config(args, target, draft, params, n_tasks: int, compressor=None) -> dict:
@@ -112,14 +125,14 @@ def _report(args, result: dict, stored: int, store) -> int:
     if line:
         print(line)
     if args.out:
+        from core.files import write_output
+
         try:
-            Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-            Path(args.out).write_text(json.dumps(result, indent=1))
+            write_output(args.out, json.dumps(result, indent=1), what="--out", force=True)
             print(f"wrote {args.out}", file=sys.stderr)
-        except OSError as e:  # keep the results: they took the whole run
+        except WorkbenchError as e:  # keep the results: they took the whole run
             print(json.dumps(result, indent=1))
-            print(f"error: could not write {args.out} ({e.strerror or type(e).__name__}); the results are printed above",
-                  file=sys.stderr)
+            print(f"error: {e}; the results are printed above", file=sys.stderr)
             return 2
     if store is not None:
         share = ""
@@ -158,6 +171,8 @@ def _run_shard(args, tasks, methods, shard) -> int:
     store = common.open_store(args)
     target, draft = common.load_models(args)
     params = common.benchmark_params(args)
+    if shard.rank == 0:
+        _fit_overlap(target, methods, params, tasks)
     config = _config(args, target, draft, params, len(tasks))
     mine = shards.shard_tasks(tasks, shard)
 

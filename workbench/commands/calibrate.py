@@ -79,26 +79,26 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         "Python standard library's source), 'functions:stdlib' and 'functions:<installed distribution>' (each function "
                         "a document), 'sharegpt:code' and 'sharegpt:math' (answers with code, answers that compute), and "
                         "joins sources with ',' (taken in turn) and groups with ';' (one after another)")
-    p.add_argument("--held-out-from", type=int, default=BENCHMARK_ITEMS,
+    p.add_argument("--held-out-from", type=common.integer("held_out_from", 0, 10**9), default=BENCHMARK_ITEMS,
                    help=f"with dataset corpora and --thresholds: skip this many items per dataset (category), the ones benchmarks "
                         f"draw (default {BENCHMARK_ITEMS})")
-    p.add_argument("--limit", type=int, default=None,
+    p.add_argument("--limit", type=common.integer("limit", 1, 10**9), default=None,
                    help="use the first N prompts of the corpus (default 200); those the memory already counted are skipped. "
                         f"With --thresholds: held-out items per category (default {THRESHOLD_ITEMS})")
-    p.add_argument("--max-new-tokens", type=int, default=128, help="tokens per prompt (default 128)")
+    p.add_argument("--max-new-tokens", type=common.integer("max_new_tokens", 1, 32768), default=128, help="tokens per prompt (default 128)")
     p.add_argument("--benchmark", default=str(SPEC_BENCH),
                    help="Spec-Bench question.jsonl whose items (with HumanEval's) the corpus must not overlap")
     p.add_argument("--out", default=None, help="memory file (default: <home>/memory/<pair fingerprint>.json)")
     p.add_argument("--fresh", action="store_true", help="start from an empty memory instead of adding to the file")
     f = p.add_argument_group("--mode forced")
-    f.add_argument("--seq-len", type=int, default=512, help="tokens per sequence (longer documents are cut into windows)")
-    f.add_argument("--batch-size", type=int, default=1, help="sequences per forward (padded)")
-    f.add_argument("--max-minutes", type=float, default=None, help="stop after this long (a rerun continues)")
-    f.add_argument("--hours", type=float, default=None, help="stop after this many hours (the same budget as --max-minutes)")
-    f.add_argument("--target-observations", type=int, default=None,
+    f.add_argument("--seq-len", type=common.integer("seq_len", 2, 10**6), default=512, help="tokens per sequence (longer documents are cut into windows)")
+    f.add_argument("--batch-size", type=common.integer("batch_size", 1, 4096), default=1, help="sequences per forward (padded)")
+    f.add_argument("--max-minutes", type=common.number_type(float, "max_minutes", low=0), default=None, help="stop after this long (a rerun continues)")
+    f.add_argument("--hours", type=common.number_type(float, "hours", low=0), default=None, help="stop after this many hours (the same budget as --max-minutes)")
+    f.add_argument("--target-observations", type=common.integer("target_observations", 1, 10**12), default=None,
                    help="stop once the memory holds this many teacher-forced observations (earlier runs included); "
                         "with --hours, whichever comes first. A budget drops --limit's default")
-    f.add_argument("--save-every", type=int, default=20,
+    f.add_argument("--save-every", type=common.integer("save_every", 1, 10**9), default=20,
                    help="sequences per slice: the memory (and --pairs-log) are written atomically after each, so a "
                         "killed run loses at most one slice (default 20)")
     f.add_argument("--ship-from", default=None, metavar="FILE",

@@ -40,22 +40,49 @@ def add_db_arg(p: argparse.ArgumentParser) -> None:
                    help="trace store: a SQLAlchemy URL or a SQLite file (default: $WORKBENCH_DB, else <home>/traces.db)")
 
 
-def number_type(kind: type, name: str, names=None):
+INT64_MAX = 2**63 - 1  # what SQLite, PostgreSQL's BIGINT and torch's seeds hold
+
+
+def number_type(kind: type, name: str, names=None, low: float | None = None, high: float | None = None):
     """argparse's type for a parameter: an int, or a finite float (NaN passes every range check and makes
-    invalid JSON, so it is refused here, as is infinity); or one of the parameter's words (`auto`, `frozen`)."""
+    invalid JSON, so it is refused here, as is infinity); or one of the parameter's words (`auto`, `frozen`).
+    `low`..`high` bound the value (an int is always held to 64 bits: a bigger one overflows the store and torch)."""
+    if kind is int:
+        low = -INT64_MAX - 1 if low is None else low
+        high = INT64_MAX if high is None else high
+
     def parse(text: str):
         if names and text.strip() in names:
             return names[text.strip()]
+        if len(text) > 100:  # int() of thousands of digits is slow, then refused anyway
+            raise argparse.ArgumentTypeError(f"a value of {len(text):,} characters is not a{'n integer' if kind is int else ' number'}"
+                                             f" in range")
         try:
             value = kind(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{text!r} is not a{'n integer' if kind is int else ' number'}") from None
         if kind is float and not math.isfinite(value):
             raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
+        if (low is not None and value < low) or (high is not None and value > high):
+            raise argparse.ArgumentTypeError(f"{text} is out of range: give {_bound(low)}..{_bound(high)}")
         return value
 
     parse.__name__ = kind.__name__  # argparse names the type in its messages
     return parse
+
+
+def _bound(value: float | None) -> str:
+    if value is None:
+        return ""
+    return "2**63-1" if value == INT64_MAX else "-2**63" if value == -INT64_MAX - 1 else f"{value:g}"
+
+
+def integer(name: str, low: int = 1, high: int = INT64_MAX):
+    """argparse's type for a count or an id: an integer in low..high (a run id is at least 1 and fits 64 bits)."""
+    return number_type(int, name, low=low, high=high)
+
+
+RUN_ID = integer("run id")
 
 
 def add_param_args(p: argparse.ArgumentParser) -> None:
@@ -67,48 +94,24 @@ def add_param_args(p: argparse.ArgumentParser) -> None:
                        default=None, help=f"{spec.help} (range {spec.low}..{spec.high}{words})")
 
 
+PROMPT_FILE_BYTES = 16 << 20  # --prompt-file and --context-file: far more than a model's context holds
+
+
 def read_text_file(path: str, option: str) -> str:
-    """A UTF-8 text file named by `option`; missing, a folder, unreadable or not UTF-8 is an InvalidInputError."""
-    from pathlib import Path
+    """A UTF-8 text file named by `option` (core.files: missing, a folder, a FIFO or device, over 16 MiB or not
+    UTF-8 is an InvalidInputError), checked as a prompt (no lone surrogate, at most core.files.MAX_PROMPT_CHARS)."""
+    from core.files import MAX_PROMPT_CHARS, check_text, read_text
 
-    from core.errors import InvalidInputError
-
-    p = Path(path)
-    try:
-        return p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InvalidInputError(f"{option} {path}: no such file") from None
-    except IsADirectoryError:
-        raise InvalidInputError(f"{option} {path} is a folder: pass a text file") from None
-    except UnicodeDecodeError as e:
-        raise InvalidInputError(f"{option} {path} is not UTF-8 text (byte {e.start}): save it as UTF-8") from None
-    except OSError as e:
-        raise InvalidInputError(f"{option} {path}: cannot read it ({e.strerror or type(e).__name__})") from None
+    return check_text(read_text(path, what=option, max_bytes=PROMPT_FILE_BYTES), what=f"{option} {path}",
+                      max_chars=MAX_PROMPT_CHARS)
 
 
 def check_writable(path: str, option: str) -> None:
-    """Fail before a long run if `path` cannot be written (a folder, or a folder that cannot be made or written)."""
-    import os
-    from pathlib import Path
+    """Fail before a long run if `path` cannot be written: a folder, a symbolic link, a FIFO or device, a
+    path under a file, or an unwritable folder (an existing regular file is replaced at the end)."""
+    from core.files import check_output
 
-    from core.errors import InvalidInputError
-
-    p = Path(path)
-    if p.is_dir():
-        raise InvalidInputError(f"{option} {path} is a folder: pass a file name")
-    try:
-        p.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise InvalidInputError(f"{option} {path}: cannot create its folder ({e.strerror or type(e).__name__})") from None
-    existed = p.exists()
-    try:
-        with p.open("a"):
-            pass
-    except OSError as e:
-        raise InvalidInputError(f"{option} {path} cannot be written ({e.strerror or type(e).__name__}): pass another path") from None
-    if not existed:
-        os.unlink(p)
-
+    check_output(path, what=option, force=True)
 
 
 def add_decoding_args(p: argparse.ArgumentParser) -> None:
@@ -136,9 +139,16 @@ def add_exec_args(p: argparse.ArgumentParser) -> None:
     """--execute-code (HumanEval: run the completions in the sandbox) and --unsafe-exec (without one)."""
     p.add_argument("--execute-code", action="store_true",
                    help="score HumanEval-style tasks (test, entry_point) by running the completions in the bubblewrap sandbox")
-    p.add_argument("--unsafe-exec", action="store_true",
-                   help="with --execute-code where bubblewrap is missing: run model-written code in a plain subprocess "
-                        "(no isolation; only for code you trust)")
+    p.add_argument("--unsafe-exec", nargs="?", const=True, default=False, type=_unsafe_exec, metavar="root",
+                   help="with --execute-code where bubblewrap is missing: run model-written code in plain subprocesses "
+                        "(no isolation; only for code you trust); as root it is refused unless given as "
+                        "--unsafe-exec=root, and the code then runs as the user nobody")
+
+
+def _unsafe_exec(text: str) -> str:
+    if text != "root":
+        raise argparse.ArgumentTypeError(f"{text!r}: --unsafe-exec takes no value, or =root (to allow it as root)")
+    return text
 
 
 def task_scorer(args: argparse.Namespace):

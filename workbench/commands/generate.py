@@ -6,7 +6,6 @@ import argparse
 import json
 import sys
 from contextlib import nullcontext
-from pathlib import Path
 
 from core.errors import WorkbenchError
 from workbench.commands import common
@@ -47,6 +46,9 @@ def run(args) -> int:
     text = f"{context}\n\n{prompt}" if context else prompt
     if not text or not text.strip():
         raise WorkbenchError("the prompt is empty: pass --prompt TEXT (or --prompt-file F)")
+    from core.files import MAX_PROMPT_CHARS, check_text
+
+    check_text(text, what="the prompt", max_chars=MAX_PROMPT_CHARS)  # before any model loads
     from workbench.evaluation.bench import check_compression, load_compressor
 
     check_compression(args.compress, args.compressor, args.compressor_model)

@@ -41,12 +41,12 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="a dataset (repeatable): " + "; ".join(f"{k}: {v}" for k, v in DATASETS.items())
                         + "; or a task-file path (default: the tables' own datasets)")
     p.add_argument("--methods", default=None, help="comma-separated method specs (default: every method the tables need)")
-    p.add_argument("--limit", type=int, default=None, help="tasks per dataset (with --seed: a seeded sample, else the first N)")
+    p.add_argument("--limit", type=common.integer("limit", 1, 10**9), default=None, help="tasks per dataset (with --seed: a seeded sample, else the first N)")
     p.add_argument("--out", default="results/report", help="folder for the checkpoint, report.md, tables/ and figures/")
     p.add_argument("--fresh", action="store_true", help="delete the folder's checkpoint and start over")
     p.add_argument("--no-run", action="store_true", help="only rebuild the tables from the folder's checkpoint (no model)")
     common.add_exec_args(p)
-    p.add_argument("--max-prompt-tokens", type=int, default=None,
+    p.add_argument("--max-prompt-tokens", type=common.integer("max_prompt_tokens", 1, 10**7), default=None,
                    help="cut longer prompts in the middle, as LongBench does (default: the model's context minus the generation)")
     p.add_argument("--memory", default=None, help="CSD's calibrated memory file (default: the pair's file under <home>/memory/)")
     p.add_argument("--title", default=None, help="heading of report.md")
@@ -118,6 +118,13 @@ def run(args) -> int:
     budget = args.max_prompt_tokens or target.max_context - longest - CHAT_MARGIN
     if budget < 16:
         raise InvalidInputError(f"no room for a prompt: the model's context is {target.max_context} tokens and generation takes {longest}")
+    from workbench.evaluation.thresholds import describe_overlap, fit_overlap
+
+    overlap = fit_overlap(target, methods, params, tasks)
+    if overlap:  # a report's tables are its numbers: thresholds fitted on its own items would not be held out
+        raise InvalidInputError(f"fitted thresholds would be evaluated on the items they were fitted on: "
+                                f"{describe_overlap(overlap)}; fit on other items (calibrate --thresholds "
+                                f"--held-out-from N) or report on others")
     memories, memory_note = _memories(target, draft, methods, tasks, args.memory)
     compressor = load_compressor(args.compress, args.compressor, args.compressor_model, target, device=args.device,
                                  dtype=args.dtype, trust_remote_code=args.trust_remote_code)

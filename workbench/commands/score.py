@@ -24,19 +24,15 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     return p
 
 
+RESULTS_BYTES = 256 << 20  # a bench JSON of thousands of tasks is a few MB
+
+
 def read_results(path: str | Path) -> dict:
-    """A bench results file as data; unreadable or non-JSON files are an InvalidInputError naming the file."""
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InvalidInputError(f"results file not found: {path}") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise InvalidInputError(f"cannot read {path}: {e}") from None
-    try:
-        result = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise InvalidInputError(f"{path}: not valid JSON ({e.msg}, line {e.lineno})") from None
+    """A bench results file as data; a file that cannot be read (core.files), is not JSON or is nested too
+    deeply is an InvalidInputError naming the file."""
+    from core.files import parse_json, read_text
+
+    result = parse_json(read_text(path, what="--results", max_bytes=RESULTS_BYTES), where=str(path))
     if not isinstance(result, dict):
         raise InvalidInputError(f"{path}: not bench results (a JSON object with methods and tasks)")
     return result
@@ -47,6 +43,8 @@ def run(args) -> int:
     from workbench.evaluation.tasks import load_tasks
 
     scorer = common.task_scorer(args)
+    if args.out:  # refused now, not after every output is scored
+        common.check_writable(args.out, "--out")
     result = read_results(args.results)
     tasks = load_tasks(args.data)
 
@@ -60,7 +58,8 @@ def run(args) -> int:
           + ("" if args.execute_code or not any(t.metric == "pass@1" for t in tasks) else
              " (HumanEval tasks need --execute-code)"), file=sys.stderr)
     if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps(scored, indent=1))
+        from core.files import write_output
+
+        write_output(args.out, json.dumps(scored, indent=1), what="--out", force=True)
         print(f"wrote {args.out}", file=sys.stderr)
     return 0

@@ -9,7 +9,7 @@ from workbench.commands import common
 def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser("serve", help="start the Gradio workbench (python app.py does the same)")
     p.add_argument("--host", default=None, help="address to listen on (default 127.0.0.1; 0.0.0.0 to share on a network)")
-    p.add_argument("--port", type=int, default=None, help="port (default 7860, or $GRADIO_SERVER_PORT)")
+    p.add_argument("--port", type=common.integer("port", 1, 65535), default=None, help="port (default 7860, or $GRADIO_SERVER_PORT)")
     p.add_argument("--single-user", action="store_true",
                    help="every run in the store is visible to everyone who reaches the app (for a local, one-person "
                         "workbench); by default a run made in the app is seen only by the browser session that made "

@@ -18,15 +18,15 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     ls.add_argument("--status", choices=["running", "complete", "failed", "cancelled"])
     ls.add_argument("--since", type=_when, help="created at or after (UTC, YYYY-MM-DD[THH:MM])")
     ls.add_argument("--until", type=_when, help="created before (UTC)")
-    ls.add_argument("--limit", type=int, default=50)
+    ls.add_argument("--limit", type=common.integer("limit", 1, 10**9), default=50)
     ls.add_argument("--json", action="store_true")
     show = actions.add_parser("show", help="one run (or one step's tree with --step)")
-    show.add_argument("id", type=int)
-    show.add_argument("--step", type=int)
+    show.add_argument("id", type=common.RUN_ID)
+    show.add_argument("--step", type=common.integer("step", 0))
     show.add_argument("--json", action="store_true")
     export = actions.add_parser("export", help="write runs.csv, steps.csv and nodes.csv, or OpenInference spans "
                                                 "(JSON Lines, or live over OTLP to Phoenix or a collector)")
-    export.add_argument("--run", type=int, action="append", help="run id (repeatable)")
+    export.add_argument("--run", type=common.RUN_ID, action="append", help="run id (repeatable)")
     export.add_argument("--all", action="store_true", help="every run in the store")
     export.add_argument("--format", default="csv", choices=["csv", "openinference"],
                         help="csv: a folder of runs.csv, steps.csv, nodes.csv (what `store import` reads); "
@@ -35,18 +35,19 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     export.add_argument("--otlp-endpoint", metavar="URL",
                         help="openinference: send the spans over OTLP/HTTP (with or without --out), e.g. "
                              "http://localhost:6006/v1/traces (Phoenix); a URL without a path gets /v1/traces")
-    export.add_argument("--otlp-timeout", type=common.number_type(float, "otlp_timeout"), default=10.0, metavar="S",
+    export.add_argument("--otlp-timeout", type=common.number_type(float, "otlp_timeout", low=0), default=10.0, metavar="S",
                         help="seconds to keep retrying one OTLP request (default 10)")
+    export.add_argument("--force", action="store_true", help="replace files that already exist at --out")
     export.add_argument("--project", default=None,
                         help="openinference: the project the spans are filed under in Phoenix (default spec-workbench)")
     imp = actions.add_parser("import", help="read a folder written by `store export`")
     imp.add_argument("folder")
     imp.add_argument("--renumber", action="store_true", help="give the runs new ids (when their ids are taken)")
     rm = actions.add_parser("delete", help="delete runs with their steps and nodes")
-    rm.add_argument("ids", type=int, nargs="+")
+    rm.add_argument("ids", type=common.RUN_ID, nargs="+")
     cmp_ = actions.add_parser("compare", help="first divergence and per-step lengths of two runs")
-    cmp_.add_argument("a", type=int)
-    cmp_.add_argument("b", type=int)
+    cmp_.add_argument("a", type=common.RUN_ID)
+    cmp_.add_argument("b", type=common.RUN_ID)
     cmp_.add_argument("--json", action="store_true")
     for p in (ls, show, export, imp, rm, cmp_):
         common.add_db_arg(p)
@@ -54,7 +55,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     return store
 
 
-def _when(value: str) -> "datetime":
+def _when(value: str):
     from datetime import datetime
 
     try:
@@ -122,7 +123,7 @@ def _export(store, args) -> int:
             raise WorkbenchError("--otlp-endpoint and --project go with --format openinference")
         if not args.out:
             raise WorkbenchError("--format csv needs --out FOLDER")
-        paths = store.export_csv(runs, args.out)
+        paths = store.export_csv(runs, args.out, force=args.force)
         print(f"wrote {', '.join(str(p) for p in paths.values())}")
         return 0
     from workbench.store.openinference import DEFAULT_PROJECT, export_openinference, otlp_exporter
@@ -134,7 +135,7 @@ def _export(store, args) -> int:
     exporter = otlp_exporter(args.otlp_endpoint, args.otlp_timeout) if args.otlp_endpoint else None
     try:
         done = export_openinference(store, runs, args.out, exporter=exporter, where=args.otlp_endpoint,
-                                    project=args.project or DEFAULT_PROJECT)
+                                    project=args.project or DEFAULT_PROJECT, force=args.force)
     finally:
         if exporter is not None:
             exporter.shutdown()

@@ -213,14 +213,14 @@ def _answer_text(reference: str) -> str:
 
 
 def jsonl_documents(path: str | Path) -> Iterator[Document]:
-    for number, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), start=1):
-        if line.strip():
-            row = json.loads(line)
-            text = row.get("prompt") or row.get("input") or row.get("text")
-            if not isinstance(text, str) or not text.strip():
-                raise InvalidInputError(f"{Path(path).name} line {number}: no prompt, input or text")
-            resp = row.get("response") or ""
-            yield Document(str(row.get("id", number)), text, resp, chat=bool(resp))
+    from workbench.evaluation.tasks import read_rows
+
+    for row in read_rows(path, what="corpus file"):  # read safely, every row checked and named by its line
+        text = next((row.text(k) for k in ("prompt", "input", "text") if row.data.get(k)), None)
+        if text is None or not text.strip():
+            raise row.error("no prompt, input or text")
+        resp = row.text("response", required=False) or ""
+        yield Document(row.ident("id", fallback=row.where.rsplit(" ", 1)[-1]), text, resp, chat=bool(resp))
 
 
 def _source(name: str, skip: int) -> tuple[Iterable[Document], str, int | None]:

@@ -197,7 +197,40 @@ def items_record(tasks: Sequence[Task], data: str, categories: Sequence[str] | N
                  per_category: int | None) -> dict[str, Any]:
     """What the fit was made on, for the stored file: enough to pick the same items again."""
     return {"data": str(data), "categories": list(categories) if categories else None, "held_out_from": held_out_from,
-            "per_category": per_category, "count": len(tasks), "ids": [f"{t.category}/{t.id}" for t in tasks]}
+            "per_category": per_category, "count": len(tasks), "ids": [item_id(t) for t in tasks]}
+
+
+def item_id(task: Task) -> str:
+    """How a fit records an item (items_record) and an evaluation names it: `category/id`."""
+    return f"{task.category}/{task.id}"
+
+
+def fit_overlap(target, methods: Sequence[str], params: Mapping[str, Any] | None, tasks: Sequence[Task]) -> dict[str, list[str]]:
+    """For each method spec that verifies with fitted thresholds (`aasd[auto]`, or `fitted=1` among `params`), the
+    evaluated items (`category/id`) that the stored fit was made on: an evaluation on them is not held out. Empty
+    when none is (or no fitted method runs, or the fit recorded no items)."""
+    from core.methods import parse_method_spec
+    from core.thresholds import load_fits, thresholds_path
+
+    out: dict[str, list[str]] = {}
+    evaluated = [item_id(t) for t in tasks]
+    for spec in methods:
+        name, overrides = parse_method_spec(spec)
+        fitted = overrides.get("fitted", (params or {}).get("fitted", 0))
+        if name not in FITTED_PARAMS or str(fitted).strip() in ("", "0", "0.0"):
+            continue
+        fit = load_fits(thresholds_path(target)).get(name) or {}
+        used = set((fit.get("items") or {}).get("ids") or ())
+        both = [i for i in evaluated if i in used]
+        if both:
+            out[spec] = both
+    return out
+
+
+def describe_overlap(overlap: Mapping[str, Sequence[str]]) -> str:
+    """One line per method: how many evaluated items its fit was made on, and the first few."""
+    return "; ".join(f"{spec}: {len(ids)} item{'s' * (len(ids) != 1)} ({', '.join(ids[:5])}{', ...' if len(ids) > 5 else ''})"
+                     for spec, ids in overlap.items())
 
 
 def format_fit(fit: Mapping[str, Any]) -> str:

@@ -28,15 +28,25 @@ def resolve_url(db: str | None = None) -> str:
     return db if "://" in db else f"sqlite:///{Path(db).expanduser().resolve()}"
 
 
+MAX_TIMEOUT = 86400.0  # a day: longer is a mistake (and SQLite's busy timeout is a 32-bit count of milliseconds)
+
+
 def lock_timeout(value: float | None) -> float:
-    """Seconds a write waits for the lock: `value`, else WORKBENCH_DB_TIMEOUT, else DEFAULT_TIMEOUT."""
-    if value is not None:
-        return float(value)
-    raw = os.environ.get("WORKBENCH_DB_TIMEOUT")
+    """Seconds a write waits for the lock: `value`, else WORKBENCH_DB_TIMEOUT, else DEFAULT_TIMEOUT; a number
+    in 0..MAX_TIMEOUT (NaN, infinities and negative waits are refused)."""
+    import math
+
+    raw = os.environ.get("WORKBENCH_DB_TIMEOUT") if value is None else value
+    where = "the store's timeout" if value is not None else "WORKBENCH_DB_TIMEOUT"
+    if raw is None or raw == "":
+        return DEFAULT_TIMEOUT
     try:
-        return float(raw) if raw else DEFAULT_TIMEOUT
-    except ValueError:
-        raise InvalidInputError(f"WORKBENCH_DB_TIMEOUT={raw!r} is not a number of seconds") from None
+        seconds = float(raw)
+    except (TypeError, ValueError, OverflowError):
+        raise InvalidInputError(f"{where}={str(raw)[:40]!r} is not a number of seconds") from None
+    if not math.isfinite(seconds) or not 0 <= seconds <= MAX_TIMEOUT:
+        raise InvalidInputError(f"{where}={str(raw)[:40]!r} must be a number of seconds from 0 to {MAX_TIMEOUT:g}")
+    return seconds
 
 
 def check_sqlite_file(path: Path) -> None:
@@ -60,28 +70,59 @@ def check_sqlite_file(path: Path) -> None:
     _check_foreign_tables(path)
 
 
+STORE_TABLES = {"runs", "steps", "nodes", "run_tags"}
+
+
 def _check_foreign_tables(path: Path) -> None:
-    """Read the table names through a read-only connection: tables without our schema version mean another
-    application's database, refused before our own connection (which sets WAL) opens it."""
+    """Look at the file through a read-only, immutable connection (no lock, no journal, no WAL switch: the
+    file stays byte-identical) and refuse, before our own connection (which sets WAL) opens it: tables without
+    our schema version (another application's database), an Alembic version this code does not know on
+    tables that are not ours (another application that also uses Alembic), and a file without tables that
+    another application has marked as its own (a non-zero user_version or application_id)."""
     import sqlite3
 
     from workbench.store.errors import SchemaVersionError
+    from workbench.store.schema_version import known_revision
 
     try:
-        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro&immutable=1", uri=True)
     except sqlite3.Error:
         return  # the store's own connection reports what is wrong
     try:
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        marks = {name: conn.execute(f"PRAGMA {name}").fetchone()[0] for name in ("user_version", "application_id")}
+        revision = None
+        if "alembic_version" in tables:
+            try:
+                row = conn.execute("SELECT version_num FROM alembic_version LIMIT 1").fetchone()
+            except sqlite3.OperationalError:  # not Alembic's table
+                row = ("(no version_num column)",)
+            revision = str(row[0])[:64] if row else None
     except sqlite3.DatabaseError:
         return
     finally:
         conn.close()
     tables.discard("sqlite_sequence")
-    if tables and "alembic_version" not in tables:  # what schema_state refuses, refused before any write
+    untouched = "it was left untouched; pass another --db (or WORKBENCH_DB)"
+    if not tables:
+        marked = {k: v for k, v in marks.items() if v}
+        if marked:
+            raise SchemaVersionError(
+                f"{path} is a SQLite database of another application (no tables, but "
+                f"{', '.join(f'{k} {v}' for k, v in marked.items())}), not a trace store; {untouched}")
+        return
+    if "alembic_version" not in tables:  # what schema_state refuses, refused before any write
         raise SchemaVersionError(
             f"{path} holds tables ({', '.join(sorted(tables)[:5])}) but no spec-workbench schema version: it is not a "
-            f"trace store and was left untouched; pass another --db (or WORKBENCH_DB)")
+            f"trace store and {untouched}")
+    if revision is not None and not known_revision(revision):
+        if STORE_TABLES <= tables:
+            raise SchemaVersionError(
+                f"{path} was written by a newer spec-workbench (schema revision {revision!r}, unknown to this one); "
+                f"it was left untouched: upgrade spec-workbench or pass another --db")
+        raise SchemaVersionError(
+            f"{path} is another application's database (Alembic revision {revision!r}, tables "
+            f"{', '.join(sorted(tables - {'alembic_version'})[:5])}), not a trace store; {untouched}")
 
 
 SUPPORTED_BACKENDS = ("sqlite", "postgresql")

@@ -18,6 +18,8 @@ from typing import Any
 from sqlalchemy import JSON, DateTime, Double, Integer, select
 from sqlalchemy.orm import Session
 
+from core.errors import InvalidInputError
+from core.files import open_text
 from core.trace import DECISIONS, SOURCES, STATUSES
 from workbench.store.errors import CsvFormatError
 from workbench.store.rows import chunks
@@ -157,13 +159,19 @@ def _check_json(value: Any, depth: int = 0) -> None:
 
 # ---------------------------------------------------------------- writing
 
-def write_csv(session: Session, run_ids: Sequence[int], tags: Mapping[int, list[str]], out: Path) -> dict[str, Path]:
-    """Write runs.csv, steps.csv and nodes.csv for these (existing) runs into `out`."""
-    paths = {}
+def write_csv(session: Session, run_ids: Sequence[int], tags: Mapping[int, list[str]], out: Path, *,
+              force: bool = False) -> dict[str, Path]:
+    """Write runs.csv, steps.csv and nodes.csv for these (existing) runs into `out`: all three checked first
+    (an existing file is replaced only with `force`; a symbolic link, FIFO or device never), each written
+    beside its name and renamed when complete (core.files.replacing)."""
+    from core.files import check_output, replacing
+
+    paths = {name: out / f"{name}.csv" for name in CSV_TABLES}
+    for path in paths.values():
+        check_output(path, what="--out", force=force)
     for name, table in CSV_TABLES.items():
         cols = csv_columns(name)
-        path = paths[name] = out / f"{name}.csv"
-        with path.open("w", encoding="utf-8", newline="") as f:
+        with replacing(paths[name], what="--out", force=force) as f:
             w = csv.writer(f, lineterminator="\n")
             # csv quotes a field holding "\n" but not one holding a bare "\r", which no reader then reads
             # back whole: such rows are written with every field quoted (the values read back the same).
@@ -184,12 +192,18 @@ def write_csv(session: Session, run_ids: Sequence[int], tags: Mapping[int, list[
 
 # ---------------------------------------------------------------- reading
 
+CSV_BYTES = 64 << 30  # the largest CSV file imported (nodes.csv of a very large store); it is streamed, not held
+
+
 def _read_table(path: Path, name: str) -> list[dict[str, Any]]:
-    if not path.is_file():
-        what = "is a folder" if path.is_dir() else "is missing"
-        raise CsvFormatError(f"{path} {what}: an export folder holds runs.csv, steps.csv and nodes.csv")
+    if not path.exists() and not path.is_symlink():
+        raise CsvFormatError(f"{path} is missing: an export folder holds runs.csv, steps.csv and nodes.csv")
     try:
         return _read_rows(path, name)
+    except CsvFormatError:
+        raise
+    except InvalidInputError as e:  # core.files: a folder, FIFO, device, or over the cap
+        raise CsvFormatError(f"{e}; nothing was imported") from None
     except UnicodeDecodeError as e:
         raise CsvFormatError(f"{path.name} is not UTF-8 text (byte {e.start}): export again, or save it as UTF-8; "
                              f"nothing was imported") from None
@@ -203,7 +217,7 @@ def _read_rows(path: Path, name: str) -> list[dict[str, Any]]:
     cols = csv_columns(name)
     table = CSV_TABLES[name]
     rows = []
-    with path.open(encoding="utf-8", newline="") as f:
+    with open_text(path, what=f"{name}.csv", max_bytes=CSV_BYTES, newline="") as f:
         reader = csv.reader(f)
         header = next(reader, None)
         if header != cols:
@@ -216,23 +230,25 @@ def _read_rows(path: Path, name: str) -> list[dict[str, Any]]:
                                  + (f"; missing columns {missing}" if missing else "")
                                  + ((f"; unknown columns {extra}" if named else f"; {len(extra)} unknown columns") if extra else "")
                                  + ("; columns out of order" if not missing and not extra else ""))
+        # What each column takes, worked out once per file rather than once per cell.
+        specs = []
+        for col in cols:
+            db_col = "id" if (name == "runs" and col == "run_id") else col
+            nullable = col != "tags" and table.c[db_col].nullable and not table.c[db_col].primary_key
+            specs.append((col, db_col, table_type(name, col), nullable, CSV_CHOICES.get((name, col)),
+                          CSV_JSON_KINDS.get((name, col)), CSV_LIST_ITEMS.get((name, col))))
         # Rows are counted as a spreadsheet shows them (the header is row 1); a quoted field may span lines.
         for line, values in enumerate(reader, start=2):
             if len(values) != len(cols):
                 raise CsvFormatError(f"{path.name} row {line}: {len(values)} fields, expected {len(cols)}")
             row = {}
-            for col, raw in zip(cols, values):
-                db_col = "id" if (name == "runs" and col == "run_id") else col
-                nullable = col != "tags" and table.c[db_col].nullable and not table.c[db_col].primary_key
+            for (col, db_col, kind_of_col, nullable, choices, kind, item), raw in zip(specs, values):
                 try:
-                    value = _parse(table_type(name, col), raw, nullable)
-                    choices = CSV_CHOICES.get((name, col))
+                    value = _parse(kind_of_col, raw, nullable)
                     if choices and value not in choices:
                         raise ValueError(f"must be one of {', '.join(choices)}")
-                    kind = CSV_JSON_KINDS.get((name, col))
                     if kind and value is not None and not isinstance(value, kind):
                         raise ValueError(f"must be a JSON {'object' if kind is dict else 'list'}")
-                    item = CSV_LIST_ITEMS.get((name, col))
                     if item and value and not all(isinstance(v, item) and not isinstance(v, bool) for v in value):
                         raise ValueError(f"must be a JSON list of {'integers' if item is int else 'strings'}")
                 except ValueError as e:  # the value itself is not echoed: the file may be anything

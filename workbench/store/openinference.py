@@ -17,11 +17,9 @@ import hashlib
 import json
 import logging
 import math
-import os
 import socket
-import tempfile
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -344,63 +342,42 @@ def _run_ids(store: Store, run_ids: Sequence[int] | None) -> list[int]:
     return ids
 
 
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-def _temp_beside(out: Path):
-    if out.is_dir():
-        raise InvalidInputError(f"{out} is a folder: --out names the .jsonl file the spans go into")
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        fd, name = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".part", dir=out.parent)
-    except OSError as e:
-        raise InvalidInputError(f"cannot write {out}: {e.strerror or type(e).__name__}") from None
-    return os.fdopen(fd, "w", encoding="utf-8", newline="\n"), Path(name)
-
-
 def export_openinference(store: Store, run_ids: Sequence[int] | None, out: str | Path | None = None, *,
                          exporter: SpanExporter | None = None, where: str | None = None,
-                         project: str = DEFAULT_PROJECT) -> dict[str, int]:
+                         project: str = DEFAULT_PROJECT, force: bool = False) -> dict[str, int]:
     """Write these runs' spans (all runs when None) to `out` as JSON Lines and/or hand them to `exporter`.
 
-    The file appears whole or not at all (written beside `out`, then renamed). A run is loaded, turned
-    into spans, written and sent before the next is read, so memory holds one run at a time. Returns
-    the numbers of runs and spans."""
+    The file appears whole or not at all (written beside `out`, then renamed: core.files.replacing); an
+    existing `out` is replaced only with `force`, and a symbolic link, FIFO or device is never written. A
+    run is loaded, turned into spans, written and sent before the next is read, so memory holds one run at
+    a time. Returns the numbers of runs and spans."""
+    from core.files import check_output, replacing
+
     if out is None and exporter is None:
         raise InvalidInputError("nothing to do: pass --out FILE.jsonl and/or --otlp-endpoint URL")
+    if out is not None:
+        check_output(out, what="--out", force=force)  # before any run is read or sent
     ids = _run_ids(store, run_ids)
-    target = Path(out) if out is not None else None
-    f, tmp = _temp_beside(target) if target is not None else (None, None)
     builder = SpanBuilder(project)
     count = sent = 0
     try:
-        for rid in ids:
-            spans = builder.spans(store.load_run(rid))
-            count += len(spans)
-            if f is not None:
-                f.writelines(span_line(s) + "\n" for s in spans)
-            if exporter is not None:
-                send_spans(spans, exporter, where or "the exporter")
-                sent += 1
-        if f is not None:
-            f.close()
-            os.chmod(tmp, 0o666 & ~_umask())
-            os.replace(tmp, target)
+        with (replacing(out, what="--out", force=force) if out is not None else nullcontext()) as f:
+            for rid in ids:
+                spans = builder.spans(store.load_run(rid))
+                count += len(spans)
+                if f is not None:
+                    f.writelines(span_line(s) + "\n" for s in spans)
+                if exporter is not None:
+                    send_spans(spans, exporter, where or "the exporter")
+                    sent += 1
     except OSError as e:
-        raise ExportError(f"cannot write {target}: {e.strerror or type(e).__name__}; nothing was written") from None
+        raise ExportError(f"cannot write {out}: {e.strerror or type(e).__name__}; nothing was written") from None
     except ExportError as e:
-        left = [f"{target} was not written."] if target is not None else []
+        left = [f"{out} was not written."] if out is not None else []
         if sent:  # ids are derived from the runs: sending again repeats the same spans, it does not add copies
             left.append(f"The first {sent} of {len(ids)} runs were sent (sending them again is safe).")
         said = str(e) if not left or str(e).endswith((".", "?")) else f"{e}."
         raise ExportError(" ".join([said, *left])) from None
     finally:
         builder.close()
-        if f is not None:
-            f.close()
-            if tmp.exists():
-                tmp.unlink()
     return {"runs": len(ids), "spans": count}

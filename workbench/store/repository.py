@@ -333,8 +333,9 @@ class Store:
     # -------- CSV (the format is csv_io's)
 
     @_translating
-    def export_csv(self, run_ids: Sequence[int] | None, out_dir: str | Path) -> dict[str, Path]:
-        """Write runs.csv, steps.csv and nodes.csv for these runs (all runs when None)."""
+    def export_csv(self, run_ids: Sequence[int] | None, out_dir: str | Path, *, force: bool = False) -> dict[str, Path]:
+        """Write runs.csv, steps.csv and nodes.csv for these runs (all runs when None); files already in
+        `out_dir` are replaced only with `force` (csv_io.write_csv)."""
         out = Path(out_dir)
         if out.exists() and not out.is_dir():
             raise InvalidInputError(f"{out} is a file; --out names the folder the CSV files go into: pass a new or existing folder")
@@ -351,7 +352,7 @@ class Store:
                 missing = [i for i in ids if i not in found]
                 if missing:
                     raise RunNotFoundError(f"no run {', '.join(map(str, missing))} in {self.where}")
-            return write_csv(s, ids, self._tags(s, ids), out)
+            return write_csv(s, ids, self._tags(s, ids), out, force=force)
 
     @_translating
     def import_csv(self, in_dir: str | Path, *, renumber: bool = False) -> list[int]:
@@ -360,22 +361,25 @@ class Store:
         runs, steps, nodes = read_csv_dir(Path(in_dir))
         with self._write() as s:
             ids = [r["id"] for r in runs]
-            taken = sorted(set(s.scalars(select(Run.id).where(Run.id.in_(ids))))) if ids and not renumber else []
+            taken = [] if renumber else sorted(  # in bounded IN lists: SQLite takes at most 32,766 variables
+                rid for chunk in chunks(ids, 10_000) for rid in s.scalars(select(Run.id).where(Run.id.in_(chunk))))
             if taken:
+                more = f" and {len(taken) - 20} more" if len(taken) > 20 else ""
                 raise InvalidInputError(
-                    f"runs {', '.join(map(str, taken))} are already in {self.where}; nothing was imported "
+                    f"runs {', '.join(map(str, taken[:20]))}{more} are already in {self.where}; nothing was imported "
                     f"(pass --renumber to give the imported runs new ids)")
             new_id: dict[int, int] = {}
-            for r in runs:
-                tags = r.pop("tags")
+            for chunk in chunks(runs, 2_000):  # one executemany per chunk, not one statement per run
+                rows = [{k: v for k, v in r.items() if k != "tags" and not (renumber and k == "id")} for r in chunk]
                 if renumber:
-                    old = r.pop("id")
-                    new_id[old] = self._insert_run(s, r, tags)
+                    made = s.scalars(insert(Run).returning(Run.id, sort_by_parameter_order=True), rows).all()
                 else:
-                    new_id[r["id"]] = r["id"]
-                    s.execute(insert(Run).values(**r))
-                    if tags:
-                        s.execute(insert(RunTag), [{"run_id": r["id"], "tag": t} for t in tags])
+                    s.execute(insert(Run), rows)
+                    made = [r["id"] for r in chunk]
+                new_id.update(zip((r["id"] for r in chunk), made))
+                tag_rows = [{"run_id": rid, "tag": t} for r, rid in zip(chunk, made) for t in sorted(set(r["tags"]))]
+                if tag_rows:
+                    s.execute(insert(RunTag), tag_rows)
             for rows, model in ((steps, Step), (nodes, Node)):
                 for chunk in chunks(rows, 20_000):
                     s.execute(model.__table__.insert(), [{**row, "run_id": new_id[row["run_id"]]} for row in chunk])

@@ -18,6 +18,16 @@ def _scripts():
     return ScriptDirectory(str(MIGRATIONS))
 
 
+def known_revision(revision: str) -> bool:
+    """True when `revision` is one of this code's migrations."""
+    from alembic.util import CommandError
+
+    try:
+        return _scripts().get_revision(revision) is not None
+    except (CommandError, KeyError, ValueError):
+        return False
+
+
 def current_revision(conn: Connection) -> str | None:
     from alembic.runtime.migration import MigrationContext
 
