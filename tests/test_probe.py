@@ -222,9 +222,6 @@ def test_14_big_integers_in_options_are_refused_by_the_parser(tmp_path):
     refused("generate", "--method", "aasd[max_nodes=99999999999999999999999]", "--prompt", "hi", "--no-store", says="max_nodes")
 
 
-@pytest.mark.xfail(raises=OverflowError, strict=False,
-                   reason="an integer of 400 digits inside a method string overflows core.params.validate (math.isfinite "
-                          "on an int): core's spec parser is being rewritten by the structure work, which refuses it")
 def test_14_a_400_digit_integer_inside_a_method_string_is_refused():
     refused("generate", "--method", f"aasd[max_nodes={'9' * 400}]", "--prompt", "hi", "--no-store", says="max_nodes")
 
