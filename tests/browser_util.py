@@ -31,6 +31,17 @@ def shot(page, name, selector: str | None = None):
     return SHOTS / f"{name}.png"
 
 
+def shot_between(page, name, top: str, bottom: str, margin: int = 12):
+    """A screenshot in SHOTS of the page's full width from the top of `top` to the bottom of `bottom`."""
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    y0, y1, width = page.evaluate("""([a, b]) => [document.querySelector(a).getBoundingClientRect().top + window.scrollY,
+        document.querySelector(b).getBoundingClientRect().bottom + window.scrollY, document.documentElement.clientWidth]""",
+                                  [top, bottom])
+    page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True,
+                    clip={"x": 0, "y": max(0, y0 - margin), "width": width, "height": y1 - y0 + 2 * margin})
+    return SHOTS / f"{name}.png"
+
+
 def fill_number(page, selector, value):
     box = page.locator(f"{selector} input[type=number]").first
     box.fill(str(value))

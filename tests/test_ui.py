@@ -244,7 +244,7 @@ def test_rescore_summary_says_up_to_which_step_the_mal_is_predicted():
     result.predicted_is_lower_bound = True
     assert "predicted **at least 3.00**" in rv.rescore_summary(result, {"delta": 0.001})
     result.first_divergence = None
-    assert "takes none of" in rv.rescore_summary(result, {}) and "no decision changes; MAL 1.29" in rv.rescore_summary(result, {})
+    assert "takes none of" in rv.rescore_summary(result, {}) and "no decision changes; predicted MAL = the run's MAL, 1.29" in rv.rescore_summary(result, {})
 
 
 def test_reasons_name_aasds_threshold_theta_and_corrections_by_their_text():
@@ -541,3 +541,39 @@ def test_api_values_of_the_wrong_kind_are_refused_by_name():
                       (dict(chat="yes"), "use_chat"), (dict(params={**dict.fromkeys(PARAM_FIELDS), "delta": "0.1"}), "delta")):
         with pytest.raises(InvalidInputError, match=field):
             request(**kw).checked()
+
+
+@real_model
+def test_the_default_sample_holds_spans_worth_copying(smollm2):
+    """The first bundled sample (the Compare tab opens on it) is an extraction whose answer copies its context: AASD
+    with a fixed 16-node tree (not sized from this machine's timing) emits ≥ 1.5 tokens per step there, most of them
+    copied. (The old first sample, a short QA, left AASD slower than greedy and showed nothing to copy.)"""
+    from core.methods import run_method
+    from core.models import encode_prompt
+    from core.stats import run_metrics
+    from workbench import service
+
+    task = service.sample_tasks()[0]
+    assert task.id == "extract-orders"
+    ids = encode_prompt(smollm2.tokenizer, f"{task.context}\n\n{task.input}")
+    run = run_method("aasd", smollm2, ids, {"max_new_tokens": 64, "max_nodes": 16}, prompt_text=task.input, context=task.context)
+    copied = sum(n.decision == "accepted" and n.source in ("context", "alignment") for s in run.steps for n in s.nodes)
+    assert run_metrics(run)["mal"] >= 1.5 and copied >= 0.3 * len(run.output_ids), (run_metrics(run)["mal"], copied)
+
+
+def test_the_speed_note_prices_trees_with_the_measured_cost_curve(monkeypatch):
+    import torch
+
+    from core.sizing import CostCurve
+    from workbench import service
+
+    curve = CostCurve((0, 4, 16, 64), (0.05, 0.06, 0.10, 0.30))
+    monkeypatch.setattr(service, "cached_curve", lambda target: curve)
+    target = SimpleNamespace(device=torch.device("cpu"))
+    note = service.speed_note(target, {"greedy": 0.0, "aasd": 4.0, "csd": 0.4}, {"greedy": 1.0, "aasd": 2.4, "csd": 1.0})
+    assert note.startswith("Why these speed-ups on this CPU: a forward over 16 draft tokens costs t(16)/t(0) = 2.0×")
+    assert "aasd: trees of 4 nodes, t(4)/t(0) = 1.2×, MAL 2.40 → ≈ 2.00× greedy" in note
+    assert "csd drafted almost nothing" in note and "greedy:" not in note and "greedy drafted" not in note  # by design
+    assert note.endswith("approach their MAL.")
+    monkeypatch.setattr(service, "cached_curve", lambda target: None)
+    assert service.speed_note(target, {"aasd": 4.0}, {"aasd": 2.4}) is None  # no curve measured here: no claim

@@ -235,20 +235,31 @@ def cached_curve(target):
         return None
 
 
+REFERENCE_TREE = 16  # draft nodes of the tree the speed note prices first (a typical AASD tree before sizing)
+
+
 def speed_note(target, tree_sizes: Mapping[str, float], mals: Mapping[str, float]) -> str | None:
-    """One line under the speed-ups: what a tree of the size these methods drafted costs here, t(n)/t(0) from the
-    model's measured cost curve, and so the speed-up to expect on this hardware (MAL ÷ t(n)/t(0)) against a GPU,
-    where a forward over a few dozen tokens costs about as much as over one (the speed-up approaches the MAL)."""
+    """One line under the speed-ups: what a verification forward over a tree costs here, t(n)/t(0) from the model's
+    measured cost curve (core.timing), for a 16-node tree and for the trees each method drafted, and so the speed-up
+    to expect on this hardware (MAL ÷ t(n)/t(0)), against a GPU, where a forward over a few dozen tokens costs about
+    as much as over one (the speed-up approaches the MAL). None before the curve is measured."""
     curve = cached_curve(target)
-    shown = [(m, n, mals[m]) for m, n in tree_sizes.items() if n >= 1 and mals.get(m)]
-    if curve is None or not shown:
+    if curve is None:
         return None
-    parts = []
-    for method, n, mal in shown:
-        ratio = curve(round(n)) / curve(0)
-        parts.append(f"{method}: trees of {n:.0f} nodes cost t({n:.0f})/t(0) = {ratio:.1f}× a greedy step, MAL {mal:.2f} "
-                     f"→ ≈ {mal / ratio:.2f}× greedy")
     where = "CPU" if getattr(target.device, "type", str(target.device)) == "cpu" else str(target.device)
+    parts = [f"a forward over {REFERENCE_TREE} draft tokens costs t({REFERENCE_TREE})/t(0) = "
+             f"{curve(REFERENCE_TREE) / curve(0):.1f}× a greedy step here (the model's measured cost curve)"]
+    for method, n in tree_sizes.items():
+        mal = mals.get(method)
+        if not mal or get_method(parse_method_spec(method)[0]).drafter == "none":  # greedy drafts nothing by design
+            continue
+        if n < 1:
+            parts.append(f"{method} drafted almost nothing (trees of {n:.1f} nodes: larger ones cost more here than they "
+                         "were expected to gain)")
+            continue
+        ratio = curve(round(n)) / curve(0)
+        parts.append(f"{method}: trees of {n:.0f} nodes, t({n:.0f})/t(0) = {ratio:.1f}×, MAL {mal:.2f} → ≈ {mal / ratio:.2f}× "
+                     "greedy")
     return (f"Why these speed-ups on this {where}: " + "; ".join(parts) + ". On a GPU a forward over a few dozen tokens "
             "costs about as much as over one (t(n)/t(0) ≈ 1), so the same runs would approach their MAL.")
 

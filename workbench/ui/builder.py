@@ -19,6 +19,8 @@ from workbench.ui.shared import RunCache, run_choices, runs_frame
 CSS = """
 input:disabled, textarea:disabled { opacity: 0.45; cursor: not-allowed; }  /* a parameter the chosen methods ignore */
 .tokens { font-family: ui-monospace, monospace; font-size: 0.9em; line-height: 1.6; white-space: pre-wrap; }
+/* Replay & tune: nothing but the run picker until a run's first step is drawn (its tree box is empty till then) */
+#replay-body:has(#replay-tree .replay-slot:empty) { display: none; }
 """
 
 

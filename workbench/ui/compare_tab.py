@@ -42,8 +42,7 @@ MORE_PARAMS = ("key_len", "ngram", "align_m", "align_graft", "max_nodes", "gamma
 PARAM_FIELDS = TUNABLE + MORE_PARAMS  # the parameter fields, in the order of the API's parameters
 MAX_REPEATS = 10  # a comparison repeated more often belongs to `bench --repeats`
 SPEED_COLUMNS = ["method", "runs", "tok/s", "speed-up", "MAL"]  # tok/s, speed-up: mean ± 95 % interval
-MAX_NEW_LABEL = ("max_new_tokens: the most tokens each method may generate (1–1024). A task fills in its own cap "
-                 "(at least 128) until you set one; yours is kept when you pick another task")
+MAX_NEW_LABEL = "max_new_tokens: the most tokens each method writes (1–1024); a task fills in its cap until you set yours"
 METRIC_NAMES = {"qa_f1": "F1", "rouge_l": "ROUGE-L", "code_sim": "code similarity", "gsm8k": "answer accuracy"}
 COMPRESSORS = ["selfinfo", "selfinfo[layers=8]", "selfinfo[unit=sentence]", "llmlingua", "llmlingua2"]
 
@@ -249,7 +248,7 @@ class CompareForm:
     speed_note: gr.Markdown
     uploaded: gr.State  # the tasks of the uploaded file, by choice label
     upload_error: gr.State  # why the uploaded file could not be read ("" when it could, or there is none)
-    cap_set: gr.State  # the user set max_new_tokens: picking a task keeps it
+    task_cap: gr.State  # the token cap the last task filled in: a different value in the field is the user's own
     on_load: dict = field(default_factory=dict)  # event arguments the app runs when the page loads (the prompt line)
 
     @property
@@ -302,7 +301,8 @@ def build_form(tasks: Mapping[str, Task], allow_local: bool = True) -> CompareFo
     with gr.Accordion("Parameters (every method reads the ones it takes; the fields the chosen methods ignore are greyed out)",
                       open=False):
         with gr.Row():
-            max_new = gr.Slider(1, 1024, value=task_fields(first)[2], step=1, elem_id="compare-max-new", label=MAX_NEW_LABEL)
+            max_new = gr.Slider(1, 1024, value=task_fields(first)[2], step=1, elem_id="compare-max-new", label=MAX_NEW_LABEL,
+                                scale=2)
             controls = {name: _number(name, name in taken) for name in TUNABLE}
         with gr.Row():
             controls.update({name: _number(name, name in taken) for name in MORE_PARAMS})
@@ -334,7 +334,7 @@ def build_form(tasks: Mapping[str, Task], allow_local: bool = True) -> CompareFo
     speed_note = gr.Markdown("", elem_id="compare-speed-note")
     return CompareForm(model, draft, methods, task, task_file, chat, repeats, context, prompt, prompt_info, max_new, controls,
                        compress_rate, compressor, run, stop, status, heads, stats, bodies, speed_plot, speed_table,
-                       speed_note, gr.State({}), gr.State(""), gr.State(False))
+                       speed_note, gr.State({}), gr.State(""), gr.State(task_fields(first)[2]))
 
 
 # ---------------------------------------------------------------- one comparison
@@ -416,6 +416,21 @@ class CompareRequest:
             self.repeats, self.upload_error if isinstance(self.upload_error, str) else "")
 
 
+@dataclass
+class Reference:
+    """A pass's greedy run: the tokens a lossless method should emit and the speed every speed-up is against."""
+    ids: list[int] | None = None
+    tps: float | None = None
+
+
+@dataclass(frozen=True)
+class Place:
+    """Where a method's run stands: method `position` of `of`, in pass `rep`."""
+    position: int
+    of: int
+    rep: int
+
+
 class Comparison:
     """One comparison: `prepare` checks everything and loads the model (raising WorkbenchError with the reason),
     then iterating yields a ColumnsView per update while the methods run, pass after pass."""
@@ -474,9 +489,9 @@ class Comparison:
                     "yours starts when it is done")
 
     def __iter__(self) -> Iterator[ColumnsView]:
-        r, names = self.req, [self.req.methods[i] for i in range(len(self.specs))]
+        names = [self.req.methods[i] for i in range(len(self.specs))]
         view = ColumnsView("", heads=[f"### {names[i]}" if i < len(names) else "" for i in range(SLOTS)])
-        speeds, task = Speeds(names), self.chosen_task()
+        self.speeds, self.task = Speeds(names), self.chosen_task()
         order = sorted(range(len(self.specs)), key=lambda i: self.specs[i][0] != "greedy")  # greedy first: the reference
         note = self.wait_note()
         if note:
@@ -484,47 +499,54 @@ class Comparison:
             yield view
         stopped = False
         for rep in range(1, self.n_repeats + 1):
-            greedy_ids, greedy_tps = None, None  # each pass's speed-ups are against its own greedy run
+            reference = Reference()  # each pass's speed-ups are against its own greedy run
             for position, slot in enumerate(order, start=1):
-                run, div, flip = None, None, False
-                name = self.specs[slot][0]
-                for prog in self._stream(name, slot):
-                    if prog.error:
-                        view.metrics[slot] = error_md(prog.error)
-                    elif prog.run is not None:
-                        run = prog.run
-                        if prog.run_id is not None:
-                            view.run_ids.append(prog.run_id)
-                        self.pool.prefill_clock.observe(self.models.target, run)
-                        if name == "greedy":
-                            greedy_ids, greedy_tps = run.output_ids, run_metrics(run)["tps"]
-                        speeds.add(slot, run, greedy_tps)
-                        div = first_divergence(greedy_ids, run.output_ids) if greedy_ids is not None and name != "greedy" else None
-                        flip = flip_applies(name, self.per_method[slot], div)
-                        view.texts[slot] = tokens.run_html(run, first_divergence=div, **flip_mark(div, None) if flip else {})
-                        score = score_task(task, run.output_text) if task is not None else None
-                        shown = f"pass {rep} of {self.n_repeats} (the last shown; the chart and table: all passes) · " \
-                            if self.n_repeats > 1 else ""
-                        view.metrics[slot] = shown + metrics_md(run, prog.run_id, greedy_tps, score,
-                                                                score_label(task) if task is not None else None)
-                    else:
-                        view.texts[slot] = tokens.tokens_html(tokens.step_origins(prog.steps, self.models.target.tokenizer))
-                        view.metrics[slot] = (f"running… {prog.tokens} of {self.max_new_tokens} tokens, {len(prog.steps)} steps"
-                                              if prog.steps else "running… reading the prompt")
-                    view.status = running_status(name, position, len(order), rep, self.n_repeats, prog, self.max_new_tokens)
-                    yield view
+                yield from self._column(view, slot, Place(position, len(order), rep), reference)
                 if self.stop.is_set():
                     stopped = True
                     break
-                if flip and div is not None and div < min(len(greedy_ids), len(run.output_ids)):
-                    view.texts[slot] = flip_texts(self.pool, r.model, self.models, self.ids, greedy_ids, run, div)
-                summary = speeds.summary()
+                summary = self.speeds.summary()
                 view.figure, view.table = speed_figure(summary, method_colors(names)), speed_frame(summary)
-                view.note = service.speed_note(self.models.target, speeds.tree_sizes(), speeds.mean_mals()) or ""
+                view.note = service.speed_note(self.models.target, self.speeds.tree_sizes(), self.speeds.mean_mals()) or ""
             if stopped:
                 break
         view.status = closing_status(view.run_ids, self.where, stopped, self.compression)
         yield view
+
+    def _column(self, view: ColumnsView, slot: int, place: "Place", reference: "Reference") -> Iterator[ColumnsView]:
+        """One method's run into its column: streamed steps, then the finished run with its metrics, score and marks."""
+        name, run, div, flip = self.specs[slot][0], None, None, False
+        for prog in self._stream(name, slot):
+            if prog.error:
+                view.metrics[slot] = error_md(prog.error)
+            elif prog.run is not None:
+                run = prog.run
+                if prog.run_id is not None:
+                    view.run_ids.append(prog.run_id)
+                self.pool.prefill_clock.observe(self.models.target, run)
+                if name == "greedy":
+                    reference.ids, reference.tps = run.output_ids, run_metrics(run)["tps"]
+                self.speeds.add(slot, run, reference.tps)
+                div = first_divergence(reference.ids, run.output_ids) if reference.ids is not None and name != "greedy" else None
+                flip = flip_applies(name, self.per_method[slot], div)
+                view.texts[slot] = tokens.run_html(run, first_divergence=div, **flip_mark(div, None) if flip else {})
+                view.metrics[slot] = self._metrics(run, prog.run_id, reference.tps, place)
+            else:
+                view.texts[slot] = tokens.tokens_html(tokens.step_origins(prog.steps, self.models.target.tokenizer))
+                view.metrics[slot] = (f"running… {prog.tokens} of {self.max_new_tokens} tokens, {len(prog.steps)} steps"
+                                      if prog.steps else "running… reading the prompt")
+            view.status = running_status(name, place.position, place.of, place.rep, self.n_repeats, prog, self.max_new_tokens)
+            yield view
+        if flip and div is not None and not self.stop.is_set() and div < min(len(reference.ids), len(run.output_ids)):
+            view.texts[slot] = flip_texts(self.pool, self.req.model, self.models, self.ids, reference.ids, run, div)
+
+    def _metrics(self, run, run_id, greedy_tps, place: "Place") -> str:
+        """The column's metrics line; with repeats, which pass it shows."""
+        task = self.task
+        score = score_task(task, run.output_text) if task is not None else None
+        shown = (f"pass {place.rep} of {self.n_repeats} (the last shown; the chart and table: all passes) · "
+                 if self.n_repeats > 1 else "")
+        return shown + metrics_md(run, run_id, greedy_tps, score, score_label(task) if task is not None else None)
 
     def _stream(self, name: str, slot: int) -> Iterator[service.Progress]:
         # The worker holds the model's slot, so a client that goes away gives it back (service.stream_run)
@@ -592,16 +614,18 @@ class CompareHandlers:
         self.store, self.pool, self.tasks, self.who = store, pool, tasks, who
         self.stops = StopFlags()
 
-    def pick_task(self, choice, uploaded, cap_set):
-        """(context, prompt, max_new_tokens, chat) of the chosen task; a token cap the user set is kept."""
+    def pick_task(self, choice, uploaded, cap_now, task_cap):
+        """(context, prompt, max_new_tokens, chat, the task's cap) of the chosen task. A token cap other than the one
+        the last task filled in is the user's own and is kept (read from the field itself: no event can race it)."""
         if choice == FREE_TEXT:
             fields = free_text_fields()
         else:
             t = self.tasks.get(choice) or (uploaded or {}).get(choice)
             if t is None:
-                return (gr.update(),) * 4
+                return (gr.update(),) * 5
             fields = task_fields(t)
-        return fields[0], fields[1], gr.update() if cap_set else fields[2], fields[3]
+        users = cap_now is not None and task_cap is not None and cap_now != task_cap
+        return fields[0], fields[1], gr.update() if users else fields[2], fields[3], task_cap if users else fields[2]
 
     def upload(self, path):
         """(tasks, task dropdown, status line, the file's error): a file that cannot be read is remembered, so Run
@@ -676,9 +700,8 @@ def compare_tab(store: Store, pool: service.ModelPool, compare_ids: gr.State, wh
     tasks = {t.id: t for t in service.sample_tasks()}
     form = build_form(tasks, pool.allow_local)
     h = CompareHandlers(store, pool, tasks, who)
-    form.task.change(h.pick_task, [form.task, form.uploaded, form.cap_set], [form.context, form.prompt, form.max_new, form.chat],
-                     api_name=False)
-    form.max_new.input(lambda: True, None, [form.cap_set], api_name=False)  # the user's own cap: kept from now on
+    form.task.change(h.pick_task, [form.task, form.uploaded, form.max_new, form.task_cap],
+                     [form.context, form.prompt, form.max_new, form.chat, form.task_cap], api_name=False)
     form.task_file.change(h.upload, [form.task_file], [form.uploaded, form.task, form.status, form.upload_error], api_name=False)
     form.methods.change(h.active_fields, [form.methods], [form.controls[n] for n in PARAM_FIELDS], api_name=False)
     info = dict(fn=h.prompt_info, inputs=[form.model, form.prompt, form.context, form.chat, form.methods],

@@ -35,7 +35,7 @@ from workbench.ui.replay_js import STEP_JS
 from workbench.ui.shared import TUNABLE, RunCache, decoder_for, error_md, run_id_of, runs_frame
 
 
-OPEN_OUTPUTS = len(TUNABLE) + 12  # ReplayHandlers.open's outputs: see replay_tab's open_outputs
+OPEN_OUTPUTS = len(TUNABLE) + 11  # ReplayHandlers.open's outputs: see replay_tab's open_outputs
 # Heights (px) of the step's figure slots and node table, and of the run's figures: the tab fits in ~2,000 px.
 STEP_FIGURE_HEIGHT, NODES_HEIGHT, RUN_FIGURE_HEIGHT = 440, 200, 300
 
@@ -124,7 +124,8 @@ def run_picker(store: Store) -> RunPicker:
                 play = gr.Button("▶ Play", scale=1)
                 pause = gr.Button("Pause", scale=1)
                 share = gr.Button("Share this run", scale=1, elem_id="replay-share")
-            step = gr.Slider(0, 1, value=0, step=1, label="Step", elem_id="replay-step")
+            # hidden (but in the page, for the browser's drawing) until a run is open: no 0–1 slider over nothing
+            step = gr.Slider(0, 1, value=0, step=1, label="Step", elem_id="replay-step", visible="hidden")
     shared_md = gr.Markdown("", elem_id="share-status")
     timer = gr.Timer(0.6, active=False)
     return RunPicker(filt, refresh, runs, run_id, load, play, pause, timer, step, share, shared_md)
@@ -223,12 +224,12 @@ class ReplayHandlers:
         cleared = ["", rv.flips_frame(None), "", "", ""]
         keep = [gr.update()] * len(TUNABLE)
         if rid is None:
-            return (gr.update(), "type a run id or click a row", *keep, gr.update(), None, "", *cleared, gr.update(), None)
+            return (gr.update(), "type a run id or click a row", *keep, gr.update(), None, "", *cleared, None)
         try:
             rid = run_id_of(rid)
             stored, origins, ends = self.cache.get(rid, self.who(request))
         except WorkbenchError as e:
-            return (gr.update(), error_md(e), *keep, gr.update(), None, "", *cleared, gr.update(), None)
+            return (gr.update(), error_md(e), *keep, gr.update(), None, "", *cleared, None)
         trace = stored.trace
         try:
             flags = rv.tuning_active(trace.method)
@@ -237,8 +238,8 @@ class ReplayHandlers:
         sliders = [gr.update(interactive=on) if v is None else gr.update(value=v, interactive=on)
                    for v, on in zip(rv.tuning_values(trace), flags)]
         steps = max(1, len(trace.steps))
-        return (gr.update(maximum=steps - 1, value=0), f"loaded run #{rid}", *sliders, rv.OWN_RULE,
-                self._step_data(rid, stored, ends), tokens.tokens_html(origins), *cleared, gr.update(visible=True), rid)
+        return (gr.update(maximum=steps - 1, value=0, visible=True), f"loaded run #{rid}", *sliders, rv.OWN_RULE,
+                self._step_data(rid, stored, ends), tokens.tokens_html(origins), *cleared, rid)
 
     def open_if_new(self, request: gr.Request, rid, opened):
         """The tab opening: the run id (the newest run, filled in by builder.newest_run_id) drawn unless it is the
@@ -387,14 +388,14 @@ class ReplayTab:
 def replay_tab(store: Store, pool: service.ModelPool, cache: RunCache, who=lambda request: None) -> ReplayTab:
     """Build the tab and wire it."""
     picker = run_picker(store)
-    with gr.Column(visible="hidden", elem_id="replay-body") as body:  # shown once a run is open: no empty page
+    with gr.Column(elem_id="replay-body"):  # shown once a step is drawn (builder.CSS): no empty page before a run is open
         panel = step_panel()
         whole = run_panel()
         tuning = tuning_panel()
     opened = gr.State(None)  # the run id shown now
     h = ReplayHandlers(store, pool, cache, who)
     open_outputs = [picker.step, panel.info, *tuning.sliders.values(), tuning.rule, panel.data, panel.text, tuning.summary,
-                    tuning.flips, tuning.original_text, tuning.rerun_text, tuning.rerun_md, body, opened]
+                    tuning.flips, tuning.original_text, tuning.rerun_text, tuning.rerun_md, opened]
     assert len(open_outputs) == OPEN_OUTPUTS
     drawn = dict(fn=None, js=STEP_JS, inputs=[panel.data, picker.step, panel.info], outputs=panel.outputs)
     figures = dict(fn=h.run_figures, inputs=[picker.run_id], outputs=whole.outputs)

@@ -200,8 +200,8 @@ def rescore_summary(result: RunRescore, params: Mapping[str, Any]) -> str:
         or f"{result.method} takes none of δ α β τ λ"
     bound = "at least " if result.predicted_is_lower_bound else ""
     if result.first_divergence is None:
-        return (f"{result.method}: {shown}: no decision changes; MAL {result.run_mal:.2f} over all "
-                f"{len(result.steps)} steps, unchanged")
+        return (f"{result.method}: {shown}: no decision changes; predicted MAL = the run's MAL, {result.run_mal:.2f} "
+                f"over all {len(result.steps)} steps")
     last = result.steps[result.window - 1].step
     flips = sum(getattr(result, "flip_counts", {}).values())
     table = f"; {flips:,} decisions flip" + (f" (the table lists the first {FLIPS_SHOWN})" if flips > FLIPS_SHOWN else "")
