@@ -34,6 +34,8 @@ def shot(page, name, selector: str | None = None):
 def shot_between(page, name, top: str, bottom: str, margin: int = 12):
     """A screenshot in SHOTS of the page's full width from the top of `top` to the bottom of `bottom`."""
     SHOTS.mkdir(parents=True, exist_ok=True)
+    if not (page.locator(top).count() and page.locator(bottom).count()):  # an older page without them: the whole page
+        return shot(page, name)
     y0, y1, width = page.evaluate("""([a, b]) => [document.querySelector(a).getBoundingClientRect().top + window.scrollY,
         document.querySelector(b).getBoundingClientRect().bottom + window.scrollY, document.documentElement.clientWidth]""",
                                   [top, bottom])

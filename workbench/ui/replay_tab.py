@@ -397,7 +397,9 @@ def replay_tab(store: Store, pool: service.ModelPool, cache: RunCache, who=lambd
     open_outputs = [picker.step, panel.info, *tuning.sliders.values(), tuning.rule, panel.data, panel.text, tuning.summary,
                     tuning.flips, tuning.original_text, tuning.rerun_text, tuning.rerun_md, opened]
     assert len(open_outputs) == OPEN_OUTPUTS
-    drawn = dict(fn=None, js=STEP_JS, inputs=[panel.data, picker.step, panel.info], outputs=panel.outputs)
+    # Drawn in the browser, never a progress overlay over the header it writes
+    drawn = dict(fn=None, js=STEP_JS, inputs=[panel.data, picker.step, panel.info], outputs=panel.outputs,
+                 show_progress="hidden")
     figures = dict(fn=h.run_figures, inputs=[picker.run_id], outputs=whole.outputs)
 
     def listed(request: gr.Request, f):
@@ -407,9 +409,11 @@ def replay_tab(store: Store, pool: service.ModelPool, cache: RunCache, who=lambd
     picker.filt.submit(listed, [picker.filt], [picker.runs], api_name=False)
     picker.share.click(h.share, [picker.run_id], [picker.shared_md], api_name="share_run")
     picker.runs.select(pick_row, [picker.runs], [picker.run_id], api_name=False).then(
-        h.open, [picker.run_id], open_outputs, api_name=False).then(**drawn, api_name=False).then(**figures, api_name=False)
+        h.open, [picker.run_id], open_outputs, api_name=False, show_progress="hidden").then(**drawn, api_name=False).then(
+        **figures, api_name=False)
     for start in (picker.load.click, picker.run_id.submit):
-        start(h.open, [picker.run_id], open_outputs, api_name="load_run" if start == picker.load.click else False).then(
+        start(h.open, [picker.run_id], open_outputs, api_name="load_run" if start == picker.load.click else False,
+              show_progress="hidden").then(
             **drawn, api_name=False).then(**figures, api_name=False)
     gr.Button("Run figures", visible=False).click(**figures, api_name="run_figures")
     picker.step.change(**drawn, api_name=False, trigger_mode="always_last")  # in the browser: no round trip
@@ -431,5 +435,7 @@ def replay_tab(store: Store, pool: service.ModelPool, cache: RunCache, who=lambd
     tuning.rerun.click(h.rerun, [picker.run_id, *tuning.inputs, picker.filt],
                        [tuning.original_text, tuning.rerun_text, tuning.rerun_md, picker.runs], api_name="rerun",
                        concurrency_id="generate")
-    open_new = [dict(fn=h.open_if_new, inputs=[picker.run_id, opened], outputs=open_outputs), drawn, figures]
+    # No progress overlay: it would write its timer into the step's header (an output) while the run opens
+    open_new = [dict(fn=h.open_if_new, inputs=[picker.run_id, opened], outputs=open_outputs, show_progress="hidden"),
+                drawn, figures]
     return ReplayTab(picker.runs, picker.filt, picker.run_id, open_new)

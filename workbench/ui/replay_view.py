@@ -8,8 +8,8 @@ from typing import Any
 
 import pandas as pd
 
-from core.errors import InvalidInputError
-from core.methods import METHODS, get_method
+from core.errors import InvalidInputError, WorkbenchError
+from core.methods import METHODS, get_method, resolve_params
 from core.params import PARAMS
 from core.stats import first_divergence
 from core.trace import RunTrace, StepTrace
@@ -28,11 +28,17 @@ FLIP_COLUMNS = ("step", "node", "token", "source", "p", "old_threshold", "new_th
 
 
 def gated(trace: RunTrace) -> bool:
-    """Whether the run's method has CSD's rescue gate (only then is a rejection's logit gap against −ln τ drawn)."""
+    """Whether the run's method has CSD's rescue gate (only then is a rejection's logit gap against −ln τ drawn).
+    Judged with the method's defaults under the run's own values (a run may record only some of them)."""
     try:
-        return get_method(trace.method).rescue_of(trace.params) is not None
-    except Exception:  # noqa: BLE001 - an unknown method, or parameters it cannot read: no gate to draw
+        method = get_method(trace.method)
+    except WorkbenchError:  # a method this server does not know: no gate to draw
         return False
+    defaults = resolve_params(method.name)
+    try:
+        return method.rescue_of({**defaults, **{k: v for k, v in trace.params.items() if k in method.params}}) is not None
+    except Exception:  # noqa: BLE001 - stored values the rule cannot read: the method's defaults decide
+        return method.rescue_of(defaults) is not None
 
 
 # ---------------------------------------------------------------- one step
