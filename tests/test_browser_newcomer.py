@@ -264,6 +264,12 @@ def test_replay_with_no_runs_shows_no_empty_panels(app, page, tmp_path):
         demo.close()
 
 
+def open_run(page, rid):
+    """Type the run id and press Load run."""
+    page.locator("#replay-run-id input").fill(str(rid))
+    page.get_by_role("button", name="Load run").click()
+
+
 def run_row(page, rid):
     return page.get_by_role("gridcell", name=str(rid), exact=True).first
 
@@ -273,7 +279,7 @@ def test_opening_another_run_clears_the_last_rescore_and_rerun_and_a_rerun_is_li
 
     demo = app[0]
     page.get_by_role("tab", name="Replay & tune").click()
-    fill_number(page, "#replay-run-id", default_runs["aasd"])
+    open_run(page, default_runs["aasd"])
     expect(page.locator("#replay-info")).to_contain_text(f"run #{default_runs['aasd']} · aasd", timeout=30_000)
     fill_number(page, "#tune-alpha", 0)
     fill_number(page, "#tune-beta", 0.001)
@@ -319,7 +325,7 @@ def test_replay_figures_are_whole_and_the_csd_gate_is_drawn_for_csd_only(app, pa
                    output_ids=[t for s in steps for t in s.emitted], status="complete", decode_seconds=1.0)
     rid = shared(demo, run)
     page.get_by_role("tab", name="Replay & tune").click()
-    fill_number(page, "#replay-run-id", rid)
+    open_run(page, rid)
     expect(page.locator("#replay-info")).to_contain_text(f"run #{rid} · aasd · step 0 of 0–2", timeout=30_000)
     expect(page.locator("#replay-tree g.node")).to_have_count(18)
     for slot in ("#replay-tree", "#replay-thresholds"):
@@ -338,7 +344,7 @@ def test_rescoring_speaks_tokens_names_aasds_threshold_and_says_up_to_which_step
     from playwright.sync_api import expect
 
     page.get_by_role("tab", name="Replay & tune").click()
-    fill_number(page, "#replay-run-id", default_runs["aasd"])
+    open_run(page, default_runs["aasd"])
     expect(page.locator("#replay-info")).to_contain_text(f"run #{default_runs['aasd']} · aasd", timeout=30_000)
     reasons = " | ".join(page.locator("#replay-nodes td").all_inner_texts())
     assert re.search(r"θ \S+ = min\(α·H \+ β, max p\)", reasons) and not re.search(r"δ \S+ = min\(α·H", reasons), reasons

@@ -447,7 +447,7 @@ def test_the_prompt_line_states_tokens_and_reading_time_and_warns_when_long():
 
     assert prompt_note(6814, (45.0, "this server's last prefill"), 3, 8192).startswith("prompt: **6,814 tokens** · reading it")
     assert "≈ **45 s** per method" in prompt_note(6814, (45.0, "x"), 3, 8192)
-    assert "⚠ a long prompt" in prompt_note(6814, (45.0, "x"), 3, 8192)
+    assert "⚠ long: ≈ 2.2 min before the last method starts writing" in prompt_note(6814, (45.0, "x"), 3, 8192)
     assert "⚠" not in prompt_note(200, (0.8, "x"), 3, 8192)
     assert "estimated after the first run" in prompt_note(200, None, 1, 8192)
     assert "reads at most 8,192" in prompt_note(9000, None, 1, 8192)

@@ -112,10 +112,9 @@ def prompt_note(n_tokens: int, estimate: tuple[float, str] | None, methods: int,
     if estimate is None:
         return text + " · the time to read it is estimated after the first run on this server"
     seconds, source = estimate
-    each = "each method reads it again" if methods > 1 else "read once"
-    text += f" · reading it (prefill) takes ≈ **{_duration(seconds)}** per method ({each}; from {source})"
+    text += f" · reading it (prefill) takes ≈ **{_duration(seconds)}** per method (from {source})"
     if seconds * max(methods, 1) > 60:
-        text += f" · **⚠ a long prompt: ≈ {_duration(seconds * max(methods, 1))} before the last method starts writing**"
+        text += f" · **⚠ long: ≈ {_duration(seconds * max(methods, 1))} before the last method starts writing**"
     return text
 
 
@@ -297,7 +296,6 @@ def build_form(tasks: Mapping[str, Task], allow_local: bool = True) -> CompareFo
         context = gr.Textbox(first.context or "", label="Context (the draft pool; optional)", lines=4, max_lines=12, scale=3,
                              elem_id="compare-context")
         prompt = gr.Textbox(task_fields(first)[1], label="Prompt", lines=4, max_lines=12, scale=2, elem_id="compare-prompt")
-    prompt_info = gr.Markdown("", elem_id="compare-prompt-info")
     with gr.Accordion("Parameters (every method reads the ones it takes; the fields the chosen methods ignore are greyed out)",
                       open=False):
         with gr.Row():
@@ -318,6 +316,7 @@ def build_form(tasks: Mapping[str, Task], allow_local: bool = True) -> CompareFo
     with gr.Row():
         run = gr.Button("Run", variant="primary")
         stop = gr.Button("Stop", variant="stop")
+    prompt_info = gr.Markdown("", elem_id="compare-prompt-info")  # under Run: read before pressing it
     status = gr.Markdown("", elem_id="compare-status")
     gr.HTML(tokens.legend_html())
     heads, bodies, stats = [], [], []
