@@ -1,5 +1,5 @@
 """Replay figures benchmark: the draft-tree and threshold figures of one step, as the replay redraws
-them on every step switch (workbench/views.py, no Gradio, no model).
+them on every step switch (workbench/ui/figures/replay.py, no Gradio, no model).
 
 A synthetic tree of N nodes (root, a mix of sources and decisions, CSD gate fields on some nodes so
 the threshold figure draws its second panel) is drawn many times; each sample builds both figures
@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from core.trace import NodeTrace, StepTrace  # noqa: E402
-from workbench.views import threshold_figure, tree_figure  # noqa: E402
+from workbench.ui.figures.replay import threshold_figure, tree_figure  # noqa: E402
 
 SOURCES = ("context", "alignment", "generated", "draft")
 DECISIONS = ("accepted", "rejected", "unreached", "rescued")
@@ -45,7 +45,7 @@ def synthetic_step(nodes: int, seed: int = 0) -> StepTrace:
 
 
 def switch(step: StepTrace) -> None:
-    """What one replay step switch costs in views: both figures, built and serialised."""
+    """What one replay step switch costs in the figures: both figures, built and serialised."""
     tree_figure(step).to_json()
     threshold_figure(step).to_json()
 

@@ -41,9 +41,11 @@ def test_compare_replay_tune_and_download(app, page, tmp_path):
     demo = app[0]
     from playwright.sync_api import expect
 
-    # Compare: the default comparison (greedy, aasd, csd) on the first bundled sample
+    # Compare: the default comparison (greedy, aasd, csd) on the first bundled sample, 48 tokens of its answer
+    open_parameters(page)
+    fill_number(page, "#compare-max-new", 48)
     page.get_by_role("button", name="Run", exact=True).click()
-    expect(page.locator("#compare-status")).to_contain_text("done", timeout=300_000)
+    expect(page.locator("#compare-status")).to_contain_text("done", timeout=900_000)
     for i in range(3):
         expect(page.locator(f"#col-metrics-{i}")).to_contain_text("MAL")
         assert page.locator(f"#col-text-{i} span.tok").count() > 5
@@ -139,7 +141,7 @@ def test_an_error_clears_the_last_comparisons_columns(app, page):
     first_new = max((r.id for r in app[0].store.list_runs()), default=0) + 1
     page.get_by_role("button", name="Run", exact=True).click()
     # this comparison's "done" (it names its runs), not the one an earlier test left in the status line
-    expect(page.locator("#compare-status")).to_contain_text(re.compile(rf"done: runs #{first_new}\b"), timeout=300_000)
+    expect(page.locator("#compare-status")).to_contain_text(re.compile(rf"done: runs #{first_new}\b"), timeout=900_000)
     assert page.locator("#col-text-0 span.tok").count() > 0
     fill_number(page, "#param-alpha", 20)  # out of range for aasd: refused before any model runs
     page.get_by_role("button", name="Run", exact=True).click()
@@ -210,7 +212,7 @@ def test_diff_of_two_runs_and_acceptance_per_position(app, page):
         expect(summary).to_contain_text(f"first divergence at token {j}")
         first = page.locator("#diff-tokens .pair.first")
         expect(first).to_have_count(1)
-        assert first.get_attribute("title").startswith(f"position {j}")
+        assert first.get_attribute("title").startswith(f"#{greedy} greedy token {j}")
     assert page.locator("#diff-tokens .pair").count() >= 48
     SHOTS.mkdir(parents=True, exist_ok=True)
     page.locator("#tab-diff").screenshot(path=str(SHOTS / "diff.png"))
@@ -251,7 +253,7 @@ def plotly(page, selector, what="data"):
     return page.locator(f"{selector} .js-plotly-plot").first.evaluate(f"el => JSON.parse(JSON.stringify(el.{what}))")
 
 
-def run_and_wait(page, status_pattern, timeout=300_000):
+def run_and_wait(page, status_pattern, timeout=900_000):
     from playwright.sync_api import expect
 
     page.get_by_role("button", name="Run", exact=True).click()
@@ -279,7 +281,7 @@ def test_compare_repeats_show_mean_and_95_interval(app, page):
     pld = spread([run_metrics(r)["tps"] for r in runs if r.method == "pld"])
     expect(table).to_contain_text(f"{pld['mean']:.1f} ± {pld['ci95']:.1f}")
     bars = plotly(page, "#compare-speed")[0]
-    assert bars["x"] == ["greedy", "pld"] and abs(bars["y"][1] - pld["mean"]) < 1e-6
+    assert [c[0] for c in bars["customdata"]] == ["greedy", "pld"] and abs(bars["y"][1] - pld["mean"]) < 1e-6
     assert bars["error_y"]["visible"] and abs(bars["error_y"]["array"][1] - pld["ci95"]) < 1e-6
     expect(page.locator("#compare-speed .errorbar")).to_have_count(2)
     SHOTS.mkdir(parents=True, exist_ok=True)
@@ -302,27 +304,32 @@ def test_parameter_fields_the_chosen_methods_ignore_are_greyed_out(app, page):
     choose_methods(page, ["greedy", "aasd", "csd"])
 
 
-def test_free_text_starts_empty_with_the_default_cap(app, page):
+def test_free_text_starts_empty_and_keeps_the_users_cap(app, page):
     from playwright.sync_api import expect
 
     page.get_by_role("tab", name="Compare").click()
+    cap = page.locator("#compare-max-new input[type=number]").input_value()  # earlier tests set it: it is the user's
     choose_task(page, "(free text)")
     expect(page.locator("#compare-prompt textarea")).to_have_value("")
     expect(page.locator("#compare-context textarea")).to_have_value("")
-    expect(page.locator("#compare-max-new input[type=number]")).to_have_value("128")
-    choose_task(page, "qa-lighthouse")
+    expect(page.locator("#compare-max-new input[type=number]")).to_have_value(cap)
+    choose_task(page, "extract-orders")
     expect(page.locator("#compare-prompt textarea")).not_to_have_value("")
 
 
-def test_the_default_sample_is_answered_to_its_end(app, page):
-    """The first sample's own cap (48 tokens) cut greedy's answer 5 tokens short: the tab gives it at least 128."""
-    from playwright.sync_api import expect
+def test_a_sample_is_answered_to_its_end(app, page):
+    """The lighthouse sample's own cap (48 tokens) cut greedy's answer 5 tokens short: the tab gives it at least 128."""
+    from workbench import service
+    from workbench.ui.compare_tab import task_fields
 
-    page.get_by_role("tab", name="Compare").click()
-    choose_task(page, "qa-recipe")
-    choose_task(page, "qa-lighthouse")  # the sample the page opens on, as it fills in
-    expect(page.locator("#compare-max-new input[type=number]")).to_have_value("128")
-    rid = shared_runs(app, ["greedy"], max_new_tokens=None)["greedy"]  # the tab's defaults: the first sample
+    lighthouse = next(t for t in service.sample_tasks() if t.id == "qa-lighthouse")
+    context, prompt, cap, _ = task_fields(lighthouse)
+    assert cap == 128
+    demo, client = app
+    status = client.predict(api_name="/compare", model_name="smollm2-135m", method_list=["greedy"], prompt_text=prompt,
+                            context_text=context, max_new_tokens=cap)[0]
+    assert status.startswith("done"), status
+    rid = demo.store.list_runs(limit=1)[0].id
     run = app[0].store.load_run(rid, nodes=False).trace
     assert run.stop_reason == "eos" and run.output_text.rstrip().endswith("."), (run.stop_reason, run.output_text)
 
@@ -363,7 +370,7 @@ def long_run(page):
 
 def restore_defaults(page):
     choose_methods(page, ["greedy", "aasd", "csd"])
-    choose_task(page, "qa-lighthouse")
+    choose_task(page, "extract-orders")
 
 
 def test_stop_says_the_run_was_stopped_and_stored_as_cancelled(app, page):
@@ -447,8 +454,8 @@ def test_analytics_plots_keep_run_colours_show_shares_and_legends_clear(app, pag
         assert legend["orientation"] == "h" and legend["y"] > 1  # above the plot area, not over the data
     bars = plotly(page, "#analytics-bars")
     assert all(t["cliponaxis"] is False for t in bars)  # the tallest bar's number is not cut off
-    sweep = plotly(page, "#analytics-sweep", "layout")
-    assert "alpha" in sweep["title"]["text"]  # the default comparison's aasd takes α, not δ
+    sweep = plotly(page, "#analytics-sweep", "layout")  # the default comparison's aasd takes α, not δ: one value of it
+    assert "MAL against alpha" in sweep["annotations"][0]["text"]
     shot(page, "analytics")
 
 

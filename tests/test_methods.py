@@ -215,7 +215,7 @@ def test_per_source_acceptance_is_one_number_in_bench_run_metrics_and_the_ui(tin
     """accepted ÷ verified nodes of a source (core.stats.acceptance_by), the same in bench's JSON, a run's
     metrics (what the store keeps) and the UI's per-source plot; unreached nodes do not count."""
     from core.stats import acceptance_by, pool, run_totals
-    from workbench import views
+    from workbench.ui.figures.analytics import accept_by_source_figure
 
     rng = random.Random(3)
     prompts = []
@@ -235,7 +235,7 @@ def test_per_source_acceptance_is_one_number_in_bench_run_metrics_and_the_ui(tin
     assert summary["accept_rate_by_source"] == {k: a / n for k, (a, n) in sorted(pooled.items())}
     for run in runs:
         by_source = run_metrics(run)["accept_rate_by_source"]
-        fig = views.accept_by_source_figure([run])
+        fig = accept_by_source_figure([run])
         bars = {x: y for trace in fig.data for x, y in zip(trace.x, trace.y)}
         assert by_source == {k: a / n for k, (a, n) in acceptance_by(run, lambda node: node.source).items()}
         assert bars == pytest.approx(by_source)

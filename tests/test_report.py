@@ -64,7 +64,7 @@ def test_oracle_d_and_oracle_s_by_hand():
     data = delta_sweep(rows)
     assert data["deltas"] == [0.1, 0.01] and data["datasets"]["nq"]["score"] == [30.0, 20.0]
     assert data["datasets"]["nq"]["greedy_mal"] == 1.0
-    from workbench.views import delta_sweep_figure
+    from workbench.ui.figures.report import delta_sweep_figure
 
     fig = delta_sweep_figure(data, "score")
     assert [tr.name for tr in fig.data] == ["nq", "nq greedy"] and fig.layout.xaxis.type == "log"

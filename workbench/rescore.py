@@ -147,13 +147,36 @@ def _argmax_rows(step: StepTrace, n: int) -> list[int | None]:
     return argmax
 
 
-def _rescore(step: StepTrace, method: Method, params: Mapping[str, Any], eos_ids: Sequence[int] | None = None) -> StepRescore:
+@dataclass(frozen=True)
+class StepInputs:
+    """What re-judging a stored step needs that no parameter changes: its node records, tree, statistics,
+    log-probabilities and the target's own token after each node. Built once per step (prepare_run), so moving a
+    slider re-runs only the walks."""
+    step: StepTrace
+    records: list[NodeTrace]
+    tree: DraftTree
+    stats: list[NodeStats | None]
+    logp: list[float]
+    argmax: list[int | None]
+
+
+def step_inputs(step: StepTrace) -> StepInputs:
     records = _records(step)
-    tree = _tree(records)
     stats = [None] + [_stats(step.index, r) for r in records[1:]]
-    logp = [0.0] + [_logp(s.p) for s in stats[1:]]
-    verdict = walk(tree, stats, logp, method.rules_of(params), rescue=rescue_for(method, params, eos_ids),
-                   argmax=_argmax_rows(step, len(records)), count_of=lambda node, correction: records[node].mem_count)
+    return StepInputs(step, records, _tree(records), stats, [0.0] + [_logp(s.p) for s in stats[1:]],
+                      _argmax_rows(step, len(records)))
+
+
+def prepare_run(run: RunTrace) -> list[StepInputs]:
+    """Every step's StepInputs (InvalidInputError for a step that cannot be re-scored): pass them to rescore_run
+    to re-score the same run again and again (the replay's sliders) without rebuilding them."""
+    return [step_inputs(s) for s in run.steps]
+
+
+def _rescore(inputs: StepInputs, method: Method, params: Mapping[str, Any], eos_ids: Sequence[int] | None = None) -> StepRescore:
+    step, records = inputs.step, inputs.records
+    verdict = walk(inputs.tree, inputs.stats, inputs.logp, method.rules_of(params), rescue=rescue_for(method, params, eos_ids),
+                   argmax=inputs.argmax, count_of=lambda node, correction: records[node].mem_count)
     nodes = [
         NodeRescore(r.node, r.parent, r.depth, r.token_id, r.token_text, r.source, r.p, r.decision, r.threshold, r.reason,
                     verdict.decisions[i], verdict.thresholds[i], verdict.reasons[i])
@@ -170,16 +193,18 @@ def rescore_step(step: StepTrace, method: str, params: Mapping[str, Any] | None 
     m = get_method(method)
     p = resolve_params(method, params)
     _check_rescorable(m, p)
-    return _rescore(step, m, p, eos_ids)
+    return _rescore(step_inputs(step), m, p, eos_ids)
 
 
-def rescore_run(run: RunTrace, params: Mapping[str, Any] | None = None, rule: str | None = None) -> RunRescore:
+def rescore_run(run: RunTrace, params: Mapping[str, Any] | None = None, rule: str | None = None,
+                inputs: Sequence[StepInputs] | None = None) -> RunRescore:
     """Re-score every step of `run` with its method under `params` (over the run's own parameters).
 
     `rule` names another method whose verification rule judges the same stored drafts ("what if this
     AASD run had used CASD's fixed δ?"; any method our engine runs) and takes its own defaults where the
     run's parameters do not apply. A rescue rule needs memory counts, which only CSD runs record: on
-    other runs its walk stops at the first rejection it would have to count (a lower bound)."""
+    other runs its walk stops at the first rejection it would have to count (a lower bound). `inputs`: the run's
+    prepare_run, when the caller keeps it between re-scorings of the same run."""
     m = get_method(rule or run.method)
     if not run.steps:
         raise InvalidInputError(
@@ -211,7 +236,7 @@ def rescore_run(run: RunTrace, params: Mapping[str, Any] | None = None, rule: st
         raise InvalidInputError(f"rescue_eos=no exempts the target's end-of-sequence ids, which this run of {run.method!r} "
                                 "did not record (runs of csd, csd-context, lossy-sd, sd-memory-only and sd-gating-only do): "
                                 "run the method again to judge it with rescue_eos=no")
-    steps = [_rescore(s, m, new, eos_ids) for s in run.steps]
+    steps = [_rescore(i, m, new, eos_ids) for i in (inputs if inputs is not None else prepare_run(run))]
     first = next((i for i, s in enumerate(steps) if s.changed), None)
     window = steps if first is None else steps[: first + 1]
     flips = Counter(f"{n.old_decision} -> {n.decision}" for s in steps for n in s.flips)

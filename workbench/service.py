@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import os
 import queue
+import re
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -32,6 +33,41 @@ MAX_METHODS = 4  # methods per comparison: the Compare tab's columns (the API is
 # A generation whose consumer has not come back for its next update in this many seconds is cancelled:
 # Gradio stops reading a streaming handler when its client disconnects, without closing it.
 IDLE_CANCEL_SECONDS = 10.0
+
+
+HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,95}/[A-Za-z0-9][A-Za-z0-9_.-]{0,95}")
+
+
+def is_hub_id(spec: str) -> bool:
+    """`owner/name` as the Hugging Face hub spells repository ids (no "..", "--" or a .gguf file name)."""
+    return bool(HUB_ID.fullmatch(spec)) and ".." not in spec and "--" not in spec and not spec.lower().endswith(".gguf")
+
+
+def not_offered(spec: str) -> InvalidInputError:
+    """The one answer, in multi-user mode, for a model that is neither a preset nor a hub id: the same whether the
+    text names an existing folder, a file, a .gguf or nothing at all, so the box cannot probe the server's disk."""
+    return InvalidInputError(
+        f"{spec[:80]!r} is not a model this server offers: choose a preset ({', '.join(PRESETS)}) or a Hugging Face hub "
+        "id such as HuggingFaceTB/SmolLM2-135M-Instruct (local folders and .gguf files load only when the server is "
+        "started with `serve --allow-local-models`)")
+
+
+def hub_failed(spec: str) -> InvalidInputError:
+    """The one answer, in multi-user mode, for a hub id that could not be loaded (whatever the reason, and also for
+    an id that happens to name a folder on the server, which is never opened)."""
+    return InvalidInputError(f"could not load {spec[:80]!r} from the Hugging Face hub: check the repository id and that "
+                             f"this server can reach the hub; presets here: {', '.join(PRESETS)}")
+
+
+def check_model_access(spec: str, allow_local: bool) -> None:
+    """Refuse, before anything is looked at, a model the server does not offer: with `allow_local` (single-user mode,
+    or `serve --allow-local-models`) anything core.models loads; otherwise presets and hub ids only (ModelPool's
+    loading then answers a hub id that is also a path here as a hub failure, without opening it)."""
+    spec = (spec or "").strip()
+    if allow_local or not spec or spec in PRESETS:
+        return
+    if not is_hub_id(spec):
+        raise not_offered(spec)
 
 
 class Cancelled(WorkbenchError):
@@ -68,24 +104,51 @@ class ModelPool:
     """Loads models on first use (core.models caches them) and bounds concurrent use per model."""
 
     def __init__(self, device: str = "auto", dtype: str = "auto", per_model: int = 1, trust_remote_code: bool = False,
-                 placement=None):
+                 placement=None, allow_local: bool = True):
         self.device, self.dtype, self.per_model, self.trust_remote_code = device, dtype, per_model, trust_remote_code
+        # Local folders and .gguf files: the CLI's and a single-user app's; a multi-user app offers presets and hub
+        # ids only (check_model_access) unless started with `serve --allow-local-models`. build_app sets it.
+        self.allow_local = allow_local
         self.placement = placement  # core.placement.Placement: serve --device-map / --max-memory, for every model
         self._slots: dict[str, threading.Semaphore] = {}
+        self._loaded: dict[str, Models] = {}
         self._lock = threading.Lock()
+        self.prefill_clock = PrefillClock()
         self.idle_cancel = IDLE_CANCEL_SECONDS  # see stream_run
+
+    def loaded(self, model: str) -> Models | None:
+        """The model as this pool last loaded it (None before that): no loading, for quick looks at it."""
+        with self._lock:
+            return self._loaded.get((model or "").strip())
 
     def load(self, model: str, draft: str | None = None) -> Models:
         model = (model or "").strip()
         if not model:
             raise InvalidInputError("choose a model: a preset name, a local folder or a hub id")
+        draft = (draft or "").strip() or None
+        for spec in (model, draft):
+            check_model_access(spec, self.allow_local)
         how = {"device": self.device, "dtype": self.dtype, "trust_remote_code": self.trust_remote_code, "placement": self.placement}
-        target = load_model(model, **how)
+        target = self._load(model, how)
         d = None
-        if draft and draft.strip():
-            d = load_model(draft.strip(), **how)
+        if draft:
+            d = self._load(draft, how)
             check_pair(target, d)
+        with self._lock:
+            self._loaded[model] = Models(target, None)
         return Models(target, d)
+
+    def _load(self, spec: str, how: dict):
+        if self.allow_local or spec in PRESETS:
+            return load_model(spec, **how)
+        # A hub id: one answer however it failed (core.models' own words may describe the server), and the same for
+        # an id that also names a path here, which core.models would open instead of asking the hub.
+        if os.path.lexists(spec):
+            raise hub_failed(spec)
+        try:
+            return load_model(spec, **how)
+        except WorkbenchError:
+            raise hub_failed(spec) from None
 
     @contextmanager
     def slot(self, model: str, should_stop=None, poll: float = 0.2):
@@ -128,6 +191,77 @@ def build_prompt(tokenizer, prompt: str, context: str | None, chat: bool = True)
     if len(text) > MAX_PROMPT_CHARS:
         raise InvalidInputError(f"the prompt and context are {len(text):,} characters; the limit here is {MAX_PROMPT_CHARS:,}. Shorten the context.")
     return text, encode_prompt(tokenizer, text, chat=None if chat else False)
+
+
+def model_key(target) -> tuple[str, str, str]:
+    return (str(target.name), str(target.device), str(target.dtype))
+
+
+class PrefillClock:
+    """How long reading a prompt takes on this server, per loaded model: the seconds per prompt token of this
+    server's last prefill of that model (the engine's prefill_seconds), else the per-node slope of the model's
+    cost curve t(n) already measured here (core.timing; never measured from here: that costs seconds of CPU)."""
+
+    def __init__(self):
+        self._rates: dict[tuple[str, str, str], float] = {}
+        self._lock = threading.Lock()
+
+    def observe(self, target, run: RunTrace) -> None:
+        n = len(run.prompt_ids)
+        if n >= 32 and run.prefill_seconds > 0:  # a handful of tokens says more about overheads than about rate
+            with self._lock:
+                self._rates[model_key(target)] = run.prefill_seconds / n
+
+    def estimate(self, target, tokens: int) -> tuple[float, str] | None:
+        """(seconds, where the rate comes from) for a prompt of `tokens`, or None with nothing to go on."""
+        with self._lock:
+            rate = self._rates.get(model_key(target))
+        if rate is not None:
+            return rate * tokens, "this server's last prefill of the model"
+        curve = cached_curve(target)
+        if curve is None:
+            return None
+        n = curve.sizes[-1]
+        return tokens * max(curve(n) - curve(0), 1e-6) / n, "the model's measured cost per token t(n)"
+
+
+def cached_curve(target):
+    """The model's t(n) when core.timing has measured it here (in this process or saved in the home), else None."""
+    from core import timing
+
+    try:
+        return timing.load(timing.timing_path(target))
+    except (AttributeError, TypeError):  # a model without a fingerprint or device (a test stand-in)
+        return None
+
+
+REFERENCE_TREE = 16  # draft nodes of the tree the speed note prices first (a typical AASD tree before sizing)
+
+
+def speed_note(target, tree_sizes: Mapping[str, float], mals: Mapping[str, float]) -> str | None:
+    """One line under the speed-ups: what a verification forward over a tree costs here, t(n)/t(0) from the model's
+    measured cost curve (core.timing), for a 16-node tree and for the trees each method drafted, and so the speed-up
+    to expect on this hardware (MAL ÷ t(n)/t(0)), against a GPU, where a forward over a few dozen tokens costs about
+    as much as over one (the speed-up approaches the MAL). None before the curve is measured."""
+    curve = cached_curve(target)
+    if curve is None:
+        return None
+    where = "CPU" if getattr(target.device, "type", str(target.device)) == "cpu" else str(target.device)
+    parts = [f"a forward over {REFERENCE_TREE} draft tokens costs t({REFERENCE_TREE})/t(0) = "
+             f"{curve(REFERENCE_TREE) / curve(0):.1f}× a greedy step here (the model's measured cost curve)"]
+    for method, n in tree_sizes.items():
+        mal = mals.get(method)
+        if not mal or get_method(parse_method_spec(method)[0]).drafter == "none":  # greedy drafts nothing by design
+            continue
+        if n < 1:
+            parts.append(f"{method} drafted almost nothing (trees of {n:.1f} nodes: larger ones cost more here than they "
+                         "were expected to gain)")
+            continue
+        ratio = curve(round(n)) / curve(0)
+        parts.append(f"{method}: trees of {n:.0f} nodes, t({n:.0f})/t(0) = {ratio:.1f}×, MAL {mal:.2f} → ≈ {mal / ratio:.2f}× "
+                     "greedy")
+    return (f"Why these speed-ups on this {where}: " + "; ".join(parts) + ". On a GPU a forward over a few dozen tokens "
+            "costs about as much as over one (t(n)/t(0) ≈ 1), so the same runs would approach their MAL.")
 
 
 _COMPRESSORS: dict[tuple[str, str, str], Any] = {}  # (compressor, model path, dtype): llmlingua loads its own copy once
@@ -175,6 +309,12 @@ class Progress:
     run: RunTrace | None = None  # set when the run has finished (or failed or was cancelled)
     run_id: int | None = None
     error: str | None = None
+    prefill: tuple[int, int] | None = None  # (prompt tokens read, of) while the prompt is being read
+
+    @property
+    def tokens(self) -> int:
+        """Tokens emitted so far."""
+        return sum(len(s.emitted) for s in self.steps)
 
 
 def stream_run(method: str, models: Models, prompt_ids: list[int], params: Mapping[str, Any], *, prompt_text: str,
@@ -214,6 +354,7 @@ def stream_run(method: str, models: Models, prompt_ids: list[int], params: Mappi
 
         try:
             with (slot(should_stop) if slot is not None else nullcontext()):
+                events.put(("start", None))  # the slot is ours: this method is the one running now
                 rec = store.recording(header, tags=tags) if store is not None else nullcontext()
                 with rec:
                     def on_step(step):
@@ -238,6 +379,11 @@ def stream_run(method: str, models: Models, prompt_ids: list[int], params: Mappi
     try:
         while True:
             kind, item = events.get()
+            if kind == "start":  # before the prompt is read (minutes for a long one): say which method runs
+                suspended[0] = time.monotonic()
+                yield Progress(method, [], prefill=(0, len(prompt_ids)))
+                suspended[0] = None
+                continue
             if kind == "step":
                 steps.append(item)
                 if time.monotonic() - last >= every:

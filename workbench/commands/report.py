@@ -235,7 +235,7 @@ def write_outputs(rows: list[dict[str, Any]], sets: list[str], config: dict[str,
 
 
 def _figures(sweep: dict[str, Any], folder: Path) -> list[Path]:
-    from workbench.views import delta_sweep_figure
+    from workbench.ui.figures.report import delta_sweep_figure
 
     folder.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []

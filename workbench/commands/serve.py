@@ -14,6 +14,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="every run in the store is visible to everyone who reaches the app (for a local, one-person "
                         "workbench); by default a run made in the app is seen only by the browser session that made "
                         "it until its owner shares it")
+    p.add_argument("--allow-local-models", action="store_true",
+                   help="let the model boxes load local folders and .gguf files on this server (always so with "
+                        "--single-user); by default a shared app loads presets and Hugging Face hub ids only, so a "
+                        "visitor cannot make it open paths on the server")
     common.add_load_args(p)
     common.add_db_arg(p)
     p.set_defaults(func=run)
@@ -27,7 +31,6 @@ def run(args) -> int:
 
     placement = placement_from_args(args.device_map, args.max_memory, args.offload_folder)
     pool = ModelPool(args.device, args.dtype, trust_remote_code=args.trust_remote_code, placement=placement)
-    demo = build_app(args.db, pool,
-                     single_user=args.single_user)
+    demo = build_app(args.db, pool, single_user=args.single_user, allow_local_models=args.allow_local_models)
     launch(demo, server_name=args.host, server_port=args.port)
     return 0

@@ -7,10 +7,10 @@ import plotly.graph_objects as go
 
 from core.errors import WorkbenchError
 from core.trace import RunTrace
-from workbench import views
 from workbench.store import Store
 from workbench.ui.access import NOBODY
-from workbench.ui.shared import TUNABLE, RunCache, parse_run_ids, public_message, run_choices, run_colors
+from workbench.ui.figures import analytics as af
+from workbench.ui.shared import TUNABLE, RunCache, parse_run_ids, public_message, run_choices, method_colors
 
 AUTO_SWEEP = "auto"
 
@@ -45,49 +45,14 @@ def sweep_param(choice: str | None, traces) -> str:
     return (varied or taken or ["alpha"])[0]
 
 
-def shares(fig: go.Figure) -> go.Figure:
-    """The tokens-per-step histogram as each run's share of its steps (runs of different lengths compare);
-    views.accept_hist_figure puts that share, in %, in each bar's customdata."""
-    for trace in fig.data:
-        if trace.type == "bar" and trace.customdata is not None:
-            counts = trace.y
-            trace.update(y=[c / 100 for c in trace.customdata], customdata=counts,
-                         hovertemplate=f"{trace.name}<br>%{{x}} tokens: %{{y:.1%}} of its steps (%{{customdata}} steps)<extra></extra>")
-    fig.update_layout(yaxis={"title": "share of the run's steps", "tickformat": ".0%"})
-    return fig
-
-
-def restyled(fig: go.Figure, colors: dict[str, str]) -> go.Figure:
-    """Each run in its colour (the same in every plot), the legend in a row above the plot (long run labels no
-    longer cover the data) and room for bar labels (the tallest bar's number is not cut off)."""
-    for trace in fig.data:
-        if trace.name in colors:
-            trace.update(marker_color=colors[trace.name])
-            if trace.type == "scatter":
-                trace.update(line_color=colors[trace.name])
-        elif trace.type == "bar" and trace.x is not None and all(x in colors for x in trace.x):
-            trace.update(marker_color=[colors[x] for x in trace.x])  # a bar per run (MAL and tokens/s)
-        if trace.type == "bar" and trace.text is not None:
-            trace.update(cliponaxis=False)
-    fig.update_layout(legend={"orientation": "h", "yanchor": "bottom", "y": 1.02, "xanchor": "left", "x": 0},
-                      margin={"l": 60, "r": 20, "t": 90, "b": 60}, title={"y": 0.97, "yanchor": "top"})
-    fig.update_yaxes(automargin=True)
-    fig.update_xaxes(automargin=True)
-    for axis in ("yaxis", "yaxis2"):  # headroom over the tallest labelled bar
-        bars = [t for t in fig.data if t.type == "bar" and t.text is not None and (t.yaxis or "y") == axis.replace("axis", "")]
-        tops = [v for t in bars for v in (t.y or ()) if v is not None]
-        if tops:
-            fig.update_layout({axis: {"range": [0, max(tops) * 1.18]}})
-    return fig
-
-
 def figures_of(pairs, param_choice) -> tuple[go.Figure, ...]:
-    colors = run_colors([label for label, _ in pairs])
+    """The tab's five figures; runs coloured by their method (three methods, three colours, however many runs)."""
+    colors = method_colors([label for label, _ in pairs])
     param = sweep_param(param_choice, [t for _, t in pairs])
-    sweep = views.sweep_figure(pairs, param)
-    return (restyled(shares(views.accept_hist_figure(pairs)), colors), restyled(views.accept_by_depth_figure(pairs), colors),
-            restyled(views.accept_by_source_figure(pairs), colors), restyled(views.runs_bar_figure(pairs), colors),
-            restyled(sweep, run_colors([t.method for _, t in pairs])))
+    sweep = af.sweep_figure(pairs, param)
+    return (af.restyled(af.shares(af.accept_hist_figure(pairs)), colors), af.restyled(af.accept_by_depth_figure(pairs), colors),
+            af.restyled(af.accept_by_source_figure(pairs), colors), af.restyled(af.runs_bar_figure(pairs), colors),
+            af.restyled(sweep, method_colors([t.method for _, t in pairs])))
 
 
 def analytics_tab(store: Store, cache: RunCache, compare_ids: gr.State, who) -> gr.Dropdown:

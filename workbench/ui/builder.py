@@ -19,17 +19,22 @@ from workbench.ui.shared import RunCache, run_choices, runs_frame
 CSS = """
 input:disabled, textarea:disabled { opacity: 0.45; cursor: not-allowed; }  /* a parameter the chosen methods ignore */
 .tokens { font-family: ui-monospace, monospace; font-size: 0.9em; line-height: 1.6; white-space: pre-wrap; }
+/* Replay & tune: nothing but the run picker until a run's first step is drawn (its tree box is empty till then) */
+#replay-body:has(#replay-tree .replay-slot:empty) { display: none; }
 """
 
 
 def build_app(db: str | None = None, pool: service.ModelPool | None = None, queue_size: int = 32,
-              single_user: bool = False) -> gr.Blocks:
+              single_user: bool = False, allow_local_models: bool = False) -> gr.Blocks:
     """The workbench on the store at `db` (see workbench.store.resolve_url); `demo.store` is that store.
 
     Runs made in the app belong to the browser session that made them and are seen by others only once
-    shared (workbench/ui/access.py); `single_user=True` shows every run in the store to everyone."""
+    shared (workbench/ui/access.py); `single_user=True` shows every run in the store to everyone. The model boxes
+    take presets and hub ids only, unless `single_user` or `allow_local_models` (then local folders and .gguf
+    files too): a visitor of a shared app cannot make it open paths on the server (service.check_model_access)."""
     store = Store(db)
     pool = pool or service.ModelPool()
+    pool.allow_local = single_user or allow_local_models
     cache = RunCache(store)
 
     def who(request: gr.Request | None) -> Viewer:
@@ -43,9 +48,9 @@ def build_app(db: str | None = None, pool: service.ModelPool | None = None, queu
         compare_ids = gr.State([])  # the run ids of this session's last comparison: the only session state
         with gr.Tabs():
             with gr.Tab("Compare"):
-                compare_tab(store, pool, compare_ids, who)
+                compare = compare_tab(store, pool, compare_ids, who)
             with gr.Tab("Replay & tune") as replay:
-                runs, filt, run_id = replay_tab(store, pool, cache, who)
+                replay_parts = replay_tab(store, pool, cache, who)
             with gr.Tab("Diff", elem_id="tab-diff") as diff:
                 diff_a, diff_b = diff_tab(store, cache, who)
             with gr.Tab("CSD memory", elem_id="tab-memory") as memory:
@@ -65,7 +70,11 @@ def build_app(db: str | None = None, pool: service.ModelPool | None = None, queu
         def picks(request: gr.Request):
             return gr.Dropdown(choices=run_choices(store, who(request)))
 
-        replay.select(listed, [filt, run_id], [runs, run_id], api_name=False)
+        # Opening the tab lists the runs, fills in the newest and draws it (unless it is the run shown already).
+        event = replay.select(listed, [replay_parts.filt, replay_parts.run_id], [replay_parts.runs, replay_parts.run_id],
+                              api_name=False)
+        for step in replay_parts.open_new:
+            event = event.then(**step, api_name=False)
 
         def two_picks(request: gr.Request):
             return picks(request), picks(request)
@@ -78,6 +87,7 @@ def build_app(db: str | None = None, pool: service.ModelPool | None = None, queu
         memory.select(memory_picks, None, [memory_pick], api_name=False)
         for tab, pick in ((analytics, analytics_pick), (export, export_pick)):
             tab.select(picks, None, [pick], api_name=False)
+        demo.load(**compare.on_load)  # the default sample's token count and reading time
     # One generation per loaded model at a time (ModelPool's semaphores); other events stay responsive.
     demo.queue(max_size=queue_size, default_concurrency_limit=4)
     demo.store, demo.pool, demo.single_user = store, pool, single_user
@@ -93,5 +103,28 @@ def newest_run_id(frame, current):
     return int(frame["id"].max()) if len(frame) else None
 
 
+# Gradio names a multiselect token's remove button "Remove <the choice's index>" ("Remove 0", "Remove 14"): name the
+# token instead, for screen readers and the tooltip. Run once when the page loads (launch's js).
+PAGE_JS = """
+() => {
+  const name = () => document.querySelectorAll('.token-remove').forEach((button) => {
+    const label = button.parentElement && button.parentElement.querySelector('span');
+    const text = label ? label.textContent.trim() : '';
+    const want = `Remove ${text}`;
+    if (text && button.getAttribute('title') !== want) {
+      button.setAttribute('title', want);
+      button.setAttribute('aria-label', want);
+    }
+  });
+  new MutationObserver(name).observe(document.body, {childList: true, subtree: true, attributes: true,
+                                                     attributeFilter: ['title']});
+  name();
+}
+"""
+# Gradio's footer also links "Runs", its own history of this browser's calls, which is not the app's stored runs
+# (Replay & tune lists those): left out.
+FOOTER_LINKS = ["api", "gradio", "settings"]
+
+
 def launch(demo: gr.Blocks, **kwargs: Any):
-    return demo.launch(css=CSS, **kwargs)
+    return demo.launch(css=CSS, js=PAGE_JS, footer_links=FOOTER_LINKS, **kwargs)

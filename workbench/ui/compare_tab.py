@@ -1,25 +1,35 @@
 """The Compare tab: up to four methods on one prompt, side by side, streamed as they decode and stored;
-optionally repeated N times (interleaved), with the mean tokens/s and speed-up and their 95 % intervals."""
+optionally repeated N times (interleaved), with the mean tokens/s and speed-up and their 95 % intervals.
+
+The components are one CompareForm; the handlers are the methods of CompareHandlers (named parameters, the
+API's too); a comparison is a Comparison, which checks its inputs (`prepare`), runs the passes and yields one
+ColumnsView per update. Pure helpers (task fields, repeats, speeds, the status lines) are plain functions."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
 import gradio as gr
 import pandas as pd
-import plotly.graph_objects as go
 
 from core.step import check_prompt
 from core.errors import InvalidInputError, WorkbenchError
 from workbench.methods import get_method, parse_method_spec
 from core.params import PARAMS
 from core.stats import first_divergence, run_metrics
-from workbench import service, views
+from workbench import service
 from workbench.evaluation.bench import spread
 from workbench.evaluation.fidelity import flip_report
-from workbench.evaluation.scores import score_task
+from workbench.evaluation.scores import KIND_METRIC, score_task
 from workbench.evaluation.tasks import Task, fill_template
 from workbench.store import Store
-from workbench.ui.shared import TUNABLE, check_model_source, error_md, gpu, metrics_md, param_label, run_colors
+from workbench.ui import tokens
+from workbench.ui.figures.common import empty_figure
+from workbench.ui.figures.compare import plus_minus, speed_figure
+from workbench.ui.shared import (TUNABLE, check_model_source, error_md, gpu, method_colors, metrics_md, param_label,
+                                 public_message)
 
 SLOTS = service.MAX_METHODS  # columns
 FREE_TEXT = "(free text)"
@@ -29,9 +39,15 @@ UPLOAD_HINT = ("JSON Lines, one task a line: `{\"id\": \"q1\", \"task\": \"qa\",
                "\"context\": \"the document (optional)\", \"answers\": [\"a reference\"]}`; optional `template` "
                "(with `{context}` / `{input}`) and `max_new_tokens`. Spec-Bench's question.jsonl and LongBench rows load as they are.")
 MORE_PARAMS = ("key_len", "ngram", "align_m", "align_graft", "max_nodes", "gamma", "top_k", "temperature", "top_p", "seed")
+PARAM_FIELDS = TUNABLE + MORE_PARAMS  # the parameter fields, in the order of the API's parameters
 MAX_REPEATS = 10  # a comparison repeated more often belongs to `bench --repeats`
 SPEED_COLUMNS = ["method", "runs", "tok/s", "speed-up", "MAL"]  # tok/s, speed-up: mean ± 95 % interval
+MAX_NEW_LABEL = "max_new_tokens: the most tokens each method writes (1–1024); a task fills in its cap until you set yours"
+METRIC_NAMES = {"qa_f1": "F1", "rouge_l": "ROUGE-L", "code_sim": "code similarity", "gsm8k": "answer accuracy"}
+COMPRESSORS = ["selfinfo", "selfinfo[layers=8]", "selfinfo[unit=sentence]", "llmlingua", "llmlingua2"]
 
+
+# ---------------------------------------------------------------- tasks and inputs
 
 def task_fields(t: Task) -> tuple[str, str, int, bool]:
     """(context, prompt, max_new_tokens, chat) a task fills in; a template shows with its context left out
@@ -47,11 +63,10 @@ def free_text_fields() -> tuple[str, str, int, bool]:
     return "", "", PARAMS["max_new_tokens"].default, True
 
 
-def _number(name: str, active: bool) -> gr.Number:
-    # No min/max on the field: core.params checks ranges and says what the parameter means.
-    spec = PARAMS[name]
-    return gr.Number(spec.default, label=param_label(name), precision=0 if spec.kind is int else None, elem_id=f"param-{name}",
-                     interactive=active)
+def score_label(task: Task) -> str:
+    """What a task's score is: "F1 against the reference answers, 0–100"."""
+    name = task.metric or KIND_METRIC.get(task.task) or "score"
+    return f"{METRIC_NAMES.get(name, name)} against the task's reference answers, 0–100"
 
 
 def params_taken(method_list) -> set[str]:
@@ -68,13 +83,480 @@ def params_taken(method_list) -> set[str]:
 def check_repeats(value) -> int:
     try:
         n = int(value if value not in (None, "") else 1)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         raise InvalidInputError(f"repeats must be a whole number from 1 to {MAX_REPEATS}, got {value!r}") from None
     if not 1 <= n <= MAX_REPEATS or n != float(value if value not in (None, "") else 1):
         raise InvalidInputError(f"repeats must be a whole number from 1 to {MAX_REPEATS}, got {value!r} "
                                 f"(for more, use `python -m workbench bench --repeats N`)")
     return n
 
+
+def check_max_new_tokens(value) -> int:
+    spec = PARAMS["max_new_tokens"]
+    try:
+        n = int(value)
+        ok = n == float(value)
+    except (TypeError, ValueError, OverflowError):
+        ok = False
+    if not ok or not spec.low <= n <= 1024:
+        raise InvalidInputError(f"max_new_tokens must be a whole number from {spec.low} to 1024 here, got {value!r}")
+    return n
+
+
+def prompt_note(n_tokens: int, estimate: tuple[float, str] | None, methods: int, max_context: int) -> str:
+    """The line under the prompt: its length in tokens and how long reading it will take, before Run."""
+    if n_tokens >= max_context:
+        return (f"**⚠ the prompt is {n_tokens:,} tokens; the model reads at most {max_context:,}**: shorten the context "
+                "(or compress it, under Parameters)")
+    text = f"prompt: **{n_tokens:,} tokens**"
+    if estimate is None:
+        return text + " · the time to read it is estimated after the first run on this server"
+    seconds, source = estimate
+    text += f" · reading it (prefill) takes ≈ **{_duration(seconds)}** per method (from {source})"
+    if seconds * max(methods, 1) > 60:
+        text += f" · **⚠ long: ≈ {_duration(seconds * max(methods, 1))} before the last method starts writing**"
+    return text
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds:.1f} s" if seconds < 10 else f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.1f} min"
+
+
+def running_status(name: str, position: int, count: int, rep: int, repeats: int, prog: service.Progress,
+                   max_new_tokens: int) -> str:
+    """The status line while a method runs: which one, and how far it is (reading the prompt, or tokens written)."""
+    where = f"method {position} of {count}" + (f", pass {rep} of {repeats}" if repeats > 1 else "")
+    if not prog.steps and prog.prefill is not None:
+        done, total = prog.prefill
+        read = f"{done:,} of {total:,} prompt tokens read" if done else f"reading the prompt ({total:,} tokens)"
+        return f"running **{name}** ({where}): {read}…"
+    return f"running **{name}** ({where}): {prog.tokens} of {max_new_tokens} tokens written in {len(prog.steps)} steps…"
+
+
+def closing_status(run_ids, where: str, stopped: bool, compression) -> str:
+    stored = ", ".join(f"#{r}" for r in run_ids) or "none"
+    head = (f"**stopped**: the run in progress is stored as cancelled; runs {stored} stored ({where})" if stopped
+            else f"done: runs {stored} stored ({where})")
+    if compression is None:
+        return head
+    return head + (f"; context compressed by {compression.compressor} to {compression.reached:.2f} "
+                   f"({compression.tokens_kept}/{compression.tokens_in} tokens) in {compression.seconds:.1f} s")
+
+
+# ---------------------------------------------------------------- speeds over repeats
+
+def speed_summary(names: list[str], tps: list[list[float]], speedups: list[list[float]], mals: list[list[float]]):
+    """Per method, the spread (workbench.evaluation.bench.spread, as `bench --repeats` computes it) of
+    its tokens/s and speed-up over the passes: a list of (name, tps spread, speed-up spread, mean MAL)."""
+    return [(n, spread(t), spread(s), spread(m)["mean"]) for n, t, s, m in zip(names, tps, speedups, mals)]
+
+
+class Speeds:
+    """Each column's finished runs over the passes: tokens/s, speed-up against its pass's greedy run, MAL, and the
+    mean draft-tree size (what a step's forward costs, core.timing)."""
+
+    def __init__(self, names: list[str]):
+        self.names = names
+        self.tps, self.speedups, self.mals, self.trees = ([[] for _ in names] for _ in range(4))
+
+    def add(self, slot: int, run, greedy_tps: float | None) -> None:
+        if run.status != "complete":  # a cancelled or failed run measured nothing
+            return
+        m = run_metrics(run)
+        self.tps[slot].append(m["tps"])
+        self.mals[slot].append(m["mal"])
+        if run.steps:
+            self.trees[slot].append(sum(s.tree_size for s in run.steps) / len(run.steps))
+        if greedy_tps and m["tps"]:
+            self.speedups[slot].append(m["tps"] / greedy_tps)
+
+    def summary(self):
+        return speed_summary(self.names, self.tps, self.speedups, self.mals)
+
+    def tree_sizes(self) -> dict[str, float]:
+        return {n: sum(t) / len(t) for n, t in zip(self.names, self.trees) if t}
+
+    def mean_mals(self) -> dict[str, float]:
+        return {n: sum(m) / len(m) for n, m in zip(self.names, self.mals) if m and None not in m}
+
+
+def speed_frame(summary) -> pd.DataFrame:
+    rows = [{"method": n, "runs": t["n"], SPEED_COLUMNS[2]: plus_minus(t, "{:.1f}"), SPEED_COLUMNS[3]: plus_minus(s, "{:.2f}×"),
+             "MAL": None if mal is None else round(mal, 2)} for n, t, s, mal in summary]
+    return pd.DataFrame(rows, columns=SPEED_COLUMNS)
+
+
+# ---------------------------------------------------------------- lossless flips
+
+def _lossless(name: str) -> bool:
+    try:
+        return get_method(name).lossless
+    except WorkbenchError:
+        return False
+
+
+def flip_applies(name: str, params, div: int | None) -> bool:
+    """A lossless method at T = 0 that left greedy's tokens (it should not, except at near-ties)."""
+    return div is not None and not (params.get("temperature") or 0) > 0 and _lossless(name)
+
+
+def flip_mark(div: int, report) -> dict:
+    """tokens_html's marker for such a flip: the class FLIP_CLASS and a title with the position (and the
+    target's logit gap there when fidelity.flip_report measured it)."""
+    return {"marker_title": tokens.flip_title(div, report), "marker_class": FLIP_CLASS}
+
+
+def flip_texts(pool, model_name, models, ids, greedy_ids, run, div) -> str:
+    """The column's tokens with the flip mark measured: one forward of the target (the run is over, its slot given
+    back) finds the target's logit gap there; the mark stands on the position alone when that fails."""
+    try:
+        with pool.slot(model_name):
+            report = flip_report(models.target, ids, greedy_ids, run.output_ids)
+    except Exception:  # noqa: BLE001 - the mark stands on the position alone
+        report = None
+    return tokens.run_html(run, first_divergence=div, **flip_mark(div, report))
+
+
+# ---------------------------------------------------------------- the components
+
+@dataclass
+class CompareForm:
+    """The tab's components. `inputs` is the order of the compare handler's (and the API's) parameters."""
+    model: gr.Dropdown
+    draft: gr.Dropdown
+    methods: gr.Dropdown
+    task: gr.Dropdown
+    task_file: gr.File
+    chat: gr.Checkbox
+    repeats: gr.Number
+    context: gr.Textbox
+    prompt: gr.Textbox
+    prompt_info: gr.Markdown
+    max_new: gr.Slider
+    controls: dict[str, gr.Number]
+    compress_rate: gr.Number
+    compressor: gr.Dropdown
+    run: gr.Button
+    stop: gr.Button
+    status: gr.Markdown
+    heads: list[gr.Markdown]
+    stats: list[gr.Markdown]
+    bodies: list[gr.HTML]
+    speed_plot: gr.Plot
+    speed_table: gr.Dataframe
+    speed_note: gr.Markdown
+    uploaded: gr.State  # the tasks of the uploaded file, by choice label
+    upload_error: gr.State  # why the uploaded file could not be read ("" when it could, or there is none)
+    task_cap: gr.State  # the token cap the last task filled in: a different value in the field is the user's own
+    on_load: dict = field(default_factory=dict)  # event arguments the app runs when the page loads (the prompt line)
+
+    @property
+    def inputs(self) -> list:
+        return ([self.model, self.draft, self.methods, self.prompt, self.context, self.chat, self.max_new]
+                + [self.controls[n] for n in PARAM_FIELDS]
+                + [self.task, self.uploaded, self.compress_rate, self.compressor, self.repeats, self.upload_error])
+
+    def outputs(self, compare_ids: gr.State) -> list:
+        return ([self.status, compare_ids] + self.heads + self.stats + self.bodies
+                + [self.speed_plot, self.speed_table, self.speed_note])
+
+
+def _number(name: str, active: bool) -> gr.Number:
+    # No min/max on the field: core.params checks ranges and says what the parameter means.
+    spec = PARAMS[name]
+    return gr.Number(spec.default, label=param_label(name), precision=0 if spec.kind is int else None, elem_id=f"param-{name}",
+                     interactive=active)
+
+
+def build_form(tasks: Mapping[str, Task], allow_local: bool = True) -> CompareForm:
+    first = next(iter(tasks.values()))
+    where = "preset, hub id or local folder" if allow_local else "preset or Hugging Face hub id"
+    taken = params_taken(service.DEFAULT_METHODS)
+    with gr.Row():
+        model = gr.Dropdown(service.model_choices(), value=service.default_model(), allow_custom_value=True,
+                            label=f"Model ({where})", scale=3, elem_id="compare-model")
+        draft = gr.Dropdown([""] + [p for p in service.PRESETS if service.is_fetched(p)], value="", allow_custom_value=True,
+                            label="Draft model (for sd / csd with a draft; optional)", scale=2)
+        methods = gr.Dropdown(service.UI_METHODS + list(FITTED_VARIANTS), value=list(service.DEFAULT_METHODS), multiselect=True,
+                              max_choices=SLOTS, allow_custom_value=True,
+                              label=f"Methods (up to {SLOTS}; greedy: the speed-up reference; variants: aasd[align_graft=1], "
+                                    "aasd[auto] = fitted thresholds)", scale=3,
+                              elem_id="compare-methods")
+    with gr.Row():
+        task = gr.Dropdown([FREE_TEXT] + list(tasks), value=first.id, label="Task (bundled samples)", scale=2,
+                           elem_id="compare-task")
+        with gr.Column(scale=2):  # collapsed beside the task: the page keeps its height until a file is wanted
+            with gr.Accordion("…or upload a task file (JSON Lines, one task a line)", open=False, elem_id="upload-box"):
+                task_file = gr.File(label="task file (.jsonl or .json)", file_types=[".jsonl", ".json"], elem_id="task-file")
+                gr.Markdown(UPLOAD_HINT, elem_id="upload-hint")
+        chat = gr.Checkbox(first.chat, label="apply the chat template", scale=1)
+        repeats = gr.Number(1, precision=0, minimum=1, maximum=MAX_REPEATS, scale=1, elem_id="compare-repeats",
+                            label=f"Repeats (1–{MAX_REPEATS}; interleaved; error bars)")
+    with gr.Row():
+        context = gr.Textbox(first.context or "", label="Context (the draft pool; optional)", lines=4, max_lines=12, scale=3,
+                             elem_id="compare-context")
+        prompt = gr.Textbox(task_fields(first)[1], label="Prompt", lines=4, max_lines=12, scale=2, elem_id="compare-prompt")
+    with gr.Accordion("Parameters (every method reads the ones it takes; the fields the chosen methods ignore are greyed out)",
+                      open=False):
+        with gr.Row():
+            max_new = gr.Slider(1, 1024, value=task_fields(first)[2], step=1, elem_id="compare-max-new", label=MAX_NEW_LABEL,
+                                scale=2)
+            controls = {name: _number(name, name in taken) for name in TUNABLE}
+        with gr.Row():
+            controls.update({name: _number(name, name in taken) for name in MORE_PARAMS})
+        with gr.Row():
+            compress_rate = gr.Number(1.0, label="compress: the fraction of the context's tokens the model reads (0 < rate ≤ 1; "
+                                                 "1 = off). casd / aasd still draft from the full context (method[pool=compressed]: not)")
+            compressor = gr.Dropdown(COMPRESSORS, value="selfinfo",
+                                     label="compressor (selfinfo: built in, offline; [layers=8]: scored by the first 8 "
+                                           "layers, cheaper; [unit=sentence]: keeps whole sentences; llmlingua: the "
+                                           "llmlingua package, needs network once; llmlingua2: LLMLingua-2's token classifier, "
+                                           "needs network once (tiktoken's BPE file, the classifier from the hub) or a local "
+                                           "classifier folder in WORKBENCH_LLMLINGUA2_MODEL)")
+    with gr.Row():
+        run = gr.Button("Run", variant="primary")
+        stop = gr.Button("Stop", variant="stop")
+    prompt_info = gr.Markdown("", elem_id="compare-prompt-info")  # under Run: read before pressing it
+    status = gr.Markdown("", elem_id="compare-status")
+    gr.HTML(tokens.legend_html())
+    heads, bodies, stats = [], [], []
+    with gr.Row(equal_height=False):
+        for i in range(SLOTS):
+            with gr.Column(min_width=240):
+                heads.append(gr.Markdown(f"### {service.DEFAULT_METHODS[i]}" if i < 3 else "", elem_id=f"col-head-{i}"))
+                stats.append(gr.Markdown("", elem_id=f"col-metrics-{i}"))
+                bodies.append(gr.HTML("", elem_id=f"col-text-{i}", elem_classes=["tokens"]))
+    with gr.Row(equal_height=False):
+        speed_plot = gr.Plot(show_label=False, elem_id="compare-speed", scale=1)
+        speed_table = gr.Dataframe(speed_frame([]), headers=SPEED_COLUMNS, interactive=False, elem_id="compare-speed-table",
+                                   label="Speed per method: tok/s and speed-up as mean ± 95 % interval over the repeats", scale=1)
+    speed_note = gr.Markdown("", elem_id="compare-speed-note")
+    return CompareForm(model, draft, methods, task, task_file, chat, repeats, context, prompt, prompt_info, max_new, controls,
+                       compress_rate, compressor, run, stop, status, heads, stats, bodies, speed_plot, speed_table,
+                       speed_note, gr.State({}), gr.State(""), gr.State(task_fields(first)[2]))
+
+
+# ---------------------------------------------------------------- one comparison
+
+@dataclass
+class ColumnsView:
+    """What one update of the tab shows; `values()` in CompareForm.outputs' order."""
+    status: str
+    run_ids: list[int] = field(default_factory=list)
+    heads: list = field(default_factory=lambda: [gr.update()] * SLOTS)
+    metrics: list = field(default_factory=lambda: [""] * SLOTS)
+    texts: list = field(default_factory=lambda: [""] * SLOTS)
+    figure: Any = None
+    table: Any = None
+    note: str = ""
+
+    def values(self) -> list:
+        figure = self.figure if self.figure is not None else empty_figure("")
+        table = self.table if self.table is not None else speed_frame([])
+        return [self.status, list(self.run_ids), *self.heads, *self.metrics, *self.texts, figure, table, self.note]
+
+
+def message_view(msg: str, heads_too: bool = False) -> ColumnsView:
+    """The status line alone: the last comparison's columns are cleared, so a message (an error, or "loading…")
+    never stands above results it does not belong to."""
+    return ColumnsView(msg, heads=[""] * SLOTS if heads_too else [gr.update()] * SLOTS)
+
+
+def _text(value, what: str) -> str:
+    """A text field's value: text (None: empty); anything else, which only the API can send, is a clear error."""
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise InvalidInputError(f"{what} must be text, got {type(value).__name__}")
+    return value
+
+
+def _number_or_none(value, what: str):
+    if value is None or (isinstance(value, (int, float)) and not isinstance(value, bool)):
+        return value
+    raise InvalidInputError(f"{what} must be a number, got {str(value)[:40]!r}")
+
+
+@dataclass
+class CompareRequest:
+    """A comparison's inputs as the form (or the API) gives them; `checked` refuses values of the wrong kind."""
+    model: str
+    draft: str | None
+    methods: Sequence[str]
+    prompt: str
+    context: str
+    chat: bool
+    max_new_tokens: Any
+    params: dict[str, Any]
+    task_choice: str | None
+    uploaded: Mapping[str, Task] | None
+    compress_rate: Any
+    compressor: str | None
+    repeats: Any
+    upload_error: str = ""
+
+    def checked(self) -> "CompareRequest":
+        """The request with every field of the kind the form sends (the API can send anything): InvalidInputError
+        naming the field otherwise. Ranges are checked later, where the values are used."""
+        methods = self.methods
+        if methods is None or isinstance(methods, str):
+            methods = [methods] if methods else []
+        if not isinstance(methods, (list, tuple)) or not all(isinstance(m, str) for m in methods):
+            raise InvalidInputError("methods must be a list of method names, e.g. [\"greedy\", \"aasd\"]")
+        if self.chat is not None and not isinstance(self.chat, bool):
+            raise InvalidInputError(f"use_chat must be true or false, got {str(self.chat)[:40]!r}")
+        params = {n: _number_or_none(v, n) for n, v in self.params.items()}
+        return CompareRequest(
+            _text(self.model, "the model").strip(), _text(self.draft, "the draft model").strip() or None, list(methods),
+            _text(self.prompt, "the prompt"), _text(self.context, "the context"), self.chat is not False,
+            self.max_new_tokens, params, self.task_choice if isinstance(self.task_choice, str) else None,
+            self.uploaded if isinstance(self.uploaded, dict) else None,
+            _number_or_none(self.compress_rate, "compress_rate"), _text(self.compressor, "the compressor") or None,
+            self.repeats, self.upload_error if isinstance(self.upload_error, str) else "")
+
+
+@dataclass
+class Reference:
+    """A pass's greedy run: the tokens a lossless method should emit and the speed every speed-up is against."""
+    ids: list[int] | None = None
+    tps: float | None = None
+
+
+@dataclass(frozen=True)
+class Place:
+    """Where a method's run stands: method `position` of `of`, in pass `rep`."""
+    position: int
+    of: int
+    rep: int
+
+
+class Comparison:
+    """One comparison: `prepare` checks everything and loads the model (raising WorkbenchError with the reason),
+    then iterating yields a ColumnsView per update while the methods run, pass after pass."""
+
+    def __init__(self, req: CompareRequest, store: Store, pool: service.ModelPool, tasks: Mapping[str, Task],
+                 stop: threading.Event, run_stop, owner_tags: Sequence[str], where: str):
+        self.req, self.store, self.pool, self.tasks = req, store, pool, tasks
+        self.stop, self.run_stop, self.owner_tags, self.where = stop, run_stop, tuple(owner_tags), where
+
+    def chosen_task(self) -> Task | None:
+        """The chosen task, whose references score every output as bench scores them; free text, or a task whose
+        prompt or context was edited, has none that apply."""
+        r = self.req
+        t = self.tasks.get(r.task_choice) or (r.uploaded or {}).get(r.task_choice)
+        if t is not None and task_fields(t)[:2] != ((r.context or ""), (r.prompt or "")):
+            return None
+        return t
+
+    def check(self) -> None:
+        """Everything that can be refused before a model loads."""
+        r = self.req
+        if r.upload_error:
+            raise InvalidInputError(f"the uploaded task file could not be read ({r.upload_error}): fix it and upload it "
+                                    "again, or remove it (✕) to run the bundled samples")
+        self.n_repeats = check_repeats(r.repeats)
+        self.specs = service.check_methods(r.methods or [], r.model, r.draft)
+        chosen = {n: v for n, v in r.params.items() if v is not None and v != PARAMS[n].default}
+        self.max_new_tokens = chosen["max_new_tokens"] = check_max_new_tokens(r.max_new_tokens)
+        self.per_method = [service.method_params(name, chosen, over) for name, over in self.specs]
+        for spec in (r.model, r.draft):
+            service.check_model_access(spec, self.pool.allow_local)
+        check_model_source(r.model, r.draft, allow_local=self.pool.allow_local)
+
+    def prepare(self) -> Iterator[ColumnsView]:
+        """Check, load, build the prompt and compress it; yields "loading…" views on the way."""
+        r = self.req
+        self.check()
+        yield message_view(f"loading {r.model}…")
+        self.models = self.pool.load(r.model, r.draft)
+        self.text, self.ids = service.build_prompt(self.models.target.tokenizer, r.prompt, r.context, bool(r.chat))
+        self.compression, self.full_ids = None, None
+        if r.compress_rate is not None and r.compress_rate != 1:  # compressed once, before any run starts or is stored
+            yield message_view(f"compressing the context to {r.compress_rate:g} of its tokens…")
+            with self.pool.slot(r.model):
+                self.text, self.ids, self.compression, self.full_ids = service.compress_context(
+                    self.models.target, r.prompt, r.context, r.compress_rate, r.compressor, bool(r.chat))
+        check_prompt(self.ids, self.models.target.max_context)
+
+    def wait_note(self) -> str | None:
+        """"waiting…" when another generation holds the model now (one per model at a time), else None."""
+        try:
+            with self.pool.slot(self.req.model, should_stop=lambda: True, poll=0.01):
+                return None
+        except service.Cancelled:
+            return (f"waiting for {self.req.model}: another comparison is using it (one generation per model at a time); "
+                    "yours starts when it is done")
+
+    def __iter__(self) -> Iterator[ColumnsView]:
+        names = [self.req.methods[i] for i in range(len(self.specs))]
+        view = ColumnsView("", heads=[f"### {names[i]}" if i < len(names) else "" for i in range(SLOTS)])
+        self.speeds, self.task = Speeds(names), self.chosen_task()
+        order = sorted(range(len(self.specs)), key=lambda i: self.specs[i][0] != "greedy")  # greedy first: the reference
+        note = self.wait_note()
+        if note:
+            view.status = note
+            yield view
+        stopped = False
+        for rep in range(1, self.n_repeats + 1):
+            reference = Reference()  # each pass's speed-ups are against its own greedy run
+            for position, slot in enumerate(order, start=1):
+                yield from self._column(view, slot, Place(position, len(order), rep), reference)
+                if self.stop.is_set():
+                    stopped = True
+                    break
+                summary = self.speeds.summary()
+                view.figure, view.table = speed_figure(summary, method_colors(names)), speed_frame(summary)
+                view.note = service.speed_note(self.models.target, self.speeds.tree_sizes(), self.speeds.mean_mals()) or ""
+            if stopped:
+                break
+        view.status = closing_status(view.run_ids, self.where, stopped, self.compression)
+        yield view
+
+    def _column(self, view: ColumnsView, slot: int, place: "Place", reference: "Reference") -> Iterator[ColumnsView]:
+        """One method's run into its column: streamed steps, then the finished run with its metrics, score and marks."""
+        name, run, div, flip = self.specs[slot][0], None, None, False
+        for prog in self._stream(name, slot):
+            if prog.error:
+                view.metrics[slot] = error_md(prog.error)
+            elif prog.run is not None:
+                run = prog.run
+                if prog.run_id is not None:
+                    view.run_ids.append(prog.run_id)
+                self.pool.prefill_clock.observe(self.models.target, run)
+                if name == "greedy":
+                    reference.ids, reference.tps = run.output_ids, run_metrics(run)["tps"]
+                self.speeds.add(slot, run, reference.tps)
+                div = first_divergence(reference.ids, run.output_ids) if reference.ids is not None and name != "greedy" else None
+                flip = flip_applies(name, self.per_method[slot], div)
+                view.texts[slot] = tokens.run_html(run, first_divergence=div, **flip_mark(div, None) if flip else {})
+                view.metrics[slot] = self._metrics(run, prog.run_id, reference.tps, place)
+            else:
+                view.texts[slot] = tokens.tokens_html(tokens.step_origins(prog.steps, self.models.target.tokenizer))
+                view.metrics[slot] = (f"running… {prog.tokens} of {self.max_new_tokens} tokens, {len(prog.steps)} steps"
+                                      if prog.steps else "running… reading the prompt")
+            view.status = running_status(name, place.position, place.of, place.rep, self.n_repeats, prog, self.max_new_tokens)
+            yield view
+        if flip and div is not None and not self.stop.is_set() and div < min(len(reference.ids), len(run.output_ids)):
+            view.texts[slot] = flip_texts(self.pool, self.req.model, self.models, self.ids, reference.ids, run, div)
+
+    def _metrics(self, run, run_id, greedy_tps, place: "Place") -> str:
+        """The column's metrics line; with repeats, which pass it shows."""
+        task = self.task
+        score = score_task(task, run.output_text) if task is not None else None
+        shown = (f"pass {place.rep} of {self.n_repeats} (the last shown; the chart and table: all passes) · "
+                 if self.n_repeats > 1 else "")
+        return shown + metrics_md(run, run_id, greedy_tps, score, score_label(task) if task is not None else None)
+
+    def _stream(self, name: str, slot: int) -> Iterator[service.Progress]:
+        # The worker holds the model's slot, so a client that goes away gives it back (service.stream_run)
+        context = (self.req.context or "").strip() or None
+        return service.stream_run(name, self.models, self.ids, self.per_method[slot], prompt_text=self.text, context=context,
+                                  store=self.store, tags=("workbench", *self.owner_tags), idle_cancel=self.pool.idle_cancel,
+                                  compression=self.compression, uncompressed_ids=self.full_ids, stop=self.run_stop(),
+                                  slot=lambda should_stop: self.pool.slot(self.req.model, should_stop))
+
+
+# ---------------------------------------------------------------- Stop
 
 class StopFlags:
     """Stop, per browser session: the comparison ends at its running method's next step, that run is stored as
@@ -122,313 +604,111 @@ class StopFlags:
             return key in self._requested
 
 
-def _plus_minus(s: dict, fmt: str) -> str:
-    if s["mean"] is None:
-        return "–"
-    return fmt.format(s["mean"]) + (f" ± {fmt.format(s['ci95'])}" if s["ci95"] is not None else "")
+# ---------------------------------------------------------------- the handlers
 
+class CompareHandlers:
+    """The tab's event handlers. Project errors come back as a status message, never as an exception."""
 
-def speed_summary(names: list[str], tps: list[list[float]], speedups: list[list[float]], mals: list[list[float]]):
-    """Per method, the spread (workbench.evaluation.bench.spread, as `bench --repeats` computes it) of
-    its tokens/s and speed-up over the passes: a list of (name, tps spread, speed-up spread, mean MAL)."""
-    return [(n, spread(t), spread(s), spread(m)["mean"]) for n, t, s, m in zip(names, tps, speedups, mals)]
+    def __init__(self, store: Store, pool: service.ModelPool, tasks: Mapping[str, Task], who=lambda request: None):
+        self.store, self.pool, self.tasks, self.who = store, pool, tasks, who
+        self.stops = StopFlags()
 
-
-class Speeds:
-    """Each column's finished runs over the passes: tokens/s, speed-up against its pass's greedy run, MAL."""
-
-    def __init__(self, names: list[str]):
-        self.names = names
-        self.tps, self.speedups, self.mals = ([[] for _ in names] for _ in range(3))
-
-    def add(self, slot: int, run, greedy_tps: float | None) -> None:
-        if run.status != "complete":  # a cancelled or failed run measured nothing
-            return
-        m = run_metrics(run)
-        self.tps[slot].append(m["tps"])
-        self.mals[slot].append(m["mal"])
-        if greedy_tps and m["tps"]:
-            self.speedups[slot].append(m["tps"] / greedy_tps)
-
-    def summary(self):
-        return speed_summary(self.names, self.tps, self.speedups, self.mals)
-
-
-def speed_frame(summary) -> pd.DataFrame:
-    rows = [{"method": n, "runs": t["n"], SPEED_COLUMNS[2]: _plus_minus(t, "{:.1f}"), SPEED_COLUMNS[3]: _plus_minus(s, "{:.2f}×"),
-             "MAL": None if mal is None else round(mal, 2)} for n, t, s, mal in summary]
-    return pd.DataFrame(rows, columns=SPEED_COLUMNS)
-
-
-def speed_figure(summary) -> go.Figure:
-    """Mean tokens/s per method, with its 95 % interval as an error bar when there were repeats."""
-    shown = [(n, t, s) for n, t, s, _ in summary if t["mean"] is not None]
-    if not shown:
-        return views.empty_figure("no finished runs")
-    colors = run_colors([n for n, _, _ in shown])
-    runs = max(t["n"] for _, t, _ in shown)
-    fig = go.Figure(go.Bar(
-        x=[n for n, _, _ in shown], y=[t["mean"] for _, t, _ in shown], marker_color=[colors[n] for n, _, _ in shown],
-        error_y={"type": "data", "array": [t["ci95"] or 0 for _, t, _ in shown], "visible": runs > 1, "thickness": 2},
-        # the numbers at the bars' feet: the error bars rise from the tops
-        text=[_plus_minus(t, "{:.1f}") for _, t, _ in shown], textposition="inside", insidetextanchor="start",
-        customdata=[[_plus_minus(s, "{:.2f}×"), t["n"]] for _, t, s in shown],
-        hovertemplate="%{x}: %{text} tok/s · speed-up %{customdata[0]} (%{customdata[1]} runs)<extra></extra>"))
-    title = (f"tokens/s: mean of {runs} interleaved runs per method, error bars the 95 % interval" if runs > 1
-             else "tokens/s (one run per method; set Repeats for error bars)")
-    top = max(t["mean"] + (t["ci95"] or 0) for _, t, _ in shown)
-    fig.update_layout(template="plotly_white", title={"text": title, "font": {"size": 14}}, height=300, showlegend=False,
-                      margin={"l": 50, "r": 20, "t": 50, "b": 40}, yaxis={"title": "tokens / s", "range": [0, top * 1.25]})
-    return fig
-
-
-def compare_tab(store: Store, pool: service.ModelPool, compare_ids: gr.State, who=lambda request: None):
-    tasks = {t.id: t for t in service.sample_tasks()}
-    first = next(iter(tasks.values()))
-    taken = params_taken(service.DEFAULT_METHODS)
-    with gr.Row():
-        model = gr.Dropdown(service.model_choices(), value=service.default_model(), allow_custom_value=True,
-                            label="Model (preset, local folder or hub id)", scale=3, elem_id="compare-model")
-        draft = gr.Dropdown([""] + [p for p in service.PRESETS if service.is_fetched(p)], value="", allow_custom_value=True,
-                            label="Draft model (for sd / csd with a draft; optional)", scale=2)
-        methods = gr.Dropdown(service.UI_METHODS + list(FITTED_VARIANTS), value=list(service.DEFAULT_METHODS), multiselect=True,
-                              max_choices=SLOTS, allow_custom_value=True,
-                              label=f"Methods (up to {SLOTS}; greedy: the speed-up reference; variants: aasd[align_graft=1], "
-                                    "aasd[auto] = fitted thresholds)", scale=3,
-                              elem_id="compare-methods")
-    with gr.Row():
-        task = gr.Dropdown([FREE_TEXT] + list(tasks), value=first.id, label="Task (bundled samples)", scale=2,
-                           elem_id="compare-task")
-        with gr.Column(scale=2):  # collapsed beside the task: the page keeps its height until a file is wanted
-            with gr.Accordion("…or upload a task file (JSON Lines, one task a line)", open=False, elem_id="upload-box"):
-                task_file = gr.File(label="task file (.jsonl or .json)", file_types=[".jsonl", ".json"], elem_id="task-file")
-                gr.Markdown(UPLOAD_HINT, elem_id="upload-hint")
-        chat = gr.Checkbox(first.chat, label="apply the chat template", scale=1)
-        repeats = gr.Number(1, precision=0, minimum=1, maximum=MAX_REPEATS, scale=1, elem_id="compare-repeats",
-                            label=f"Repeats (1–{MAX_REPEATS}; interleaved; error bars)")
-    uploaded = gr.State({})
-    with gr.Row():
-        context = gr.Textbox(first.context or "", label="Context (the draft pool; optional)", lines=4, max_lines=12, scale=3,
-                             elem_id="compare-context")
-        prompt = gr.Textbox(task_fields(first)[1], label="Prompt", lines=4, max_lines=12, scale=2, elem_id="compare-prompt")
-    with gr.Accordion("Parameters (every method reads the ones it takes; the fields the chosen methods ignore are greyed out)",
-                      open=False):
-        with gr.Row():
-            max_new = gr.Slider(1, 1024, value=task_fields(first)[2], step=1, elem_id="compare-max-new",
-                                label="max_new_tokens: the task's cap, at least 128; range [1, 1024] here")
-            controls = {name: _number(name, name in taken) for name in TUNABLE}
-        with gr.Row():
-            controls.update({name: _number(name, name in taken) for name in MORE_PARAMS})
-        with gr.Row():
-            compress_rate = gr.Number(1.0, label="compress: the fraction of the context's tokens the model reads (0 < rate ≤ 1; "
-                                                 "1 = off). casd / aasd still draft from the full context (method[pool=compressed]: not)")
-            compressor = gr.Dropdown(["selfinfo", "selfinfo[layers=8]", "selfinfo[unit=sentence]", "llmlingua", "llmlingua2"],
-                                     value="selfinfo",
-                                     label="compressor (selfinfo: built in, offline; [layers=8]: scored by the first 8 "
-                                           "layers, cheaper; [unit=sentence]: keeps whole sentences; llmlingua: the "
-                                           "llmlingua package, needs network once; llmlingua2: LLMLingua-2's token classifier, "
-                                           "needs network once (tiktoken's BPE file, the classifier from the hub) or a local "
-                                           "classifier folder in WORKBENCH_LLMLINGUA2_MODEL)")
-    with gr.Row():
-        run_btn = gr.Button("Run", variant="primary")
-        stop_btn = gr.Button("Stop", variant="stop")
-    status = gr.Markdown("", elem_id="compare-status")
-    gr.HTML(views.legend_html())
-    heads, bodies, stats = [], [], []
-    with gr.Row(equal_height=False):
-        for i in range(SLOTS):
-            with gr.Column(min_width=240):
-                heads.append(gr.Markdown(f"### {service.DEFAULT_METHODS[i]}" if i < 3 else "", elem_id=f"col-head-{i}"))
-                stats.append(gr.Markdown("", elem_id=f"col-metrics-{i}"))
-                bodies.append(gr.HTML("", elem_id=f"col-text-{i}", elem_classes=["tokens"]))
-    with gr.Row(equal_height=False):
-        speed_plot = gr.Plot(show_label=False, elem_id="compare-speed", scale=1)
-        speed_table = gr.Dataframe(speed_frame([]), headers=SPEED_COLUMNS, interactive=False, elem_id="compare-speed-table",
-                                   label="Speed per method: tok/s and speed-up as mean ± 95 % interval over the repeats", scale=1)
-    names = list(controls)
-    stops = StopFlags()
-
-    def pick_task(choice, extra):
+    def pick_task(self, choice, uploaded, cap_now, task_cap):
+        """(context, prompt, max_new_tokens, chat, the task's cap) of the chosen task. A token cap other than the one
+        the last task filled in is the user's own and is kept (read from the field itself: no event can race it)."""
         if choice == FREE_TEXT:
-            return free_text_fields()
-        t = tasks.get(choice) or (extra or {}).get(choice)
-        return task_fields(t) if t is not None else (gr.update(),) * 4
+            fields = free_text_fields()
+        else:
+            t = self.tasks.get(choice) or (uploaded or {}).get(choice)
+            if t is None:
+                return (gr.update(),) * 5
+            fields = task_fields(t)
+        users = cap_now is not None and task_cap is not None and cap_now != task_cap
+        return fields[0], fields[1], gr.update() if users else fields[2], fields[3], task_cap if users else fields[2]
 
-    def upload(path):
+    def upload(self, path):
+        """(tasks, task dropdown, status line, the file's error): a file that cannot be read is remembered, so Run
+        says so instead of running the sample still chosen."""
         if not path:
-            return {}, gr.update(choices=[FREE_TEXT] + list(tasks)), ""
+            return {}, gr.update(choices=[FREE_TEXT] + list(self.tasks)), "", ""
         try:
             loaded = {f"upload:{t.id}": t for t in service.sample_tasks(path)}
         except WorkbenchError as e:
-            return {}, gr.update(), error_md(e)
-        return loaded, gr.update(choices=[FREE_TEXT] + list(tasks) + list(loaded), value=next(iter(loaded), FREE_TEXT)), \
-            f"loaded {len(loaded)} task(s) from the file"
+            return {}, gr.update(), error_md(e), public_message(str(e))
+        return (loaded, gr.update(choices=[FREE_TEXT] + list(self.tasks) + list(loaded), value=next(iter(loaded), FREE_TEXT)),
+                f"loaded {len(loaded)} task(s) from the file", "")
 
-    def active_fields(method_list):
+    def active_fields(self, method_list):
         taken = params_taken(method_list)
-        return [gr.update(interactive=n in taken) for n in names]
+        return [gr.update(interactive=n in taken) for n in PARAM_FIELDS]
 
-    task.change(pick_task, [task, uploaded], [context, prompt, max_new, chat], api_name=False)
-    task_file.change(upload, [task_file], [uploaded, task, status], api_name=False)
-    methods.change(active_fields, [methods], [controls[n] for n in names], api_name=False)
-
-    def blank(msg="", heads_too=False):
-        """The status line alone: the last comparison's columns are cleared, so a message (an error, or
-        "loading…") never stands above results it does not belong to."""
-        return ([msg, []] + ([""] * SLOTS if heads_too else [gr.update()] * SLOTS) + [""] * (2 * SLOTS)
-                + [views.empty_figure(""), speed_frame([])])
-
-    def wait_note(model_name) -> str | None:
-        """"waiting…" when another generation holds the model now (one per model at a time), else None."""
+    def prompt_info(self, model_name, prompt_text, context_text, use_chat, method_list):
+        """The prompt's length in tokens and the estimated time to read it, before Run (a model this pool has not
+        loaded yet is loaded when it is a fetched preset; otherwise the line waits for the first Run)."""
+        name = (model_name or "").strip()
+        models = self.pool.loaded(name)
         try:
-            with pool.slot(model_name, should_stop=lambda: True, poll=0.01):
-                return None
-        except service.Cancelled:
-            return (f"waiting for {model_name}: another comparison is using it (one generation per model at a time); "
-                    "yours starts when it is done")
+            if models is None and name in service.PRESETS and service.is_fetched(name):
+                models = self.pool.load(name)
+            if models is None or not ((prompt_text or "").strip() or (context_text or "").strip()):
+                return ""
+            _, ids = service.build_prompt(models.target.tokenizer, prompt_text, context_text, bool(use_chat))
+        except WorkbenchError as e:
+            return error_md(e)
+        target = models.target
+        return prompt_note(len(ids), self.pool.prefill_clock.estimate(target, len(ids)), len(method_list or []),
+                           target.max_context)
 
     @gpu
-    def compare(request: gr.Request, model_name, draft_name, method_list, prompt_text, context_text, use_chat,
-                max_new_tokens, *rest):
-        stop = stops.begin(request)
+    def compare(self, request: gr.Request, model_name, draft_name, method_list, prompt_text, context_text, use_chat,
+                max_new_tokens, delta, alpha, beta, tau, lam, key_len, ngram, align_m, align_graft, max_nodes, gamma, top_k,
+                temperature, top_p, seed, task_choice, uploaded_tasks, compress_rate, compressor, repeats,
+                upload_error=""):
+        params = dict(zip(PARAM_FIELDS, (delta, alpha, beta, tau, lam, key_len, ngram, align_m, align_graft, max_nodes, gamma,
+                                         top_k, temperature, top_p, seed)))
+        req = CompareRequest(model_name, draft_name, method_list, prompt_text, context_text, use_chat, max_new_tokens, params,
+                             task_choice, uploaded_tasks, compress_rate, compressor, repeats, upload_error or "")
+        viewer = self.who(request)
+        where = self.store.where if viewer is None or viewer.owner is None else "yours until you share them"
+        stop = self.stops.begin(request)
         try:
-            yield from comparison(stop, request, model_name, draft_name, method_list, prompt_text, context_text, use_chat,
-                                  max_new_tokens, *rest)
+            try:
+                comparison = Comparison(req.checked(), self.store, self.pool, self.tasks, stop,
+                                        lambda: self.stops.for_run(request), viewer.run_tags if viewer is not None else (),
+                                        where)
+                for view in comparison.prepare():
+                    yield view.values()
+            except WorkbenchError as e:
+                yield message_view(error_md(e), heads_too=True).values()
+                return
+            for view in comparison:
+                yield view.values()
         finally:  # done, failed, or its client went away: Stop has nothing to stop any more
-            stops.end(request)
+            self.stops.end(request)
 
-    def comparison(stop, request, model_name, draft_name, method_list, prompt_text, context_text, use_chat,
-                   max_new_tokens, *rest):
-        # the parameters, then the task inputs, then the compression inputs, then repeats (added last: the API's numbering stays)
-        values = rest[:len(names)]
-        task_choice, extra, compress_value, compressor_name, repeat_value = (list(rest[len(names):]) + [None] * 5)[:5]
-        # The chosen task's references score every output, as bench scores them; free text, or a task whose
-        # prompt or context was edited, has none that apply.
-        chosen_task = tasks.get(task_choice) or (extra or {}).get(task_choice)
-        if chosen_task is not None and task_fields(chosen_task)[:2] != ((context_text or ""), (prompt_text or "")):
-            chosen_task = None
-        viewer = who(request)
-        owner_tags = viewer.run_tags if viewer is not None else ()
-        try:
-            n_repeats = check_repeats(repeat_value)
-            specs = service.check_methods(method_list or [], model_name, draft_name)
-            chosen = {n: v for n, v in zip(names, values) if v is not None and v != PARAMS[n].default}
-            chosen["max_new_tokens"] = int(max_new_tokens)
-            per_method = [service.method_params(name, chosen, over) for name, over in specs]
-            check_model_source(model_name, draft_name)
-            yield blank(f"loading {model_name}…")
-            models = pool.load(model_name, draft_name)
-            text, ids = service.build_prompt(models.target.tokenizer, prompt_text, context_text, bool(use_chat))
-            compression, full_ids = None, None
-            if compress_value is not None and compress_value != 1:  # compressed once, before any run starts or is stored
-                yield blank(f"compressing the context to {compress_value:g} of its tokens…")
-                with pool.slot(model_name):
-                    text, ids, compression, full_ids = service.compress_context(
-                        models.target, prompt_text, context_text, compress_value, compressor_name, bool(use_chat))
-            check_prompt(ids, models.target.max_context)
-        except WorkbenchError as e:
-            yield blank(error_md(e), heads_too=True)
-            return
-        heads_out = [f"### {method_list[i]}" if i < len(specs) else "" for i in range(SLOTS)]
-        texts, metrics, run_ids = [""] * SLOTS, [""] * SLOTS, []
-        speeds = Speeds([method_list[i] for i in range(len(specs))])
-        figure, table = views.empty_figure(""), speed_frame([])
-        order = sorted(range(len(specs)), key=lambda i: specs[i][0] != "greedy")  # greedy first: the reference
-        context_value = (context_text or "").strip() or None
-        note = wait_note(model_name)
-        if note:
-            yield [note, list(run_ids)] + heads_out + metrics + texts + [figure, table]
-        stopped = False
-        for rep in range(n_repeats):
-            greedy_ids, greedy_tps = None, None  # each pass's speed-ups are against its own greedy run
-            for slot in order:
-                name = specs[slot][0]
-                flip, div, run = False, None, None
-                doing = f"running {name}…" if n_repeats == 1 else f"pass {rep + 1} of {n_repeats}: running {name}…"
-                # The worker holds the model's slot, so a client that goes away gives it back (service.stream_run)
-                for prog in service.stream_run(name, models, ids, per_method[slot], prompt_text=text, context=context_value,
-                                               store=store, tags=("workbench", *owner_tags), idle_cancel=pool.idle_cancel,
-                                               compression=compression, uncompressed_ids=full_ids, stop=stops.for_run(request),
-                                               slot=lambda should_stop: pool.slot(model_name, should_stop)):
-                    if prog.error:
-                        metrics[slot] = error_md(prog.error)
-                    elif prog.run is not None:
-                        run = prog.run
-                        if prog.run_id is not None:
-                            run_ids.append(prog.run_id)
-                        if name == "greedy":
-                            greedy_ids, greedy_tps = run.output_ids, run_metrics(run)["tps"]
-                        speeds.add(slot, run, greedy_tps)
-                        div = first_divergence(greedy_ids, run.output_ids) if greedy_ids is not None and name != "greedy" else None
-                        flip = flip_applies(name, per_method[slot], div)
-                        texts[slot] = views.tokens_html(views.token_origins(run), first_divergence=div,
-                                                        **flip_mark(div, None) if flip else {})
-                        score = score_task(chosen_task, run.output_text) if chosen_task is not None else None
-                        metrics[slot] = metrics_md(run, prog.run_id, greedy_tps, score)
-                    else:
-                        texts[slot] = views.tokens_html(views.step_origins(prog.steps, models.target.tokenizer))
-                        metrics[slot] = f"running… {len(prog.steps)} steps"
-                    yield [doing, list(run_ids)] + heads_out + metrics + texts + [figure, table]
-                if stop.is_set():
-                    stopped = True
-                    break
-                if flip and div is not None and div < min(len(greedy_ids), len(run.output_ids)):
-                    texts[slot] = flip_texts(pool, model_name, models, ids, greedy_ids, run, div)
-                figure, table = speed_figure(speeds.summary()), speed_frame(speeds.summary())
-            if stopped:
-                break
-        where = store.where if viewer is None or viewer.owner is None else "yours until you share them"
-        yield [closing_status(run_ids, where, stopped, compression), list(run_ids)] + heads_out + metrics + texts + [figure, table]
-
-    def stop_now(request: gr.Request):
+    def stop(self, request: gr.Request):
         # The comparison itself writes "stopped" in the status line (it ends within a step); a toast says the click
         # was heard. Writing the status here too would race the comparison's last update and could win.
-        if stops.stop(request):
-            gr.Info("Stopping: the method running now ends at its next step and is stored as cancelled.")
+        if self.stops.stop(request):
+            gr.Info("Stopping: the method running now ends at its next step (or its next prompt chunk) and is stored "
+                    "as cancelled.")
 
-    inputs = [model, draft, methods, prompt, context, chat, max_new] + [controls[n] for n in names] + [task, uploaded,
-                                                                                                     compress_rate, compressor,
-                                                                                                     repeats]
-    outputs = [status, compare_ids] + heads + stats + bodies + [speed_plot, speed_table]
-    run_btn.click(compare, inputs, outputs, api_name="compare", concurrency_id="generate")
+
+def compare_tab(store: Store, pool: service.ModelPool, compare_ids: gr.State, who=lambda request: None) -> CompareForm:
+    """Build the tab and wire it."""
+    tasks = {t.id: t for t in service.sample_tasks()}
+    form = build_form(tasks, pool.allow_local)
+    h = CompareHandlers(store, pool, tasks, who)
+    form.task.change(h.pick_task, [form.task, form.uploaded, form.max_new, form.task_cap],
+                     [form.context, form.prompt, form.max_new, form.chat, form.task_cap], api_name=False)
+    form.task_file.change(h.upload, [form.task_file], [form.uploaded, form.task, form.status, form.upload_error], api_name=False)
+    form.methods.change(h.active_fields, [form.methods], [form.controls[n] for n in PARAM_FIELDS], api_name=False)
+    info = dict(fn=h.prompt_info, inputs=[form.model, form.prompt, form.context, form.chat, form.methods],
+                outputs=[form.prompt_info], api_name=False, trigger_mode="always_last", show_progress="hidden")
+    for component in (form.model, form.prompt, form.context, form.chat, form.methods):
+        component.change(**info)
+    form.run.click(h.compare, form.inputs, form.outputs(compare_ids), api_name="compare", concurrency_id="generate")
     # Queued (so the request carries the session that Run came from) but never waiting behind the generations.
-    stop_btn.click(stop_now, None, None, api_name=False, concurrency_limit=None)
-
-
-def closing_status(run_ids, where: str, stopped: bool, compression) -> str:
-    stored = ", ".join(f"#{r}" for r in run_ids) or "none"
-    head = (f"**stopped**: the run in progress is stored as cancelled; runs {stored} stored ({where})" if stopped
-            else f"done: runs {stored} stored ({where})")
-    if compression is None:
-        return head
-    return head + (f"; context compressed by {compression.compressor} to {compression.reached:.2f} "
-                   f"({compression.tokens_kept}/{compression.tokens_in} tokens) in {compression.seconds:.1f} s")
-
-
-def flip_texts(pool, model_name, models, ids, greedy_ids, run, div) -> str:
-    """The column's tokens with the flip mark measured: one forward of the target (the run is over, its slot given
-    back) finds the target's logit gap there; the mark stands on the position alone when that fails."""
-    try:
-        with pool.slot(model_name):
-            report = flip_report(models.target, ids, greedy_ids, run.output_ids)
-    except Exception:  # noqa: BLE001 - the mark stands on the position alone
-        report = None
-    return views.tokens_html(views.token_origins(run), first_divergence=div, **flip_mark(div, report))
-
-
-def _lossless(name: str) -> bool:
-    try:
-        return get_method(name).lossless
-    except WorkbenchError:
-        return False
-
-
-def flip_applies(name: str, params, div: int | None) -> bool:
-    """A lossless method at T = 0 that left greedy's tokens (it should not, except at near-ties)."""
-    return div is not None and not (params.get("temperature") or 0) > 0 and _lossless(name)
-
-
-def flip_mark(div: int, report) -> dict:
-    """tokens_html's marker for such a flip: the class FLIP_CLASS and a title with the position (and the
-    target's logit gap there when fidelity.flip_report measured it)."""
-    return {"marker_title": views.flip_title(div, report), "marker_class": FLIP_CLASS}
+    form.stop.click(h.stop, None, None, api_name=False, concurrency_limit=None)
+    form.on_load = {k: v for k, v in info.items() if k != "trigger_mode"}
+    return form

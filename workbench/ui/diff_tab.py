@@ -1,5 +1,5 @@
-"""The Diff tab: two stored runs' outputs aligned token by token, the positions where they differ
-highlighted and the first divergence stated (workbench.store.compare.compare_traces, which calls
+"""The Diff tab: two stored runs' outputs aligned token by token by sequence matching (an inserted or dropped
+token shows as such, the rest stays aligned), what differs highlighted and the first divergence stated (workbench.store.compare.compare_traces, which calls
 core.stats.first_divergence). Only runs this session may see are offered and read."""
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import gradio as gr
 
 from core.errors import InvalidInputError, WorkbenchError
 from core.trace import RunTrace
-from workbench import views
 from workbench.store.compare import compare_traces
+from workbench.ui import tokens
 from workbench.ui.access import NOBODY
 from workbench.ui.shared import RunCache, error_md, parse_run_ids, run_choices
 
@@ -37,7 +37,7 @@ def diff_outputs(a_id: int, a: RunTrace, a_origins, b_id: int, b: RunTrace, b_or
     ta, tb = token_texts(a, a_origins, known), token_texts(b, b_origins, known)
     c = compare_traces(a, b)
     la, lb = f"#{a_id} {a.method}", f"#{b_id} {b.method}"
-    differing = sum(x != y for x, y in zip(a.output_ids, b.output_ids)) + abs(len(a.output_ids) - len(b.output_ids))
+    counts = tokens.diff_counts(tokens.align(a.output_ids, b.output_ids))
     if c["identical"]:
         head = f"**identical**: {la} and {lb} emitted the same {c['tokens_a']} tokens"
     else:
@@ -45,11 +45,12 @@ def diff_outputs(a_id: int, a: RunTrace, a_origins, b_id: int, b: RunTrace, b_or
         step = lambda s: "–" if s is None else s  # noqa: E731
         head = (f"**first divergence at token {j}** ({j} equal tokens before it): {la} {_show(c['token_a'], ta, j)} "
                 f"at its step {step(c['step_a'])} · {lb} {_show(c['token_b'], tb, j)} at its step {step(c['step_b'])} · "
-                f"{differing} of {max(c['tokens_a'], c['tokens_b'])} positions differ")
+                f"aligned: {counts['replaced']} tokens replaced, {counts['deleted']} only in {la}, "
+                f"{counts['inserted']} only in {lb}")
     if a.prompt_ids != b.prompt_ids:
         head += " · ⚠ the two runs had different prompts"
     head += f" · {la}: {c['tokens_a']} tokens, {lb}: {c['tokens_b']} tokens"
-    return head, views.token_diff_html(ta, tb, c["first_divergence"], (la, lb), ids=(a.output_ids, b.output_ids))
+    return head, tokens.token_diff_html(ta, tb, c["first_divergence"], (la, lb), ids=(a.output_ids, b.output_ids))
 
 
 def diff_runs(cache: RunCache, a, b, viewer=None) -> tuple[str, str]:
@@ -67,8 +68,9 @@ def diff_runs(cache: RunCache, a, b, viewer=None) -> tuple[str, str]:
 
 def diff_tab(store, cache: RunCache, who) -> tuple[gr.Dropdown, gr.Dropdown]:
     """Build the tab; returns its two run pickers (refreshed when the tab opens)."""
-    gr.Markdown("Two stored runs' outputs, aligned position by position: where they part and what each emitted there "
-                "(e.g. greedy against a relaxed method on the same prompt).")
+    gr.Markdown("Two stored runs' outputs aligned token by token (sequence matching: a token one run adds or drops "
+                "shows as an insertion or deletion): where they part and what each emitted there (e.g. greedy against "
+                "a relaxed method on the same prompt).")
     with gr.Row():
         a = gr.Dropdown(run_choices(store, NOBODY), allow_custom_value=True, label="Run A (e.g. greedy)", elem_id="diff-a", scale=3)
         b = gr.Dropdown(run_choices(store, NOBODY), allow_custom_value=True, label="Run B", elem_id="diff-b", scale=3)

@@ -3,7 +3,6 @@ entries (draft token → the target's correction, with counts), and how often ea
 the chosen runs (the steps' `rescued` decisions, core.memory.rescues)."""
 from __future__ import annotations
 
-import functools
 from collections import Counter
 from collections.abc import Sequence
 from types import SimpleNamespace
@@ -14,10 +13,9 @@ import pandas as pd
 from core.errors import InvalidInputError, WorkbenchError
 from core.memory import CorrectionMemory, calibrated_path, pair_fingerprint, rescues, shared_memory
 from workbench.methods import get_method
-from core.models import PRESETS, is_fetched, preset_path
 from core.trace import RunTrace
 from workbench.ui.access import NOBODY
-from workbench.ui.shared import RunCache, error_md, parse_run_ids
+from workbench.ui.shared import RunCache, decoder_for, error_md, parse_run_ids
 
 ENTRY_COLUMNS = ["draft token", "draft id", "correction", "correction id", "count", "rescued in the runs"]
 SHOWN_ENTRIES = 300  # the most frequent pairs; pairs that rescued in the chosen runs are always listed
@@ -126,16 +124,6 @@ def csd_choices(store, viewer) -> list[tuple[str, int]]:
     return [(f"#{r.id} {r.method} · {r.model}", r.id) for r in runs if _reads_memory_method(r.method)]
 
 
-@functools.lru_cache(maxsize=4)
-def tokenizer_of(model: str):
-    """The tokenizer of a run's model, without loading the model: a fetched preset's folder, a local folder,
-    or a hub id already in the local cache (never a download)."""
-    from transformers import AutoTokenizer
-
-    source = str(preset_path(model)) if model in PRESETS and is_fetched(model) else model
-    return AutoTokenizer.from_pretrained(source, local_files_only=True)
-
-
 def memory_tab(store, cache: RunCache, compare_ids: gr.State, who) -> gr.Dropdown:
     """Build the tab; returns its run picker (refreshed when the tab opens)."""
     gr.Markdown("The correction memory a CSD run read: (draft token, the target's correction) pairs with how often the "
@@ -148,14 +136,8 @@ def memory_tab(store, cache: RunCache, compare_ids: gr.State, who) -> gr.Dropdow
     entries = gr.Dataframe(pd.DataFrame(columns=ENTRY_COLUMNS), headers=ENTRY_COLUMNS, interactive=False, max_height=420,
                            label="Entries, most frequent first", elem_id="memory-entries")
 
-    def decode_for(trace: RunTrace):
-        try:
-            return tokenizer_of(trace.model).decode
-        except Exception:  # noqa: BLE001 - no tokenizer here: the run's own token texts name the ids
-            return None
-
     def view(request: gr.Request, choice, last):
-        return memory_view(cache, choice, last, who(request), decode_for)
+        return memory_view(cache, choice, last, who(request), lambda trace: decoder_for(trace.model))
 
     show.click(view, [chosen, compare_ids], [summary, entries], api_name="memory")
     return chosen

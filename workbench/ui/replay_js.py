@@ -7,7 +7,7 @@ height, so the page is not laid out again around them); and it cuts the run's te
 end by moving token spans between a shown and a hidden part, only those between the old end and the new.
 (A <style> rule hiding the spans past the end re-styled the whole page on every switch: ~35 ms of a 55 ms
 median on the 2-core CI machine.) SVG and not Plotly: Plotly.react of these two figures alone took 100-300 ms
-there; an SVG string is drawn in a few. What is drawn mirrors views.tree_figure and views.threshold_figure
+there; an SVG string is drawn in a few. What is drawn mirrors figures.replay.tree_figure and figures.replay.threshold_figure
 (same titles, colours, shapes, layout and hover text); the tree's layout, the emitted path, the gate flags,
 the headers and the titles are computed in Python (replay_view.step_data), so only painting lives here.
 Every string from the trace is escaped before it reaches the page.
@@ -54,7 +54,7 @@ _JS = r"""
       });
       host.__replayWatch.observe(host, {childList: true, subtree: true});
     }
-    const first = host && host.querySelector('span.tok'), box = first && first.closest('div');  // views.tokens_html's div
+    const first = host && host.querySelector('span.tok'), box = first && first.closest('div');  // tokens.tokens_html div
     if (!box) return;
     if (!isCut(box)) {
       Object.assign(box.style, {height: '', overflowY: '', contain: ''});
@@ -86,6 +86,14 @@ _JS = r"""
   // The figures and the table go straight into their slots (replay_view.slot_html): one parse, no diff
   // against the last step's elements, and each slot is a box of fixed height the page is not laid out around.
   const put = (id, html) => { const slot = document.querySelector(`#${id} .replay-slot`); if (slot) slot.innerHTML = html; };
+  // Each figure box is made as tall as the run's tallest figure once per run (data.heights, replay_view.step_data),
+  // at the width it is drawn at: no step's figure is cut, and switching steps never changes the page's layout.
+  const fit = (id, h) => {
+    const slot = document.querySelector(`#${id} .replay-slot`);
+    if (!slot || !h || slot.__run === data.run) return;
+    slot.__run = data.run;
+    slot.style.height = `${Math.ceil(h * Math.min(1, (slot.clientWidth || 640) / 640)) + 4}px`;
+  };
   if (!data || !Array.isArray(data.steps)) return [info];
   if (!data.steps.length) {
     cutText(Infinity);
@@ -131,7 +139,7 @@ _JS = r"""
     return [out, y];
   };
 
-  // ---- the draft tree (views.tree_figure): x = depth, y from views.tree_layout, markers by decision and source
+  // ---- the draft tree (figures.replay.tree_figure): x = depth, y from figures.replay.tree_layout, markers by decision and source
   const drawTree = () => {
     const placed = nodes.filter((n) => n.y !== null && n.y !== undefined);
     if (!placed.length) return empty(k, st.title, 'no node records for this step');
@@ -165,7 +173,7 @@ _JS = r"""
     return svg(k, W, H, title(W, st.title) + keys + grey + green + marks + ticks);
   };
 
-  // ---- p against the threshold, entropy on a second axis, CSD's gate below (views.threshold_figure)
+  // ---- p against the threshold, entropy on a second axis, CSD's gate below (figures.replay.threshold_figure)
   const drawThresholds = () => {
     const head = `step ${st.index}: thresholds`;
     const ns = nodes.filter((n) => n.parent !== -1 && n.decision !== 'bonus');
@@ -235,6 +243,7 @@ _JS = r"""
   };
 
   cutText(data.ends[k]);
+  if (data.heights) { fit('replay-tree', data.heights.tree); fit('replay-thresholds', data.heights.thresholds); }
   put('replay-tree', drawTree());
   put('replay-thresholds', drawThresholds());
   put('replay-nodes', table(st.nodes.map((r) => r.slice(0, COLUMNS.length))));

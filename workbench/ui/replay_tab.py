@@ -4,10 +4,14 @@ node table), re-score every stored step under new thresholds without the model, 
 Components are built by small functions, one per panel; the handlers are methods of ReplayHandlers
 and turn replay_view's pure results into outputs. The session keeps only the run id.
 
-Switching steps makes no round trip: loading a run sends its text and its step data once
-(replay_view.step_data), and the slider's change runs replay_js.STEP_JS in the browser, which draws the
-step's header, text cut, draft tree, threshold figure and node table (benchmarks/bench_replay_browser.py
-times it). The API keeps /replay_step, answered by the server as before (Plotly figures, a node table)."""
+Opening a run is one round trip (ReplayHandlers.open: the slider, the sliders' values, the run's text and
+step data, the last run's re-score and re-run panels cleared), then the browser draws its first step; the
+run's two acceptance figures follow. The tab opens on the newest run this session may see, drawn.
+
+Switching steps makes no round trip: the slider's change runs replay_js.STEP_JS in the browser, which draws
+the step's header, text cut, draft tree, threshold figure and node table from the step data
+(benchmarks/bench_replay_browser.py times it). The API keeps /replay_step, answered by the server (Plotly
+figures, a node table)."""
 from __future__ import annotations
 
 import threading
@@ -18,15 +22,20 @@ import gradio as gr
 
 from core.errors import WorkbenchError
 from core.params import PARAMS
-from workbench import service, views
-from workbench.rescore import rescore_run
+from workbench import service
+from workbench.rescore import prepare_run, rescore_run
 from workbench.store import Store
 from workbench.ui import replay_view as rv
+from workbench.ui import tokens
+from workbench.ui.figures import analytics, replay
+from workbench.ui.figures.common import TITLE_BELOW_TOOLBAR
+from workbench.ui.reasons import known_texts
 from workbench.ui.access import NOBODY, SHARED_TAG, not_visible
 from workbench.ui.replay_js import STEP_JS
-from workbench.ui.shared import TUNABLE, RunCache, error_md, runs_frame
+from workbench.ui.shared import TUNABLE, RunCache, decoder_for, error_md, run_id_of, runs_frame
 
 
+OPEN_OUTPUTS = len(TUNABLE) + 11  # ReplayHandlers.open's outputs: see replay_tab's open_outputs
 # Heights (px) of the step's figure slots and node table, and of the run's figures: the tab fits in ~2,000 px.
 STEP_FIGURE_HEIGHT, NODES_HEIGHT, RUN_FIGURE_HEIGHT = 440, 200, 300
 
@@ -115,7 +124,8 @@ def run_picker(store: Store) -> RunPicker:
                 play = gr.Button("▶ Play", scale=1)
                 pause = gr.Button("Pause", scale=1)
                 share = gr.Button("Share this run", scale=1, elem_id="replay-share")
-            step = gr.Slider(0, 1, value=0, step=1, label="Step", elem_id="replay-step")
+            # hidden (but in the page, for the browser's drawing) until a run is open: no 0–1 slider over nothing
+            step = gr.Slider(0, 1, value=0, step=1, label="Step", elem_id="replay-step", visible="hidden")
     shared_md = gr.Markdown("", elem_id="share-status")
     timer = gr.Timer(0.6, active=False)
     return RunPicker(filt, refresh, runs, run_id, load, play, pause, timer, step, share, shared_md)
@@ -162,9 +172,9 @@ def tuning_panel() -> TuningPanel:
     flips = gr.Dataframe(rv.flips_frame(None), headers=list(rv.FLIP_COLUMNS), interactive=False, max_height=260,
                          label="Decisions that flip (step, node, why)", elem_id="tune-flips")
     with gr.Row():
-        original_text = gr.HTML("", elem_classes=["tokens"])
-        rerun_text = gr.HTML("", elem_classes=["tokens"])
-    rerun_md = gr.Markdown("")
+        original_text = gr.HTML("", elem_classes=["tokens"], elem_id="rerun-original")
+        rerun_text = gr.HTML("", elem_classes=["tokens"], elem_id="rerun-new")
+    rerun_md = gr.Markdown("", elem_id="rerun-md")
     return TuningPanel(sliders, rule, summary, flips, rerun, original_text, rerun_text, rerun_md)
 
 
@@ -173,48 +183,91 @@ class ReplayHandlers:
 
     def __init__(self, store: Store, pool: service.ModelPool, cache: RunCache, who=lambda request: None):
         self.store, self.pool, self.cache, self.who = store, pool, cache, who
-        self._data: OrderedDict[int, tuple[object, dict]] = OrderedDict()  # run id -> (stored run, its step data)
+        self._runs: OrderedDict[int, dict] = OrderedDict()  # run id -> what _memo built for it
         self._lock = threading.Lock()
+
+    def _text_of(self, trace):
+        """id -> text for the run's model: the node records' texts, else its tokenizer (the loaded model's, else one
+        read from disk the first time an id needs it: a tokenizer takes a second or two to load)."""
+        def decode(ids):
+            models = self.pool.loaded(trace.model)
+            fn = models.target.tokenizer.decode if models is not None else decoder_for(trace.model)
+            if fn is None:
+                raise LookupError(trace.model)  # no tokenizer here: known_texts shows the id
+            return fn(ids)
+        return known_texts(trace, decode)
+
+    def _memo(self, rid: int, stored, what: str, build):
+        """`what` of run `rid` (its step data, its re-scoring inputs), built once while the run stays in the cache;
+        a run the cache reloaded (its tags changed) is built again. The last four runs are kept."""
+        with self._lock:
+            entry = self._runs.get(rid)
+            if entry is None or entry["stored"] is not stored:
+                entry = self._runs[rid] = {"stored": stored}
+            self._runs.move_to_end(rid)
+            while len(self._runs) > 4:
+                self._runs.popitem(last=False)
+            value = entry.get(what)
+        if value is None:
+            value = entry[what] = build()
+        return value
+
+    def _step_data(self, rid: int, stored, ends) -> dict:
+        """The run's step data (replay_view.step_data)."""
+        return self._memo(rid, stored, "data", lambda: rv.step_data(rid, stored.trace, ends, self._text_of(stored.trace)))
+
+    def open(self, request: gr.Request, rid):
+        """Everything a newly chosen run shows, in one answer (open_outputs' order): the step slider sized to it, the
+        status line, the tuning sliders set to its own values and greyed out where its method ignores them, the
+        rule back to the run's own, its step data and whole text (the browser then draws step 0), the previous run's re-score and re-run cleared,
+        and the tab's body shown."""
+        cleared = ["", rv.flips_frame(None), "", "", ""]
+        keep = [gr.update()] * len(TUNABLE)
+        if rid is None:
+            return (gr.update(), "type a run id or click a row", *keep, gr.update(), None, "", *cleared, None)
+        try:
+            rid = run_id_of(rid)
+            stored, origins, ends = self.cache.get(rid, self.who(request))
+        except WorkbenchError as e:
+            return (gr.update(), error_md(e), *keep, gr.update(), None, "", *cleared, None)
+        trace = stored.trace
+        try:
+            flags = rv.tuning_active(trace.method)
+        except WorkbenchError:  # a method this server does not know: nothing to grey out
+            flags = [True] * len(TUNABLE)
+        sliders = [gr.update(interactive=on) if v is None else gr.update(value=v, interactive=on)
+                   for v, on in zip(rv.tuning_values(trace), flags)]
+        steps = max(1, len(trace.steps))
+        return (gr.update(maximum=steps - 1, value=0, visible=True), f"loaded run #{rid}", *sliders, rv.OWN_RULE,
+                self._step_data(rid, stored, ends), tokens.tokens_html(origins), *cleared, rid)
+
+    def open_if_new(self, request: gr.Request, rid, opened):
+        """The tab opening: the run id (the newest run, filled in by builder.newest_run_id) drawn unless it is the
+        run already shown."""
+        if rid is None or rid == opened:
+            return (gr.update(),) * OPEN_OUTPUTS
+        return self.open(request, rid)
 
     def step_data(self, request: gr.Request, rid):
         """The run's step data and whole text, sent once per load: the browser draws every step from them."""
         if rid is None:
             return None, ""
         try:
-            stored, origins, ends = self.cache.get(int(rid), self.who(request))
+            rid = run_id_of(rid)
+            stored, origins, ends = self.cache.get(rid, self.who(request))
         except WorkbenchError:
             return None, ""  # the load's status line already says why
-        with self._lock:
-            hit = self._data.get(int(rid))
-        if hit is None or hit[0] is not stored:  # a run the cache reloaded (tags changed) is built again
-            hit = (stored, rv.step_data(int(rid), stored.trace, ends))
-            with self._lock:
-                self._data[int(rid)] = hit
-                while len(self._data) > 4:
-                    self._data.popitem(last=False)
-        return hit[1], views.tokens_html(origins)
+        return self._step_data(rid, stored, ends), tokens.tokens_html(origins)
 
     def show_step(self, request: gr.Request, rid, k):
         if rid is None:
             return "choose a run", "", None, None, rv.nodes_frame_empty()
         try:
-            stored, origins, ends = self.cache.get(int(rid), self.who(request))
+            rid = run_id_of(rid)
+            stored, origins, ends = self.cache.get(rid, self.who(request))
+            return rv.step_outputs(rid, stored.trace, origins, ends, k)
         except WorkbenchError as e:
             return error_md(e), "", None, None, rv.nodes_frame_empty()
-        return rv.step_outputs(int(rid), stored.trace, origins, ends, k)
-
-    def load(self, request: gr.Request, rid):
-        """The step slider sized to the run, a status line, and the sliders set to the run's own values."""
-        keep = [gr.update()] * len(TUNABLE)
-        if rid is None:
-            return gr.update(), "type a run id or click a row", *keep
-        try:
-            stored, _, _ = self.cache.get(int(rid), self.who(request))
-        except WorkbenchError as e:
-            return gr.update(), error_md(e), *keep
-        steps = max(1, len(stored.trace.steps))
-        values = [gr.update() if v is None else gr.update(value=v) for v in rv.tuning_values(stored.trace)]
-        return gr.update(maximum=steps - 1, value=0), f"loaded run #{rid}", *values
 
     def active(self, request: gr.Request, rid, rule_choice):
         """Each tuning slider active where the judging method (the chosen rule's, else the run's) reads its
@@ -223,7 +276,7 @@ class ReplayHandlers:
         if rid is None:
             return keep
         try:
-            stored, _, _ = self.cache.get(int(rid), self.who(request))
+            stored, _, _ = self.cache.get(run_id_of(rid), self.who(request))
             flags = rv.tuning_active(rv.judge_of(rule_choice) or stored.trace.method)
         except WorkbenchError:
             return keep
@@ -234,10 +287,10 @@ class ReplayHandlers:
         if rid is None:
             return gr.update(), gr.Timer(active=False)
         try:
-            stored, _, _ = self.cache.get(int(rid), self.who(request))
+            stored, _, _ = self.cache.get(run_id_of(rid), self.who(request))
+            nxt = rv.next_step(stored.trace, k)
         except WorkbenchError:
             return gr.update(), gr.Timer(active=False)
-        nxt = rv.next_step(stored.trace, k)
         return (gr.update(), gr.Timer(active=False)) if nxt is None else (nxt, gr.update())
 
     def run_figures(self, request: gr.Request, rid):
@@ -245,33 +298,41 @@ class ReplayHandlers:
         if rid is None:
             return None, None
         try:
-            stored, _, _ = self.cache.get(int(rid), self.who(request))
+            rid = run_id_of(rid)
+            stored, _, _ = self.cache.get(rid, self.who(request))
         except WorkbenchError:
             return None, None
-        label = f"#{int(rid)} {stored.trace.method}"
-        figures = views.accept_by_source_figure([(label, stored.trace)]), views.position_figure(stored.trace, label)
-        for fig in figures:  # secondary to the step above: kept short
-            fig.update_layout(height=RUN_FIGURE_HEIGHT, margin={"t": 50, "b": 45})
+        label = f"#{rid} {stored.trace.method}"
+        figures = analytics.accept_by_source_figure([(label, stored.trace)]), replay.position_figure(stored.trace, label)
+        for fig in figures:  # secondary to the step above: kept short; titles under Plotly's toolbar
+            fig.update_layout(height=RUN_FIGURE_HEIGHT, margin={"t": 75, "b": 45}, title=TITLE_BELOW_TOOLBAR)
         return figures
 
     def tune(self, request: gr.Request, rid, rule_choice, *values):
         if rid is None:
             return "load a run first", rv.flips_frame(None)
         try:
-            stored, _, _ = self.cache.get(int(rid), self.who(request))
+            rid = run_id_of(rid)
+            stored, _, _ = self.cache.get(rid, self.who(request))
             judge = rv.judge_of(rule_choice)
             params = rv.tuned_params(judge or stored.trace.method, values)
-            result = rescore_run(stored.trace, params, rule=judge)
+            inputs = self._memo(rid, stored, "inputs", lambda: prepare_run(stored.trace))
+            result = rescore_run(stored.trace, params, rule=judge, inputs=inputs)
         except WorkbenchError as e:
             return error_md(e), rv.flips_frame(None)
-        return rv.rescore_summary(result, params), rv.flips_frame(result)
+        return rv.rescore_summary(result, params), rv.flips_frame(result, self._text_of(stored.trace))
 
-    def rerun(self, request: gr.Request, rid, rule_choice, *values):
-        if rid is None:
-            return "", "", "load a run first"
+    def rerun(self, request: gr.Request, rid, rule_choice, delta, alpha, beta, tau, lam, filter_text=""):
+        """Run the model again with the sliders' values, store the run and show it beside the original; the runs
+        table is listed again so the new run is in it."""
+        values = (delta, alpha, beta, tau, lam)  # TUNABLE's order
         viewer = self.who(request)
+        listed = runs_frame(self.store, filter_text, viewer=viewer)
+        if rid is None:
+            return "", "", "load a run first", listed
         try:
-            stored, origins, _ = self.cache.get(int(rid), viewer)
+            rid = run_id_of(rid)
+            stored, _, _ = self.cache.get(rid, viewer)
             trace = stored.trace
             method = rv.judge_of(rule_choice) or trace.method
             params = rv.rerun_params(trace, method, values)
@@ -283,31 +344,28 @@ class ReplayHandlers:
                                            slot=lambda should_stop: self.pool.slot(trace.model, should_stop)):
                 last = prog
         except WorkbenchError as e:
-            return "", "", error_md(e)
+            return "", "", error_md(e), listed
         if last is None or last.error:
-            return "", "", error_md(last.error if last else "the run produced nothing")
-        return rv.rerun_outputs(int(rid), trace, origins, last.run, last.run_id)
+            return "", "", error_md(last.error if last else "the run produced nothing"), listed
+        return (*rv.rerun_outputs(rid, trace, last.run, last.run_id), runs_frame(self.store, filter_text, viewer=viewer))
 
-
-def _share(self, request: gr.Request, rid):
-    """Tag the run `shared` (its owner only): every session can then list, replay and export it."""
-    if rid is None:
-        return "load a run first"
-    viewer = self.who(request)
-    try:
-        tags = self.store.run_tags(int(rid))
-        if viewer is not None and not viewer.owns(tags):
-            if viewer.can_see(tags):
-                return error_md(f"run #{int(rid)} is someone else's: only its owner can share it")
-            raise not_visible(int(rid))
-        self.store.add_tags(int(rid), [SHARED_TAG])
-    except WorkbenchError as e:
-        return error_md(e)
-    self.cache.forget(int(rid))
-    return f"run #{int(rid)} is shared: anyone using this app can see it"
-
-
-ReplayHandlers.share = _share
+    def share(self, request: gr.Request, rid):
+        """Tag the run `shared` (its owner only): every session can then list, replay and export it."""
+        if rid is None:
+            return "load a run first"
+        viewer = self.who(request)
+        try:
+            rid = run_id_of(rid)
+            tags = self.store.run_tags(rid)
+            if viewer is not None and not viewer.owns(tags):
+                if viewer.can_see(tags):
+                    return error_md(f"run #{rid} is someone else's: only its owner can share it")
+                raise not_visible(rid)
+            self.store.add_tags(rid, [SHARED_TAG])
+        except WorkbenchError as e:
+            return error_md(e)
+        self.cache.forget(rid)
+        return f"run #{rid} is shared: anyone using this app can see it"
 
 
 def pick_row(frame, evt: gr.SelectData) -> int:
@@ -316,15 +374,33 @@ def pick_row(frame, evt: gr.SelectData) -> int:
     return int(frame.iloc[row]["id"])
 
 
-def replay_tab(store: Store, pool: service.ModelPool, cache: RunCache, who=lambda request: None):
-    """Build the tab and wire it; returns the runs table, its filter and the run id (refreshed when the tab opens)."""
-    picker, panel = run_picker(store), step_panel()
-    whole = run_panel()
-    tuning = tuning_panel()
+@dataclass
+class ReplayTab:
+    """What the app wires from outside the tab: the runs table, its filter, the run id, and `open_new`, the
+    chain of event arguments (`.then` after `.then`) that draws the run id's run when it is not the one shown
+    (the tab's select)."""
+    runs: gr.Dataframe
+    filt: gr.Textbox
+    run_id: gr.Number
+    open_new: list[dict]
+
+
+def replay_tab(store: Store, pool: service.ModelPool, cache: RunCache, who=lambda request: None) -> ReplayTab:
+    """Build the tab and wire it."""
+    picker = run_picker(store)
+    with gr.Column(elem_id="replay-body"):  # shown once a step is drawn (builder.CSS): no empty page before a run is open
+        panel = step_panel()
+        whole = run_panel()
+        tuning = tuning_panel()
+    opened = gr.State(None)  # the run id shown now
     h = ReplayHandlers(store, pool, cache, who)
-    loaded = [picker.step, panel.info, *tuning.sliders.values()]
-    sent = dict(fn=h.step_data, inputs=[picker.run_id], outputs=[panel.data, panel.text])
-    drawn = dict(fn=None, js=STEP_JS, inputs=[panel.data, picker.step, panel.info], outputs=panel.outputs)
+    open_outputs = [picker.step, panel.info, *tuning.sliders.values(), tuning.rule, panel.data, panel.text, tuning.summary,
+                    tuning.flips, tuning.original_text, tuning.rerun_text, tuning.rerun_md, opened]
+    assert len(open_outputs) == OPEN_OUTPUTS
+    # Drawn in the browser, never a progress overlay over the header it writes
+    drawn = dict(fn=None, js=STEP_JS, inputs=[panel.data, picker.step, panel.info], outputs=panel.outputs,
+                 show_progress="hidden")
+    figures = dict(fn=h.run_figures, inputs=[picker.run_id], outputs=whole.outputs)
 
     def listed(request: gr.Request, f):
         return runs_frame(store, f, viewer=who(request))
@@ -332,13 +408,13 @@ def replay_tab(store: Store, pool: service.ModelPool, cache: RunCache, who=lambd
     picker.refresh.click(listed, [picker.filt], [picker.runs], api_name="list_runs")
     picker.filt.submit(listed, [picker.filt], [picker.runs], api_name=False)
     picker.share.click(h.share, [picker.run_id], [picker.shared_md], api_name="share_run")
-    figures = dict(fn=h.run_figures, inputs=[picker.run_id], outputs=whole.outputs)
-    active = dict(fn=h.active, inputs=[picker.run_id, tuning.rule], outputs=list(tuning.sliders.values()))
     picker.runs.select(pick_row, [picker.runs], [picker.run_id], api_name=False).then(
-        h.load, [picker.run_id], loaded, api_name=False).then(**active, api_name=False).then(
-        **sent, api_name=False).then(**drawn, api_name=False).then(**figures, api_name=False)
-    picker.load.click(h.load, [picker.run_id], loaded, api_name="load_run").then(**active, api_name=False).then(
-        **sent, api_name=False).then(**drawn, api_name=False).then(**figures, api_name=False)
+        h.open, [picker.run_id], open_outputs, api_name=False, show_progress="hidden").then(**drawn, api_name=False).then(
+        **figures, api_name=False)
+    for start in (picker.load.click, picker.run_id.submit):
+        start(h.open, [picker.run_id], open_outputs, api_name="load_run" if start == picker.load.click else False,
+              show_progress="hidden").then(
+            **drawn, api_name=False).then(**figures, api_name=False)
     gr.Button("Run figures", visible=False).click(**figures, api_name="run_figures")
     picker.step.change(**drawn, api_name=False, trigger_mode="always_last")  # in the browser: no round trip
     api_step = gr.Number(0, precision=0, visible=False)  # any step: the slider's range is the browser's run
@@ -348,13 +424,18 @@ def replay_tab(store: Store, pool: service.ModelPool, cache: RunCache, who=lambd
     picker.pause.click(lambda: gr.Timer(active=False), None, [picker.timer], api_name=False)
     picker.timer.tick(h.advance, [picker.step, picker.run_id], [picker.step, picker.timer], api_name=False)
 
+    # .input, not .change: a run opening sets the sliders and the rule without re-scoring (its summary is cleared)
     tune_io = dict(fn=h.tune, inputs=[picker.run_id, *tuning.inputs], outputs=[tuning.summary, tuning.flips])
     for slider in tuning.sliders.values():
-        slider.change(**tune_io, api_name=False, trigger_mode="always_last")
-    tuning.rule.change(**tune_io, api_name=False)
-    tuning.rule.change(**active, api_name=False)
+        slider.input(**tune_io, api_name=False, trigger_mode="always_last", show_progress="hidden")
+    active = dict(fn=h.active, inputs=[picker.run_id, tuning.rule], outputs=list(tuning.sliders.values()))
+    tuning.rule.input(**tune_io, api_name=False)
+    tuning.rule.input(**active, api_name=False)
     gr.Button("Re-score", visible=False).click(**tune_io, api_name="rescore")
-    tuning.rerun.click(h.rerun, [picker.run_id, *tuning.inputs],
-                       [tuning.original_text, tuning.rerun_text, tuning.rerun_md], api_name="rerun",
+    tuning.rerun.click(h.rerun, [picker.run_id, *tuning.inputs, picker.filt],
+                       [tuning.original_text, tuning.rerun_text, tuning.rerun_md, picker.runs], api_name="rerun",
                        concurrency_id="generate")
-    return picker.runs, picker.filt, picker.run_id
+    # No progress overlay: it would write its timer into the step's header (an output) while the run opens
+    open_new = [dict(fn=h.open_if_new, inputs=[picker.run_id, opened], outputs=open_outputs, show_progress="hidden"),
+                drawn, figures]
+    return ReplayTab(picker.runs, picker.filt, picker.run_id, open_new)

@@ -8,25 +8,44 @@ from typing import Any
 
 import pandas as pd
 
-from workbench.methods import METHODS, get_method
+from core.errors import InvalidInputError, WorkbenchError
+from workbench.methods import METHODS, get_method, resolve_params
 from core.params import PARAMS
 from core.stats import first_divergence
 from core.trace import RunTrace, StepTrace
-from workbench import views
 from workbench.rescore import RunRescore, flips_table
-from workbench.ui.shared import SYMBOL, TUNABLE, fitted_md, metrics_md, sig
+from workbench.ui import tokens
+from workbench.ui.reasons import TokenText, known_texts, readable_reason
+from workbench.ui.figures import replay as figures
+from workbench.ui.figures.common import DECISION_COLORS, SOURCE_SYMBOLS
+from workbench.ui.shared import SYMBOL, TUNABLE, fitted_md, metrics_md, sig, step_of
 
 OWN_RULE = "(the run's own)"
+FLIPS_SHOWN = 200  # rows of the flips table: a lenient threshold flips thousands, and the browser draws each row
 NODE_COLUMNS = ("node", "parent", "depth", "token", "source", "p", "threshold", "entropy", "rank", "decision", "reason")
 FLIP_COLUMNS = ("step", "node", "token", "source", "p", "old_threshold", "new_threshold", "old_decision", "new_decision",
                 "reason")  # workbench.rescore.flips_table's keys, so an empty table still has its headers
+
+
+def gated(trace: RunTrace) -> bool:
+    """Whether the run's method has CSD's rescue gate (only then is a rejection's logit gap against −ln τ drawn).
+    Judged with the method's defaults under the run's own values (a run may record only some of them)."""
+    try:
+        method = get_method(trace.method)
+    except WorkbenchError:  # a method this server does not know: no gate to draw
+        return False
+    defaults = resolve_params(method.name)
+    try:
+        return method.rescue_of({**defaults, **{k: v for k, v in trace.params.items() if k in method.params}}) is not None
+    except Exception:  # noqa: BLE001 - stored values the rule cannot read: the method's defaults decide
+        return method.rescue_of(defaults) is not None
 
 
 # ---------------------------------------------------------------- one step
 
 def clamp_step(trace: RunTrace, k: Any) -> int:
     """A step index the run has (the slider may hold one from another run)."""
-    return max(0, min(int(k or 0), len(trace.steps) - 1))
+    return max(0, min(step_of(k), len(trace.steps) - 1))
 
 
 def step_info(run_id: int, trace: RunTrace, k: int) -> str:
@@ -39,11 +58,12 @@ def step_info(run_id: int, trace: RunTrace, k: int) -> str:
             + fitted_md(trace.params))
 
 
-def nodes_frame(step: StepTrace) -> pd.DataFrame:
+def nodes_frame(step: StepTrace, text_of: TokenText | None = None) -> pd.DataFrame:
     """One row per node record: what the rule saw and what it decided."""
     return pd.DataFrame([{"node": n.node, "parent": n.parent, "depth": n.depth, "token": n.token_text, "source": n.source,
                           "p": sig(n.p), "threshold": sig(n.threshold), "entropy": sig(n.entropy), "rank": n.rank,
-                          "decision": n.decision, "reason": n.reason} for n in step.nodes], columns=NODE_COLUMNS)
+                          "decision": n.decision, "reason": readable_reason(n.reason, text_of)} for n in step.nodes],
+                        columns=NODE_COLUMNS)
 
 
 def nodes_frame_empty() -> pd.DataFrame:
@@ -68,45 +88,53 @@ def step_outputs(run_id: int, trace: RunTrace, origins: Sequence[tuple[str, str]
     """(header, text so far, tree figure, threshold figure, node table) of step `k`; a run without
     steps shows its whole text and no figures."""
     if not trace.steps:
-        return step_info(run_id, trace, 0), views.tokens_html(origins), None, None, nodes_frame_empty()
+        return step_info(run_id, trace, 0), tokens.tokens_html(origins), None, None, nodes_frame_empty()
     k = clamp_step(trace, k)
     s = trace.steps[k]
-    return (step_info(run_id, trace, k), views.tokens_html(origins, upto=ends[k]), views.tree_figure(s),
-            views.threshold_figure(s), nodes_frame(s))
+    text_of = known_texts(trace)
+    return (step_info(run_id, trace, k), tokens.tokens_html(origins, upto=ends[k]), figures.tree_figure(s, text_of),
+            figures.threshold_figure(s, gate=gated(trace), text_of=text_of), nodes_frame(s, text_of))
 
 
 # The fields of one node in step_data, in order (the browser's drawing, replay_js.STEP_JS, reads them by name):
 # the node table's columns, then what the figures need besides: y in the tree layout, on the emitted path,
-# judged by CSD's gate, and the rest of views.node_hover's numbers.
+# judged by CSD's gate, and the rest of figures.node_hover's numbers.
 NODE_FIELDS = NODE_COLUMNS + ("y", "path", "gate", "logit_gap", "max_p", "p_eos", "token_id", "draft_p", "mem_count",
                               "correction_id")
 
 
-def node_row(n, y: float, path: bool) -> list:
-    """One node of step_data: NODE_FIELDS' values, numbers to four significant digits."""
+def node_row(n, y: float, path: bool, gate: bool = True, text_of: TokenText | None = None) -> list:
+    """One node of step_data: NODE_FIELDS' values, numbers to four significant digits; `gate`: whether the run's
+    method has CSD's gate (figures.is_gate_node then says which nodes it judged)."""
     return [n.node, n.parent, n.depth, n.token_text, n.source, sig(n.p), sig(n.threshold), sig(n.entropy), n.rank,
-            n.decision, n.reason, y, int(path), int(views.is_gate_node(n)), sig(n.logit_gap), sig(n.max_p),
-            sig(n.p_eos), n.token_id, sig(n.draft_p), n.mem_count, n.correction_id]
+            n.decision, readable_reason(n.reason, text_of), y, int(path), int(gate and figures.is_gate_node(n)),
+            sig(n.logit_gap), sig(n.max_p), sig(n.p_eos), n.token_id, sig(n.draft_p), n.mem_count, n.correction_id]
 
 
-def step_data(run_id: int, trace: RunTrace, ends: Sequence[int]) -> dict[str, Any]:
+def step_data(run_id: int, trace: RunTrace, ends: Sequence[int], text_of: TokenText | None = None) -> dict[str, Any]:
     """Every step of a run as the browser draws it without asking the server again (replay_js.STEP_JS):
     per step the header, the tree's title and one row of NODE_FIELDS per node, the tree layout done here
-    (views.tree_layout); `ends` cuts the run's text (sent once) at each step. A 1,000-step run of small trees
-    is ~1 MB of JSON, sent once when the run loads; switching steps then costs no round trip."""
-    steps = []
+    (figures.tree_layout); `ends` cuts the run's text (sent once) at each step. A 1,000-step run of small trees
+    is ~1 MB of JSON, sent once when the run loads; switching steps then costs no round trip. `heights` are the
+    tallest tree and threshold figure of the run (px): the browser sizes its figure boxes to them, so no step's
+    figure is cut. `text_of` names correction tokens in the reasons (known_texts)."""
+    steps, gate, text_of = [], gated(trace), text_of or known_texts(trace)
+    tallest_tree = tallest_thresholds = 0
     for k, s in enumerate(trace.steps):
-        pos = views.tree_layout(s.nodes)
-        path = {n.node for n in views.emitted_nodes(s)} | {n.node for n in s.nodes if n.parent == -1}
-        steps.append({"info": step_info(run_id, trace, k), "title": views.tree_title(s), "index": s.index,
-                      "nodes": [node_row(n, pos[n.node][1] if n.node in pos else None, n.node in path) for n in s.nodes]})
+        pos = figures.tree_layout(s.nodes)
+        path = {n.node for n in tokens.emitted_nodes(s)} | {n.node for n in s.nodes if n.parent == -1}
+        rows = [node_row(n, pos[n.node][1] if n.node in pos else None, n.node in path, gate, text_of) for n in s.nodes]
+        steps.append({"info": step_info(run_id, trace, k), "title": figures.tree_title(s), "index": s.index, "nodes": rows})
+        tallest_tree = max(tallest_tree, figures.tree_height(len({y for _, y in pos.values()})))
+        tallest_thresholds = max(tallest_thresholds, figures.threshold_height(any(r[NODE_FIELDS.index("gate")] for r in rows)))
     return {"run": run_id, "fields": list(NODE_FIELDS), "ends": list(ends), "steps": steps,
-            "info": step_info(run_id, trace, 0), "colors": views.DECISION_COLORS, "symbols": views.SOURCE_SYMBOLS}
+            "info": step_info(run_id, trace, 0), "colors": DECISION_COLORS, "symbols": SOURCE_SYMBOLS,
+            "heights": {"tree": tallest_tree, "thresholds": tallest_thresholds}}
 
 
 def next_step(trace: RunTrace, k: Any) -> int | None:
     """The step after `k` while playing; None at the last one (the player stops)."""
-    nxt = int(k or 0) + 1
+    nxt = step_of(k) + 1
     return nxt if nxt < len(trace.steps) else None
 
 
@@ -144,6 +172,8 @@ def tuning_active(method: str) -> list[bool]:
 
 def judge_of(rule_choice: str | None) -> str | None:
     """The method whose rule judges the drafts; None for the run's own."""
+    if rule_choice is not None and not isinstance(rule_choice, str):
+        raise InvalidInputError(f"the rule must be a method's name, got {str(rule_choice)[:40]!r}")
     return None if not rule_choice or rule_choice.startswith("(") else rule_choice
 
 
@@ -155,7 +185,7 @@ def tuning_values(trace: RunTrace) -> list[Any]:
 def tuned_params(method: str, values: Sequence[Any]) -> dict[str, Any]:
     """The sliders' values of the parameters `method` takes (in TUNABLE order)."""
     takes = get_method(method).params
-    return {name: v for name, v in zip(TUNABLE, values) if name in takes}
+    return {name: v for name, v in zip(TUNABLE, values) if name in takes and v is not None}
 
 
 def rerun_params(trace: RunTrace, method: str, values: Sequence[Any]) -> dict[str, Any]:
@@ -169,23 +199,35 @@ def rerun_params(trace: RunTrace, method: str, values: Sequence[Any]) -> dict[st
 
 
 def rescore_summary(result: RunRescore, params: Mapping[str, Any]) -> str:
-    """One line: the rule and values tried, the first changed step, and the MAL they predict."""
-    div = "no decision changes" if result.first_divergence is None else f"first change at step {result.first_divergence}"
-    shown = ", ".join(f"{SYMBOL[n]} = {v:g}" for n, v in params.items()) or f"{result.method} takes none of δ α β τ λ"
-    return (f"{result.method}: {shown}: {div}; MAL {result.original_mal:.2f} → predicted **{result.predicted_mal:.2f}** "
-            f"(until the first divergence; after it the text would differ)")
+    """One line: the rule and values tried, the first changed step, and the MAL they predict up to it (after it the
+    text would differ, so nothing is predicted there), beside the whole run's MAL."""
+    used = {n: getattr(result, "params", {}).get(n, v) for n, v in params.items()}  # what was re-scored with
+    shown = ", ".join(f"{SYMBOL[n]} = {v:g}" for n, v in used.items() if isinstance(v, (int, float))) \
+        or f"{result.method} takes none of δ α β τ λ"
+    bound = "at least " if result.predicted_is_lower_bound else ""
+    if result.first_divergence is None:
+        return (f"{result.method}: {shown}: no decision changes; predicted MAL = the run's MAL, {result.run_mal:.2f} "
+                f"over all {len(result.steps)} steps")
+    last = result.steps[result.window - 1].step
+    flips = sum(getattr(result, "flip_counts", {}).values())
+    table = f"; {flips:,} decisions flip" + (f" (the table lists the first {FLIPS_SHOWN})" if flips > FLIPS_SHOWN else "")
+    return (f"{result.method}: {shown}: first change at step {result.first_divergence}; MAL up to step {last}: "
+            f"{result.original_mal:.2f} → predicted **{bound}{result.predicted_mal:.2f}** (after step {last} the text "
+            f"would differ, so the rest is not predicted; the whole run's MAL: {result.run_mal:.2f}){table}")
 
 
-def flips_frame(result: RunRescore | None) -> pd.DataFrame:
-    """The decisions that flip, probabilities and thresholds to four significant digits (headers and no
-    rows when nothing flips or nothing was re-scored yet)."""
+def flips_frame(result: RunRescore | None, text_of: TokenText | None = None) -> pd.DataFrame:
+    """The first FLIPS_SHOWN decisions that flip (the summary gives their number), probabilities and thresholds to
+    four significant digits, reasons in words (readable_reason); headers and no rows when nothing flips or nothing
+    was re-scored yet."""
     rounded = ("p", "old_threshold", "new_threshold")
-    rows = flips_table(result) if result is not None else []
-    return pd.DataFrame([{k: sig(v) if k in rounded else v for k, v in row.items()} for row in rows], columns=FLIP_COLUMNS)
+    rows = flips_table(result)[:FLIPS_SHOWN] if result is not None else []
+    return pd.DataFrame([{k: sig(v) if k in rounded else readable_reason(v, text_of) if k == "reason" else v
+                          for k, v in row.items()} for row in rows], columns=FLIP_COLUMNS)
 
 
-def rerun_outputs(run_id: int, trace: RunTrace, origins: Sequence[tuple[str, str]], new: RunTrace, new_id: int | None):
+def rerun_outputs(run_id: int, trace: RunTrace, new: RunTrace, new_id: int | None):
     """(original text, re-run text with its first divergence marked, both runs' metrics)."""
     div = first_divergence(trace.output_ids, new.output_ids)
-    return (views.tokens_html(origins), views.tokens_html(views.token_origins(new), first_divergence=div),
+    return (tokens.run_html(trace), tokens.run_html(new, first_divergence=div),
             f"original #{run_id}: {metrics_md(trace, run_id, None)}  \nre-run #{new_id}: {metrics_md(new, new_id, None)}")

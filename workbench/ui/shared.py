@@ -1,6 +1,8 @@
 """What the tabs share: parameter labels, the run cache, run lists and the metrics line. No Gradio here."""
 from __future__ import annotations
 
+import functools
+import math
 import os
 import re
 import socket
@@ -13,13 +15,13 @@ from pathlib import Path
 import pandas as pd
 
 from core.errors import InvalidInputError
-from core.models import PRESETS, is_fetched
+from core.models import PRESETS, is_fetched, preset_path
 from core.params import PARAMS
 from core.stats import run_metrics
 from core.thresholds import describe_values
 from core.trace import RunTrace
-from workbench import views
 from workbench.store import RunNotFoundError, Store, StoredRun
+from workbench.ui import tokens
 from workbench.ui.access import Viewer, not_visible, shown_tags
 
 TUNABLE = ("delta", "alpha", "beta", "tau", "lam")  # the live-tuning sliders
@@ -82,7 +84,7 @@ class RunCache:
 
     def get(self, run_id: int, viewer: Viewer | None = None) -> tuple[StoredRun, list[tuple[str, str]], list[int]]:
         """The run, if `viewer` may see it (RunNotFoundError, as for a missing run, when not)."""
-        run_id = int(run_id)
+        run_id = run_id_of(run_id)
         with self._lock:
             entry = self._runs.get(run_id)
             if entry is not None:
@@ -97,7 +99,7 @@ class RunCache:
             except RunNotFoundError:
                 raise not_visible(run_id) from None
         stored = self.store.load_run(run_id)
-        entry = (stored, views.token_origins(stored.trace), step_ends(stored.trace))
+        entry = (stored, tokens.token_origins(stored.trace), step_ends(stored.trace))
         if stored.trace.status != "running":
             with self._lock:
                 self._runs[run_id] = entry
@@ -108,7 +110,7 @@ class RunCache:
     def forget(self, run_id: int) -> None:
         """Drop a run whose tags changed (shared)."""
         with self._lock:
-            self._runs.pop(int(run_id), None)
+            self._runs.pop(run_id_of(run_id), None)
 
 
 def step_ends(run: RunTrace) -> list[int]:
@@ -124,17 +126,19 @@ def fitted_md(params) -> str:
     return f" · fitted thresholds: {describe_values(params)}"
 
 
-def metrics_md(run: RunTrace, run_id: int | None, greedy_tps: float | None, score: float | None = None) -> str:
+def metrics_md(run: RunTrace, run_id: int | None, greedy_tps: float | None, score: float | None = None,
+               score_name: str | None = None) -> str:
     """One line of a run's metrics; the speed-up is against `greedy_tps` when given; `score` is the task's
-    score against its references (workbench.evaluation.scores.score_task, as bench computes it); a run
-    with fitted thresholds shows the values it used."""
+    score against its references (workbench.evaluation.scores.score_task, as bench computes it), said what it
+    is by `score_name` (e.g. "F1 against the task's reference answers, 0–100"); a run with fitted thresholds
+    shows the values it used."""
     m = run_metrics(run)
     fmt = lambda v, f="{:.2f}": "–" if v is None else f.format(v)  # noqa: E731
     speed = f"{m['tps'] / greedy_tps:.2f}×" if greedy_tps and m.get("tps") else "–"
     state = "" if run.status == "complete" else f" · **{run.status}**"
     return (f"MAL **{fmt(m['mal'])}** · {fmt(m['tps'], '{:.1f}')} tok/s · speed-up {speed} · "
             f"acceptance {fmt(m['accept_rate'], '{:.0%}')} · {m['steps']} steps · {m['tokens']} tokens"
-            + (f" · score **{score:.1f}**" if score is not None else "")
+            + (f" · score **{score:.1f}**" + (f" ({score_name})" if score_name else "") if score is not None else "")
             + fitted_md(run.params) + f" · run #{run_id if run_id is not None else '–'}{state}")
 
 
@@ -153,15 +157,56 @@ def runs_frame(store: Store, filter_text: str = "", limit: int = 200, viewer: Vi
     return pd.DataFrame(rows, columns=RUN_COLUMNS)
 
 
+MAX_RUN_ID = 2**63 - 1  # the largest integer SQLite (and PostgreSQL's BIGINT) stores: no run id is larger
+_RUN_ID_TEXT = re.compile(r"([0-9]{1,19})|#([0-9]{1,19})(?:\s.*)?", re.S)  # "12", or a list label "#12 aasd · model"
+
+
+def _shown(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "…"
+
+
+def run_id_of(value) -> int:
+    """A run id from what a number field, a dropdown or the API sends: 12, 12.0, "12" or "#12 aasd", a whole number
+    from 1 to 2⁶³ − 1. Anything else (2⁶³, 1e308, nan, "1 OR 1=1", a list) is one clear InvalidInputError; a big
+    number used to reach SQLite and come back as an OverflowError traceback."""
+    number = None
+    if isinstance(value, bool):
+        number = None
+    elif isinstance(value, int):
+        number = value
+    elif isinstance(value, float) and math.isfinite(value) and value.is_integer() and abs(value) < 2**64:
+        number = int(value)
+    elif isinstance(value, str):
+        m = _RUN_ID_TEXT.fullmatch(value.strip())
+        number = int(m.group(1) or m.group(2)) if m else None
+    if number is None or not 1 <= number <= MAX_RUN_ID:
+        raise InvalidInputError(f"{_shown(value)} is not a run id: run ids are whole numbers from 1 to {MAX_RUN_ID} "
+                                "(pick a run from the list, or type its number)")
+    return number
+
+
+def step_of(value) -> int:
+    """A step index from the slider or the API: a whole number ≥ 0 (too large is clamped later to the run's last
+    step); anything else is a clear InvalidInputError."""
+    if value in (None, ""):
+        return 0
+    try:
+        number = float(value) if not isinstance(value, bool) else math.nan
+    except (TypeError, ValueError, OverflowError):
+        number = math.nan
+    if not math.isfinite(number) or not number.is_integer() or number < 0:
+        raise InvalidInputError(f"{_shown(value)} is not a step: steps are whole numbers from 0")
+    return int(min(number, MAX_RUN_ID))
+
+
 def parse_run_ids(values) -> list[int]:
-    """Run ids from a dropdown: ids, or typed text such as "12" or "#12 aasd"."""
-    out = []
-    for v in values or []:
-        text = str(v).strip().lstrip("#").split()[0] if str(v).strip() else ""
-        if not text.isdigit():
-            raise InvalidInputError(f"{v!r} is not a run id: pick runs from the list or type their numbers")
-        out.append(int(text))
-    return out
+    """Run ids from a dropdown: ids, or typed text such as "12" or "#12 aasd" (run_id_of)."""
+    if isinstance(values, (str, int, float)):
+        values = [values]
+    if not isinstance(values, (list, tuple)):
+        raise InvalidInputError(f"{_shown(values)} is not a list of run ids: pick runs from the list")
+    return [run_id_of(v) for v in values]
 
 
 def run_choices(store: Store, viewer: Viewer | None = None) -> list[tuple[str, int]]:
@@ -184,6 +229,40 @@ def run_colors(labels) -> dict[str, str]:
         if label not in out:
             out[label] = PALETTE[len(out) % len(PALETTE)]
     return out
+
+
+def method_of(label: str) -> str:
+    """The method of a run label: "#12 aasd" -> "aasd", "aasd" -> "aasd", "#3 csd (2)" -> "csd"."""
+    parts = str(label).split()
+    if parts and parts[0].startswith("#"):
+        parts = parts[1:]
+    return parts[0] if parts else str(label)
+
+
+def method_colors(labels) -> dict[str, str]:
+    """A colour per label by its method (run_colors over the methods, in the order they first appear): three
+    methods are three colours however many runs of each are drawn."""
+    by_method = run_colors([method_of(label) for label in labels])
+    return {label: by_method[method_of(label)] for label in labels}
+
+
+@functools.lru_cache(maxsize=8)
+def tokenizer_of(model: str):
+    """The tokenizer of a run's model, without loading the model: a fetched preset's folder, a local folder,
+    or a hub id already in the local cache (never a download)."""
+    from transformers import AutoTokenizer
+
+    source = str(preset_path(model)) if model in PRESETS and is_fetched(model) else model
+    return AutoTokenizer.from_pretrained(source, local_files_only=True)
+
+
+def decoder_for(model: str):
+    """ids -> text with `model`'s tokenizer (tokenizer_of), or None when it is not on this server: the replay and
+    the memory tab then name tokens by the texts their runs recorded."""
+    try:
+        return tokenizer_of(model).decode
+    except Exception:  # noqa: BLE001 - no tokenizer here: the run's own token texts name the ids
+        return None
 
 
 def fetched_presets() -> list[str]:
@@ -223,14 +302,15 @@ def _in_hub_cache(repo_id: str) -> bool:
         return False
 
 
-def check_model_source(*specs: str | None) -> None:
+def check_model_source(*specs: str | None, allow_local: bool = True) -> None:
     """Refuse at once a model that is a hub id this server can neither find in its cache nor download (offline,
     or the hub unreachable), naming the presets that are fetched here; presets, folders and files are left to
-    core.models, which answers those quickly."""
+    core.models, which answers those quickly. Without `allow_local` (a multi-user app) a hub id is never looked
+    up on the server's disk: the answer must not depend on what is there (service.check_model_access)."""
     for spec in specs:
         spec = (spec or "").strip()
         if not spec or spec in PRESETS or spec.startswith((".", "/", "~")) or spec.count("/") > 1 \
-                or spec.endswith(".gguf") or Path(spec).expanduser().exists() or _in_hub_cache(spec):
+                or spec.endswith(".gguf") or (allow_local and Path(spec).expanduser().exists()) or _in_hub_cache(spec):
             continue
         if not hub_reachable():
             fetched = ", ".join(fetched_presets()) or "none: `python -m workbench models fetch smollm2-135m`"

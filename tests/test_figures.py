@@ -1,6 +1,8 @@
-"""workbench/views.py on hand-built traces: token origins, HTML, divergence, step and run figures."""
+"""The UI's pure rendering on hand-built traces: token origins and HTML (workbench/ui/tokens.py), divergence, and the
+step and run figures (workbench/ui/figures/)."""
 from __future__ import annotations
 
+import html
 import json
 import math
 import re
@@ -9,10 +11,12 @@ import pytest
 
 from core.stats import first_divergence
 from core.trace import NodeTrace, RunTrace, StepTrace
-from workbench.views import (DECISION_COLORS, NO_RUNS, ORIGIN_COLORS, SOURCE_SYMBOLS, accept_by_depth_figure,
-                             accept_by_source_figure, accept_hist_figure, emitted_nodes, flip_title, legend_html,
-                             position_figure, run_label, runs_bar_figure, step_origins, sweep_figure, threshold_figure,
-                             token_diff_html, token_origins, tokens_html, tree_figure, tree_layout)
+from workbench.ui.figures.analytics import (accept_by_depth_figure, accept_by_source_figure, accept_hist_figure,
+                                            runs_bar_figure, sweep_figure)
+from workbench.ui.figures.common import DECISION_COLORS, NO_RUNS, SOURCE_SYMBOLS, run_label
+from workbench.ui.figures.replay import position_figure, threshold_figure, tree_figure, tree_layout
+from workbench.ui.tokens import (ORIGIN_COLORS, align, diff_counts, emitted_nodes, flip_title, legend_html, step_origins,
+                                 token_diff_html, token_origins, tokens_html)
 
 
 def node(step, i, parent, depth, tok, text, source, decision, **kw) -> NodeTrace:
@@ -362,15 +366,38 @@ def cells(html_text: str) -> list[tuple[str, str, str, str]]:
                       r'<span class="side b"[^>]*>(.*?)</span></span>', html_text)
 
 
-def test_token_diff_aligns_positions_and_marks_the_first_divergence():
+def test_token_diff_aligns_replacements_and_marks_the_first_divergence():
     out = token_diff_html([" the", " cat", " sat", "<b>"], [" the", " dog", " sat"], first_divergence([1, 2, 3, 4], [1, 5, 3]),
                           ("#1 greedy", "#2 aasd"))
     found = cells(out)
-    assert [c[0] for c in found] == ["pair same", "pair differ first", "pair same", "pair differ"]
-    assert [(c[2], c[3]) for c in found] == [("␣the", "␣the"), ("␣cat", "␣dog"), ("␣sat", "␣sat"), ("&lt;b&gt;", "∅")]
-    assert found[1][1].startswith("position 1: #1 greedy") and found[1][1].endswith("(first divergence)")
-    assert "only #1 greedy has a token" in found[3][1] and "<b>" not in out
+    assert [c[0] for c in found] == ["pair same", "pair differ first", "pair same", "pair deleted"]
+    assert [(c[2], c[3]) for c in found] == [("␣the", "␣the"), ("␣cat", "␣dog"), ("␣sat", "␣sat"), ("&lt;b&gt;", "·")]
+    assert found[1][1].startswith("#1 greedy token 1 · #2 aasd token 1: #1 greedy") and found[1][1].endswith("(first divergence)")
+    assert "only #1 greedy has '<b>'" in html.unescape(found[3][1]) and "<b>" not in out
     assert "top #1 greedy" in out  # the key says which row is which run
+
+
+def test_one_dropped_line_is_one_deletion_not_every_later_position_red():
+    """Issue 33, item 8: aligned by position, one dropped line turned 43 of 64 positions red."""
+    line = [" x", " =", " 1", "\n"]
+    a = [f" w{i}" for i in range(6)] + line + [f" v{i}" for i in range(50)]
+    b = [f" w{i}" for i in range(6)] + [f" v{i}" for i in range(50)]
+    ids_a, ids_b = [hash(t) for t in a], [hash(t) for t in b]
+    out = token_diff_html(a, b, first_divergence(ids_a, ids_b), ("A", "B"), ids=(ids_a, ids_b))
+    kinds = [c[0] for c in cells(out)]
+    assert kinds.count("pair same") == 56 and kinds.count("pair deleted") + kinds.count("pair deleted first") == 4
+    assert kinds[6] == "pair deleted first" and "differ" not in kinds and "pair inserted" not in kinds
+    assert diff_counts(align(ids_a, ids_b)) == {"replaced": 0, "deleted": 4, "inserted": 0}
+    inserted = token_diff_html(b, a, first_divergence(ids_b, ids_a), ids=(ids_b, ids_a))
+    assert [c[0] for c in cells(inserted)][6:10] == ["pair inserted first", "pair inserted", "pair inserted", "pair inserted"]
+
+
+@pytest.mark.parametrize("a,b", [([1, 2, 3], [1, 2, 3, 4]), ([5, 1, 2], [1, 2]), ([1, 2, 1, 2, 1, 2], [1, 2, 9, 1, 2])])
+def test_alignment_starts_its_first_change_at_the_first_divergence(a, b):
+    spans = align(a, b)
+    changed = next(s for s in spans if s.tag != "equal")
+    assert changed.a0 == changed.b0 == first_divergence(a, b)
+    assert [t for s in spans for t in a[s.a0:s.a1]] == a and [t for s in spans for t in b[s.b0:s.b1]] == b
 
 
 def test_token_diff_of_identical_outputs_has_no_red_cell():

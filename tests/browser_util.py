@@ -1,0 +1,124 @@
+"""What the browser tests share: Debian's Chromium driven by Playwright (never a downloaded browser), screenshots,
+and small helpers to fill fields, pick from dropdowns and read what Plotly drew."""
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+CHROMIUM = "/usr/bin/chromium"
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
+         "--disable-component-update", "--disable-sync"]
+SHOTS = Path(os.environ.get("WORKBENCH_SCREENSHOTS", Path(__file__).resolve().parents[1] / "results" / "screenshots"))
+
+
+def browser(pw):
+    """Debian's Chromium, headless; the test is skipped with the reason when it is missing."""
+    if not Path(CHROMIUM).exists():
+        pytest.skip(f"{CHROMIUM} not found: apt-get install chromium (.ci/run does)")
+    return pw.chromium.launch(executable_path=CHROMIUM, args=FLAGS, headless=True)
+
+
+def shot(page, name, selector: str | None = None):
+    """A screenshot in SHOTS: the whole page, or the element `selector`."""
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    if selector is None:
+        page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
+    else:
+        page.locator(selector).first.screenshot(path=str(SHOTS / f"{name}.png"))
+    return SHOTS / f"{name}.png"
+
+
+def shot_between(page, name, top: str, bottom: str, margin: int = 12):
+    """A screenshot in SHOTS of the page's full width from the top of `top` to the bottom of `bottom`."""
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    if not (page.locator(top).count() and page.locator(bottom).count()):  # an older page without them: the whole page
+        return shot(page, name)
+    y0, y1, width = page.evaluate("""([a, b]) => [document.querySelector(a).getBoundingClientRect().top + window.scrollY,
+        document.querySelector(b).getBoundingClientRect().bottom + window.scrollY, document.documentElement.clientWidth]""",
+                                  [top, bottom])
+    page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True,
+                    clip={"x": 0, "y": max(0, y0 - margin), "width": width, "height": y1 - y0 + 2 * margin})
+    return SHOTS / f"{name}.png"
+
+
+def fill_number(page, selector, value):
+    box = page.locator(f"{selector} input[type=number]").first
+    box.fill(str(value))
+    box.press("Enter")
+
+
+def pick(page, selector, text):
+    box = page.locator(f"{selector} input").first
+    box.click()
+    box.fill(text)
+    box.press("Enter")
+
+
+def choose_methods(page, names):
+    page.get_by_role("tab", name="Compare").click()
+    page.locator("#compare-methods .remove-all").click()
+    box = page.locator("#compare-methods input").first
+    for name in names:
+        box.click()
+        box.fill(name)
+        box.press("Enter")
+    box.press("Escape")
+
+
+def open_parameters(page):
+    page.get_by_role("tab", name="Compare").click()
+    if not page.locator("#param-key_len").is_visible():
+        page.get_by_text("Parameters (every method").click()
+
+
+def plotly(page, selector, what="data"):
+    """The figure Plotly drew in a gr.Plot (its `data` or `layout`), as the browser holds it."""
+    return page.locator(f"{selector} .js-plotly-plot").first.evaluate(f"el => JSON.parse(JSON.stringify(el.{what}))")
+
+
+def boxes(page, selector) -> list[dict]:
+    """The bounding boxes of the elements `selector` finds (visible ones)."""
+    return page.evaluate("""(sel) => Array.from(document.querySelectorAll(sel)).map((e) => e.getBoundingClientRect())
+        .filter((r) => r.width > 0 && r.height > 0).map((r) => ({x: r.x, y: r.y, w: r.width, h: r.height}))""", selector)
+
+
+def overlap(a: dict, b: dict) -> bool:
+    return a["x"] < b["x"] + b["w"] and b["x"] < a["x"] + a["w"] and a["y"] < b["y"] + b["h"] and b["y"] < a["y"] + a["h"]
+
+
+def table_rows(page, selector, timeout=30.0):
+    """The cells of a gr.Dataframe's rows, once it has drawn them (its grid rows: the <tbody> is only for sizing)."""
+    end = time.monotonic() + timeout
+    while True:
+        rows = [[c.strip() for c in r.locator("[role=gridcell]").all_inner_texts()]
+                for r in page.locator(f"{selector} [role=row]").all()]
+        rows = [r for r in rows if any(r)]
+        if rows or time.monotonic() > end:
+            return rows
+        page.wait_for_timeout(250)
+
+
+def clipped_texts(page, selector):
+    """Texts inside `selector` cut off by their box (content taller or wider than a box that hides overflow)."""
+    return page.locator(selector).first.evaluate("""root => [root, ...root.querySelectorAll('*')].filter(el => {
+        const s = getComputedStyle(el);
+        const hides = v => v === 'hidden' || v === 'clip';
+        return el.innerText && el.innerText.trim() && el.offsetParent !== null &&
+               ((hides(s.overflowY) && el.scrollHeight > el.clientHeight + 1) ||
+                (hides(s.overflowX) && el.scrollWidth > el.clientWidth + 1));
+    }).map(el => el.innerText.trim().slice(0, 60))""")
+
+
+def watch_status(page, selector="#compare-status"):
+    """Start recording every text `selector` shows (read back with statuses())."""
+    page.evaluate("""(sel) => { window.__statuses = []; const el = document.querySelector(sel);
+        const note = () => { const t = el.innerText.trim(); const s = window.__statuses;
+                             if (t && (!s.length || s[s.length - 1] !== t)) s.push(t); };
+        new MutationObserver(note).observe(el, {childList: true, subtree: true, characterData: true}); note(); }""", selector)
+
+
+def statuses(page) -> list[str]:
+    return page.evaluate("() => window.__statuses || []")

@@ -1,0 +1,214 @@
+"""The Analytics tab's figures over stored runs: tokens per step, acceptance by depth and by source, MAL and
+tokens/s per run, MAL against a parameter. Runs come as RunTrace, (label, trace) pairs, stored runs or dicts."""
+from __future__ import annotations
+
+import html
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from core.stats import acceptance_by, run_metrics
+from core.trace import NodeTrace, RunTrace
+from workbench.ui.figures.common import NO_RUNS, TITLE_BELOW_TOOLBAR, empty_figure, is_pair, num, run_label
+
+@dataclass
+class _Run:
+    label: str
+    trace: RunTrace | None
+    record: Any  # the caller's object (dict, summary, stored run)
+
+
+def _collect(runs: Iterable[Any]) -> list[_Run]:
+    """Runs as (unique label, trace if any); accepts RunTrace, (label, trace) pairs, StoredRun-like
+    objects and dicts."""
+    out, seen = [], Counter()
+    for r in runs or ():
+        if is_pair(r):
+            trace = r[1]
+        elif isinstance(r, RunTrace):
+            trace = r
+        elif isinstance(r, Mapping):
+            trace = r.get("trace")
+        else:
+            trace = getattr(r, "trace", None)
+        label = run_label(r)
+        seen[label] += 1
+        if seen[label] > 1:  # two runs of one method side by side must stay two series
+            label = f"{label} ({seen[label]})"
+        out.append(_Run(label, trace if isinstance(trace, RunTrace) else None, r))
+    return out
+
+
+def _accept_lengths(run: _Run) -> list[int]:
+    if run.trace is not None:
+        return run.trace.accept_lengths
+    if isinstance(run.record, Mapping):
+        return list(run.record.get("accept_lengths") or [])
+    return list(getattr(run.record, "accept_lengths", None) or [])
+
+
+def accept_hist_figure(runs: Sequence[Any]) -> go.Figure:
+    """How many tokens each step emitted (bonus included), as step counts per run."""
+    collected = [(r.label, _accept_lengths(r)) for r in _collect(runs)]
+    collected = [(label, lengths) for label, lengths in collected if lengths]
+    if not collected:
+        return empty_figure(NO_RUNS if not runs else "no step lengths in the selected runs")
+    lo = min(min(lengths) for _, lengths in collected)
+    hi = max(max(lengths) for _, lengths in collected)
+    xs = list(range(lo, hi + 1))
+    fig = go.Figure()
+    for label, lengths in collected:
+        counts = Counter(lengths)
+        fig.add_trace(go.Bar(
+            x=xs, y=[counts[x] for x in xs], name=label,
+            customdata=[100 * counts[x] / len(lengths) for x in xs],
+            hovertemplate=f"{html.escape(label)}<br>%{{x}} tokens: %{{y}} steps (%{{customdata:.1f}}%)<extra></extra>",
+        ))
+    fig.update_layout(barmode="group", template="plotly_white", title="tokens per step",
+                      xaxis={"title": "tokens emitted in the step", "dtick": 1}, yaxis={"title": "steps"},
+                      height=360, margin={"t": 50})
+    return fig
+
+
+def _rate_figure(runs: Sequence[Any], key: Callable[[NodeTrace], Any], title: str, x_title: str,
+                 kind: str) -> go.Figure:
+    # core.stats.acceptance_by is the one per-source / per-depth acceptance: accepted ÷ verified nodes.
+    collected = [(r.label, acceptance_by(r.trace, key)) for r in _collect(runs) if r.trace is not None]
+    collected = [(label, table) for label, table in collected if table]
+    if not collected:
+        return empty_figure(NO_RUNS if not runs else "no node records in the selected runs")
+    fig = go.Figure()
+    for label, table in collected:
+        keys = list(table)
+        common = dict(
+            x=keys, y=[table[k][0] / table[k][1] for k in keys], name=label,
+            customdata=[list(table[k]) for k in keys],
+            hovertemplate=(f"{html.escape(label)}<br>{x_title} %{{x}}: %{{y:.1%}} "
+                           "(%{customdata[0]} of %{customdata[1]})<extra></extra>"),
+        )
+        fig.add_trace(go.Scatter(mode="lines+markers", **common) if kind == "line" else go.Bar(**common))
+    fig.update_layout(template="plotly_white", title=title, barmode="group", height=360, margin={"t": 50},
+                      xaxis={"title": x_title, **({"dtick": 1} if kind == "line" else {})},
+                      yaxis={"title": "accepted / verified", "range": [0, 1.05], "tickformat": ".0%"})
+    return fig
+
+
+def accept_by_depth_figure(runs: Sequence[Any]) -> go.Figure:
+    """Acceptance by depth in the draft tree: accepted ÷ verified draft nodes (core.stats.acceptance_by)."""
+    return _rate_figure(runs, lambda n: n.depth, "acceptance by depth", "depth", "line")
+
+
+def accept_by_source_figure(runs: Sequence[Any]) -> go.Figure:
+    """Acceptance by where the drafter took the nodes from: accepted ÷ verified (core.stats.acceptance_by)."""
+    return _rate_figure(runs, lambda n: n.source, "acceptance by source", "source", "bar")
+
+
+def _metric(row: Any, name: str) -> float | None:
+    """A metric from a flat dict row, its "metrics" dict, or a summary / trace object."""
+    if is_pair(row):
+        row = row[1]
+    if isinstance(row, Mapping):
+        value = row.get(name)
+        if value is None and isinstance(row.get("metrics"), Mapping):
+            value = row["metrics"].get(name)
+        return value
+    if isinstance(row, RunTrace):
+        return run_metrics(row).get(name)
+    metrics = getattr(row, "metrics", None)
+    return metrics.get(name) if isinstance(metrics, Mapping) else None
+
+
+def runs_bar_figure(rows: Sequence[Any]) -> go.Figure:
+    """MAL and tokens/s per run, side by side."""
+    collected = _collect(rows)
+    if not collected:
+        return empty_figure()
+    labels = [r.label for r in collected]
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("MAL (tokens per step)", "tokens / s"))
+    for col, (name, color) in enumerate((("mal", "#1f77b4"), ("tps", "#2ca02c")), start=1):
+        values = [_metric(r.record, name) for r in collected]
+        fig.add_trace(go.Bar(x=labels, y=values, name=name, marker_color=color, showlegend=False,
+                             text=[num(float(v)) if v is not None else "" for v in values], textposition="outside"),
+                      row=1, col=col)
+    fig.update_layout(template="plotly_white", height=360, margin={"t": 50})
+    return fig
+
+
+def sweep_figure(runs: Sequence[Any], param: str) -> go.Figure:
+    """MAL against one parameter, a line per method (e.g. the runs of a stored bench sweep).
+
+    Runs at the same value (several tasks) are pooled: their tokens over their steps, as MAL is
+    defined. Runs whose parameters lack `param` are left out.
+    """
+    collected = _collect(runs)
+    if not collected:
+        return empty_figure()
+    pooled: dict[str, dict[float, list[int]]] = {}  # method -> value -> [tokens, steps, runs]
+    for r in collected:
+        value = r.trace.params.get(param) if r.trace is not None else None
+        lengths = _accept_lengths(r)
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or not lengths:
+            continue
+        acc = pooled.setdefault(r.trace.method, {}).setdefault(float(value), [0, 0, 0])
+        acc[0] += sum(lengths)
+        acc[1] += len(lengths)
+        acc[2] += 1
+    if not pooled:
+        return empty_figure(f"no selected run has the parameter {param!r}")
+    values = sorted({v for by_value in pooled.values() for v in by_value})
+    if len(values) < 2:  # one point on an axis Plotly would stretch around it: say what a sweep needs instead
+        return empty_figure(f"MAL against {param}: every chosen run used {param} = {values[0]:g}.<br>Choose runs made at two "
+                            f"or more values<br>(e.g. method variants such as aasd[{param}=…] in one comparison).")
+    fig = go.Figure()
+    for method, by_value in pooled.items():
+        xs = sorted(by_value)
+        fig.add_trace(go.Scatter(
+            x=xs, y=[by_value[x][0] / by_value[x][1] for x in xs], mode="lines+markers", name=method,
+            customdata=[by_value[x][2] for x in xs],
+            hovertemplate=f"{html.escape(method)}<br>{html.escape(param)} %{{x}}: MAL %{{y:.3f}} "
+                          "(%{customdata} runs)<extra></extra>",
+        ))
+    fig.update_layout(template="plotly_white", title=f"MAL against {param}", height=360, margin={"t": 50},
+                      xaxis={"title": param}, yaxis={"title": "MAL (tokens per step)"})
+    return fig
+
+
+def shares(fig: go.Figure) -> go.Figure:
+    """The tokens-per-step histogram as each run's share of its steps (runs of different lengths compare);
+    accept_hist_figure puts that share, in %, in each bar's customdata."""
+    for trace in fig.data:
+        if trace.type == "bar" and trace.customdata is not None:
+            counts = trace.y
+            trace.update(y=[c / 100 for c in trace.customdata], customdata=counts,
+                         hovertemplate=f"{trace.name}<br>%{{x}} tokens: %{{y:.1%}} of its steps (%{{customdata}} steps)<extra></extra>")
+    fig.update_layout(yaxis={"title": "share of the run's steps", "tickformat": ".0%"})
+    return fig
+
+
+def restyled(fig: go.Figure, colors: dict[str, str]) -> go.Figure:
+    """Each run in its colour (the same in every plot), the legend in a row above the plot (long run labels no
+    longer cover the data) and room for bar labels (the tallest bar's number is not cut off)."""
+    for trace in fig.data:
+        if trace.name in colors:
+            trace.update(marker_color=colors[trace.name])
+            if trace.type == "scatter":
+                trace.update(line_color=colors[trace.name])
+        elif trace.type == "bar" and trace.x is not None and all(x in colors for x in trace.x):
+            trace.update(marker_color=[colors[x] for x in trace.x])  # a bar per run (MAL and tokens/s)
+        if trace.type == "bar" and trace.text is not None:
+            trace.update(cliponaxis=False)
+    # the title under Plotly's toolbar, the legend in a row between the title and the plot
+    fig.update_layout(legend={"orientation": "h", "yanchor": "bottom", "y": 1.02, "xanchor": "left", "x": 0},
+                      margin={"l": 60, "r": 20, "t": 100, "b": 60}, title=TITLE_BELOW_TOOLBAR)
+    fig.update_yaxes(automargin=True)
+    fig.update_xaxes(automargin=True)
+    for axis in ("yaxis", "yaxis2"):  # headroom over the tallest labelled bar
+        bars = [t for t in fig.data if t.type == "bar" and t.text is not None and (t.yaxis or "y") == axis.replace("axis", "")]
+        tops = [v for t in bars for v in (t.y or ()) if v is not None]
+        if tops:
+            fig.update_layout({axis: {"range": [0, max(tops) * 1.18]}})
+    return fig

@@ -1,0 +1,299 @@
+"""Token highlighting: which tokens a run emitted and where each came from, as HTML (no Plotly, no Gradio).
+
+The Compare columns, the replay's text, the re-run panel and the Diff tab draw tokens with these functions;
+every string from a trace is escaped before it reaches the page."""
+from __future__ import annotations
+
+import difflib
+import html
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from core.trace import NodeTrace, RunTrace, StepTrace
+
+# Background colours of emitted tokens by where they came from (light, so dark text stays readable).
+ORIGIN_COLORS: dict[str, str] = {
+    "context": "#cfe3ff",
+    "alignment": "#e4d7ff",
+    "draft": "#c9f0e1",
+    "generated": "#fff0b3",
+    "recycled": "#d9f2c2",
+    "rescued": "#ffd2a8",
+    "model": "#ececec",
+}
+
+
+ORIGIN_DESCRIPTIONS: dict[str, str] = {
+    "context": "copied from the prompt / context and accepted",
+    "alignment": "an alignment-sampling sibling, accepted",
+    "draft": "draft-model token, accepted",
+    "generated": "from the pool's generated tokens, accepted",
+    "recycled": "from Token Recycling's table (the target's own past top-k), accepted",
+    "rescued": "rejected by the target, rescued by CSD",
+    "model": "the target model's own token (bonus or plain decoding)",
+}
+
+
+DIVERGENCE_COLOR = "#d62728"
+END_ORIGIN = "end"  # the end-of-text token a run stopped on: drawn as a marker, not as its literal text (<|im_end|>)
+END_STYLE = "background:#f4f4f5;color:#555;border:1px solid #d4d4d8;border-radius:3px;padding:0 4px;font-size:0.85em"
+
+
+def show_token(text: str, limit: int = 14) -> str:
+    """A token as a short visible label: spaces and newlines made visible, HTML-escaped for Plotly."""
+    shown = text.replace(" ", "␣").replace("\n", "↵").replace("\t", "⇥")
+    if len(shown) > limit:
+        shown = shown[: limit - 1] + "…"
+    return html.escape(shown or "∅")
+
+
+def _origin(node: NodeTrace) -> str:
+    if node.decision == "bonus":
+        return "model"
+    if node.decision == "rescued":
+        return "rescued"
+    return node.source
+
+
+def emitted_nodes(step: StepTrace) -> list[NodeTrace]:
+    """The records of the tokens the step emitted, before any stop cut: the accepted path in depth
+    order (root excluded), then the bonus. Empty when the step has no node records."""
+    bonus = next((n for n in step.nodes if n.decision == "bonus"), None)
+    if bonus is None:
+        return []
+    # Walk up from the bonus's parent rather than collecting "accepted" nodes, so the path is the one
+    # the verifier chose whatever else a rule marked.
+    by_index = {n.node: n for n in step.nodes}
+    path, node = [bonus], by_index.get(bonus.parent)
+    while node is not None and node.parent != -1 and len(path) <= len(by_index):
+        path.append(node)
+        node = by_index.get(node.parent)
+    return path[::-1]
+
+
+def _step_origins(step: StepTrace, decode: Callable[[int], str] | None) -> list[tuple[str, str]]:
+    """(text, origin) of the step's accepted path then its bonus token, before the stop cut."""
+    path = emitted_nodes(step)
+    if not path:  # stored without node records: the origin is unknown, the text may be too
+        return [(decode(t) if decode else f"⟨{t}⟩", "model") for t in step.emitted]
+    return [(n.token_text, _origin(n)) for n in path]
+
+
+def _decoder(decode: Any) -> Callable[[int], str] | None:
+    """A token id -> text function from a callable or a tokenizer."""
+    if decode is None or not hasattr(decode, "decode"):
+        return decode
+    return lambda t: decode.decode([t])
+
+
+def step_origins(steps: Iterable[StepTrace], decode: Any = None) -> list[tuple[str, str]]:
+    """(token_text, origin) for the tokens a sequence of steps emitted (e.g. a run still streaming).
+    `decode` (a tokenizer or id -> text) is only needed for steps without node records."""
+    decode = _decoder(decode)
+    out: list[tuple[str, str]] = []
+    for step in steps:
+        out.extend(_step_origins(step, decode)[: len(step.emitted)])  # emitted may be cut at a stop
+    return out
+
+
+def token_origins(run: RunTrace, decode: Any = None) -> list[tuple[str, str]]:
+    """(token_text, origin) for every emitted token in order, from the step records.
+
+    Runs without steps (transformers' generate baselines) are all "model"; their per-token text
+    needs `decode` (a tokenizer or id -> text), else the whole output comes back as one span.
+    """
+    if run.steps:
+        origins = step_origins(run.steps, decode)
+    else:
+        decode = _decoder(decode)
+        if decode is not None:
+            origins = [(decode(t), "model") for t in run.output_ids]
+        else:
+            return [(run.output_text, "model")] if run.output_text else []
+    if run.stop_reason == "eos" and origins and len(origins) == len(run.output_ids):
+        origins[-1] = (origins[-1][0], END_ORIGIN)
+    return origins
+
+
+def _span(text: str, origin: str, marked: bool, marker_title: str, marker_class: str | None = None) -> str:
+    style = f"background:{ORIGIN_COLORS.get(origin, '#ffffff')};color:#111;border-radius:2px"
+    title, classes = origin, f"tok tok-{html.escape(origin)}"
+    if origin == END_ORIGIN:  # one span like any token (the replay cuts the text by counting them)
+        style, title = END_STYLE, f"the model's end-of-text token {text!r}: it chose to stop here"
+        text = "⏹ end of text"
+    if marked:
+        style += f";border-left:3px solid {DIVERGENCE_COLOR}"
+        title = f"{marker_title} ({origin})"
+        if marker_class:
+            classes += f" {html.escape(marker_class)}"
+            style += f";outline:2px dashed {DIVERGENCE_COLOR}"
+    return (f'<span class="{classes}" style="{style}" '
+            f'title="{html.escape(title)}">{html.escape(text)}</span>')
+
+
+def tokens_html(
+    origins: Sequence[tuple[str, str]],
+    first_divergence: int | None = None,
+    upto: int | None = None,
+    marker_title: str = "first divergence from greedy",
+    marker_class: str | None = None,
+    ending: str = "",
+) -> str:
+    """Tokens as spans coloured by origin, whitespace kept; a red left border marks the token at
+    `first_divergence` (with the CSS class `marker_class` too, when given: the compare tab's lossless
+    flips); `upto` shows only the first `upto` tokens (replay)."""
+    shown = origins[:upto] if upto is not None else origins
+    parts = [_span(text, origin, i == first_divergence, marker_title, marker_class) for i, (text, origin) in enumerate(shown)]
+    # The shorter of two runs diverges at its own end: mark the end so the reader still sees it.
+    if first_divergence is not None and first_divergence == len(origins) and len(shown) == len(origins):
+        extra = f" {html.escape(marker_class)}" if marker_class else ""
+        parts.append(f'<span class="tok-divergence{extra}" style="border-left:3px solid {DIVERGENCE_COLOR}" '
+                     f'title="{html.escape(marker_title)} (output ends here)">&#8203;</span>')
+    return ('<div class="tokens" style="white-space:pre-wrap;font-family:ui-monospace,monospace;'
+            f'line-height:1.6">{"".join(parts)}{ending}</div>')
+
+
+def ending_html(run: RunTrace) -> str:
+    """A marker after a run's last token saying why it ended when that was not its own choice: the token limit
+    (its answer may be cut), or Stop. "" for a run that ended on its end-of-text token or a stop string."""
+    if run.stop_reason == "max_new_tokens":
+        cap = run.params.get("max_new_tokens", len(run.output_ids))
+        return (f'<span class="tok-cut" style="{END_STYLE};color:#9a3412;border-color:#fdba74" title="the run wrote '
+                f'max_new_tokens = {cap} tokens and was cut there; raise max_new_tokens (Parameters) for the rest">'
+                f"✂ cut at max_new_tokens ({cap})</span>")
+    if run.stop_reason in ("cancelled", "context_full"):
+        why = "stopped (Stop)" if run.stop_reason == "cancelled" else "the model's context is full"
+        return f'<span class="tok-cut" style="{END_STYLE}" title="{html.escape(why)}">■ {html.escape(why)}</span>'
+    return ""
+
+
+def run_html(run: RunTrace, decode: Any = None, **marks: Any) -> str:
+    """A finished run's tokens (tokens_html, with `marks` such as first_divergence) and its ending marker."""
+    return tokens_html(token_origins(run, decode), ending=ending_html(run), **marks)
+
+
+def flip_title(position: int, report: Mapping[str, Any] | None = None) -> str:
+    """The hover text of a lossless method's first token that is not greedy's: the position, and, when
+    workbench.evaluation.fidelity.flip_report measured it, the target's logit gap there and whether
+    that is a near-tie (a lossless method may flip only where rounding can)."""
+    text = f"a lossless method left greedy's tokens at position {position}"
+    if report:
+        tie = "a near-tie" if report.get("near_tie") else "not a near-tie"
+        text += f": logit gap {report['gap']:.3g} ({report.get('dtype', '?')}), {tie}"
+    return text
+
+
+@dataclass(frozen=True)
+class Span:
+    """One stretch of an alignment of run A's tokens against run B's: A's [a0, a1) against B's [b0, b1), tagged
+    equal, replace (both have tokens there, different ones), delete (only A has tokens) or insert (only B has)."""
+    tag: str
+    a0: int
+    a1: int
+    b0: int
+    b1: int
+
+
+def align(a: Sequence[Any], b: Sequence[Any]) -> list[Span]:
+    """A's tokens aligned with B's by difflib's sequence matching, after their common prefix: one token dropped
+    or added shows as one deletion or insertion, not as every later position differing. The prefix is kept
+    whole, so the first span that is not `equal` starts exactly at core.stats.first_divergence."""
+    a, b = list(a), list(b)
+    j = 0
+    while j < len(a) and j < len(b) and a[j] == b[j]:
+        j += 1
+    spans = [Span("equal", 0, j, 0, j)] if j else []
+    matcher = difflib.SequenceMatcher(None, a[j:], b[j:], autojunk=False)
+    spans += [Span(tag, a0 + j, a1 + j, b0 + j, b1 + j) for tag, a0, a1, b0, b1 in matcher.get_opcodes()]
+    return spans
+
+
+def diff_counts(spans: Sequence[Span]) -> dict[str, int]:
+    """Tokens of A replaced by other tokens, tokens only A has (deleted in B), tokens only B has (inserted)."""
+    out = {"replaced": 0, "deleted": 0, "inserted": 0}
+    for s in spans:
+        if s.tag == "replace":  # paired up as token_diff_html draws them; the longer side's rest counts as its own
+            paired = min(s.a1 - s.a0, s.b1 - s.b0)
+            out["replaced"] += paired
+            out["deleted"] += s.a1 - s.a0 - paired
+            out["inserted"] += s.b1 - s.b0 - paired
+        elif s.tag == "delete":
+            out["deleted"] += s.a1 - s.a0
+        elif s.tag == "insert":
+            out["inserted"] += s.b1 - s.b0
+    return out
+
+
+DIFF_STYLE = {"same": "#ffffff", "differ": "#ffd6d6", "deleted": "#ffe4c7", "inserted": "#d9f7e3"}
+
+
+def token_diff_html(a: Sequence[str], b: Sequence[str], first: int | None, labels: tuple[str, str] = ("A", "B"),
+                    ids: tuple[Sequence[int], Sequence[int]] | None = None) -> str:
+    """Two outputs aligned by sequence matching (align; by id when `ids` are given, else by text): one cell per
+    aligned pair with run A's token above run B's. Equal cells are white (class `same`); a token replaced by
+    another is red (`differ`); a token only A has shows over a gap (`deleted`, orange) and one only B has under a
+    gap (`inserted`, green). The cell at the first divergence (token `first` of both) is outlined (`first`);
+    each cell's title names its positions in A and in B."""
+    la, lb = (html.escape(x) for x in labels)
+    key_a, key_b = ids if ids is not None else (a, b)
+    cells = []
+
+    def cell(ia: int | None, ib: int | None, kind: str) -> str:
+        ta = a[ia] if ia is not None and ia < len(a) else None
+        tb = b[ib] if ib is not None and ib < len(b) else None
+        is_first = first is not None and (ia == first or (ia is None and ib == first))
+        where = " · ".join(p for p in (f"{la} token {ia}" if ia is not None else "",
+                                       f"{lb} token {ib}" if ib is not None else "") if p)
+        what = {"same": "", "differ": f": {la} {ta!r} · {lb} {tb!r}", "deleted": f": only {la} has {ta!r}",
+                "inserted": f": only {lb} has {tb!r}"}[kind]
+        title = where + what + (" (first divergence)" if is_first else "")
+        border = f"2px solid {DIVERGENCE_COLOR}" if is_first else "1px solid #e3e3e3"
+        cls = f"pair {kind}" + (" first" if is_first else "")
+
+        def side(t: str | None, who: str) -> str:
+            return f'<span class="side {who}" style="display:block">{"·" if t is None else show_token(t, 24)}</span>'
+
+        return (f'<span class="{cls}" title="{html.escape(title)}" style="display:inline-block;vertical-align:top;'
+                f'margin:1px;padding:0 2px;background:{DIFF_STYLE[kind]};border:{border};border-radius:3px">'
+                f'{side(ta, "a")}{side(tb, "b")}</span>')
+
+    for s in align(key_a, key_b):
+        if s.tag == "equal":
+            cells += [cell(s.a0 + k, s.b0 + k, "same") for k in range(s.a1 - s.a0)]
+        elif s.tag == "delete":
+            cells += [cell(i, None, "deleted") for i in range(s.a0, s.a1)]
+        elif s.tag == "insert":
+            cells += [cell(None, i, "inserted") for i in range(s.b0, s.b1)]
+        else:  # replace: pair them up, the longer side's rest as deletions or insertions
+            n_a, n_b = s.a1 - s.a0, s.b1 - s.b0
+            for k in range(max(n_a, n_b)):
+                if k < n_a and k < n_b:
+                    cells.append(cell(s.a0 + k, s.b0 + k, "differ"))
+                elif k < n_a:
+                    cells.append(cell(s.a0 + k, None, "deleted"))
+                else:
+                    cells.append(cell(None, s.b0 + k, "inserted"))
+    head = (f'<div class="tokdiff-key" style="font-size:0.85em;color:#555;margin-bottom:4px">each cell: top {la}, '
+            f'bottom {lb}, aligned by sequence matching; <span style="background:{DIFF_STYLE["differ"]}">red</span>: '
+            f'a token replaced by another; <span style="background:{DIFF_STYLE["deleted"]}">orange</span>: only {la} '
+            f'has it; <span style="background:{DIFF_STYLE["inserted"]}">green</span>: only {lb} has it; outlined: the '
+            "first divergence; ␣ a space, ↵ a newline</div>")
+    return ('<div class="tokdiff" style="font-family:ui-monospace,monospace;font-size:0.9em;line-height:1.4">'
+            + head + "".join(cells) + "</div>")
+
+
+CHIP = "display:inline-block;white-space:nowrap;line-height:1.5;padding:0 6px;border-radius:3px;margin:2px 6px 2px 0"
+
+
+def legend_html() -> str:
+    """A one-line key to the origin colours (chips that wrap as a whole and draw their marks inside their own box)."""
+    items = [f'<span class="legend-chip" style="{CHIP};background:{color};color:#111" '
+             f'title="{html.escape(ORIGIN_DESCRIPTIONS[origin])}">{origin}</span>'
+             for origin, color in ORIGIN_COLORS.items()]
+    items.append(f'<span class="legend-chip" style="{CHIP};border-left:3px solid {DIVERGENCE_COLOR}">first divergence</span>')
+    items.append(f'<span class="legend-chip" style="{CHIP};border:2px dashed {DIVERGENCE_COLOR};border-left:3px solid '
+                 f'{DIVERGENCE_COLOR}" title="a lossless method should emit greedy\'s tokens; hover the marked token for the '
+                 f'position and the target\'s logit gap there">lossless method left greedy</span>')
+    items.append(f'<span class="legend-chip" style="{CHIP};{END_STYLE}" title="the model\'s end-of-text token">⏹ end of text</span>')
+    return f'<div class="token-legend" style="font-size:0.9em;display:flex;flex-wrap:wrap;align-items:center">{"".join(items)}</div>'
