@@ -31,6 +31,7 @@ import numpy as np
 SEPARATOR = 0xFFFF_FFFF  # after each sequence; sorts after every token id
 MAX_TOKEN_ID = 2**31  # token ids must lie in [0, MAX_TOKEN_ID)
 SORT_DEPTH = 128  # ranges are exact for strings of up to this many tokens
+_SCAN_BELOW = 32  # ranges this short are scanned entry by entry rather than bisected
 _DENSE_FIRST_LIMIT = 1 << 21  # a per-token table of first-token ranges when the largest id is below this
 
 
@@ -72,16 +73,17 @@ class SuffixArray:
     """
 
     def __init__(self, sequences: Sequence[Sequence[int] | np.ndarray]):
-        arrays = [np.asarray(s, dtype=np.int64).reshape(-1) for s in sequences]
-        for a in arrays:
-            check_token_ids(a)
+        arrays = [np.asarray(s).reshape(-1) for s in sequences]
         self.lengths = np.array([len(a) for a in arrays], dtype=np.int64)
         self.starts = np.zeros(len(arrays), dtype=np.int64)
         if len(arrays) > 1:
             self.starts[1:] = np.cumsum(self.lengths + 1)[:-1]
         text = np.full(int(self.lengths.sum()) + len(arrays), SEPARATOR, dtype=np.uint32)
-        for a, s in zip(arrays, self.starts):
-            text[s : s + len(a)] = a
+        if self.lengths.sum():
+            joined = np.concatenate(arrays).astype(np.int64, copy=False)
+            check_token_ids(joined)
+            # token j of sequence i sits at starts[i] + j: skip one separator slot per earlier sequence
+            text[np.arange(len(joined)) + np.repeat(np.arange(len(arrays)), self.lengths)] = joined
         self.text = text
         self.sa = sort_suffixes(text)
         self._t = memoryview(text)  # scalar reads as Python ints
@@ -205,6 +207,22 @@ class SuffixArray:
         """The token `offset` places into the suffix at array entry i (SEPARATOR past its sequence)."""
         return self._t[self._sa[i] + offset]
 
+    def common_continuation(self, lo: int, hi: int, offset: int, limit: int) -> list[int]:
+        """The tokens from `offset` on (at most `limit`) on which all suffixes in [lo, hi) agree
+        (they are sorted, so the first and the last agreeing means all do), up to a sequence end."""
+        a = self._sa[lo] + offset
+        first = self.text[a : a + limit].tolist()
+        last = first
+        if hi - lo > 1:
+            b = self._sa[hi - 1] + offset
+            last = self.text[b : b + limit].tolist()
+        n = 0
+        for x, y in zip(first, last):
+            if x != y or x == SEPARATOR:
+                break
+            n += 1
+        return first[:n]
+
     def child_range(self, lo: int, hi: int, offset: int, token: int) -> tuple[int, int]:
         """Within [lo, hi) (suffixes that agree on their first `offset` tokens), the sub-range whose
         token at `offset` is `token`."""
@@ -226,12 +244,27 @@ class SuffixArray:
         (s = min_count), so only those are probed; each probed token's run is found by bisection.
         Ranges needing more than `vectorise_above` probes are counted in one vectorised pass instead."""
         min_count = max(1, int(min_count))
-        if hi <= lo:
-            return []
+        if hi - lo <= 1:
+            token = self._t[self._sa[lo] + offset] if hi > lo else SEPARATOR
+            n = self.count(lo, hi) if token != SEPARATOR else 0
+            return [(token, lo, hi, n)] if n >= min_count else []
         stride = min_count
         if (hi - lo) // stride > vectorise_above:
             return self._children_vectorised(lo, hi, offset, min_count)
         t, sa = self._t, self._sa
+        if hi - lo <= _SCAN_BELOW:  # a short range: read every entry's token, group the runs
+            keys = [t[sa[i] + offset] for i in range(lo, hi)]
+            out, a = [], lo
+            for i in range(lo + 1, hi + 1):
+                if i == hi or keys[i - lo] != keys[a - lo]:
+                    token = keys[a - lo]
+                    if token == SEPARATOR:
+                        break
+                    n = self.count(a, i)
+                    if n >= min_count:
+                        out.append((token, a, i, n))
+                    a = i
+            return out
 
         def key(p: int) -> int:
             return t[p + offset]

@@ -48,6 +48,16 @@ class SuffixDraft:
     def __len__(self) -> int:
         return len(self.tokens)
 
+    def add(self, token: int, parent: int, prob: float, count: int, context_count: int) -> int:
+        """Append a node; returns its index."""
+        self.tokens.append(token)
+        self.parents.append(parent)
+        self.probs.append(prob)
+        self.counts.append(count)
+        self.context_counts.append(context_count)
+        self.sources.append(CONTEXT if context_count else HISTORY)
+        return len(self.tokens) - 1
+
     @property
     def score(self) -> float:
         """Expected accepted tokens if each node is accepted with its probability (sum of probs)."""
@@ -100,25 +110,26 @@ def _children(parts, occ, offset: int, total: int, threshold: float):
     A qualifying child has count >= threshold in the union, so in at least one part it has at least
     the same share of that part's count (if each part held less, so would the sum): each part is
     asked only for children above its own share, then every candidate is counted in every part."""
-    found: dict[int, list] = {}
+    found: dict[int, dict[int, tuple]] = {}  # token -> {part index: (array, lo, hi, count)}
     share = threshold / total if total else 1.0
+    complete = []  # parts asked for every child: a token they did not return has count 0 there
     for pi, (arr, lo, hi, cnt) in enumerate(parts):
-        for tok, a, b, c in arr.children(lo, hi, offset, max(1, math.ceil(share * cnt - 1e-9))):
-            found.setdefault(tok, [0, 0, {}, None])
-            found[tok][0] += c
-            found[tok][2][pi] = (arr, a, b, c)
+        min_count = max(1, math.ceil(share * cnt - 1e-9))
+        complete.append(min_count == 1)
+        for tok, a, b, c in arr.children(lo, hi, offset, min_count):
+            found.setdefault(tok, {})[pi] = (arr, a, b, c)
     groups = _group_context(occ.text, occ.ends) if occ is not None and occ.ends.size else {}
     if groups:
         ctx_min = max(1, math.ceil(share * occ.ends.size - 1e-9))
         for tok, ends in groups.items():
             if ends.size >= ctx_min and tok not in found:
-                found[tok] = [0, 0, {}, None]
+                found[tok] = {}
     out = []
     for tok in sorted(found):
-        entry = found[tok]
-        count, child_parts = entry[0], entry[2]
+        child_parts = found[tok]
+        count = sum(p[3] for p in child_parts.values())
         for pi, (arr, lo, hi, cnt) in enumerate(parts):
-            if pi not in child_parts:
+            if pi not in child_parts and not complete[pi]:
                 a, b = arr.child_range(lo, hi, offset, tok)
                 c = arr.count(a, b) if b > a else 0
                 if c:
@@ -161,18 +172,58 @@ def grow_tree(match_len: int, parts: list[tuple[SuffixArray, int, int]], occ: Co
                                                                   node_total, threshold):
             p = prob * (count / node_total)
             if p >= min_prob:
-                heapq.heappush(heap, (-p, pushed, node, tok, depth + 1, count, ctx, child_parts, child_occ))
+                heapq.heappush(heap, (-p, pushed, node, tok, depth + 1, count, ctx, child_parts, child_occ, None))
                 pushed += 1
 
     expand(-1, 0, 1.0, counted, occ, total)
     while heap and len(draft.tokens) < budget:
-        neg_p, _, parent, tok, depth, count, ctx, child_parts, child_occ = heapq.heappop(heap)
-        draft.tokens.append(tok)
-        draft.parents.append(parent)
-        draft.probs.append(-neg_p)
-        draft.counts.append(count)
-        draft.context_counts.append(ctx)
-        draft.sources.append(CONTEXT if ctx else HISTORY)
-        if len(draft.tokens) < budget:
-            expand(len(draft.tokens) - 1, depth, -neg_p, child_parts, child_occ, count)
+        neg_p, _, parent, tok, depth, count, ctx, child_parts, child_occ, chain = heapq.heappop(heap)
+        node = draft.add(tok, parent, -neg_p, count, ctx)
+        if len(draft.tokens) >= budget:
+            break
+        limit = max(0, min(budget - len(draft.tokens), depth_limit - depth))
+        if chain is None:
+            chain = _common_continuation(child_parts, child_occ, match_len + depth, limit) if limit else []
+        else:
+            chain = chain[:limit]  # computed under a looser limit, never a shorter one
+        # Where every occurrence continues alike, each next token has conditional probability 1: it
+        # is taken at once unless a waiting candidate is at least as probable (ties: earlier push);
+        # then it waits in the heap with the rest of the common continuation.
+        for i, t in enumerate(chain):
+            depth += 1
+            child_occ = None if child_occ is None else ContextOccurrences(child_occ.text, child_occ.ends + 1)
+            if heap and heap[0][0] <= neg_p:
+                heapq.heappush(heap, (neg_p, pushed, node, t, depth, count, ctx, child_parts, child_occ, chain[i + 1 :]))
+                pushed += 1
+                break
+            node = draft.add(t, node, -neg_p, count, ctx)
+            if len(draft.tokens) >= budget:
+                break
+        else:
+            if len(draft.tokens) < budget:
+                expand(node, depth, -neg_p, child_parts, child_occ, count)
     return draft
+
+
+def _common_continuation(parts, occ, offset: int, limit: int) -> list[int]:
+    """The next tokens (at most `limit`) that every occurrence of a node's string continues with, when
+    they all lie in one corpus range without dropped entries or all in the context; else []."""
+    if occ is not None:
+        if parts:
+            return []
+        ends, text = occ.ends, occ.text
+        room = min(limit, len(text) - 1 - int(ends.max()))
+        if room <= 0:
+            return []
+        rows = text[ends[:, None] + np.arange(1, room + 1)] if ends.size > 1 else None
+        first = text[int(ends[0]) + 1 : int(ends[0]) + 1 + room]
+        if rows is None:
+            return first.tolist()
+        same = (rows == first).all(axis=0)
+        return first[: int(np.argmin(same)) if not same.all() else room].tolist()
+    if len(parts) != 1:
+        return []
+    arr, lo, hi, count = parts[0]
+    if hi - lo != count:
+        return []
+    return arr.common_continuation(lo, hi, offset, limit)
