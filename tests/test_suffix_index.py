@@ -269,6 +269,17 @@ def test_history_and_context_sources_and_the_budget():
     assert d3.sources[0] == CONTEXT and d3.context_counts[0] == 1
 
 
+def test_a_child_exactly_at_min_prob_is_kept():
+    corpus = SuffixCorpus([(i, [5, 6, 10 + i]) for i in range(10)])  # each of 10 continuations: p = 1/10
+    spec = SuffixSpeculator(corpus, min_prob=0.1, alpha=5.0)
+    spec.begin([1, 5, 6])
+    d = spec.propose()
+    assert d.budget == 10 and d.tokens == list(range(10, 20)) and d.probs == [0.1] * 10
+    spec = SuffixSpeculator(corpus, min_prob=0.1000001, alpha=5.0)
+    spec.begin([1, 5, 6])
+    assert len(spec.propose()) == 0
+
+
 def test_no_match_no_draft_and_a_mismatched_sequence_is_refused():
     spec = SuffixSpeculator(SuffixCorpus([(1, [1, 2, 3])]))
     spec.begin([7, 8])
@@ -305,6 +316,11 @@ def test_lru_eviction_and_in_place_drops_match_a_fresh_build(operations, bound, 
             if op == "add":
                 corpus.add(toks, key=key)
                 ref.add(key, toks)
+                # the fresh array stays small: past max(fresh_min, sealed / 16) it is merged in
+                arrays = corpus.arrays()
+                assert len(arrays) <= 2
+                if len(arrays) == 2:
+                    assert arrays[1].live_tokens <= max(fresh_min, arrays[0].live_tokens // 16)
             elif op == "touch" and key in ref.reqs:
                 corpus.touch(key)
                 ref.reqs.move_to_end(key)
