@@ -129,12 +129,7 @@ def simulate(spec: SuffixSpeculator, prompt: list[int], target: list[int]) -> tu
         d = spec.propose(text)
         times.append(time.perf_counter() - t)
         sizes.append(len(d))
-        node, ok = -1, 0
-        while pos + ok < len(target) - 1:
-            kids = [i for i, p in enumerate(d.parents) if p == node and d.tokens[i] == target[pos + ok]]
-            if not kids:
-                break
-            node, ok = kids[0], ok + 1
+        ok = d.accepted_by(target[pos : len(target) - 1])  # the last token is always the bonus
         new = target[pos : pos + ok + 1]
         spec.commit(new)
         text += new

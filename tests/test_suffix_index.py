@@ -258,6 +258,7 @@ def test_history_and_context_sources_and_the_budget():
     assert d.tokens[:2] == [12, 13] and d.counts[:2] == [2, 1]
     assert d.sources[0] == HISTORY  # "10 11 12" is not in the request's text
     assert d.probs[0] == 1.0 and d.probs[1] == 0.5
+    assert d.accepted_by([12, 13, 14, 99]) == 3 and d.accepted_by([12, 20, 7]) == 2 and d.accepted_by([5]) == 0
     tree = d.as_tree(11)
     assert tree.tokens[1:] == d.tokens and tree.parents[1:] == [p + 1 for p in d.parents]
     spec.commit([12, 13])
@@ -470,13 +471,8 @@ def test_real_text_drafts_the_repeated_output_and_matches_brute_force():
     pos = 0
     while pos < len(target):
         d = spec.propose(text)
-        # walk the draft along the target, as strict verification would, then commit the bonus token
-        node, n_ok = -1, 0
-        while pos + n_ok < len(target) - 1:
-            kids = [i for i, p in enumerate(d.parents) if p == node and d.tokens[i] == target[pos + n_ok]]
-            if not kids:
-                break
-            node, n_ok = kids[0], n_ok + 1
+        # what strict verification accepts along the target, then the bonus token
+        n_ok = d.accepted_by(target[pos : len(target) - 1])
         drafted += len(d)
         accepted += n_ok
         new = target[pos : pos + n_ok + 1]

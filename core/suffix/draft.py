@@ -63,6 +63,18 @@ class SuffixDraft:
         """Expected accepted tokens if each node is accepted with its probability (sum of probs)."""
         return float(sum(self.probs))
 
+    def accepted_by(self, continuation) -> int:
+        """How many of `continuation`'s tokens this draft holds as a path from the root: what strict
+        verification accepts when the target's output goes on with them (for simulations)."""
+        node, n = -1, 0
+        while n < len(continuation):
+            nxt = next((i for i, (p, t) in enumerate(zip(self.parents, self.tokens))
+                        if p == node and t == continuation[n]), None)
+            if nxt is None:
+                break
+            node, n = nxt, n + 1
+        return n
+
     def as_tree(self, root_token: int, with_probs: bool = True) -> DraftTree:
         """The draft as a DraftTree rooted at `root_token`; `with_probs` puts each node's probability
         in `draft_probs` (recorded in traces as draft_p)."""
