@@ -18,12 +18,13 @@ Searching compares big-endian byte strings of the tokens (lexicographic order of
 equals the numeric order of the ids), so one probe of a binary search is one bytes slice and one
 comparison in C, whatever the pattern's length.
 
-Sequences can be dropped without rebuilding (`drop`): their suffixes stay in the array but no longer
-count, through a prefix sum of the live entries in array order.
+Sequences can be dropped without rebuilding (`without`): their suffixes stay in the array but no
+longer count, through a prefix sum of the live entries in array order.
 """
 from __future__ import annotations
 
 import bisect
+import copy
 from collections.abc import Sequence
 
 import numpy as np
@@ -123,16 +124,20 @@ class SuffixArray:
         return total
 
     # -- dropping sequences --------------------------------------------------------------------
-    def drop(self, indices: Sequence[int]) -> None:
-        """Stop counting sequences `indices`: their suffixes stay in the array but count zero."""
-        if not len(indices):
-            return
-        self.live[np.asarray(indices, dtype=np.int64)] = False
-        live_pos = np.repeat(self.live, self.lengths + 1)  # each sequence and its separator
-        prefix = np.zeros(len(self.sa) + 1, dtype=np.int32)
-        np.cumsum(live_pos[self.sa], out=prefix[1:])
-        self._live_prefix_np = prefix
-        self._live_prefix = memoryview(prefix)
+    def without(self, indices: Sequence[int]) -> "SuffixArray":
+        """A copy that no longer counts sequences `indices`: their suffixes stay in the (shared) arrays
+        but count zero, through a new prefix sum of the live entries. The original is unchanged, so a
+        lookup holding it reads a consistent snapshot."""
+        out = copy.copy(self)
+        out.live = self.live.copy()
+        if len(indices):
+            out.live[np.asarray(indices, dtype=np.int64)] = False
+            live_pos = np.repeat(out.live, self.lengths + 1)  # each sequence and its separator
+            prefix = np.zeros(len(self.sa) + 1, dtype=np.int32)
+            np.cumsum(live_pos[self.sa], out=prefix[1:])
+            out._live_prefix_np = prefix
+            out._live_prefix = memoryview(prefix)
+        return out
 
     def count(self, lo: int, hi: int) -> int:
         """Live suffixes among array entries [lo, hi)."""

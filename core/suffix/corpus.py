@@ -11,7 +11,7 @@ State, all of it explicit:
 Storage: a `sealed` suffix array over most requests and a small `fresh` one over those added since,
 rebuilt on each add; when the fresh part outgrows max(FRESH_MIN, sealed / 16) both are merged into one
 sealed array, so adding costs O(log n) rebuilds per token amortised. Evicting marks a request's
-suffixes dead in place (core.suffix.array.SuffixArray.drop); the sealed array is rebuilt once a
+suffixes dead without rebuilding (core.suffix.array.SuffixArray.without); the sealed array is rebuilt once a
 quarter of it is dead.
 
 Files (`save` / `load`): a magic line, the format version, a JSON header (keys in LRU order, lengths,
@@ -181,7 +181,10 @@ class SuffixCorpus:
         where = self._where.pop(key, None)
         if where is not None:
             part, index = where
-            (self._sealed if part == "sealed" else self._fresh).drop([index])
+            if part == "sealed":
+                self._sealed = self._sealed.without([index])
+            else:
+                self._fresh = self._fresh.without([index])
 
     def _fit(self, what: str) -> list[Key]:
         """Drop least recently used requests until the bound holds (the most recent always stays)."""
