@@ -172,17 +172,18 @@ class SuffixArray:
         hi = bisect.bisect_right(self._sa, pattern, lo, hi, key=key)
         return lo, hi
 
-    def _occurs(self, pattern: bytes) -> bool:
+    def _lower(self, pattern: bytes) -> int:
+        """The start of `pattern`'s range when it occurs (live), else -1."""
         if self._live_prefix is not None:
             lo, hi = self.find(pattern)
-            return self.count(lo, hi) > 0
+            return lo if self.count(lo, hi) > 0 else -1
         data, nb = self._bytes, len(pattern)
         lo, hi = self._first_range(int.from_bytes(pattern[:4], "big"))
         if lo >= hi:
-            return False
+            return -1
         if nb > 4 or self._first is None:
             lo = bisect.bisect_left(self._sa, pattern, lo, hi, key=lambda p: data[4 * p : 4 * p + nb])
-        return lo < hi and data[4 * self._sa[lo] : 4 * self._sa[lo] + nb] == pattern
+        return lo if lo < hi and data[4 * self._sa[lo] : 4 * self._sa[lo] + nb] == pattern else -1
 
     def longest_match(self, tail: bytes, upper: int) -> tuple[int, int, int]:
         """The longest k <= `upper` such that the last k tokens of `tail` (big-endian uint32 bytes)
@@ -193,19 +194,22 @@ class SuffixArray:
         upper = min(upper, len(tail) // 4, SORT_DEPTH)
         if upper <= 0:
             return 0, 0, 0
-        if self._occurs(tail[-4 * upper :]):
-            best = upper
-        else:
-            best, bad = 0, upper  # invariant: best occurs (0 trivially), bad does not
+        lo = self._lower(tail[-4 * upper :])
+        best = upper if lo >= 0 else 0
+        if not best:
+            bad = upper  # invariant: best occurs (0 trivially), bad does not
             while bad - best > 1:
                 mid = (best + bad) // 2
-                if self._occurs(tail[-4 * mid :]):
-                    best = mid
+                at = self._lower(tail[-4 * mid :])
+                if at >= 0:
+                    best, lo = mid, at
                 else:
                     bad = mid
         if best == 0:
             return 0, 0, 0
-        lo, hi = self.find(tail[-4 * best :])
+        pattern, nb, data = tail[-4 * best :], 4 * best, self._bytes
+        _, end = self._first_range(int.from_bytes(pattern[:4], "big"))
+        hi = bisect.bisect_right(self._sa, pattern, lo, end, key=lambda p: data[4 * p : 4 * p + nb])
         return best, lo, hi
 
     def token_at(self, i: int, offset: int) -> int:
