@@ -118,16 +118,18 @@ def fill_store(url: str, outputs: list[list[int]], prompts: list[list[int]]):
     return store
 
 
-def simulate(spec: SuffixSpeculator, prompt: list[int], target: list[int]) -> tuple[list[float], list[int]]:
-    """Decode `target` after `prompt` with strict verification of each draft; time every propose."""
+def simulate(spec: SuffixSpeculator, prompt: list[int], target: list[int]):
+    """Decode `target` after `prompt` with strict verification of each draft; time every propose
+    (wall clock, and this thread's CPU time, which a busy machine inflates less)."""
     spec.begin(prompt)
     text = list(prompt)
-    times, sizes = [], []
+    times, cpu, sizes = [], [], []
     pos = 0
     while pos < len(target):
-        t = time.perf_counter()
+        c, t = time.thread_time(), time.perf_counter()
         d = spec.propose(text)
         times.append(time.perf_counter() - t)
+        cpu.append(time.thread_time() - c)
         sizes.append(len(d))
         ok = d.accepted_by(target[pos : len(target) - 1])  # the last token is always the bonus
         new = target[pos : pos + ok + 1]
@@ -135,7 +137,7 @@ def simulate(spec: SuffixSpeculator, prompt: list[int], target: list[int]) -> tu
         text += new
         pos += len(new)
     spec.end_request()
-    return times, sizes
+    return times, cpu, sizes
 
 
 def rss() -> int:
@@ -167,6 +169,7 @@ def main() -> int:
     from workbench.store.corpus import load_corpus, stored_outputs
 
     print(machine(args.threads))
+    print(f"load average at start: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
     rng = np.random.default_rng(args.seed)
     stream, what = token_stream(args.runs * args.mean_len * 13 // 10 + 50_000, args.seed)
     held_out = stream[-40_000:]
@@ -178,12 +181,13 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         store = fill_store(f"sqlite:///{tmp}/traces.db", outputs, prompts)
         rss_before = rss()
-        reads, builds, totals = [], [], []
+        reads, builds, totals, cpu_totals = [], [], [], []
         corpus = None
         for _ in range(args.repeats):
-            t0 = time.perf_counter()
+            c0, t0 = time.process_time(), time.perf_counter()
             corpus = load_corpus(store, FINGERPRINT, args.max_tokens)
             totals.append(time.perf_counter() - t0)
+            cpu_totals.append(time.process_time() - c0)
             t0 = time.perf_counter()
             rows = stored_outputs(store, FINGERPRINT, args.max_tokens)
             reads.append(time.perf_counter() - t0)
@@ -192,10 +196,10 @@ def main() -> int:
         store.close()
     print(f"corpus: {len(corpus):,} requests (duplicates skipped), {corpus.tokens:,} tokens, hash {corpus.content_hash()}, "
           f"{len(rows):,} rows read")
-    print("| build from the store, s (each repeat) | of which the store read | of which the suffix arrays |")
-    print("|---|---|---|")
-    print(f"| {' / '.join(f'{x:.2f}' for x in totals)} | {' / '.join(f'{x:.2f}' for x in reads)} | "
-          f"{' / '.join(f'{x:.2f}' for x in builds)} |")
+    print("| build from the store, s (each repeat) | CPU s | of which the store read | of which the suffix arrays |")
+    print("|---|---|---|---|")
+    print(f"| {' / '.join(f'{x:.2f}' for x in totals)} | {' / '.join(f'{x:.2f}' for x in cpu_totals)} | "
+          f"{' / '.join(f'{x:.2f}' for x in reads)} | {' / '.join(f'{x:.2f}' for x in builds)} |")
 
     # lookups: requests that repeat stored outputs with changes, and new text
     keys = corpus.keys()
@@ -213,32 +217,33 @@ def main() -> int:
             kind = "new"
         requests.append((kind, prompt, target))
     print(f"\nlookups over {corpus.tokens:,} corpus tokens, max_nodes {args.max_nodes}, alpha 4, min_prob 0.1 "
-          f"(ms: mean / median / p95)")
-    print("| lookup | proposes | ms | nodes (mean) |")
-    print("|---|---|---|---|")
+          f"(ms, mean / median / p95)")
+    print("| lookup | proposes | wall ms | CPU ms | nodes (mean) |")
+    print("|---|---|---|---|---|")
     for label, use_context in (("corpus + request text", True), ("corpus only", False)):
         spec = SuffixSpeculator(corpus, max_nodes=args.max_nodes, use_context=use_context)
-        by_kind: dict[str, tuple[list[float], list[int]]] = {"repeat": ([], []), "new": ([], [])}
+        by_kind: dict[str, list[list]] = {"repeat": [[], [], []], "new": [[], [], []]}
         for kind, prompt, target in requests:
-            times, sizes = simulate(spec, prompt, target)
-            by_kind[kind][0].extend(times)
-            by_kind[kind][1].extend(sizes)
-        all_t = by_kind["repeat"][0] + by_kind["new"][0]
-        all_n = by_kind["repeat"][1] + by_kind["new"][1]
-        big = [t for t, n in zip(all_t, all_n) if n >= 12]
-        print(f"| {label}, every step | {len(all_t):,} | {ms(all_t)} | {statistics.mean(all_n):.1f} |")
-        for kind in ("repeat", "new"):
-            t, n = by_kind[kind]
-            print(f"| {label}, {kind} requests | {len(t):,} | {ms(t)} | {statistics.mean(n):.1f} |")
-        print(f"| {label}, trees of 12-{args.max_nodes} nodes | {len(big):,} | {ms(big) if big else '-'} | - |")
-        cold = []
+            for acc, xs in zip(by_kind[kind], simulate(spec, prompt, target)):
+                acc.extend(xs)
+        every = [a + b for a, b in zip(by_kind["repeat"], by_kind["new"])]
+        big = [[x for x, n in zip(col, every[2]) if n >= 12] for col in every[:2]]
+        rows_out = [(f"{label}, every step", every), (f"{label}, repeat requests", by_kind["repeat"]),
+                    (f"{label}, new requests", by_kind["new"])]
+        for name, (wall, cpu, sizes) in rows_out:
+            print(f"| {name} | {len(wall):,} | {ms(wall)} | {ms(cpu)} | {statistics.mean(sizes):.1f} |")
+        if big[0]:
+            print(f"| {label}, trees of 12-{args.max_nodes} nodes | {len(big[0]):,} | {ms(big[0])} | {ms(big[1])} | - |")
+        cold, cold_cpu = [], []
         for kind, prompt, target in requests:
             spec.begin(prompt + target[:64])
-            t = time.perf_counter()
+            c, t = time.thread_time(), time.perf_counter()
             spec.propose()
             cold.append(time.perf_counter() - t)
-        print(f"| {label}, cold (first propose of a request) | {len(cold):,} | {ms(cold)} | - |")
+            cold_cpu.append(time.thread_time() - c)
+        print(f"| {label}, cold (first propose of a request) | {len(cold):,} | {ms(cold)} | {ms(cold_cpu)} | - |")
 
+    print(f"load average at the end: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
     rows = [(k, corpus.sequence(k)) for k in keys]
     tracemalloc.start()
     rebuilt = SuffixCorpus(rows, max_tokens=args.max_tokens)

@@ -173,9 +173,11 @@ def test_ranges_and_children_count_occurrences(sc, data):
                 if s[i : i + k] == pattern:
                     expected[s[i + k]] = expected.get(s[i + k], 0) + 1
         min_count = data.draw(st.integers(1, 4))
-        got = {t: c for t, a, b, c in arr.children(lo, hi, k, min_count)}
-        assert got == {t: c for t, c in expected.items() if c >= min_count}
-        assert {t: c for t, a, b, c in arr._children_vectorised(lo, hi, k, min_count)} == got
+        got = arr.children(lo, hi, k, min_count)
+        assert {t: c for t, a, b, c in got} == {t: c for t, c in expected.items() if c >= min_count}
+        # the three ways of finding children agree: scanning, probing with bisection, vectorised
+        assert arr.children(lo, hi, k, min_count, scan_below=0, vectorise_above=10**9) == got
+        assert arr._children_vectorised(lo, hi, k, min_count) == got
         for t, c in expected.items():
             a, b = arr.child_range(lo, hi, k, t)
             assert arr.count(a, b) == c

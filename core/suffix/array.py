@@ -243,15 +243,16 @@ class SuffixArray:
         a = bisect.bisect_left(self._sa, token, lo, hi, key=key)
         return a, bisect.bisect_right(self._sa, token, a, hi, key=key)
 
-    def children(self, lo: int, hi: int, offset: int, min_count: int = 1,
-                 vectorise_above: int = 256) -> list[tuple[int, int, int, int]]:
+    def children(self, lo: int, hi: int, offset: int, min_count: int = 1, *, vectorise_above: int = 256,
+                 scan_below: int = _SCAN_BELOW) -> list[tuple[int, int, int, int]]:
         """(token, lo, hi, live count) of each continuation at `offset` of the suffixes in [lo, hi)
         (which agree on their first `offset` tokens) with a live count of at least `min_count`,
         ascending by token. Sequence ends (SEPARATOR) are not continuations.
 
         A continuation with c >= min_count entries covers one of the entries lo, lo + s, lo + 2s, ...
         (s = min_count), so only those are probed; each probed token's run is found by bisection.
-        Ranges needing more than `vectorise_above` probes are counted in one vectorised pass instead."""
+        Ranges needing more than `vectorise_above` probes are counted in one vectorised pass instead,
+        and ranges of at most `scan_below` entries are read entry by entry."""
         min_count = max(1, int(min_count))
         if hi - lo <= 1:
             token = self._t[self._sa[lo] + offset] if hi > lo else SEPARATOR
@@ -261,7 +262,7 @@ class SuffixArray:
         if (hi - lo) // stride > vectorise_above:
             return self._children_vectorised(lo, hi, offset, min_count)
         t, sa = self._t, self._sa
-        if hi - lo <= _SCAN_BELOW:  # a short range: read every entry's token, group the runs
+        if hi - lo <= scan_below:  # a short range: read every entry's token, group the runs
             keys = [t[sa[i] + offset] for i in range(lo, hi)]
             out, a = [], lo
             for i in range(lo + 1, hi + 1):
@@ -280,11 +281,18 @@ class SuffixArray:
 
         out = []
         last = t[sa[hi - 1] + offset]
+        half = stride // 2
         p, run_end = lo, lo  # run_end: where the last run found ends (runs before it are done)
         while p < hi:
             token = t[sa[p] + offset]
             if token == SEPARATOR:
                 break  # separators sort last
+            if half and p != run_end and not (
+                    (p - half >= run_end and t[sa[p - half] + offset] == token)
+                    or (p + half < hi and t[sa[p + half] + offset] == token)):
+                # a run of >= s entries through p also holds p - s//2 or p + s//2: this one is shorter
+                p += stride
+                continue
             a = p if p == run_end else bisect.bisect_left(sa, token, run_end, p, key=key)
             b = hi if token == last else bisect.bisect_right(sa, token, p + 1, hi, key=key)
             n = self.count(a, b)
