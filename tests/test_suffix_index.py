@@ -272,6 +272,18 @@ def test_history_and_context_sources_and_the_budget():
     assert d3.sources[0] == CONTEXT and d3.context_counts[0] == 1
 
 
+def test_a_child_rare_in_the_corpus_but_common_in_the_request_is_counted_in_both():
+    """'2' follows '7 8' in 2 of the corpus's 10 occurrences (below min_prob there) and in all 3 of the
+    request's: 5 of 13 in the union, above min_prob 0.3; the corpus's 2 must be counted too."""
+    corpus = SuffixCorpus([(i, [7, 8, 1]) for i in range(8)] + [(8, [7, 8, 2]), (9, [7, 8, 2])])
+    spec = SuffixSpeculator(corpus, min_prob=0.3)
+    spec.begin([7, 8, 2, 7, 8, 2, 7, 8, 2, 5, 7, 8])
+    d = spec.propose()
+    assert (d.match_len, d.match_count) == (2, 13)
+    assert d.tokens == [1, 2] and d.counts == [8, 5] and d.context_counts == [0, 3]
+    assert d.probs == [8 / 13, 5 / 13] and d.sources == [HISTORY, CONTEXT]
+
+
 def test_a_child_exactly_at_min_prob_is_kept():
     corpus = SuffixCorpus([(i, [5, 6, 10 + i]) for i in range(10)])  # each of 10 continuations: p = 1/10
     spec = SuffixSpeculator(corpus, min_prob=0.1, alpha=5.0)
@@ -425,6 +437,8 @@ def _rewrite(path, mutate):
     (lambda p: _rewrite(p, lambda r: r[:-4]), "header is invalid"),
     (lambda p: _rewrite(p, lambda r: r[:-4] + struct.pack("<i", 99)), "does not hold what its header says"),
     (lambda p: _rewrite(p, lambda r: r.replace(b'"keys":[3,"r7"]', b'"keys":[3,3.5]')), "header is invalid"),
+    (lambda p: _rewrite(p, lambda r: r.replace(b'"max_tokens":1000000', b'"max_tokens":      0')), "header is invalid .bound 0"),
+    (lambda p: _rewrite(p, lambda r: r.replace(b'"mode":"online"', b'"mode":"banana"')), "header is invalid .mode"),
 ])
 def test_a_damaged_file_is_refused_with_a_clear_error(tmp_path, damage, message):
     path = SuffixCorpus([(3, [1, 2, 3]), ("r7", [4, 5, 6, 7])]).save(tmp_path / "c.corpus")

@@ -333,8 +333,12 @@ def _read_file(path: Path) -> tuple[dict[str, Any], bytes]:
         lengths, keys = header["lengths"], header["keys"]
         if (not isinstance(lengths, list) or not isinstance(keys, list) or len(lengths) != len(keys)
                 or any(not isinstance(n, int) or n < 0 for n in lengths) or sum(lengths) * 4 != len(body)
-                or not isinstance(header["max_tokens"], int) or not isinstance(header["content_hash"], str)):
+                or not isinstance(header["content_hash"], str)):
             raise ValueError("header and body disagree")
+        if isinstance(header["max_tokens"], bool) or not isinstance(header["max_tokens"], int) or header["max_tokens"] < 1:
+            raise ValueError(f"bound {header['max_tokens']!r}")
+        if header.get("mode") not in ("frozen", "online") or not isinstance(header.get("fingerprint"), (str, type(None))):
+            raise ValueError("mode or fingerprint")
         if any(isinstance(k, bool) or not isinstance(k, (str, int)) for k in keys):
             raise ValueError("a key is neither a string nor an integer")
         if len(set(map(json.dumps, keys))) != len(keys):

@@ -193,11 +193,9 @@ def grow_tree(match_len: int, parts: list[tuple[SuffixArray, int, int]], occ: Co
         node = draft.add(tok, parent, -neg_p, count, ctx)
         if len(draft.tokens) >= budget:
             break
-        limit = max(0, min(budget - len(draft.tokens), depth_limit - depth))
-        if chain is None:
-            chain = _common_continuation(child_parts, child_occ, match_len + depth, limit) if limit else []
-        else:
-            chain = chain[:limit]  # computed under a looser limit, never a shorter one
+        if chain is None:  # (a chain's rest never reaches deeper than the depth limit it was read under)
+            limit = min(budget - len(draft.tokens), depth_limit - depth)
+            chain = _common_continuation(child_parts, child_occ, match_len + depth, limit) if limit > 0 else []
         # Where every occurrence continues alike, each next token has conditional probability 1: it
         # is taken at once unless a waiting candidate is at least as probable (ties: earlier push);
         # then it waits in the heap with the rest of the common continuation.
