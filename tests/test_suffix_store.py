@@ -1,0 +1,52 @@
+"""The suffix corpus read from the trace store (workbench.store.corpus), on SQLite and PostgreSQL."""
+from __future__ import annotations
+
+import pytest
+from test_store import new_url, stores  # noqa: F401  (fixtures: every backend the store tests use)
+
+from core.errors import InvalidInputError
+from core.suffix import SuffixSpeculator
+from core.trace import RunTrace
+from workbench.store.corpus import load_corpus, stored_outputs
+
+
+def run(output_ids, fingerprint="fp-a", status="complete", method="greedy") -> RunTrace:
+    return RunTrace(method=method, params={}, model="m", draft_model=None, device="cpu", dtype="float32",
+                    prompt="p", prompt_ids=[1, 2], output_ids=list(output_ids), status=status,
+                    model_fingerprint=fingerprint)
+
+
+def test_outputs_of_one_fingerprint_newest_first_within_the_bound(new_url, stores):  # noqa: F811
+    store = stores(new_url())
+    ids = {}
+    ids["tiny"] = store.save_run(run([20]))
+    ids["old"] = store.save_run(run([1, 2, 3]))
+    ids["other model"] = store.save_run(run([4, 5, 6], fingerprint="fp-b"))
+    ids["failed"] = store.save_run(run([7, 8], status="failed"))
+    ids["empty"] = store.save_run(run([]))
+    ids["mid"] = store.save_run(run([9, 10, 11, 12]))
+    ids["repeat"] = store.save_run(run([1, 2, 3], method="pld"))  # the same output under another method
+    ids["new"] = store.save_run(run([13, 14]))
+
+    assert stored_outputs(store, "fp-a") == [(ids["new"], [13, 14]), (ids["repeat"], [1, 2, 3]),
+                                             (ids["mid"], [9, 10, 11, 12]), (ids["tiny"], [20])]
+    assert stored_outputs(store, "fp-a", dedupe=False)[-2:] == [(ids["old"], [1, 2, 3]), (ids["tiny"], [20])]
+    # the bound: newest first, and the first run that does not fit ends the list (the older, shorter
+    # "tiny" would fit in what is left, but a corpus is the newest runs, without gaps)
+    assert [r for r, _ in stored_outputs(store, "fp-a", max_tokens=6)] == [ids["new"], ids["repeat"]]
+    assert [r for r, _ in stored_outputs(store, "fp-a", max_tokens=5)] == [ids["new"], ids["repeat"]]
+    assert [r for r, _ in stored_outputs(store, "fp-a", max_tokens=4)] == [ids["new"]]
+    assert stored_outputs(store, "fp-a", before_run=ids["mid"]) == [(ids["old"], [1, 2, 3]), (ids["tiny"], [20])]
+    assert stored_outputs(store, "nobody") == []
+
+    corpus = load_corpus(store, "fp-a")
+    assert corpus.keys() == [ids["tiny"], ids["mid"], ids["repeat"], ids["new"]]  # least recently used first
+    assert corpus.frozen and corpus.fingerprint == "fp-a" and corpus.tokens == 10
+    spec = SuffixSpeculator(corpus)
+    spec.begin([0, 9, 10])
+    assert spec.propose().tokens[:2] == [11, 12]
+
+
+def test_loading_needs_a_fingerprint(new_url, stores):  # noqa: F811
+    with pytest.raises(InvalidInputError, match="fingerprint"):
+        stored_outputs(stores(new_url()), "")
