@@ -127,6 +127,24 @@ def test_stored_counts_equal_the_traces_acceptance_and_filters_keep_other_runs_o
     assert ids
 
 
+def test_rescued_nodes_count_as_accepted_and_unjudged_records_not_at_all(store):
+    from core.trace import NodeTrace, RunTrace, StepTrace
+    from workbench.store.priors import stored_counts
+
+    def node(i, parent, depth, source, decision):
+        return NodeTrace(step=0, cache_pos=4, node=i, parent=parent, depth=depth, token_id=10 + i, token_text="x",
+                         source=source, decision=decision, reason="", p=None if parent == -1 else 0.5)
+
+    nodes = [node(0, -1, 0, "root", "accepted"), node(1, 0, 1, "context", "accepted"), node(2, 1, 2, "context", "rescued"),
+             node(3, 0, 1, "alignment", "rejected"), node(4, 3, 2, "alignment", "unreached"), node(5, 2, 3, "model", "bonus")]
+    run = RunTrace(method="csd", params={}, model="m", draft_model=None, device="cpu", dtype="float32", prompt="p",
+                   prompt_ids=[1, 2, 3, 4], output_ids=[11, 12, 15], steps=[StepTrace(0, 4, 4, 2, [11, 12, 15], nodes=nodes)],
+                   status="complete", model_fingerprint="fp")
+    store.save_run(run)
+    assert sorted(stored_counts(store, "csd", "fp")) == [("alignment", 1, 0, 1), ("context", 1, 1, 1), ("context", 2, 1, 1)]
+    assert {(s, d): (a, v) for s, d, a, v in stored_counts(store, "csd", "fp")} == _expected([run])
+
+
 def test_a_bad_filter_or_a_missing_method_is_one_clear_error(store):
     from core.errors import InvalidInputError
     from workbench.store.priors import stored_counts

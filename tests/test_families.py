@@ -62,6 +62,17 @@ def test_the_fastest_admissible_setting_wins_and_a_small_loss_within_a_point_is_
     assert by["noisy"].speedup == pytest.approx((8000 / (40 / 1.6 + 40 / 1.5)) / 100)
 
 
+def test_the_lower_bound_decides_not_the_mean():
+    """A mean loss of half a point whose items scatter widely: the interval reaches below −1, so the setting is
+    refused though its mean is within a point; the same mean with little scatter passes."""
+    greedy = [50.0] * 40
+    wide = [50.0 - 0.5 + (12 if i % 2 else -12) for i in range(40)]
+    narrow = [50.0 - 0.5 + (0.2 if i % 2 else -0.2) for i in range(40)]
+    wide_j, narrow_j = judge("wide", [outcome("rag", wide, greedy)]), judge("narrow", [outcome("rag", narrow, greedy)])
+    assert wide_j.intervals["rag"].mean == pytest.approx(-0.5) == narrow_j.intervals["rag"].mean
+    assert not wide_j.admissible and wide_j.intervals["rag"].low < -1 and narrow_j.admissible
+
+
 def test_the_interval_is_a_seeded_percentile_bootstrap_of_the_mean():
     from scipy.stats import bootstrap
 
