@@ -50,15 +50,16 @@ def prefill_check(target, length: int, sizes, repeats: int) -> list[tuple[int, f
     prefill(target.model, ids, real)
     tiled = timing._filled_caches(target, (length,))[0]
     trees = [timing._tree(n, target.vocab_size) for n in sizes]
+    clock = getattr(time, timing.clock_name(target))
     best = {(c, i): float("inf") for c in ("real", "tiled") for i in range(len(sizes))}
     for r in range(repeats + 1):
         for name, cache in (("real", real), ("tiled", tiled)):
             for i, tree in enumerate(trees):
-                t0 = time.perf_counter()
+                t0 = clock()
                 forward_tree(target.model, tree, length, cache)
                 _sync(target.device)
                 if r:
-                    best[(name, i)] = min(best[(name, i)], time.perf_counter() - t0)
+                    best[(name, i)] = min(best[(name, i)], clock() - t0)
                 kv.crop(cache, length)
     return [(n, best[("real", i)] * 1e3, best[("tiled", i)] * 1e3) for i, n in enumerate(sizes)]
 
@@ -74,15 +75,20 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--chains", action="store_true", help="also time chains (no tree mask) of the same sizes")
     ap.add_argument("--check-prefill", type=int, default=0, metavar="L", help="compare real and repeated prefill at L")
+    ap.add_argument("--wall", action="store_true", help="time by the wall clock even with one thread (core.timing "
+                                                        "uses the thread's CPU time then)")
     ap.add_argument("--out", default="results/bench_cost.json")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
+    if args.wall:
+        timing.clock_name = lambda target: "perf_counter"
     results = []
     for dtype in args.dtypes.split(","):
         target = load_model(args.model, device="cpu", dtype=dtype)
         machine = timing.machine_signature(target)
         print(f"\n## {args.model} {dtype}: {machine['cpu']} ({', '.join(machine['cpu_flags'])}), {machine['threads']} "
-              f"thread(s), torch {machine['torch']}, load average {os.getloadavg()[0]:.1f}\n")
+              f"thread(s), torch {machine['torch']}, clock {timing.clock_name(target)}, load average "
+              f"{os.getloadavg()[0]:.1f}\n")
         kinds = [("tree", timing._tree)] + ([("chain", timing.chain)] if args.chains else [])
         for kind, make in kinds:
             t0 = time.perf_counter()
@@ -103,6 +109,7 @@ def main() -> int:
                             lambda j, i: f"{fitted(args.sizes[i], longer[j]) / measured(args.sizes[i], longer[j]):.2f}"))
             print()
             results.append({"model": args.model, "dtype": dtype, "kind": kind, "machine": machine,
+                            "clock": timing.clock_name(target),
                             "load_average": os.getloadavg()[0], "sizes": list(args.sizes), "lengths": list(args.lengths),
                             "seconds": grid, "measure_seconds": round(took, 1)})
         if args.check_prefill:

@@ -9,7 +9,9 @@ version): a file from another machine, or from before the context length was mea
 How: a short real prefill, repeated along the sequence up to each length (core.cache.repeat_to: a forward
 costs the same whatever the cached rows hold, and a real prefill of thousands of random tokens takes minutes
 on a CPU); then rounds over every (length, size) pair, so a busy spell slows every point alike, keeping the
-fastest of `repeats` per point (timeit's advice: the minimum is the cost, the rest is noise).
+fastest of `repeats` per point (timeit's advice: the minimum is the cost, the rest is noise). With one torch
+thread on a CPU a forward is timed by the thread's CPU time (`clock_name`), which other processes on the core
+do not inflate.
 
 `cost_curve(target)` is the slice at `CURVE_LENGTH` as a core.sizing.CostCurve, for a sizer that reads t(n).
 """
@@ -124,11 +126,19 @@ def _filled_caches(target, lengths) -> list:
     return caches
 
 
+def clock_name(target) -> str:
+    """How a forward is timed: the thread's CPU time on a CPU with one torch thread (the forward runs in the
+    calling thread, and CPU time is what it costs even while other processes share the core; on an idle core
+    it equals the wall time), else the wall clock (threads wait for each other; a GPU is synchronised)."""
+    return "thread_time" if target.device.type == "cpu" and torch.get_num_threads() == 1 else "perf_counter"
+
+
 @torch.inference_mode()
 def measure_grid(target, sizes=SIZES, lengths=None, repeats: int = REPEATS, trees=None) -> list[list[float]]:
     """Seconds of one verification forward per (length, size): rows by length, the fastest of `repeats`
     timed rounds, every round over every point. `trees` builds the tree of n nodes (default: bushy)."""
     lengths = practical_lengths(target, sizes=sizes) if lengths is None else tuple(lengths)
+    clock = getattr(time, clock_name(target))
     make = trees or _tree
     shapes = [make(n, target.vocab_size) for n in sizes]
     caches = _filled_caches(target, lengths)
@@ -136,11 +146,11 @@ def measure_grid(target, sizes=SIZES, lengths=None, repeats: int = REPEATS, tree
     for r in range(repeats + 1):  # round 0 warms up
         for j, (length, cache) in enumerate(zip(lengths, caches)):
             for i, tree in enumerate(shapes):  # the root is the token after `length` cached ones, as in decoding
-                t0 = time.perf_counter()
+                t0 = clock()
                 forward_tree(target.model, tree, length, cache)
                 _sync(target.device)
                 if r:
-                    best[j][i] = min(best[j][i], time.perf_counter() - t0)
+                    best[j][i] = min(best[j][i], clock() - t0)
                 kv.crop(cache, length)
     return best
 
@@ -157,6 +167,7 @@ def save(target, model: CostModel, raw=None, seconds_taken: float | None = None)
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps({
         "format": FORMAT, "model": target.name, "fingerprint": target.fingerprint, "machine": machine_signature(target),
+        "clock": clock_name(target),
         "sizes": list(model.sizes), "lengths": list(model.lengths),
         "seconds": [list(row) for row in (raw if raw is not None else model.seconds)],
         "measured": time.strftime("%Y-%m-%d %H:%M:%S"), "measure_seconds": seconds_taken}, indent=1))

@@ -128,6 +128,7 @@ def test_cost_model_is_measured_once_per_machine_and_read_back(tiny, home, monke
     assert saved["machine"] == machine and machine["threads"] == torch.get_num_threads()
     assert machine["torch"] == torch.__version__ and machine["dtype"] == "float32" and "cpu" in machine
     assert saved["lengths"] == [256, 447] and saved["sizes"] == list(timing.SIZES)
+    assert saved["clock"] == ("thread_time" if torch.get_num_threads() == 1 else "perf_counter")
     assert model.lengths == (256, 447) and all(t > 0 for row in model.seconds for t in row)
 
     calls = []

@@ -245,34 +245,47 @@ def _question(kind: str, e: Entry, text: str, entries: list[Entry], rng: random.
 KINDS = ("name", "sentence", "default")
 
 
+def _collect(family: str, split: str, count: int, tries: int, draw) -> list[dict]:
+    """`count` rows from `draw(index, attempt)` (a row without its id, or None when that attempt found none),
+    each given the id `<family>-<split>-<index>`; at most `tries` attempts per row."""
+    rows: list[dict] = []
+    for attempt in range(count * tries):
+        if len(rows) == count:
+            break
+        row = draw(len(rows), attempt)
+        if row is not None:
+            rows.append({"_id": f"{family}-{split}-{len(rows):03d}", **row})
+    if len(rows) < count:
+        raise RuntimeError(f"could not build {count} {family} items for {split} (built {len(rows)})")
+    return rows
+
+
 def docqa_rows(split: str, count: int, seed: int = 0) -> list[dict]:
     """`count` extractive questions over documentation passages of the split's modules (LongBench rows)."""
     rng = random.Random(f"docqa-{split}-{seed}")
     pool = {m: [e for e in module_entries(m) if not _leaks(split, e.render())] for m in split_modules(split)}
     pool = {m: entries for m, entries in pool.items() if entries}
     modules = list(pool)
-    rows, used = [], set()
-    attempts = 0
-    while len(rows) < count:
-        attempts += 1
-        if attempts > count * 200:
-            raise RuntimeError(f"could not build {count} docqa items from {len(modules)} modules (built {len(rows)})")
-        kind = KINDS[len(rows) % len(KINDS)]
-        module = modules[(len(rows) + attempts) % len(modules)]
+    used: set[tuple[str, str, str]] = set()
+
+    def draw(index: int, attempt: int) -> dict | None:
+        kind = KINDS[index % len(KINDS)]
+        module = modules[(index + attempt) % len(modules)]
         target = pool[module][rng.randrange(len(pool[module]))]
         if (kind, target.module, target.qualname) in used:
-            continue
+            return None
         text, entries = _passage(target, pool, rng)
         qa = _question(kind, target, text, entries, rng)
         if qa is None or _leaks(split, text):
-            continue
+            return None
         question, refs = qa
         assert all(_ws(r) in _ws(text) for r in refs), (target, refs)  # every reference is a span of the passage
         used.add((kind, target.module, target.qualname))
-        rows.append({"_id": f"docqa-{split}-{len(rows):03d}", "dataset": "multifieldqa_en", "input": question,
-                     "context": text, "answers": refs, "length": len(text.split()), "question_type": kind,
-                     "source": f"{PYTHON} standard library", "module": target.module, "entry": target.qualname})
-    return rows
+        return {"dataset": "multifieldqa_en", "input": question, "context": text, "answers": refs,
+                "length": len(text.split()), "question_type": kind, "source": f"{PYTHON} standard library",
+                "module": target.module, "entry": target.qualname}
+
+    return _collect("docqa", split, count, 200, draw)
 
 
 # ---------------------------------------------------------------- source code
@@ -297,43 +310,40 @@ def _code_lines(source: str) -> list[int]:
 def code_rows(split: str, count: int, seed: int = 0) -> list[dict]:
     """`count` next-line completions over the split's modules' source (LongBench `lcc` rows)."""
     rng = random.Random(f"code-{split}-{seed}")
-    sources = {}
+    files: dict[str, tuple[list[str], list[int], list[int]]] = {}  # module: lines, line offsets, candidate lines
     for m in split_modules(split):
         try:
             source = inspect.getsource(_import(m))
         except (OSError, TypeError):
             continue
-        if len(source) >= CODE_CHARS[0] + 1000:
-            sources[m] = source
-    modules = list(sources)
-    rng.shuffle(modules)
-    rows, used = [], set()
-    attempts = 0
-    while len(rows) < count:
-        attempts += 1
-        if attempts > count * 50:
-            raise RuntimeError(f"could not build {count} code items from {len(modules)} modules (built {len(rows)})")
-        module = modules[(len(rows) + attempts) % len(modules)]
-        lines = sources[module].splitlines(keepends=True)
+        lines = source.splitlines(keepends=True)
         offsets = [0]
         for line in lines:
             offsets.append(offsets[-1] + len(line))
-        candidates = [i for i in _code_lines(sources[module]) if offsets[i] >= CODE_CHARS[0]]
-        if not candidates:
-            continue
+        candidates = [i for i in _code_lines(source) if offsets[i] >= CODE_CHARS[0]]
+        if candidates:
+            files[m] = (lines, offsets, candidates)
+    modules = list(files)
+    rng.shuffle(modules)
+    used: set[tuple[str, int]] = set()
+
+    def draw(index: int, attempt: int) -> dict | None:
+        module = modules[(index + attempt) % len(modules)]
+        lines, offsets, candidates = files[module]
         i = candidates[rng.randrange(len(candidates))]
         if (module, i) in used:
-            continue
+            return None
+        used.add((module, i))
         budget = rng.randint(*CODE_CHARS)
         first = next(k for k in range(i + 1) if offsets[i] - offsets[k] <= budget)
         context = "".join(lines[first:i])
-        used.add((module, i))
         if _leaks(split, context):
-            continue
-        rows.append({"_id": f"code-{split}-{len(rows):03d}", "dataset": "lcc", "input": "", "context": context,
-                     "answers": [lines[i].strip()], "length": len(context.split()), "language": "python",
-                     "source": f"{PYTHON} standard library", "module": module, "line": i + 1})
-    return rows
+            return None
+        return {"dataset": "lcc", "input": "", "context": context, "answers": [lines[i].strip()],
+                "length": len(context.split()), "language": "python", "source": f"{PYTHON} standard library",
+                "module": module, "line": i + 1}
+
+    return _collect("code", split, count, 50, draw)
 
 
 BUILDERS = {"docqa": docqa_rows, "code": code_rows}

@@ -19,6 +19,7 @@ anywhere else).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import re
 import sys
@@ -122,7 +123,8 @@ def _built(name: str, split: str) -> list[Task]:
 
 # ---------------------------------------------------------------- writing
 
-def writing_requests(limit: int) -> list[Task]:
+@functools.lru_cache(maxsize=2)
+def writing_requests(limit: int) -> tuple[Task, ...]:
     """The first `limit` ShareGPT first turns that ask for a piece of writing (a story, poem, essay, letter...),
     English, 30-600 characters, none sharing a word 13-gram with another or with a benchmark text."""
     seen = Overlap.of(benchmark_texts(SPEC_BENCH if SPEC_BENCH.exists() else None))
@@ -143,15 +145,15 @@ def writing_requests(limit: int) -> list[Task]:
         out.append(Task(id=f"sharegpt-{prompt.id}", task="chat", input=text, category="writing"))
     if len(out) < limit:
         raise InvalidInputError(f"only {len(out)} ShareGPT writing requests found (wanted {limit})")
-    return out
+    return tuple(out)  # read once per process (the corpus takes seconds to scan); family_tasks copies the tasks
 
 
 def _writing(split: str) -> list[Task]:
     held = WRITING_ITEMS["held_out"]
     requests = writing_requests(held + WRITING_ITEMS["evaluation_sharegpt"])
     if split == "held_out":
-        return requests[:held]
-    return load_dataset_tasks(WRITING_SPEC_BENCH) + requests[held:]
+        return list(requests[:held])
+    return load_dataset_tasks(WRITING_SPEC_BENCH) + list(requests[held:])
 
 
 # ---------------------------------------------------------------- one entry point
