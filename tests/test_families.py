@@ -183,6 +183,7 @@ def test_the_splits_come_from_disjoint_modules_and_are_rebuilt_identically(built
         modules = {split: {r["module"] for r in built[(name, split)]} for split in ("held_out", "evaluation")}
         assert modules["held_out"] <= set(split_modules("held_out"))
         assert modules["evaluation"] <= set(split_modules("evaluation"))
+        assert len(modules["held_out"]) >= 20 and len(modules["evaluation"]) >= 20  # drawn from the modules in turn
     assert docqa_rows("evaluation", 40) == built[("docqa", "evaluation")]
     assert code_rows("held_out", 60) == built[("code", "held_out")]
 

@@ -270,7 +270,7 @@ def docqa_rows(split: str, count: int, seed: int = 0) -> list[dict]:
 
     def draw(index: int, attempt: int) -> dict | None:
         kind = KINDS[index % len(KINDS)]
-        module = modules[(index + attempt) % len(modules)]
+        module = modules[attempt % len(modules)]  # every attempt moves on: all modules in turn
         target = pool[module][rng.randrange(len(pool[module]))]
         if (kind, target.module, target.qualname) in used:
             return None
@@ -328,7 +328,7 @@ def code_rows(split: str, count: int, seed: int = 0) -> list[dict]:
     used: set[tuple[str, int]] = set()
 
     def draw(index: int, attempt: int) -> dict | None:
-        module = modules[(index + attempt) % len(modules)]
+        module = modules[attempt % len(modules)]  # every attempt moves on: all modules in turn
         lines, offsets, candidates = files[module]
         i = candidates[rng.randrange(len(candidates))]
         if (module, i) in used:
