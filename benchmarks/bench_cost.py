@@ -64,6 +64,38 @@ def prefill_check(target, length: int, sizes, repeats: int) -> list[tuple[int, f
     return [(n, best[("real", i)] * 1e3, best[("tiled", i)] * 1e3) for i, n in enumerate(sizes)]
 
 
+def kernel_check(dtype: torch.dtype, lengths=(256, 4096), heads: int = 9, head_dim: int = 64, hidden: int = 576,
+                 out: int = 1536) -> list[str]:
+    """Why one token can cost as much as two: one attention layer (SmolLM2's shape) with 1 and 2 queries after L
+    keys, and one linear layer on 1, 2 and 4 rows; ms, fastest of many, CPU time of this thread."""
+    F = torch.nn.functional
+
+    def best(fn, reps: int = 30) -> float:
+        fn()
+        fastest = float("inf")
+        for _ in range(reps):
+            t0 = time.thread_time()
+            fn()
+            fastest = min(fastest, time.thread_time() - t0)
+        return fastest * 1e3
+
+    lines = []
+    for length in lengths:
+        k, v = (torch.randn(1, heads, length + 2, head_dim, dtype=dtype) for _ in range(2))
+        cells = []
+        for q_len in (1, 2):
+            q = torch.randn(1, heads, q_len, head_dim, dtype=dtype)
+            cells.append(best(lambda: F.scaled_dot_product_attention(q, k[:, :, :length + q_len], v[:, :, :length + q_len])))
+        lines.append(f"| attention, L = {length} | {cells[0]:.3f} | {cells[1]:.3f} | - |")
+    w = torch.randn(out, hidden, dtype=dtype)
+    rows = []
+    for r in (1, 2, 4):
+        x = torch.randn(1, r, hidden, dtype=dtype)
+        rows.append(best(lambda: F.linear(x, w), 200))
+    lines.append(f"| linear {hidden} -> {out} | {rows[0]:.4f} | {rows[1]:.4f} | {rows[2]:.4f} |")
+    return lines
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="smollm2-135m")
@@ -75,6 +107,9 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--chains", action="store_true", help="also time chains (no tree mask) of the same sizes")
     ap.add_argument("--check-prefill", type=int, default=0, metavar="L", help="compare real and repeated prefill at L")
+    ap.add_argument("--kernels", action="store_true", help="also time one attention layer with 1 and 2 queries and one "
+                                                           "linear layer on 1, 2, 4 rows (one thread)")
+    ap.add_argument("--only-kernels", action="store_true", help="the --kernels table alone")
     ap.add_argument("--wall", action="store_true", help="time by the wall clock even with one thread (core.timing "
                                                         "uses the thread's CPU time then)")
     ap.add_argument("--out", default="results/bench_cost.json")
@@ -83,6 +118,12 @@ def main() -> int:
     if args.wall:
         timing.clock_name = lambda target: "perf_counter"
     results = []
+    if args.kernels or args.only_kernels:
+        for dtype in args.dtypes.split(","):
+            print(f"\none layer, {dtype}, ms (queries or rows: 1 | 2 | 4)\n\n| kernel | 1 | 2 | 4 |\n|---|---|---|---|")
+            print("\n".join(kernel_check(getattr(torch, dtype))))
+        if args.only_kernels:
+            return 0
     for dtype in args.dtypes.split(","):
         target = load_model(args.model, device="cpu", dtype=dtype)
         machine = timing.machine_signature(target)
