@@ -67,6 +67,20 @@ def crop(cache: DynamicCache, length: int) -> None:
 
 
 @torch.inference_mode()
+def repeat_to(cache: DynamicCache, length: int) -> None:
+    """Grow every layer to `length` positions by repeating the rows it holds. For timing only (core.timing):
+    the rows are real keys and values at the wrong positions, and a dense forward costs the same whatever
+    they hold; it saves the prefill of a long prompt (minutes on a CPU)."""
+    for layer in _layers(cache):
+        if getattr(layer, "keys", None) is None or layer.keys.numel() == 0:
+            continue
+        have = layer.keys.shape[-2]
+        reps = [1] * (layer.keys.dim() - 2) + [-(-length // have), 1]
+        layer.keys = layer.keys.repeat(*reps)[..., :length, :].contiguous()
+        layer.values = layer.values.repeat(*reps)[..., :length, :].contiguous()
+
+
+@torch.inference_mode()
 def keep_path(cache: DynamicCache, past_len: int, path: Sequence[int]) -> None:
     """Keep rows past_len + path[j] at past_len + j for every layer, then crop to past_len + len(path).
 

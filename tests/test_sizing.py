@@ -117,7 +117,8 @@ def test_auto_sized_strict_decoding_equals_greedy_and_records_the_chosen_sizes(t
     assert auto.params["max_nodes"] == 0
     assert auto.output_ids == greedy.output_ids
     saved = json.loads(timing.timing_path(tiny).read_text())  # measured once, kept in the workbench home
-    assert saved["sizes"][0] == 0 and len(saved["seconds"]) == len(saved["sizes"])
+    assert saved["sizes"][0] == 0 and len(saved["seconds"]) == len(saved["lengths"])
+    assert all(len(row) == len(saved["sizes"]) for row in saved["seconds"])
     fixed = run_method("aasd-strict", tiny, prompt, {"max_new_tokens": 24, "max_nodes": 64})
     assert max(s.tree_size for s in auto.steps) <= max(s.tree_size for s in fixed.steps)
 

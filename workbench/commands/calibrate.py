@@ -5,7 +5,7 @@
     python -m workbench calibrate --model smollm2-135m            # single-model CSD over context drafts
     python -m workbench calibrate --mode forced --model qwen2.5-coder-1.5b --draft qwen2.5-coder-0.5b --dtype bfloat16
     python -m workbench calibrate --mode forced --model qwen2.5-coder-1.5b --draft qwen2.5-coder-0.5b --dtype bfloat16 --ship
-    python -m workbench calibrate --timing --model smollm2-135m --dtype bfloat16   # t(n) for max_nodes=auto
+    python -m workbench calibrate --timing --model smollm2-135m --dtype bfloat16   # t(n, L) for max_nodes=auto
     python -m workbench calibrate --thresholds --model smollm2-135m --dtype bfloat16 --limit 10   # for aasd[auto]
 
 Runs plain speculative decoding over unlabelled prompts (ShareGPT first user turns by default,
@@ -31,10 +31,10 @@ without counting. --ship writes the table into the package
 (core/memories/<pair>.json.gz, with its SHA-256 and this command beside it): the memory CSD starts from
 when the user has calibrated none.
 
---timing measures instead t(n), the time of one verification forward with n draft nodes, for the model,
-device and dtype (core.timing; max_nodes=auto sizes trees with it), and saves it in <home>/timing/.
-A tree method measures it by itself the first time it runs; --timing measures again (after a driver or
-hardware change, or when the machine was busy the first time).
+--timing measures instead t(n, L), the time of one verification forward with n draft nodes after L cached
+tokens, for the model, device, dtype and thread count (core.timing; max_nodes=auto sizes trees with it), and
+saves it in <home>/timing/ with the machine it was measured on. A tree method measures it by itself the first
+time it runs, and again on another machine; --timing measures again (e.g. when the machine was busy the first time).
 
 --thresholds fits the acceptance thresholds to the model instead (workbench.evaluation.thresholds): on
 held-out items of --data (the items after the first --held-out-from of each category, --limit of each),
@@ -120,7 +120,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="write the memory into the package (core/memories/<pair>.json.gz, SHA-256 beside it): the table "
                         "csd starts from when the user has none")
     p.add_argument("--timing", action="store_true",
-                   help="measure the model's verification cost curve t(n) for max_nodes=auto instead (no memory)")
+                   help="measure the model's verification cost t(n, L) for max_nodes=auto instead (no memory)")
     t = p.add_argument_group("--thresholds: fit the acceptance thresholds that aasd[auto] verifies with")
     t.add_argument("--thresholds", action="store_true", help="fit thresholds on held-out items instead (no memory)")
     t.add_argument("--method", default="aasd", choices=["aasd", "casd"], help="whose thresholds: aasd (α, β per source) or casd (δ)")
@@ -136,14 +136,18 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def run_timing(args) -> int:
-    from core.timing import cost_curve, timing_path
+    from core.timing import cost_model, timing_path
 
     target, _ = common.load_models(args)
-    curve = cost_curve(target, remeasure=True)
-    print("| draft nodes | forward ms | ms per node over n = 0 |\n|---|---|---|")
-    for n, t in zip(curve.sizes, curve.seconds):
-        per = f"{(t - curve.seconds[0]) * 1e3 / n:.2f}" if n else "-"
-        print(f"| {n} | {t * 1e3:.1f} | {per} |")
+    model = cost_model(target, remeasure=True)
+    sizes = " | ".join(str(n) for n in model.sizes)
+    rule = "|---" * (len(model.sizes) + 1) + "|"
+    print(f"forward ms (n draft nodes after L cached tokens)\n\n| L \\ n | {sizes} |\n{rule}")
+    for length, row in zip(model.lengths, model.seconds):
+        print(f"| {length} | " + " | ".join(f"{t * 1e3:.1f}" for t in row) + " |")
+    print(f"\nt(n, L) / t(0, L)\n\n| L \\ n | {sizes} |\n{rule}")
+    for length in model.lengths:
+        print(f"| {length} | " + " | ".join(f"{model.ratio(n, length):.2f}" for n in model.sizes) + " |")
     print(f"saved {timing_path(target)}", file=sys.stderr)
     return 0
 

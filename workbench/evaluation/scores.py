@@ -88,6 +88,21 @@ def gsm8k_accuracy(prediction: str, reference: str) -> float:
     return 1.0 if gsm8k_correct(prediction, reference) else 0.0
 
 
+def mean_target_probability(steps) -> float | None:
+    """100 × the target model's mean probability (temperature 1) of the tokens a run emitted, read from its
+    trace (every accepted node and every bonus token records it): the score of open-ended writing, where no
+    reference exists (docs/AUTOMATIC_SETTINGS.md). Greedy emits each step's most likely token; a relaxed
+    rule that accepts unlikely tokens lowers it. None for a run without recorded probabilities."""
+    probs: list[float] = []
+    for step in steps:
+        path = sorted((n for n in step.nodes if n.parent != -1 and n.decision in ("accepted", "rescued")),
+                      key=lambda n: n.depth)
+        bonus = [n for n in step.nodes if n.decision == "bonus"]
+        emitted = (path + bonus)[:len(step.emitted)]  # a stop string can cut the step's tokens short
+        probs += [n.p for n in emitted if n.p is not None]
+    return 100 * sum(probs) / len(probs) if probs else None
+
+
 # Metric names as task files, LongBench sets and reports use them; each returns 0..1 for one reference.
 METRICS: dict[str, Callable[..., float]] = {
     "qa_f1": qa_f1, "rouge_l": rouge_l, "code_sim": code_edit_similarity, "classification": classification_score,

@@ -1,0 +1,122 @@
+"""Acceptance estimates that start from what stored traces saw: a(source, depth), the chance that a draft
+node of this source at this depth is accepted once its parent was (docs/AUTOMATIC_SETTINGS.md, "The
+acceptance prior").
+
+- `AcceptancePrior`: per (source, depth), the accepted and verified counts of stored traces of the same
+  method and model (workbench.store.priors reads them with one query) and the centre they give: the
+  stored rate, smoothed toward the source's rate over all depths, which is smoothed toward DEFAULT_RATE,
+  each by PRIOR_WEIGHT pseudo-observations (a key seen a handful of times does not set a confident prior;
+  a key seen thousands of times gives its own rate). No stored traces: DEFAULT_RATE everywhere.
+- `AcceptanceEstimate`: one request's estimate, a Beta posterior: a Beta prior of PRIOR_WEIGHT pseudo-counts
+  centred on the prior's rate, updated by the request's own counts; `rate` is its posterior mean
+  (accepted + w·centre) / (verified + w). Early in a request it stays near the stored rate, so a lucky
+  first step does not inflate the next tree; after many steps the request's own rate wins.
+
+A node is *verified* when its parent was accepted (the walk judged it), and *accepted* when it is on the
+accepted path; rescued nodes count as accepted, as in core.stats.acceptance_by. Depths beyond MAX_DEPTH
+share MAX_DEPTH's estimate. Pure: no store, no torch.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from core.tree import DraftTree
+
+PRIOR_WEIGHT = 20.0  # pseudo-observations behind the prior
+DEFAULT_RATE = 0.3  # the centre where no stored trace says anything
+MAX_DEPTH = 16  # deeper nodes share the estimate of this depth
+
+Key = tuple[str, int]  # (source, depth capped at MAX_DEPTH)
+
+
+def key_of(source: str, depth: int) -> Key:
+    return source, min(int(depth), MAX_DEPTH)
+
+
+def _smoothed(accepted: float, verified: float, centre: float, weight: float) -> float:
+    return (accepted + weight * centre) / (verified + weight)
+
+
+@dataclass(frozen=True)
+class AcceptancePrior:
+    """Stored counts per (source, depth) and the prior rate they give; built by `from_counts`."""
+
+    counts: Mapping[Key, tuple[int, int]] = field(default_factory=dict)  # (accepted, verified), depths capped
+    weight: float = PRIOR_WEIGHT
+    default: float = DEFAULT_RATE
+
+    def __post_init__(self):
+        if not self.weight > 0 or not 0.0 <= self.default <= 1.0:
+            raise ValueError("an acceptance prior needs a positive weight and a default rate in [0, 1]")
+        for key, (accepted, verified) in self.counts.items():
+            if not 0 <= accepted <= verified:
+                raise ValueError(f"stored counts for {key}: accepted {accepted} must lie in [0, verified {verified}]")
+        by_source: dict[str, list[int]] = {}
+        for (source, _), (accepted, verified) in self.counts.items():
+            total = by_source.setdefault(source, [0, 0])
+            total[0] += accepted
+            total[1] += verified
+        source_rates = {s: _smoothed(a, v, self.default, self.weight) for s, (a, v) in by_source.items()}
+        centres = {k: _smoothed(a, v, source_rates[k[0]], self.weight) for k, (a, v) in self.counts.items()}
+        object.__setattr__(self, "_source_rates", source_rates)
+        object.__setattr__(self, "_centres", centres)
+
+    @classmethod
+    def from_counts(cls, rows: Iterable[tuple[str, int, int, int]], weight: float = PRIOR_WEIGHT,
+                    default: float = DEFAULT_RATE) -> AcceptancePrior:
+        """From (source, depth, accepted, verified) rows (any depth: deeper than MAX_DEPTH are summed into it)."""
+        counts: dict[Key, tuple[int, int]] = {}
+        for source, depth, accepted, verified in rows:
+            key = key_of(source, depth)
+            a, v = counts.get(key, (0, 0))
+            counts[key] = (a + int(accepted), v + int(verified))
+        return cls(counts, weight, default)
+
+    def centre(self, source: str, depth: int) -> float:
+        """The prior's rate for (source, depth): the smoothed stored rate, else the source's, else the default."""
+        key = key_of(source, depth)
+        if key in self._centres:
+            return self._centres[key]
+        return self._source_rates.get(source, self.default)
+
+    @property
+    def observations(self) -> int:
+        """Verified nodes behind the prior (0: no stored trace, the default everywhere)."""
+        return sum(v for _, v in self.counts.values())
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-friendly record (a run can store what its sizer started from)."""
+        return {"weight": self.weight, "default": self.default,
+                "counts": [[s, d, a, v] for (s, d), (a, v) in sorted(self.counts.items())]}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> AcceptancePrior:
+        return cls.from_counts((tuple(row) for row in data.get("counts", [])), float(data.get("weight", PRIOR_WEIGHT)),
+                               float(data.get("default", DEFAULT_RATE)))
+
+
+class AcceptanceEstimate:
+    """One request's a(source, depth): the prior's Beta(w·c, w·(1 − c)) updated by the request's counts."""
+
+    def __init__(self, prior: AcceptancePrior | None = None):
+        self.prior = prior if prior is not None else AcceptancePrior()
+        self.verified: dict[Key, int] = {}
+        self.accepted: dict[Key, int] = {}
+
+    def rate(self, source: str, depth: int) -> float:
+        """The posterior mean (accepted + w·centre) / (verified + w)."""
+        key = key_of(source, depth)
+        return _smoothed(self.accepted.get(key, 0), self.verified.get(key, 0), self.prior.centre(source, depth),
+                         self.prior.weight)
+
+    def observe(self, tree: DraftTree, path: Sequence[int]) -> None:
+        """Count one step: every node whose parent lies on the accepted `path`, and which of them are on it."""
+        on_path = set(path)
+        for i in range(1, len(tree)):
+            if tree.parents[i] in on_path:
+                key = key_of(tree.sources[i], tree.depths[i])
+                self.verified[key] = self.verified.get(key, 0) + 1
+                if i in on_path:
+                    self.accepted[key] = self.accepted.get(key, 0) + 1
