@@ -251,7 +251,7 @@ def bad_files(tmp_path: Path) -> dict[str, Path]:
 
 
 @pytest.mark.parametrize("option", ["--prompt-file", "--context-file"])
-@pytest.mark.parametrize("which, message", [("latin", "is not UTF-8"), ("folder", "is a folder"), ("missing", "no such file")])
+@pytest.mark.parametrize("which, message", [("latin", "is not UTF-8"), ("folder", "is a folder"), ("missing", "not found")])
 def test_bad_prompt_and_context_files_are_clear_errors(tmp_path, option, which, message):
     p = cli("generate", "--no-store", "--prompt", "hi", option, str(bad_files(tmp_path)[which]))
     assert p.returncode == 2 and message in p.stderr, p.stderr
