@@ -258,3 +258,28 @@ def test_single_model_csd_keys_on_smollm2(smollm2):
     assert len(rescued(every)) >= max(1, len(rescued(exact)))
     assert all("(text key)" in n.reason for n in rescued(every)), [n.reason for n in rescued(every)]
     assert every.params["keys"] == 3 and every.params["keys_sha"] != exact.params.get("keys_sha")
+
+
+@pytest.mark.real_model
+def test_the_shipped_memory_loads_with_generalised_keys_over_the_qwen_tokenizer():
+    """The shipped table is exact pairs only: its text and prefix keys are derived at load from the tokenizer."""
+    from transformers import AutoTokenizer
+
+    from core.memory import SHIPPED_DIR
+    from core.models import is_fetched, preset_path
+
+    if not is_fetched("qwen2.5-coder-1.5b"):
+        pytest.skip("qwen2.5-coder-1.5b is not fetched (python -m workbench models fetch qwen2.5-coder-1.5b)")
+    tok = AutoTokenizer.from_pretrained(preset_path("qwen2.5-coder-1.5b"))
+    (shipped,) = SHIPPED_DIR.glob("*.json.gz")
+    memory = CorrectionMemory.load(shipped)
+    every = PairKeys.of(3, tok, "qwen")
+    text_total = sum(memory._derived_counts("text", every).counts.values())
+    exact_keyed = sum(n for (d, t), n in memory.snapshot().items() if text_key(tok.decode([d]), tok.decode([t])))
+    assert text_total == exact_keyed > 0  # every observation with a text key counted once, none invented
+    ids = {s: tok.encode(s) for s in ("#", "if", " if", " #")}
+    assert all(len(v) == 1 for v in ids.values())
+    hash_if = [memory.count(ids[d][0], ids[t][0]) for d, t in (("#", "if"), ("#", " if"), (" #", "if"), (" #", " if"))]
+    counts = memory.key_counts(ids["#"][0], ids["if"][0], every).counts
+    # '#'→'if' falls under the text key of all four spellings (and of any other token that normalises alike)
+    assert counts[0] == ("exact", hash_if[0]) and counts[1][1] >= sum(hash_if) > hash_if[0]
