@@ -117,6 +117,28 @@ def summarise(rows: list[dict], lams=LAMS, tau: float = TAU) -> dict:
     return out
 
 
+def rescue_lines(rows: list[dict], texts, lam: int = max(LAMS), tau: float = TAU) -> list[str]:
+    """Every judged rescue: what keys=all would have accepted where, by which key, and what the text became."""
+    lines = ["", f"Every rejection keys=all would rescue at λ {min(LAMS)} (the key that fires at λ {lam} in brackets), "
+             "with the text greedy wrote and the text after the rescue:", "",
+             "| item | x for t* | counts exact / text / prefix | z(x) − z(t*) | key at λ 2 (λ 6) | greedy wrote | after the rescue |",
+             "|---|---|---|---|---|---|---|"]
+    order = KEY_ORDERS[KEY_NAMES["all"]]
+
+    def cell(text: str) -> str:
+        return repr(text[:48]).replace("|", "\\|")
+
+    for row in rows:
+        for r in row["rejections"]:
+            if "rejoin" not in r:
+                continue
+            c = r["counts"]
+            lines.append(f"| {row['id']} | {cell(texts(r['x']))} for {cell(texts(r['t']))} | {c['exact']} / {c['text']} / "
+                         f"{c['prefix']} | {r['gap']:.2f} | {lookup(r, order, min(LAMS))} ({lookup(r, order, lam) or '–'}) | "
+                         f"{cell(r['rejoin'].get('greedy', '–'))} | {cell(r['rejoin']['branch'])} |")
+    return lines
+
+
 def pct(v) -> str:
     return "–" if v is None else f"{100 * v:.1f} %"
 
@@ -174,12 +196,22 @@ def main() -> int:
                 continue  # a half-written last line of a killed run
             done[row["id"]] = row
     torch.set_num_threads(args.threads)
-    target = load_model("qwen2.5-coder-1.5b", device="cpu", dtype=args.dtype)
-    draft = load_model("qwen2.5-coder-0.5b", device="cpu", dtype=args.dtype)
-    memory = load_memory(target, draft, False, [i.text for i in items], args.memory)  # refused if it saw these prompts
+    if args.no_run:  # the report alone: the tokenizer and the memory, no model
+        from transformers import AutoTokenizer
+
+        from core.memory import SHIPPED_DIR, CorrectionMemory
+        from core.models import preset_path
+
+        tokenizer, text_id = AutoTokenizer.from_pretrained(preset_path("qwen2.5-coder-1.5b")), "qwen2.5-coder"
+        memory = CorrectionMemory.load(args.memory or next(SHIPPED_DIR.glob("*.json.gz")))
+    else:
+        target = load_model("qwen2.5-coder-1.5b", device="cpu", dtype=args.dtype)
+        draft = load_model("qwen2.5-coder-0.5b", device="cpu", dtype=args.dtype)
+        memory = load_memory(target, draft, False, [i.text for i in items], args.memory)  # refused if it saw these prompts
+        tokenizer, text_id = target.tokenizer, target.fingerprint
 
     def keys_of(code: int) -> PairKeys:
-        return PairKeys.of(code, target.tokenizer, target.fingerprint)
+        return PairKeys.of(code, tokenizer, text_id)
 
     all_keys = keys_of(KEY_NAMES["all"])
     log_tau, lam_min = math.log(TAU), min(LAMS)
@@ -209,7 +241,8 @@ def main() -> int:
                     b = target.tokenizer.decode([r["x"], *branch[:-1]])
                     g = target.tokenizer.decode(out_ids[r["pos"]:])
                     r["rejoin"] = {"text": same_text(b, g), "words": same_text(words(b), words(g)),
-                                   "branch": target.tokenizer.decode([r["x"], *branch])}
+                                   "branch": target.tokenizer.decode([r["x"], *branch]),
+                                   "greedy": target.tokenizer.decode(out_ids[r["pos"]:r["pos"] + len(branch) + 1])}
                     judged += 1
                 row = {"id": item.id, "kind": item.kind, "tokens": len(out_ids), "rejections": rej,
                        "seconds": time.perf_counter() - w, "cpu_seconds": time.process_time() - c}
@@ -228,7 +261,7 @@ def main() -> int:
             f"observations, sha {memory.fingerprint()}); τ {TAU}; rejoin check {args.rejoin_tokens} tokens. "
             f"CPU {cpu}; avx512_bf16 {'avx512_bf16' in flags}; amx {'amx' in flags}; {args.threads} thread(s). "
             f"Items: {', '.join(r['id'] for r in rows)}."]
-    lines = render(s, head)
+    lines = render(s, head) + rescue_lines(rows, lambda i: tokenizer.decode([i]))
     (out_dir / f"report_{stem}.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
     (out_dir / f"report_{stem}.json").write_text(json.dumps({"summary": s, "items": [r["id"] for r in rows]}, indent=1),
                                                  encoding="utf-8")
