@@ -173,6 +173,12 @@ def recorded_count(count: "int | KeyCounts | None") -> int | None:
     return count.largest if isinstance(count, KeyCounts) else count
 
 
+def fired_key(reason: str) -> str:
+    """The key kind a rescued node's reason names ("count 9 (text key) ≥ λ 6"); a run that read exact pairs only
+    (keys=exact, or a run from before generalised keys) names none: exact."""
+    return next((kind for kind in KEY_KINDS if f"({kind} key)" in reason), "exact")
+
+
 EOS_EXEMPT = "t* is EOS: exempt (rescue_eos=no)"  # the reason of a rejection rescue_eos=no keeps
 
 

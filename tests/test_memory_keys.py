@@ -15,7 +15,8 @@ from conftest import IdTokenizer, make_tiny, perturbed
 from core.errors import InvalidInputError
 from core.memory import CorrectionMemory, KeyedMemory, PairKeys, normalised_text, prefix_key, text_key
 from core.methods import METHODS, resolve_params, run_method
-from core.rules import KEY_ORDERS, KeyCounts, NodeStats, Rescue, key_lookup, recorded_count, rescue_decision, strict
+from core.rules import (KEY_ORDERS, KeyCounts, NodeStats, Rescue, fired_key, key_lookup, recorded_count, rescue_decision,
+                        strict)
 from core.tree import DraftTree
 from core.walk import walk
 from workbench.rescore import rescore_run
@@ -70,6 +71,8 @@ def test_the_rescue_reason_names_the_key_and_a_trace_records_the_largest_count()
     assert rescue_decision(rule, 7, -0.5, 33) == (True, "count 7 ≥ λ 6; z(x) − z(t*) -0.500 ≥ log τ -4.605")  # as before
     assert recorded_count(KeyCounts((("exact", 2), ("text", 9), ("prefix", 4)))) == 9
     assert recorded_count(5) == 5 and recorded_count(None) is None
+    assert fired_key(why) == "exact" and fired_key("count 7 ≥ λ 6; z(x) − z(t*) -0.500 ≥ log τ -4.605") == "exact"
+    assert fired_key(rescue_decision(rule, KeyCounts((("exact", 2), ("prefix", 9))), -0.5, 33)[1]) == "prefix"
 
 
 # -- the memory's derived counts --------------------------------------------------------------------
@@ -220,6 +223,16 @@ def test_a_text_key_rescues_what_the_exact_pair_never_saw_on_a_tiny_pair():
     assert all(n.decision == n.old_decision for n in judged) and not again.flip_counts
     assert sum(n.decision == "rescued" for n in judged) == len(rescued(text))
     assert all("(text key)" in n.old_reason for n in judged if n.decision == "rescued")  # the stored reason names it
+    # The memory view lists, for every rescuing pair, the key kind that rescued it.
+    from workbench.ui.memory_tab import entries_frame, rescue_counts, rescue_keys
+
+    by_key = rescue_keys([text, exact])
+    assert by_key and all(set(c) == {"text"} for c in by_key.values())
+    assert sum(sum(c.values()) for c in by_key.values()) == len(rescued(text))
+    frame = entries_frame(moved, rescue_counts([text]), str, by_key=by_key)
+    shown = frame[frame["rescued in the runs"] > 0]
+    assert len(shown) == len(by_key) and all(k.startswith("text ") for k in shown["rescued by key"])
+    assert (shown["count"] == 0).all()  # rescued although the exact pair was never counted
 
 
 # -- SmolLM2: single-model CSD over context drafts -------------------------------------------------------
