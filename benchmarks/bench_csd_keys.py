@@ -88,7 +88,19 @@ def lookup(r: dict, order: tuple[str, ...], lam: int) -> str | None:
     return kind
 
 
-def summarise(rows: list[dict], lams=LAMS, tau: float = TAU) -> dict:
+OPERATORS = {"==", "!=", "<", ">", "<=", ">=", "+", "-", "*", "/", "//", "%", "**", "="}  # symbols only: "and" is also English
+
+
+def swaps_meaning(x_text: str, t_text: str) -> bool:
+    """A rescue that writes another number or operator than the target's (' 3' for ' 1', ' ==' for ' !='): whatever
+    the memory says, such a swap changes what the text computes."""
+    from core.memory import normalised_text
+
+    x, t = normalised_text(x_text), normalised_text(t_text)
+    return x != t and (any(ch.isdigit() for ch in x + t) or x in OPERATORS or t in OPERATORS)
+
+
+def summarise(rows: list[dict], texts=None, lams=LAMS, tau: float = TAU) -> dict:
     rej = [r for row in rows for r in row["rejections"]]
     n = len(rej)
     log_tau = math.log(tau)
@@ -104,10 +116,12 @@ def summarise(rows: list[dict], lams=LAMS, tau: float = TAU) -> dict:
             kinds = {}
             for r, k in gated:
                 kinds[k] = kinds.get(k, 0) + 1
+            risky = sum(swaps_meaning(texts(r["x"]), texts(r["t"])) for r, _ in gated) if texts else None
             t_ok = sum(r["rejoin"]["text"] for r, _ in judged)
             w_ok = sum(r["rejoin"]["words"] for r, _ in judged)
             per_lam[lam] = {"covered": len(hit), "coverage": len(hit) / n if n else None, "coverage_ci": wilson(len(hit), n),
                             "gated": len(gated), "gated_share": len(gated) / n if n else None, "fired_key": kinds,
+                            "number_or_operator_swaps": risky,
                             "judged": len(judged), "text_preserving": t_ok, "words_preserving": w_ok,
                             "precision_text": t_ok / len(judged) if judged else None,
                             "precision_text_ci": wilson(t_ok, len(judged)),
@@ -149,13 +163,13 @@ def ci(v) -> str:
 
 def render(s: dict, head: list[str]) -> list[str]:
     lines = [*head, "", f"{s['items']} items, {s['rejections']} rejections of plain sd.", "",
-             "| keys | λ | covered | coverage [95 % CI] | gated (would rescue) | fired key | judged | text-preserving [CI] | word-preserving [CI] |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "| keys | λ | covered | coverage [95 % CI] | gated (would rescue) | fired key | number/operator swaps | judged | text-preserving [CI] | word-preserving [CI] |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for name, per_lam in s["by_order"].items():
         for lam, v in per_lam.items():
             fired = ", ".join(f"{k} {c}" for k, c in sorted(v["fired_key"].items())) or "–"
             lines.append(f"| {name} | {lam} | {v['covered']} | {pct(v['coverage'])} {ci(v['coverage_ci'])} | {v['gated']} | "
-                         f"{fired} | {v['judged']} | {pct(v['precision_text'])} {ci(v['precision_text_ci'])} | "
+                         f"{fired} | {v['number_or_operator_swaps']} | {v['judged']} | {pct(v['precision_text'])} {ci(v['precision_text_ci'])} | "
                          f"{pct(v['precision_words'])} {ci(v['precision_words_ci'])} |")
     return lines
 
@@ -253,7 +267,7 @@ def main() -> int:
                       f"{row['seconds']:.0f} s", file=sys.stderr)
     rows = [done[i.id] for i in items if i.id in done]
     key_rows(rows, memory, keys_of)
-    s = summarise(rows)
+    s = summarise(rows, lambda i: tokenizer.decode([i]))
     flags = open("/proc/cpuinfo").read() if Path("/proc/cpuinfo").exists() else ""
     cpu = next((line.split(":", 1)[1].strip() for line in flags.splitlines() if line.startswith("model name")), platform.processor())
     head = [f"# csd memory keys: coverage and precision on held-out items ({args.dtype}, ≤ {args.max_new_tokens} new tokens)",
