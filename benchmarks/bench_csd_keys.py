@@ -153,6 +153,60 @@ def rescue_lines(rows: list[dict], texts, lam: int = max(LAMS), tau: float = TAU
     return lines
 
 
+FORCED_PER_CPU_HOUR = 18_300  # teacher-forced observations per CPU hour of the default corpus (docs/CSD.md, lever 2)
+CURVE_ORDERS = ("exact", "text", "all")
+
+
+def thinned_curve(rows: list[dict], memory, keys_of, fractions=(1 / 16, 1 / 8, 1 / 4, 1 / 2, 1), draws: int = 5,
+                  seed: int = 0) -> list[dict]:
+    """Coverage against observations for each key order: the memory thinned to a fraction f of its observations
+    (each observation kept with probability f, a binomial draw per pair: the table after f of its observations,
+    taken in random order rather than the corpus's), its generalised keys derived again; the mean of `draws` draws."""
+    import numpy as np
+
+    from core.memory import CorrectionMemory
+
+    rng = np.random.default_rng(seed)
+    rej = [r for row in rows for r in row["rejections"]]
+    full = memory.snapshot()
+    every = keys_of(KEY_NAMES["all"])
+    out = []
+    for f in fractions:
+        points = []
+        for _ in range(draws if f < 1 else 1):
+            counts = {pair: int(rng.binomial(n, f)) for pair, n in full.items()} if f < 1 else dict(full)
+            thinned = CorrectionMemory({k: v for k, v in counts.items() if v})
+            looked = [dict(thinned.key_counts(r["x"], r["t"], every).counts) for r in rej]
+            point = {"observations": thinned.total, "pairs": len(thinned)}
+            for order in CURVE_ORDERS:
+                kinds = KEY_ORDERS[KEY_NAMES[order]]
+                for lam in LAMS:
+                    hit = sum(key_lookup(KeyCounts(tuple((k, c[k]) for k in kinds)), lam)[0] is not None for c in looked)
+                    point[f"{order} lam>={lam}"] = hit / len(rej) if rej else 0.0
+            points.append(point)
+        out.append({k: sum(p[k] for p in points) / len(points) for k in points[0]})
+    return out
+
+
+def curve_lines(curve: list[dict]) -> list[str]:
+    from bench_forced_calibration import crossing
+
+    lines = ["", "Coverage against observations (the memory thinned at random, the mean of 5 draws below the full table; λ 2 / 4 / 6):", "",
+             "| observations | pairs | " + " | ".join(f"{o} λ 2 / 4 / 6" for o in CURVE_ORDERS) + " |",
+             "|---|---|" + "---|" * len(CURVE_ORDERS)]
+    for p in curve:
+        cells = [" / ".join(f"{100 * p[f'{o} lam>={lam}']:.1f}" for lam in LAMS) for o in CURVE_ORDERS]
+        lines.append(f"| {p['observations']:,.0f} | {p['pairs']:,.0f} | " + " | ".join(cells) + " |")
+    lines += ["", "Where λ 6 would reach 20 % (least-squares line of coverage against log2 observations through the "
+              f"points above 0; CPU hours at {FORCED_PER_CPU_HOUR:,} forced observations per hour):", ""]
+    for order in CURVE_ORDERS:
+        c = crossing(curve, key=f"{order} lam>=6")
+        lines.append(f"- {order}: " + ("no line (fewer than two points above 0, or no gain)" if c is None else
+                     f"+{100 * c['per_doubling']:.1f} points per doubling over {c['points']} points; 20 % at about "
+                     f"{c['observations']:,.0f} observations, {c['observations'] / FORCED_PER_CPU_HOUR:,.1f} CPU hours"))
+    return lines
+
+
 def pct(v) -> str:
     return "–" if v is None else f"{100 * v:.1f} %"
 
@@ -275,9 +329,10 @@ def main() -> int:
             f"observations, sha {memory.fingerprint()}); τ {TAU}; rejoin check {args.rejoin_tokens} tokens. "
             f"CPU {cpu}; avx512_bf16 {'avx512_bf16' in flags}; amx {'amx' in flags}; {args.threads} thread(s). "
             f"Items: {', '.join(r['id'] for r in rows)}."]
-    lines = render(s, head) + rescue_lines(rows, lambda i: tokenizer.decode([i]))
+    curve = thinned_curve(rows, memory, keys_of)
+    lines = render(s, head) + curve_lines(curve) + rescue_lines(rows, lambda i: tokenizer.decode([i]))
     (out_dir / f"report_{stem}.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    (out_dir / f"report_{stem}.json").write_text(json.dumps({"summary": s, "items": [r["id"] for r in rows]}, indent=1),
+    (out_dir / f"report_{stem}.json").write_text(json.dumps({"summary": s, "curve": curve, "items": [r["id"] for r in rows]}, indent=1),
                                                  encoding="utf-8")
     print("\n".join(lines))
     return 0

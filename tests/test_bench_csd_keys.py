@@ -47,3 +47,18 @@ def test_same_text_and_meaning_swaps():
     assert bench.swaps_meaning(" ==", " !=") and bench.swaps_meaning("3", "1")
     assert not bench.swaps_meaning(" solve", " determine") and not bench.swaps_meaning(".\n", " and")
     assert not bench.swaps_meaning(" 3", "3")  # one number, another spelling
+
+
+def test_the_thinned_curve_ends_at_the_full_table_and_grows_with_observations():
+    from core.memory import CorrectionMemory, PairKeys
+
+    bench = load_bench()
+    texts = {1: " The", 2: "the", 3: "THE", 4: " cat", 5: "Cat"}
+    memory = CorrectionMemory({(1, 4): 40, (3, 5): 40, (2, 4): 1})
+    rows = [{"rejections": [{"x": 2, "t": 5, "gap": -0.1}, {"x": 1, "t": 4, "gap": -0.1}, {"x": 4, "t": 1, "gap": -0.1}]}]
+    curve = bench.thinned_curve(rows, memory, lambda code: PairKeys.of(code, type("T", (), {"decode": lambda self, ids: texts[ids[0]]})(), "t"),
+                                fractions=(0.05, 1))
+    full = curve[-1]
+    assert full["observations"] == 81 and full["exact lam>=6"] == 1 / 3  # (1, 4) only
+    assert full["text lam>=6"] == full["all lam>=6"] == 2 / 3  # (2, 5) by the text key; (4, 1) by none
+    assert curve[0]["observations"] < 81 and curve[0]["text lam>=6"] <= full["text lam>=6"]
