@@ -27,15 +27,16 @@ import hashlib
 import json
 import threading
 import time
+import unicodedata
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from core.errors import WorkbenchError
 from core.persist import atomic_write, process_table, save_tables
-from core.rules import rescue_candidate
+from core.rules import KEY_ORDERS, KeyCounts, rescue_candidate
 
 FORMAT = 1
 CONTEXT_DRAFTS = "context"  # the draft side of the key for single-model CSD over context drafts
@@ -110,6 +111,9 @@ class CorrectionMemory:
         # save writes them there with the observations, when the file does not exist.
         self._seed: Counter[tuple[int, int]] | None = None
         self._seed_meta: dict[str, Any] = {}
+        # Counts under generalised keys (csd[keys=...]), derived from `_counts` on first use per key kind and
+        # tokenizer and kept up to date by `observe`; never saved (the exact pairs are the table).
+        self._derived: dict[tuple[str, str], _DerivedCounts] = {}
 
     # -- reading and updating -------------------------------------------------------------
     def count(self, draft: int, target: int) -> int:
@@ -121,11 +125,20 @@ class CorrectionMemory:
         key = (int(draft), int(target))
         with self._lock:
             before = self._counts.get(key, 0)
-            self._counts[key] = before + 1
-            self._pending[key] += 1
+            self._add(key)
+        self._maybe_autosave()
+        return before
+
+    def _add(self, key: tuple[int, int]) -> None:
+        """One observation of `key` (the caller holds the lock): the exact count and every derived key's."""
+        self._counts[key] += 1
+        self._pending[key] += 1
+        for derived in self._derived.values():
+            derived.add(key, 1)
+
+    def _maybe_autosave(self) -> None:
         if self.autosave_seconds is not None and self.path is not None and time.monotonic() - self._last_save >= self.autosave_seconds:
             self.save()
-        return before
 
     def observe_many(self, pairs: Iterable[tuple[int, int]]) -> int:
         n = 0
@@ -171,6 +184,35 @@ class CorrectionMemory:
         with self._lock:
             return self._counts.most_common(n)
 
+    def key_counts(self, draft: int, target: int, keys: "PairKeys", observe: bool = False) -> KeyCounts:
+        """The pair's counts under each of `keys`' kinds, in lookup order (exact first), read before the update;
+        with `observe`, one observation of the pair (and so of every key it falls under) in the same locked step."""
+        pair = (int(draft), int(target))
+        with self._lock:
+            counts = KeyCounts((("exact", self._counts.get(pair, 0)),
+                                *((kind, self._derived_counts(kind, keys).count(pair)) for kind in keys.kinds[1:])))
+            if observe:
+                self._add(pair)
+        if observe:
+            self._maybe_autosave()
+        return counts
+
+    def _derived_counts(self, kind: str, keys: "PairKeys") -> "_DerivedCounts":
+        """The counts under one generalised kind, derived from the exact pairs on first use (the caller holds the lock)."""
+        derived = self._derived.get((kind, keys.text_id))
+        if derived is None:
+            derived = self._derived[(kind, keys.text_id)] = _DerivedCounts(keys.key_of(kind))
+            derived.rebuild(self._counts)
+        return derived
+
+    def key_fingerprint(self, keys: "PairKeys") -> str:
+        """16 hex digits of SHA-256 over the counts of `keys`' generalised kinds as they stand: with `fingerprint`,
+        what a run's key lookups start from (a run records it in its params as keys_sha)."""
+        with self._lock:
+            rows = sorted((kind, *key, n) for kind in keys.kinds[1:]
+                          for key, n in self._derived_counts(kind, keys).counts.items() if n > 0)
+        return hashlib.sha256(json.dumps([list(keys.kinds), rows]).encode()).hexdigest()[:16]
+
     def copy(self) -> "CorrectionMemory":
         """An in-memory copy with no file: for runs whose online updates must not reach the saved table
         (a benchmark, whose items must not leak into the memory a later run starts from). Saving the
@@ -205,6 +247,8 @@ class CorrectionMemory:
             # Adopt what other processes saved meanwhile, keeping observations made during the write.
             self._counts = merged + self._pending
             self._seed, self._seed_meta = None, {}
+            for derived in self._derived.values():  # the adopted counts change every key's count
+                derived.rebuild(self._counts)
         self._last_save = time.monotonic()
         if self.path is None:
             self.path = path
@@ -238,6 +282,113 @@ class CorrectionMemory:
         for k, v in (meta or {}).items():
             mem.meta.setdefault(k, v)
         return mem
+
+
+# -- generalised keys (csd[keys=exact|text|prefix|all]) ----------------------------------------
+# A rejection (x, t*) is counted under its exact ids and, derived from the ids' texts, under coarser keys that
+# generalise across tokenisations and spellings of one word. The lookup order is core.rules.KEY_ORDERS.
+def normalised_text(text: str) -> str:
+    """A token's text as a generalised key sees it: Unicode NFKC, case-folded, surrounding whitespace removed
+    (' The', 'the' and 'THE' are one text). '' for whitespace alone or an incomplete UTF-8 piece (U+FFFD), which
+    no generalised key covers: whitespace variants are indentation in code, and byte pieces are no text."""
+    if "\ufffd" in text:
+        return ""
+    return unicodedata.normalize("NFKC", text).casefold().strip()
+
+
+def text_key(draft_text: str, correction_text: str) -> tuple[str, str] | None:
+    """`text` key: the two tokens' normalised texts, so ' Solve'→' determine' and 'solve'→' Determine' are one key."""
+    d, t = normalised_text(draft_text), normalised_text(correction_text)
+    return (d, t) if d and t else None
+
+
+def prefix_key(draft_text: str, correction_text: str) -> tuple[str, str] | None:
+    """`prefix` key: one normalised text a proper prefix of the other (a tokenisation variant: ' ret' for ' return',
+    or ' returns' for ' return'), keyed by the direction and the draft's text, so every longer or shorter
+    correction of one draft token counts together; None when neither text is a prefix of the other."""
+    d, t = normalised_text(draft_text), normalised_text(correction_text)
+    if not d or not t or d == t:
+        return None
+    if t.startswith(d):
+        return ("draft shorter", d)
+    if d.startswith(t):
+        return ("draft longer", d)
+    return None
+
+
+KEY_FUNCTIONS: dict[str, Callable[[str, str], tuple[str, str] | None]] = {"text": text_key, "prefix": prefix_key}
+
+
+class PairKeys:
+    """The key kinds a run reads (core.rules.KEY_ORDERS[keys]) and the token texts they are derived from.
+
+    `text_of(id)` is a token's text (the target's tokenizer); `text_id` names that tokenizer (the target's
+    fingerprint), so the derived counts are cached per tokenizer on the memory. Texts are cached here."""
+
+    def __init__(self, kinds: tuple[str, ...], text_of: Callable[[int], str], text_id: str):
+        unknown = [k for k in kinds[1:] if k not in KEY_FUNCTIONS]
+        if not kinds or kinds[0] != "exact" or unknown:
+            raise ValueError(f"key kinds start with 'exact' and name {sorted(KEY_FUNCTIONS)}, got {kinds}")
+        self.kinds, self.text_of, self.text_id = tuple(kinds), text_of, text_id
+        self._texts: dict[int, str] = {}
+
+    @classmethod
+    def of(cls, keys: int, tokenizer, text_id: str) -> "PairKeys":
+        """The kinds of `csd[keys=...]` (its number) over a Hugging Face tokenizer's single-token texts."""
+        return cls(KEY_ORDERS[int(keys)], lambda i: tokenizer.decode([int(i)]), text_id)
+
+    def text(self, token: int) -> str:
+        text = self._texts.get(token)
+        if text is None:
+            text = self._texts[token] = self.text_of(token)
+        return text
+
+    def key_of(self, kind: str) -> Callable[[tuple[int, int]], tuple[str, str] | None]:
+        key = KEY_FUNCTIONS[kind]
+        return lambda pair: key(self.text(pair[0]), self.text(pair[1]))
+
+
+class _DerivedCounts:
+    """One generalised key kind's counts: the sum of the exact counts of the pairs under each key."""
+
+    def __init__(self, key_of: Callable[[tuple[int, int]], tuple[str, str] | None]):
+        self.key_of = key_of
+        self.counts: Counter[tuple[str, str]] = Counter()
+
+    def rebuild(self, exact: Mapping[tuple[int, int], int]) -> None:
+        self.counts = Counter()
+        for pair, n in exact.items():
+            self.add(pair, n)
+
+    def add(self, pair: tuple[int, int], n: int) -> None:
+        key = self.key_of(pair)
+        if key is not None:
+            self.counts[key] += n
+
+    def count(self, pair: tuple[int, int]) -> int:
+        key = self.key_of(pair)
+        return self.counts.get(key, 0) if key is not None else 0
+
+
+class KeyedMemory:
+    """A correction memory read under generalised keys: what a `csd[keys=text|prefix|all]` run verifies with.
+
+    `count`/`observe` answer like CorrectionMemory's, with the counts of every key kind (core.rules.KeyCounts)
+    instead of the exact count; the rescue rule reads them most specific first. Updates go to the memory."""
+
+    def __init__(self, memory: CorrectionMemory, keys: PairKeys):
+        self.memory, self.keys = memory, keys
+
+    def count(self, draft: int, target: int) -> KeyCounts:
+        return self.memory.key_counts(draft, target, self.keys)
+
+    def observe(self, draft: int, target: int) -> KeyCounts:
+        return self.memory.key_counts(draft, target, self.keys, observe=True)
+
+
+def keyed_memory(memory: CorrectionMemory, keys: int, target) -> KeyedMemory:
+    """`memory` read under `csd[keys=...]`'s kinds, over the target's token texts (core.models.LoadedModel)."""
+    return KeyedMemory(memory, PairKeys.of(keys, target.tokenizer, target.fingerprint))
 
 
 @contextmanager

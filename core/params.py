@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from core.errors import InvalidInputError
+from core.rules import KEY_NAMES
 from core.spec import shown, to_number
 
 
@@ -61,6 +62,11 @@ PARAMS: dict[str, ParamSpec] = {
                   "t* is one of the target's EOS ids may be rescued like any other (the paper); no (0) = it never is "
                   "(reason 't* is EOS: exempt'), so a rescue cannot lengthen an answer; the memory counts the pair either way",
                   names={"yes": 1, "no": 0}),
+        ParamSpec("keys", 0, 0, 3, int, "CSD's memory keys: exact (0) = a rejection is looked up by its (draft, correction) "
+                  "token pair alone (the paper); text (1) = then by the two tokens' texts, case, surrounding space and Unicode "
+                  "form aside; prefix (2) = then by the draft's text when one text is a prefix of the other (a tokenisation "
+                  "variant); all (3) = exact, text, prefix. The most specific key whose count reached λ decides and the "
+                  "reason names it", names=KEY_NAMES),
         ParamSpec("key_len", 6, 1, 32, int, "longest n-gram key of the draft pool (l)"),
         ParamSpec("ngram", 6, 1, 64, int, "tokens per retrieved continuation (n)"),
         ParamSpec("align_m", 2, 0, 16, int, "alignment siblings per misaligned context token (m)"),

@@ -134,11 +134,59 @@ def rescue_candidate(rejected: Sequence[int], score: Callable[[int], float]) -> 
     return max(rejected, key=lambda c: (score(c), -c))
 
 
+# Generalised correction keys (csd[keys=...]): besides the exact (draft id, correction id) pair, the memory may count a
+# rejection under coarser keys that generalise across tokenisations (core.memory derives them from the exact pairs and
+# the tokenizer). The lookup reads them most specific first, so an exact pair that reached λ always decides as it does
+# with keys=exact, and a coarser key speaks only for pairs the exact table has not seen often enough.
+KEY_KINDS = ("exact", "text", "prefix")
+KEY_ORDERS = {0: ("exact",), 1: ("exact", "text"), 2: ("exact", "prefix"), 3: ("exact", "text", "prefix")}
+KEY_NAMES = {"exact": 0, "text": 1, "prefix": 2, "all": 3}  # csd[keys=all] = 3
+
+
+@dataclass(frozen=True)
+class KeyCounts:
+    """The memory's counts of one rejection under each key kind a run reads, in lookup order (exact first)."""
+
+    counts: tuple[tuple[str, int], ...]
+
+    def __post_init__(self):
+        if not self.counts or self.counts[0][0] != "exact":
+            raise ValueError("a key lookup starts with the exact pair")
+
+    @property
+    def largest(self) -> int:
+        """What a run records as the node's count: a re-score at any λ then decides as a lookup would (some key
+        reaches λ exactly when the largest does)."""
+        return max(c for _, c in self.counts)
+
+
+def key_lookup(counts: KeyCounts, lam: int) -> tuple[str | None, int]:
+    """The most specific key whose count reached λ and that count; (None, the largest count) when none did."""
+    for kind, count in counts.counts:
+        if count >= lam:
+            return kind, count
+    return None, counts.largest
+
+
+def recorded_count(count: "int | KeyCounts | None") -> int | None:
+    """The count a trace stores for a rescue candidate: the exact count, or the largest under generalised keys."""
+    return count.largest if isinstance(count, KeyCounts) else count
+
+
+def fired_key(reason: str) -> str:
+    """The key kind a rescued node's reason names ("count 9 (text key) ≥ λ 6"); a run that read exact pairs only
+    (keys=exact, or a run from before generalised keys) names none: exact."""
+    return next((kind for kind in KEY_KINDS if f"({kind} key)" in reason), "exact")
+
+
 EOS_EXEMPT = "t* is EOS: exempt (rescue_eos=no)"  # the reason of a rejection rescue_eos=no keeps
 
 
-def rescue_decision(rule: Rescue, count: int | None, gap: float, correction: int | None = None) -> tuple[bool, str]:
+def rescue_decision(rule: Rescue, count: int | KeyCounts | None, gap: float, correction: int | None = None) -> tuple[bool, str]:
     """CSD lines 16-19: `count` = M[(x, t*)] read before the update, `gap` = z(x) − z(t*), `correction` = t*.
+
+    Under generalised keys `count` holds the counts of every key kind; the most specific one that reached λ
+    decides (key_lookup), and the reason names it ("text key").
 
     The gate compares log-probability ratios, so it is the same at any sampling temperature:
     log p(x)/p(t*) = z(x) − z(t*) at T = 1 (Eq. 3). When t* is the argmax, gap = −logit_gap.
@@ -151,9 +199,14 @@ def rescue_decision(rule: Rescue, count: int | None, gap: float, correction: int
             if exempt:  # decided without the count
                 return False, EOS_EXEMPT
             raise ValueError("the memory condition needs the pair's count")
+        if isinstance(count, KeyCounts):
+            kind, count = key_lookup(count, rule.lam)
+            key = f" ({kind} key)" if kind is not None else " (largest of the keys)"
+        else:
+            key = ""
         is_freq = count >= rule.lam
         ok &= is_freq
-        parts.append(f"count {count} {'≥' if is_freq else '<'} λ {rule.lam}")
+        parts.append(f"count {count}{key} {'≥' if is_freq else '<'} λ {rule.lam}")
     if rule.tau is not None:
         log_tau = math.log(rule.tau)
         is_safe = gap >= log_tau

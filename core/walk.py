@@ -27,12 +27,13 @@ from typing import Literal
 import torch
 from transformers import LogitsProcessorList
 
-from core.rules import NodeStats, Rescue, RuleResult, Rules, rescue_candidate, rescue_decision, rule_for
+from core.rules import NodeStats, Rescue, RuleResult, Rules, recorded_count, rescue_candidate, rescue_decision, rule_for
 from core.tree import DraftTree
 from core.types import Decision
 
 UNKNOWN: Literal["unknown"] = "unknown"  # a rescue candidate whose memory count is not known (re-scoring a node the run never judged)
-CountOf = Callable[[int, "int | None"], "int | None"]  # (candidate node, correction t*) -> M[(x, t*)] before the update
+CountOf = Callable[[int, "int | None"], "int | KeyCounts | None"]  # (candidate node, correction t*) -> M[(x, t*)] before the update
+# (KeyCounts: under csd[keys=...], the counts of every key kind; core.rules.key_lookup reads them)
 
 
 @dataclass
@@ -126,7 +127,7 @@ def walk(tree: DraftTree, nodes: Sequence[NodeStats | None], logp: Sequence[floa
         cand = rescue_candidate(kids[end], lambda c: logp[c])
         correction = argmax[end] if argmax is not None else None
         count = count_of(cand, correction) if count_of is not None else None
-        extra[cand] = {"correction_id": correction, "mem_count": count}
+        extra[cand] = {"correction_id": correction, "mem_count": recorded_count(count)}
         # t* is the argmax at T = 0; p_eos is the likeliest EOS id's p, so t* can be one only if p_eos = max p.
         ok, detail = _rescued(rescue, count, -nodes[cand].logit_gap, correction,
                               maybe_exempt=nodes[cand].p_eos >= nodes[cand].max_p)
@@ -214,7 +215,7 @@ def sample_walk(tree: DraftTree, logits: torch.Tensor, processors: LogitsProcess
             cand = rescue_candidate(kids[node], lambda c: float(p[tree.tokens[c]]))
             why = "differs from the target's sample"
         count = count_of(cand, correction) if count_of is not None else None
-        extra[cand] = {"correction_id": correction, "mem_count": count}
+        extra[cand] = {"correction_id": correction, "mem_count": recorded_count(count)}
         z = logits[node]
         ok, detail = _rescued(rescue, count, float(z[tree.tokens[cand]] - z[correction]), correction)
         if ok is None:

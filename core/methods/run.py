@@ -169,6 +169,11 @@ def _decoding_parts(method: Method, run: RunTrace, target, draft, context_ids, m
     memory = correction_memory(method, target, draft, memory)
     if method.reads_memory:  # which memory the run read, and how: a stored run says what made it
         p.update(memory_sha=memory.fingerprint(), memory_pairs=len(memory), memory_observations=memory.total)
+        if p.get("keys", 0):  # generalised keys: derived from the exact pairs and the target's token texts
+            from core.memory import keyed_memory
+
+            memory = keyed_memory(memory, p["keys"], target)
+            p["keys_sha"] = memory.memory.key_fingerprint(memory.keys)
     table = recycle_table(method, p, target)
     if table is not None:  # the table the run starts from: runs are reproducible from it (docs/RESULTS.md)
         p.update(table.state())

@@ -12,12 +12,13 @@ import pandas as pd
 
 from core.errors import InvalidInputError, WorkbenchError
 from core.memory import CorrectionMemory, calibrated_path, pair_fingerprint, rescues, shared_memory
+from core.rules import fired_key
 from workbench.methods import get_method
 from core.trace import RunTrace
 from workbench.ui.access import NOBODY
 from workbench.ui.shared import RunCache, decoder_for, error_md, parse_run_ids
 
-ENTRY_COLUMNS = ["draft token", "draft id", "correction", "correction id", "count", "rescued in the runs"]
+ENTRY_COLUMNS = ["draft token", "draft id", "correction", "correction id", "count", "rescued in the runs", "rescued by key"]
 SHOWN_ENTRIES = 300  # the most frequent pairs; pairs that rescued in the chosen runs are always listed
 MODES = {0: "online (every rejection adds to it)", 1: "frozen (read only)"}
 
@@ -41,6 +42,17 @@ def rescue_counts(traces: Sequence[RunTrace]) -> Counter:
     return Counter((draft, correction) for t in traces for _, draft, correction, _, _ in rescues(t.steps))
 
 
+def rescue_keys(traces: Sequence[RunTrace]) -> dict[tuple[int, int], Counter]:
+    """(draft token, correction token) -> the memory key kinds that rescued it in the runs (csd[keys=...])."""
+    out: dict[tuple[int, int], Counter] = {}
+    for t in traces:
+        for s in t.steps:
+            for n in s.nodes:
+                if n.decision == "rescued" and n.correction_id is not None:
+                    out.setdefault((n.token_id, n.correction_id), Counter())[fired_key(n.reason or "")] += 1
+    return out
+
+
 def token_texts(traces: Sequence[RunTrace], decode=None):
     """A function id -> text: the tokenizer when given, else the texts the runs' node records carry, else ⟨id⟩."""
     known = {n.token_id: n.token_text for t in traces for s in t.steps for n in s.nodes}
@@ -55,13 +67,17 @@ def token_texts(traces: Sequence[RunTrace], decode=None):
     return text
 
 
-def entries_frame(memory: CorrectionMemory, rescued: Counter, text, limit: int = SHOWN_ENTRIES) -> pd.DataFrame:
-    """The memory's pairs by count, most frequent first (ties by id), and every pair that rescued in the runs."""
+def entries_frame(memory: CorrectionMemory, rescued: Counter, text, limit: int = SHOWN_ENTRIES,
+                  by_key: dict[tuple[int, int], Counter] | None = None) -> pd.DataFrame:
+    """The memory's pairs by count, most frequent first (ties by id), and every pair that rescued in the runs, with
+    the key kinds that rescued it (`by_key`, rescue_keys: a text or prefix key rescues pairs whose own count is below λ)."""
     counts = memory.snapshot()
     top = sorted(counts, key=lambda k: (-counts[k], k))[:limit]
     pairs = top + sorted(set(rescued) - set(top), key=lambda k: (-counts.get(k, 0), k))
+    keys = by_key or {}
     rows = [{"draft token": repr(text(d)), "draft id": d, "correction": repr(text(c)), "correction id": c,
-             "count": counts.get((d, c), 0), "rescued in the runs": rescued.get((d, c), 0)} for d, c in pairs]
+             "count": counts.get((d, c), 0), "rescued in the runs": rescued.get((d, c), 0),
+             "rescued by key": ", ".join(f"{k} {n}" for k, n in sorted(keys.get((d, c), {}).items()))} for d, c in pairs]
     frame = pd.DataFrame(rows, columns=ENTRY_COLUMNS)
     return frame.sort_values(["count", "rescued in the runs"], ascending=False, kind="stable").reset_index(drop=True)
 
@@ -108,7 +124,7 @@ def memory_view(cache: RunCache, choice, last_comparison, viewer=None, decode_fo
     md = summary_md([f"#{s.id}" for s in same_pair], first, memory, source, rescued)
     if len(same_pair) < len(csd):
         md += f"  \n⚠ {len(csd) - len(same_pair)} chosen run(s) used another model pair's memory and are left out."
-    return md, entries_frame(memory, rescued, token_texts(traces, decode))
+    return md, entries_frame(memory, rescued, token_texts(traces, decode), by_key=rescue_keys(traces))
 
 
 def _reads_memory_method(name: str) -> bool:
