@@ -7,6 +7,11 @@ split, core.rules.by_source), `casd` keeps δ (it drafts no alignment nodes). `a
 parameters (`fitted_values`), so the run records what it used and its rules are rebuilt from its
 parameters alone: re-scoring a stored run never reads this file.
 
+A fit the user made (`<home>/thresholds/`) is read first; else the fit shipped with the package for the
+model and dtype (`core/fits/<fingerprint>-<dtype>.json`, the `.sha256` file beside it says how it was made),
+so `aasd[auto]` works on a fresh install for the models that have one. A shipped fit is chosen by mean
+accepted length, which does not depend on the machine, so it holds for any device.
+
 The fitting (decoding held-out items, scoring them, choosing) is workbench.evaluation.thresholds.
 """
 from __future__ import annotations
@@ -43,6 +48,24 @@ def _dtype(target) -> str:
 def thresholds_path(target) -> Path:
     """`<home>/thresholds/<fingerprint>-<device>-<dtype>.json`, named as core.timing names the cost curve."""
     return workbench_home() / "thresholds" / f"{target.fingerprint}-{target.device.type}-{_dtype(target)}.json"
+
+
+SHIPPED_DIR = Path(__file__).resolve().parent / "fits"
+
+
+def shipped_fits_path(target) -> Path:
+    """Where the package keeps the fits shipped for this model and dtype (whether or not there are any)."""
+    return SHIPPED_DIR / f"{target.fingerprint}-{_dtype(target)}.json"
+
+
+def stored_fit(target, method: str) -> tuple[dict[str, Any] | None, str]:
+    """(`method`'s fit for this model, device and dtype, where it came from): the user's ("home") when there is
+    one, else the package's ("shipped"), else (None, "none")."""
+    for path, where in ((thresholds_path(target), "home"), (shipped_fits_path(target), "shipped")):
+        fit = load_fits(path).get(method)
+        if fit is not None:
+            return fit, where
+    return None, "none"
 
 
 def calibrate_command(target, method: str) -> str:
@@ -86,8 +109,8 @@ def fitted_values(target, method: str) -> dict[str, float]:
     No fit stored is an InvalidInputError naming the command that makes one."""
     if method not in FITTED_PARAMS:
         raise InvalidInputError(f"{method} has no fitted thresholds; `[auto]` works for {', '.join(FITTED_PARAMS)}")
-    path = thresholds_path(target)
-    fit = load_fits(path).get(method)
+    fit, where = stored_fit(target, method)
+    path = thresholds_path(target) if where != "shipped" else shipped_fits_path(target)
     if fit is None:
         raise InvalidInputError(f"no thresholds are fitted for {method} on {target.name} ({target.device.type}, "
                                 f"{_dtype(target)}): run `{calibrate_command(target, method)}` first")
