@@ -10,7 +10,10 @@ parameters alone: re-scoring a stored run never reads this file.
 A fit the user made (`<home>/thresholds/`) is read first; else the fit shipped with the package for the
 model and dtype (`core/fits/<fingerprint>-<dtype>.json`, the `.sha256` file beside it says how it was made),
 so `aasd[auto]` works on a fresh install for the models that have one. A shipped fit is chosen by mean
-accepted length, which does not depend on the machine, so it holds for any device.
+accepted length, which does not depend on the machine, so it holds for any device; where none was made in
+the running dtype, the model's shipped fit of another dtype serves (float32's first): thresholds are on
+the target's probabilities, which bfloat16 moves by about a percent, but the admissibility evidence is the
+other dtype's (`stored_fit` says which file it read).
 
 The fitting (decoding held-out items, scoring them, choosing) is workbench.evaluation.thresholds.
 """
@@ -58,14 +61,38 @@ def shipped_fits_path(target) -> Path:
     return SHIPPED_DIR / f"{target.fingerprint}-{_dtype(target)}.json"
 
 
+def _shipped_candidates(target) -> list[Path]:
+    """The model's shipped fit files: the running dtype's first, then float32's, then any other dtype's."""
+    exact = shipped_fits_path(target)
+    others = sorted(SHIPPED_DIR.glob(f"{target.fingerprint}-*.json"), key=lambda p: (not p.stem.endswith("float32"), p.name))
+    return [exact] + [p for p in others if p != exact]
+
+
 def stored_fit(target, method: str) -> tuple[dict[str, Any] | None, str]:
     """(`method`'s fit for this model, device and dtype, where it came from): the user's ("home") when there is
-    one, else the package's ("shipped"), else (None, "none")."""
-    for path, where in ((thresholds_path(target), "home"), (shipped_fits_path(target), "shipped")):
+    one, else the package's ("shipped", or "shipped (float32)" when made in another dtype), else (None, "none")."""
+    fit = load_fits(thresholds_path(target)).get(method)
+    if fit is not None:
+        return fit, "home"
+    for path in _shipped_candidates(target):
         fit = load_fits(path).get(method)
         if fit is not None:
-            return fit, where
+            dtype = path.stem[len(target.fingerprint) + 1:]
+            return fit, "shipped" if dtype == _dtype(target) else f"shipped ({dtype})"
     return None, "none"
+
+
+def shipped_fit_models(method: str) -> set[str]:
+    """The model names the package ships a `method` fit for (the UI defaults to `method[auto]` for them)."""
+    names = set()
+    for path in SHIPPED_DIR.glob("*.json"):
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(data, dict) and method in (data.get("fits") or {}):
+            names.add(str(data.get("model")))
+    return names
 
 
 def calibrate_command(target, method: str) -> str:
@@ -110,7 +137,7 @@ def fitted_values(target, method: str) -> dict[str, float]:
     if method not in FITTED_PARAMS:
         raise InvalidInputError(f"{method} has no fitted thresholds; `[auto]` works for {', '.join(FITTED_PARAMS)}")
     fit, where = stored_fit(target, method)
-    path = thresholds_path(target) if where != "shipped" else shipped_fits_path(target)
+    path = thresholds_path(target) if not where.startswith("shipped") else shipped_fits_path(target)
     if fit is None:
         raise InvalidInputError(f"no thresholds are fitted for {method} on {target.name} ({target.device.type}, "
                                 f"{_dtype(target)}): run `{calibrate_command(target, method)}` first")

@@ -291,3 +291,19 @@ def test_the_fit_runs_across_families_can_be_shipped_and_bench_checks_the_shippe
     assert fit_overlap(tiny, ["aasd[auto]"], None, items[:40]) == {}
     assert fit_overlap(tiny, ["aasd[auto]", "aasd"], None, items) == {"aasd[auto]": [f"summarization/{held['summarization'][0]}"]}
     assert fit_overlap(tiny, ["casd[auto]"], None, items) == {}  # no casd fit: nothing to overlap
+
+
+def test_a_shipped_fit_of_another_dtype_serves_and_names_its_dtype(tiny, home, tmp_path, monkeypatch):
+    import core.thresholds as thresholds
+
+    monkeypatch.setattr(thresholds, "SHIPPED_DIR", tmp_path / "fits")
+    assert thresholds.stored_fit(tiny, "aasd") == (None, "none") and thresholds.shipped_fit_models("aasd") == set()
+    (tmp_path / "fits").mkdir()
+    write = lambda dtype, values: (tmp_path / "fits" / f"tiny-{dtype}.json").write_text(  # noqa: E731
+        json.dumps({"model": "tiny-llama", "fits": {"aasd": {"values": values}}}))
+    write("bfloat16", FIT)
+    assert thresholds.stored_fit(tiny, "aasd")[1] == "shipped (bfloat16)" and fitted_values(tiny, "aasd") == FIT
+    assert thresholds.shipped_fit_models("aasd") == {"tiny-llama"} and thresholds.shipped_fit_models("casd") == set()
+    own = dict(FIT, beta=0.2)
+    write("float32", own)  # the running dtype's own comes first
+    assert thresholds.stored_fit(tiny, "aasd")[1] == "shipped" and fitted_values(tiny, "aasd") == own
