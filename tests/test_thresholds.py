@@ -10,7 +10,7 @@ import pytest
 from core.errors import InvalidInputError
 from core.methods import get_method, parse_method_spec, resolve_params, run_method
 from core.rules import NodeStats, rule_for
-from core.thresholds import LOSSLESS, describe_values, fitted_values, save_fit, thresholds_path
+from core.thresholds import FITTED_PARAMS, LOSSLESS, describe_values, fitted_values, save_fit, thresholds_path
 from workbench.evaluation.tasks import Task
 from workbench.evaluation.admissibility import fastest
 from workbench.evaluation.thresholds import (Trial, fit_thresholds, format_fit, grid_settings, held_out_tasks, items_record,
@@ -307,3 +307,37 @@ def test_a_shipped_fit_of_another_dtype_serves_and_names_its_dtype(tiny, home, t
     own = dict(FIT, beta=0.2)
     write("float32", own)  # the running dtype's own comes first
     assert thresholds.stored_fit(tiny, "aasd")[1] == "shipped" and fitted_values(tiny, "aasd") == own
+
+
+def test_the_shipped_fits_match_their_hashes_and_were_made_on_held_out_items_only(home):
+    """Every file in core/fits: its .sha256 holds its hash and the command that made it, and no item it was fitted
+    on is in its family's evaluation split (what reports show)."""
+    import hashlib
+
+    from core.thresholds import SHIPPED_DIR
+    from workbench.evaluation.families import FAMILIES, family_tasks
+
+    files = sorted(SHIPPED_DIR.glob("*.json"))
+    assert files, "no shipped fit in core/fits"
+    for path in files:
+        sha = path.with_name(path.name + ".sha256").read_text().splitlines()
+        assert sha[0].split() == [hashlib.sha256(path.read_bytes()).hexdigest(), path.name]
+        data = json.loads(path.read_text())
+        for method, fit in data["fits"].items():
+            assert any(line.startswith(f"# {method} rebuild: python -m workbench calibrate --thresholds") for line in sha)
+            assert set(fit["values"]) == set(FITTED_PARAMS[method]) and fit["items"]["split"] == "held_out"
+            for family, ids in fit["items"]["families"].items():
+                assert family in FAMILIES and ids
+                assert not set(ids) & {t.id for t in family_tasks(family, "evaluation")}, (path.name, family)
+
+
+@pytest.mark.real_model
+def test_aasd_auto_works_out_of_the_box_on_smollm2_with_the_shipped_fit(smollm2, home):
+    from core.models import encode_prompt
+    from core.thresholds import stored_fit
+
+    fit, where = stored_fit(smollm2, "aasd")
+    assert where == "shipped" and not thresholds_path(smollm2).exists()  # an empty home: the package's fit
+    ids = encode_prompt(smollm2.tokenizer, "Repeat exactly: the cat sat on the mat. The cat sat on the mat.")
+    run = run_method("aasd", smollm2, ids, {"fitted": 1, "max_new_tokens": 12, "max_nodes": 8})
+    assert {k: run.params[k] for k in fit["values"]} == fit["values"] and run.output_ids
