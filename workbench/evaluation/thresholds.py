@@ -26,8 +26,8 @@ from typing import Any
 from core.errors import InvalidInputError
 from workbench.methods import resolve_params
 from core.thresholds import FITTED_PARAMS, LOSSLESS, stored_fit
-from workbench.evaluation.admissibility import SPEED_MEASURES, FamilyOutcome, Judgement, fastest, judge
-from workbench.evaluation.bench import run_bench
+from workbench.evaluation.admissibility import SPEED_MEASURES, FamilyOutcome, fastest, judge
+from workbench.evaluation.bench import run_bench, summarise_rows
 from workbench.evaluation.calibration import BENCHMARK_ITEMS
 from workbench.evaluation.families import family_score
 from workbench.evaluation.scores import score_task
@@ -180,8 +180,6 @@ def measure_settings(target, tasks: Sequence[Task], specs: Sequence[str], *, par
     result = run_bench(target, tasks, list(specs), params, max_new_tokens=max_new_tokens, scorer=None, on_result=score,
                        progress=progress)
     rows = result["tasks"]
-    from workbench.evaluation.bench import summarise_rows
-
     summary = summarise_rows(rows)  # run_bench summarised before on_result's scores were all in
     return {"rows": rows, "greedy": summary["greedy"], "summary": summary,
             "outcomes": {spec: outcomes_by_family(rows, spec) for spec in specs}}
