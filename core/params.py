@@ -50,6 +50,11 @@ PARAMS: dict[str, ParamSpec] = {
         # Per source: alignment nodes may take their own α, β (unset: the same as context nodes).
         ParamSpec("alpha_alignment", None, 0.0, 10.0, float, "α for alignment nodes (AASD); unset = α"),
         ParamSpec("beta_alignment", None, 0.0, 1.0, float, "β for alignment nodes (AASD); unset = β"),
+        ParamSpec("epsilon", 0.09, 0.0, 1.0, float, "typical acceptance's ceiling ε: accept p > min(ε, α·exp(−H)) (Medusa)"),
+        ParamSpec("entropy_gate", 1.5, 0.0, 20.0, float, "fly: a mismatch is considered only where the target's entropy "
+                  "(nats) is at least this"),
+        ParamSpec("window", 3, 1, 64, int, "fly: tokens after a considered mismatch that must all match the target's "
+                  "argmax for it to stay"),
         ParamSpec("fitted", 0, 0, 1, int, "1 = verify with the thresholds `calibrate --thresholds` fitted for this model, "
                   "device and dtype (aasd: α, β per source; casd: δ), written `aasd[auto]`; the run records the values "
                   "it used in alpha, beta, alpha_alignment, beta_alignment (delta), so it re-scores without the fit"),

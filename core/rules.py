@@ -35,7 +35,6 @@ class RuleResult:
 
 
 Rule = Callable[[NodeStats], RuleResult]
-Rules = Rule | Mapping[str, Rule]  # one rule for every node, or one per node source
 
 
 def strict(n: NodeStats) -> RuleResult:
@@ -94,6 +93,69 @@ def adaptive(alpha: float, beta: float) -> Rule:
     return rule
 
 
+def typical(epsilon: float, alpha: float) -> Rule:
+    """Medusa's typical acceptance: accept iff p > min(ε, α·exp(−H)), and always the argmax (Medusa always
+    keeps the target's own next token). A near-deterministic position (low H) needs p above ε; a spread-out one
+    (high H) accepts anything the target finds at all plausible, down to α·exp(−H)."""
+
+    def rule(n: NodeStats) -> RuleResult:
+        threshold = min(epsilon, alpha * math.exp(-n.entropy))
+        if n.rank == 0:
+            return RuleResult(True, threshold, "argmax")
+        if n.p > threshold:
+            return RuleResult(True, threshold, f"p {n.p:.4g} > min(ε, α·exp(−H)) {threshold:.4g}")
+        return RuleResult(False, threshold, f"p {n.p:.4g} ≤ min(ε, α·exp(−H)) {threshold:.4g}")
+
+    return rule
+
+
+def entropy_gate(gate: float) -> Rule:
+    """FLy's entropy-level gate (a node's rule): the argmax passes; a mismatch passes, provisionally, only where
+    the target is unsure, H ≥ gate (nats): at a near-deterministic position a mismatch is an error. A passed
+    mismatch still has to survive the deferred window (`deferred_keep`)."""
+
+    def rule(n: NodeStats) -> RuleResult:
+        if n.rank == 0:
+            return RuleResult(True, gate, "argmax")
+        if n.entropy >= gate:
+            return RuleResult(True, gate, f"mismatch (rank {n.rank}) at H {n.entropy:.3g} ≥ gate {gate:.3g}: deferred")
+        return RuleResult(False, gate, f"mismatch (rank {n.rank}) at H {n.entropy:.3g} < gate {gate:.3g}")
+
+    return rule
+
+
+def deferred_keep(path: Sequence[NodeStats], window: int) -> tuple[int, str]:
+    """FLy's token-level deferred window over an accepted path (root excluded, in order): a mismatch stays only if
+    the next `window` tokens on the path all match the target's argmax: had the mismatch derailed the text, the
+    target would disagree with what follows it. Returns (tokens kept, the reason for a cut, "" when none): the path
+    is cut just before the first mismatch whose window fails, is cut short by the path's end, or holds another
+    mismatch (the window is checked within this step, conservatively)."""
+    if window < 1:
+        raise ValueError(f"the deferred window must be at least 1 token, got {window}")
+    for i, n in enumerate(path):
+        if n.rank == 0:
+            continue
+        after = path[i + 1 : i + 1 + window]
+        if len(after) < window:
+            return i, f"deferred mismatch: only {len(after)} of the {window} window tokens follow it in this step"
+        bad = next((j for j, m in enumerate(after) if m.rank != 0), None)
+        if bad is not None:
+            return i, f"deferred mismatch: window token {bad + 1} of {window} is not the target's argmax"
+    return len(path), ""
+
+
+@dataclass(frozen=True)
+class Deferred:
+    """Rules with FLy's deferred window: `rules` judge each node, then the walk cuts the chosen path where
+    `deferred_keep(path, window)` says."""
+
+    rules: Rules
+    window: int
+
+
+Rules = Rule | Mapping[str, Rule] | Deferred  # one rule for every node, one per node source, or either with a deferred window
+
+
 def by_source(relaxed: Rule) -> dict[str, Rule]:
     """AASD's split: the relaxed rule for copied and alignment nodes, strict for everything else
     (generated text, draft-model tokens, Token Recycling's `recycled` nodes)."""
@@ -102,6 +164,8 @@ def by_source(relaxed: Rule) -> dict[str, Rule]:
 
 def rule_for(rules: Rules, source: str) -> Rule:
     """The rule that judges a node of `source`; a per-source table without it judges strictly."""
+    if isinstance(rules, Deferred):
+        return rule_for(rules.rules, source)
     return rules if callable(rules) else rules.get(source, strict)
 
 

@@ -7,6 +7,14 @@ split, core.rules.by_source), `casd` keeps δ (it drafts no alignment nodes). `a
 parameters (`fitted_values`), so the run records what it used and its rules are rebuilt from its
 parameters alone: re-scoring a stored run never reads this file.
 
+A fit the user made (`<home>/thresholds/`) is read first; else the fit shipped with the package for the
+model and dtype (`core/fits/<fingerprint>-<dtype>.json`, the `.sha256` file beside it says how it was made),
+so `aasd[auto]` works on a fresh install for the models that have one. A shipped fit is chosen by mean
+accepted length, which does not depend on the machine, so it holds for any device; where none was made in
+the running dtype, the model's shipped fit of another dtype serves (float32's first): thresholds are on
+the target's probabilities, which bfloat16 moves by about a percent, but the admissibility evidence is the
+other dtype's (`stored_fit` says which file it read).
+
 The fitting (decoding held-out items, scoring them, choosing) is workbench.evaluation.thresholds.
 """
 from __future__ import annotations
@@ -43,6 +51,48 @@ def _dtype(target) -> str:
 def thresholds_path(target) -> Path:
     """`<home>/thresholds/<fingerprint>-<device>-<dtype>.json`, named as core.timing names the cost curve."""
     return workbench_home() / "thresholds" / f"{target.fingerprint}-{target.device.type}-{_dtype(target)}.json"
+
+
+SHIPPED_DIR = Path(__file__).resolve().parent / "fits"
+
+
+def shipped_fits_path(target) -> Path:
+    """Where the package keeps the fits shipped for this model and dtype (whether or not there are any)."""
+    return SHIPPED_DIR / f"{target.fingerprint}-{_dtype(target)}.json"
+
+
+def _shipped_candidates(target) -> list[Path]:
+    """The model's shipped fit files: the running dtype's first, then float32's, then any other dtype's."""
+    exact = shipped_fits_path(target)
+    others = sorted(SHIPPED_DIR.glob(f"{target.fingerprint}-*.json"), key=lambda p: (not p.stem.endswith("float32"), p.name))
+    return [exact] + [p for p in others if p != exact]
+
+
+def stored_fit(target, method: str) -> tuple[dict[str, Any] | None, str]:
+    """(`method`'s fit for this model, device and dtype, where it came from): the user's ("home") when there is
+    one, else the package's ("shipped", or "shipped (float32)" when made in another dtype), else (None, "none")."""
+    fit = load_fits(thresholds_path(target)).get(method)
+    if fit is not None:
+        return fit, "home"
+    for path in _shipped_candidates(target):
+        fit = load_fits(path).get(method)
+        if fit is not None:
+            dtype = path.stem[len(target.fingerprint) + 1:]
+            return fit, "shipped" if dtype == _dtype(target) else f"shipped ({dtype})"
+    return None, "none"
+
+
+def shipped_fit_models(method: str) -> set[str]:
+    """The model names the package ships a `method` fit for (the UI defaults to `method[auto]` for them)."""
+    names = set()
+    for path in SHIPPED_DIR.glob("*.json"):
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(data, dict) and method in (data.get("fits") or {}):
+            names.add(str(data.get("model")))
+    return names
 
 
 def calibrate_command(target, method: str) -> str:
@@ -86,8 +136,8 @@ def fitted_values(target, method: str) -> dict[str, float]:
     No fit stored is an InvalidInputError naming the command that makes one."""
     if method not in FITTED_PARAMS:
         raise InvalidInputError(f"{method} has no fitted thresholds; `[auto]` works for {', '.join(FITTED_PARAMS)}")
-    path = thresholds_path(target)
-    fit = load_fits(path).get(method)
+    fit, where = stored_fit(target, method)
+    path = thresholds_path(target) if not where.startswith("shipped") else shipped_fits_path(target)
     if fit is None:
         raise InvalidInputError(f"no thresholds are fitted for {method} on {target.name} ({target.device.type}, "
                                 f"{_dtype(target)}): run `{calibrate_command(target, method)}` first")

@@ -27,7 +27,8 @@ from typing import Literal
 import torch
 from transformers import LogitsProcessorList
 
-from core.rules import NodeStats, Rescue, RuleResult, Rules, recorded_count, rescue_candidate, rescue_decision, rule_for
+from core.rules import (Deferred, NodeStats, Rescue, RuleResult, Rules, deferred_keep, recorded_count, rescue_candidate,
+                        rescue_decision, rule_for)
 from core.tree import DraftTree
 from core.types import Decision
 
@@ -145,6 +146,14 @@ def walk(tree: DraftTree, nodes: Sequence[NodeStats | None], logp: Sequence[floa
         passed[cand] = True
         rescued.add(cand)
         path.append(cand)
+    if isinstance(rules, Deferred):  # FLy: cut the path before a mismatch its window did not confirm
+        keep, why = deferred_keep([nodes[i] for i in path[1:]], rules.window)
+        for i in path[1 + keep:]:
+            results[i] = RuleResult(False, results[i].threshold, f"{results[i].reason}; {why}")
+        path = path[:1 + keep]
+        for i in [i for i in stopped_at if tree.parents[i] not in path]:  # a rejection below the cut: never reached
+            del stopped_at[i]
+            extra[i] = {}
     decisions, reasons = _finish(tree, path, results, rescued, stopped_at)
     bonus = argmax[path[-1]] if argmax is not None else None
     return Verdict(path, decisions, reasons, thresholds, extra, bonus, note)

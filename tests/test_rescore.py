@@ -218,7 +218,7 @@ def test_refusals_say_why():
 def test_every_engine_method_carries_its_verification():
     """Rules and rescue are data on the method, the same callables for the engine and for re-scoring;
     a method that reads CSD's memory has a rescue rule that reads its counts."""
-    from core.rules import Rescue
+    from core.rules import Deferred, Rescue
 
     for m in METHODS.values():
         if not m.in_engine:
@@ -226,6 +226,9 @@ def test_every_engine_method_carries_its_verification():
             continue
         p = resolve_params(m.name)
         rules, rescue = m.rules_of(p), m.rescue_of(p)
+        if isinstance(rules, Deferred):  # fly: per-node rules plus a path cut, both data on the method
+            assert rules.window >= 1, m.name
+            rules = rules.rules
         assert callable(rules) or all(callable(r) for r in rules.values()), m.name
         assert rescue is None or isinstance(rescue, Rescue), m.name
         assert m.reads_memory == (rescue is not None and rescue.lam is not None), m.name

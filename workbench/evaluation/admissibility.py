@@ -6,7 +6,9 @@ over f's held-out items (scores ×100, the same items decoded by both in one run
 bootstrap interval of their mean (2,000 resamples, seeded). The setting is admissible when every family's
 lower bound is at least −TOLERANCE (one point): no family may plausibly lose more than a point. Among the
 admissible settings the fastest wins, by speed-up pooled over families (all tokens over all decoding
-seconds, against greedy's on the same items); when none is admissible, the rule's lossless setting.
+seconds, against greedy's on the same items) or by mean accepted length pooled over families (all tokens
+decoded over all verification steps: the same on any machine, free of timing noise); when none is
+admissible, the rule's lossless setting.
 
 A fit on one family says nothing about another: a threshold that helps summarization can cost two thirds
 of extractive QA's F1. Demanding the bound per family, not on the pooled mean, is what refuses it.
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -37,6 +40,8 @@ class FamilyOutcome:
     setting_seconds: float  # decoding seconds (prefill excluded)
     greedy_tokens: int
     greedy_seconds: float
+    setting_decoded: float | None = None  # tokens decoded and steps taken (MAL = decoded / steps); None: not counted
+    setting_steps: int | None = None
 
 
 @dataclass(frozen=True)
@@ -52,6 +57,7 @@ class Judgement:
     setting: str
     admissible: bool
     speedup: float  # pooled over families
+    mal: float | None = None  # the setting's mean accepted length pooled over families (None: steps not counted)
     intervals: dict[str, Interval] = field(default_factory=dict)
     failing: tuple[str, ...] = ()  # families whose lower bound is below −TOLERANCE
 
@@ -83,6 +89,14 @@ def pooled_speedup(outcomes: Sequence[FamilyOutcome]) -> float:
     return (sum(o.setting_tokens for o in outcomes) / seconds) / (sum(o.greedy_tokens for o in outcomes) / greedy_seconds)
 
 
+def pooled_mal(outcomes: Sequence[FamilyOutcome]) -> float | None:
+    """Tokens decoded per verification step over every family's items (None when a family did not count them)."""
+    if any(o.setting_decoded is None or o.setting_steps is None for o in outcomes):
+        return None
+    steps = sum(o.setting_steps for o in outcomes)
+    return sum(o.setting_decoded for o in outcomes) / steps if steps else None
+
+
 def judge(setting: str, outcomes: Sequence[FamilyOutcome], families: Sequence[str] | None = None, *,
           tolerance: float = TOLERANCE, confidence: float = CONFIDENCE, resamples: int = RESAMPLES,
           seed: int = SEED) -> Judgement:
@@ -102,20 +116,37 @@ def judge(setting: str, outcomes: Sequence[FamilyOutcome], families: Sequence[st
     intervals = {f: paired_interval(by_family[f].setting_scores, by_family[f].greedy_scores, confidence=confidence,
                                     resamples=resamples, seed=seed) for f in wanted}
     failing = tuple(f for f in wanted if intervals[f].low < -tolerance)
-    return Judgement(setting, not failing, pooled_speedup([by_family[f] for f in wanted]), intervals, failing)
+    mine = [by_family[f] for f in wanted]
+    return Judgement(setting, not failing, pooled_speedup(mine), pooled_mal(mine), intervals, failing)
+
+
+SPEED_MEASURES = ("mal", "speedup")
+
+
+def fastest(judgements: Sequence[Any], by: str = "speedup") -> Any:
+    """The fastest admissible judgement by `by` (the measured speed-up, or MAL: tokens per verification step,
+    which does not depend on the machine's noise), the earlier one on a tie; None when none is admissible.
+    Anything with `admissible`, `speedup` and `mal` is judged alike (a Judgement, a fit's Trial)."""
+    if by not in SPEED_MEASURES:
+        raise InvalidInputError(f"speed is measured by {' or '.join(SPEED_MEASURES)}, not {by!r}")
+    best = None
+    for j in judgements:
+        value = getattr(j, by)
+        if j.admissible and value is not None and (best is None or value > getattr(best, by)):
+            best = j
+    return best
 
 
 def choose_setting(candidates: Mapping[str, Sequence[FamilyOutcome]], lossless: str,
-                   families: Sequence[str] | None = None, **options) -> tuple[str, list[Judgement]]:
-    """(the setting to keep, every candidate's judgement): the fastest admissible candidate (the earlier one on
-    a tie), else `lossless`. Every candidate is judged on the same `families` (default: the first candidate's)."""
+                   families: Sequence[str] | None = None, *, by: str = "speedup",
+                   **options) -> tuple[str, list[Judgement]]:
+    """(the setting to keep, every candidate's judgement): the fastest admissible candidate by `by` (the earlier
+    one on a tie), else `lossless`. Every candidate is judged on the same `families` (default: the first
+    candidate's)."""
     if not candidates:
         return lossless, []
     if families is None:
         families = [o.family for o in next(iter(candidates.values()))]
     judgements = [judge(name, outcomes, families, **options) for name, outcomes in candidates.items()]
-    best = None
-    for j in judgements:
-        if j.admissible and (best is None or j.speedup > best.speedup):
-            best = j
+    best = fastest(judgements, by)
     return (best.setting if best is not None else lossless), judgements

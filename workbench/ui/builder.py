@@ -59,6 +59,16 @@ def build_app(db: str | None = None, pool: service.ModelPool | None = None, queu
                 analytics_pick = analytics_tab(store, cache, compare_ids, who)
             with gr.Tab("Export") as export:
                 export_pick = export_tab(store, cache, compare_ids, who)
+            with gr.Tab("Frontier", elem_id="tab-frontier"):  # report --frontier's results, drawn (figures/frontier.py)
+                from workbench.ui.figures.frontier import WORST, frontier_view
+
+                with gr.Row():
+                    frontier_path = gr.Textbox("results/frontier", label="report --frontier's --out folder", scale=3)
+                    frontier_family = gr.Textbox(WORST, label="family on the x axis (or 'worst family')", scale=2)
+                    frontier_draw = gr.Button("Draw", scale=1)
+                frontier_plot, frontier_table = gr.Plot(), gr.Markdown()
+                frontier_draw.click(frontier_view, [frontier_path, frontier_family], [frontier_plot, frontier_table],
+                                    api_name=False)
 
         # Lists of stored runs are read when their tab opens, so they include the runs made since.
         def listed(f, rid, request: gr.Request):
