@@ -17,7 +17,7 @@ load average beside the numbers.
 
     flock /tmp/bench.lock python benchmarks/bench_newcomer_browser.py --which row-click [--steps 200] [--clicks 20]
     flock /tmp/bench.lock python benchmarks/bench_newcomer_browser.py --which rescore [--moves 30]
-    flock /tmp/bench.lock python benchmarks/bench_newcomer_browser.py --which first
+    flock /tmp/bench.lock python benchmarks/bench_newcomer_browser.py --which first [--threads 2]
 """
 from __future__ import annotations
 
@@ -81,8 +81,8 @@ def machine() -> str:
     model = next((ln.split(":", 1)[1].strip() for ln in info.splitlines() if ln.startswith("model name")), platform.processor())
     import torch
 
-    flags = [f for f in ("avx512_bf16", "amx_bf16") if f in info]
-    return (f"{model}; {os.cpu_count()} cores; flags {', '.join(flags) or 'no bf16'}; torch threads {torch.get_num_threads()}; "
+    flags = [f for f in ("avx512_bf16", "amx_bf16", "amx_tile") if f in info]
+    return (f"{model}; {os.cpu_count()} cores ({len(os.sched_getaffinity(0))} allowed here); flags {', '.join(flags) or 'no bf16'}; torch threads {torch.get_num_threads()}; "
             f"load average {os.getloadavg()[0]:.2f}")
 
 
@@ -196,7 +196,12 @@ def main() -> int:
     ap.add_argument("--pause", type=float, default=0.3, help="seconds between actions (a user reading)")
     ap.add_argument("--synthetic", action="store_true", help="random well-formed trees instead of a real AASD run")
     ap.add_argument("--budget", type=float, default=None, help="override the target (ms)")
+    ap.add_argument("--threads", type=int, default=None, help="torch threads of the app (default: torch's own)")
     args = ap.parse_args()
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
     from browser_util import CHROMIUM, FLAGS
 
     if not Path(CHROMIUM).exists():

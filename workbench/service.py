@@ -225,25 +225,29 @@ class PrefillClock:
         return tokens * max(curve(n) - curve(0), 1e-6) / n, "the model's measured cost per token t(n)"
 
 
-def cached_curve(target):
-    """The model's t(n) when core.timing has measured it here (in this process or saved in the home), else None."""
+def cached_curve(target, length: int | None = None):
+    """The model's t(n) after `length` cached tokens (core.timing.CURVE_LENGTH when None), a core.sizing.CostCurve,
+    when core.timing has measured t(n, L) on this machine (saved in the home), else None."""
     from core import timing
+    from core.sizing import CostCurve
 
     try:
-        return timing.load(timing.timing_path(target))
+        model = timing.load(timing.timing_path(target), timing.machine_signature(target))
     except (AttributeError, TypeError):  # a model without a fingerprint or device (a test stand-in)
         return None
+    return None if model is None else CostCurve(*model.curve_at(timing.CURVE_LENGTH if length is None else length))
 
 
 REFERENCE_TREE = 16  # draft nodes of the tree the speed note prices first (a typical AASD tree before sizing)
 
 
-def speed_note(target, tree_sizes: Mapping[str, float], mals: Mapping[str, float]) -> str | None:
+def speed_note(target, tree_sizes: Mapping[str, float], mals: Mapping[str, float], length: int | None = None) -> str | None:
     """One line under the speed-ups: what a verification forward over a tree costs here, t(n)/t(0) from the model's
     measured cost curve (core.timing), for a 16-node tree and for the trees each method drafted, and so the speed-up
     to expect on this hardware (MAL ÷ t(n)/t(0)), against a GPU, where a forward over a few dozen tokens costs about
-    as much as over one (the speed-up approaches the MAL). None before the curve is measured."""
-    curve = cached_curve(target)
+    as much as over one (the speed-up approaches the MAL). The curve is read at `length` cached tokens (the prompt's).
+    None before the curve is measured."""
+    curve = cached_curve(target, length)
     if curve is None:
         return None
     where = "CPU" if getattr(target.device, "type", str(target.device)) == "cpu" else str(target.device)
@@ -321,11 +325,12 @@ def stream_run(method: str, models: Models, prompt_ids: list[int], params: Mappi
                context: str | None = None, store=None, tags: Sequence[str] = (), stop: threading.Event | None = None,
                every: float = 0.25, slot=None, idle_cancel: float | None = IDLE_CANCEL_SECONDS, compression=None,
                uncompressed_ids: Sequence[int] | None = None) -> Iterator[Progress]:
-    """Run one method in a worker thread and yield its progress at most every `every` seconds.
+    """Run one method in a worker thread and yield its progress at most every `every` seconds; while the prompt
+    is read, once when the worker starts and once per prefill chunk (Progress.prefill = (tokens read, of)).
 
     The run is recorded in `store` as it goes (a cancelled or failed run stays there, marked so).
     Setting `stop`, closing this generator, or leaving it suspended at a yield for more than
-    `idle_cancel` seconds (a client that went away) cancels the run at its next step. `slot`, when
+    `idle_cancel` seconds (a client that went away) cancels the run at its next step or prompt chunk. `slot`, when
     given, is called with the stop test and returns the context manager (ModelPool.slot) the worker
     holds while it decodes, so a cancelled run gives its slot back even if this generator is never resumed.
     `compression` and `uncompressed_ids` (compress_context) are passed to run_method: a compressed prompt,
@@ -364,7 +369,8 @@ def stream_run(method: str, models: Models, prompt_ids: list[int], params: Mappi
 
                     run = run_method(method, target, prompt_ids, params, draft=draft, prompt_text=prompt_text,
                                      context=context, on_step=on_step, should_stop=should_stop, compression=compression,
-                                     uncompressed_ids=uncompressed_ids)
+                                     uncompressed_ids=uncompressed_ids,
+                                     on_prefill=lambda done, total: events.put(("prefill", (done, total))))
                     if store is not None:
                         rec.finish(run)
             events.put(("done", (run, rec.run_id if store is not None else None)))
@@ -379,9 +385,9 @@ def stream_run(method: str, models: Models, prompt_ids: list[int], params: Mappi
     try:
         while True:
             kind, item = events.get()
-            if kind == "start":  # before the prompt is read (minutes for a long one): say which method runs
+            if kind in ("start", "prefill"):  # the slot is ours, or a prompt chunk was read (each takes seconds)
                 suspended[0] = time.monotonic()
-                yield Progress(method, [], prefill=(0, len(prompt_ids)))
+                yield Progress(method, [], prefill=(0, len(prompt_ids)) if kind == "start" else item)
                 suspended[0] = None
                 continue
             if kind == "step":

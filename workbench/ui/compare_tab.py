@@ -26,6 +26,7 @@ from workbench.evaluation.scores import KIND_METRIC, score_task
 from workbench.evaluation.tasks import Task, fill_template
 from workbench.store import Store
 from workbench.ui import tokens
+from workbench.ui.components import LenientNumber, LenientSlider
 from workbench.ui.figures.common import empty_figure
 from workbench.ui.figures.compare import plus_minus, speed_figure
 from workbench.ui.shared import (TUNABLE, check_model_source, error_md, gpu, method_colors, metrics_md, param_label,
@@ -131,6 +132,14 @@ def running_status(name: str, position: int, count: int, rep: int, repeats: int,
         read = f"{done:,} of {total:,} prompt tokens read" if done else f"reading the prompt ({total:,} tokens)"
         return f"running **{name}** ({where}): {read}…"
     return f"running **{name}** ({where}): {prog.tokens} of {max_new_tokens} tokens written in {len(prog.steps)} steps…"
+
+
+def running_metrics(prog: service.Progress, max_new_tokens: int) -> str:
+    """The running column's line: the prompt tokens read so far, then the tokens written."""
+    if prog.steps:
+        return f"running… {prog.tokens} of {max_new_tokens} tokens, {len(prog.steps)} steps"
+    done, total = prog.prefill or (0, 0)
+    return f"running… reading the prompt: {done:,} of {total:,} tokens" if done else "running… reading the prompt"
 
 
 def closing_status(run_ids, where: str, stopped: bool, compression) -> str:
@@ -264,7 +273,7 @@ class CompareForm:
 def _number(name: str, active: bool) -> gr.Number:
     # No min/max on the field: core.params checks ranges and says what the parameter means.
     spec = PARAMS[name]
-    return gr.Number(spec.default, label=param_label(name), precision=0 if spec.kind is int else None, elem_id=f"param-{name}",
+    return LenientNumber(spec.default, label=param_label(name), precision=0 if spec.kind is int else None, elem_id=f"param-{name}",
                      interactive=active)
 
 
@@ -290,7 +299,7 @@ def build_form(tasks: Mapping[str, Task], allow_local: bool = True) -> CompareFo
                 task_file = gr.File(label="task file (.jsonl or .json)", file_types=[".jsonl", ".json"], elem_id="task-file")
                 gr.Markdown(UPLOAD_HINT, elem_id="upload-hint")
         chat = gr.Checkbox(first.chat, label="apply the chat template", scale=1)
-        repeats = gr.Number(1, precision=0, minimum=1, maximum=MAX_REPEATS, scale=1, elem_id="compare-repeats",
+        repeats = LenientNumber(1, precision=0, minimum=1, maximum=MAX_REPEATS, scale=1, elem_id="compare-repeats",
                             label=f"Repeats (1–{MAX_REPEATS}; interleaved; error bars)")
     with gr.Row():
         context = gr.Textbox(first.context or "", label="Context (the draft pool; optional)", lines=4, max_lines=12, scale=3,
@@ -299,13 +308,13 @@ def build_form(tasks: Mapping[str, Task], allow_local: bool = True) -> CompareFo
     with gr.Accordion("Parameters (every method reads the ones it takes; the fields the chosen methods ignore are greyed out)",
                       open=False):
         with gr.Row():
-            max_new = gr.Slider(1, 1024, value=task_fields(first)[2], step=1, elem_id="compare-max-new", label=MAX_NEW_LABEL,
+            max_new = LenientSlider(1, 1024, value=task_fields(first)[2], step=1, elem_id="compare-max-new", label=MAX_NEW_LABEL,
                                 scale=2)
             controls = {name: _number(name, name in taken) for name in TUNABLE}
         with gr.Row():
             controls.update({name: _number(name, name in taken) for name in MORE_PARAMS})
         with gr.Row():
-            compress_rate = gr.Number(1.0, label="compress: the fraction of the context's tokens the model reads (0 < rate ≤ 1; "
+            compress_rate = LenientNumber(1.0, label="compress: the fraction of the context's tokens the model reads (0 < rate ≤ 1; "
                                                  "1 = off). casd / aasd still draft from the full context (method[pool=compressed]: not)")
             compressor = gr.Dropdown(COMPRESSORS, value="selfinfo",
                                      label="compressor (selfinfo: built in, offline; [layers=8]: scored by the first 8 "
@@ -506,7 +515,8 @@ class Comparison:
                     break
                 summary = self.speeds.summary()
                 view.figure, view.table = speed_figure(summary, method_colors(names)), speed_frame(summary)
-                view.note = service.speed_note(self.models.target, self.speeds.tree_sizes(), self.speeds.mean_mals()) or ""
+                view.note = service.speed_note(self.models.target, self.speeds.tree_sizes(), self.speeds.mean_mals(),
+                                               len(self.ids)) or ""
             if stopped:
                 break
         view.status = closing_status(view.run_ids, self.where, stopped, self.compression)
@@ -532,8 +542,7 @@ class Comparison:
                 view.metrics[slot] = self._metrics(run, prog.run_id, reference.tps, place)
             else:
                 view.texts[slot] = tokens.tokens_html(tokens.step_origins(prog.steps, self.models.target.tokenizer))
-                view.metrics[slot] = (f"running… {prog.tokens} of {self.max_new_tokens} tokens, {len(prog.steps)} steps"
-                                      if prog.steps else "running… reading the prompt")
+                view.metrics[slot] = running_metrics(prog, self.max_new_tokens)
             view.status = running_status(name, place.position, place.of, place.rep, self.n_repeats, prog, self.max_new_tokens)
             yield view
         if flip and div is not None and not self.stop.is_set() and div < min(len(reference.ids), len(run.output_ids)):
