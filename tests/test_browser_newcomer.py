@@ -30,6 +30,9 @@ def page(app):
         chromium.close()
 
 
+FIRST_STATUSES: list[str] = []  # what the status line said during the module's first default comparison
+
+
 def newest_id(demo) -> int:
     return max((r.id for r in demo.store.list_runs()), default=0)
 
@@ -56,7 +59,9 @@ def default_runs(app, page):
     page.get_by_role("tab", name="Compare").click()
     open_parameters(page)
     fill_number(page, "#compare-max-new", 64)
+    watch_status(page)
     ids = run_and_wait(page, demo)
+    FIRST_STATUSES[:] = statuses(page)
     shot(page, "compare-page")
     shot_between(page, "compare", "#compare-status", "#compare-speed-note")
     return {demo.store.load_run(i, nodes=False).trace.method: i for i in ids}
@@ -132,6 +137,10 @@ def test_the_first_comparison_runs_the_copying_sample_and_a_cpu_note_explains_th
     note = page.locator("#compare-speed-note")
     expect(note).to_contain_text("t(16)/t(0)")
     expect(note).to_contain_text("GPU")
+    # The app's home is new: t(n, L) was measured before aasd ran, and the status said so (not "reading the prompt")
+    measuring = [i for i, s in enumerate(FIRST_STATUSES) if "measuring how long a forward" in s]
+    first_aasd = next(i for i, s in enumerate(FIRST_STATUSES) if "running aasd" in s)
+    assert measuring and measuring[-1] < first_aasd, FIRST_STATUSES
     ratio = float(re.search(r"t\(16\)/t\(0\) = ([\d.]+)×", note.inner_text()).group(1))
     target = load_model("smollm2-135m", device="cpu", dtype="float32")
     cost = timing.load(timing.timing_path(target), timing.machine_signature(target))

@@ -93,3 +93,33 @@ def test_a_real_models_prompt_is_read_in_chunks_that_stop_honours(monkeypatch, s
     assert [d for d, _ in reads] == [0, 128, 256, 384, 512, 640, 700] and run.status == "complete"
     reads, run = _stream_prompt(monkeypatch, smollm2, chunk=128, n=700, stop_after_chunks=1)
     assert run.status == "cancelled" and not run.output_ids and len(reads) <= 3
+
+
+@pytest.mark.real_model
+def test_warm_up_loads_the_model_and_measures_its_costs_holding_its_slot(monkeypatch, tmp_path, smollm2):
+    """serve's warm-up: t(n, L) measured in the background while the page opens, with the model's slot held (a
+    comparison that comes meanwhile waits, and the pool says for what), and the slot given back after."""
+    import threading
+    import time
+
+    from core import timing
+    from core.models import models_dir
+
+    monkeypatch.setenv("WORKBENCH_MODELS", str(models_dir()))
+    monkeypatch.setenv("WORKBENCH_HOME", str(tmp_path))  # nothing measured here yet
+    measured, release = [], threading.Event()
+    monkeypatch.setattr(timing, "cost_model", lambda target, remeasure=False: measured.append(target.name) or release.wait(60))
+    pool = service.ModelPool("cpu", "float32")
+    thread = pool.warm_up("smollm2-135m")
+    end = time.monotonic() + 120
+    while not measured and time.monotonic() < end:
+        time.sleep(0.05)
+    assert measured == ["smollm2-135m"] and "measuring" in pool.busy["smollm2-135m"]
+    with pytest.raises(service.Cancelled):  # held: a comparison would wait
+        with pool.slot("smollm2-135m", should_stop=lambda: True, poll=0.01):
+            pass
+    release.set()
+    thread.join(30)
+    assert not thread.is_alive() and pool.busy == {}
+    with pool.slot("smollm2-135m", should_stop=lambda: True, poll=0.01):  # given back
+        pass

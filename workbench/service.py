@@ -6,6 +6,7 @@ at most `per_model` generations use it at once (the rest wait in Gradio's bounde
 """
 from __future__ import annotations
 
+import logging
 import math
 import os
 import queue
@@ -23,6 +24,7 @@ from core.models import DEFAULT_MODEL, PRESETS, check_pair, encode_prompt, is_fe
 from workbench.evaluation.tasks import Task, load_tasks
 from core.trace import RunTrace, StepTrace
 
+log = logging.getLogger(__name__)
 DEFAULT_METHODS = ("greedy", "aasd", "csd")
 # Methods a user can add to the comparison (the reference baselines run through transformers and are
 # offered too; beam search is left to the CLI: it has no steps to show).
@@ -115,6 +117,7 @@ class ModelPool:
         self._lock = threading.Lock()
         self.prefill_clock = PrefillClock()
         self.idle_cancel = IDLE_CANCEL_SECONDS  # see stream_run
+        self.busy: dict[str, str] = {}  # model -> what holds its slot when it is not a generation (warm_up)
 
     def loaded(self, model: str) -> Models | None:
         """The model as this pool last loaded it (None before that): no loading, for quick looks at it."""
@@ -149,6 +152,29 @@ class ModelPool:
             return load_model(spec, **how)
         except WorkbenchError:
             raise hub_failed(spec) from None
+
+    def warm_up(self, model: str) -> threading.Thread:
+        """Load `model` and measure its t(n, L) on this machine (core.timing) in a background thread, holding one of
+        its slots, so a first comparison does not spend its first minute measuring (`serve` does this for the default
+        model while the page opens). A comparison that comes meanwhile waits, and `busy` says for what."""
+        def work():
+            from core import timing
+
+            try:
+                target = self.load(model).target
+                if cached_curve(target) is not None:
+                    return
+                with self.slot(model):
+                    self.busy[model] = "measuring how long a forward over a draft tree takes on this machine (once)"
+                    timing.cost_model(target)
+            except WorkbenchError as e:  # the first comparison measures it, or says what is wrong
+                log.warning("warm-up of %s skipped: %s", model, e)
+            finally:
+                self.busy.pop(model, None)
+
+        thread = threading.Thread(target=work, name=f"warm-up {model}", daemon=True)
+        thread.start()
+        return thread
 
     @contextmanager
     def slot(self, model: str, should_stop=None, poll: float = 0.2):

@@ -14,7 +14,9 @@ from typing import Any
 import gradio as gr
 import pandas as pd
 
+from core.methods.build import sizes_trees
 from core.step import check_prompt
+from core.timing import cost_model
 from core.errors import InvalidInputError, WorkbenchError
 from workbench.methods import get_method, parse_method_spec
 from core.params import PARAMS
@@ -493,6 +495,9 @@ class Comparison:
             with self.pool.slot(self.req.model, should_stop=lambda: True, poll=0.01):
                 return None
         except service.Cancelled:
+            busy = self.pool.busy.get(self.req.model)
+            if busy:
+                return f"waiting for {self.req.model}: the server is {busy}; your comparison starts when it is done"
             return (f"waiting for {self.req.model}: another comparison is using it (one generation per model at a time); "
                     "yours starts when it is done")
 
@@ -505,8 +510,11 @@ class Comparison:
         if note:
             view.status = note
             yield view
-        stopped = False
+        yield from self._measure_costs(view)
+        stopped = self.stop.is_set()
         for rep in range(1, self.n_repeats + 1):
+            if stopped:
+                break
             reference = Reference()  # each pass's speed-ups are against its own greedy run
             for position, slot in enumerate(order, start=1):
                 yield from self._column(view, slot, Place(position, len(order), rep), reference)
@@ -517,10 +525,25 @@ class Comparison:
                 view.figure, view.table = speed_figure(summary, method_colors(names)), speed_frame(summary)
                 view.note = service.speed_note(self.models.target, self.speeds.tree_sizes(), self.speeds.mean_mals(),
                                                len(self.ids)) or ""
-            if stopped:
-                break
         view.status = closing_status(view.run_ids, self.where, stopped, self.compression)
         yield view
+
+    def _measure_costs(self, view: ColumnsView) -> Iterator[ColumnsView]:
+        """The model's t(n, L) on this machine, measured once before the first method that sizes its trees by it
+        (max_nodes=auto), with a status that says so: it takes a minute or more on a CPU, which the status would
+        otherwise show as that method reading its prompt."""
+        target, draft = self.models.target, self.models.draft
+        if service.cached_curve(target) is not None or not any(
+                sizes_trees(get_method(name), params, draft) for (name, _), params in zip(self.specs, self.per_method)):
+            return
+        view.status = (f"measuring how long a forward over a draft tree takes on this machine for {self.req.model} "
+                       "(once per model and machine, about a minute or more on a CPU; max_nodes=auto sizes the trees by it)…")
+        yield view
+        try:
+            with self.pool.slot(self.req.model, should_stop=self.stop.is_set):
+                cost_model(target)
+        except service.Cancelled:  # Stop while waiting for the model: the comparison ends
+            return
 
     def _column(self, view: ColumnsView, slot: int, place: "Place", reference: "Reference") -> Iterator[ColumnsView]:
         """One method's run into its column: streamed steps, then the finished run with its metrics, score and marks."""
