@@ -309,7 +309,9 @@ class ReplayHandlers:
             fig.update_layout(height=RUN_FIGURE_HEIGHT, margin={"t": 75, "b": 45}, title=TITLE_BELOW_TOOLBAR)
         return figures
 
-    def tune(self, request: gr.Request, rid, rule_choice, *values):
+    def tune(self, request: gr.Request, rid, rule_choice, delta, alpha, beta, tau, lam):
+        """Re-score every stored step of the run under the sliders' values (no model): the summary and the flips."""
+        values = (delta, alpha, beta, tau, lam)  # TUNABLE's order
         if rid is None:
             return "load a run first", rv.flips_frame(None)
         try:
