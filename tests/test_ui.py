@@ -587,7 +587,7 @@ HOSTILE_IDS = (2**63, 2**70, 1e308, "1 OR 1=1", "9223372036854775808", -1)
 @real_model
 def test_hostile_run_ids_through_the_http_api_come_back_as_one_clear_line(app, capfd):
     """Issue 30 item 19, over HTTP as a client sends them: run ids ≥ 2⁶³, 1e308 and "1 OR 1=1" to every endpoint
-    that takes a run id (text in a number box too: workbench.ui.components) are a readable message, never a logged
+    that takes a run id (text in a number box too: workbench.ui.components.lenient) are a readable message, never a logged
     traceback; so are text, inf and nan in /compare's number fields."""
     from gradio_client.exceptions import AppError
 

@@ -28,7 +28,7 @@ from workbench.evaluation.scores import KIND_METRIC, score_task
 from workbench.evaluation.tasks import Task, fill_template
 from workbench.store import Store
 from workbench.ui import tokens
-from workbench.ui.components import LenientNumber, LenientSlider
+from workbench.ui.components import lenient
 from workbench.ui.figures.common import empty_figure
 from workbench.ui.figures.compare import plus_minus, speed_figure
 from workbench.ui.shared import (TUNABLE, check_model_source, error_md, gpu, method_colors, metrics_md, param_label,
@@ -275,8 +275,8 @@ class CompareForm:
 def _number(name: str, active: bool) -> gr.Number:
     # No min/max on the field: core.params checks ranges and says what the parameter means.
     spec = PARAMS[name]
-    return LenientNumber(spec.default, label=param_label(name), precision=0 if spec.kind is int else None, elem_id=f"param-{name}",
-                     interactive=active)
+    return lenient(gr.Number(spec.default, label=param_label(name), precision=0 if spec.kind is int else None,
+                             elem_id=f"param-{name}", interactive=active))
 
 
 def build_form(tasks: Mapping[str, Task], allow_local: bool = True) -> CompareForm:
@@ -301,8 +301,8 @@ def build_form(tasks: Mapping[str, Task], allow_local: bool = True) -> CompareFo
                 task_file = gr.File(label="task file (.jsonl or .json)", file_types=[".jsonl", ".json"], elem_id="task-file")
                 gr.Markdown(UPLOAD_HINT, elem_id="upload-hint")
         chat = gr.Checkbox(first.chat, label="apply the chat template", scale=1)
-        repeats = LenientNumber(1, precision=0, minimum=1, maximum=MAX_REPEATS, scale=1, elem_id="compare-repeats",
-                            label=f"Repeats (1–{MAX_REPEATS}; interleaved; error bars)")
+        repeats = lenient(gr.Number(1, precision=0, minimum=1, maximum=MAX_REPEATS, scale=1, elem_id="compare-repeats",
+                                    label=f"Repeats (1–{MAX_REPEATS}; interleaved; error bars)"))
     with gr.Row():
         context = gr.Textbox(first.context or "", label="Context (the draft pool; optional)", lines=4, max_lines=12, scale=3,
                              elem_id="compare-context")
@@ -310,14 +310,15 @@ def build_form(tasks: Mapping[str, Task], allow_local: bool = True) -> CompareFo
     with gr.Accordion("Parameters (every method reads the ones it takes; the fields the chosen methods ignore are greyed out)",
                       open=False):
         with gr.Row():
-            max_new = LenientSlider(1, 1024, value=task_fields(first)[2], step=1, elem_id="compare-max-new", label=MAX_NEW_LABEL,
-                                scale=2)
+            max_new = lenient(gr.Slider(1, 1024, value=task_fields(first)[2], step=1, elem_id="compare-max-new",
+                                        label=MAX_NEW_LABEL, scale=2))
             controls = {name: _number(name, name in taken) for name in TUNABLE}
         with gr.Row():
             controls.update({name: _number(name, name in taken) for name in MORE_PARAMS})
         with gr.Row():
-            compress_rate = LenientNumber(1.0, label="compress: the fraction of the context's tokens the model reads (0 < rate ≤ 1; "
-                                                 "1 = off). casd / aasd still draft from the full context (method[pool=compressed]: not)")
+            compress_rate = lenient(gr.Number(1.0, label="compress: the fraction of the context's tokens the model reads "
+                                                         "(0 < rate ≤ 1; 1 = off). casd / aasd still draft from the full "
+                                                         "context (method[pool=compressed]: not)"))
             compressor = gr.Dropdown(COMPRESSORS, value="selfinfo",
                                      label="compressor (selfinfo: built in, offline; [layers=8]: scored by the first 8 "
                                            "layers, cheaper; [unit=sentence]: keeps whole sentences; llmlingua: the "

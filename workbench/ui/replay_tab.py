@@ -27,7 +27,7 @@ from workbench.rescore import prepare_run, rescore_run
 from workbench.store import Store
 from workbench.ui import replay_view as rv
 from workbench.ui import tokens
-from workbench.ui.components import LenientNumber, LenientSlider
+from workbench.ui.components import lenient
 from workbench.ui.figures import analytics, replay
 from workbench.ui.figures.common import TITLE_BELOW_TOOLBAR
 from workbench.ui.reasons import known_texts
@@ -116,9 +116,9 @@ def run_picker(store: Store) -> RunPicker:
     runs = gr.Dataframe(runs_frame(store, viewer=NOBODY), interactive=False, max_height=240, label="Stored runs (click a row to replay)")
     with gr.Row():
         # Filled when the tab opens with the newest run this session may see (builder.newest_run_id)
-        run_id = LenientNumber(None, label="Run id", precision=0, scale=1, elem_id="replay-run-id",
-                           placeholder="no run yet: run a comparison, or type an id",
-                           info="opens on your newest run; click a row of the table to pick another")
+        run_id = lenient(gr.Number(None, label="Run id", precision=0, scale=1, elem_id="replay-run-id",
+                                   placeholder="no run yet: run a comparison, or type an id",
+                                   info="opens on your newest run; click a row of the table to pick another"))
         with gr.Column(scale=4):  # the buttons over the step slider, beside the run id: a shorter page
             with gr.Row():
                 load = gr.Button("Load run", scale=1)
@@ -126,7 +126,7 @@ def run_picker(store: Store) -> RunPicker:
                 pause = gr.Button("Pause", scale=1)
                 share = gr.Button("Share this run", scale=1, elem_id="replay-share")
             # hidden (but in the page, for the browser's drawing) until a run is open: no 0–1 slider over nothing
-            step = LenientSlider(0, 1, value=0, step=1, label="Step", elem_id="replay-step", visible="hidden")
+            step = lenient(gr.Slider(0, 1, value=0, step=1, label="Step", elem_id="replay-step", visible="hidden"))
     shared_md = gr.Markdown("", elem_id="share-status")
     timer = gr.Timer(0.6, active=False)
     return RunPicker(filt, refresh, runs, run_id, load, play, pause, timer, step, share, shared_md)
@@ -162,8 +162,8 @@ def tuning_panel() -> TuningPanel:
         sliders = {}
         for name in TUNABLE:
             low, high, step = rv.slider_range(name)
-            sliders[name] = LenientSlider(low, high, value=PARAMS[name].default, step=step, label=rv.slider_label(name),
-                                      elem_id=f"tune-{name}")
+            sliders[name] = lenient(gr.Slider(low, high, value=PARAMS[name].default, step=step,
+                                              label=rv.slider_label(name), elem_id=f"tune-{name}"))
     with gr.Row(equal_height=True):
         rule = gr.Dropdown(rv.rule_choices(), value=rv.OWN_RULE, scale=4,
                            label="Judge with the rule of (same drafts; e.g. aasd-fixed to try CASD's δ on an AASD run)",
@@ -420,7 +420,7 @@ def replay_tab(store: Store, pool: service.ModelPool, cache: RunCache, who=lambd
             **drawn, api_name=False).then(**figures, api_name=False)
     gr.Button("Run figures", visible=False).click(**figures, api_name="run_figures")
     picker.step.change(**drawn, api_name=False, trigger_mode="always_last")  # in the browser: no round trip
-    api_step = LenientNumber(0, precision=0, visible=False)  # any step: the slider's range is the browser's run
+    api_step = lenient(gr.Number(0, precision=0, visible=False))  # any step: the slider's range is the browser's run
     gr.Button("Replay step", visible=False).click(h.show_step, [picker.run_id, api_step], panel.api_outputs,
                                                    api_name="replay_step")
     picker.play.click(lambda: gr.Timer(active=True), None, [picker.timer], api_name=False)
