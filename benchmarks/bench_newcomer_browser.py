@@ -53,7 +53,10 @@ CLICK_JS = """
   const check = () => { if (done()) { const now = performance.now(); requestAnimationFrame(() => finish(now - t0 + (performance.now() - now))); } };
   const obs = new MutationObserver(check);
   obs.observe(document.body, {subtree: true, childList: true, characterData: true});
-  cell.click();
+  // A user's click, event by event: Gradio's table selects on the pointer and mouse events, not on a bare click()
+  for (const type of ['pointerdown', 'mousedown', 'pointerup', 'mouseup', 'click']) {
+    cell.dispatchEvent(new MouseEvent(type, {bubbles: true, cancelable: true, view: window, button: 0}));
+  }
   setTimeout(() => finish(-1), timeout);
 })
 """

@@ -283,13 +283,31 @@ def test_replay_opens_on_the_newest_run_already_drawn(app, page, default_runs):
     from playwright.sync_api import expect
 
     demo = app[0]
-    newest = newest_id(demo)
+    steps = [big_tree_step(i, 10 + 2 * i) for i in range(5)]
+    newest = shared(demo, RunTrace(method="aasd", params={"alpha": 0.1, "beta": 0.1}, model="smollm2-135m",
+                                   draft_model=None, device="cpu", dtype="float32", prompt="p", prompt_ids=list(range(10)),
+                                   steps=steps, output_ids=[t for s in steps for t in s.emitted], status="complete",
+                                   decode_seconds=1.0))
     page.get_by_role("tab", name="Compare").click()
     page.get_by_role("tab", name="Replay & tune").click()
-    trace = demo.store.load_run(newest, nodes=False).trace
-    expect(page.locator("#replay-info")).to_contain_text(f"run #{newest} · {trace.method} · step 0 of 0–", timeout=30_000)
+    expect(page.locator("#replay-info")).to_contain_text(f"run #{newest} · aasd · step 0 of 0–4", timeout=30_000)
     expect(page.locator("#replay-tree svg.replay-fig")).to_have_count(1)
-    assert page.locator("#replay-step input[type=range]").get_attribute("max") == str(max(1, len(trace.steps)) - 1)
+    assert page.locator("#replay-step input[type=range]").get_attribute("max") == "4"
+
+
+def test_a_run_without_steps_opens_without_an_error_or_a_0_to_0_slider(app, page):
+    """A run stopped while it read its prompt has no steps: it opens (Gradio refused the 0–0 slider: "Error")."""
+    from playwright.sync_api import expect
+
+    demo = app[0]
+    rid = shared(demo, RunTrace(method="greedy", params={}, model="smollm2-135m", draft_model=None, device="cpu",
+                                dtype="float32", prompt="p", prompt_ids=[1, 2], output_ids=[], steps=[],
+                                status="cancelled", decode_seconds=0.0))
+    page.get_by_role("tab", name="Replay & tune").click()
+    open_run(page, rid)
+    expect(page.locator("#replay-info")).to_contain_text(f"run #{rid} (greedy) has no steps to replay (it was stopped "
+                                                         "before its first step)", timeout=30_000)
+    assert not page.locator("#replay-step").is_visible()
 
 
 def test_replay_with_no_runs_shows_no_empty_panels(app, page, tmp_path):
@@ -319,8 +337,17 @@ def open_run(page, rid):
     page.get_by_role("button", name="Load run").click()
 
 
-def run_row(page, rid):
-    return page.get_by_role("gridcell", name=str(rid), exact=True).first
+def run_row(page, rid, timeout=30.0):
+    """The id cell of run `rid`'s row in the runs table (a cell of another column may hold the same number)."""
+    import time
+
+    end = time.monotonic() + timeout
+    while True:
+        for cell in page.locator("[role=row] [role=gridcell]:first-child").all():
+            if cell.inner_text().strip() == str(rid):
+                return cell
+        assert time.monotonic() < end, f"no row for run #{rid}"
+        page.wait_for_timeout(250)
 
 
 def test_opening_another_run_clears_the_last_rescore_and_rerun_and_a_rerun_is_listed(app, page, default_runs):

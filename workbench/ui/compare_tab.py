@@ -18,7 +18,7 @@ from core.methods.build import sizes_trees
 from core.step import check_prompt
 from core.timing import cost_model
 from core.errors import InvalidInputError, WorkbenchError
-from workbench.methods import get_method, parse_method_spec
+from workbench.methods import get_method, parse_method_spec, resolve_params
 from core.params import PARAMS
 from core.stats import first_divergence, run_metrics
 from workbench import service
@@ -535,7 +535,8 @@ class Comparison:
         otherwise show as that method reading its prompt."""
         target, draft = self.models.target, self.models.draft
         if service.cached_curve(target) is not None or not any(
-                sizes_trees(get_method(name), params, draft) for (name, _), params in zip(self.specs, self.per_method)):
+                sizes_trees(get_method(name), resolve_params(name, params), draft)
+                for (name, _), params in zip(self.specs, self.per_method)):
             return
         view.status = (f"measuring how long a forward over a draft tree takes on this machine for {self.req.model} "
                        "(once per model and machine, about a minute or more on a CPU; max_nodes=auto sizes the trees by it)…")

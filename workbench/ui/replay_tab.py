@@ -238,8 +238,9 @@ class ReplayHandlers:
             flags = [True] * len(TUNABLE)
         sliders = [gr.update(interactive=on) if v is None else gr.update(value=v, interactive=on)
                    for v, on in zip(rv.tuning_values(trace), flags)]
-        steps = max(1, len(trace.steps))
-        return (gr.update(maximum=steps - 1, value=0, visible=True), f"loaded run #{rid}", *sliders, rv.OWN_RULE,
+        steps = len(trace.steps)  # fewer than two: no slider (Gradio refuses a slider whose maximum is its minimum)
+        step = gr.update(maximum=steps - 1, value=0, visible=True) if steps > 1 else gr.update(value=0, visible="hidden")
+        return (step, f"loaded run #{rid}", *sliders, rv.OWN_RULE,
                 self._step_data(rid, stored, ends), tokens.tokens_html(origins), *cleared, rid)
 
     def open_if_new(self, request: gr.Request, rid, opened):
