@@ -9,7 +9,8 @@ browser is downloaded) against the app started here. One benchmark per run (`--w
   first       The first comparison of a fresh app on the default sample: greedy, aasd and csd at 64 tokens, from the
               click on Run until "done", with the model fetched but nothing else warm (a new workbench home: the
               cost curve aasd sizes its trees with is measured on the way, as on a newcomer's machine). Target:
-              ≤ 60 s on 2 cores; run it when the machine is otherwise idle.
+              ≤ 60 s on 2 cores; run it when the machine is otherwise idle. `--warm-up S` starts what `serve`
+              does at launch (the default model's t(n, L) measured in the background) and presses Run S seconds later.
 
 The runs of row-click and rescore are a real AASD run on SmolLM2 repeated to 200 steps (benchmarks/bench_replay.py's
 long_run), or random well-formed trees with --synthetic. Prints the CPU, its bf16 flags, torch's threads and the
@@ -17,7 +18,7 @@ load average beside the numbers.
 
     flock /tmp/bench.lock python benchmarks/bench_newcomer_browser.py --which row-click [--steps 200] [--clicks 20]
     flock /tmp/bench.lock python benchmarks/bench_newcomer_browser.py --which rescore [--moves 30]
-    flock /tmp/bench.lock python benchmarks/bench_newcomer_browser.py --which first
+    flock /tmp/bench.lock python benchmarks/bench_newcomer_browser.py --which first [--threads 2] [--warm-up 30]
 """
 from __future__ import annotations
 
@@ -52,7 +53,10 @@ CLICK_JS = """
   const check = () => { if (done()) { const now = performance.now(); requestAnimationFrame(() => finish(now - t0 + (performance.now() - now))); } };
   const obs = new MutationObserver(check);
   obs.observe(document.body, {subtree: true, childList: true, characterData: true});
-  cell.click();
+  // A user's click, event by event: Gradio's table selects on the pointer and mouse events, not on a bare click()
+  for (const type of ['pointerdown', 'mousedown', 'pointerup', 'mouseup', 'click']) {
+    cell.dispatchEvent(new MouseEvent(type, {bubbles: true, cancelable: true, view: window, button: 0}));
+  }
   setTimeout(() => finish(-1), timeout);
 })
 """
@@ -81,8 +85,8 @@ def machine() -> str:
     model = next((ln.split(":", 1)[1].strip() for ln in info.splitlines() if ln.startswith("model name")), platform.processor())
     import torch
 
-    flags = [f for f in ("avx512_bf16", "amx_bf16") if f in info]
-    return (f"{model}; {os.cpu_count()} cores; flags {', '.join(flags) or 'no bf16'}; torch threads {torch.get_num_threads()}; "
+    flags = [f for f in ("avx512_bf16", "amx_bf16", "amx_tile") if f in info]
+    return (f"{model}; {os.cpu_count()} cores ({len(os.sched_getaffinity(0))} allowed here); flags {', '.join(flags) or 'no bf16'}; torch threads {torch.get_num_threads()}; "
             f"load average {os.getloadavg()[0]:.2f}")
 
 
@@ -164,6 +168,11 @@ def bench_first(args, page, demo) -> bool:
 
     from browser_util import fill_number, open_parameters
 
+    if args.warm_up is not None:  # what `serve` does: the default model's t(n, L) measured while the page opens
+        from workbench.service import default_model
+
+        demo.pool.warm_up(default_model())
+        time.sleep(args.warm_up)  # a newcomer reading the page before pressing Run
     page.goto(demo.local_url)
     open_parameters(page)
     fill_number(page, "#compare-max-new", 64)
@@ -196,7 +205,14 @@ def main() -> int:
     ap.add_argument("--pause", type=float, default=0.3, help="seconds between actions (a user reading)")
     ap.add_argument("--synthetic", action="store_true", help="random well-formed trees instead of a real AASD run")
     ap.add_argument("--budget", type=float, default=None, help="override the target (ms)")
+    ap.add_argument("--warm-up", type=float, default=None, metavar="SECONDS",
+                    help="first: start serve's warm-up (t(n, L) measured in the background), wait SECONDS, then press Run")
+    ap.add_argument("--threads", type=int, default=None, help="torch threads of the app (default: torch's own)")
     args = ap.parse_args()
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
     from browser_util import CHROMIUM, FLAGS
 
     if not Path(CHROMIUM).exists():

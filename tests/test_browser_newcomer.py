@@ -30,6 +30,9 @@ def page(app):
         chromium.close()
 
 
+FIRST_STATUSES: list[str] = []  # what the status line said during the module's first default comparison
+
+
 def newest_id(demo) -> int:
     return max((r.id for r in demo.store.list_runs()), default=0)
 
@@ -56,7 +59,9 @@ def default_runs(app, page):
     page.get_by_role("tab", name="Compare").click()
     open_parameters(page)
     fill_number(page, "#compare-max-new", 64)
+    watch_status(page)
     ids = run_and_wait(page, demo)
+    FIRST_STATUSES[:] = statuses(page)
     shot(page, "compare-page")
     shot_between(page, "compare", "#compare-status", "#compare-speed-note")
     return {demo.store.load_run(i, nodes=False).trace.method: i for i in ids}
@@ -132,10 +137,14 @@ def test_the_first_comparison_runs_the_copying_sample_and_a_cpu_note_explains_th
     note = page.locator("#compare-speed-note")
     expect(note).to_contain_text("t(16)/t(0)")
     expect(note).to_contain_text("GPU")
+    # The app's home is new: t(n, L) was measured before aasd ran, and the status said so (not "reading the prompt")
+    measuring = [i for i, s in enumerate(FIRST_STATUSES) if "measuring how long a forward" in s]
+    first_aasd = next(i for i, s in enumerate(FIRST_STATUSES) if "running aasd" in s)
+    assert measuring and measuring[-1] < first_aasd, FIRST_STATUSES
     ratio = float(re.search(r"t\(16\)/t\(0\) = ([\d.]+)×", note.inner_text()).group(1))
     target = load_model("smollm2-135m", device="cpu", dtype="float32")
-    curve = timing.load(timing.timing_path(target))
-    assert abs(ratio - curve(16) / curve(0)) < 0.051  # computed from the measured cost curve, not written in
+    cost = timing.load(timing.timing_path(target), timing.machine_signature(target))
+    assert abs(ratio - cost.ratio(16, len(aasd.prompt_ids))) < 0.051  # from the measured t(n, L) at the prompt's length
 
 
 def test_the_columns_say_how_each_run_ended_and_what_the_score_is(app, page, default_runs):
@@ -198,14 +207,19 @@ LONG = ("The council minutes record that the bridge over the Elver was inspected
         "who found corrosion on three of the eleven steel hangers and recommended that heavy vehicles be diverted. ")
 
 
-def test_a_long_prompt_shows_its_size_and_reading_time_and_the_status_follows_the_method(app, page):
+def test_a_long_prompt_shows_its_size_and_reading_time_and_the_status_follows_the_method(app, page, monkeypatch):
     from playwright.sync_api import expect
 
+    from core import cache as kv
     from core.models import encode_prompt, load_model
 
     demo = app[0]
-    choose_methods(page, ["greedy", "aasd"])
+    monkeypatch.setattr(kv, "PREFILL_CHUNK", 256)  # a few chunks of a 1,600-token prompt (4,096 a chunk by default)
+    choose_methods(page, ["greedy"])
     open_parameters(page)
+    fill_number(page, "#compare-max-new", 1)
+    run_and_wait(page, demo)  # one prefill on this server: what the estimate goes by when no cost curve is measured
+    choose_methods(page, ["greedy", "aasd"])
     fill_number(page, "#compare-max-new", 3)
     context = LONG * 40
     page.locator("#compare-context textarea").fill(context)
@@ -221,7 +235,42 @@ def test_a_long_prompt_shows_its_size_and_reading_time_and_the_status_follows_th
     first_aasd = next(i for i, s in enumerate(seen) if "aasd" in s)
     assert "reading the prompt" in seen[first_aasd] or "prompt tokens read" in seen[first_aasd], seen
     assert not any("greedy" in s and "running" in s for s in seen[first_aasd:]), seen  # never "greedy" once aasd runs
-    assert any(re.search(r"running \*?\*?greedy.*tokens written", s) for s in seen), seen  # decoding progress
+    for method in ("greedy", "aasd"):  # the prompt's chunks as they are read, under the method reading them
+        read = [int(m.group(1).replace(",", "")) for s in seen
+                for m in [re.search(rf"running {method} .*: ([\d,]+) of {n:,} prompt tokens read", s)] if m]
+        assert any(0 < d < n and d % 256 == 0 for d in read), (method, seen)
+    assert any(re.search(r"running greedy.*tokens written", s) for s in seen), seen  # decoding progress
+    restore_sample(page)
+
+
+def test_stop_while_a_long_prompt_is_read_ends_it_before_the_rest_is_read(app, page, monkeypatch):
+    from playwright.sync_api import expect
+
+    from core import cache as kv
+
+    demo = app[0]
+    monkeypatch.setattr(kv, "PREFILL_CHUNK", 16)  # ~200 chunks: Stop lands while the prompt is being read
+    choose_methods(page, ["greedy"])
+    open_parameters(page)
+    fill_number(page, "#compare-max-new", 3)
+    page.locator("#compare-context textarea").fill(LONG * 80)
+    watch_status(page)
+    before = newest_id(demo)
+    page.get_by_role("button", name="Run", exact=True).click()
+    status = page.locator("#compare-status")
+    expect(status).to_contain_text(re.compile(r"running greedy .*: [\d,]+ of [\d,]+ prompt tokens read"), timeout=120_000)
+    page.get_by_role("button", name="Stop").click()
+    expect(status).to_contain_text("stopped", timeout=60_000)
+    run = demo.store.load_run(newest_id(demo), nodes=False).trace
+    assert newest_id(demo) == before + 1 and run.status == "cancelled" and run.output_ids == []
+    read = [tuple(int(x.replace(",", "")) for x in m.groups())
+            for s in statuses(page) for m in [re.search(r"([\d,]+) of ([\d,]+) prompt tokens read", s)] if m]
+    assert read and max(d for d, _ in read) < read[0][1], read  # it stopped before reading the whole prompt
+    restore_sample(page)
+
+
+def restore_sample(page):
+    """The default comparison on the default sample, as the module's other tests expect it."""
     pick(page, "#compare-task", "qa-recipe")
     pick(page, "#compare-task", "extract-orders")
     fill_number(page, "#compare-max-new", 64)
@@ -234,13 +283,31 @@ def test_replay_opens_on_the_newest_run_already_drawn(app, page, default_runs):
     from playwright.sync_api import expect
 
     demo = app[0]
-    newest = newest_id(demo)
+    steps = [big_tree_step(i, 10 + 2 * i) for i in range(5)]
+    newest = shared(demo, RunTrace(method="aasd", params={"alpha": 0.1, "beta": 0.1}, model="smollm2-135m",
+                                   draft_model=None, device="cpu", dtype="float32", prompt="p", prompt_ids=list(range(10)),
+                                   steps=steps, output_ids=[t for s in steps for t in s.emitted], status="complete",
+                                   decode_seconds=1.0))
     page.get_by_role("tab", name="Compare").click()
     page.get_by_role("tab", name="Replay & tune").click()
-    trace = demo.store.load_run(newest, nodes=False).trace
-    expect(page.locator("#replay-info")).to_contain_text(f"run #{newest} · {trace.method} · step 0 of 0–", timeout=30_000)
+    expect(page.locator("#replay-info")).to_contain_text(f"run #{newest} · aasd · step 0 of 0–4", timeout=30_000)
     expect(page.locator("#replay-tree svg.replay-fig")).to_have_count(1)
-    assert page.locator("#replay-step input[type=range]").get_attribute("max") == str(max(1, len(trace.steps)) - 1)
+    assert page.locator("#replay-step input[type=range]").get_attribute("max") == "4"
+
+
+def test_a_run_without_steps_opens_without_an_error_or_a_0_to_0_slider(app, page):
+    """A run stopped while it read its prompt has no steps: it opens (Gradio refused the 0–0 slider: "Error")."""
+    from playwright.sync_api import expect
+
+    demo = app[0]
+    rid = shared(demo, RunTrace(method="greedy", params={}, model="smollm2-135m", draft_model=None, device="cpu",
+                                dtype="float32", prompt="p", prompt_ids=[1, 2], output_ids=[], steps=[],
+                                status="cancelled", decode_seconds=0.0))
+    page.get_by_role("tab", name="Replay & tune").click()
+    open_run(page, rid)
+    expect(page.locator("#replay-info")).to_contain_text(f"run #{rid} (greedy) has no steps to replay (it was stopped "
+                                                         "before its first step)", timeout=30_000)
+    assert not page.locator("#replay-step").is_visible()
 
 
 def test_replay_with_no_runs_shows_no_empty_panels(app, page, tmp_path):
@@ -270,8 +337,17 @@ def open_run(page, rid):
     page.get_by_role("button", name="Load run").click()
 
 
-def run_row(page, rid):
-    return page.get_by_role("gridcell", name=str(rid), exact=True).first
+def run_row(page, rid, timeout=30.0):
+    """The id cell of run `rid`'s row in the runs table (a cell of another column may hold the same number)."""
+    import time
+
+    end = time.monotonic() + timeout
+    while True:
+        for cell in page.locator("[role=row] [role=gridcell]:first-child").all():
+            if cell.inner_text().strip() == str(rid):
+                return cell
+        assert time.monotonic() < end, f"no row for run #{rid}"
+        page.wait_for_timeout(250)
 
 
 def test_opening_another_run_clears_the_last_rescore_and_rerun_and_a_rerun_is_listed(app, page, default_runs):
@@ -336,6 +412,33 @@ def test_replay_figures_are_whole_and_the_csd_gate_is_drawn_for_csd_only(app, pa
     assert page.locator("#replay-thresholds g.gate").count() == 0  # AASD has no CSD gate
     assert "CSD gate" not in page.locator("#replay-thresholds").inner_text()
     shot(page, "replay-big-tree", "#replay-tree")
+
+
+def test_a_csd_runs_gate_chart_is_drawn_whole_with_its_labels(app, page):
+    """CSD's 16 draft nodes, each judged by the gate: the gate panel is drawn and its x labels are inside the box."""
+    from dataclasses import replace
+
+    from playwright.sync_api import expect
+
+    demo = app[0]
+    steps = [big_tree_step(i, 10 + 2 * i) for i in range(3)]
+    for s in steps:  # a draft model's tokens, with the memory's counts the gate read
+        s.nodes[:] = [replace(n, source="draft", mem_count=3, threshold=0.3) if n.source == "context" else n
+                      for n in s.nodes]
+    run = RunTrace(method="csd", params={"tau": 0.3, "lam": 2}, model="smollm2-135m", draft_model="smollm2-135m",
+                   device="cpu", dtype="float32", prompt="p", prompt_ids=list(range(10)), steps=steps,
+                   output_ids=[t for s in steps for t in s.emitted], status="complete", decode_seconds=1.0)
+    rid = shared(demo, run)
+    page.get_by_role("tab", name="Replay & tune").click()
+    open_run(page, rid)
+    expect(page.locator("#replay-info")).to_contain_text(f"run #{rid} · csd · step 0 of 0–2", timeout=30_000)
+    expect(page.locator("#replay-thresholds g.gate")).to_have_count(16)
+    cut = page.evaluate("""() => { const s = document.querySelector('#replay-thresholds .replay-slot');
+        const b = s.getBoundingClientRect();
+        const below = Array.from(s.querySelectorAll('svg text')).map((t) => t.getBoundingClientRect().bottom - b.bottom);
+        return [s.scrollHeight - s.clientHeight, Math.max(...below)]; }""")
+    assert cut[0] <= 1 and cut[1] <= 1, cut  # every label of both panels inside the box, nothing scrolled
+    shot(page, "replay-csd-gate", "#replay-thresholds")
 
 
 # ---------------------------------------------------------------- item 9: re-scoring in words

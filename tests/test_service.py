@@ -45,3 +45,81 @@ def test_prompt_guards():
         service.build_prompt(Tok(), "q", "x" * (service.MAX_PROMPT_CHARS + 1))
     text, ids = service.build_prompt(Tok(), "question?", "some context")
     assert text == "some context\n\nquestion?" and len(ids) == 3
+
+
+# ---------------------------------------------------------------- a long prompt: progress and Stop between chunks
+
+def _stream_prompt(monkeypatch, model, chunk: int, n: int, stop_after_chunks: int | None, store=None):
+    """stream_run of greedy on an n-token prompt read `chunk` tokens at a time; Stop is set when the
+    `stop_after_chunks`-th chunk is reported. The (done, total) pairs seen, and the finished run."""
+    import threading
+
+    from core import cache as kv
+
+    monkeypatch.setattr(kv, "PREFILL_CHUNK", chunk)
+    ids = [(7 * i) % 50 + 2 for i in range(n)]
+    stop, reads, run = threading.Event(), [], None
+    for prog in service.stream_run("greedy", service.Models(model, None), ids, {"max_new_tokens": 4}, prompt_text="p",
+                                   stop=stop, store=store, every=0.0):
+        if prog.prefill is not None and not prog.steps:
+            reads.append(prog.prefill)
+            if stop_after_chunks is not None and len(reads) - 1 >= stop_after_chunks:  # reads[0] is (0, n): the start
+                stop.set()
+        if prog.run is not None:
+            run = prog.run
+    return reads, run
+
+
+def test_stream_run_reports_each_prompt_chunk_read(monkeypatch, tiny):
+    reads, run = _stream_prompt(monkeypatch, tiny, chunk=64, n=200, stop_after_chunks=None)
+    assert reads == [(0, 200), (64, 200), (128, 200), (192, 200), (200, 200)]
+    assert run.status == "complete" and len(run.output_ids) == 4
+
+
+def test_stop_during_a_long_prompt_ends_the_run_within_one_chunk(monkeypatch, tiny, tmp_path):
+    from workbench.store import Store
+
+    store = Store(str(tmp_path / "runs.db"))
+    reads, run = _stream_prompt(monkeypatch, tiny, chunk=32, n=480, stop_after_chunks=2, store=store)
+    assert run.status == "cancelled" and run.output_ids == [] and run.steps == []
+    assert reads[2] == (64, 480) and len(reads) <= 4  # the chunk in flight when Stop came may finish, no more
+    stored = store.load_run(max(r.id for r in store.list_runs()), nodes=False).trace
+    assert stored.status == "cancelled"
+
+
+@pytest.mark.real_model
+def test_a_real_models_prompt_is_read_in_chunks_that_stop_honours(monkeypatch, smollm2):
+    reads, run = _stream_prompt(monkeypatch, smollm2, chunk=128, n=700, stop_after_chunks=None)
+    assert [d for d, _ in reads] == [0, 128, 256, 384, 512, 640, 700] and run.status == "complete"
+    reads, run = _stream_prompt(monkeypatch, smollm2, chunk=128, n=700, stop_after_chunks=1)
+    assert run.status == "cancelled" and not run.output_ids and len(reads) <= 3
+
+
+@pytest.mark.real_model
+def test_warm_up_loads_the_model_and_measures_its_costs_holding_its_slot(monkeypatch, tmp_path, smollm2):
+    """serve's warm-up: t(n, L) measured in the background while the page opens, with the model's slot held (a
+    comparison that comes meanwhile waits, and the pool says for what), and the slot given back after."""
+    import threading
+    import time
+
+    from core import timing
+    from core.models import models_dir
+
+    monkeypatch.setenv("WORKBENCH_MODELS", str(models_dir()))
+    monkeypatch.setenv("WORKBENCH_HOME", str(tmp_path))  # nothing measured here yet
+    measured, release = [], threading.Event()
+    monkeypatch.setattr(timing, "cost_model", lambda target, remeasure=False: measured.append(target.name) or release.wait(60))
+    pool = service.ModelPool("cpu", "float32")
+    thread = pool.warm_up("smollm2-135m")
+    end = time.monotonic() + 120
+    while not measured and time.monotonic() < end:
+        time.sleep(0.05)
+    assert measured == ["smollm2-135m"] and "measuring" in pool.busy["smollm2-135m"]
+    with pytest.raises(service.Cancelled):  # held: a comparison would wait
+        with pool.slot("smollm2-135m", should_stop=lambda: True, poll=0.01):
+            pass
+    release.set()
+    thread.join(30)
+    assert not thread.is_alive() and pool.busy == {}
+    with pool.slot("smollm2-135m", should_stop=lambda: True, poll=0.01):  # given back
+        pass

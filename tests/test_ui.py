@@ -572,12 +572,47 @@ def test_the_speed_note_prices_trees_with_the_measured_cost_curve(monkeypatch):
     from workbench import service
 
     curve = CostCurve((0, 4, 16, 64), (0.05, 0.06, 0.10, 0.30))
-    monkeypatch.setattr(service, "cached_curve", lambda target: curve)
+    monkeypatch.setattr(service, "cached_curve", lambda target, length=None: curve)
     target = SimpleNamespace(device=torch.device("cpu"))
     note = service.speed_note(target, {"greedy": 0.0, "aasd": 4.0, "csd": 0.4}, {"greedy": 1.0, "aasd": 2.4, "csd": 1.0})
     assert note.startswith("Why these speed-ups on this CPU: a forward over 16 draft tokens costs t(16)/t(0) = 2.0×")
     assert "aasd: trees of 4 nodes, t(4)/t(0) = 1.2×, MAL 2.40 → ≈ 2.00× greedy" in note
     assert "csd drafted almost nothing" in note and "greedy:" not in note and "greedy drafted" not in note  # by design
     assert note.endswith("approach their MAL.")
-    monkeypatch.setattr(service, "cached_curve", lambda target: None)
+    monkeypatch.setattr(service, "cached_curve", lambda target, length=None: None)
     assert service.speed_note(target, {"aasd": 4.0}, {"aasd": 2.4}) is None  # no curve measured here: no claim
+
+
+HOSTILE_IDS = (2**63, 2**70, 1e308, "1 OR 1=1", "9223372036854775808", -1)
+
+
+@real_model
+def test_hostile_run_ids_through_the_http_api_come_back_as_one_clear_line(app, capfd):
+    """Issue 30 item 19, over HTTP as a client sends them: run ids ≥ 2⁶³, 1e308 and "1 OR 1=1" to every endpoint
+    that takes a run id (text in a number box too: workbench.ui.components.lenient) are a readable message, never a logged
+    traceback; so are text, inf and nan in /compare's number fields."""
+    from gradio_client.exceptions import AppError
+
+    _, client = app
+    calls = [("/load_run", lambda v: (v,)), ("/replay_step", lambda v: (v, 0)), ("/share_run", lambda v: (v,)),
+             ("/diff", lambda v: (v, v)), ("/memory", lambda v: ([v],)), ("/export", lambda v: ([v],))]
+    capfd.readouterr()
+    for bad in HOSTILE_IDS[:3]:  # the run's figures, secondary to /load_run (which says why): none drawn
+        assert all(o is None for o in client.predict(bad, api_name="/run_figures")), bad
+    for api, args in calls:
+        for bad in HOSTILE_IDS:
+            try:
+                out = client.predict(*args(bad), api_name=api)
+            except AppError as e:  # the handler raised a gr.Error: its message is the line the page shows
+                message = str(e)
+            else:
+                out = out if isinstance(out, (list, tuple)) else [out]
+                message = next((o for o in out if isinstance(o, str) and ("run" in o or "⚠" in o)), None)
+            assert message and "\n" not in message.strip() and "Traceback" not in message, (api, bad, message)
+            assert "OverflowError" not in message and "is not a run id" in message or "not found" in message or \
+                "no run" in message, (api, bad, message)
+    for field, bad in (("max_nodes", "1 OR 1=1"), ("repeats", "inf"), ("alpha", "nan"), ("max_new_tokens", "x")):
+        status = client.predict(model_name="smollm2-135m", method_list=["greedy"], **{field: bad}, api_name="/compare")[0]
+        assert status.startswith("**⚠") and "\n" not in status.strip(), (field, status)
+    logged = capfd.readouterr()
+    assert "Traceback" not in logged.err and "OverflowError" not in logged.err, logged.err[-2000:]

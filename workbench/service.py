@@ -6,6 +6,7 @@ at most `per_model` generations use it at once (the rest wait in Gradio's bounde
 """
 from __future__ import annotations
 
+import logging
 import math
 import os
 import queue
@@ -24,6 +25,7 @@ from core.thresholds import shipped_fit_models
 from workbench.evaluation.tasks import Task, load_tasks
 from core.trace import RunTrace, StepTrace
 
+log = logging.getLogger(__name__)
 # aasd[auto] (the shipped fitted thresholds, core/fits) where the default model has one; the paper's α, β stay `aasd`.
 DEFAULT_METHODS = ("greedy", "aasd[auto]" if DEFAULT_MODEL in shipped_fit_models("aasd") else "aasd", "csd")
 # Methods a user can add to the comparison (the reference baselines run through transformers and are
@@ -117,6 +119,7 @@ class ModelPool:
         self._lock = threading.Lock()
         self.prefill_clock = PrefillClock()
         self.idle_cancel = IDLE_CANCEL_SECONDS  # see stream_run
+        self.busy: dict[str, str] = {}  # model -> what holds its slot when it is not a generation (warm_up)
 
     def loaded(self, model: str) -> Models | None:
         """The model as this pool last loaded it (None before that): no loading, for quick looks at it."""
@@ -151,6 +154,29 @@ class ModelPool:
             return load_model(spec, **how)
         except WorkbenchError:
             raise hub_failed(spec) from None
+
+    def warm_up(self, model: str) -> threading.Thread:
+        """Load `model` and measure its t(n, L) on this machine (core.timing) in a background thread, holding one of
+        its slots, so a first comparison does not spend its first minute measuring (`serve` does this for the default
+        model while the page opens). A comparison that comes meanwhile waits, and `busy` says for what."""
+        def work():
+            from core import timing
+
+            try:
+                target = self.load(model).target
+                if cached_curve(target) is not None:
+                    return
+                with self.slot(model):
+                    self.busy[model] = "measuring how long a forward over a draft tree takes on this machine (once)"
+                    timing.cost_model(target)
+            except WorkbenchError as e:  # the first comparison measures it, or says what is wrong
+                log.warning("warm-up of %s skipped: %s", model, e)
+            finally:
+                self.busy.pop(model, None)
+
+        thread = threading.Thread(target=work, name=f"warm-up {model}", daemon=True)
+        thread.start()
+        return thread
 
     @contextmanager
     def slot(self, model: str, should_stop=None, poll: float = 0.2):
@@ -227,25 +253,29 @@ class PrefillClock:
         return tokens * max(curve(n) - curve(0), 1e-6) / n, "the model's measured cost per token t(n)"
 
 
-def cached_curve(target):
-    """The model's t(n) when core.timing has measured it here (in this process or saved in the home), else None."""
+def cached_curve(target, length: int | None = None):
+    """The model's t(n) after `length` cached tokens (core.timing.CURVE_LENGTH when None), a core.sizing.CostCurve,
+    when core.timing has measured t(n, L) on this machine (saved in the home), else None."""
     from core import timing
+    from core.sizing import CostCurve
 
     try:
-        return timing.load(timing.timing_path(target))
+        model = timing.load(timing.timing_path(target), timing.machine_signature(target))
     except (AttributeError, TypeError):  # a model without a fingerprint or device (a test stand-in)
         return None
+    return None if model is None else CostCurve(*model.curve_at(timing.CURVE_LENGTH if length is None else length))
 
 
 REFERENCE_TREE = 16  # draft nodes of the tree the speed note prices first (a typical AASD tree before sizing)
 
 
-def speed_note(target, tree_sizes: Mapping[str, float], mals: Mapping[str, float]) -> str | None:
+def speed_note(target, tree_sizes: Mapping[str, float], mals: Mapping[str, float], length: int | None = None) -> str | None:
     """One line under the speed-ups: what a verification forward over a tree costs here, t(n)/t(0) from the model's
     measured cost curve (core.timing), for a 16-node tree and for the trees each method drafted, and so the speed-up
     to expect on this hardware (MAL ÷ t(n)/t(0)), against a GPU, where a forward over a few dozen tokens costs about
-    as much as over one (the speed-up approaches the MAL). None before the curve is measured."""
-    curve = cached_curve(target)
+    as much as over one (the speed-up approaches the MAL). The curve is read at `length` cached tokens (the prompt's).
+    None before the curve is measured."""
+    curve = cached_curve(target, length)
     if curve is None:
         return None
     where = "CPU" if getattr(target.device, "type", str(target.device)) == "cpu" else str(target.device)
@@ -323,11 +353,12 @@ def stream_run(method: str, models: Models, prompt_ids: list[int], params: Mappi
                context: str | None = None, store=None, tags: Sequence[str] = (), stop: threading.Event | None = None,
                every: float = 0.25, slot=None, idle_cancel: float | None = IDLE_CANCEL_SECONDS, compression=None,
                uncompressed_ids: Sequence[int] | None = None) -> Iterator[Progress]:
-    """Run one method in a worker thread and yield its progress at most every `every` seconds.
+    """Run one method in a worker thread and yield its progress at most every `every` seconds; while the prompt
+    is read, once when the worker starts and once per prefill chunk (Progress.prefill = (tokens read, of)).
 
     The run is recorded in `store` as it goes (a cancelled or failed run stays there, marked so).
     Setting `stop`, closing this generator, or leaving it suspended at a yield for more than
-    `idle_cancel` seconds (a client that went away) cancels the run at its next step. `slot`, when
+    `idle_cancel` seconds (a client that went away) cancels the run at its next step or prompt chunk. `slot`, when
     given, is called with the stop test and returns the context manager (ModelPool.slot) the worker
     holds while it decodes, so a cancelled run gives its slot back even if this generator is never resumed.
     `compression` and `uncompressed_ids` (compress_context) are passed to run_method: a compressed prompt,
@@ -366,7 +397,8 @@ def stream_run(method: str, models: Models, prompt_ids: list[int], params: Mappi
 
                     run = run_method(method, target, prompt_ids, params, draft=draft, prompt_text=prompt_text,
                                      context=context, on_step=on_step, should_stop=should_stop, compression=compression,
-                                     uncompressed_ids=uncompressed_ids)
+                                     uncompressed_ids=uncompressed_ids,
+                                     on_prefill=lambda done, total: events.put(("prefill", (done, total))))
                     if store is not None:
                         rec.finish(run)
             events.put(("done", (run, rec.run_id if store is not None else None)))
@@ -381,9 +413,9 @@ def stream_run(method: str, models: Models, prompt_ids: list[int], params: Mappi
     try:
         while True:
             kind, item = events.get()
-            if kind == "start":  # before the prompt is read (minutes for a long one): say which method runs
+            if kind in ("start", "prefill"):  # the slot is ours, or a prompt chunk was read (each takes seconds)
                 suspended[0] = time.monotonic()
-                yield Progress(method, [], prefill=(0, len(prompt_ids)))
+                yield Progress(method, [], prefill=(0, len(prompt_ids)) if kind == "start" else item)
                 suspended[0] = None
                 continue
             if kind == "step":

@@ -92,9 +92,14 @@ def recycle_table(method: Method, params: Mapping[str, Any], target) -> RecycleT
     return shared_table(target, warm=bool(params.get("warm", 0)))
 
 
+def sizes_trees(method: Method, params: Mapping[str, Any], draft=None) -> bool:
+    """Whether a run sizes its trees from the model's measured t(n): `max_nodes=auto` on a tree drafter."""
+    return is_auto(params.get("max_nodes")) and drafter_name(method, draft) in ("context", "recycle")
+
+
 def tree_sizer(method: Method, params: Mapping[str, Any], target, draft=None) -> TreeSizer | None:
     """`max_nodes=auto` for tree drafters (context, recycle): a sizer over the model's measured t(n)."""
-    if not is_auto(params.get("max_nodes")) or drafter_name(method, draft) not in ("context", "recycle"):
+    if not sizes_trees(method, params, draft):
         return None
     from core.timing import cost_curve
 

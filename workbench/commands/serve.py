@@ -18,6 +18,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="let the model boxes load local folders and .gguf files on this server (always so with "
                         "--single-user); by default a shared app loads presets and Hugging Face hub ids only, so a "
                         "visitor cannot make it open paths on the server")
+    p.add_argument("--no-warm-up", action="store_true",
+                   help="do not load the default model and measure its forward cost t(n, L) while the page opens "
+                        "(by default the server does, once per machine, so the first comparison does not wait for it)")
     common.add_load_args(p)
     common.add_db_arg(p)
     p.set_defaults(func=run)
@@ -26,11 +29,13 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 def run(args) -> int:
     from core.placement import placement_from_args
-    from workbench.service import ModelPool
+    from workbench.service import ModelPool, default_model, is_fetched
     from workbench.ui import build_app, launch
 
     placement = placement_from_args(args.device_map, args.max_memory, args.offload_folder)
     pool = ModelPool(args.device, args.dtype, trust_remote_code=args.trust_remote_code, placement=placement)
     demo = build_app(args.db, pool, single_user=args.single_user, allow_local_models=args.allow_local_models)
+    if not args.no_warm_up and is_fetched(default_model()):
+        pool.warm_up(default_model())
     launch(demo, server_name=args.host, server_port=args.port)
     return 0

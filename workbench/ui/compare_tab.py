@@ -14,9 +14,11 @@ from typing import Any
 import gradio as gr
 import pandas as pd
 
+from core.methods.build import sizes_trees
 from core.step import check_prompt
+from core.timing import cost_model
 from core.errors import InvalidInputError, WorkbenchError
-from workbench.methods import get_method, parse_method_spec
+from workbench.methods import get_method, parse_method_spec, resolve_params
 from core.params import PARAMS
 from core.stats import first_divergence, run_metrics
 from workbench import service
@@ -26,6 +28,7 @@ from workbench.evaluation.scores import KIND_METRIC, score_task
 from workbench.evaluation.tasks import Task, fill_template
 from workbench.store import Store
 from workbench.ui import tokens
+from workbench.ui.components import lenient
 from workbench.ui.figures.common import empty_figure
 from workbench.ui.figures.compare import plus_minus, speed_figure
 from workbench.ui.shared import (TUNABLE, check_model_source, error_md, gpu, method_colors, metrics_md, param_label,
@@ -131,6 +134,14 @@ def running_status(name: str, position: int, count: int, rep: int, repeats: int,
         read = f"{done:,} of {total:,} prompt tokens read" if done else f"reading the prompt ({total:,} tokens)"
         return f"running **{name}** ({where}): {read}…"
     return f"running **{name}** ({where}): {prog.tokens} of {max_new_tokens} tokens written in {len(prog.steps)} steps…"
+
+
+def running_metrics(prog: service.Progress, max_new_tokens: int) -> str:
+    """The running column's line: the prompt tokens read so far, then the tokens written."""
+    if prog.steps:
+        return f"running… {prog.tokens} of {max_new_tokens} tokens, {len(prog.steps)} steps"
+    done, total = prog.prefill or (0, 0)
+    return f"running… reading the prompt: {done:,} of {total:,} tokens" if done else "running… reading the prompt"
 
 
 def closing_status(run_ids, where: str, stopped: bool, compression) -> str:
@@ -264,8 +275,8 @@ class CompareForm:
 def _number(name: str, active: bool) -> gr.Number:
     # No min/max on the field: core.params checks ranges and says what the parameter means.
     spec = PARAMS[name]
-    return gr.Number(spec.default, label=param_label(name), precision=0 if spec.kind is int else None, elem_id=f"param-{name}",
-                     interactive=active)
+    return lenient(gr.Number(spec.default, label=param_label(name), precision=0 if spec.kind is int else None,
+                             elem_id=f"param-{name}", interactive=active))
 
 
 def build_form(tasks: Mapping[str, Task], allow_local: bool = True) -> CompareForm:
@@ -290,8 +301,8 @@ def build_form(tasks: Mapping[str, Task], allow_local: bool = True) -> CompareFo
                 task_file = gr.File(label="task file (.jsonl or .json)", file_types=[".jsonl", ".json"], elem_id="task-file")
                 gr.Markdown(UPLOAD_HINT, elem_id="upload-hint")
         chat = gr.Checkbox(first.chat, label="apply the chat template", scale=1)
-        repeats = gr.Number(1, precision=0, minimum=1, maximum=MAX_REPEATS, scale=1, elem_id="compare-repeats",
-                            label=f"Repeats (1–{MAX_REPEATS}; interleaved; error bars)")
+        repeats = lenient(gr.Number(1, precision=0, minimum=1, maximum=MAX_REPEATS, scale=1, elem_id="compare-repeats",
+                                    label=f"Repeats (1–{MAX_REPEATS}; interleaved; error bars)"))
     with gr.Row():
         context = gr.Textbox(first.context or "", label="Context (the draft pool; optional)", lines=4, max_lines=12, scale=3,
                              elem_id="compare-context")
@@ -299,14 +310,15 @@ def build_form(tasks: Mapping[str, Task], allow_local: bool = True) -> CompareFo
     with gr.Accordion("Parameters (every method reads the ones it takes; the fields the chosen methods ignore are greyed out)",
                       open=False):
         with gr.Row():
-            max_new = gr.Slider(1, 1024, value=task_fields(first)[2], step=1, elem_id="compare-max-new", label=MAX_NEW_LABEL,
-                                scale=2)
+            max_new = lenient(gr.Slider(1, 1024, value=task_fields(first)[2], step=1, elem_id="compare-max-new",
+                                        label=MAX_NEW_LABEL, scale=2))
             controls = {name: _number(name, name in taken) for name in TUNABLE}
         with gr.Row():
             controls.update({name: _number(name, name in taken) for name in MORE_PARAMS})
         with gr.Row():
-            compress_rate = gr.Number(1.0, label="compress: the fraction of the context's tokens the model reads (0 < rate ≤ 1; "
-                                                 "1 = off). casd / aasd still draft from the full context (method[pool=compressed]: not)")
+            compress_rate = lenient(gr.Number(1.0, label="compress: the fraction of the context's tokens the model reads "
+                                                         "(0 < rate ≤ 1; 1 = off). casd / aasd still draft from the full "
+                                                         "context (method[pool=compressed]: not)"))
             compressor = gr.Dropdown(COMPRESSORS, value="selfinfo",
                                      label="compressor (selfinfo: built in, offline; [layers=8]: scored by the first 8 "
                                            "layers, cheaper; [unit=sentence]: keeps whole sentences; llmlingua: the "
@@ -484,6 +496,9 @@ class Comparison:
             with self.pool.slot(self.req.model, should_stop=lambda: True, poll=0.01):
                 return None
         except service.Cancelled:
+            busy = self.pool.busy.get(self.req.model)
+            if busy:
+                return f"waiting for {self.req.model}: the server is {busy}; your comparison starts when it is done"
             return (f"waiting for {self.req.model}: another comparison is using it (one generation per model at a time); "
                     "yours starts when it is done")
 
@@ -496,8 +511,11 @@ class Comparison:
         if note:
             view.status = note
             yield view
-        stopped = False
+        yield from self._measure_costs(view)
+        stopped = self.stop.is_set()
         for rep in range(1, self.n_repeats + 1):
+            if stopped:
+                break
             reference = Reference()  # each pass's speed-ups are against its own greedy run
             for position, slot in enumerate(order, start=1):
                 yield from self._column(view, slot, Place(position, len(order), rep), reference)
@@ -506,11 +524,28 @@ class Comparison:
                     break
                 summary = self.speeds.summary()
                 view.figure, view.table = speed_figure(summary, method_colors(names)), speed_frame(summary)
-                view.note = service.speed_note(self.models.target, self.speeds.tree_sizes(), self.speeds.mean_mals()) or ""
-            if stopped:
-                break
+                view.note = service.speed_note(self.models.target, self.speeds.tree_sizes(), self.speeds.mean_mals(),
+                                               len(self.ids)) or ""
         view.status = closing_status(view.run_ids, self.where, stopped, self.compression)
         yield view
+
+    def _measure_costs(self, view: ColumnsView) -> Iterator[ColumnsView]:
+        """The model's t(n, L) on this machine, measured once before the first method that sizes its trees by it
+        (max_nodes=auto), with a status that says so: it takes a minute or more on a CPU, which the status would
+        otherwise show as that method reading its prompt."""
+        target, draft = self.models.target, self.models.draft
+        if service.cached_curve(target) is not None or not any(
+                sizes_trees(get_method(name), resolve_params(name, params), draft)
+                for (name, _), params in zip(self.specs, self.per_method)):
+            return
+        view.status = (f"measuring how long a forward over a draft tree takes on this machine for {self.req.model} "
+                       "(once per model and machine, about a minute or more on a CPU; max_nodes=auto sizes the trees by it)…")
+        yield view
+        try:
+            with self.pool.slot(self.req.model, should_stop=self.stop.is_set):
+                cost_model(target)
+        except service.Cancelled:  # Stop while waiting for the model: the comparison ends
+            return
 
     def _column(self, view: ColumnsView, slot: int, place: "Place", reference: "Reference") -> Iterator[ColumnsView]:
         """One method's run into its column: streamed steps, then the finished run with its metrics, score and marks."""
@@ -532,8 +567,7 @@ class Comparison:
                 view.metrics[slot] = self._metrics(run, prog.run_id, reference.tps, place)
             else:
                 view.texts[slot] = tokens.tokens_html(tokens.step_origins(prog.steps, self.models.target.tokenizer))
-                view.metrics[slot] = (f"running… {prog.tokens} of {self.max_new_tokens} tokens, {len(prog.steps)} steps"
-                                      if prog.steps else "running… reading the prompt")
+                view.metrics[slot] = running_metrics(prog, self.max_new_tokens)
             view.status = running_status(name, place.position, place.of, place.rep, self.n_repeats, prog, self.max_new_tokens)
             yield view
         if flip and div is not None and not self.stop.is_set() and div < min(len(reference.ids), len(run.output_ids)):

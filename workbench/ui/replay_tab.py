@@ -27,6 +27,7 @@ from workbench.rescore import prepare_run, rescore_run
 from workbench.store import Store
 from workbench.ui import replay_view as rv
 from workbench.ui import tokens
+from workbench.ui.components import lenient
 from workbench.ui.figures import analytics, replay
 from workbench.ui.figures.common import TITLE_BELOW_TOOLBAR
 from workbench.ui.reasons import known_texts
@@ -115,9 +116,9 @@ def run_picker(store: Store) -> RunPicker:
     runs = gr.Dataframe(runs_frame(store, viewer=NOBODY), interactive=False, max_height=240, label="Stored runs (click a row to replay)")
     with gr.Row():
         # Filled when the tab opens with the newest run this session may see (builder.newest_run_id)
-        run_id = gr.Number(None, label="Run id", precision=0, scale=1, elem_id="replay-run-id",
-                           placeholder="no run yet: run a comparison, or type an id",
-                           info="opens on your newest run; click a row of the table to pick another")
+        run_id = lenient(gr.Number(None, label="Run id", precision=0, scale=1, elem_id="replay-run-id",
+                                   placeholder="no run yet: run a comparison, or type an id",
+                                   info="opens on your newest run; click a row of the table to pick another"))
         with gr.Column(scale=4):  # the buttons over the step slider, beside the run id: a shorter page
             with gr.Row():
                 load = gr.Button("Load run", scale=1)
@@ -125,7 +126,7 @@ def run_picker(store: Store) -> RunPicker:
                 pause = gr.Button("Pause", scale=1)
                 share = gr.Button("Share this run", scale=1, elem_id="replay-share")
             # hidden (but in the page, for the browser's drawing) until a run is open: no 0–1 slider over nothing
-            step = gr.Slider(0, 1, value=0, step=1, label="Step", elem_id="replay-step", visible="hidden")
+            step = lenient(gr.Slider(0, 1, value=0, step=1, label="Step", elem_id="replay-step", visible="hidden"))
     shared_md = gr.Markdown("", elem_id="share-status")
     timer = gr.Timer(0.6, active=False)
     return RunPicker(filt, refresh, runs, run_id, load, play, pause, timer, step, share, shared_md)
@@ -161,8 +162,8 @@ def tuning_panel() -> TuningPanel:
         sliders = {}
         for name in TUNABLE:
             low, high, step = rv.slider_range(name)
-            sliders[name] = gr.Slider(low, high, value=PARAMS[name].default, step=step, label=rv.slider_label(name),
-                                      elem_id=f"tune-{name}")
+            sliders[name] = lenient(gr.Slider(low, high, value=PARAMS[name].default, step=step,
+                                              label=rv.slider_label(name), elem_id=f"tune-{name}"))
     with gr.Row(equal_height=True):
         rule = gr.Dropdown(rv.rule_choices(), value=rv.OWN_RULE, scale=4,
                            label="Judge with the rule of (same drafts; e.g. aasd-fixed to try CASD's δ on an AASD run)",
@@ -237,8 +238,9 @@ class ReplayHandlers:
             flags = [True] * len(TUNABLE)
         sliders = [gr.update(interactive=on) if v is None else gr.update(value=v, interactive=on)
                    for v, on in zip(rv.tuning_values(trace), flags)]
-        steps = max(1, len(trace.steps))
-        return (gr.update(maximum=steps - 1, value=0, visible=True), f"loaded run #{rid}", *sliders, rv.OWN_RULE,
+        steps = len(trace.steps)  # fewer than two: no slider (Gradio refuses a slider whose maximum is its minimum)
+        step = gr.update(maximum=steps - 1, value=0, visible=True) if steps > 1 else gr.update(value=0, visible="hidden")
+        return (step, f"loaded run #{rid}", *sliders, rv.OWN_RULE,
                 self._step_data(rid, stored, ends), tokens.tokens_html(origins), *cleared, rid)
 
     def open_if_new(self, request: gr.Request, rid, opened):
@@ -308,7 +310,9 @@ class ReplayHandlers:
             fig.update_layout(height=RUN_FIGURE_HEIGHT, margin={"t": 75, "b": 45}, title=TITLE_BELOW_TOOLBAR)
         return figures
 
-    def tune(self, request: gr.Request, rid, rule_choice, *values):
+    def tune(self, request: gr.Request, rid, rule_choice, delta, alpha, beta, tau, lam):
+        """Re-score every stored step of the run under the sliders' values (no model): the summary and the flips."""
+        values = (delta, alpha, beta, tau, lam)  # TUNABLE's order
         if rid is None:
             return "load a run first", rv.flips_frame(None)
         try:
@@ -417,7 +421,7 @@ def replay_tab(store: Store, pool: service.ModelPool, cache: RunCache, who=lambd
             **drawn, api_name=False).then(**figures, api_name=False)
     gr.Button("Run figures", visible=False).click(**figures, api_name="run_figures")
     picker.step.change(**drawn, api_name=False, trigger_mode="always_last")  # in the browser: no round trip
-    api_step = gr.Number(0, precision=0, visible=False)  # any step: the slider's range is the browser's run
+    api_step = lenient(gr.Number(0, precision=0, visible=False))  # any step: the slider's range is the browser's run
     gr.Button("Replay step", visible=False).click(h.show_step, [picker.run_id, api_step], panel.api_outputs,
                                                    api_name="replay_step")
     picker.play.click(lambda: gr.Timer(active=True), None, [picker.timer], api_name=False)

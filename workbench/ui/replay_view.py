@@ -51,7 +51,9 @@ def clamp_step(trace: RunTrace, k: Any) -> int:
 def step_info(run_id: int, trace: RunTrace, k: int) -> str:
     """The header above the replay: where we are and what the step cost."""
     if not trace.steps:
-        return f"run #{run_id} ({trace.method}) has no steps to replay (transformers' baselines keep none)"
+        why = ("it was stopped before its first step" if trace.status in ("cancelled", "failed")
+               else "transformers' baselines keep none")
+        return f"run #{run_id} ({trace.method}) has no steps to replay ({why})"
     s = trace.steps[k]
     return (f"run #{run_id} · {trace.method} · step {k} of 0–{len(trace.steps) - 1} · tree {s.tree_size} nodes · "
             f"accepted {s.accepted} + bonus · {s.step_ms:.1f} ms (draft {s.draft_ms:.1f}, forward {s.forward_ms:.1f})"
