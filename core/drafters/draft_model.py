@@ -31,18 +31,30 @@ HISTORY = 512  # gamma=auto: the judged draft tokens the threshold is tuned on (
 def tune_threshold(probs: Sequence[float], accepted: Sequence[bool], current: float = START_CONFIDENCE) -> float:
     """The confidence threshold closest to the ROC curve's ideal corner: among the observed draft probabilities as
     cut-offs, the one minimising (1 − TPR)² + FPR², where a positive is an accepted draft token (transformers tunes
-    `assistant_confidence_threshold` the same way). Needs both outcomes; otherwise `current` stays. Pure."""
+    `assistant_confidence_threshold` the same way); ties go to the lowest cut. Needs both outcomes; otherwise
+    `current` stays. Pure.
+
+    One sort and one sweep (O(n log n); it runs after every step of `gamma=auto`): walking the distinct cuts upwards,
+    the tokens at or above a cut are those not yet passed, so TPR and FPR are running counts."""
     pos = sum(1 for a in accepted if a)
     neg = len(accepted) - pos
     if not pos or not neg:
         return current
+    pairs = sorted(zip(probs, accepted))
     best, best_cost = current, float("inf")
-    for cut in sorted(set(probs)):
-        tpr = sum(1 for p, a in zip(probs, accepted) if a and p >= cut) / pos
-        fpr = sum(1 for p, a in zip(probs, accepted) if not a and p >= cut) / neg
-        cost = (1 - tpr) ** 2 + fpr ** 2
+    tp, fp = pos, neg  # accepted / rejected tokens with p >= the cut
+    i, n = 0, len(pairs)
+    while i < n:
+        cut = pairs[i][0]
+        cost = (1 - tp / pos) ** 2 + (fp / neg) ** 2
         if cost < best_cost:
             best, best_cost = cut, cost
+        while i < n and pairs[i][0] == cut:  # pass every token at this cut: they are below the next one
+            if pairs[i][1]:
+                tp -= 1
+            else:
+                fp -= 1
+            i += 1
     return best
 
 
@@ -89,23 +101,27 @@ class DraftModelDrafter:
             self._forward(prompt_ids[start : min(start + kv.PREFILL_CHUNK, len(prompt_ids) - 1)])
 
     @torch.inference_mode()
-    def _forward(self, ids: Sequence[int]) -> torch.Tensor:
-        """Feed `ids` after the cached prefix; the (V,) logits for the token after the last one."""
+    def _forward(self, ids: Sequence[int] | torch.Tensor) -> torch.Tensor:
+        """Feed `ids` (host ids, or a (1, n) tensor on the model's device) after the cached prefix; the (V,) logits
+        for the token after the last one."""
         device = self.model.device
-        input_ids = torch.tensor([list(ids)], device=device)
-        pos = torch.arange(self.n_cached, self.n_cached + len(ids), device=device)[None]
+        input_ids = ids if isinstance(ids, torch.Tensor) else torch.tensor([list(ids)], device=device)
+        n = input_ids.shape[1]
+        pos = torch.arange(self.n_cached, self.n_cached + n, device=device)[None]
         out = self.model(input_ids=input_ids, position_ids=pos, use_cache=True, logits_to_keep=1,
                          **kv.cache_arg(self.model, self.cache))
-        self.n_cached += len(ids)
+        self.n_cached += n
         return out.logits[0, -1].float()
 
-    def _choose(self, logits: torch.Tensor) -> tuple[int, float, torch.Tensor | None]:
+    def _choose(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """The next draft token as a (1,) tensor and its draft probability as a 0-d tensor, both where the
+        logits are (nothing waits for the device); at T > 0 also the sampling distribution q."""
         if self.processors is None:
-            token = int(logits.argmax())
-            return token, float(torch.exp(logits[token] - torch.logsumexp(logits, -1))), None
-        q = torch.softmax(self.processors(None, logits[None].cpu())[0], dim=-1)
-        token = int(torch.multinomial(q, 1, generator=self.generator).item())
-        return token, float(q[token]), q
+            token = logits.argmax(-1, keepdim=True)
+            return token, torch.exp(logits[token[0]] - torch.logsumexp(logits, -1)), None
+        q = torch.softmax(self.processors(None, logits[None])[0], dim=-1)
+        token = torch.multinomial(q, 1, generator=self.generator)
+        return token, q[token[0]], q
 
     @torch.inference_mode()
     def propose(self, sequence: list[int]) -> Proposal:
@@ -113,21 +129,25 @@ class DraftModelDrafter:
             kv.crop(self.cache, len(sequence) - 1)
             self.n_cached = len(sequence) - 1
         logits = self._forward(sequence[self.n_cached :])
+        # The chain stays on the device: each token is fed back as a tensor, and the tokens and their
+        # probabilities cross to the host once, at the end. Only gamma=auto reads each p as it drafts (its stop).
         tokens, probs, qs = [], [], []
         for i in range(self.gamma):
             token, p, q = self._choose(logits)
             tokens.append(token)
             probs.append(p)
             qs.append(q)
-            if self.adaptive and p < self.threshold:
+            if self.adaptive and float(p) < self.threshold:
                 break
             if i + 1 < self.gamma:
-                logits = self._forward([token])
-        self.base, self.drafted, self.drafted_p = len(sequence), tokens, probs
+                logits = self._forward(token[None])
+        host = torch.stack([torch.cat(tokens).double(), torch.stack(probs).double()]).tolist()
+        token_ids, draft_p = [int(t) for t in host[0]], host[1]
+        self.base, self.drafted, self.drafted_p = len(sequence), token_ids, draft_p
         tree = DraftTree.root_only(sequence[-1])
         node = 0
-        for token, p in zip(tokens, probs):
-            node = tree.add(node, token, "draft", p)
+        for token_id, p_host in zip(token_ids, draft_p):
+            node = tree.add(node, token_id, "draft", p_host)
         return Proposal(tree, torch.stack(qs) if self.processors is not None else None)
 
     def commit(self, new_tokens: list[int], predictions: np.ndarray | None) -> None:
