@@ -34,28 +34,22 @@ def tune_threshold(probs: Sequence[float], accepted: Sequence[bool], current: fl
     `assistant_confidence_threshold` the same way); ties go to the lowest cut. Needs both outcomes; otherwise
     `current` stays. Pure.
 
-    One sort and one sweep (O(n log n); it runs after every step of `gamma=auto`): walking the distinct cuts upwards,
-    the tokens at or above a cut are those not yet passed, so TPR and FPR are running counts."""
-    pos = sum(1 for a in accepted if a)
-    neg = len(accepted) - pos
+    One sort and running counts (O(n log n); it runs after every step of `gamma=auto`): with the probabilities sorted,
+    the tokens at or above the j-th distinct cut are those from its first occurrence on."""
+    p = np.asarray(probs, dtype=np.float64)
+    ok = np.asarray(accepted, dtype=bool)
+    pos = int(ok.sum())
+    neg = len(ok) - pos
     if not pos or not neg:
         return current
-    pairs = sorted(zip(probs, accepted))
-    best, best_cost = current, float("inf")
-    tp, fp = pos, neg  # accepted / rejected tokens with p >= the cut
-    i, n = 0, len(pairs)
-    while i < n:
-        cut = pairs[i][0]
-        cost = (1 - tp / pos) ** 2 + (fp / neg) ** 2
-        if cost < best_cost:
-            best, best_cost = cut, cost
-        while i < n and pairs[i][0] == cut:  # pass every token at this cut: they are below the next one
-            if pairs[i][1]:
-                tp -= 1
-            else:
-                fp -= 1
-            i += 1
-    return best
+    order = np.argsort(p, kind="stable")
+    p, ok = p[order], ok[order]
+    first = np.flatnonzero(np.r_[True, p[1:] != p[:-1]])  # where each distinct cut starts
+    accepted_below = np.r_[0, np.cumsum(ok)][first]  # accepted tokens below each cut
+    tpr = (pos - accepted_below) / pos
+    fpr = (neg - (first - accepted_below)) / neg
+    cost = (1 - tpr) ** 2 + fpr ** 2
+    return float(p[first[int(np.argmin(cost))]])  # argmin takes the first minimum: ties go to the lowest cut
 
 
 class DraftModelDrafter:
