@@ -17,7 +17,6 @@ its next tree, at position `Request.length`.
 """
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -173,7 +172,7 @@ def size_trees(requests: Sequence[Request], proposals: list[Proposal]) -> list[P
 
 def verify(request: Request, proposal: Proposal, logits: torch.Tensor, env: StepEnv) -> tuple[StepStats, Verdict]:
     """The statistics of every node and the verifier's verdict; the sizer learns from it."""
-    stats = step_stats(logits, proposal.tree, env.eos_ids)
+    stats = step_stats(logits, proposal.tree, env.eos_ids, wanted_topk(request.drafter))
     verdict = request.verifier(proposal, logits, stats)
     if request.sizer is not None:
         request.sizer.observe(proposal.tree, verdict.decisions)
@@ -192,7 +191,7 @@ def emit(request: Request, tree: DraftTree, stats: StepStats, verdict: Verdict, 
     request.sequence.extend(new)
     request.generated.extend(new)
     request.length += len(verdict.path)
-    request.drafter.commit(new, step_predictions(request.drafter, logits, tree, verdict, len(new)))
+    request.drafter.commit(new, step_predictions(request.drafter, stats, tree, verdict, len(new)))
     request.steps.append(trace)
     return trace
 
@@ -291,20 +290,24 @@ def sync(device: torch.device) -> None:
 # ---- what a step records and hands the drafter ---------------------------------------------
 
 
-def step_predictions(drafter: Drafter, logits: torch.Tensor, tree: DraftTree, verdict: Verdict, n_new: int) -> np.ndarray | None:
-    """What the drafter declared it wants from this step's forward, from one topk and one host transfer:
-    a TreeObserver sees the top `tree_topk` ids of every tree row; the returned `commit` predictions are
-    the top `generated_topk` ids of the rows that chose the committed tokens (None when not wanted)."""
-    observer = drafter if isinstance(drafter, TreeObserver) and drafter.tree_topk else None
-    k = max(drafter.generated_topk, observer.tree_topk if observer is not None else 0)
-    if not k:
+def wanted_topk(drafter: Drafter) -> int:
+    """How many top ids per row the drafter learns from (0: none): a TreeObserver's `tree_topk` over every tree
+    row, `generated_topk` over the rows that chose the committed tokens. core.target_stats.step_stats brings
+    them to the host with the step's statistics, in its one transfer."""
+    observer = isinstance(drafter, TreeObserver) and drafter.tree_topk
+    return max(drafter.generated_topk, drafter.tree_topk if observer else 0)
+
+
+def step_predictions(drafter: Drafter, stats: StepStats, tree: DraftTree, verdict: Verdict, n_new: int) -> np.ndarray | None:
+    """What the drafter declared it wants from this step's forward (`wanted_topk`): a TreeObserver sees the top
+    `tree_topk` ids of every tree row; the returned `commit` predictions are the top `generated_topk` ids of the
+    rows that chose the committed tokens (None when not wanted)."""
+    if stats.topk is None:
         return None
     chose = verdict.path[:n_new]  # row path[j] is the distribution that chose new[j] (the bonus: the last row)
-    top = (logits if observer is not None else logits[chose]).topk(k, dim=-1).indices.to(torch.int32).cpu().numpy()
-    if observer is None:
-        return top[:, : drafter.generated_topk]
-    observer.observe_tree(TreeTopK(np.asarray(tree.tokens, np.int32), top, list(verdict.path)))
-    return top[chose, : drafter.generated_topk] if drafter.generated_topk else None
+    if isinstance(drafter, TreeObserver) and drafter.tree_topk:
+        drafter.observe_tree(TreeTopK(np.asarray(tree.tokens, np.int32), stats.topk, list(verdict.path)))
+    return stats.topk[chose, : drafter.generated_topk] if drafter.generated_topk else None
 
 
 def node_traces(step: int, past_len: int, tree: DraftTree, stats: StepStats, verdict: Verdict, text: TokenText) -> list[NodeTrace]:
@@ -324,15 +327,14 @@ def node_traces(step: int, past_len: int, tree: DraftTree, stats: StepStats, ver
             )
         )
     last = verdict.path[-1]
-    bonus_lp = stats.logprob(last, verdict.bonus)
+    p, rank, gap = stats.token_numbers(last, verdict.bonus)
     records.append(
         NodeTrace(
             step=step, cache_pos=past_len, node=len(tree), parent=last, depth=tree.depths[last] + 1,
             token_id=verdict.bonus, token_text=text(verdict.bonus), source="model", decision="bonus",
             reason="the target's own token after the last accepted node",
-            p=math.exp(bonus_lp), entropy=stats.row_entropy[last], max_p=stats.row_max_p[last],
-            p_eos=stats.row_p_eos[last], rank=stats.rank(last, verdict.bonus),
-            logit_gap=math.log(stats.row_max_p[last]) - bonus_lp,
+            p=p, entropy=stats.row_entropy[last], max_p=stats.row_max_p[last], p_eos=stats.row_p_eos[last],
+            rank=rank, logit_gap=gap,
         )
     )
     return records

@@ -5,7 +5,7 @@ statistics and workbench.rescore on stored ones, so an offline re-score decides 
 It is parameterised by
 - `rules` (core.rules): one rule, or one per node source (AASD's split). Strict verification is
   `walk(..., rules=strict)`; there is no other strict walk.
-- `rescue` and `count_of` (CSD, seed 004 Algorithm 1): where the accepted path ends at a node whose
+- `rescue` and `count_of` (docs/ALGORITHMS.md, "CSD's rescue"): where the accepted path ends at a node whose
   children all failed, the child the target finds most probable is the *candidate*; `count_of(node,
   correction)` reads the memory count of (candidate, t*) before updating it (the engine's memory) or
   returns the recorded count (re-scoring), and the rescue rule may accept the candidate anyway, after
@@ -15,7 +15,7 @@ It is parameterised by
 `sample_walk` is lossless speculative sampling at T > 0 (random draws, so it is never re-scored),
 with the same rescue step at each rejection.
 
-Path choice (METHODS.md): among root-to-node paths whose nodes all pass, the longest; ties go to the
+Path choice (docs/ALGORITHMS.md): among root-to-node paths whose nodes all pass, the longest; ties go to the
 higher sum of log-probabilities.
 """
 from __future__ import annotations
@@ -160,8 +160,11 @@ def sample_walk(tree: DraftTree, logits: torch.Tensor, processors: LogitsProcess
     accepted, otherwise t* = s (a sample of p given that it is no child: the residual). Every emitted
     token is thus a sample from the target given its prefix. p is the target under the same warpers as
     the draft; the gate uses the raw logits, as CSD does.
+
+    Everything stays where the logits are (the draws too: `generator` must be on their device); the host
+    reads the few numbers each decision needs, never a row of the vocabulary.
     """
-    logits = logits.float().cpu()
+    logits = logits.float()
     n = len(tree)
     kids = tree.children()
     decisions: list[Decision | Literal["unknown"]] = ["accepted"] + ["unreached"] * (n - 1)
@@ -186,11 +189,11 @@ def sample_walk(tree: DraftTree, logits: torch.Tensor, processors: LogitsProcess
                 raise ValueError("draft-model rejection sampling needs a chain (one child per node)")
             cand = kids[node][0]
             x = tree.tokens[cand]
-            q = q_rows[tree.depths[cand] - 1].float()
+            q = q_rows[tree.depths[cand] - 1].float().to(p.device)
             q = torch.nn.functional.pad(q, (0, max(0, p.shape[0] - q.shape[0])))[: p.shape[0]]  # a smaller draft head: q = 0 beyond it
-            px, qx = float(p[x]), float(q[x])
+            # p(x), q(x) and the uniform draw in one read
+            px, qx, r = torch.stack([p[x], q[x], torch.rand(1, generator=generator, device=p.device)[0]]).tolist()
             alpha = min(1.0, px / qx) if qx > 0 else 1.0
-            r = float(torch.rand(1, generator=generator).item())
             if r < alpha:
                 decisions[cand], reasons[cand] = "accepted", f"r {r:.3f} < min(1, p/q) = {alpha:.3f}"
                 node = cand

@@ -112,10 +112,10 @@ class DraftModelDrafter:
         logits are (nothing waits for the device); at T > 0 also the sampling distribution q."""
         if self.processors is None:
             token = logits.argmax(-1, keepdim=True)
-            return token, torch.exp(logits[token[0]] - torch.logsumexp(logits, -1)), None
+            return token, torch.exp(logits.gather(0, token)[0] - torch.logsumexp(logits, -1)), None  # gather: no scalar index
         q = torch.softmax(self.processors(None, logits[None])[0], dim=-1)
         token = torch.multinomial(q, 1, generator=self.generator)
-        return token, q[token[0]], q
+        return token, q.gather(0, token)[0], q
 
     @torch.inference_mode()
     def propose(self, sequence: list[int]) -> Proposal:
