@@ -103,7 +103,7 @@ def _adaptive_all(p) -> Rules:
     return adaptive(p["alpha"], p["beta"])
 
 
-# CSD's rescue rules (seed 004): the methods differ only in which conditions a rescue needs.
+# CSD's rescue rules (docs/ALGORITHMS.md): the methods differ only in which conditions a rescue needs.
 def _csd_rule(p) -> Rescue:
     return Rescue(lam=p["lam"], tau=p["tau"])
 
@@ -149,7 +149,7 @@ for m in [
            drafter="context", rules_of=_fixed),
     Method("aasd-topk", "ablation: AASD drafting with a top-k acceptance rule", param_defaults(*COMMON, *POOL, *ALIGN, "top_k"), False,
            drafter="context", rules_of=_topk),
-    # Draft-model speculative decoding and CSD (seed 004): one drafter and one walk; the methods differ only
+    # Draft-model speculative decoding and CSD (docs/ALGORITHMS.md): one drafter and one walk; the methods differ only
     # in the rescue rule and in whether they read the correction memory.
     # Token Recycling (arXiv 2408.08696): the target's own past top-k after each token, drafted as a static tree.
     Method("recycle", "Token Recycling: a tree from the target's own top-8 after each token, refreshed by every forward "

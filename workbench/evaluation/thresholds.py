@@ -1,4 +1,4 @@
-"""Fitting acceptance thresholds to the model (`workbench calibrate --thresholds`; METHODS.md, "Fitted
+"""Fitting acceptance thresholds to the model (`workbench calibrate --thresholds`; docs/ALGORITHMS.md, "Fitted
 thresholds"): CASD's oracle sweeps turned into a fitting step.
 
 On held-out items (after the first BENCHMARK_ITEMS of each category, which benchmarks draw from), run
