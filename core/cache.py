@@ -13,10 +13,12 @@ from collections.abc import Sequence
 import torch
 from transformers import DynamicCache
 
+from core.hot_types import CausalLM
+
 PREFILL_CHUNK = 4096  # tokens per prefill forward (target and draft model): bounds activation memory on long contexts
 
 
-def new_cache(model) -> DynamicCache:
+def new_cache(model: CausalLM) -> DynamicCache:
     return DynamicCache(config=model.config)
 
 
@@ -161,9 +163,10 @@ def append_rows(cache: DynamicCache, other: DynamicCache, rows: int, other_rows:
         if not have_mine and not have_theirs:
             continue
         like = mine if have_mine else theirs
+        assert like is not None  # one of them is filled
         parts = []
         for layer, n in ((mine, rows), (theirs, other_rows)):
-            if _filled(layer):
+            if layer is not None and _filled(layer):
                 parts.append((layer.keys, layer.values))
             else:
                 empty = like.keys.new_zeros((n, like.keys.shape[1], 0, like.keys.shape[3]))

@@ -20,7 +20,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol, cast
 
 import numpy as np
 import torch
@@ -28,10 +28,12 @@ import torch
 from core import cache as kv
 from core.drafters.base import Drafter, Proposal, TopK, TreeObserver, TreeTopK
 from core.errors import InvalidInputError
+from core.hot_types import Tokenizer
 from core.sizing import TreeSizer, common_size
 from core.target_stats import StepStats, step_stats
 from core.trace import NodeTrace, StepTrace
 from core.tree import DraftTree
+from core.types import Decision
 from core.walk import Verdict
 
 # Judges one step's proposal from the target's logits and their statistics (core.walk does the deciding).
@@ -92,8 +94,8 @@ class Request:
 class TokenText:
     """Per-run memo of token id -> text, so traces do not re-decode the same ids every step."""
 
-    def __init__(self, tokenizer: Any):
-        self.tokenizer: Any = tokenizer
+    def __init__(self, tokenizer: Tokenizer):
+        self.tokenizer = tokenizer
         self.memo: dict[int, str] = {}
 
     def __call__(self, token_id: int) -> str:
@@ -107,7 +109,7 @@ class StepEnv:
     """What every step reads besides its requests: the tokenizer (stop strings, the traces' token texts),
     the target's end-of-sequence ids and its context length."""
 
-    def __init__(self, tokenizer: Any, eos_ids: Sequence[int], max_context: int):
+    def __init__(self, tokenizer: Tokenizer, eos_ids: Sequence[int], max_context: int):
         self.tokenizer, self.eos_ids, self.max_context = tokenizer, list(eos_ids), max_context
         self.eos = frozenset(self.eos_ids)
         self.text = TokenText(tokenizer)
@@ -161,11 +163,12 @@ def size_trees(requests: Sequence[Request], proposals: list[Proposal]) -> list[P
     sizers = [r.sizer for r in requests]
     if any(s is None for s in sizers):
         return proposals
+    present = [s for s in sizers if s is not None]  # all of them; typed without None
     if len(requests) == 1:
-        trees = [sizers[0].choose(proposals[0].tree, requests[0].length)]
+        trees = [present[0].choose(proposals[0].tree, requests[0].length)]
     else:
-        ranked = [s.ranked(p.tree) for s, p in zip(sizers, proposals)]
-        k = common_size(ranked, sizers[0].cost, [r.length for r in requests])
+        ranked = [s.ranked(p.tree) for s, p in zip(present, proposals)]
+        k = common_size(ranked, present[0].cost, [r.length for r in requests])
         trees = [p.tree.subset(sorted(order[:k])) for p, (order, _) in zip(proposals, ranked)]
     return [Proposal(tree, p.q_rows) for tree, p in zip(trees, proposals)]
 
@@ -183,6 +186,7 @@ def emit(request: Request, tree: DraftTree, stats: StepStats, verdict: Verdict, 
          env: StepEnv) -> StepTrace:
     """Commit the accepted tokens and the bonus (cut at a stop) to the request; record the step; let the
     drafter learn from it."""
+    assert verdict.bonus is not None  # an online walk always chooses one (None is for offline re-scoring)
     new = [tree.tokens[n] for n in verdict.path[1:]] + [verdict.bonus]
     new, request.stop_reason = cut_at_stop(new, request.generated, request.cfg, env)
     trace = StepTrace(index=len(request.steps), cache_pos=request.length, tree_size=tree.num_draft,
@@ -233,7 +237,7 @@ def cut_at_stop(new: list[int], generated: list[int], cfg: DecodeConfig, env: St
     return new, reason
 
 
-def stop_string_end(tokenizer: Any, ids: Sequence[int], stop_strings: Sequence[str], start: int = 0) -> int | None:
+def stop_string_end(tokenizer: Tokenizer, ids: Sequence[int], stop_strings: Sequence[str], start: int = 0) -> int | None:
     """The shortest prefix length j > start of `ids` whose last STOP_WINDOW tokens' text holds a stop
     string: cut there, the token that completes the stop string kept. None when no stop string appears.
     The one rule for our engine and for transformers' baselines, so both stop on the same token."""
@@ -294,8 +298,7 @@ def wanted_topk(drafter: Drafter) -> int:
     """How many top ids per row the drafter learns from (0: none): a TreeObserver's `tree_topk` over every tree
     row, `generated_topk` over the rows that chose the committed tokens. core.target_stats.step_stats brings
     them to the host with the step's statistics, in its one transfer."""
-    observer = isinstance(drafter, TreeObserver) and drafter.tree_topk
-    return max(drafter.generated_topk, drafter.tree_topk if observer else 0)
+    return max(drafter.generated_topk, drafter.tree_topk if isinstance(drafter, TreeObserver) else 0)
 
 
 def step_predictions(drafter: Drafter, stats: StepStats, tree: DraftTree, verdict: Verdict, n_new: int) -> np.ndarray | None:
@@ -320,13 +323,14 @@ def node_traces(step: int, past_len: int, tree: DraftTree, stats: StepStats, ver
             NodeTrace(
                 step=step, cache_pos=past_len, node=i, parent=tree.parents[i], depth=tree.depths[i],
                 token_id=tree.tokens[i], token_text=text(tree.tokens[i]), source=tree.sources[i],
-                decision=verdict.decisions[i], reason=verdict.reasons[i],
+                decision=cast(Decision, verdict.decisions[i]), reason=verdict.reasons[i],  # online: never UNKNOWN
                 p=n.p if n else None, entropy=n.entropy if n else None, max_p=n.max_p if n else None,
                 p_eos=n.p_eos if n else None, rank=n.rank if n else None, logit_gap=n.logit_gap if n else None,
                 threshold=verdict.thresholds[i], draft_p=tree.draft_probs[i], **extra,
             )
         )
     last = verdict.path[-1]
+    assert verdict.bonus is not None
     p, rank, gap = stats.token_numbers(last, verdict.bonus)
     records.append(
         NodeTrace(

@@ -27,8 +27,8 @@ class StepStats:
     row_p_eos: list[float]
     nodes: list[NodeStats | None]  # None for the root
     logp: list[float]  # log p of each node's token (0 for the root)
-    logits: torch.Tensor = field(repr=False, default=None)  # (Q, V) float32, for the bonus token's record
-    log_norm: torch.Tensor = field(repr=False, default=None)  # (Q,) log Σ exp(logits) per row
+    logits: torch.Tensor = field(repr=False)  # (Q, V) float32, for the bonus token's record
+    log_norm: torch.Tensor = field(repr=False)  # (Q,) log Σ exp(logits) per row
     topk: np.ndarray | None = field(repr=False, default=None)  # (Q, k) int32: each row's top-k ids, when asked for
 
     def logprob(self, row: int, token: int) -> float:

@@ -18,6 +18,7 @@ import torch
 from core import cache as kv
 from core.drafters.base import DraftEnv, Proposal, TopK
 from core.errors import InvalidInputError
+from core.hot_types import CausalLM, KVCache
 from core.params import auto_or, is_auto
 from core.target_stats import sampling_processors
 from core.tree import DraftTree
@@ -63,7 +64,7 @@ class DraftModelDrafter:
     prefill_topk = 0
     generated_topk = 0
 
-    def __init__(self, model, gamma: int = 6, temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0,
+    def __init__(self, model: CausalLM, gamma: int = 6, temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0,
                  generator: torch.Generator | None = None):
         # gamma=auto: draft up to AUTO_GAMMA_MAX, stopping after a token less confident than the tuned threshold
         self.adaptive = is_auto(gamma)
@@ -74,7 +75,7 @@ class DraftModelDrafter:
         self.drafted_p: list[float] = []
         self.processors = sampling_processors(temperature, top_k, top_p) if temperature > 0 else None
         self.generator = generator if generator is not None else torch.Generator().manual_seed(0)
-        self.cache = None
+        self.cache: KVCache = kv.new_cache(model)  # begin() starts a fresh one per request
         self.n_cached = 0  # the cache holds sequence[:n_cached] of the committed sequence
         self.drafted: list[int] = []  # the last proposal's tokens
         self.base = 0  # len(sequence) at the last proposal
@@ -113,7 +114,7 @@ class DraftModelDrafter:
         if self.processors is None:
             token = logits.argmax(-1, keepdim=True)
             return token, torch.exp(logits.gather(0, token)[0] - torch.logsumexp(logits, -1)), None  # gather: no scalar index
-        q = torch.softmax(self.processors(None, logits[None])[0], dim=-1)
+        q = torch.softmax(self.processors(None, logits[None])[0], dim=-1)  # type: ignore[arg-type]  # warpers read no ids
         token = torch.multinomial(q, 1, generator=self.generator)
         return token, q.gather(0, token)[0], q
 
@@ -142,7 +143,7 @@ class DraftModelDrafter:
         node = 0
         for token_id, p_host in zip(token_ids, draft_p):
             node = tree.add(node, token_id, "draft", p_host)
-        return Proposal(tree, torch.stack(qs) if self.processors is not None else None)
+        return Proposal(tree, torch.stack([q for q in qs if q is not None]) if self.processors is not None else None)
 
     def commit(self, new_tokens: list[int], predictions: np.ndarray | None) -> None:
         # The cache holds sequence + drafted[:-1]; keep the part the committed tokens agree with.
