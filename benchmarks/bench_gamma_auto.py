@@ -50,7 +50,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--target", default="qwen2.5-coder-1.5b")
     ap.add_argument("--draft", default="qwen2.5-coder-0.5b")
-    ap.add_argument("--limit", type=int, default=4, help="HumanEval prompts (the first ones)")
+    ap.add_argument("--limit", type=int, default=4, help="HumanEval prompts")
+    ap.add_argument("--start", type=int, default=0, help="the first HumanEval prompt used (its index)")
     ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--dtype", default="bfloat16")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch's default); 1 on a shared machine")
@@ -69,7 +70,7 @@ def main() -> int:
     from workbench.evaluation.bench import format_table, run_bench
     from workbench.evaluation.tasks import load_humaneval
 
-    tasks = load_humaneval()[: args.limit]
+    tasks = load_humaneval()[args.start : args.start + args.limit]
     target = load_model(args.target, device="cpu", dtype=args.dtype)
     draft = load_model(args.draft, device="cpu", dtype=args.dtype)
     t0 = time.perf_counter()
@@ -84,7 +85,7 @@ def main() -> int:
           f"sd[gamma=auto] / sd = {ratio:.3f} (target >= 1)")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"machine": machine(torch.get_num_threads()), "sweep_ms": ms, "ratio": ratio,
+    out.write_text(json.dumps({"machine": machine(torch.get_num_threads()), "sweep_ms": ms, "ratio": ratio, "argv": sys.argv[1:],
                                "minutes": minutes, **result}, indent=1))
     return 0 if ms < 1 and ratio >= 1 else 1
 
