@@ -8,6 +8,8 @@ counted (on a device their torch twins run instead).
 """
 from __future__ import annotations
 
+import traceback
+
 import pytest
 import torch
 from conftest import make_tiny, perturbed
@@ -35,15 +37,12 @@ class HostTransfers(TorchDispatchMode):
 
     def _counting(self, original, name):
         def counted(tensor, *args, **kwargs):
-            if torch._C._get_dispatch_mode(torch._C._TorchDispatchModeKey.PROXY) is None:
-                self._hit(name)
+            self._hit(name)
             return original(tensor, *args, **kwargs)
 
         return counted
 
     def _hit(self, name: str) -> None:
-        import traceback
-
         self.count += 1
         frame = next((f for f in reversed(traceback.extract_stack()[:-2]) if "/core/" in f.filename), None)
         self.where.append(f"{name} at {frame.filename.split('/core/')[-1]}:{frame.lineno}" if frame else name)
@@ -77,7 +76,7 @@ def transfers_per_step(monkeypatch, method: str, params: dict, draft=None, promp
 @pytest.mark.parametrize("method", ["greedy", "pld", "casd", "aasd", "recycle"])
 def test_a_tree_step_at_t0_reads_the_device_once(monkeypatch, method):
     """One transfer per step: step_stats' one vector (and the drafter's top-k ids ride along with it)."""
-    per_step = transfers_per_step(monkeypatch, method, {}, prompt=None)
+    per_step = transfers_per_step(monkeypatch, method, {})
     assert max(n for n, _ in per_step) <= 1, per_step
 
 
