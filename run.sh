@@ -5,6 +5,7 @@
 #   bash run.sh test   install, fetch the embedded default model, run the default (fast) test suite
 #   bash run.sh table  install, then compare greedy and PLD on the bundled samples as a table in the terminal
 #   bash run.sh test -m slow    the long tests on real models (any pytest arguments pass through)
+#   bash run.sh lint   install, then ruff check . and mypy (over core/; settings in pyproject.toml)
 # The virtual environment lives in .venv (override with VENV=path).
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -36,11 +37,16 @@ case "$cmd" in
     setup
     python -m pytest "$@"
     ;;
+  lint)
+    setup
+    ruff check .
+    mypy
+    ;;
   setup)
     setup
     ;;
   *)
-    echo "usage: bash run.sh demo|test|table|setup [args]" >&2
+    echo "usage: bash run.sh demo|test|table|lint|setup [args]" >&2
     exit 2
     ;;
 esac

@@ -55,8 +55,8 @@ def main() -> int:
         pool.extend(new)
         extends.append((time.perf_counter() - t) * 1e3)
     build, med, p95 = min(builds), statistics.median(lookups), float(np.percentile(lookups, 95))
-    print(f"| tokens | build s (best of 3) | lookup ms median | lookup ms p95 | extend ms median (1-10 tokens) |")
-    print(f"|---|---|---|---|---|")
+    print("| tokens | build s (best of 3) | lookup ms median | lookup ms p95 | extend ms median (1-10 tokens) |")
+    print("|---|---|---|---|---|")
     print(f"| {args.tokens:,} | {build:.3f} | {med:.3f} | {p95:.3f} | {statistics.median(extends):.3f} |")
     ok = build <= 2.0 and med <= 1.0
     print(f"{'PASS' if build <= 2.0 else 'MISS'} build <= 2 s; {'PASS' if med <= 1.0 else 'MISS'} median lookup <= 1 ms")

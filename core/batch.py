@@ -27,6 +27,7 @@ import torch
 from core import cache as kv
 from core.drafters.base import Drafter, TopK
 from core.errors import InvalidInputError
+from core.hot_types import CausalLM, Tokenizer
 from core.sizing import TreeSizer
 from core.step import (Cancelled, DecodeConfig, DecodeResult, ProgressCallback, Request, StepEnv, Verifier, check_request,
                        mark_stops, prefill_chunks, step, stop_requested, sync)
@@ -89,8 +90,8 @@ def padded_mask(valid: torch.Tensor, trees: Sequence[DraftTree], width: int, dty
 
 @torch.inference_mode()
 def decode_batch(
-    model,
-    tokenizer,
+    model: CausalLM,
+    tokenizer: Tokenizer,
     eos_ids: Sequence[int],
     prompts: Sequence[list[int]],
     drafters: Sequence[Drafter],
@@ -152,7 +153,7 @@ class PaddedRows:
     of that row or a hole that `valid` (B, C) hides. Prompts are left-padded; trees are padded to the widest
     with one 4D mask per row; each row keeps its own accepted path, leaving holes behind a shorter one."""
 
-    def __init__(self, model, pad_id: int, prompt_tokens: int):
+    def __init__(self, model: CausalLM, pad_id: int, prompt_tokens: int):
         self.model, self.pad_id = model, pad_id
         self.cache = kv.new_cache(model)
         self.valid = torch.zeros((0, 0), dtype=torch.bool, device=model.device)

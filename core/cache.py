@@ -13,10 +13,12 @@ from collections.abc import Sequence
 import torch
 from transformers import DynamicCache
 
+from core.hot_types import CausalLM
+
 PREFILL_CHUNK = 4096  # tokens per prefill forward (target and draft model): bounds activation memory on long contexts
 
 
-def new_cache(model) -> DynamicCache:
+def new_cache(model: CausalLM) -> DynamicCache:
     return DynamicCache(config=model.config)
 
 
@@ -91,10 +93,11 @@ def keep_path(cache: DynamicCache, past_len: int, path: Sequence[int]) -> None:
     if all(node == j for j, node in enumerate(path)):
         crop(cache, new_len)
         return
+    index = _OnDevice(torch.tensor([past_len + n for n in path]))  # built once per step, copied once per device
     for layer in _layers(cache):
         if getattr(layer, "keys", None) is None or layer.keys.numel() == 0:
             continue
-        src = torch.tensor([past_len + n for n in path], device=layer.keys.device)
+        src = index.on(layer.keys.device)
         # index_select copies the rows first, so overlapping source and destination are safe.
         layer.keys[..., past_len:new_len, :] = layer.keys.index_select(-2, src)
         layer.values[..., past_len:new_len, :] = layer.values.index_select(-2, src)
@@ -115,33 +118,37 @@ def keep_paths(cache: DynamicCache, past_len: int, paths: Sequence[Sequence[int]
     if all(list(p) == list(range(width)) for p in paths):
         crop(cache, past_len + width)
         return
-    index = torch.tensor([[past_len + n for n in p] + [past_len] * (width - len(p)) for p in paths])
+    index = _OnDevice(torch.tensor([[past_len + n for n in p] + [past_len] * (width - len(p)) for p in paths]))
     for layer in _layers(cache):
         if getattr(layer, "keys", None) is None or layer.keys.numel() == 0:
             continue
-        layer.keys = torch.cat([layer.keys[:, :, :past_len], _gather_slots(layer.keys, index)], dim=2)
-        layer.values = torch.cat([layer.values[:, :, :past_len], _gather_slots(layer.values, index)], dim=2)
+        at = index.on(layer.keys.device)
+        layer.keys = torch.cat([layer.keys[:, :, :past_len], _gather_slots(layer.keys, at)], dim=2)
+        layer.values = torch.cat([layer.values[:, :, :past_len], _gather_slots(layer.values, at)], dim=2)
 
 
 @torch.inference_mode()
 def gather_slots(cache: DynamicCache, index: torch.Tensor) -> None:
     """Replace every layer's slots by index[b] for row b (B, N): compaction of holes, left-padded."""
+    on_device = _OnDevice(index)
     for layer in _layers(cache):
         if getattr(layer, "keys", None) is None or layer.keys.numel() == 0:
             continue
-        layer.keys = _gather_slots(layer.keys, index)
-        layer.values = _gather_slots(layer.values, index)
+        at = on_device.on(layer.keys.device)
+        layer.keys = _gather_slots(layer.keys, at)
+        layer.values = _gather_slots(layer.values, at)
 
 
 @torch.inference_mode()
 def select_rows(cache: DynamicCache, rows: Sequence[int]) -> None:
     """Keep only these batch rows (finished rows stop costing compute)."""
+    index = _OnDevice(torch.tensor(list(rows), dtype=torch.long))
     for layer in _layers(cache):
         if getattr(layer, "keys", None) is None or layer.keys.numel() == 0:
             continue
-        index = torch.tensor(list(rows), dtype=torch.long, device=layer.keys.device)
-        layer.keys = layer.keys.index_select(0, index)
-        layer.values = layer.values.index_select(0, index)
+        at = index.on(layer.keys.device)
+        layer.keys = layer.keys.index_select(0, at)
+        layer.values = layer.values.index_select(0, at)
 
 
 @torch.inference_mode()
@@ -156,9 +163,10 @@ def append_rows(cache: DynamicCache, other: DynamicCache, rows: int, other_rows:
         if not have_mine and not have_theirs:
             continue
         like = mine if have_mine else theirs
+        assert like is not None  # one of them is filled
         parts = []
         for layer, n in ((mine, rows), (theirs, other_rows)):
-            if _filled(layer):
+            if layer is not None and _filled(layer):
                 parts.append((layer.keys, layer.values))
             else:
                 empty = like.keys.new_zeros((n, like.keys.shape[1], 0, like.keys.shape[3]))
@@ -179,6 +187,20 @@ def _filled(layer) -> bool:
 
 def _left_pad(x: torch.Tensor, width: int) -> torch.Tensor:
     return torch.nn.functional.pad(x, (0, 0, width - x.shape[2], 0)) if x.shape[2] < width else x
+
+
+class _OnDevice:
+    """One index for every layer of a step: made on the host once, copied once to each device the layers are on
+    (one, unless a device map spreads them), not once per layer."""
+
+    def __init__(self, index: torch.Tensor):
+        self.copies = {index.device: index}
+        self.host = index
+
+    def on(self, device: torch.device) -> torch.Tensor:
+        if device not in self.copies:
+            self.copies[device] = self.host.to(device, non_blocking=True)
+        return self.copies[device]
 
 
 def _gather_slots(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:

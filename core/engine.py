@@ -15,6 +15,7 @@ import torch
 
 from core import cache as kv
 from core.drafters.base import Drafter, TopK
+from core.hot_types import CausalLM, KVCache, Tokenizer
 from core.sizing import TreeSizer
 from core.step import (Cancelled, DecodeConfig, DecodeResult, ProgressCallback, Request, StepEnv, Verifier, check_request,
                        mark_stops, prefill_chunks, step, stop_requested, sync)
@@ -28,8 +29,8 @@ TOPK_CHUNK = 256  # prompt positions per lm-head chunk when keeping prefill top-
 
 @torch.inference_mode()
 def decode(
-    model,
-    tokenizer,
+    model: CausalLM,
+    tokenizer: Tokenizer,
     eos_ids: Sequence[int],
     prompt_ids: list[int],
     drafter: Drafter,
@@ -77,7 +78,7 @@ class SingleRow:
     """One request alone in its cache (core.step.Rows): its tree goes through the model with the cheapest
     mask that is exact, and its accepted path moves into place (core.cache.keep_path)."""
 
-    def __init__(self, model, cache, root_logits: torch.Tensor | None = None):
+    def __init__(self, model: CausalLM, cache: KVCache, root_logits: torch.Tensor | None = None):
         self.model, self.cache = model, cache
         self.root_logits = root_logits  # the prompt pass's last row: the first step's root is already in the cache
 
@@ -92,7 +93,7 @@ class SingleRow:
 
 
 @torch.inference_mode()
-def prefill(model, ids: list[int], cache, keep_topk: int = 0, should_stop: Callable[[], bool] | None = None,
+def prefill(model: CausalLM, ids: list[int], cache: KVCache, keep_topk: int = 0, should_stop: Callable[[], bool] | None = None,
             on_prefill: ProgressCallback | None = None) -> tuple[TopK | None, torch.Tensor]:
     """Fill the cache with `ids` and return the logits that follow the last one, as (V,); optionally
     keep the top-k predictions at every earlier position (the rows that predict ids[1:]). Between chunks a
@@ -123,7 +124,7 @@ def prefill(model, ids: list[int], cache, keep_topk: int = 0, should_stop: Calla
 
 
 @torch.inference_mode()
-def forward_tree(model, tree: DraftTree, past_len: int, cache, root_logits: torch.Tensor | None = None) -> torch.Tensor:
+def forward_tree(model: CausalLM, tree: DraftTree, past_len: int, cache: KVCache, root_logits: torch.Tensor | None = None) -> torch.Tensor:
     """One target forward over the tree; (Q, V) logits. Chains use the model's own causal mask.
 
     With `root_logits` the root is already in the cache (the prompt pass fed it, as transformers'
@@ -132,7 +133,7 @@ def forward_tree(model, tree: DraftTree, past_len: int, cache, root_logits: torc
     """
     device = model.device
     skip = 0 if root_logits is None else 1
-    if skip and tree.num_draft == 0:
+    if root_logits is not None and tree.num_draft == 0:
         return root_logits[None]
     input_ids = torch.tensor([tree.tokens[skip:]], device=device)
     mask = None if is_chain(tree.parents) else tree_attention_mask(tree.parents, past_len, model.dtype, device)[:, :, skip:]
@@ -143,4 +144,4 @@ def forward_tree(model, tree: DraftTree, past_len: int, cache, root_logits: torc
         use_cache=True,
         **kv.cache_arg(model, cache),
     )
-    return out.logits[0] if not skip else torch.cat([root_logits[None], out.logits[0]])
+    return out.logits[0] if root_logits is None else torch.cat([root_logits[None], out.logits[0]])

@@ -148,8 +148,8 @@ def fetch_preset(name: str, force: bool = False) -> Path:
     if is_fetched(name) and not force:
         return dest
     dest.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix=f"{name}-", dir=dest.parent) as tmp:
-        tmp = Path(tmp)
+    with tempfile.TemporaryDirectory(prefix=f"{name}-", dir=dest.parent) as tmp_name:
+        tmp = Path(tmp_name)
         wheels = []
         for pkg, version in preset.packages:
             print(f"{name}: downloading {pkg}=={version}", file=sys.stderr, flush=True)

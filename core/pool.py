@@ -142,5 +142,5 @@ class DraftPool:
     def _hit(self, position: int) -> Hit:
         stop = min(position + self.ngram, len(self))
         tokens = np.asarray(self._tokens(position, stop), dtype=np.int64)
-        sources = ["context" if p < self._context_len else "generated" for p in range(position, stop)]
+        sources: list[Source] = ["context" if p < self._context_len else "generated" for p in range(position, stop)]
         return Hit(position, tokens, sources)

@@ -4,7 +4,7 @@ A rule says pass or fail, with the threshold it used and a reason. Rules need no
 in `NodeStats`, which every stored node record carries, so the engine and the offline re-scoring of
 stored traces judge with the very same functions (core.walk applies them to a tree).
 
-CSD's rescue (seed 004, Algorithm 1) is a rule too: `Rescue` + `rescue_decision` decide whether a
+CSD's rescue (docs/ALGORITHMS.md, "CSD's rescue") is a rule too: `Rescue` + `rescue_decision` decide whether a
 rejected draft token is accepted anyway, from the memory count of its (draft, correction) pair and
 the logit gap between them.
 """

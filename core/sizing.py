@@ -1,4 +1,4 @@
-"""Trees sized to the hardware (`max_nodes=auto`, METHODS.md "Tree size from cost").
+"""Trees sized to the hardware (`max_nodes=auto`, docs/ALGORITHMS.md "Tree size from cost").
 
 Each step the drafter proposes a large candidate tree; `TreeSizer.choose` keeps the prefix-closed subset
 that maximises expected tokens per second of verification:

@@ -1,4 +1,4 @@
-"""Trace metrics of a run (MAL, TPS, acceptance per source and depth, first divergence) as METHODS.md
+"""Trace metrics of a run (MAL, TPS, acceptance per source and depth, first divergence) as docs/ALGORITHMS.md
 defines them, and pooled over runs. Pure functions of trace records: no model, no task scores."""
 from __future__ import annotations
 

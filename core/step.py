@@ -17,11 +17,10 @@ its next tree, at position `Request.length`.
 """
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol, cast
 
 import numpy as np
 import torch
@@ -29,10 +28,12 @@ import torch
 from core import cache as kv
 from core.drafters.base import Drafter, Proposal, TopK, TreeObserver, TreeTopK
 from core.errors import InvalidInputError
+from core.hot_types import Tokenizer
 from core.sizing import TreeSizer, common_size
 from core.target_stats import StepStats, step_stats
 from core.trace import NodeTrace, StepTrace
 from core.tree import DraftTree
+from core.types import Decision
 from core.walk import Verdict
 
 # Judges one step's proposal from the target's logits and their statistics (core.walk does the deciding).
@@ -93,8 +94,8 @@ class Request:
 class TokenText:
     """Per-run memo of token id -> text, so traces do not re-decode the same ids every step."""
 
-    def __init__(self, tokenizer: Any):
-        self.tokenizer: Any = tokenizer
+    def __init__(self, tokenizer: Tokenizer):
+        self.tokenizer = tokenizer
         self.memo: dict[int, str] = {}
 
     def __call__(self, token_id: int) -> str:
@@ -108,7 +109,7 @@ class StepEnv:
     """What every step reads besides its requests: the tokenizer (stop strings, the traces' token texts),
     the target's end-of-sequence ids and its context length."""
 
-    def __init__(self, tokenizer: Any, eos_ids: Sequence[int], max_context: int):
+    def __init__(self, tokenizer: Tokenizer, eos_ids: Sequence[int], max_context: int):
         self.tokenizer, self.eos_ids, self.max_context = tokenizer, list(eos_ids), max_context
         self.eos = frozenset(self.eos_ids)
         self.text = TokenText(tokenizer)
@@ -162,18 +163,19 @@ def size_trees(requests: Sequence[Request], proposals: list[Proposal]) -> list[P
     sizers = [r.sizer for r in requests]
     if any(s is None for s in sizers):
         return proposals
+    present = [s for s in sizers if s is not None]  # all of them; typed without None
     if len(requests) == 1:
-        trees = [sizers[0].choose(proposals[0].tree, requests[0].length)]
+        trees = [present[0].choose(proposals[0].tree, requests[0].length)]
     else:
-        ranked = [s.ranked(p.tree) for s, p in zip(sizers, proposals)]
-        k = common_size(ranked, sizers[0].cost, [r.length for r in requests])
+        ranked = [s.ranked(p.tree) for s, p in zip(present, proposals)]
+        k = common_size(ranked, present[0].cost, [r.length for r in requests])
         trees = [p.tree.subset(sorted(order[:k])) for p, (order, _) in zip(proposals, ranked)]
     return [Proposal(tree, p.q_rows) for tree, p in zip(trees, proposals)]
 
 
 def verify(request: Request, proposal: Proposal, logits: torch.Tensor, env: StepEnv) -> tuple[StepStats, Verdict]:
     """The statistics of every node and the verifier's verdict; the sizer learns from it."""
-    stats = step_stats(logits, proposal.tree, env.eos_ids)
+    stats = step_stats(logits, proposal.tree, env.eos_ids, wanted_topk(request.drafter))
     verdict = request.verifier(proposal, logits, stats)
     if request.sizer is not None:
         request.sizer.observe(proposal.tree, verdict.decisions)
@@ -184,6 +186,7 @@ def emit(request: Request, tree: DraftTree, stats: StepStats, verdict: Verdict, 
          env: StepEnv) -> StepTrace:
     """Commit the accepted tokens and the bonus (cut at a stop) to the request; record the step; let the
     drafter learn from it."""
+    assert verdict.bonus is not None  # an online walk always chooses one (None is for offline re-scoring)
     new = [tree.tokens[n] for n in verdict.path[1:]] + [verdict.bonus]
     new, request.stop_reason = cut_at_stop(new, request.generated, request.cfg, env)
     trace = StepTrace(index=len(request.steps), cache_pos=request.length, tree_size=tree.num_draft,
@@ -192,7 +195,7 @@ def emit(request: Request, tree: DraftTree, stats: StepStats, verdict: Verdict, 
     request.sequence.extend(new)
     request.generated.extend(new)
     request.length += len(verdict.path)
-    request.drafter.commit(new, step_predictions(request.drafter, logits, tree, verdict, len(new)))
+    request.drafter.commit(new, step_predictions(request.drafter, stats, tree, verdict, len(new)))
     request.steps.append(trace)
     return trace
 
@@ -234,7 +237,7 @@ def cut_at_stop(new: list[int], generated: list[int], cfg: DecodeConfig, env: St
     return new, reason
 
 
-def stop_string_end(tokenizer: Any, ids: Sequence[int], stop_strings: Sequence[str], start: int = 0) -> int | None:
+def stop_string_end(tokenizer: Tokenizer, ids: Sequence[int], stop_strings: Sequence[str], start: int = 0) -> int | None:
     """The shortest prefix length j > start of `ids` whose last STOP_WINDOW tokens' text holds a stop
     string: cut there, the token that completes the stop string kept. None when no stop string appears.
     The one rule for our engine and for transformers' baselines, so both stop on the same token."""
@@ -291,20 +294,23 @@ def sync(device: torch.device) -> None:
 # ---- what a step records and hands the drafter ---------------------------------------------
 
 
-def step_predictions(drafter: Drafter, logits: torch.Tensor, tree: DraftTree, verdict: Verdict, n_new: int) -> np.ndarray | None:
-    """What the drafter declared it wants from this step's forward, from one topk and one host transfer:
-    a TreeObserver sees the top `tree_topk` ids of every tree row; the returned `commit` predictions are
-    the top `generated_topk` ids of the rows that chose the committed tokens (None when not wanted)."""
-    observer = drafter if isinstance(drafter, TreeObserver) and drafter.tree_topk else None
-    k = max(drafter.generated_topk, observer.tree_topk if observer is not None else 0)
-    if not k:
+def wanted_topk(drafter: Drafter) -> int:
+    """How many top ids per row the drafter learns from (0: none): a TreeObserver's `tree_topk` over every tree
+    row, `generated_topk` over the rows that chose the committed tokens. core.target_stats.step_stats brings
+    them to the host with the step's statistics, in its one transfer."""
+    return max(drafter.generated_topk, drafter.tree_topk if isinstance(drafter, TreeObserver) else 0)
+
+
+def step_predictions(drafter: Drafter, stats: StepStats, tree: DraftTree, verdict: Verdict, n_new: int) -> np.ndarray | None:
+    """What the drafter declared it wants from this step's forward (`wanted_topk`): a TreeObserver sees the top
+    `tree_topk` ids of every tree row; the returned `commit` predictions are the top `generated_topk` ids of the
+    rows that chose the committed tokens (None when not wanted)."""
+    if stats.topk is None:
         return None
     chose = verdict.path[:n_new]  # row path[j] is the distribution that chose new[j] (the bonus: the last row)
-    top = (logits if observer is not None else logits[chose]).topk(k, dim=-1).indices.to(torch.int32).cpu().numpy()
-    if observer is None:
-        return top[:, : drafter.generated_topk]
-    observer.observe_tree(TreeTopK(np.asarray(tree.tokens, np.int32), top, list(verdict.path)))
-    return top[chose, : drafter.generated_topk] if drafter.generated_topk else None
+    if isinstance(drafter, TreeObserver) and drafter.tree_topk:
+        drafter.observe_tree(TreeTopK(np.asarray(tree.tokens, np.int32), stats.topk, list(verdict.path)))
+    return stats.topk[chose, : drafter.generated_topk] if drafter.generated_topk else None
 
 
 def node_traces(step: int, past_len: int, tree: DraftTree, stats: StepStats, verdict: Verdict, text: TokenText) -> list[NodeTrace]:
@@ -317,22 +323,22 @@ def node_traces(step: int, past_len: int, tree: DraftTree, stats: StepStats, ver
             NodeTrace(
                 step=step, cache_pos=past_len, node=i, parent=tree.parents[i], depth=tree.depths[i],
                 token_id=tree.tokens[i], token_text=text(tree.tokens[i]), source=tree.sources[i],
-                decision=verdict.decisions[i], reason=verdict.reasons[i],
+                decision=cast(Decision, verdict.decisions[i]), reason=verdict.reasons[i],  # online: never UNKNOWN
                 p=n.p if n else None, entropy=n.entropy if n else None, max_p=n.max_p if n else None,
                 p_eos=n.p_eos if n else None, rank=n.rank if n else None, logit_gap=n.logit_gap if n else None,
                 threshold=verdict.thresholds[i], draft_p=tree.draft_probs[i], **extra,
             )
         )
     last = verdict.path[-1]
-    bonus_lp = stats.logprob(last, verdict.bonus)
+    assert verdict.bonus is not None
+    p, rank, gap = stats.token_numbers(last, verdict.bonus)
     records.append(
         NodeTrace(
             step=step, cache_pos=past_len, node=len(tree), parent=last, depth=tree.depths[last] + 1,
             token_id=verdict.bonus, token_text=text(verdict.bonus), source="model", decision="bonus",
             reason="the target's own token after the last accepted node",
-            p=math.exp(bonus_lp), entropy=stats.row_entropy[last], max_p=stats.row_max_p[last],
-            p_eos=stats.row_p_eos[last], rank=stats.rank(last, verdict.bonus),
-            logit_gap=math.log(stats.row_max_p[last]) - bonus_lp,
+            p=p, entropy=stats.row_entropy[last], max_p=stats.row_max_p[last], p_eos=stats.row_p_eos[last],
+            rank=rank, logit_gap=gap,
         )
     )
     return records

@@ -27,14 +27,23 @@ class StepStats:
     row_p_eos: list[float]
     nodes: list[NodeStats | None]  # None for the root
     logp: list[float]  # log p of each node's token (0 for the root)
-    logits: torch.Tensor = field(repr=False, default=None)  # (Q, V) float32, for the bonus token's record
-    log_norm: torch.Tensor = field(repr=False, default=None)  # (Q,) log Σ exp(logits) per row
+    logits: torch.Tensor = field(repr=False)  # (Q, V) float32, for the bonus token's record
+    log_norm: torch.Tensor = field(repr=False)  # (Q,) log Σ exp(logits) per row
+    topk: np.ndarray | None = field(repr=False, default=None)  # (Q, k) int32: each row's top-k ids, when asked for
 
     def logprob(self, row: int, token: int) -> float:
         return float(self.logits[row, token] - self.log_norm[row])
 
     def rank(self, row: int, token: int) -> int:
         return token_rank(self.logits[row], token)
+
+    def token_numbers(self, row: int, token: int) -> tuple[float, int, float]:
+        """p, rank and logit gap (log max p − log p) of `token` in row `row`. The row's argmax (the bonus token at
+        T = 0) has them already: max p, rank 0, gap 0, so its record reads nothing more from the device."""
+        if token == self.row_argmax[row]:
+            return self.row_max_p[row], 0, 0.0
+        logp = self.logprob(row, token)
+        return math.exp(logp), self.rank(row, token), math.log(self.row_max_p[row]) - logp
 
 
 def token_rank(row: torch.Tensor, token: int) -> int:
@@ -102,8 +111,9 @@ def _ranks_numpy(logits: np.ndarray, parents: np.ndarray, tokens: np.ndarray, va
     return ranks
 
 
-def step_stats(logits: torch.Tensor, tree: DraftTree, eos_ids: Sequence[int]) -> StepStats:
-    """Statistics of every node's token under its parent's distribution, from (Q, V) logits.
+def step_stats(logits: torch.Tensor, tree: DraftTree, eos_ids: Sequence[int], topk: int = 0) -> StepStats:
+    """Statistics of every node's token under its parent's distribution, from (Q, V) logits; with `topk`, also
+    every row's top-k ids (what a drafter learns from: they ride in the same transfer).
 
     One host synchronisation per step: on a GPU every `.item()` or `.tolist()` waits for the device, so
     all per-row and per-node numbers are computed as tensors where the logits are, stacked into one
@@ -133,15 +143,19 @@ def step_stats(logits: torch.Tensor, tree: DraftTree, eos_ids: Sequence[int]) ->
     log_norm = top_logit + log_z
     gap = top_logit[parents] - tok_logit
     tok_logp = tok_logit - log_norm[parents]
-    host = torch.cat([t.double() for t in (argmax, entropy, max_p, p_eos, gap, tok_logp, rank)]).tolist()
+    parts = [argmax, entropy, max_p, p_eos, gap, tok_logp, rank]
+    if topk:  # ids < 2**53 are exact in float64
+        parts.append(logits.topk(min(topk, logits.shape[-1]), dim=-1).indices.flatten())
+    host = torch.cat([t.double() for t in parts]).tolist()
     row_argmax = [int(a) for a in host[:q]]
     row_entropy, row_max_p, row_p_eos = host[q : 2 * q], host[2 * q : 3 * q], host[3 * q : 4 * q]
-    gaps, logp, ranks = host[4 * q : 4 * q + n], host[4 * q + n : 4 * q + 2 * n], host[4 * q + 2 * n :]
+    gaps, logp, ranks = host[4 * q : 4 * q + n], host[4 * q + n : 4 * q + 2 * n], host[4 * q + 2 * n : 4 * q + 3 * n]
+    top = np.asarray(host[4 * q + 3 * n :], dtype=np.int32).reshape(q, -1) if topk else None
     nodes: list[NodeStats | None] = [None]
     for i, parent in enumerate(tree.parents[1:]):
         nodes.append(NodeStats(math.exp(logp[i]), row_entropy[parent], row_max_p[parent], row_p_eos[parent],
                                int(ranks[i]), gaps[i]))
-    return StepStats(row_argmax, row_entropy, row_max_p, row_p_eos, nodes, [0.0, *logp], logits, log_norm)
+    return StepStats(row_argmax, row_entropy, row_max_p, row_p_eos, nodes, [0.0, *logp], logits, log_norm, top)
 
 
 def sampling_processors(temperature: float, top_k: int = 0, top_p: float = 1.0) -> LogitsProcessorList:

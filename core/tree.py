@@ -113,7 +113,7 @@ Candidate = tuple[Sequence[int], Sequence[Source] | Source]  # a continuation of
 
 def _prefix_stats(candidates: Sequence[Candidate]):
     """How many candidates start with each prefix, and for each its (first-seen order, source). The
-    source is the first candidate's, except that `context` wins (METHODS.md): a continuation the
+    source is the first candidate's, except that `context` wins (docs/ALGORITHMS.md): a continuation the
     context holds is verified as context even when generated text holds it too."""
     counts: dict[tuple[int, ...], int] = {}
     first_seen: dict[tuple[int, ...], tuple[int, Source]] = {}

@@ -5,7 +5,7 @@ statistics and workbench.rescore on stored ones, so an offline re-score decides 
 It is parameterised by
 - `rules` (core.rules): one rule, or one per node source (AASD's split). Strict verification is
   `walk(..., rules=strict)`; there is no other strict walk.
-- `rescue` and `count_of` (CSD, seed 004 Algorithm 1): where the accepted path ends at a node whose
+- `rescue` and `count_of` (docs/ALGORITHMS.md, "CSD's rescue"): where the accepted path ends at a node whose
   children all failed, the child the target finds most probable is the *candidate*; `count_of(node,
   correction)` reads the memory count of (candidate, t*) before updating it (the engine's memory) or
   returns the recorded count (re-scoring), and the rescue rule may accept the candidate anyway, after
@@ -15,7 +15,7 @@ It is parameterised by
 `sample_walk` is lossless speculative sampling at T > 0 (random draws, so it is never re-scored),
 with the same rescue step at each rejection.
 
-Path choice (METHODS.md): among root-to-node paths whose nodes all pass, the longest; ties go to the
+Path choice (docs/ALGORITHMS.md): among root-to-node paths whose nodes all pass, the longest; ties go to the
 higher sum of log-probabilities.
 """
 from __future__ import annotations
@@ -32,6 +32,7 @@ from core.rules import (Deferred, NodeStats, Rescue, RuleResult, Rules, deferred
 from core.tree import DraftTree
 from core.types import Decision
 
+ROOT = RuleResult(True, None, "pending token (root)")  # the root is no draft: nothing judges it
 UNKNOWN: Literal["unknown"] = "unknown"  # a rescue candidate whose memory count is not known (re-scoring a node the run never judged)
 CountOf = Callable[[int, "int | None"], "int | KeyCounts | None"]  # (candidate node, correction t*) -> M[(x, t*)] before the update
 # (KeyCounts: under csd[keys=...], the counts of every key kind; core.rules.key_lookup reads them)
@@ -80,13 +81,16 @@ def _rescued(rescue: Rescue | None, count: int | None, gap: float, correction: i
     return rescue_decision(rescue, count, gap, correction)
 
 
-def _finish(tree: DraftTree, path: list[int], results: Sequence[RuleResult | None], rescued: set[int],
-            stopped_at: dict[int, tuple[str, str]]) -> tuple[list[Decision | Literal["unknown"]], list[str]]:
+Verdicts = list[Decision | Literal["unknown"]]
+
+
+def _finish(tree: DraftTree, path: list[int], results: Sequence[RuleResult], rescued: set[int],
+            stopped_at: dict[int, tuple[Decision | Literal["unknown"], str]]) -> tuple[Verdicts, list[str]]:
     """Decisions and reasons once the path is known; `stopped_at` holds the rescue candidate the walk
     did not take, with its decision (rejected or UNKNOWN) and reason."""
     on_path = set(path)
-    decisions: list[Decision | Literal["unknown"]] = ["accepted"]
-    reasons = ["pending token (root)"]
+    decisions: Verdicts = ["accepted"]
+    reasons = [ROOT.reason]
     for i in range(1, len(tree)):
         res = results[i]
         if i in on_path:
@@ -113,12 +117,19 @@ def walk(tree: DraftTree, nodes: Sequence[NodeStats | None], logp: Sequence[floa
     the bonus after the path); offline it may be None where no record tells it.
     """
     n = len(tree)
-    results: list[RuleResult | None] = [None] + [rule_for(rules, tree.sources[i])(nodes[i]) for i in range(1, n)]
-    passed = [True] + [r.passed for r in results[1:]]
-    thresholds = [None] + [r.threshold for r in results[1:]]
+
+    def stats_of(i: int) -> NodeStats:
+        stats = nodes[i]
+        assert stats is not None, "every draft node has statistics (only the root has none)"
+        return stats
+
+    results: list[RuleResult] = [ROOT] + [rule_for(rules, tree.sources[i])(stats_of(i)) for i in range(1, n)]
+    passed = [r.passed for r in results]
+    thresholds: list[float | None] = [r.threshold for r in results]
     extra: list[dict] = [{} for _ in range(n)]
     kids = tree.children()
-    path, rescued, stopped_at, note = [0], set(), {}, None
+    path, rescued, note = [0], set(), None
+    stopped_at: dict[int, tuple[Decision | Literal["unknown"], str]] = {}
     while True:
         path += choose_path(tree, passed, logp, start=path[-1])[1:]
         end = path[-1]
@@ -130,8 +141,9 @@ def walk(tree: DraftTree, nodes: Sequence[NodeStats | None], logp: Sequence[floa
         count = count_of(cand, correction) if count_of is not None else None
         extra[cand] = {"correction_id": correction, "mem_count": recorded_count(count)}
         # t* is the argmax at T = 0; p_eos is the likeliest EOS id's p, so t* can be one only if p_eos = max p.
-        ok, detail = _rescued(rescue, count, -nodes[cand].logit_gap, correction,
-                              maybe_exempt=nodes[cand].p_eos >= nodes[cand].max_p)
+        cand_stats = stats_of(cand)
+        ok, detail = _rescued(rescue, count, -cand_stats.logit_gap, correction,
+                              maybe_exempt=cand_stats.p_eos >= cand_stats.max_p)
         if rescue is not None:
             thresholds[cand] = rescue.tau
         why = f"{results[cand].reason}; correction {correction if correction is not None else 'not recorded'}"
@@ -142,6 +154,7 @@ def walk(tree: DraftTree, nodes: Sequence[NodeStats | None], logp: Sequence[floa
         if not ok:
             stopped_at[cand] = ("rejected", reason)
             break
+        assert rescue is not None  # _rescued passes nothing without a rescue rule
         results[cand] = RuleResult(True, rescue.tau, reason)
         passed[cand] = True
         rescued.add(cand)
@@ -170,18 +183,22 @@ def sample_walk(tree: DraftTree, logits: torch.Tensor, processors: LogitsProcess
     accepted, otherwise t* = s (a sample of p given that it is no child: the residual). Every emitted
     token is thus a sample from the target given its prefix. p is the target under the same warpers as
     the draft; the gate uses the raw logits, as CSD does.
+
+    Everything stays where the logits are (the draws too: `generator` must be on their device); the host
+    reads the few numbers each decision needs, never a row of the vocabulary.
     """
-    logits = logits.float().cpu()
+    logits = logits.float()
     n = len(tree)
     kids = tree.children()
-    decisions: list[Decision | Literal["unknown"]] = ["accepted"] + ["unreached"] * (n - 1)
-    reasons = ["pending token (root)"] + ["an ancestor was not accepted"] * (n - 1)
+    decisions: Verdicts = ["unreached"] * n
+    decisions[0] = "accepted"
+    reasons = [ROOT.reason] + ["an ancestor was not accepted"] * (n - 1)
     thresholds: list[float | None] = [None] * n
     extra: list[dict] = [{} for _ in range(n)]
     node, path = 0, [0]
 
     def target_probs(row: int) -> torch.Tensor:
-        return torch.softmax(processors(None, logits[row : row + 1])[0], dim=-1)
+        return torch.softmax(processors(None, logits[row : row + 1])[0], dim=-1)  # type: ignore[arg-type]  # warpers read no ids
 
     def draw(probs: torch.Tensor) -> int:
         return int(torch.multinomial(probs, 1, generator=generator).item())
@@ -196,11 +213,11 @@ def sample_walk(tree: DraftTree, logits: torch.Tensor, processors: LogitsProcess
                 raise ValueError("draft-model rejection sampling needs a chain (one child per node)")
             cand = kids[node][0]
             x = tree.tokens[cand]
-            q = q_rows[tree.depths[cand] - 1].float()
+            q = q_rows[tree.depths[cand] - 1].float().to(p.device)
             q = torch.nn.functional.pad(q, (0, max(0, p.shape[0] - q.shape[0])))[: p.shape[0]]  # a smaller draft head: q = 0 beyond it
-            px, qx = float(p[x]), float(q[x])
+            # p(x), q(x) and the uniform draw in one read
+            px, qx, r = torch.stack([p[x], q[x], torch.rand(1, generator=generator, device=p.device)[0]]).tolist()
             alpha = min(1.0, px / qx) if qx > 0 else 1.0
-            r = float(torch.rand(1, generator=generator).item())
             if r < alpha:
                 decisions[cand], reasons[cand] = "accepted", f"r {r:.3f} < min(1, p/q) = {alpha:.3f}"
                 node = cand

@@ -34,15 +34,22 @@ class Mutation:
 
 
 MUTATIONS = (
+    Mutation("bonus-transfer", "the bonus token's trace record reads its p and rank from the device even at T = 0, where "
+             "its row's argmax numbers already hold them",
+             (("core/target_stats.py", "        if token == self.row_argmax[row]:", "        if False:"),),
+             ("tests/test_transfers.py::test_a_tree_step_at_t0_reads_the_device_once",)),
+    Mutation("threshold-tie", "gamma=auto's threshold sweep breaks cost ties towards the highest cut instead of the lowest",
+             (("core/drafters/draft_model.py", "p[first[int(np.argmin(cost))]]", "p[first[len(cost) - 1 - int(np.argmin(cost[::-1]))]]"),),
+             ("tests/test_sd.py::test_the_sorted_threshold_sweep_returns_the_quadratic_sweeps_threshold",)),
     Mutation("eos-guard", "the engine computes every node's statistics without the EOS ids, so p(EOS) is 0 and CASD's "
              "threshold max(δ, p(EOS)) is δ alone (the probe's mutation)",
-             (("core/engine.py", "stats = step_stats(logits, tree, eos_ids)", "stats = step_stats(logits, tree, ())"),),
+             (("core/step.py", "stats = step_stats(logits, proposal.tree, env.eos_ids,", "stats = step_stats(logits, proposal.tree, (),"),),
              ("tests/test_trace_truth.py::test_casd_thresholds_are_max_of_delta_and_the_targets_own_p_eos",)),
     Mutation("eos-guard-rule", "CASD's rule drops p(EOS) from its threshold (δ alone), the statistics left right",
              (("core/rules.py", "threshold = max(delta, n.p_eos)", "threshold = delta"),),
              ("tests/test_trace_truth.py::test_casd_thresholds_are_max_of_delta_and_the_targets_own_p_eos",)),
     Mutation("eos-prune", "draft nodes at or below an EOS token are no longer pruned from the trees",
-             (("core/engine.py", "max_context - past_len - 2), eos)", "max_context - past_len - 2), ())"),),
+             (("core/step.py", "proposal.tree.pruned(depth, env.eos)", "proposal.tree.pruned(depth, frozenset())"),),
              ("tests/test_engine.py::test_no_draft_node_at_or_below_eos",)),
     Mutation("alignment-budget", "alignment siblings lose their own share of the node budget (the retrieved hits "
              "may take all of it)",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import make_tiny, spec_bench_rows
+from conftest import spec_bench_rows
 
 from core import cache as kv
 from core.batch import REPACK_SLACK, padded_mask

@@ -64,7 +64,7 @@ def test_alignment_sampling_adds_the_targets_alternatives():
 
 
 def test_a_continuation_the_context_holds_is_context_even_when_generated_text_holds_it():
-    """METHODS.md: source `context` wins, so AASD verifies it with the relaxed rule. The generated
+    """docs/ALGORITHMS.md: source `context` wins, so AASD verifies it with the relaxed rule. The generated
     occurrence is the most recent hit (retrieved first), which used to tag it `generated`."""
     prompt = [1, 2, 3, 4, 0]
     d = ContextDrafter(key_len=2, ngram=2, max_nodes=16)

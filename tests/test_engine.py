@@ -2,7 +2,6 @@
 equals greedy, the cache adapter moves the right rows, and tree sampling is lossless."""
 from __future__ import annotations
 
-import itertools
 import random
 
 import numpy as np

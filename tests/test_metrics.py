@@ -41,7 +41,7 @@ def test_score_max_over_references_and_absent_without_them():
 # ---- LongBench's other metrics, GSM8K, HumanEval pass@1, absent scores, pooling ----------------
 
 from core.stats import add_speedups, pool  # noqa: E402
-from workbench.evaluation.scores import classification_score, count_score, retrieval_score, score_task  # noqa: E402
+from workbench.evaluation.scores import classification_score, count_score, retrieval_score  # noqa: E402
 
 
 def test_longbench_classification_retrieval_and_count():

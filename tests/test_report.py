@@ -241,3 +241,13 @@ def test_report_command_rebuilds_tables_from_a_checkpoint_and_rejects_bad_input(
     ]:
         assert main(argv) == 2, argv
         assert message in capsys.readouterr().err, argv
+
+
+def test_a_report_names_its_checkpoint_relative_to_the_working_directory(tmp_path, monkeypatch):
+    """Generated documents (docs/RESULTS.md) carry no machine's absolute paths."""
+    from workbench.commands.report import shown_path
+
+    monkeypatch.chdir(tmp_path)
+    assert shown_path(tmp_path / "results" / "report" / "checkpoint.jsonl") == "results/report/checkpoint.jsonl"
+    outside = tmp_path.parent / "elsewhere" / "checkpoint.jsonl"
+    assert shown_path(outside) == str(outside)  # not under the working directory: as given

@@ -152,13 +152,13 @@ def test_values_cross_as_tagged_json_and_come_back_equal_and_of_the_same_type():
     from workbench.evaluation.inside import decode, dumps, encode, loads
 
     values = [None, True, False, 0, 1, -(2**53), 2**53, 10**40, -(10**40), 0.5, -0.0, 1e308, "", "é\n\"\ud800", b"\x00\xff",
-              bytearray(b"ab"), [1, [2, (3, 4)]], (), (1,), {1: "a", "1": "b", True: "c", (1, 2): [3], None: 0, 2.5: 1},
+              bytearray(b"ab"), [1, [2, (3, 4)]], (), (1,), {1: "a", "1": "b", True: "c", (1, 2): [3], None: 0, 2.5: 1},  # noqa: F601  (True and 1 merge, as the test means)
               {1, 2, "x"}, frozenset({(1, 2)}), {"nested": {frozenset({1}): {b"k": ()}}}, [[[[]]]]]
     for value in values:
         back = decode(loads(dumps({"v": encode(value)}))["v"])
         assert back == value and type(back) is type(value), (value, back)
     assert decode(encode(True)) is True and type(decode(encode(1))) is int  # bool and int stay apart
-    assert list(decode(encode({True: 1, 1: 2}))) == [True]  # as Python itself merges them
+    assert list(decode(encode({True: 1, 1: 2}))) == [True]  # noqa: F601  as Python itself merges them
     for special in (math.nan, math.inf, -math.inf):
         back = decode(loads(dumps({"v": encode([special])}))["v"])[0]
         assert type(back) is float and (math.isnan(back) if math.isnan(special) else back == special)

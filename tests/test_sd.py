@@ -10,6 +10,8 @@ import numpy as np
 import pytest
 import torch
 from conftest import fresh_node_stats, make_tiny, perturbed
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from scipy.stats import chisquare
 
 from core import cache as kv
@@ -289,6 +291,33 @@ def test_the_confidence_threshold_is_tuned_to_the_roc_corner():
     assert tune_threshold([], []) == START_CONFIDENCE
     noisy = tune_threshold(probs, [True, False, True, True, False, False])
     assert 0.3 <= noisy <= 0.9
+
+
+def quadratic_threshold(probs, accepted, current):
+    """The O(n²) sweep tune_threshold replaced, kept as its reference: every distinct cut, counted afresh."""
+    pos = sum(1 for a in accepted if a)
+    neg = len(accepted) - pos
+    if not pos or not neg:
+        return current
+    best, best_cost = current, float("inf")
+    for cut in sorted(set(probs)):
+        tpr = sum(1 for p, a in zip(probs, accepted) if a and p >= cut) / pos
+        fpr = sum(1 for p, a in zip(probs, accepted) if not a and p >= cut) / neg
+        cost = (1 - tpr) ** 2 + fpr ** 2
+        if cost < best_cost:
+            best, best_cost = cut, cost
+    return best
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from([0.0, 0.1, 0.25, 0.4, 0.5, 0.9, 1.0]) | st.floats(0.0, 1.0), st.booleans()),
+                max_size=80))
+def test_the_sorted_threshold_sweep_returns_the_quadratic_sweeps_threshold(history):
+    """Random histories, with many tied probabilities (a few fixed values) and untied ones."""
+    from core.drafters.draft_model import START_CONFIDENCE, tune_threshold
+
+    probs, accepted = [p for p, _ in history], [a for _, a in history]
+    assert tune_threshold(probs, accepted, START_CONFIDENCE) == quadratic_threshold(probs, accepted, START_CONFIDENCE)
 
 
 def test_gamma_auto_drafts_what_it_is_confident_of_and_stays_lossless(target, drafts):

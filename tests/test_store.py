@@ -472,7 +472,7 @@ def test_cli_store_commands(new_url, stores, tmp_path, capsys):
     assert "first divergence at token 2" in run("store", "compare", str(ida), str(idb))
     run("store", "export", "--run", str(ida), "--run", str(idb), "--out", str(tmp_path / "csv"))
     assert "deleted 2 runs" in run("store", "delete", str(ida), str(idb))
-    assert f"imported 2 runs" in run("store", "import", str(tmp_path / "csv"))
+    assert "imported 2 runs" in run("store", "import", str(tmp_path / "csv"))
     assert store.load_run(ida).trace == a
 
     assert main(["store", "show", "999", "--db", url]) == 2

@@ -103,7 +103,7 @@ class ContextDrafter(TreeObserver):
                     tail_tokens = tokens[t + 1 :] if self.graft else []
                     aligned.append((tokens[:t] + [alt] + tail_tokens, sources[:t] + ["alignment"] + sources[t + 1 : t + 1 + len(tail_tokens)]))
         # Alignment siblings have their own share of the budget and are ranked among themselves, so frequent
-        # misaligned hits cannot push out the alternatives AASD adds (METHODS.md); a share they do not use
+        # misaligned hits cannot push out the alternatives AASD adds (docs/ALGORITHMS.md, "Alignment sampling"); a share they do not use
         # goes to the retrieved hits.
         share = min(_new_prefixes(aligned, candidates), math.ceil(self.max_nodes * ALIGN_SHARE)) if aligned else 0
         tree = merge_sequences(sequence[-1], candidates, self.max_nodes - share)

@@ -18,6 +18,7 @@ import torch
 from core import cache as kv
 from core.drafters.base import DraftEnv, Proposal, TopK
 from core.errors import InvalidInputError
+from core.hot_types import CausalLM, KVCache
 from core.params import auto_or, is_auto
 from core.target_stats import sampling_processors
 from core.tree import DraftTree
@@ -31,19 +32,25 @@ HISTORY = 512  # gamma=auto: the judged draft tokens the threshold is tuned on (
 def tune_threshold(probs: Sequence[float], accepted: Sequence[bool], current: float = START_CONFIDENCE) -> float:
     """The confidence threshold closest to the ROC curve's ideal corner: among the observed draft probabilities as
     cut-offs, the one minimising (1 − TPR)² + FPR², where a positive is an accepted draft token (transformers tunes
-    `assistant_confidence_threshold` the same way). Needs both outcomes; otherwise `current` stays. Pure."""
-    pos = sum(1 for a in accepted if a)
-    neg = len(accepted) - pos
+    `assistant_confidence_threshold` the same way); ties go to the lowest cut. Needs both outcomes; otherwise
+    `current` stays. Pure.
+
+    One sort and running counts (O(n log n); it runs after every step of `gamma=auto`): with the probabilities sorted,
+    the tokens at or above the j-th distinct cut are those from its first occurrence on."""
+    p = np.asarray(probs, dtype=np.float64)
+    ok = np.asarray(accepted, dtype=bool)
+    pos = int(ok.sum())
+    neg = len(ok) - pos
     if not pos or not neg:
         return current
-    best, best_cost = current, float("inf")
-    for cut in sorted(set(probs)):
-        tpr = sum(1 for p, a in zip(probs, accepted) if a and p >= cut) / pos
-        fpr = sum(1 for p, a in zip(probs, accepted) if not a and p >= cut) / neg
-        cost = (1 - tpr) ** 2 + fpr ** 2
-        if cost < best_cost:
-            best, best_cost = cut, cost
-    return best
+    order = np.argsort(p, kind="stable")
+    p, ok = p[order], ok[order]
+    first = np.flatnonzero(np.r_[True, p[1:] != p[:-1]])  # where each distinct cut starts
+    accepted_below = np.r_[0, np.cumsum(ok)][first]  # accepted tokens below each cut
+    tpr = (pos - accepted_below) / pos
+    fpr = (neg - (first - accepted_below)) / neg
+    cost = (1 - tpr) ** 2 + fpr ** 2
+    return float(p[first[int(np.argmin(cost))]])  # argmin takes the first minimum: ties go to the lowest cut
 
 
 class DraftModelDrafter:
@@ -57,7 +64,7 @@ class DraftModelDrafter:
     prefill_topk = 0
     generated_topk = 0
 
-    def __init__(self, model, gamma: int = 6, temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0,
+    def __init__(self, model: CausalLM, gamma: int = 6, temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0,
                  generator: torch.Generator | None = None):
         # gamma=auto: draft up to AUTO_GAMMA_MAX, stopping after a token less confident than the tuned threshold
         self.adaptive = is_auto(gamma)
@@ -68,7 +75,7 @@ class DraftModelDrafter:
         self.drafted_p: list[float] = []
         self.processors = sampling_processors(temperature, top_k, top_p) if temperature > 0 else None
         self.generator = generator if generator is not None else torch.Generator().manual_seed(0)
-        self.cache = None
+        self.cache: KVCache = kv.new_cache(model)  # begin() starts a fresh one per request
         self.n_cached = 0  # the cache holds sequence[:n_cached] of the committed sequence
         self.drafted: list[int] = []  # the last proposal's tokens
         self.base = 0  # len(sequence) at the last proposal
@@ -89,23 +96,27 @@ class DraftModelDrafter:
             self._forward(prompt_ids[start : min(start + kv.PREFILL_CHUNK, len(prompt_ids) - 1)])
 
     @torch.inference_mode()
-    def _forward(self, ids: Sequence[int]) -> torch.Tensor:
-        """Feed `ids` after the cached prefix; the (V,) logits for the token after the last one."""
+    def _forward(self, ids: Sequence[int] | torch.Tensor) -> torch.Tensor:
+        """Feed `ids` (host ids, or a (1, n) tensor on the model's device) after the cached prefix; the (V,) logits
+        for the token after the last one."""
         device = self.model.device
-        input_ids = torch.tensor([list(ids)], device=device)
-        pos = torch.arange(self.n_cached, self.n_cached + len(ids), device=device)[None]
+        input_ids = ids if isinstance(ids, torch.Tensor) else torch.tensor([list(ids)], device=device)
+        n = input_ids.shape[1]
+        pos = torch.arange(self.n_cached, self.n_cached + n, device=device)[None]
         out = self.model(input_ids=input_ids, position_ids=pos, use_cache=True, logits_to_keep=1,
                          **kv.cache_arg(self.model, self.cache))
-        self.n_cached += len(ids)
+        self.n_cached += n
         return out.logits[0, -1].float()
 
-    def _choose(self, logits: torch.Tensor) -> tuple[int, float, torch.Tensor | None]:
+    def _choose(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """The next draft token as a (1,) tensor and its draft probability as a 0-d tensor, both where the
+        logits are (nothing waits for the device); at T > 0 also the sampling distribution q."""
         if self.processors is None:
-            token = int(logits.argmax())
-            return token, float(torch.exp(logits[token] - torch.logsumexp(logits, -1))), None
-        q = torch.softmax(self.processors(None, logits[None].cpu())[0], dim=-1)
-        token = int(torch.multinomial(q, 1, generator=self.generator).item())
-        return token, float(q[token]), q
+            token = logits.argmax(-1, keepdim=True)
+            return token, torch.exp(logits.gather(0, token)[0] - torch.logsumexp(logits, -1)), None  # gather: no scalar index
+        q = torch.softmax(self.processors(None, logits[None])[0], dim=-1)  # type: ignore[arg-type]  # warpers read no ids
+        token = torch.multinomial(q, 1, generator=self.generator)
+        return token, q.gather(0, token)[0], q
 
     @torch.inference_mode()
     def propose(self, sequence: list[int]) -> Proposal:
@@ -113,22 +124,26 @@ class DraftModelDrafter:
             kv.crop(self.cache, len(sequence) - 1)
             self.n_cached = len(sequence) - 1
         logits = self._forward(sequence[self.n_cached :])
+        # The chain stays on the device: each token is fed back as a tensor, and the tokens and their
+        # probabilities cross to the host once, at the end. Only gamma=auto reads each p as it drafts (its stop).
         tokens, probs, qs = [], [], []
         for i in range(self.gamma):
             token, p, q = self._choose(logits)
             tokens.append(token)
             probs.append(p)
             qs.append(q)
-            if self.adaptive and p < self.threshold:
+            if self.adaptive and float(p) < self.threshold:
                 break
             if i + 1 < self.gamma:
-                logits = self._forward([token])
-        self.base, self.drafted, self.drafted_p = len(sequence), tokens, probs
+                logits = self._forward(token[None])
+        host = torch.stack([torch.cat(tokens).double(), torch.stack(probs).double()]).tolist()
+        token_ids, draft_p = [int(t) for t in host[0]], host[1]
+        self.base, self.drafted, self.drafted_p = len(sequence), token_ids, draft_p
         tree = DraftTree.root_only(sequence[-1])
         node = 0
-        for token, p in zip(tokens, probs):
-            node = tree.add(node, token, "draft", p)
-        return Proposal(tree, torch.stack(qs) if self.processors is not None else None)
+        for token_id, p_host in zip(token_ids, draft_p):
+            node = tree.add(node, token_id, "draft", p_host)
+        return Proposal(tree, torch.stack([q for q in qs if q is not None]) if self.processors is not None else None)
 
     def commit(self, new_tokens: list[int], predictions: np.ndarray | None) -> None:
         # The cache holds sequence + drafted[:-1]; keep the part the committed tokens agree with.

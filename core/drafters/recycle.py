@@ -27,9 +27,10 @@ from core.drafters.base import DraftEnv, Proposal, TopK, TreeObserver, TreeTopK
 from core.params import auto_or
 from core.persist import atomic_write, process_table, save_tables
 from core.tree import DraftTree
+from core.types import Source
 
 K = 8  # top-k ids kept per token (the paper's k)
-SOURCE = "recycled"
+SOURCE: Source = "recycled"
 
 Template = list[tuple[int, int]]  # node j + 1 of the tree: (parent node, rank in R[parent's token]); node 0 = root
 

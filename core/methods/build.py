@@ -119,7 +119,8 @@ def build(method: Method, params: Mapping[str, Any], *, target=None, draft=None,
     memory = correction_memory(method, target, draft, memory)
     if table is None:
         table = recycle_table(method, params, target)
-    generator = torch.Generator().manual_seed(int(params.get("seed", 0)))
+    # On the target's device: the sampling walk and a draft model draw where their tensors are.
+    generator = torch.Generator(device=getattr(target, "device", None) or "cpu").manual_seed(int(params.get("seed", 0)))
     env = DraftEnv(target=target, draft=draft, context_ids=list(context_ids) if context_ids is not None else None,
                    generator=generator, table=table)
     drafter = make_drafter(drafter_name(method, draft), dict(params), env)

@@ -113,7 +113,7 @@ def _adaptive_all(p) -> Rules:
     return adaptive(p["alpha"], p["beta"])
 
 
-# CSD's rescue rules (seed 004): the methods differ only in which conditions a rescue needs.
+# CSD's rescue rules (docs/ALGORITHMS.md): the methods differ only in which conditions a rescue needs.
 def _csd_rule(p) -> Rescue:
     return Rescue(lam=p["lam"], tau=p["tau"])
 
@@ -166,7 +166,7 @@ for m in [
     Method("fly", "AASD drafting with FLy-style verification: a mismatch passes where the target's entropy ≥ the gate, "
            "kept only if the next `window` tokens match the target (lossy)",
            param_defaults(*COMMON, *POOL, *ALIGN, "entropy_gate", "window"), False, drafter="context", rules_of=_deferred),
-    # Draft-model speculative decoding and CSD (seed 004): one drafter and one walk; the methods differ only
+    # Draft-model speculative decoding and CSD (docs/ALGORITHMS.md): one drafter and one walk; the methods differ only
     # in the rescue rule and in whether they read the correction memory.
     # Token Recycling (arXiv 2408.08696): the target's own past top-k after each token, drafted as a static tree.
     Method("recycle", "Token Recycling: a tree from the target's own top-8 after each token, refreshed by every forward "

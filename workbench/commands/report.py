@@ -262,8 +262,17 @@ def _setup(config: dict[str, Any], rows: list[dict[str, Any]], out: Path) -> dic
                                + " (context-drafting methods draft from the full prompt unless pool=compressed)"
                                if config.get("compress") is not None else "none"),
         "started": config.get("started"),
-        "checkpoint": str(out / CHECKPOINT),
+        "checkpoint": shown_path(out / CHECKPOINT),
     }
+
+
+def shown_path(path: Path) -> str:
+    """A path as a report prints it: relative to the working directory when under it, so a generated document
+    (docs/RESULTS.md) names no machine's absolute paths; otherwise as given."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
 
 
 def write_outputs(rows: list[dict[str, Any]], sets: list[str], config: dict[str, Any], out: Path, title: str | None = None) -> Path:

@@ -1,5 +1,5 @@
 """Calibrating CSD's correction memory: plain (lossless) speculative decoding over a corpus of
-unlabelled prompts, counting every (draft token, correction) pair it rejects (seed 004, §4.2).
+unlabelled prompts, counting every (draft token, correction) pair it rejects (docs/ALGORITHMS.md, "CSD's rescue").
 
 The corpus must be disjoint from the benchmark items, or the memory would have seen the test:
 `disjoint_prompts` drops every prompt that shares a 13-word sequence with (or, if shorter, equals)

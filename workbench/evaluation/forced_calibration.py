@@ -1,4 +1,4 @@
-"""Teacher-forced calibration of CSD's correction memory (METHODS.md, "Second-round methods").
+"""Teacher-forced calibration of CSD's correction memory (docs/ALGORITHMS.md, "CSD's rescue"; docs/CSD.md).
 
 For each corpus sequence, one batched forward of the draft and one of the target over the same
 tokens (no decoding); at every counted position `j` where `argmax q_j != argmax p_j`, count
