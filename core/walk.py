@@ -27,7 +27,7 @@ from typing import Literal
 import torch
 from transformers import LogitsProcessorList
 
-from core.rules import (Deferred, NodeStats, Rescue, RuleResult, Rules, deferred_keep, recorded_count, rescue_candidate,
+from core.rules import (Deferred, KeyCounts, NodeStats, Rescue, RuleResult, Rules, deferred_keep, recorded_count, rescue_candidate,
                         rescue_decision, rule_for)
 from core.tree import DraftTree
 from core.types import Decision
@@ -66,7 +66,7 @@ def choose_path(tree: DraftTree, passed: Sequence[bool], logp: Sequence[float], 
     return path[path.index(start):]
 
 
-def _rescued(rescue: Rescue | None, count: int | None, gap: float, correction: int | None,
+def _rescued(rescue: Rescue | None, count: "int | KeyCounts | None", gap: float, correction: int | None,
              maybe_exempt: bool = False) -> tuple[bool | None, str]:
     """CSD's rescue test at one rejection with correction t*: True / False with its reason, or None when
     what it needs is unknown (offline: the memory count, or whether an unrecorded t* is exempt)."""
@@ -160,7 +160,9 @@ def walk(tree: DraftTree, nodes: Sequence[NodeStats | None], logp: Sequence[floa
         rescued.add(cand)
         path.append(cand)
     if isinstance(rules, Deferred):  # FLy: cut the path before a mismatch its window did not confirm
-        keep, why = deferred_keep([nodes[i] for i in path[1:]], rules.window)
+        judged = [nodes[i] for i in path[1:]]
+        assert all(n is not None for n in judged)  # every node on an accepted path was judged
+        keep, why = deferred_keep([n for n in judged if n is not None], rules.window)
         for i in path[1 + keep:]:
             results[i] = RuleResult(False, results[i].threshold, f"{results[i].reason}; {why}")
         path = path[:1 + keep]
