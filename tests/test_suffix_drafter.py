@@ -197,3 +197,15 @@ def test_suffix_equals_greedy_on_smollm2_first_sight_and_repeat(smollm2):
             ok, why = first_divergence_is_near_tie(smollm2, ids, ref, run.output_ids)
             assert ok, f"suffix is not greedy and the difference is no near-tie: {why}"
     assert history > 0
+
+
+def test_history_tokens_are_coloured_and_in_the_legend():
+    from workbench.ui.tokens import ORIGIN_COLORS, legend_html, token_origins
+
+    model = make_tiny(0)
+    corpus = SuffixCorpus(fingerprint="tiny")
+    runs = [run_method("suffix", model, prompt(5), {"max_new_tokens": 32, "max_nodes": 8}, corpus=corpus) for _ in range(2)]
+    origins = [origin for _, origin in token_origins(runs[1])]
+    assert "history" in origins and len(origins) == len(runs[1].output_ids)
+    assert 'title="from the model&#x27;s previous outputs' in legend_html() and ORIGIN_COLORS["history"] in legend_html()
+    assert len(set(ORIGIN_COLORS.values())) == len(ORIGIN_COLORS)  # its own colour
