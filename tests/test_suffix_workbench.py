@@ -109,3 +109,17 @@ def test_stream_run_opens_the_corpus_and_adds_the_stored_run(store, model):
     corpus = corpus_module.shared_corpus("tiny-wb")
     assert run_id in corpus.keys() and len(corpus) == 4
     assert list(corpus.sequence(run_id)) == out[-1].run.output_ids
+
+
+def test_the_corpus_view_lists_strings_reused_across_requests():
+    from workbench.ui.corpus_view import corpus_markdown, most_reused
+
+    shared = [7, 8, 9, 10]
+    corpus = SuffixCorpus([("a", [2, 3] + shared + [4]), ("b", shared + [5, 6]), ("c", [11, 12, 13, 14, 11, 12, 13, 14])],
+                          fingerprint="tiny-wb")
+    rows = most_reused(corpus, length=3, top=5)
+    # [11 12 13] occurs twice but in one request only: not reused across requests
+    assert rows == [((7, 8, 9), 2, 2), ((8, 9, 10), 2, 2)]
+    text = corpus_markdown(corpus, lambda ids: " ".join(f"t{i}" for i in ids), length=3)
+    assert "3 requests" in text and "`t7 t8 t9` | 2 | 2" in text and corpus.content_hash() in text
+    assert "No 3-token string" in corpus_markdown(SuffixCorpus(), str, length=3)
