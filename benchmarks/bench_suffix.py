@@ -106,6 +106,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--spec-bench", type=Path, default=SPEC_BENCH)
     ap.add_argument("--per-category", type=int, default=1)
     ap.add_argument("--code", type=int, default=6)
+    ap.add_argument("--categories", default="", help="comma-separated Spec-Bench categories (default: all 13)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--max-new-tokens", type=int, default=64)
     ap.add_argument("--out", type=Path, default=ROOT / "results" / "bench_suffix.json")
@@ -135,7 +136,7 @@ def main(argv: list[str] | None = None) -> None:
         report([r for r in rows if r["id"] in done], methods)
         return
     rows_in = ([json.loads(line) for line in a.workload.read_text().splitlines() if line.strip()] if a.workload
-               else build_workload(a.spec_bench, a.per_category, a.code, a.seed))
+               else build_workload(a.spec_bench, a.per_category, a.code, a.seed, [c for c in a.categories.split(",") if c] or None))
     partial = a.out.with_suffix(".rows.jsonl")
     partial.parent.mkdir(parents=True, exist_ok=True)
     partial.write_text("")

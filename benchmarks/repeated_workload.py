@@ -48,23 +48,27 @@ def function_stub(path: str) -> tuple[str, str]:
     return name, f"{header}:\n    \"\"\"{doc}\"\"\""
 
 
-def spec_bench_rows(path: Path, per_category: int) -> list[dict]:
+def spec_bench_rows(path: Path, per_category: int, categories: list[str] | None = None) -> list[dict]:
     if not path.is_file():
         raise SystemExit(f"Spec-Bench's question.jsonl is not at {path}: pass --spec-bench PATH")
     rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     out, seen = [], {}
     for r in rows:
         cat = r["category"]
+        if categories and cat not in categories:
+            continue
         if seen.get(cat, 0) < per_category:
             seen[cat] = seen.get(cat, 0) + 1
             out.append({"item": f"{cat}-{r['question_id']}", "category": cat, "input": r["turns"][0]})
     return out
 
 
-def build_workload(spec_bench: Path = SPEC_BENCH, per_category: int = 1, code: int = 6, seed: int = 0) -> list[dict]:
-    """Round 1 (first sight) then round 2 (repeats, edits), each in its own random order."""
+def build_workload(spec_bench: Path = SPEC_BENCH, per_category: int = 1, code: int = 6, seed: int = 0,
+                   categories: list[str] | None = None) -> list[dict]:
+    """Round 1 (first sight) then round 2 (repeats, edits), each in its own random order; `categories`
+    keeps only those Spec-Bench categories (None: all 13)."""
     rng = random.Random(seed)
-    first = [dict(r, round=1, id=f"{r['item']}@1") for r in spec_bench_rows(spec_bench, per_category)]
+    first = [dict(r, round=1, id=f"{r['item']}@1") for r in spec_bench_rows(spec_bench, per_category, categories)]
     second = [dict(r, round=2, id=f"{r['item']}@2") for r in first]
     for i, path in enumerate(CODE_FUNCTIONS[:code]):
         name, stub = function_stub(path)
@@ -94,10 +98,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--spec-bench", type=Path, default=SPEC_BENCH)
     ap.add_argument("--per-category", type=int, default=1)
     ap.add_argument("--code", type=int, default=6, help=f"code-edit items (at most {len(CODE_FUNCTIONS)})")
+    ap.add_argument("--categories", default="", help="comma-separated Spec-Bench categories (default: all 13)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, default=ROOT / "results" / "repeated.jsonl")
     a = ap.parse_args(argv)
-    rows = build_workload(a.spec_bench, a.per_category, min(a.code, len(CODE_FUNCTIONS)), a.seed)
+    rows = build_workload(a.spec_bench, a.per_category, min(a.code, len(CODE_FUNCTIONS)), a.seed,
+                          [c for c in a.categories.split(",") if c] or None)
     a.out.parent.mkdir(parents=True, exist_ok=True)
     a.out.write_text("".join(json.dumps(r) + "\n" for r in rows))
     print(f"{len(rows)} requests ({sum(r['round'] == 1 for r in rows)} first sight, "
