@@ -85,10 +85,18 @@ PARAMS: dict[str, ParamSpec] = {
                   "speculation)", names={"auto": AUTO}),
         ParamSpec("warm", 0, 0, 1, int, "Token Recycling: 1 = load the model's table from the workbench home and save it "
                   "after each run (0 = the table lives in this process only)"),
-        ParamSpec("cold", 0, 0, 1, int, "Token Recycling: 1 = start from an empty table of this run's own, so the run "
-                  "depends on its prompt alone (0 = the model's table, shared by the process's runs)"),
-        ParamSpec("fallback", 0, 0, 1, int, "context drafting where the pool has no match: 0 = none (one token), "
-                  "1 = recycle (Token Recycling's tree from the model's table)", names={"none": 0, "recycle": 1}),
+        ParamSpec("cold", 0, 0, 1, int, "Token Recycling / suffix corpus: 1 = start from an empty table (corpus) of this "
+                  "run's own, so the run depends on its prompt alone (0 = the model's, shared by the process's runs)"),
+        ParamSpec("fallback", 0, 0, 2, int, "context drafting where the pool has no match: 0 = none (one token), "
+                  "1 = recycle (Token Recycling's tree from the model's table), 2 = suffix (a tree from the model's "
+                  "corpus of previous outputs)", names={"none": 0, "recycle": 1, "suffix": 2}),
+        ParamSpec("corpus_mode", 0, 0, 1, int, "suffix corpus: online (0) = the run's output joins the model's corpus "
+                  "when it ends (SuffixDecoding); frozen (1) = read only, so a rerun drafts and decodes exactly alike",
+                  names={"online": 0, "frozen": 1}),
+        ParamSpec("spec_factor", 4.0, 0.0, 64.0, float, "suffix: draft nodes per matched token (the tree holds at most "
+                  "spec_factor × match length nodes, and max_nodes)"),
+        ParamSpec("min_token_prob", 0.1, 0.0, 1.0, float, "suffix: a node joins the tree only if its continuation "
+                  "frequency (product of the conditionals from the match) reaches this"),
     ]
 }
 

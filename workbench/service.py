@@ -23,6 +23,7 @@ from workbench.methods import METHODS, get_method, parse_method_spec, resolve_pa
 from core.models import DEFAULT_MODEL, PRESETS, check_pair, encode_prompt, is_fetched, load_model
 from core.thresholds import shipped_fit_models
 from workbench.evaluation.tasks import Task, load_tasks
+from workbench.suffix_corpus import corpus_for, record_output
 from core.trace import RunTrace, StepTrace
 
 log = logging.getLogger(__name__)
@@ -388,6 +389,8 @@ def stream_run(method: str, models: Models, prompt_ids: list[int], params: Mappi
         try:
             with (slot(should_stop) if slot is not None else nullcontext()):
                 events.put(("start", None))  # the slot is ours: this method is the one running now
+                if store is not None:  # the model's suffix corpus, from the store on its first run (workbench.suffix_corpus)
+                    corpus_for(store, target.fingerprint)
                 rec = store.recording(header, tags=tags) if store is not None else nullcontext()
                 with rec:
                     def on_step(step):
@@ -401,6 +404,7 @@ def stream_run(method: str, models: Models, prompt_ids: list[int], params: Mappi
                                      on_prefill=lambda done, total: events.put(("prefill", (done, total))))
                     if store is not None:
                         rec.finish(run)
+                        record_output(run, rec.run_id)
             events.put(("done", (run, rec.run_id if store is not None else None)))
         except WorkbenchError as e:
             events.put(("error", str(e)))

@@ -13,6 +13,7 @@ from core.drafters.context import ContextDrafter
 from core.drafters.draft_model import DraftModelDrafter, check_draft
 from core.drafters.prompt_lookup import PromptLookupDrafter
 from core.drafters.recycle import RecycleDrafter, RecycleTable
+from core.drafters.suffix import SuffixDrafter
 from core.errors import InvalidInputError
 
 DRAFTERS: dict[str, Callable[[dict[str, Any], DraftEnv], Drafter]] = {
@@ -21,6 +22,7 @@ DRAFTERS: dict[str, Callable[[dict[str, Any], DraftEnv], Drafter]] = {
     "context": ContextDrafter.from_params,
     "draft_model": DraftModelDrafter.from_params,
     "recycle": RecycleDrafter.from_params,
+    "suffix": SuffixDrafter.from_params,
 }
 
 
@@ -32,4 +34,4 @@ def make_drafter(name: str, params: dict[str, Any], env: DraftEnv) -> Drafter:
 
 
 __all__ = ["DRAFTERS", "ContextDrafter", "DraftEnv", "DraftModelDrafter", "Drafter", "NoDraft", "PromptLookupDrafter",
-           "Proposal", "RecycleDrafter", "RecycleTable", "TopK", "TreeObserver", "TreeTopK", "check_draft", "make_drafter"]
+           "Proposal", "RecycleDrafter", "RecycleTable", "SuffixDrafter", "TopK", "TreeObserver", "TreeTopK", "check_draft", "make_drafter"]

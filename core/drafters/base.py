@@ -53,6 +53,7 @@ class DraftEnv:
     context_ids: list[int] | None = None  # a separate document for the pool (CASD's full context); None = the prompt
     generator: torch.Generator | None = None  # the run's one random stream, shared with the sampling verifier
     table: Any = None  # core.drafters.recycle.RecycleTable: the model's recycled top-k table (recycle, fallback=1)
+    corpus: Any = None  # core.suffix.SuffixCorpus: previous outputs of the model (suffix, fallback=suffix)
 
 
 class Drafter(Protocol):

@@ -1,6 +1,6 @@
 """Context-aware drafting (CASD, AASD): continuations retrieved from the n-gram draft pool, merged into a
 trie under a node budget, with AASD's alignment siblings; where the pool has no match, optionally a tree
-from Token Recycling's table (fallback=1)."""
+from Token Recycling's table (fallback=1) or from the model's corpus of previous outputs (fallback=2, suffix)."""
 from __future__ import annotations
 
 import math
@@ -10,6 +10,7 @@ import numpy as np
 
 from core.drafters.base import DraftEnv, Proposal, TopK, TreeObserver, TreeTopK
 from core.drafters.recycle import TEMPLATE, RecycleTable, expand
+from core.drafters.suffix import corpus_fallback
 from core.params import auto_or
 from core.pool import DraftPool
 from core.sizing import AUTO_CANDIDATES
@@ -26,12 +27,14 @@ class ContextDrafter(TreeObserver):
     The pool holds the prompt (default) or a separate document (`context_ids`, CASD's full-document
     pool beside a shortened prompt); generated tokens join it as they are committed. With a recycle
     `table`, a step whose key has no hit drafts Token Recycling's tree instead of none (source
-    `recycled`, verified strictly under AASD's split), and the table learns from every forward.
+    `recycled`, verified strictly under AASD's split), and the table learns from every forward. With a
+    suffix `corpus`, previous outputs draft instead (source `history`, also strict) wherever they match
+    more of the text's end than the pool's key does.
     """
 
     def __init__(self, key_len: int = 6, ngram: int = 6, max_nodes: int = 16, align_m: int = 0,
                  graft: bool = False, max_hits: int = 16, context_ids: list[int] | None = None,
-                 align_generated: bool = False, table: RecycleTable | None = None):
+                 align_generated: bool = False, table: RecycleTable | None = None, corpus=None):
         self.key_len, self.ngram = key_len, ngram
         self.max_nodes = auto_or(max_nodes, AUTO_CANDIDATES)  # max_nodes=auto: candidates for core.sizing to choose from
         self.align_m, self.graft, self.max_hits = align_m, graft, max_hits
@@ -46,6 +49,7 @@ class ContextDrafter(TreeObserver):
         self.prefill_topk = align_m + 1 if align_m else 0
         self.generated_topk = self.prefill_topk if self.align_generated else 0
         self.table = table
+        self.suffix = corpus_fallback(corpus, self.max_nodes) if corpus is not None else None  # fallback=suffix
         self.tree_topk = table.k if table is not None else 0
         if table is not None:  # the table learns from the prompt too; alignment reads the first align_m + 1
             self.prefill_topk = max(self.prefill_topk, table.k)
@@ -55,12 +59,15 @@ class ContextDrafter(TreeObserver):
         return cls(params["key_len"], params["ngram"], params["max_nodes"], params.get("align_m", 0),
                    graft=bool(params.get("align_graft", 0)), context_ids=env.context_ids,
                    align_generated=bool(params.get("align_generated", 0)),
-                   table=env.table if params.get("fallback", 0) else None)
+                   table=env.table if params.get("fallback", 0) == 1 else None,
+                   corpus=env.corpus if params.get("fallback", 0) == 2 else None)
 
     def begin(self, prompt_ids: list[int], prefill: TopK | None) -> None:
         self.pool = DraftPool(self.context_ids if self.context_ids is not None else prompt_ids, key_len=self.key_len, ngram=self.ngram)
         self.predictions = None
         self.generated_predictions = []
+        if self.suffix is not None:
+            self.suffix.begin(prompt_ids)
         if self.table is not None and prefill is not None and len(prefill.ids):
             self.table.write(np.asarray(prompt_ids[: len(prefill.ids)]), prefill.ids)
         # Prefill row i predicts prompt token i + 1, which is pool position i + 1 when the pool is the prompt.
@@ -88,9 +95,15 @@ class ContextDrafter(TreeObserver):
         return [int(t) for t in top if int(t) != token][: self.align_m]
 
     def propose(self, sequence: list[int]) -> Proposal:
-        _, hits = self.pool.lookup(sequence[-self.key_len :], max_hits=self.max_hits, order="recent")
+        key, hits = self.pool.lookup(sequence[-self.key_len :], max_hits=self.max_hits, order="recent")
         if not hits and self.table is not None:
             return Proposal(expand(TEMPLATE, self.table.ids, sequence[-1], self.max_nodes))
+        if self.suffix is not None:
+            # The pool matches down to one token, so "no match" alone would almost never hand over: the corpus
+            # drafts wherever its match is longer than the pool's key (a longer match is stronger evidence).
+            corpus = self.suffix.propose(sequence)
+            if len(corpus) and corpus.match_len > key:
+                return Proposal(corpus.as_tree(sequence[-1]))
         candidates: list[Candidate] = []
         aligned: list[Candidate] = []
         for hit in hits:
@@ -114,6 +127,8 @@ class ContextDrafter(TreeObserver):
 
     def commit(self, new_tokens: list[int], predictions: np.ndarray | None) -> None:
         self.pool.extend(new_tokens)
+        if self.suffix is not None:
+            self.suffix.commit(new_tokens)
         if predictions is not None:
             self.generated_predictions.extend(predictions)
 

@@ -17,6 +17,7 @@ from core.params import is_auto
 from core.rules import Rescue
 from core.sizing import TreeSizer
 from core.step import Verifier
+from core.suffix import SuffixCorpus, shared_corpus
 from core.target_stats import sampling_processors
 from core.walk import sample_walk, walk
 
@@ -83,7 +84,7 @@ def correction_memory(method: Method, target, draft=None, memory=None):
 def recycle_table(method: Method, params: Mapping[str, Any], target) -> RecycleTable | None:
     """The Token Recycling table a run drafts from (None when it uses none): the model's process-wide
     table (warm=1: also loaded from and saved to the workbench home), or a private empty one (cold=1)."""
-    if method.drafter != "recycle" and not params.get("fallback", 0):
+    if method.drafter != "recycle" and params.get("fallback", 0) != 1:
         return None
     if params.get("cold", 0):
         if params.get("warm", 0):
@@ -94,7 +95,22 @@ def recycle_table(method: Method, params: Mapping[str, Any], target) -> RecycleT
 
 def sizes_trees(method: Method, params: Mapping[str, Any], draft=None) -> bool:
     """Whether a run sizes its trees from the model's measured t(n): `max_nodes=auto` on a tree drafter."""
-    return is_auto(params.get("max_nodes")) and drafter_name(method, draft) in ("context", "recycle")
+    return is_auto(params.get("max_nodes")) and drafter_name(method, draft) in ("context", "recycle", "suffix")
+
+
+def uses_corpus(method: Method, params: Mapping[str, Any]) -> bool:
+    """Whether the method drafts from a suffix corpus (suffix, suffix-aasd, fallback=suffix)."""
+    return method.drafter == "suffix" or params.get("fallback", 0) == 2
+
+
+def suffix_corpus(method: Method, params: Mapping[str, Any], target, corpus: SuffixCorpus | None = None) -> SuffixCorpus | None:
+    """The suffix corpus a run drafts from (None when it uses none): `corpus` when given, else the model's
+    process-wide one (core.suffix.shared_corpus), or with cold=1 an empty one of the run's own."""
+    if not uses_corpus(method, params):
+        return None
+    if params.get("cold", 0):
+        return SuffixCorpus(fingerprint=target.fingerprint)
+    return corpus if corpus is not None else shared_corpus(target.fingerprint)
 
 
 def tree_sizer(method: Method, params: Mapping[str, Any], target, draft=None) -> TreeSizer | None:
@@ -107,22 +123,25 @@ def tree_sizer(method: Method, params: Mapping[str, Any], target, draft=None) ->
 
 
 def build(method: Method, params: Mapping[str, Any], *, target=None, draft=None, context_ids: Sequence[int] | None = None,
-          memory=None, table: RecycleTable | None = None) -> tuple[Drafter, Verifier]:
+          memory=None, table: RecycleTable | None = None, corpus: SuffixCorpus | None = None) -> tuple[Drafter, Verifier]:
     """The one method factory: the method's drafter and verifier for one request.
 
     Methods that read CSD's memory use the model pair's shared, persisted table unless `memory` is given;
     the others touch a memory only when given one (plain SD then counts its rejections, as calibration does). Drafter and sampling verifier share the run's one random stream (two
     streams with one seed would correlate the draft's samples with the acceptance test's). Token Recycling's
-    table (`recycle`, `fallback=1`) is the model's shared one unless `table` is given."""
+    table (`recycle`, `fallback=1`) is the model's shared one unless `table` is given; so is the suffix corpus
+    (`suffix`, `fallback=suffix`) unless `corpus` is given."""
     if method.external is not None:
         raise InvalidInputError(f"method {method.name!r} runs outside our engine (transformers' generate)")
     memory = correction_memory(method, target, draft, memory)
     if table is None:
         table = recycle_table(method, params, target)
+    if corpus is None:
+        corpus = suffix_corpus(method, params, target)
     # On the target's device: the sampling walk and a draft model draw where their tensors are.
     generator = torch.Generator(device=getattr(target, "device", None) or "cpu").manual_seed(int(params.get("seed", 0)))
     env = DraftEnv(target=target, draft=draft, context_ids=list(context_ids) if context_ids is not None else None,
-                   generator=generator, table=table)
+                   generator=generator, table=table, corpus=corpus)
     drafter = make_drafter(drafter_name(method, draft), dict(params), env)
     eos_ids = getattr(target, "eos_ids", None)
     return drafter, make_verifier(method, params, memory, generator, eos_ids=eos_ids)

@@ -24,6 +24,8 @@ ALIGN = ("align_m", "align_graft", "align_generated")
 DRAFT = ("gamma",)
 RESCUE = ("rescue_eos",)  # every method with a rescue rule: may it rescue over an end of sequence (core.params)
 TABLE = ("warm", "cold")  # Token Recycling's table: where it lives (core.drafters.recycle)
+CORPUS = ("cold", "corpus_mode")  # the suffix corpus: the model's shared one or an empty one; online or frozen
+SUFFIX = ("max_nodes", "spec_factor", "min_token_prob", *CORPUS)  # suffix speculation (core.drafters.suffix)
 SAMPLING = dict(temperature=0.0, seed=0, top_k=0, top_p=1.0)
 
 
@@ -149,7 +151,7 @@ for m in [
     Method("casd-mixed", "context-aware drafting, δ and top-k together", param_defaults(*COMMON, *POOL, "delta", "top_k"), False,
            drafter="context", rules_of=_mixed),
     Method("aasd", "context drafting + alignment sampling + entropy-adaptive verification",
-           param_defaults(*COMMON, *POOL, *ALIGN, "alpha", "beta", "alpha_alignment", "beta_alignment", "fitted"), False,
+           param_defaults(*COMMON, *POOL, *ALIGN, "alpha", "beta", "alpha_alignment", "beta_alignment", "fitted", *CORPUS), False,
            drafter="context", rules_of=_adaptive),
     Method("aasd-strict", "AASD drafting with strict verification (lossless)", param_defaults(*COMMON, *POOL, *ALIGN), True,
            drafter="context"),
@@ -175,6 +177,12 @@ for m in [
     Method("recycle-aasd", "Token Recycling verified by AASD's entropy-adaptive rule (lossy)",
            param_defaults(*COMMON, "max_nodes", *TABLE, "alpha", "beta", max_nodes=RECYCLE_NODES), False, drafter="recycle",
            rules_of=_adaptive_all),
+    # SuffixDecoding (arXiv 2411.04975): trees from the model's previous outputs and the request's own text.
+    Method("suffix", "suffix speculation: the longest earlier match in this request or the model's previous outputs, "
+           "a tree of its most frequent continuations sized by the match length (strict: lossless)",
+           param_defaults(*COMMON, *SUFFIX, "temperature", "seed", top_k=0, top_p=1.0), True, drafter="suffix"),
+    Method("suffix-aasd", "suffix speculation verified by AASD's entropy-adaptive rule (lossy)",
+           param_defaults(*COMMON, *SUFFIX, "alpha", "beta"), False, drafter="suffix", rules_of=_adaptive_all),
     Method("sd", "speculative decoding with a draft model: γ tokens per step, greedy or rejection sampling (lossless)",
            param_defaults(*COMMON, *DRAFT, **SAMPLING), True, drafter="draft_model", needs_draft=True),
     Method("csd", "calibrated SD: a rejected draft token is rescued when its correction pair is frequent in the memory "

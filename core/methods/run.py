@@ -12,11 +12,12 @@ from core.compress.spec import DEFAULT_POOL, Compression, is_pool_method
 from core.drafters import Drafter, RecycleTable
 from core.engine import decode
 from core.errors import InvalidInputError
-from core.methods.build import build, correction_memory, recycle_table, tree_sizer
+from core.methods.build import build, correction_memory, recycle_table, suffix_corpus, tree_sizer
 from core.methods.registry import Method, get_method
 from core.methods.spec import resolve_params
 from core.step import Cancelled, DecodeConfig, ProgressCallback, Verifier, check_prompt
 from core.sizing import TreeSizer
+from core.suffix import SuffixCorpus
 from core.thresholds import fitted_values
 from core.trace import RunTrace, StepTrace
 
@@ -38,6 +39,7 @@ def run_method(
     compression: Compression | None = None,
     uncompressed_ids: Sequence[int] | None = None,
     on_prefill: ProgressCallback | None = None,
+    corpus: SuffixCorpus | None = None,
 ) -> RunTrace:
     """Run method `name` on the loaded `target` (a core.models.LoadedModel) and return its trace.
 
@@ -49,6 +51,8 @@ def run_method(
     compressor, the target rate and the rate reached, and a context-drafting method with `pool=full` (its
     default) drafts from `uncompressed_ids`, the prompt before compression (CASD), unless `context_ids` is given.
     `on_prefill(done, total)` follows the prompt's prefill (core.engine.decode; not for external runners).
+    `corpus` (a core.suffix.SuffixCorpus) replaces the model's shared suffix corpus (suffix methods, fallback=suffix);
+    an online run (corpus_mode=online) adds its output to the corpus it drafted from when it completes.
     """
     method, run, context_ids = _new_run(name, target, prompt_ids, params, draft=draft, prompt_text=prompt_text,
                                         context=context, context_ids=context_ids, compression=compression,
@@ -60,7 +64,7 @@ def run_method(
         run.stop_reason = "eos" if res.output_ids and res.output_ids[-1] in target.eos_ids else "max_new_tokens"
         run.status = "complete"
     else:
-        parts = _decoding_parts(method, run, target, draft, context_ids, memory)
+        parts = _decoding_parts(method, run, target, draft, context_ids, memory, corpus)
         try:
             res = decode(target.model, target.tokenizer, target.eos_ids, run.prompt_ids, parts.drafter, parts.verifier,
                          _decode_config(run, stop_strings), target.max_context, on_step=on_step, should_stop=should_stop,
@@ -89,6 +93,7 @@ def run_batch(
     should_stop: Callable[[], bool] | None = None,
     slots: int | None = None,
     on_prefill: ProgressCallback | None = None,
+    corpus: SuffixCorpus | None = None,
 ) -> list[RunTrace]:
     """Run method `name` on several prompts in one batch (core.batch): one RunTrace per prompt, as
     run_method would give it (strict methods: the same tokens, bar float near-ties). `max_new_tokens`
@@ -109,7 +114,7 @@ def run_batch(
         row_params = dict(params or {}) if max_new_tokens is None else {**(params or {}), "max_new_tokens": max_new_tokens[i]}
         _, run, context_ids = _new_run(name, target, ids, row_params, draft=draft, prompt_text=texts[i])
         runs.append(run)
-        parts.append(_decoding_parts(method, run, target, draft, context_ids, memory))
+        parts.append(_decoding_parts(method, run, target, draft, context_ids, memory, corpus))
         run.params["batch_size"] = min(slots or len(prompts), len(prompts))
     results = decode_batch(target.model, target.tokenizer, target.eos_ids, [r.prompt_ids for r in runs],
                            [x.drafter for x in parts], [x.verifier for x in parts],
@@ -161,9 +166,11 @@ class _DecodingParts:
     sizer: TreeSizer | None
     table: RecycleTable | None
     warm: bool
+    corpus: SuffixCorpus | None = None  # the suffix corpus drafted from
+    corpus_online: bool = False  # the run's output joins it when the run completes
 
 
-def _decoding_parts(method: Method, run: RunTrace, target, draft, context_ids, memory) -> _DecodingParts:
+def _decoding_parts(method: Method, run: RunTrace, target, draft, context_ids, memory, corpus=None) -> _DecodingParts:
     """The drafter, verifier and tree sizer of one request; what they start from goes into the run's params."""
     p = run.params
     memory = correction_memory(method, target, draft, memory)
@@ -177,11 +184,16 @@ def _decoding_parts(method: Method, run: RunTrace, target, draft, context_ids, m
     table = recycle_table(method, p, target)
     if table is not None:  # the table the run starts from: runs are reproducible from it (docs/RESULTS.md)
         p.update(table.state())
-    drafter, verifier = build(method, p, target=target, draft=draft, context_ids=context_ids, memory=memory, table=table)
+    corpus = suffix_corpus(method, p, target, corpus)
+    if corpus is not None:  # the corpus the run starts from: a frozen one with this hash decodes alike
+        p.update({f"corpus_{k}": v for k, v in corpus.state().items() if k in ("requests", "tokens", "max_tokens", "hash")})
+    drafter, verifier = build(method, p, target=target, draft=draft, context_ids=context_ids, memory=memory, table=table,
+                              corpus=corpus)
     sizer = tree_sizer(method, p, target, draft)
     if sizer is not None:  # what the tree sizes were chosen from: the run is reproducible from it
         p["cost_curve_ms"] = " ".join(f"{n}:{t * 1e3:.1f}" for n, t in zip(sizer.cost.sizes, sizer.cost.seconds))
-    return _DecodingParts(drafter, verifier, sizer, table, bool(p.get("warm", 0)))
+    return _DecodingParts(drafter, verifier, sizer, table, bool(p.get("warm", 0)), corpus,
+                          corpus is not None and not p.get("corpus_mode", 0) and not corpus.frozen)
 
 
 def _decode_config(run: RunTrace, stop_strings: Sequence[str]) -> DecodeConfig:
@@ -192,5 +204,7 @@ def _finish(run: RunTrace, res, parts: _DecodingParts) -> None:
     if parts.table is not None and parts.warm:
         parts.table.save()
     run.output_ids, run.steps = res.output_ids, res.steps
+    if parts.corpus is not None and parts.corpus_online and res.stop_reason != "cancelled" and res.output_ids:
+        parts.corpus.add(res.output_ids, dedupe=True)
     run.prefill_seconds, run.decode_seconds, run.stop_reason = res.prefill_seconds, res.decode_seconds, res.stop_reason
 

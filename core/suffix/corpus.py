@@ -199,11 +199,19 @@ class SuffixCorpus:
             warnings.warn(self.notices[-1], stacklevel=3)
         return dropped
 
-    def add(self, tokens: Sequence[int] | np.ndarray, key: Key | None = None) -> Key:
+    def add(self, tokens: Sequence[int] | np.ndarray, key: Key | None = None, *, dedupe: bool = False) -> Key:
         """Add a finished request's output as the most recently used request (replacing one under the
-        same key), evicting least recently used requests past the bound. Returns its key."""
+        same key), evicting least recently used requests past the bound. Returns its key. With
+        `dedupe`, an output the corpus already holds is only marked used (its existing key returned):
+        the same output reported twice (by the run and by the store) must not count twice."""
         with self._lock:
             self._check_open("add a request")
+            if dedupe:
+                digest = _digest(np.asarray(tokens, dtype=np.int64).reshape(-1).astype(np.int32))
+                held = next((k for k, d in self._digests.items() if d == digest), None)
+                if held is not None:
+                    self._requests.move_to_end(held)
+                    return held
             key = self._new_key() if key is None else key
             self._put(key, tokens)
             self._fit("")
@@ -305,6 +313,29 @@ class SuffixCorpus:
                    fingerprint=header.get("fingerprint"),
                    frozen=(header.get("mode") == "frozen") if frozen is None else frozen,
                    _source=f"the corpus file {path}")
+
+
+_SHARED: dict[str, SuffixCorpus] = {}
+_SHARED_LOCK = threading.Lock()
+
+
+def shared_corpus(fingerprint: str, max_tokens: int = DEFAULT_MAX_TOKENS) -> SuffixCorpus:
+    """The process-wide online corpus of a model fingerprint (empty until something adds to it or a
+    caller installs one, as the workbench does with the corpus it builds from the trace store)."""
+    with _SHARED_LOCK:
+        corpus = _SHARED.get(fingerprint)
+        if corpus is None:
+            corpus = _SHARED[fingerprint] = SuffixCorpus(max_tokens=max_tokens, fingerprint=fingerprint)
+        return corpus
+
+
+def install_shared(corpus: SuffixCorpus) -> SuffixCorpus:
+    """Make `corpus` the process-wide corpus of its fingerprint (replacing any earlier one)."""
+    if not corpus.fingerprint:
+        raise InvalidInputError("a shared suffix corpus needs the model fingerprint it belongs to")
+    with _SHARED_LOCK:
+        _SHARED[corpus.fingerprint] = corpus
+    return corpus
 
 
 def _read_file(path: Path) -> tuple[dict[str, Any], bytes]:

@@ -24,10 +24,11 @@ BATCH = 2000  # rows fetched at a time
 
 
 def stored_outputs(store: Store, fingerprint: str, max_tokens: int = DEFAULT_MAX_TOKENS, *, dedupe: bool = True,
-                   before_run: int | None = None) -> list[tuple[int, list[int]]]:
+                   before_run: int | None = None, after_run: int | None = None) -> list[tuple[int, list[int]]]:
     """(run id, output ids) of the complete runs of `fingerprint`, newest first, while their tokens
     fit in `max_tokens` (the first run that does not fit ends the list). `before_run` keeps only
-    runs with a smaller id (a corpus that predates a run); empty outputs are skipped."""
+    runs with a smaller id (a corpus that predates a run), `after_run` only runs with a larger one
+    (what a saved corpus has not seen); empty outputs are skipped."""
     if not fingerprint:
         raise InvalidInputError("a model fingerprint is needed to load a suffix corpus (the loaded model's fingerprint)")
     q = (select(Run.id, Run.output_ids)
@@ -35,6 +36,8 @@ def stored_outputs(store: Store, fingerprint: str, max_tokens: int = DEFAULT_MAX
          .order_by(Run.id.desc()))
     if before_run is not None:
         q = q.where(Run.id < int(before_run))
+    if after_run is not None:
+        q = q.where(Run.id > int(after_run))
     out: list[tuple[int, list[int]]] = []
     seen: set[bytes] = set()
     total = 0

@@ -19,6 +19,7 @@ ORIGIN_COLORS: dict[str, str] = {
     "draft": "#c9f0e1",
     "generated": "#fff0b3",
     "recycled": "#d9f2c2",
+    "history": "#fad4e4",
     "rescued": "#ffd2a8",
     "model": "#ececec",
 }
@@ -30,6 +31,7 @@ ORIGIN_DESCRIPTIONS: dict[str, str] = {
     "draft": "draft-model token, accepted",
     "generated": "from the pool's generated tokens, accepted",
     "recycled": "from Token Recycling's table (the target's own past top-k), accepted",
+    "history": "from the model's previous outputs (suffix speculation's corpus), accepted",
     "rescued": "rejected by the target, rescued by CSD",
     "model": "the target model's own token (bonus or plain decoding)",
 }

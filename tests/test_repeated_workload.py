@@ -1,0 +1,60 @@
+"""The repeated workload (benchmarks/repeated_workload.py): every request twice, round 2 in a new order after
+all of round 1, code edits showing round 1's output; and the benchmark's summary per round."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import SPEC_BENCH
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import bench_suffix  # noqa: E402
+import repeated_workload as rw  # noqa: E402
+
+
+@pytest.fixture
+def rows():
+    if not SPEC_BENCH.is_file():
+        pytest.skip("Spec-Bench's question.jsonl is not beside the project")
+    return rw.build_workload(SPEC_BENCH, per_category=2, code=4, seed=3)
+
+
+def test_every_request_comes_twice_round_two_after_round_one_in_a_new_order(rows):
+    first = [r for r in rows if r["round"] == 1]
+    second = [r for r in rows if r["round"] == 2]
+    assert rows == first + second and len(first) == len(second) == 13 * 2 + 4
+    assert sorted(r["item"] for r in first) == sorted(r["item"] for r in second)
+    assert [r["item"] for r in first] != [r["item"] for r in second]  # a new random order
+    assert len({r["id"] for r in rows}) == len(rows)
+    again = rw.build_workload(SPEC_BENCH, per_category=2, code=4, seed=3)
+    assert again == rows  # the seed fixes the orders
+    spec = {r["item"]: r["input"] for r in first if r["category"] != "code-edit"}
+    assert all(r["input"] == spec[r["item"]] for r in second if r["category"] != "code-edit")
+
+
+def test_code_edits_ask_a_change_to_the_first_output(rows):
+    edits = [r for r in rows if r["category"] == "code-edit"]
+    assert {r["round"] for r in edits} == {1, 2} and len(edits) == 8
+    for r in edits:
+        if r["round"] == 1:
+            assert "def " in r["input"] and '"""' in r["input"]
+        else:
+            assert r["follows"] == r["item"] + "@1" and "{previous}" in r["input"]
+            with pytest.raises(ValueError, match="has not run yet"):
+                rw.prompt_of(r, {})
+            assert rw.prompt_of(r, {r["follows"]: "def f(): pass"}).startswith("Here is a Python function:\n\ndef f(): pass")
+
+
+def test_the_summary_pools_each_round_against_greedy_of_that_round():
+    def row(i, m, rnd, seconds, ids=(1, 2, 3, 4)):
+        return {"id": f"x{i}", "round": rnd, "method": m, "token_ids": list(ids), "tokens": 4, "steps": 2 if m != "greedy" else 4,
+                "decoded": 4, "decode_seconds": seconds, "prefill_seconds": 0.0, "drafted": 4, "accepted": 2, "rescued": 0,
+                "timed_steps": 2, "by_source": {"history": [2, 4]} if m == "suffix" else {}, "by_position": {}}
+    rows = [row(0, "greedy", 1, 1.0), row(0, "suffix", 1, 1.0), row(1, "greedy", 2, 1.0), row(1, "suffix", 2, 0.25, ids=(1, 2, 9))]
+    by = bench_suffix.summarise(rows, ["greedy", "suffix"])
+    assert by["round 1"]["suffix"]["speedup"] == 1.0 and by["round 2"]["suffix"]["speedup"] == 4.0
+    assert by["round 2"]["suffix"]["mal"] == 2.0 and by["round 2"]["suffix"]["equal_to_greedy"] == "0/1"
+    assert by["overall"]["suffix"]["accept_rate_by_source"] == {"history": 0.5}
+    met = {what: ok for what, _, _, ok in bench_suffix.targets(by)}
+    assert met["suffix / greedy on round 2"] is True

@@ -1,0 +1,125 @@
+"""The workbench's suffix corpus (workbench.suffix_corpus): opened from the store, brought up to date from
+a saved file, cut to its bound with a message, a corrupt or foreign file refused and rebuilt from the
+store; stored runs join it as they finish, frozen and cold ones do not; and stream_run drafts from it."""
+from __future__ import annotations
+
+import random
+
+import pytest
+from conftest import make_tiny
+
+from core.methods import run_method
+from core.suffix import SuffixCorpus
+from core.suffix import corpus as corpus_module
+from workbench import suffix_corpus as sc
+from workbench.store import Store
+
+
+def prompt(seed: int, n: int = 20) -> list[int]:
+    rng = random.Random(seed)
+    return [rng.randrange(2, 96) for _ in range(n)]
+
+
+@pytest.fixture
+def model():
+    m = make_tiny(0)
+    m.fingerprint = "tiny-wb"
+    return m
+
+
+@pytest.fixture
+def store(tmp_path, model):
+    s = Store(f"sqlite:///{tmp_path / 'runs.db'}")
+    for seed in range(3):
+        s.save_run(run_method("greedy", model, prompt(seed), {"max_new_tokens": 16}))
+    return s
+
+
+@pytest.fixture(autouse=True)
+def fresh_registries(monkeypatch, tmp_path):
+    monkeypatch.setattr(sc, "_OPENED", {})
+    monkeypatch.setattr(corpus_module, "_SHARED", {})
+    monkeypatch.setenv("WORKBENCH_HOME", str(tmp_path / "home"))
+
+
+def stored(store, fingerprint="tiny-wb"):
+    from workbench.store.corpus import stored_outputs
+
+    return sorted(tuple(ids) for _, ids in stored_outputs(store, fingerprint))
+
+
+def test_opened_from_the_store_then_from_its_file_with_newer_runs(store, model, tmp_path):
+    path = tmp_path / "c.corpus"
+    corpus, notes = sc.open_corpus(store, "tiny-wb", path=path)
+    assert notes == [] and path.is_file() and not corpus.frozen
+    assert sorted(tuple(corpus.sequence(k)) for k in corpus.keys()) == stored(store)
+    store.save_run(run_method("greedy", model, prompt(9), {"max_new_tokens": 16}))
+    again, notes = sc.open_corpus(store, "tiny-wb", path=path)
+    assert notes == [] and len(again) == len(corpus) + 1
+    assert sorted(tuple(again.sequence(k)) for k in again.keys()) == stored(store)
+
+
+def test_a_corrupt_or_foreign_file_is_refused_and_rebuilt_from_the_store(store, tmp_path):
+    path = tmp_path / "c.corpus"
+    sc.open_corpus(store, "tiny-wb", path=path)
+    raw = bytearray(path.read_bytes())
+    raw[-40] ^= 0xFF  # a flipped byte in the body: the checksum no longer matches
+    path.write_bytes(bytes(raw))
+    corpus, notes = sc.open_corpus(store, "tiny-wb", path=path)
+    assert len(notes) == 1 and "refused" in notes[0] and "checksum" in notes[0] and "rebuilt" in notes[0]
+    assert sorted(tuple(corpus.sequence(k)) for k in corpus.keys()) == stored(store)
+    SuffixCorpus.load(path)  # the rebuilt file is whole again
+    SuffixCorpus([("x", [5, 6, 7])], fingerprint="another-model").save(path)
+    corpus, notes = sc.open_corpus(store, "tiny-wb", path=path)
+    assert "another-model" in notes[0] and sorted(tuple(corpus.sequence(k)) for k in corpus.keys()) == stored(store)
+
+
+def test_a_file_over_the_bound_is_cut_with_a_message(store, tmp_path):
+    path = tmp_path / "c.corpus"
+    full, _ = sc.open_corpus(store, "tiny-wb", path=path)
+    newest = full.keys()[-1]
+    corpus, notes = sc.open_corpus(store, "tiny-wb", max_tokens=20, path=path)
+    assert len(notes) == 1 and "bound of 20 tokens" in notes[0] and "dropped" in notes[0]
+    assert corpus.tokens <= 20 and corpus.keys() == [newest]
+
+
+def test_stored_runs_join_the_installed_corpus_unless_frozen_or_cold(store, model):
+    corpus = sc.corpus_for(store, "tiny-wb")
+    assert corpus_module.shared_corpus("tiny-wb") is corpus and sc.corpus_for(store, "tiny-wb") is corpus
+    before = len(corpus)
+    frozen = run_method("suffix", model, prompt(30), {"max_new_tokens": 16, "max_nodes": 8, "corpus_mode": "frozen"})
+    assert not sc.record_output(frozen, store.save_run(frozen)) and len(corpus) == before
+    cold = run_method("suffix", model, prompt(31), {"max_new_tokens": 16, "max_nodes": 8, "cold": 1})
+    assert not sc.record_output(cold, store.save_run(cold)) and len(corpus) == before
+    # a prompt whose answer does not end at once (a tiny random model often says EOS first)
+    seed, plain = next((s, r) for s in range(32, 80) if len((r := run_method("greedy", model, prompt(s), {"max_new_tokens": 16})).output_ids) >= 12)
+    rid = store.save_run(plain)
+    assert sc.record_output(plain, rid) and len(corpus) == before + 1 and corpus.keys()[-1] == rid
+    # The suffix run drafts greedy's stored output: history nodes accepted on its first sight of the prompt.
+    again = run_method("suffix", model, prompt(seed), {"max_new_tokens": 16, "max_nodes": 8})
+    assert again.output_ids == plain.output_ids and again.params["corpus_requests"] == before + 1
+    assert any(n.source == "history" and n.decision == "accepted" for s in again.steps for n in s.nodes)
+
+
+def test_stream_run_opens_the_corpus_and_adds_the_stored_run(store, model):
+    from workbench.service import Models, stream_run
+
+    out = list(stream_run("greedy", Models(model, None), prompt(40), {"max_new_tokens": 12}, prompt_text="", store=store))
+    run_id = out[-1].run_id
+    corpus = corpus_module.shared_corpus("tiny-wb")
+    assert run_id in corpus.keys() and len(corpus) == 4
+    assert list(corpus.sequence(run_id)) == out[-1].run.output_ids
+
+
+def test_the_corpus_view_lists_strings_reused_across_requests():
+    from workbench.ui.corpus_view import corpus_markdown, most_reused
+
+    shared = [7, 8, 9, 10]
+    corpus = SuffixCorpus([("a", [2, 3] + shared + [4]), ("b", shared + [5, 6]), ("c", [11, 12, 13, 14, 11, 12, 13, 14])],
+                          fingerprint="tiny-wb")
+    rows = most_reused(corpus, length=3, top=5)
+    # [11 12 13] occurs twice but in one request only: not reused across requests
+    assert rows == [((7, 8, 9), 2, 2), ((8, 9, 10), 2, 2)]
+    text = corpus_markdown(corpus, lambda ids: " ".join(f"t{i}" for i in ids), length=3)
+    assert "3 requests" in text and "`t7 t8 t9` | 2 | 2" in text and corpus.content_hash() in text
+    assert "No 3-token string" in corpus_markdown(SuffixCorpus(), str, length=3)
