@@ -230,9 +230,10 @@ def cached_curve(target):
     from core import timing
 
     try:
-        return timing.load(timing.timing_path(target))
+        model = timing.load(timing.timing_path(target))
     except (AttributeError, TypeError):  # a model without a fingerprint or device (a test stand-in)
         return None
+    return None if model is None else timing.curve_of(model)  # the note prices trees at one context length
 
 
 REFERENCE_TREE = 16  # draft nodes of the tree the speed note prices first (a typical AASD tree before sizing)

@@ -9,6 +9,7 @@ from typing import Any
 
 import torch
 
+from core.acceptance_prior import AcceptancePrior
 from core.drafters import DraftEnv, Drafter, RecycleTable, make_drafter
 from core.drafters.recycle import shared_table
 from core.errors import InvalidInputError
@@ -92,13 +93,16 @@ def recycle_table(method: Method, params: Mapping[str, Any], target) -> RecycleT
     return shared_table(target, warm=bool(params.get("warm", 0)))
 
 
-def tree_sizer(method: Method, params: Mapping[str, Any], target, draft=None) -> TreeSizer | None:
-    """`max_nodes=auto` for tree drafters (context, recycle): a sizer over the model's measured t(n)."""
+def tree_sizer(method: Method, params: Mapping[str, Any], target, draft=None,
+               prior: AcceptancePrior | None = None) -> TreeSizer | None:
+    """`max_nodes=auto` for tree drafters (context, recycle): a sizer over the model's measured t(n, L), read
+    at each step's context length, starting from `prior` (the caller's: e.g. workbench.store.priors from
+    stored traces of this method and model; None: core.acceptance_prior's default rate)."""
     if not is_auto(params.get("max_nodes")) or drafter_name(method, draft) not in ("context", "recycle"):
         return None
-    from core.timing import cost_curve
+    from core.timing import cost_model
 
-    return TreeSizer(cost_curve(target))
+    return TreeSizer(cost_model(target), prior)
 
 
 def build(method: Method, params: Mapping[str, Any], *, target=None, draft=None, context_ids: Sequence[int] | None = None,
