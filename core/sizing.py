@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from core.acceptance_prior import AcceptanceEstimate, AcceptancePrior
 from core.tree import DraftTree
@@ -121,15 +121,82 @@ def choose_nodes(tree: DraftTree, rates: Sequence[float], cost: Cost, context_le
     return kept, 1.0 + sum(products[i] for i in kept)
 
 
+@dataclass
+class StepClock:
+    """The online check (`TreeSizer(..., clock=...)`): each step's measured seconds per emitted token, with trees
+    and without, decayed so that recent steps count most (the context grows, and with it what a node costs).
+
+    The forward-time model t(n, L) leaves out what a tree costs outside the forward (drafting, the statistics of
+    every node's row, the walk, the traces); the clock measures all of it: the time between two calls of
+    `choose` is one whole step. When the steps with trees emit tokens no faster than the empty steps (by the
+    margin), trees are switched off for BACKOFF steps, then tried afresh; while trees are drafted, one step in
+    PROBE_EVERY is left empty so that the empty step's time stays measured."""
+
+    read: Callable[[], float]
+    tree: list[float] = field(default_factory=lambda: [0.0, 0.0])  # decayed (seconds, tokens) of steps with trees
+    empty: list[float] = field(default_factory=lambda: [0.0, 0.0])  # the same for empty steps
+    tree_steps: int = 0  # tree steps measured since trees were last switched on
+    off: int = 0  # steps left with trees switched off
+    since_empty: int = 0
+    last: float | None = None
+    pending: tuple[int, int] | None = None  # (tree size, tokens emitted) of the step being timed
+
+    DECAY = 0.9  # weight of the previous steps' sums at each new step
+    WINDOW = 6  # tree steps measured before the check may switch trees off
+    PROBE_EVERY = 12
+    BACKOFF = 32
+
+    def tick(self) -> None:
+        """At each `choose`: the previous step ended here."""
+        now = self.read()
+        if self.last is not None and self.pending is not None:
+            size, tokens = self.pending
+            bucket = self.tree if size else self.empty
+            bucket[0] = bucket[0] * self.DECAY + (now - self.last)
+            bucket[1] = bucket[1] * self.DECAY + tokens
+            self.tree_steps += size > 0
+        self.last, self.pending = now, None
+
+    def allow(self, wanted: int, margin: float) -> bool:
+        """Whether this step may draft the `wanted` nodes the model chose (False: an empty step)."""
+        if wanted == 0:
+            return False
+        if self.off > 0:
+            self.off -= 1
+            if self.off == 0:  # try trees afresh
+                self.tree, self.tree_steps = [0.0, 0.0], 0
+            return False
+        if self.since_empty >= self.PROBE_EVERY:
+            return False
+        if self.tree_steps >= self.WINDOW and self.empty[1] > 0 and self.tree[1] > 0:
+            tree_rate, empty_rate = self.tree[1] / self.tree[0], self.empty[1] / self.empty[0]
+            if not tree_rate > empty_rate * (1.0 + margin):
+                self.off = self.BACKOFF
+                return False
+        return True
+
+    def chose(self, size: int) -> None:
+        self.since_empty = self.since_empty + 1 if size else 0
+        self.pending = (size, 0)
+
+    def emitted(self, tokens: int) -> None:
+        if self.pending is not None:
+            self.pending = (self.pending[0], tokens)
+
+
 class TreeSizer:
     """`max_nodes=auto` for one request: cuts each proposed tree to its best size at the request's context
-    length and learns from each verdict, starting from `prior` (core.acceptance_prior; None: the default rate)."""
+    length and learns from each verdict, starting from `prior` (core.acceptance_prior; None: the default rate).
+    With a `clock` (seconds; core.timing.step_clock), the online check (StepClock) also times every step and
+    falls back to empty steps while trees do not pay."""
 
-    def __init__(self, cost: Cost, prior: AcceptancePrior | None = None, margin: float = MARGIN):
+    def __init__(self, cost: Cost, prior: AcceptancePrior | None = None, margin: float = MARGIN,
+                 clock: Callable[[], float] | None = None):
         if not margin >= 0:
             raise ValueError(f"the sizer's margin must be ≥ 0, got {margin}")
         self.cost, self.margin = cost, margin
         self.rates = AcceptanceEstimate(prior)
+        self.clock = StepClock(clock) if clock is not None else None
 
     @property
     def prior(self) -> AcceptancePrior:
@@ -137,10 +204,16 @@ class TreeSizer:
 
     def choose(self, tree: DraftTree, context_len: int) -> DraftTree:
         """`tree` cut to the size that pays most after `context_len` cached tokens (the root's position)."""
-        if tree.num_draft == 0:
-            return tree
-        kept, _ = choose_nodes(tree, self.node_rates(tree), self.cost, context_len, margin=self.margin)
-        return tree.subset(kept)
+        if self.clock is not None:
+            self.clock.tick()
+        kept = []
+        if tree.num_draft:
+            kept, _ = choose_nodes(tree, self.node_rates(tree), self.cost, context_len, margin=self.margin)
+        if self.clock is not None:
+            if not self.clock.allow(len(kept), self.margin):
+                kept = []
+            self.clock.chose(len(kept))
+        return tree.subset(kept) if tree.num_draft else tree
 
     def ranked(self, tree: DraftTree) -> tuple[list[int], list[float]]:
         """This request's ranking of `tree`'s nodes (for a batch's common size: common_size)."""
@@ -153,4 +226,7 @@ class TreeSizer:
     def observe(self, tree: DraftTree, decisions: Sequence[Decision | str]) -> None:
         """Learn from one step's verdict (its decision per node, the root first): the accepted path is the root
         and the nodes accepted or rescued; the nodes judged are those whose parent is on it."""
-        self.rates.observe(tree, [0] + [i for i in range(1, len(tree)) if decisions[i] in ACCEPTED])
+        path = [0] + [i for i in range(1, len(tree)) if decisions[i] in ACCEPTED]
+        self.rates.observe(tree, path)
+        if self.clock is not None:
+            self.clock.emitted(len(path))  # the accepted tokens and the bonus
