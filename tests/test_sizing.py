@@ -291,3 +291,47 @@ def test_a_batch_shares_one_tree_size_and_a_bigger_batch_takes_smaller_trees():
     poor = ranked_nodes(tree, [1.0] + [0.05] * 12)
     assert common_size([poor] * 4, curve, [300] * 4) == 0  # nothing worth a slot in every row
     assert common_size([ranked, ([], [1.0])], curve, [300, 900]) >= 1  # a row with no drafts pads, the other still drafts
+
+
+class FakeClock:
+    """Seconds that advance only when the test says a step took so long."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def run_steps(sizer: TreeSizer, clock: FakeClock, steps: int, seconds_for) -> list[int]:
+    """Drive the sizer as the step function does: choose, the step takes seconds_for(size), observe a verdict
+    that accepts the tree's first node when there is one (2 tokens: it and the bonus; 1 for an empty step)."""
+    sizes = []
+    tree = chain(8)
+    for _ in range(steps):
+        chosen = sizer.choose(tree, 300)
+        sizes.append(chosen.num_draft)
+        clock.now += seconds_for(chosen.num_draft)
+        sizer.observe(chosen, ["accepted"] + (["accepted"] + ["rejected"] * (chosen.num_draft - 1) if chosen.num_draft else []))
+    return sizes
+
+
+def test_the_online_check_switches_trees_off_when_measured_steps_lose_and_keeps_them_when_they_pay():
+    """The forward model says trees are free; the measured steps say otherwise (a tree step takes 3 s for its 2
+    tokens, an empty step 1 s for 1): after the window the check leaves the steps empty. When a tree step takes
+    1.2 s for 2 tokens, trees stay, bar the periodic empty probe."""
+    from core.sizing import StepClock
+
+    prior = AcceptancePrior.from_counts([("context", d, 500, 1000) for d in range(1, 17)])
+    clock = FakeClock()
+    losing = TreeSizer(flat(), prior, clock=clock)
+    sizes = run_steps(losing, clock, 80, lambda n: 3.0 if n else 1.0)
+    assert sizes[0] > 0  # the model alone wants trees
+    assert set(sizes[StepClock.PROBE_EVERY:StepClock.PROBE_EVERY + StepClock.BACKOFF]) == {0}  # probe, then off
+    assert sum(n == 0 for n in sizes) >= 60 and sizes[-1] == 0  # tried again later, and off again
+    clock = FakeClock()
+    paying = TreeSizer(flat(), prior, clock=clock)
+    sizes = run_steps(paying, clock, 80, lambda n: 1.2 if n else 1.0)
+    assert sum(n == 0 for n in sizes) <= 80 // StepClock.PROBE_EVERY + 1 and sum(n > 0 for n in sizes) >= 70
+    without = TreeSizer(flat(), prior)  # no clock: the model's choice alone
+    assert all(n > 0 for n in run_steps(without, FakeClock(), 40, lambda n: 3.0 if n else 1.0))
