@@ -22,7 +22,6 @@ import argparse
 import json
 import sys
 import time
-from collections import defaultdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -106,7 +105,7 @@ def collect_priors(target, families, methods, items, max_new_tokens, store_path)
 
     store = Store(f"sqlite:///{store_path}")
     tag = f"{PRIOR_TAG}:{str(target.dtype).replace('torch.', '')}"
-    priors, ids_used = {}, defaultdict(list)
+    priors = {}
     for label in methods:
         if label.endswith(ONLINE):
             continue
@@ -119,7 +118,6 @@ def collect_priors(target, families, methods, items, max_new_tokens, store_path)
                     run = run_method(name, target, ids, {**overrides, "max_nodes": PRIOR_NODES,
                                                          "max_new_tokens": max_new_tokens}, prompt_text=task.input)
                     store.save_run(run, tags=[tag])
-                    ids_used[label].append(task.id)
             prior = acceptance_prior(store, name, target.fingerprint, params=overrides or None, tag=tag)
         priors[label] = prior
         print(f"prior {label}: {prior.observations} judged nodes, sha {prior.fingerprint()} ({prior.source}); "
@@ -140,6 +138,8 @@ def main(argv=None) -> int:
     ap.add_argument("--max-new-tokens", type=int, default=64)
     ap.add_argument("--out", default="results/auto_size")
     ap.add_argument("--no-prior", action="store_true", help="start every request from the default rate (0.3)")
+    ap.add_argument("--max-minutes", type=float, default=None,
+                    help="start no new item after this many minutes of the timed part (items go round the families)")
     ap.add_argument("--remeasure", action="store_true", help="measure t(n, L) again first (under the bench lock)")
     ap.add_argument("--priors-only", action="store_true",
                     help="collect the priors' held-out runs and stop (untimed: needs no bench lock)")
@@ -179,34 +179,39 @@ def main(argv=None) -> int:
     online = online_switch(target)
     rows = []
     warm = encode_prompt(target.tokenizer, "Hello", chat=False)
-    from workbench.methods import run_method
+    from workbench.methods import parse_method_spec, run_method
 
     for label in ("greedy", *methods):  # lazy initialisation out of the timings
         run_method(base.get(label, label).split("[")[0], target, warm, {"max_new_tokens": 4})
     t_bench = time.perf_counter()
-    for family in families:
-        for task in family_tasks(family, "evaluation", args.items):
-            ids = encode_prompt(target.tokenizer, task.prompt(), chat=task.chat)
-            greedy_ids = None
-            for label in ("greedy", *methods):
-                from workbench.methods import parse_method_spec
-
-                name, overrides = parse_method_spec(base.get(label, label))
-                online["on"] = label.endswith(ONLINE)
-                params = {**overrides, "max_new_tokens": args.max_new_tokens}
-                if label != "greedy":
-                    params["max_nodes"] = "auto"
-                run, cpu = timed_run(name, target, ids, params, priors.get(label), task)
-                greedy_ids = run.output_ids if label == "greedy" else greedy_ids
-                rows.append({"family": family, "id": task.id, "method": label, "prompt_tokens": len(ids),
-                             "tokens": len(run.output_ids), "wall": run.decode_seconds, "cpu": cpu,
-                             "steps": len(run.steps), "tree": float(np.mean([s.tree_size for s in run.steps] or [0])),
-                             "equal_to_greedy": run.output_ids == greedy_ids, "prior_sha": run.params.get("prior_sha")})
-                print(f"{family} {task.id} {label}: {len(ids)} prompt tokens, {len(run.output_ids)} tokens, "
-                      f"wall {run.decode_seconds:.2f} s, cpu {cpu:.2f} s, mean tree {rows[-1]['tree']:.1f}", file=sys.stderr)
+    queue = {f: family_tasks(f, "evaluation", args.items) for f in families}
+    order = [(f, queue[f][i]) for i in range(args.items) for f in families if i < len(queue[f])]  # round the families
+    for family, task in order:
+        if args.max_minutes is not None and time.perf_counter() - t_bench > 60 * args.max_minutes:
+            print(f"--max-minutes {args.max_minutes} reached: the remaining items are left out", file=sys.stderr)
+            break
+        ids = encode_prompt(target.tokenizer, task.prompt(), chat=task.chat)
+        greedy_ids = None
+        for label in ("greedy", *methods):
+            name, overrides = parse_method_spec(base.get(label, label))
+            online["on"] = label.endswith(ONLINE)
+            params = {**overrides, "max_new_tokens": args.max_new_tokens}
+            if label != "greedy":
+                params["max_nodes"] = "auto"
+            run, cpu = timed_run(name, target, ids, params, priors.get(label), task)
+            greedy_ids = run.output_ids if label == "greedy" else greedy_ids
+            rows.append({"family": family, "id": task.id, "method": label, "prompt_tokens": len(ids),
+                         "tokens": len(run.output_ids), "wall": run.decode_seconds, "cpu": cpu,
+                         "steps": len(run.steps), "tree": float(np.mean([s.tree_size for s in run.steps] or [0])),
+                         "equal_to_greedy": run.output_ids == greedy_ids, "prior_sha": run.params.get("prior_sha")})
+            print(f"{family} {task.id} {label}: {len(ids)} prompt tokens, {len(run.output_ids)} tokens, "
+                  f"wall {run.decode_seconds:.2f} s, cpu {cpu:.2f} s, mean tree {rows[-1]['tree']:.1f}", file=sys.stderr)
     minutes = (time.perf_counter() - t_bench) / 60
     (out / "rows.json").write_text(json.dumps({"machine": machine, "args": vars(args), "rows": rows,
-                                               "cost_model": cost.to_dict(),
+                                               "cost_model": cost.to_dict(), "evaluation_items": {
+                                                   f: [t.id for t in queue[f]] for f in families},
+                                               "prior_items": {f: [t.id for t in family_tasks(f, "held_out", args.prior_items)]
+                                                               for f in families},
                                                "priors": {k: p.record() for k, p in priors.items()}}, indent=1))
     print(f"\n{args.model} {machine['dtype']}, {machine['cpu']} ({' '.join(machine['cpu_flags'])}), "
           f"{machine['threads']} thread(s); {args.items} evaluation items per family, {args.max_new_tokens} new tokens; "
