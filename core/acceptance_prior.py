@@ -18,6 +18,8 @@ share MAX_DEPTH's estimate. Pure: no store, no torch.
 """
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -46,6 +48,7 @@ class AcceptancePrior:
     counts: Mapping[Key, tuple[int, int]] = field(default_factory=dict)  # (accepted, verified), depths capped
     weight: float = PRIOR_WEIGHT
     default: float = DEFAULT_RATE
+    source: str = ""  # where the counts came from (e.g. the store query's method, model and filters), for the run's record
 
     def __post_init__(self):
         if not self.weight > 0 or not 0.0 <= self.default <= 1.0:
@@ -65,14 +68,14 @@ class AcceptancePrior:
 
     @classmethod
     def from_counts(cls, rows: Iterable[tuple[str, int, int, int]], weight: float = PRIOR_WEIGHT,
-                    default: float = DEFAULT_RATE) -> AcceptancePrior:
+                    default: float = DEFAULT_RATE, source: str = "") -> AcceptancePrior:
         """From (source, depth, accepted, verified) rows (any depth: deeper than MAX_DEPTH are summed into it)."""
         counts: dict[Key, tuple[int, int]] = {}
-        for source, depth, accepted, verified in rows:
-            key = key_of(source, depth)
+        for draft_source, depth, accepted, verified in rows:
+            key = key_of(draft_source, depth)
             a, v = counts.get(key, (0, 0))
             counts[key] = (a + int(accepted), v + int(verified))
-        return cls(counts, weight, default)
+        return cls(counts, weight, default, source)
 
     def centre(self, source: str, depth: int) -> float:
         """The prior's rate for (source, depth): the smoothed stored rate, else the source's, else the default."""
@@ -87,14 +90,28 @@ class AcceptancePrior:
         return sum(v for _, v in self.counts.values())
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-friendly record (a run can store what its sizer started from)."""
-        return {"weight": self.weight, "default": self.default,
+        """A JSON-friendly record (a run stores what its sizer started from: `record`)."""
+        return {"weight": self.weight, "default": self.default, "source": self.source,
                 "counts": [[s, d, a, v] for (s, d), (a, v) in sorted(self.counts.items())]}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> AcceptancePrior:
         return cls.from_counts((tuple(row) for row in data.get("counts", [])), float(data.get("weight", PRIOR_WEIGHT)),
-                               float(data.get("default", DEFAULT_RATE)))
+                               float(data.get("default", DEFAULT_RATE)), str(data.get("source", "")))
+
+    def fingerprint(self) -> str:
+        """A short hash of what the estimates read (counts, weight, default; not the `source` label): two runs
+        with the same fingerprint started their trees from the same prior."""
+        body = {k: v for k, v in self.to_dict().items() if k != "source"}
+        return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:16]
+
+    def record(self) -> dict[str, Any]:
+        """What a run's params keep of the prior: its fingerprint, where it came from, how many stored nodes it
+        rests on and the counts themselves (as compact JSON: `AcceptancePrior.from_dict(json.loads(...))`
+        rebuilds it, so a run can be reproduced)."""
+        return {"prior_sha": self.fingerprint(), "prior_source": self.source or "default",
+                "prior_observations": self.observations,
+                "prior": json.dumps(self.to_dict(), separators=(",", ":"))}
 
 
 class AcceptanceEstimate:

@@ -1,38 +1,45 @@
-"""Trees sized to the hardware (`max_nodes=auto`, docs/ALGORITHMS.md "Tree size from cost").
+"""Trees sized to the hardware and the context (`max_nodes=auto`; docs/AUTOMATIC_SETTINGS.md, "The sizer"; docs/ALGORITHMS.md, "Tree size from cost").
 
 Each step the drafter proposes a large candidate tree; `TreeSizer.choose` keeps the prefix-closed subset
-that maximises expected tokens per second of verification:
+that maximises expected tokens per second of verification at the request's current context length L:
 
-- `CostCurve`: t(n), the measured time of one verification forward with n draft nodes (core.timing
-  measures and caches it per model, device and dtype), interpolated between measured sizes.
-- `AcceptanceRates`: running per-source, per-depth estimates a(source, depth) = accepted ÷ verified
-  within the request (a node is verified when its parent was accepted), from a prior of 0.5.
-- `choose_nodes` (pure): each node's path product Π a(u) over its path is the chance it is accepted;
-  add nodes in order of that product (a parent never after its child) and keep the prefix of that order
-  that maximises E(S) / t(|S|), with E(S) = 1 + Σ_{v ∈ S} Π a(u).
+- the cost t(n, L) of one verification forward with n draft nodes after L cached tokens: a
+  core.cost_model.CostModel (core.timing measures it per model, device, dtype and thread count), read at
+  the L of every step, since every node attends to the whole prefix and costs more as the context grows;
+- a(source, depth), the chance a node is accepted once its parent was: core.acceptance_prior's
+  AcceptanceEstimate, which starts from the prior the caller passes (learned from stored traces of the
+  same method and model; the default rate without one) and moves toward the request's own counts as they
+  accumulate, so a lucky first step does not inflate the next trees;
+- `choose_nodes` (pure): each node's path product Π a(u) is the chance it is accepted; nodes are added
+  in order of that product (a parent never after its child), and a longer prefix of that order replaces
+  the current choice only when its expected tokens per second, E(S) / t(|S|, L) with
+  E(S) = 1 + Σ_{v ∈ S} Π a(u), beat the current choice's by more than `margin` (2 %): a tree has to pay
+  for itself with room to spare, and the empty tree (greedy's step) is always a candidate.
 
-The prior is 0.5 in every request, not the previous request's rates: a run's tree then depends on its
-own prompt alone, so a relaxed run gives the same output however many runs came before it (a resumed
-benchmark equals an uninterrupted one).
+A run's trees depend on the prior it starts from and on the cost model, not on the runs before it: a
+relaxed run gives the same output however many runs came before it (a resumed benchmark equals an
+uninterrupted one), and the run records both in its params (core.methods.run).
 """
 from __future__ import annotations
 
 import bisect
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 
-from core.stats import AcceptanceCounts
+from core.acceptance_prior import AcceptanceEstimate, AcceptancePrior
 from core.tree import DraftTree
-from core.types import Decision
+from core.types import ACCEPTED, Decision
 
 AUTO_CANDIDATES = 64  # draft nodes a drafter proposes under max_nodes=auto, for the sizer to choose from
-PRIOR, PRIOR_WEIGHT = 0.5, 2.0  # a(source, depth) starts at 0.5, as if from two verified nodes
-MAX_DEPTH = 16  # deeper nodes share the estimate of this depth
+MARGIN = 0.02  # a larger tree must promise this much more tokens per second than the current choice
+
+Cost = Callable[[float, float], float]  # t(n, L) in seconds: a core.cost_model.CostModel
 
 
 @dataclass(frozen=True)
 class CostCurve:
-    """t(n) in seconds for n draft nodes (plus the root), measured at `sizes` (ascending, starting at 0)."""
+    """t(n) in seconds at one context length, measured at `sizes` (ascending, starting at 0): the slice of a
+    CostModel that displays read (the UI's speed note); the sizer reads the whole CostModel."""
 
     sizes: tuple[int, ...]
     seconds: tuple[float, ...]
@@ -51,20 +58,6 @@ class CostCurve:
         return max(t[i] + slope * (n - s[i]), t[0])
 
 
-class AcceptanceRates(AcceptanceCounts):
-    """Per (source, depth): draft nodes verified and accepted in one request (core.stats.AcceptanceCounts),
-    and the rate estimated from them and the prior."""
-
-    def rate(self, source: str, depth: int) -> float:
-        key = (source, min(depth, MAX_DEPTH))
-        return (self.accepted[key] + PRIOR * PRIOR_WEIGHT) / (self.verified[key] + PRIOR_WEIGHT)
-
-    def observe(self, tree: DraftTree, decisions: Sequence[Decision | str]) -> None:
-        """Count one step's verdict (its decision per node, the root first)."""
-        for i in range(1, len(tree)):
-            self.add((tree.sources[i], min(tree.depths[i], MAX_DEPTH)), decisions[i])
-
-
 def path_products(tree: DraftTree, rates: Sequence[float]) -> list[float]:
     """Π a(u) over each node's path from the root (the root: 1)."""
     out = [1.0] * len(tree)
@@ -80,59 +73,147 @@ def ranked_nodes(tree: DraftTree, rates: Sequence[float]) -> tuple[list[int], li
     return sorted(range(1, len(tree)), key=lambda i: (-products[i], tree.depths[i], i)), products
 
 
-def common_size(rows: Sequence[tuple[Sequence[int], Sequence[float]]], cost: CostCurve,
-                context_lens: Sequence[int] | None = None) -> int:
+def _better(rate: float, best: float, margin: float) -> bool:
+    """A larger tree replaces the current choice only when it promises more than `margin` more tokens per second."""
+    return rate > best * (1.0 + margin)
+
+
+def common_size(rows: Sequence[tuple[Sequence[int], Sequence[float]]], cost: Cost, context_lens: Sequence[int],
+                margin: float = MARGIN) -> int:
     """One tree size k for every row of a batch (rows pad to the widest tree, so a node one row adds costs
-    every row a slot): the k with the most expected tokens over all rows per second of t(B·(k + 1) − 1),
-    each row keeping the first k nodes of its `ranked_nodes` order. `context_lens`: the tokens each row has
-    in the cache (the cost curve does not read them yet). Pure."""
+    every row a slot): the k with the most expected tokens over all rows per second of t(B·(k + 1) − 1, L),
+    L the longest row's context (the batch's cache is as long as its longest row), each row keeping the first
+    k nodes of its `ranked_nodes` order; a larger k must beat the current one by `margin`. Pure."""
     b = len(rows)
+    length = max(context_lens, default=0)
     longest = max((len(order) for order, _ in rows), default=0)
     expected = [1.0] * b
-    best_k, best_rate = 0, b / cost(b - 1)
+    best_k, best_rate = 0, b / cost(b - 1, length)
     for k in range(1, longest + 1):
         for r, (order, products) in enumerate(rows):
             if k <= len(order):
                 expected[r] += products[order[k - 1]]
-        rate = sum(expected) / cost(b * (k + 1) - 1)
-        if rate > best_rate:
+        rate = sum(expected) / cost(b * (k + 1) - 1, length)
+        if _better(rate, best_rate, margin):
             best_k, best_rate = k, rate
     return best_k
 
 
-def choose_nodes(tree: DraftTree, rates: Sequence[float], cost: CostCurve, max_nodes: int | None = None) -> tuple[list[int], float]:
-    """The draft nodes to keep (ids in tree order) and their expected tokens E(S).
+def choose_nodes(tree: DraftTree, rates: Sequence[float], cost: Cost, context_len: int, max_nodes: int | None = None,
+                 margin: float = MARGIN) -> tuple[list[int], float]:
+    """The draft nodes to keep (ids in tree order) and their expected tokens E(S), for a forward after
+    `context_len` cached tokens.
 
     Nodes are added by descending path product (ties: shallower, then earlier), which keeps every
-    parent before its children since a ≤ 1; of the prefixes of that order (at most `max_nodes` long)
-    the one with the most expected tokens per second of t(|S|) wins."""
+    parent before its children since a ≤ 1; of the prefixes of that order (at most `max_nodes` long), a
+    longer one replaces the current choice (at first the empty tree) only when its expected tokens per
+    second of t(|S|, L) beat the current choice's by more than `margin`. Pure."""
     order, products = ranked_nodes(tree, rates)
     if max_nodes is not None:
         order = order[:max_nodes]
-    best_k, best_rate, expected = 0, 1.0 / cost(0), 1.0
+    best_k, best_rate, expected = 0, 1.0 / cost(0, context_len), 1.0
     for k, node in enumerate(order, start=1):
         expected += products[node]
-        rate = expected / cost(k)
-        if rate > best_rate:
+        rate = expected / cost(k, context_len)
+        if _better(rate, best_rate, margin):
             best_k, best_rate = k, rate
     kept = sorted(order[:best_k])
     return kept, 1.0 + sum(products[i] for i in kept)
 
 
-class TreeSizer:
-    """`max_nodes=auto` for one request: cuts each proposed tree to its best size and learns from each verdict."""
+@dataclass
+class StepClock:
+    """The online check (`TreeSizer(..., clock=...)`): each step's measured seconds per emitted token, with trees
+    and without, decayed so that recent steps count most (the context grows, and with it what a node costs).
 
-    def __init__(self, cost: CostCurve):
-        self.cost = cost
-        self.rates = AcceptanceRates()
+    The forward-time model t(n, L) leaves out what a tree costs outside the forward (drafting, the statistics of
+    every node's row, the walk, the traces); the clock measures all of it: the time between two calls of
+    `choose` is one whole step. When the steps with trees emit tokens no faster than the empty steps (by the
+    margin), trees are switched off for BACKOFF steps, then tried afresh; while trees are drafted, one step in
+    PROBE_EVERY is left empty so that the empty step's time stays measured."""
+
+    read: Callable[[], float]
+    tree: list[float] = field(default_factory=lambda: [0.0, 0.0])  # decayed (seconds, tokens) of steps with trees
+    empty: list[float] = field(default_factory=lambda: [0.0, 0.0])  # the same for empty steps
+    tree_steps: int = 0  # tree steps measured since trees were last switched on
+    off: int = 0  # steps left with trees switched off
+    since_empty: int = 0
+    last: float | None = None
+    pending: tuple[int, int] | None = None  # (tree size, tokens emitted) of the step being timed
+
+    DECAY = 0.9  # weight of the previous steps' sums at each new step
+    WINDOW = 6  # tree steps measured before the check may switch trees off
+    PROBE_EVERY = 12
+    BACKOFF = 32
+
+    def tick(self) -> None:
+        """At each `choose`: the previous step ended here."""
+        now = self.read()
+        if self.last is not None and self.pending is not None:
+            size, tokens = self.pending
+            bucket = self.tree if size else self.empty
+            bucket[0] = bucket[0] * self.DECAY + (now - self.last)
+            bucket[1] = bucket[1] * self.DECAY + tokens
+            self.tree_steps += size > 0
+        self.last, self.pending = now, None
+
+    def allow(self, wanted: int, margin: float) -> bool:
+        """Whether this step may draft the `wanted` nodes the model chose (False: an empty step)."""
+        if wanted == 0:
+            return False
+        if self.off > 0:
+            self.off -= 1
+            if self.off == 0:  # try trees afresh
+                self.tree, self.tree_steps = [0.0, 0.0], 0
+            return False
+        if self.since_empty >= self.PROBE_EVERY:
+            return False
+        if self.tree_steps >= self.WINDOW and self.empty[1] > 0 and self.tree[1] > 0:
+            tree_rate, empty_rate = self.tree[1] / self.tree[0], self.empty[1] / self.empty[0]
+            if not tree_rate > empty_rate * (1.0 + margin):
+                self.off = self.BACKOFF
+                return False
+        return True
+
+    def chose(self, size: int) -> None:
+        self.since_empty = self.since_empty + 1 if size else 0
+        self.pending = (size, 0)
+
+    def emitted(self, tokens: int) -> None:
+        if self.pending is not None:
+            self.pending = (self.pending[0], tokens)
+
+
+class TreeSizer:
+    """`max_nodes=auto` for one request: cuts each proposed tree to its best size at the request's context
+    length and learns from each verdict, starting from `prior` (core.acceptance_prior; None: the default rate).
+    With a `clock` (seconds; core.timing.step_clock), the online check (StepClock) also times every step and
+    falls back to empty steps while trees do not pay."""
+
+    def __init__(self, cost: Cost, prior: AcceptancePrior | None = None, margin: float = MARGIN,
+                 clock: Callable[[], float] | None = None):
+        if not margin >= 0:
+            raise ValueError(f"the sizer's margin must be ≥ 0, got {margin}")
+        self.cost, self.margin = cost, margin
+        self.rates = AcceptanceEstimate(prior)
+        self.clock = StepClock(clock) if clock is not None else None
+
+    @property
+    def prior(self) -> AcceptancePrior:
+        return self.rates.prior
 
     def choose(self, tree: DraftTree, context_len: int) -> DraftTree:
-        """`tree` cut to the size that pays most; `context_len` is the tokens in the cache (the root's position),
-        which the cost of a forward grows with (the cost curve does not read it yet)."""
-        if tree.num_draft == 0:
-            return tree
-        kept, _ = choose_nodes(tree, self.node_rates(tree), self.cost)
-        return tree.subset(kept)
+        """`tree` cut to the size that pays most after `context_len` cached tokens (the root's position)."""
+        if self.clock is not None:
+            self.clock.tick()
+        kept: list[int] = []
+        if tree.num_draft:
+            kept, _ = choose_nodes(tree, self.node_rates(tree), self.cost, context_len, margin=self.margin)
+        if self.clock is not None:
+            if not self.clock.allow(len(kept), self.margin):
+                kept = []
+            self.clock.chose(len(kept))
+        return tree.subset(kept) if tree.num_draft else tree
 
     def ranked(self, tree: DraftTree) -> tuple[list[int], list[float]]:
         """This request's ranking of `tree`'s nodes (for a batch's common size: common_size)."""
@@ -143,5 +224,9 @@ class TreeSizer:
         return [1.0] + [self.rates.rate(tree.sources[i], tree.depths[i]) for i in range(1, len(tree))]
 
     def observe(self, tree: DraftTree, decisions: Sequence[Decision | str]) -> None:
-        """Learn from one step's verdict (its decision per node)."""
-        self.rates.observe(tree, decisions)
+        """Learn from one step's verdict (its decision per node, the root first): the accepted path is the root
+        and the nodes accepted or rescued; the nodes judged are those whose parent is on it."""
+        path = [0] + [i for i in range(1, len(tree)) if decisions[i] in ACCEPTED]
+        self.rates.observe(tree, path)
+        if self.clock is not None:
+            self.clock.emitted(len(path))  # the accepted tokens and the bonus

@@ -42,7 +42,7 @@ class AcceptanceCounts:
     (accepted, rejected or rescued; the root, the bonus and unreached nodes are left out, since an unreached
     node was never judged), accepted = on the accepted path (a rescued node counts as accepted). The one count
     behind every per-source / per-depth acceptance: a run's metrics (`acceptance_by`) and the tree sizer's
-    running rates within a request (core.sizing.AcceptanceRates)."""
+    estimates within a request (core.acceptance_prior.AcceptanceEstimate counts the same way)."""
 
     def __init__(self) -> None:
         self.verified: Counter = Counter()

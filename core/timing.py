@@ -13,7 +13,8 @@ fastest of `repeats` per point (timeit's advice: the minimum is the cost, the re
 thread on a CPU a forward is timed by the thread's CPU time (`clock_name`), which other processes on the core
 do not inflate.
 
-`cost_curve(target)` is the slice at `CURVE_LENGTH` as a core.sizing.CostCurve, for a sizer that reads t(n).
+`cost_curve(target)` is the slice at `CURVE_LENGTH` as a core.sizing.CostCurve, for displays (the UI's speed
+note); `max_nodes=auto` reads the whole t(n, L) at each step's context length (core.sizing).
 """
 from __future__ import annotations
 
@@ -40,7 +41,7 @@ SIZES = (0, 1, 2, 4, 8, 16, 32, 64)  # draft nodes per measured forward
 LENGTHS = (256, 1024, 4096)  # cached tokens before the tree; longer contexts extrapolate linearly
 SEED_PREFIX = 256  # tokens really prefilled; longer lengths repeat their keys and values
 REPEATS = 3  # timed rounds after a warm-up round; the fastest of them is kept
-CURVE_LENGTH = 512  # the context length of `cost_curve`'s t(n)
+CURVE_LENGTH = 512  # the context length of `cost_curve`'s t(n) (displays only)
 FORMAT = 2  # the file's layout: 1 was t(n) at one length; older files are measured again
 CPU_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_bf16")  # what changes a forward's speed
 _lock = threading.Lock()
@@ -207,6 +208,11 @@ def cost_model(target, remeasure: bool = False) -> CostModel:
         return model
 
 
+def curve_of(model: CostModel) -> CostCurve:
+    """t(n) at CURVE_LENGTH cached tokens: the slice displays read (the sizer reads the whole CostModel)."""
+    return CostCurve(*model.curve_at(CURVE_LENGTH))
+
+
 def cost_curve(target, remeasure: bool = False) -> CostCurve:
-    """t(n) at CURVE_LENGTH cached tokens: the slice of `cost_model` a sizer that reads t(n) uses."""
-    return CostCurve(*cost_model(target, remeasure).curve_at(CURVE_LENGTH))
+    """t(n) at CURVE_LENGTH cached tokens of the model's `cost_model`."""
+    return curve_of(cost_model(target, remeasure))

@@ -125,6 +125,11 @@ def test_stored_counts_equal_the_traces_acceptance_and_filters_keep_other_runs_o
     prior = acceptance_prior(store, "aasd-strict", tiny.fingerprint)
     assert prior.observations == sum(v for _, v in _expected(mine).values()) > 0
     assert ids
+    # The prior names the query it came from, so a run that starts from it records where its trees came from.
+    labelled = acceptance_prior(store, "aasd-strict", tiny.fingerprint, tag="calibration")
+    assert labelled.source == f"store:aasd-strict model={tiny.fingerprint} tag=calibration"
+    assert labelled.fingerprint() != prior.fingerprint()  # other counts, another hash
+    assert AcceptancePrior.from_dict(json.loads(json.dumps(labelled.to_dict()))).fingerprint() == labelled.fingerprint()
 
 
 def test_rescued_nodes_count_as_accepted_and_unjudged_records_not_at_all(store):

@@ -1,5 +1,5 @@
-"""Trees sized to the hardware (core.sizing, core.timing): pure choices on hand-made trees and costs,
-then max_nodes=auto end to end on a tiny model and on SmolLM2."""
+"""Trees sized to the hardware and the context (core.sizing, core.timing): pure choices on hand-made trees
+and synthetic costs t(n, L), then max_nodes=auto end to end on a tiny model and on SmolLM2."""
 from __future__ import annotations
 
 import json
@@ -8,8 +8,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from core.sizing import AcceptanceRates, CostCurve, TreeSizer, choose_nodes, path_products
+from core.acceptance_prior import AcceptancePrior
+from core.cost_model import CostModel
+from core.sizing import MARGIN, CostCurve, TreeSizer, choose_nodes, path_products
 from core.tree import DraftTree
+
+SIZES = (0, 1, 2, 4, 8, 16, 32, 64)
 
 
 def chain(n: int, source: str = "context") -> DraftTree:
@@ -17,6 +21,25 @@ def chain(n: int, source: str = "context") -> DraftTree:
     for i in range(n):
         tree.add(i, 100 + i, source)
     return tree
+
+
+def bushy(n: int, fan: int = 4, source: str = "context") -> DraftTree:
+    """n draft nodes, `fan` children per node, filled breadth first (a drafter's wide candidate tree)."""
+    tree = DraftTree.root_only(0)
+    for i in range(1, n + 1):
+        tree.add((i - 1) // fan, 100 + i, source)
+    return tree
+
+
+def flat(n_scale: float = 0.0) -> CostModel:
+    """t(n, L) = 10 ms (1 + n_scale·n) at every length: a GPU-like cost where a node is (nearly) free."""
+    return CostModel(SIZES, (256, 4096), tuple(tuple(0.010 * (1 + n_scale * n) for n in SIZES) for _ in range(2)))
+
+
+def flat_short_steep_long() -> CostModel:
+    """Flat after 256 tokens; after 4,096 each node costs about a whole forward (attention over the prefix):
+    the shape that made trees sized at L = 512 lose at 1.5k-6k tokens of context."""
+    return CostModel(SIZES, (256, 4096), (tuple(0.040 for _ in SIZES), tuple(0.070 * (1 + n) for n in SIZES)))
 
 
 def test_cost_curve_interpolates_and_extends_the_last_slope():
@@ -31,25 +54,79 @@ def test_cost_curve_interpolates_and_extends_the_last_slope():
 def test_a_flat_cost_keeps_every_node_that_may_be_accepted_and_a_steep_one_keeps_none():
     tree = chain(6)
     rates = [1.0] + [0.5] * 6
-    flat = CostCurve((0, 64), (0.01, 0.01))
-    kept, expected = choose_nodes(tree, rates, flat)
+    kept, expected = choose_nodes(tree, rates, flat(), 512, margin=0.0)
     assert kept == [1, 2, 3, 4, 5, 6] and expected == pytest.approx(1 + sum(0.5 ** d for d in range(1, 7)))
-    steep = CostCurve((0, 1), (0.01, 0.03))  # a node triples the cost: never pays at a ≤ 1
-    assert choose_nodes(tree, rates, steep) == ([], 1.0)
+    steep = CostModel((0, 1), (256,), ((0.01, 0.03),))  # a node triples the cost: never pays at a ≤ 1
+    assert choose_nodes(tree, rates, steep, 512) == ([], 1.0)
     # t doubles from 2 nodes on: 1 + 0.5 + 0.25 over t(2) = t(0) beats 4 nodes over 2·t(0)
-    knee = CostCurve((0, 2, 4), (0.01, 0.01, 0.02))
-    assert choose_nodes(tree, rates, knee)[0] == [1, 2]
+    knee = CostModel((0, 2, 4), (256,), ((0.01, 0.01, 0.02),))
+    assert choose_nodes(tree, rates, knee, 512)[0] == [1, 2]
 
 
-def test_likelier_branches_come_first():
-    tree = DraftTree.root_only(0)
-    a = tree.add(0, 1, "context")
-    b = tree.add(0, 2, "generated")
-    tree.add(a, 3, "context")
-    rates = [1.0, 0.9, 0.2, 0.9]
-    knee = CostCurve((0, 2, 3), (0.01, 0.01, 0.05))
-    assert choose_nodes(tree, rates, knee)[0] == [a, 3]  # the 0.81 grandchild before the 0.2 sibling
-    assert b not in choose_nodes(tree, rates, knee)[0]
+def test_under_a_flat_cost_the_sizer_keeps_large_trees_at_every_context_length():
+    """The issue's simulated flat-cost case (a GPU, or bf16 on a CPU with native bf16): trees are nearly free, so
+    max_nodes=auto must keep most of a 64-node candidate even from the default prior (0.3), at any length."""
+    tree = bushy(64)
+    for length in (100, 512, 4096, 16000):
+        assert TreeSizer(flat()).choose(tree, length).num_draft >= 48
+        assert TreeSizer(flat(0.01)).choose(tree, length).num_draft >= 16  # 1 % per node: still a large tree
+    stored = AcceptancePrior.from_counts([("context", d, 800, 1000) for d in range(1, 17)])
+    # a good prior: a long chain, cut where the rest adds under 2 % (0.8^19 + ... + 0.8^40 ≈ 1.5 % of E ≈ 4.9)
+    assert TreeSizer(flat(), stored).choose(chain(40), 4096).num_draft == 18
+
+
+def test_when_each_node_costs_a_forward_the_sizer_keeps_the_empty_tree():
+    """Each node ≈ a full forward at long L: nothing can pay (E(S) ≤ 1 + |S| at a ≤ 1), whatever the prior."""
+    steep = CostModel(SIZES, (256, 4096), tuple(tuple(t0 * (1 + n) for n in SIZES) for t0 in (0.04, 0.07)))
+    optimistic = AcceptancePrior.from_counts([("context", d, 990, 1000) for d in range(1, 17)])
+    for prior in (None, optimistic):
+        for tree in (chain(30), bushy(64)):
+            for length in (256, 2000, 6000):
+                assert TreeSizer(steep, prior).choose(tree, length).num_draft == 0
+
+
+def test_the_cost_is_read_at_the_requests_current_context_length():
+    """The same tree and prior: a large tree after 256 tokens, the empty tree after 4,096 and beyond (a sizer
+    that reads t at a fixed L, such as the 512 of the old cost curve, keeps large trees at every length)."""
+    cost = flat_short_steep_long()
+    prior = AcceptancePrior.from_counts([("context", d, 700, 1000) for d in range(1, 17)])
+    tree = bushy(64)
+    assert TreeSizer(cost, prior).choose(tree, 256).num_draft >= 32
+    assert TreeSizer(cost, prior).choose(tree, 512).num_draft >= 16
+    assert TreeSizer(cost, prior).choose(tree, 4096).num_draft == 0
+    assert TreeSizer(cost, prior).choose(tree, 6000).num_draft == 0
+    told = []
+    TreeSizer(lambda n, length: told.append(length) or cost(n, length), prior).choose(tree, 3000)
+    assert told and set(told) == {3000}
+
+
+def test_a_tree_must_beat_greedy_by_the_margin():
+    """E = 1.15 over t = 1.13·t(0): 1.8 % more tokens per second, under the 2 % margin: greedy's step; with no
+    margin the node is kept."""
+    cost = CostModel((0, 1), (256,), ((0.010, 0.0113),))
+    prior = AcceptancePrior.from_counts([("context", 1, 150_000, 1_000_000)])  # a(context, 1) ≈ 0.15
+    tree = chain(1)
+    assert MARGIN == 0.02
+    assert TreeSizer(cost, prior).choose(tree, 300).num_draft == 0
+    assert TreeSizer(cost, prior, margin=0.0).choose(tree, 300).num_draft == 1
+    with pytest.raises(ValueError):
+        TreeSizer(cost, prior, margin=-0.1)
+
+
+def test_the_prior_sets_the_first_trees_and_the_request_moves_them():
+    """Stored traces that accepted most context nodes give the first step a larger tree than the default prior;
+    a request whose drafts are all rejected shrinks its trees to nothing (its own counts outweigh the prior's 20 pseudo-observations)."""
+    cost = CostModel(SIZES, (256,), (tuple(0.040 + 0.004 * n for n in SIZES),))
+    good = AcceptancePrior.from_counts([("context", d, 850, 1000) for d in range(1, 17)])
+    tree = chain(20)
+    default_first = TreeSizer(cost).choose(tree, 500).num_draft
+    sizer = TreeSizer(cost, good)
+    assert sizer.choose(tree, 500).num_draft > default_first
+    for step in range(200):
+        sizer.observe(tree, ["accepted", "rejected"] + ["unreached"] * 19)
+        if step == 0:  # one bad step moves the estimate by a twentieth only: still a tree
+            assert sizer.choose(tree, 500).num_draft > default_first
+    assert sizer.choose(tree, 500).num_draft == 0
 
 
 @st.composite
@@ -59,48 +136,54 @@ def trees_and_rates(draw):
     for i in range(1, n + 1):
         tree.add(draw(st.integers(0, i - 1)), i, "context")
     rates = [1.0] + [draw(st.floats(0.0, 1.0)) for _ in range(n)]
-    steps = draw(st.lists(st.floats(0.0, 0.01), min_size=3, max_size=3))
-    cost = CostCurve((0, 8, 16, 32), (0.01, 0.01 + steps[0], 0.01 + steps[0] + steps[1], 0.01 + sum(steps)))
-    return tree, rates, cost
+    rows = []
+    for _ in range(2):
+        steps = draw(st.lists(st.floats(0.0, 0.01), min_size=3, max_size=3))
+        rows.append((0.01, 0.01 + steps[0], 0.01 + steps[0] + steps[1], 0.01 + sum(steps)))
+    cost = CostModel((0, 8, 16, 32), (256, 4096), tuple(rows))
+    return tree, rates, cost, draw(st.integers(1, 8000)), draw(st.sampled_from([0.0, MARGIN, 0.1]))
 
 
 @settings(max_examples=300, deadline=None)
 @given(trees_and_rates())
-def test_the_choice_is_prefix_closed_and_no_other_prefix_of_the_order_pays_more(case):
-    tree, rates, cost = case
-    kept, expected = choose_nodes(tree, rates, cost)
+def test_the_choice_is_prefix_closed_and_no_prefix_of_the_order_pays_more_than_the_margin(case):
+    tree, rates, cost, length, margin = case
+    kept, expected = choose_nodes(tree, rates, cost, length, margin=margin)
     keep = set(kept) | {0}
     assert all(tree.parents[i] in keep for i in kept)
     products = path_products(tree, rates)
     assert expected == pytest.approx(1 + sum(products[i] for i in kept))
     order = sorted(range(1, len(tree)), key=lambda i: (-products[i], tree.depths[i], i))
-    best = max((1 + sum(products[i] for i in order[:k])) / cost(k) for k in range(len(order) + 1))
-    assert expected / cost(len(kept)) == pytest.approx(best)
+    rate = [(1 + sum(products[i] for i in order[:k])) / cost(k, length) for k in range(len(order) + 1)]
+    chosen = expected / cost(len(kept), length)
+    assert chosen >= rate[0] * (1 - 1e-12)  # never worse than greedy's step
+    assert max(rate) <= chosen * (1 + margin) * (1 + 1e-9)  # no prefix beats it by more than the margin
+    if margin == 0.0:
+        assert chosen == pytest.approx(max(rate))
     assert tree.subset(kept).num_draft == len(kept)
 
 
-def test_acceptance_rates_count_verified_nodes_per_source_and_depth():
+def test_the_sizer_counts_verified_nodes_per_source_and_depth_from_a_steps_decisions():
     tree = DraftTree.root_only(0)
     a = tree.add(0, 1, "context")
     b = tree.add(0, 2, "alignment")
     tree.add(a, 3, "context")  # node 3
     tree.add(b, 4, "alignment")  # its parent was rejected: never verified
-    rates = AcceptanceRates()
-    assert rates.rate("context", 1) == 0.5  # the prior
-    rates.observe(tree, ["accepted", "accepted", "rejected", "accepted", "unreached"])  # the path 0, a, 3
-    assert rates.verified == {("context", 1): 1, ("alignment", 1): 1, ("context", 2): 1}
-    assert rates.accepted == {("context", 1): 1, ("context", 2): 1}
-    assert rates.rate("context", 1) == pytest.approx(2 / 3) and rates.rate("alignment", 1) == pytest.approx(1 / 3)
+    sizer = TreeSizer(flat())
+    sizer.observe(tree, ["accepted", "accepted", "rejected", "rescued", "unreached"])  # the path 0, a, 3
+    assert sizer.rates.verified == {("context", 1): 1, ("alignment", 1): 1, ("context", 2): 1}
+    assert sizer.rates.accepted == {("context", 1): 1, ("context", 2): 1}
 
 
 def test_the_sizer_learns_to_cut_a_branch_that_is_never_accepted():
-    sizer = TreeSizer(CostCurve((0, 1, 2, 3), (0.010, 0.010, 0.011, 0.012)))
+    sizer = TreeSizer(CostModel((0, 1, 2, 3), (256,), ((0.010, 0.010, 0.010, 0.0105),)),
+                      AcceptancePrior.from_counts([("context", 1, 5, 10), ("alignment", 1, 5, 10), ("context", 2, 5, 10)]))
     tree = DraftTree.root_only(0)
     good = tree.add(0, 1, "context")
     tree.add(0, 2, "alignment")
     tree.add(good, 3, "context")
     assert sizer.choose(tree, 0).num_draft == 3
-    for _ in range(10):
+    for _ in range(30):
         sizer.observe(tree, ["accepted", "accepted", "rejected", "accepted"])  # path 0, good, 3
     chosen = sizer.choose(tree, 0)
     assert "alignment" not in chosen.sources and chosen.num_draft == 2
@@ -123,13 +206,59 @@ def test_auto_sized_strict_decoding_equals_greedy_and_records_the_chosen_sizes(t
     assert max(s.tree_size for s in auto.steps) <= max(s.tree_size for s in fixed.steps)
 
 
+def test_a_run_records_the_prior_and_the_cost_its_trees_were_sized_from(tiny, monkeypatch, tmp_path):
+    """The prior is a build argument (core never reads the store); the run keeps its hash, where it came from and
+    its counts, and the t(n, L) grid: enough to size the same trees again."""
+    from core.methods import run_method
+
+    monkeypatch.setenv("WORKBENCH_HOME", str(tmp_path))
+    prompt = [5, 6, 7, 8, 9, 10, 5, 6, 7, 8, 9, 10, 5, 6, 7]
+    prior = AcceptancePrior.from_counts([("context", 1, 70, 100), ("context", 2, 50, 90)], source="test: held-out runs")
+    run = run_method("aasd-strict", tiny, prompt, {"max_new_tokens": 12}, prior=prior)
+    p = run.params
+    assert p["prior_sha"] == prior.fingerprint() and p["prior_source"] == "test: held-out runs"
+    assert p["prior_observations"] == 190
+    assert AcceptancePrior.from_dict(json.loads(p["prior"])).fingerprint() == prior.fingerprint()
+    assert p["cost_model_ms"].startswith("L=") and p["cost_model_ms"].count("L=") >= 2
+    default = run_method("aasd-strict", tiny, prompt, {"max_new_tokens": 12})
+    assert default.params["prior_source"] == "default" and default.params["prior_observations"] == 0
+    assert default.params["prior_sha"] != prior.fingerprint()
+    assert "prior_sha" not in run_method("aasd-strict", tiny, prompt, {"max_new_tokens": 12, "max_nodes": 8}).params
+
+
 def test_a_cost_curve_that_makes_trees_expensive_gives_greedy_steps(tiny, monkeypatch):
     from core.methods import run as methods_run
     from core.methods import run_method
 
-    monkeypatch.setattr(methods_run, "tree_sizer", lambda *a: TreeSizer(CostCurve((0, 1), (0.01, 1.0))))
+    monkeypatch.setattr(methods_run, "tree_sizer", lambda *a: TreeSizer(CostModel((0, 1), (256,), ((0.01, 1.0),))))
     run = run_method("aasd", tiny, [5, 6, 7, 5, 6, 7, 5, 6], {"max_new_tokens": 8})
     assert all(s.tree_size == 0 for s in run.steps)
+
+
+@pytest.mark.real_model
+@pytest.mark.parametrize("method", ["aasd-strict", "recycle"])
+def test_auto_sized_trees_on_smollm2_stay_greedy_in_float32_at_every_size(smollm2, monkeypatch, method):
+    """Strict methods with max_nodes=auto, token for token greedy's in float32, whatever the sizer keeps: a cost
+    that is flat after a short context and steep after a long one, and a prior that promises much, so trees of
+    many sizes (from none to dozens of nodes) are verified within one request."""
+    from conftest import spec_bench_rows
+
+    from core import timing
+    from core.methods import run_method
+    from core.models import encode_prompt
+
+    # flat up to 400 tokens of context; from 430 on a node costs a whole forward: sizes shrink to none mid-request
+    cost = CostModel(SIZES, (400, 430), (tuple(0.040 for _ in SIZES), tuple(0.070 * (1 + n) for n in SIZES)))
+    monkeypatch.setattr(timing, "cost_model", lambda target, remeasure=False: cost)
+    prior = AcceptancePrior.from_counts([(s, d, 80, 100) for s in ("context", "alignment", "recycled") for d in range(1, 17)])
+    ids = encode_prompt(smollm2.tokenizer, spec_bench_rows(("summarization",), 1)[0]["turns"][0])[-380:]
+    greedy = run_method("greedy", smollm2, ids, {"max_new_tokens": 64})
+    auto = run_method(method, smollm2, ids, {"max_new_tokens": 64}, prior=prior)
+    assert auto.output_ids == greedy.output_ids
+    early = [s.tree_size for s in auto.steps if s.cache_pos < 400]
+    late = [s.tree_size for s in auto.steps if s.cache_pos >= 430]
+    assert max(early) >= 8 and sum(s.accepted for s in auto.steps) > 0, early
+    assert late and set(late) == {0}, late
 
 
 @pytest.mark.real_model
@@ -150,15 +279,59 @@ def test_auto_size_on_smollm2_is_lossless_in_float32_and_varies_by_step(smollm2,
 def test_a_batch_shares_one_tree_size_and_a_bigger_batch_takes_smaller_trees():
     from core.sizing import common_size, ranked_nodes
 
-    curve = CostCurve((0, 4, 16, 64), (0.040, 0.042, 0.056, 0.120))
+    curve = CostModel((0, 4, 16, 64), (256,), ((0.040, 0.042, 0.056, 0.120),))
     tree = DraftTree.root_only(1)
     for d in range(12):
         tree.add(d, 100 + d, "context")
     rates = [1.0] + [0.7] * 12
-    alone, _ = choose_nodes(tree, rates, curve)
+    alone, _ = choose_nodes(tree, rates, curve, 300)
     ranked = ranked_nodes(tree, rates)
-    assert common_size([ranked], curve) == len(alone)  # a batch of one sizes as the single-row sizer does
-    assert common_size([ranked] * 8, curve) < len(alone)  # eight rows: each node costs eight slots
+    assert common_size([ranked], curve, [300]) == len(alone)  # a batch of one sizes as the single-row sizer does
+    assert common_size([ranked] * 8, curve, [300] * 8) < len(alone)  # eight rows: each node costs eight slots
     poor = ranked_nodes(tree, [1.0] + [0.05] * 12)
-    assert common_size([poor] * 4, curve) == 0  # nothing worth a slot in every row
-    assert common_size([ranked, ([], [1.0])], curve) >= 1  # a row with no drafts pads, the other still drafts
+    assert common_size([poor] * 4, curve, [300] * 4) == 0  # nothing worth a slot in every row
+    assert common_size([ranked, ([], [1.0])], curve, [300, 900]) >= 1  # a row with no drafts pads, the other still drafts
+
+
+class FakeClock:
+    """Seconds that advance only when the test says a step took so long."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def run_steps(sizer: TreeSizer, clock: FakeClock, steps: int, seconds_for) -> list[int]:
+    """Drive the sizer as the step function does: choose, the step takes seconds_for(size), observe a verdict
+    that accepts the tree's first node when there is one (2 tokens: it and the bonus; 1 for an empty step)."""
+    sizes = []
+    tree = chain(8)
+    for _ in range(steps):
+        chosen = sizer.choose(tree, 300)
+        sizes.append(chosen.num_draft)
+        clock.now += seconds_for(chosen.num_draft)
+        sizer.observe(chosen, ["accepted"] + (["accepted"] + ["rejected"] * (chosen.num_draft - 1) if chosen.num_draft else []))
+    return sizes
+
+
+def test_the_online_check_switches_trees_off_when_measured_steps_lose_and_keeps_them_when_they_pay():
+    """The forward model says trees are free; the measured steps say otherwise (a tree step takes 3 s for its 2
+    tokens, an empty step 1 s for 1): after the window the check leaves the steps empty. When a tree step takes
+    1.2 s for 2 tokens, trees stay, bar the periodic empty probe."""
+    from core.sizing import StepClock
+
+    prior = AcceptancePrior.from_counts([("context", d, 500, 1000) for d in range(1, 17)])
+    clock = FakeClock()
+    losing = TreeSizer(flat(), prior, clock=clock)
+    sizes = run_steps(losing, clock, 80, lambda n: 3.0 if n else 1.0)
+    assert sizes[0] > 0  # the model alone wants trees
+    assert set(sizes[StepClock.PROBE_EVERY:StepClock.PROBE_EVERY + StepClock.BACKOFF]) == {0}  # probe, then off
+    assert sum(n == 0 for n in sizes) >= 60 and sizes[-1] == 0  # tried again later, and off again
+    clock = FakeClock()
+    paying = TreeSizer(flat(), prior, clock=clock)
+    sizes = run_steps(paying, clock, 80, lambda n: 1.2 if n else 1.0)
+    assert sum(n == 0 for n in sizes) <= 80 // StepClock.PROBE_EVERY + 1 and sum(n > 0 for n in sizes) >= 70
+    without = TreeSizer(flat(), prior)  # no clock: the model's choice alone
+    assert all(n > 0 for n in run_steps(without, FakeClock(), 40, lambda n: 3.0 if n else 1.0))

@@ -9,7 +9,8 @@ from core.batch import decode_batch
 from core.drafters import NoDraft
 from core.engine import DecodeConfig, decode
 from core.methods import get_method, make_verifier, resolve_params, run_batch, run_method
-from core.sizing import CostCurve, TreeSizer
+from core.cost_model import CostModel
+from core.sizing import TreeSizer
 from core.step import Cancelled
 
 PROMPT = [5, 9, 14, 5, 9, 22, 31, 5, 9, 14, 5]  # 11 tokens
@@ -88,7 +89,7 @@ class RecordingSizer(TreeSizer):
     """A sizer that keeps every tree whole and records the context length each call was told."""
 
     def __init__(self):
-        super().__init__(CostCurve((0, 64), (0.01, 0.0101)))
+        super().__init__(CostModel((0, 64), (256,), ((0.01, 0.0101),)))
         self.told: list[int] = []
 
     def choose(self, tree, context_len):

@@ -9,6 +9,7 @@ from typing import Any
 
 import torch
 
+from core.acceptance_prior import AcceptancePrior
 from core.drafters import DraftEnv, Drafter, RecycleTable, make_drafter
 from core.drafters.recycle import shared_table
 from core.errors import InvalidInputError
@@ -94,7 +95,7 @@ def recycle_table(method: Method, params: Mapping[str, Any], target) -> RecycleT
 
 
 def sizes_trees(method: Method, params: Mapping[str, Any], draft=None) -> bool:
-    """Whether a run sizes its trees from the model's measured t(n): `max_nodes=auto` on a tree drafter."""
+    """Whether a run sizes its trees from the model's measured t(n, L): `max_nodes=auto` on a tree drafter."""
     return is_auto(params.get("max_nodes")) and drafter_name(method, draft) in ("context", "recycle", "suffix")
 
 
@@ -113,13 +114,16 @@ def suffix_corpus(method: Method, params: Mapping[str, Any], target, corpus: Suf
     return corpus if corpus is not None else shared_corpus(target.fingerprint)
 
 
-def tree_sizer(method: Method, params: Mapping[str, Any], target, draft=None) -> TreeSizer | None:
-    """`max_nodes=auto` for tree drafters (context, recycle): a sizer over the model's measured t(n)."""
+def tree_sizer(method: Method, params: Mapping[str, Any], target, draft=None,
+               prior: AcceptancePrior | None = None) -> TreeSizer | None:
+    """`max_nodes=auto` for tree drafters (context, recycle, suffix): a sizer over the model's measured t(n, L), read
+    at each step's context length, starting from `prior` (the caller's: e.g. workbench.store.priors from
+    stored traces of this method and model; None: core.acceptance_prior's default rate)."""
     if not sizes_trees(method, params, draft):
         return None
-    from core.timing import cost_curve
+    from core.timing import cost_model
 
-    return TreeSizer(cost_curve(target))
+    return TreeSizer(cost_model(target), prior)
 
 
 def build(method: Method, params: Mapping[str, Any], *, target=None, draft=None, context_ids: Sequence[int] | None = None,

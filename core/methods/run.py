@@ -8,6 +8,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from core.acceptance_prior import AcceptancePrior
 from core.compress.spec import DEFAULT_POOL, Compression, is_pool_method
 from core.drafters import Drafter, RecycleTable
 from core.engine import decode
@@ -40,6 +41,7 @@ def run_method(
     uncompressed_ids: Sequence[int] | None = None,
     on_prefill: ProgressCallback | None = None,
     corpus: SuffixCorpus | None = None,
+    prior: AcceptancePrior | None = None,
 ) -> RunTrace:
     """Run method `name` on the loaded `target` (a core.models.LoadedModel) and return its trace.
 
@@ -53,6 +55,8 @@ def run_method(
     `on_prefill(done, total)` follows the prompt's prefill (core.engine.decode; not for external runners).
     `corpus` (a core.suffix.SuffixCorpus) replaces the model's shared suffix corpus (suffix methods, fallback=suffix);
     an online run (corpus_mode=online) adds its output to the corpus it drafted from when it completes.
+    `prior` (core.acceptance_prior.AcceptancePrior) is what `max_nodes=auto` starts its acceptance estimates
+    from (the caller reads it, e.g. from stored traces: workbench.store.priors); the run records it.
     """
     method, run, context_ids = _new_run(name, target, prompt_ids, params, draft=draft, prompt_text=prompt_text,
                                         context=context, context_ids=context_ids, compression=compression,
@@ -64,7 +68,7 @@ def run_method(
         run.stop_reason = "eos" if res.output_ids and res.output_ids[-1] in target.eos_ids else "max_new_tokens"
         run.status = "complete"
     else:
-        parts = _decoding_parts(method, run, target, draft, context_ids, memory, corpus)
+        parts = _decoding_parts(method, run, target, draft, context_ids, memory, corpus, prior)
         try:
             res = decode(target.model, target.tokenizer, target.eos_ids, run.prompt_ids, parts.drafter, parts.verifier,
                          _decode_config(run, stop_strings), target.max_context, on_step=on_step, should_stop=should_stop,
@@ -94,6 +98,7 @@ def run_batch(
     slots: int | None = None,
     on_prefill: ProgressCallback | None = None,
     corpus: SuffixCorpus | None = None,
+    prior: AcceptancePrior | None = None,
 ) -> list[RunTrace]:
     """Run method `name` on several prompts in one batch (core.batch): one RunTrace per prompt, as
     run_method would give it (strict methods: the same tokens, bar float near-ties). `max_new_tokens`
@@ -114,7 +119,7 @@ def run_batch(
         row_params = dict(params or {}) if max_new_tokens is None else {**(params or {}), "max_new_tokens": max_new_tokens[i]}
         _, run, context_ids = _new_run(name, target, ids, row_params, draft=draft, prompt_text=texts[i])
         runs.append(run)
-        parts.append(_decoding_parts(method, run, target, draft, context_ids, memory, corpus))
+        parts.append(_decoding_parts(method, run, target, draft, context_ids, memory, corpus, prior))
         run.params["batch_size"] = min(slots or len(prompts), len(prompts))
     results = decode_batch(target.model, target.tokenizer, target.eos_ids, [r.prompt_ids for r in runs],
                            [x.drafter for x in parts], [x.verifier for x in parts],
@@ -170,7 +175,8 @@ class _DecodingParts:
     corpus_online: bool = False  # the run's output joins it when the run completes
 
 
-def _decoding_parts(method: Method, run: RunTrace, target, draft, context_ids, memory, corpus=None) -> _DecodingParts:
+def _decoding_parts(method: Method, run: RunTrace, target, draft, context_ids, memory, corpus=None,
+                    prior: AcceptancePrior | None = None) -> _DecodingParts:
     """The drafter, verifier and tree sizer of one request; what they start from goes into the run's params."""
     p = run.params
     memory = correction_memory(method, target, draft, memory)
@@ -189,11 +195,18 @@ def _decoding_parts(method: Method, run: RunTrace, target, draft, context_ids, m
         p.update({f"corpus_{k}": v for k, v in corpus.state().items() if k in ("requests", "tokens", "max_tokens", "hash")})
     drafter, verifier = build(method, p, target=target, draft=draft, context_ids=context_ids, memory=memory, table=table,
                               corpus=corpus)
-    sizer = tree_sizer(method, p, target, draft)
+    sizer = tree_sizer(method, p, target, draft, prior)
     if sizer is not None:  # what the tree sizes were chosen from: the run is reproducible from it
-        p["cost_curve_ms"] = " ".join(f"{n}:{t * 1e3:.1f}" for n, t in zip(sizer.cost.sizes, sizer.cost.seconds))
+        p["cost_model_ms"] = cost_grid_text(sizer.cost)
+        p.update(sizer.prior.record())
     return _DecodingParts(drafter, verifier, sizer, table, bool(p.get("warm", 0)), corpus,
                           corpus is not None and not p.get("corpus_mode", 0) and not corpus.frozen)
+
+
+def cost_grid_text(cost) -> str:
+    """t(n, L) as measured, in ms, one length after another: "L=256 0:43.0 1:78.5 ...; L=1024 ..."."""
+    return "; ".join(f"L={length} " + " ".join(f"{n}:{t * 1e3:.1f}" for n, t in zip(cost.sizes, row))
+                     for length, row in zip(cost.lengths, cost.seconds))
 
 
 def _decode_config(run: RunTrace, stop_strings: Sequence[str]) -> DecodeConfig:

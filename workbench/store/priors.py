@@ -67,5 +67,8 @@ def stored_counts(store: Store, method: str, model_fingerprint: str, *, draft_fi
 
 def acceptance_prior(store: Store, method: str, model_fingerprint: str, *, weight: float = PRIOR_WEIGHT,
                      default: float = DEFAULT_RATE, **filters: Any) -> AcceptancePrior:
-    """The prior a request of `method` on this model starts from (the default rate where the store has nothing)."""
-    return AcceptancePrior.from_counts(stored_counts(store, method, model_fingerprint, **filters), weight, default)
+    """The prior a request of `method` on this model starts from (the default rate where the store has nothing);
+    its `source` names the query, so a run that records it says where its trees started from."""
+    label = " ".join([f"store:{method}", f"model={model_fingerprint}",
+                      *(f"{k}={v}" for k, v in sorted(filters.items()) if v is not None)])
+    return AcceptancePrior.from_counts(stored_counts(store, method, model_fingerprint, **filters), weight, default, label)

@@ -1,0 +1,245 @@
+"""max_nodes=auto against greedy on the project's own task families (issue 32, "never slower than greedy").
+
+Every tree method with max_nodes=auto runs beside greedy, interleaved per item (greedy first, then each method
+on the same prompt), on the evaluation split of each family (workbench.evaluation.families); the acceptance
+prior each method starts from is read from stored traces of that method and model on the *held-out* split
+(collected here once, with a fixed max_nodes=64 so every source and depth gets judged, into a trace store
+under --out, and read back with workbench.store.priors.acceptance_prior, filtered by a tag). Per family and
+method: the speed-up over greedy (tokens per second of decoding, pooled over the family's items) with a
+paired 95 % percentile bootstrap interval over items (scipy.stats.bootstrap), the items and the mean tree size.
+
+Decoding time is measured twice: the run's wall clock (`decode_seconds`) and, with one torch thread, the
+calling thread's CPU time from the first step to the end of the run (not inflated when other processes
+share the core; the machine this was written on ran at a load average of 10-17 from other work, which made
+wall times 5-10x the CPU times).
+
+    flock /tmp/bench.lock env OMP_NUM_THREADS=1 taskset -c 1 python benchmarks/bench_auto_size.py --threads 1 \\
+        --items 3 --max-new-tokens 64 --out results/auto_size
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+METHODS = ("aasd-strict", "recycle", "casd[delta=0.5]", "aasd")  # every tree method that takes max_nodes (casd δ = 0.5: strict)
+PRIOR_TAG = "auto-size-prior"
+ONLINE = "+online"  # a label ending so runs its sizer with the online check (core.sizing.StepClock)
+PRIOR_NODES = 64  # the prior's runs: a fixed, large tree (what max_nodes=auto chooses from), so every depth is judged
+
+
+def speedup_interval(greedy: list[tuple[float, int]], method: list[tuple[float, int]], seed: int = 0):
+    """(pooled speed-up, low, high): (Σ tokens_m / Σ s_m) / (Σ tokens_g / Σ s_g) over items, and its paired
+    95 % percentile bootstrap interval (items resampled together for both; None with fewer than 2 items)."""
+    from scipy.stats import bootstrap
+
+    g = np.array(greedy, dtype=float)
+    m = np.array(method, dtype=float)
+
+    def ratio(gs, gt, ms, mt, axis=-1):
+        return (mt.sum(axis) / ms.sum(axis)) / (gt.sum(axis) / gs.sum(axis))
+
+    point = float(ratio(g[:, 0], g[:, 1], m[:, 0], m[:, 1]))
+    if len(g) < 2:
+        return point, None, None
+    res = bootstrap((g[:, 0], g[:, 1], m[:, 0], m[:, 1]), ratio, paired=True, vectorized=True, n_resamples=2000,
+                    method="percentile", random_state=np.random.default_rng(seed))
+    return point, float(res.confidence_interval.low), float(res.confidence_interval.high)
+
+
+def timed_run(name, target, ids, params, prior, task):
+    """run_method plus the thread's CPU seconds of decoding: from the first step (the first stop check after
+    the prefill and the drafter's setup, which the engine counts as prefill) to the end of the run."""
+    from workbench.methods import run_method
+
+    mark = {}
+
+    def prefilled(done, total):
+        mark["prefilled"] = done >= total
+
+    def first_step():  # asked before every step (and between prefill chunks)
+        if mark.get("prefilled") and "t" not in mark:
+            mark["t"] = time.thread_time()
+        return False
+
+    run = run_method(name, target, ids, params, prompt_text=task.input, stop_strings=task.stop, prior=prior,
+                     on_prefill=prefilled, should_stop=first_step)
+    return run, time.thread_time() - mark["t"]
+
+
+def online_switch(target) -> dict:
+    """Let a label ending in ONLINE run its sizer with the online check: returns the switch the loop sets per run.
+    (A benchmark-only wrapper around core.methods.run.tree_sizer; the check is off in the engine's default.)"""
+    import core.methods.run as method_run
+    from core import timing
+    from core.sizing import StepClock
+
+    state = {"on": False}
+    build_sizer = method_run.tree_sizer
+
+    def tree_sizer(*args, **kwargs):
+        sizer = build_sizer(*args, **kwargs)
+        if sizer is not None and state["on"]:
+            sizer.clock = StepClock(getattr(time, timing.clock_name(target)))
+        return sizer
+
+    method_run.tree_sizer = tree_sizer
+    return state
+
+
+def collect_priors(target, families, methods, items, max_new_tokens, store_path) -> dict:
+    """The acceptance prior per method label, from the store's tagged runs on held-out items (run now if absent)."""
+    from core.models import encode_prompt
+    from workbench.evaluation.families import family_tasks
+    from workbench.methods import parse_method_spec, run_method
+    from workbench.store.priors import acceptance_prior
+    from workbench.store.repository import Store
+
+    store = Store(f"sqlite:///{store_path}")
+    tag = f"{PRIOR_TAG}:{str(target.dtype).replace('torch.', '')}"
+    priors = {}
+    for label in methods:
+        if label.endswith(ONLINE):
+            continue
+        name, overrides = parse_method_spec(label)
+        prior = acceptance_prior(store, name, target.fingerprint, params=overrides or None, tag=tag)
+        if prior.observations == 0:
+            for family in families:
+                for task in family_tasks(family, "held_out", items):
+                    ids = encode_prompt(target.tokenizer, task.prompt(), chat=task.chat)
+                    run = run_method(name, target, ids, {**overrides, "max_nodes": PRIOR_NODES,
+                                                         "max_new_tokens": max_new_tokens}, prompt_text=task.input)
+                    store.save_run(run, tags=[tag])
+            prior = acceptance_prior(store, name, target.fingerprint, params=overrides or None, tag=tag)
+        priors[label] = prior
+        print(f"prior {label}: {prior.observations} judged nodes, sha {prior.fingerprint()} ({prior.source}); "
+              f"context depth 1-3: {[round(prior.centre('context', d), 3) for d in (1, 2, 3)]}", file=sys.stderr)
+    store.close()
+    return priors
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", default="smollm2-135m")
+    ap.add_argument("--dtype", default="auto")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--families", default="docqa,summarization,rag,code,writing")
+    ap.add_argument("--methods", default=",".join(METHODS))
+    ap.add_argument("--items", type=int, default=3, help="evaluation items per family")
+    ap.add_argument("--prior-items", type=int, default=1, help="held-out items per family for the prior's runs")
+    ap.add_argument("--max-new-tokens", type=int, default=64)
+    ap.add_argument("--out", default="results/auto_size")
+    ap.add_argument("--no-prior", action="store_true", help="start every request from the default rate (0.3)")
+    ap.add_argument("--max-minutes", type=float, default=None,
+                    help="start no new item after this many minutes of the timed part (items go round the families)")
+    ap.add_argument("--remeasure", action="store_true", help="measure t(n, L) again first (under the bench lock)")
+    ap.add_argument("--priors-only", action="store_true",
+                    help="collect the priors' held-out runs and stop (untimed: needs no bench lock)")
+    args = ap.parse_args(argv)
+
+    torch.set_num_threads(args.threads)
+    from core import timing
+    from core.methods import split_method_list
+    from core.models import encode_prompt, load_model
+    from workbench.evaluation.families import family_tasks, parse_families
+
+    families = parse_families(args.families)
+    methods = [m.strip() for m in args.methods.split(";")] if ";" in args.methods else split_method_list(args.methods)
+    base = {m: m[: -len(ONLINE)] if m.endswith(ONLINE) else m for m in methods}
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    target = load_model(args.model, device="cpu", dtype=args.dtype)
+    machine = timing.machine_signature(target)
+    print(f"machine: {machine['cpu']}, flags {' '.join(machine['cpu_flags'])}, torch threads {machine['threads']}, "
+          f"dtype {machine['dtype']}, torch {machine['torch']}", file=sys.stderr)
+    t0 = time.perf_counter()
+    if args.priors_only:
+        collect_priors(target, families, methods, args.prior_items, args.max_new_tokens, out / "prior.db")
+        print(f"priors collected in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
+        return 0
+    cost = timing.cost_model(target, remeasure=args.remeasure)  # measured once per machine (seconds), before anything is timed
+    for length in (256, 1024, 4096):
+        print(f"t(n, {length}) / t(0, {length}): " + " ".join(f"{n}:{cost.ratio(n, length):.2f}" for n in cost.sizes),
+              file=sys.stderr)
+    priors = {} if args.no_prior else collect_priors(target, families, methods, args.prior_items,
+                                                     args.max_new_tokens, out / "prior.db")
+    print(f"cost model and priors ready in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
+
+    for m in methods:
+        if m in base and base[m] != m and base[m] in priors:
+            priors[m] = priors[base[m]]
+    online = online_switch(target)
+    rows = []
+    warm = encode_prompt(target.tokenizer, "Hello", chat=False)
+    from workbench.methods import parse_method_spec, run_method
+
+    for label in ("greedy", *methods):  # lazy initialisation out of the timings
+        run_method(base.get(label, label).split("[")[0], target, warm, {"max_new_tokens": 4})
+    t_bench = time.perf_counter()
+    queue = {f: family_tasks(f, "evaluation", args.items) for f in families}
+    order = [(f, queue[f][i]) for i in range(args.items) for f in families if i < len(queue[f])]  # round the families
+    for family, task in order:
+        if args.max_minutes is not None and time.perf_counter() - t_bench > 60 * args.max_minutes:
+            print(f"--max-minutes {args.max_minutes} reached: the remaining items are left out", file=sys.stderr)
+            break
+        ids = encode_prompt(target.tokenizer, task.prompt(), chat=task.chat)
+        greedy_ids = None
+        for label in ("greedy", *methods):
+            name, overrides = parse_method_spec(base.get(label, label))
+            online["on"] = label.endswith(ONLINE)
+            params = {**overrides, "max_new_tokens": args.max_new_tokens}
+            if label != "greedy":
+                params["max_nodes"] = "auto"
+            run, cpu = timed_run(name, target, ids, params, priors.get(label), task)
+            greedy_ids = run.output_ids if label == "greedy" else greedy_ids
+            rows.append({"family": family, "id": task.id, "method": label, "prompt_tokens": len(ids),
+                         "tokens": len(run.output_ids), "wall": run.decode_seconds, "cpu": cpu,
+                         "steps": len(run.steps), "tree": float(np.mean([s.tree_size for s in run.steps] or [0])),
+                         "equal_to_greedy": run.output_ids == greedy_ids, "prior_sha": run.params.get("prior_sha")})
+            print(f"{family} {task.id} {label}: {len(ids)} prompt tokens, {len(run.output_ids)} tokens, "
+                  f"wall {run.decode_seconds:.2f} s, cpu {cpu:.2f} s, mean tree {rows[-1]['tree']:.1f}", file=sys.stderr)
+    minutes = (time.perf_counter() - t_bench) / 60
+    (out / "rows.json").write_text(json.dumps({"machine": machine, "args": vars(args), "rows": rows,
+                                               "cost_model": cost.to_dict(), "evaluation_items": {
+                                                   f: [t.id for t in queue[f]] for f in families},
+                                               "prior_items": {f: [t.id for t in family_tasks(f, "held_out", args.prior_items)]
+                                                               for f in families},
+                                               "priors": {k: p.record() for k, p in priors.items()}}, indent=1))
+    print(f"\n{args.model} {machine['dtype']}, {machine['cpu']} ({' '.join(machine['cpu_flags'])}), "
+          f"{machine['threads']} thread(s); {args.items} evaluation items per family, {args.max_new_tokens} new tokens; "
+          f"timed part {minutes:.1f} min\n")
+    print("| family | method | items | prompt tokens (median) | mean tree | speed-up, CPU time [95 % CI] | "
+          "speed-up, wall [95 % CI] | = greedy |")
+    print("|---|---|---|---|---|---|---|---|")
+    worst = {}
+    for family in families:
+        fam = [r for r in rows if r["family"] == family]
+        greedy = {r["id"]: r for r in fam if r["method"] == "greedy"}
+        for label in methods:
+            mine = [r for r in fam if r["method"] == label]
+            cells = []
+            for clock in ("cpu", "wall"):
+                point, lo, hi = speedup_interval([(greedy[r["id"]][clock], greedy[r["id"]]["tokens"]) for r in mine],
+                                                 [(r[clock], r["tokens"]) for r in mine])
+                cells.append(f"{point:.3f} [{lo:.2f}, {hi:.2f}]" if lo is not None else f"{point:.3f}")
+                if clock == "cpu":
+                    worst[(family, label)] = point
+            print(f"| {family} | {label} | {len(mine)} | {int(np.median([r['prompt_tokens'] for r in mine]))} | "
+                  f"{np.mean([r['tree'] for r in mine]):.1f} | {cells[0]} | {cells[1]} | "
+                  f"{sum(r['equal_to_greedy'] for r in mine)}/{len(mine)} |")
+    below = {k: v for k, v in worst.items() if v < 0.98}
+    print(f"\nevery method ≥ 0.98× greedy on every family (CPU time): {'yes' if not below else 'no'}"
+          + ("" if not below else "; below: " + ", ".join(f"{f}/{m} {v:.3f}" for (f, m), v in below.items())))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
