@@ -49,7 +49,7 @@ def test_strict_suffix_is_greedy_first_sight_and_repeat(seed):
     assert rejected > 0
 
 
-def test_auto_size_is_greedy_and_records_the_cost_curve():
+def test_auto_size_is_greedy_and_records_the_cost_model():
     model = make_tiny(1)
     p = prompt(3)
     ref = run_method("greedy", model, p, {"max_new_tokens": 32}).output_ids
@@ -57,7 +57,7 @@ def test_auto_size_is_greedy_and_records_the_cost_curve():
     for _ in range(2):
         run = run_method("suffix", model, p, {"max_new_tokens": 32}, corpus=corpus)
         assert run.output_ids == ref
-    assert run.params["max_nodes"] == 0 and "cost_curve_ms" in run.params
+    assert run.params["max_nodes"] == 0 and "cost_model_ms" in run.params and "prior_sha" in run.params
 
 
 # ---------------------------------------------------------------- the corpus's state
