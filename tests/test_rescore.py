@@ -255,7 +255,9 @@ def runs():
     for prompt in prompts:
         for name, params in configs:
             kw = {"memory": memory} if name.startswith("csd") else {}
-            out.append(run_method(name, target, prompt, {"max_new_tokens": 40, **params}, **kw))
+            # A fixed tree size: max_nodes=auto would make the trees (and so which decisions occur) follow this
+            # machine's measured cost curve.
+            out.append(run_method(name, target, prompt, {"max_new_tokens": 40, **({} if name == "greedy" else {"max_nodes": 16}), **params}, **kw))
     return out
 
 

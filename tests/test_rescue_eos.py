@@ -249,11 +249,13 @@ def test_sampled_runs_honour_rescue_eos():
 @pytest.mark.real_model
 def test_smollm2_csd_rescues_over_its_eos_with_yes_and_stops_with_no(smollm2):
     """SmolLM2 over context drafts (csd without a draft model), every pair frequent (λ 0): on this prompt the
-    rule rescues `' I'` over `<|im_end|>` (the case docs/CSD.md noticed); rescue_eos=no ends the answer there."""
+    rule rescues a draft over `<|im_end|>` (the case docs/CSD.md noticed, where the answer should have ended and
+    went on); rescue_eos=no ends the answer there."""
     from core.models import encode_prompt
 
-    ids = encode_prompt(smollm2.tokenizer, "Copy this sentence: Paris is the capital of France.", chat=True)
-    params = {"max_new_tokens": 48, "lam": 0, "tau": 0.01, "memory_mode": "frozen"}
+    ids = encode_prompt(smollm2.tokenizer, "Repeat after me: the cat sat on the mat.", chat=True)
+    # A fixed tree size: under max_nodes=auto the drafts (and so the case) would follow this machine's cost curve.
+    params = {"max_new_tokens": 48, "lam": 0, "tau": 0.01, "memory_mode": "frozen", "max_nodes": 16}
     yes, no = (run_method("csd", smollm2, ids, {**params, "rescue_eos": v}, memory=CorrectionMemory()) for v in ("yes", "no"))
     assert yes.params["eos_ids"] == no.params["eos_ids"] == list(smollm2.eos_ids)
     over = [(i, n) for i, n in rescued_over(yes) if n.correction_id in smollm2.eos_ids]

@@ -65,7 +65,7 @@ def test_compare_scores_a_bundled_task_with_bench_scorer(app, default_comparison
     status, heads, metrics, texts, ids = default_comparison
     task = service.sample_tasks()[0]
     for head, line in zip(heads[:3], metrics[:3]):
-        run = demo.store.load_run(ids[head.strip("# ")]).trace
+        run = demo.store.load_run(ids[head.strip("# ").split("[")[0]]).trace  # ids by method name: aasd[auto] is aasd
         assert f"score **{score_task(task, run.output_text):.1f}**" in line, line
     _, _, free, _ = compare(client, model_name="smollm2-135m", method_list=["greedy"], prompt_text="Say hi.", max_new_tokens=4)
     assert "score" not in free[0]  # an edited prompt has no references that apply
@@ -87,11 +87,12 @@ def test_replay_moves_through_steps(app, default_comparison):
 
 @real_model
 def test_rescoring_with_own_params_changes_nothing_and_a_lower_threshold_flips(app, default_comparison):
-    _, client = app
+    demo, client = app
     rid = default_comparison[-1]["aasd"]
     client.predict(rid, api_name="/load_run")
     own = "(the run's own)"
-    same = client.predict(rid, own, 0.1, 0.1, 0.1, 0.01, 6, api_name="/rescore")
+    params = demo.store.load_run(rid).trace.params  # aasd[auto]: the shipped fit's α, β, not the paper's
+    same = client.predict(rid, own, 0.1, params["alpha"], params["beta"], 0.01, 6, api_name="/rescore")
     assert "no decision changes" in same[0], same[0]
     lenient = client.predict(rid, own, 0.1, 0.0, 0.001, 0.01, 6, api_name="/rescore")  # α = 0, β = 0.001
     assert "first change at step" in lenient[0], lenient[0]
@@ -616,3 +617,12 @@ def test_hostile_run_ids_through_the_http_api_come_back_as_one_clear_line(app, c
         assert status.startswith("**⚠") and "\n" not in status.strip(), (field, status)
     logged = capfd.readouterr()
     assert "Traceback" not in logged.err and "OverflowError" not in logged.err, logged.err[-2000:]
+
+
+def test_the_diff_outlines_one_cell_when_an_insertion_comes_before_the_shifted_rest():
+    """B inserts a token at the first divergence and then goes on as A did: the insertion (B's token j) is the
+    one outlined cell, not also A's token j one cell later."""
+    from workbench.ui.tokens import token_diff_html
+
+    body = token_diff_html(list("abcdef"), list("abXcdef"), 2)
+    assert body.count(' first"') == 1 and 'class="pair inserted first"' in body

@@ -240,11 +240,13 @@ def token_diff_html(a: Sequence[str], b: Sequence[str], first: int | None, label
     la, lb = (html.escape(x) for x in labels)
     key_a, key_b = ids if ids is not None else (a, b)
     cells = []
+    marked = [False]  # one outline: the first cell (in alignment order) at position `first` of either run
 
     def cell(ia: int | None, ib: int | None, kind: str) -> str:
         ta = a[ia] if ia is not None and ia < len(a) else None
         tb = b[ib] if ib is not None and ib < len(b) else None
-        is_first = first is not None and (ia == first or (ia is None and ib == first))
+        is_first = not marked[0] and first is not None and (ia == first or ib == first)
+        marked[0] = marked[0] or is_first
         where = " · ".join(p for p in (f"{la} token {ia}" if ia is not None else "",
                                        f"{lb} token {ib}" if ib is not None else "") if p)
         what = {"same": "", "differ": f": {la} {ta!r} · {lb} {tb!r}", "deleted": f": only {la} has {ta!r}",
