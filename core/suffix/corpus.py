@@ -24,9 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import struct
-import tempfile
 import threading
 import warnings
 from collections import OrderedDict
@@ -37,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from core.errors import InvalidInputError, WorkbenchError
+from core.persist import atomic_write
 from core.suffix.array import SuffixArray, check_token_ids
 
 FORMAT = 1
@@ -281,16 +280,7 @@ class SuffixCorpus:
         head = json.dumps(header, separators=(",", ":")).encode("utf-8")
         payload = MAGIC + struct.pack("<IQ", FORMAT, len(head)) + head + body
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(payload + hashlib.sha256(payload).digest())
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        atomic_write(path, lambda fh: fh.write(payload + hashlib.sha256(payload).digest()))
         return path
 
     @classmethod
