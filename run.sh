@@ -5,7 +5,7 @@
 #   bash run.sh test   install, fetch the embedded default model, run the default (fast) test suite
 #   bash run.sh table  install, then compare greedy and PLD on the bundled samples as a table in the terminal
 #   bash run.sh test -m slow    the long tests on real models (any pytest arguments pass through)
-#   bash run.sh lint   install, then ruff check . and mypy (over core/; settings in pyproject.toml)
+#   bash run.sh lint   install, then ruff check ., ruff format --check . and mypy (over core/; settings in pyproject.toml)
 # The virtual environment lives in .venv (override with VENV=path).
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -40,6 +40,7 @@ case "$cmd" in
   lint)
     setup
     ruff check .
+    ruff format --check .
     mypy
     ;;
   setup)

@@ -8,6 +8,7 @@ references) and where a step's time goes (forward vs the rest), then checks issu
 
     python benchmarks/bench_aasd.py [--limit 20] [--max-new-tokens 128] [--dtype auto] [--extra casd] [--ablations]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -18,14 +19,30 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from workbench.evaluation.bench import format_table, run_bench  # noqa: E402
 from core.models import load_model  # noqa: E402
+from workbench.evaluation.bench import format_table, run_bench  # noqa: E402
 from workbench.evaluation.tasks import load_tasks  # noqa: E402
 
 SPEC_BENCH = ROOT.parent / "shared" / "data" / "spec_bench" / "question.jsonl"
-METHODS = ["greedy", "hf-prompt-lookup", "pld", "aasd-strict", "aasd-strict[fallback=recycle]", "aasd", "aasd[max_nodes=16]"]
-ABLATIONS = ["casd", "casd-mixed", "aasd-no-align", "aasd-fixed", "aasd-topk",
-             "aasd[align_graft=1]", "aasd-strict[align_graft=1]", "aasd[align_generated=1]"]
+METHODS = [
+    "greedy",
+    "hf-prompt-lookup",
+    "pld",
+    "aasd-strict",
+    "aasd-strict[fallback=recycle]",
+    "aasd",
+    "aasd[max_nodes=16]",
+]
+ABLATIONS = [
+    "casd",
+    "casd-mixed",
+    "aasd-no-align",
+    "aasd-fixed",
+    "aasd-topk",
+    "aasd[align_graft=1]",
+    "aasd-strict[align_graft=1]",
+    "aasd[align_generated=1]",
+]
 
 
 def ratio(a, b):
@@ -61,7 +78,9 @@ def main() -> int:
     out.write_text(json.dumps(result, indent=1))
 
     s = result["methods"]
-    print(f"\n## {args.model} {dtype}: {len(tasks)} Spec-Bench items (summarization + rag), max {args.max_new_tokens} new tokens\n")
+    print(
+        f"\n## {args.model} {dtype}: {len(tasks)} Spec-Bench items (summarization + rag), max {args.max_new_tokens} new tokens\n"
+    )
     print(format_table(s))
     hf = s["hf-prompt-lookup"]["tps"]
     strict = max(("aasd-strict", "aasd-strict[fallback=recycle]"), key=lambda m: s[m]["tps"])
@@ -72,14 +91,20 @@ def main() -> int:
     print("\nwhere a step's time goes (share outside the target's forward: drafting, verification, bookkeeping):")
     for m in methods:
         if s[m].get("forward_share") is not None:
-            print(f"  {m}: forward {100 * s[m]['forward_share']:.1f} %, rest {100 * (1 - s[m]['forward_share']):.1f} % "
-                  f"of {s[m]['step_ms']:.1f} ms")
+            print(
+                f"  {m}: forward {100 * s[m]['forward_share']:.1f} %, rest {100 * (1 - s[m]['forward_share']):.1f} % "
+                f"of {s[m]['step_ms']:.1f} ms"
+            )
     checks = [
         ("aasd speed-up vs greedy", s["aasd"]["speedup"], 2.2),
         ("aasd tokens/s vs hf-prompt-lookup", ratio(s["aasd"]["tps"], hf), 1.3),
         ("aasd score minus greedy's", s["aasd"]["score"] - s["greedy"]["score"], 0.0),
         (f"{strict} (the faster lossless) tokens/s vs hf-prompt-lookup", ratio(s[strict]["tps"], hf), 1.15),
-        ("aasd acceptance on context nodes minus aasd-strict's", context_rate("aasd") - context_rate("aasd-strict"), 0.10),
+        (
+            "aasd acceptance on context nodes minus aasd-strict's",
+            context_rate("aasd") - context_rate("aasd-strict"),
+            0.10,
+        ),
         ("aasd work inside the forward (share of a step)", s["aasd"]["forward_share"], 0.90),
         ("aasd-strict work inside the forward (share of a step)", s["aasd-strict"]["forward_share"], 0.90),
     ]
@@ -91,11 +116,17 @@ def main() -> int:
         print(f"{'PASS' if passed else 'MISS'} {name}: {value:.3f} (target >= {goal})")
     if args.ablations:
         graft, plain = s["aasd[align_graft=1]"], s["aasd"]
-        print(f"alignment graft vs none (aasd): MAL {graft['mal']:.3f} vs {plain['mal']:.3f}, tokens/s ratio {ratio(graft['tps'], plain['tps']):.3f}")
+        print(
+            f"alignment graft vs none (aasd): MAL {graft['mal']:.3f} vs {plain['mal']:.3f}, tokens/s ratio {ratio(graft['tps'], plain['tps']):.3f}"
+        )
         g2, p2 = s["aasd-strict[align_graft=1]"], s["aasd-strict"]
-        print(f"alignment graft vs none (aasd-strict): MAL {g2['mal']:.3f} vs {p2['mal']:.3f}, tokens/s ratio {ratio(g2['tps'], p2['tps']):.3f}")
+        print(
+            f"alignment graft vs none (aasd-strict): MAL {g2['mal']:.3f} vs {p2['mal']:.3f}, tokens/s ratio {ratio(g2['tps'], p2['tps']):.3f}"
+        )
         gen = s["aasd[align_generated=1]"]
-        print(f"alignment on generated text (aasd): MAL {gen['mal']:.3f} vs {plain['mal']:.3f}, tokens/s ratio {ratio(gen['tps'], plain['tps']):.3f}")
+        print(
+            f"alignment on generated text (aasd): MAL {gen['mal']:.3f} vs {plain['mal']:.3f}, tokens/s ratio {ratio(gen['tps'], plain['tps']):.3f}"
+        )
     print(f"wrote {out}")
     return 0 if ok else 1
 

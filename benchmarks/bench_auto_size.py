@@ -16,6 +16,7 @@ wall times 5-10x the CPU times).
     flock /tmp/bench.lock env OMP_NUM_THREADS=1 taskset -c 1 python benchmarks/bench_auto_size.py --threads 1 \\
         --items 3 --max-new-tokens 64 --out results/auto_size
 """
+
 from __future__ import annotations
 
 import argparse
@@ -30,7 +31,12 @@ sys.path.insert(0, str(ROOT))
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-METHODS = ("aasd-strict", "recycle", "casd[delta=0.5]", "aasd")  # every tree method that takes max_nodes (casd δ = 0.5: strict)
+METHODS = (
+    "aasd-strict",
+    "recycle",
+    "casd[delta=0.5]",
+    "aasd",
+)  # every tree method that takes max_nodes (casd δ = 0.5: strict)
 PRIOR_TAG = "auto-size-prior"
 ONLINE = "+online"  # a label ending so runs its sizer with the online check (core.sizing.StepClock)
 PRIOR_NODES = 64  # the prior's runs: a fixed, large tree (what max_nodes=auto chooses from), so every depth is judged
@@ -50,8 +56,15 @@ def speedup_interval(greedy: list[tuple[float, int]], method: list[tuple[float, 
     point = float(ratio(g[:, 0], g[:, 1], m[:, 0], m[:, 1]))
     if len(g) < 2:
         return point, None, None
-    res = bootstrap((g[:, 0], g[:, 1], m[:, 0], m[:, 1]), ratio, paired=True, vectorized=True, n_resamples=2000,
-                    method="percentile", random_state=np.random.default_rng(seed))
+    res = bootstrap(
+        (g[:, 0], g[:, 1], m[:, 0], m[:, 1]),
+        ratio,
+        paired=True,
+        vectorized=True,
+        n_resamples=2000,
+        method="percentile",
+        random_state=np.random.default_rng(seed),
+    )
     return point, float(res.confidence_interval.low), float(res.confidence_interval.high)
 
 
@@ -70,8 +83,17 @@ def timed_run(name, target, ids, params, prior, task):
             mark["t"] = time.thread_time()
         return False
 
-    run = run_method(name, target, ids, params, prompt_text=task.input, stop_strings=task.stop, prior=prior,
-                     on_prefill=prefilled, should_stop=first_step)
+    run = run_method(
+        name,
+        target,
+        ids,
+        params,
+        prompt_text=task.input,
+        stop_strings=task.stop,
+        prior=prior,
+        on_prefill=prefilled,
+        should_stop=first_step,
+    )
     return run, time.thread_time() - mark["t"]
 
 
@@ -115,13 +137,21 @@ def collect_priors(target, families, methods, items, max_new_tokens, store_path)
             for family in families:
                 for task in family_tasks(family, "held_out", items):
                     ids = encode_prompt(target.tokenizer, task.prompt(), chat=task.chat)
-                    run = run_method(name, target, ids, {**overrides, "max_nodes": PRIOR_NODES,
-                                                         "max_new_tokens": max_new_tokens}, prompt_text=task.input)
+                    run = run_method(
+                        name,
+                        target,
+                        ids,
+                        {**overrides, "max_nodes": PRIOR_NODES, "max_new_tokens": max_new_tokens},
+                        prompt_text=task.input,
+                    )
                     store.save_run(run, tags=[tag])
             prior = acceptance_prior(store, name, target.fingerprint, params=overrides or None, tag=tag)
         priors[label] = prior
-        print(f"prior {label}: {prior.observations} judged nodes, sha {prior.fingerprint()} ({prior.source}); "
-              f"context depth 1-3: {[round(prior.centre('context', d), 3) for d in (1, 2, 3)]}", file=sys.stderr)
+        print(
+            f"prior {label}: {prior.observations} judged nodes, sha {prior.fingerprint()} ({prior.source}); "
+            f"context depth 1-3: {[round(prior.centre('context', d), 3) for d in (1, 2, 3)]}",
+            file=sys.stderr,
+        )
     store.close()
     return priors
 
@@ -138,11 +168,18 @@ def main(argv=None) -> int:
     ap.add_argument("--max-new-tokens", type=int, default=64)
     ap.add_argument("--out", default="results/auto_size")
     ap.add_argument("--no-prior", action="store_true", help="start every request from the default rate (0.3)")
-    ap.add_argument("--max-minutes", type=float, default=None,
-                    help="start no new item after this many minutes of the timed part (items go round the families)")
+    ap.add_argument(
+        "--max-minutes",
+        type=float,
+        default=None,
+        help="start no new item after this many minutes of the timed part (items go round the families)",
+    )
     ap.add_argument("--remeasure", action="store_true", help="measure t(n, L) again first (under the bench lock)")
-    ap.add_argument("--priors-only", action="store_true",
-                    help="collect the priors' held-out runs and stop (untimed: needs no bench lock)")
+    ap.add_argument(
+        "--priors-only",
+        action="store_true",
+        help="collect the priors' held-out runs and stop (untimed: needs no bench lock)",
+    )
     args = ap.parse_args(argv)
 
     torch.set_num_threads(args.threads)
@@ -158,19 +195,29 @@ def main(argv=None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     target = load_model(args.model, device="cpu", dtype=args.dtype)
     machine = timing.machine_signature(target)
-    print(f"machine: {machine['cpu']}, flags {' '.join(machine['cpu_flags'])}, torch threads {machine['threads']}, "
-          f"dtype {machine['dtype']}, torch {machine['torch']}", file=sys.stderr)
+    print(
+        f"machine: {machine['cpu']}, flags {' '.join(machine['cpu_flags'])}, torch threads {machine['threads']}, "
+        f"dtype {machine['dtype']}, torch {machine['torch']}",
+        file=sys.stderr,
+    )
     t0 = time.perf_counter()
     if args.priors_only:
         collect_priors(target, families, methods, args.prior_items, args.max_new_tokens, out / "prior.db")
         print(f"priors collected in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
         return 0
-    cost = timing.cost_model(target, remeasure=args.remeasure)  # measured once per machine (seconds), before anything is timed
+    cost = timing.cost_model(
+        target, remeasure=args.remeasure
+    )  # measured once per machine (seconds), before anything is timed
     for length in (256, 1024, 4096):
-        print(f"t(n, {length}) / t(0, {length}): " + " ".join(f"{n}:{cost.ratio(n, length):.2f}" for n in cost.sizes),
-              file=sys.stderr)
-    priors = {} if args.no_prior else collect_priors(target, families, methods, args.prior_items,
-                                                     args.max_new_tokens, out / "prior.db")
+        print(
+            f"t(n, {length}) / t(0, {length}): " + " ".join(f"{n}:{cost.ratio(n, length):.2f}" for n in cost.sizes),
+            file=sys.stderr,
+        )
+    priors = (
+        {}
+        if args.no_prior
+        else collect_priors(target, families, methods, args.prior_items, args.max_new_tokens, out / "prior.db")
+    )
     print(f"cost model and priors ready in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
 
     for m in methods:
@@ -200,24 +247,50 @@ def main(argv=None) -> int:
                 params["max_nodes"] = "auto"
             run, cpu = timed_run(name, target, ids, params, priors.get(label), task)
             greedy_ids = run.output_ids if label == "greedy" else greedy_ids
-            rows.append({"family": family, "id": task.id, "method": label, "prompt_tokens": len(ids),
-                         "tokens": len(run.output_ids), "wall": run.decode_seconds, "cpu": cpu,
-                         "steps": len(run.steps), "tree": float(np.mean([s.tree_size for s in run.steps] or [0])),
-                         "equal_to_greedy": run.output_ids == greedy_ids, "prior_sha": run.params.get("prior_sha")})
-            print(f"{family} {task.id} {label}: {len(ids)} prompt tokens, {len(run.output_ids)} tokens, "
-                  f"wall {run.decode_seconds:.2f} s, cpu {cpu:.2f} s, mean tree {rows[-1]['tree']:.1f}", file=sys.stderr)
+            rows.append(
+                {
+                    "family": family,
+                    "id": task.id,
+                    "method": label,
+                    "prompt_tokens": len(ids),
+                    "tokens": len(run.output_ids),
+                    "wall": run.decode_seconds,
+                    "cpu": cpu,
+                    "steps": len(run.steps),
+                    "tree": float(np.mean([s.tree_size for s in run.steps] or [0])),
+                    "equal_to_greedy": run.output_ids == greedy_ids,
+                    "prior_sha": run.params.get("prior_sha"),
+                }
+            )
+            print(
+                f"{family} {task.id} {label}: {len(ids)} prompt tokens, {len(run.output_ids)} tokens, "
+                f"wall {run.decode_seconds:.2f} s, cpu {cpu:.2f} s, mean tree {rows[-1]['tree']:.1f}",
+                file=sys.stderr,
+            )
     minutes = (time.perf_counter() - t_bench) / 60
-    (out / "rows.json").write_text(json.dumps({"machine": machine, "args": vars(args), "rows": rows,
-                                               "cost_model": cost.to_dict(), "evaluation_items": {
-                                                   f: [t.id for t in queue[f]] for f in families},
-                                               "prior_items": {f: [t.id for t in family_tasks(f, "held_out", args.prior_items)]
-                                                               for f in families},
-                                               "priors": {k: p.record() for k, p in priors.items()}}, indent=1))
-    print(f"\n{args.model} {machine['dtype']}, {machine['cpu']} ({' '.join(machine['cpu_flags'])}), "
-          f"{machine['threads']} thread(s); {args.items} evaluation items per family, {args.max_new_tokens} new tokens; "
-          f"timed part {minutes:.1f} min\n")
-    print("| family | method | items | prompt tokens (median) | mean tree | speed-up, CPU time [95 % CI] | "
-          "speed-up, wall [95 % CI] | = greedy |")
+    (out / "rows.json").write_text(
+        json.dumps(
+            {
+                "machine": machine,
+                "args": vars(args),
+                "rows": rows,
+                "cost_model": cost.to_dict(),
+                "evaluation_items": {f: [t.id for t in queue[f]] for f in families},
+                "prior_items": {f: [t.id for t in family_tasks(f, "held_out", args.prior_items)] for f in families},
+                "priors": {k: p.record() for k, p in priors.items()},
+            },
+            indent=1,
+        )
+    )
+    print(
+        f"\n{args.model} {machine['dtype']}, {machine['cpu']} ({' '.join(machine['cpu_flags'])}), "
+        f"{machine['threads']} thread(s); {args.items} evaluation items per family, {args.max_new_tokens} new tokens; "
+        f"timed part {minutes:.1f} min\n"
+    )
+    print(
+        "| family | method | items | prompt tokens (median) | mean tree | speed-up, CPU time [95 % CI] | "
+        "speed-up, wall [95 % CI] | = greedy |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     worst = {}
     for family in families:
@@ -227,17 +300,23 @@ def main(argv=None) -> int:
             mine = [r for r in fam if r["method"] == label]
             cells = []
             for clock in ("cpu", "wall"):
-                point, lo, hi = speedup_interval([(greedy[r["id"]][clock], greedy[r["id"]]["tokens"]) for r in mine],
-                                                 [(r[clock], r["tokens"]) for r in mine])
+                point, lo, hi = speedup_interval(
+                    [(greedy[r["id"]][clock], greedy[r["id"]]["tokens"]) for r in mine],
+                    [(r[clock], r["tokens"]) for r in mine],
+                )
                 cells.append(f"{point:.3f} [{lo:.2f}, {hi:.2f}]" if lo is not None else f"{point:.3f}")
                 if clock == "cpu":
                     worst[(family, label)] = point
-            print(f"| {family} | {label} | {len(mine)} | {int(np.median([r['prompt_tokens'] for r in mine]))} | "
-                  f"{np.mean([r['tree'] for r in mine]):.1f} | {cells[0]} | {cells[1]} | "
-                  f"{sum(r['equal_to_greedy'] for r in mine)}/{len(mine)} |")
+            print(
+                f"| {family} | {label} | {len(mine)} | {int(np.median([r['prompt_tokens'] for r in mine]))} | "
+                f"{np.mean([r['tree'] for r in mine]):.1f} | {cells[0]} | {cells[1]} | "
+                f"{sum(r['equal_to_greedy'] for r in mine)}/{len(mine)} |"
+            )
     below = {k: v for k, v in worst.items() if v < 0.98}
-    print(f"\nevery method ≥ 0.98× greedy on every family (CPU time): {'yes' if not below else 'no'}"
-          + ("" if not below else "; below: " + ", ".join(f"{f}/{m} {v:.3f}" for (f, m), v in below.items())))
+    print(
+        f"\nevery method ≥ 0.98× greedy on every family (CPU time): {'yes' if not below else 'no'}"
+        + ("" if not below else "; below: " + ", ".join(f"{f}/{m} {v:.3f}" for (f, m), v in below.items()))
+    )
     return 0
 
 

@@ -20,6 +20,7 @@ Spearman correlation of the per-token self-information); one item's kept text is
 No hub access is needed for the default data (Spec-Bench's summarization and RAG rows, which carry
 references); LongBench-format QA files work too: --data longbench:hotpotqa@/path/hotpotqa.jsonl.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -33,12 +34,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from core.compress import check_compressor, check_rate, make_compressor  # noqa: E402
-from workbench.methods import parse_method_spec, run_method, split_method_list  # noqa: E402
 from core.models import encode_prompt, load_model  # noqa: E402
 from core.stats import run_metrics  # noqa: E402
 from workbench.evaluation.bench import check_contexts, spread  # noqa: E402
 from workbench.evaluation.scores import score_task  # noqa: E402
 from workbench.evaluation.tasks import compress_prompt, load_many  # noqa: E402
+from workbench.methods import parse_method_spec, run_method, split_method_list  # noqa: E402
 
 RECOVER = 0.5  # target 1: share of greedy's loss casd must win back
 E2E = 0.6  # target 2: casd@0.5 end-to-end / greedy@1.0 end-to-end
@@ -64,11 +65,15 @@ def summarise(rows, methods, rates, ids=None):
                 continue
             decode = sum(x["decode_s"] for x in rs)
             out[(m, r)] = {
-                "n": len(rs), "score": mean(x["score"] for x in rs), "prefill_ms": 1e3 * mean(x["prefill_s"] for x in rs),
+                "n": len(rs),
+                "score": mean(x["score"] for x in rs),
+                "prefill_ms": 1e3 * mean(x["prefill_s"] for x in rs),
                 "tps": sum(x["tokens"] for x in rs) / decode if decode else None,
                 "mal": sum(x["tokens"] for x in rs) / max(sum(x["steps"] for x in rs), 1),
-                "e2e_s": mean(x["e2e_s"] for x in rs), "e2e_nocomp_s": mean(x["e2e_s"] - x["compress_s"] for x in rs),
-                "compress_s": mean(x["compress_s"] for x in rs), "reached": mean(x["reached"] for x in rs),
+                "e2e_s": mean(x["e2e_s"] for x in rs),
+                "e2e_nocomp_s": mean(x["e2e_s"] - x["compress_s"] for x in rs),
+                "compress_s": mean(x["compress_s"] for x in rs),
+                "reached": mean(x["reached"] for x in rs),
                 "prompt_tokens": mean(x["prompt_tokens"] for x in rs),
             }
     return out
@@ -101,20 +106,33 @@ def recovery_verdict(g1, g5, c5, method="casd", margin=None):
     rec = recovery(g1, g5, c5)
     if rec is None:
         return f"N/A (greedy lost nothing: {g1:.2f} at 1.0, {g5:.2f} at 0.5; {method} {c5:.2f})"
-    over = (f"; {margin['mean']:+.2f} points over the target's score, 95 % interval over items "
-            f"{margin['mean'] - margin['ci95']:+.2f} to {margin['mean'] + margin['ci95']:+.2f}") if margin and margin["ci95"] else ""
-    return (f"{'PASS' if rec >= RECOVER else 'MISS'} (greedy {g1:.2f} -> {g5:.2f}, {method}@0.5 {c5:.2f}: "
-            f"recovers {rec:.0%} of the loss{over}; target >= {RECOVER:.0%})")
+    over = (
+        (
+            f"; {margin['mean']:+.2f} points over the target's score, 95 % interval over items "
+            f"{margin['mean'] - margin['ci95']:+.2f} to {margin['mean'] + margin['ci95']:+.2f}"
+        )
+        if margin and margin["ci95"]
+        else ""
+    )
+    return (
+        f"{'PASS' if rec >= RECOVER else 'MISS'} (greedy {g1:.2f} -> {g5:.2f}, {method}@0.5 {c5:.2f}: "
+        f"recovers {rec:.0%} of the loss{over}; target >= {RECOVER:.0%})"
+    )
 
 
 def table(summary, base):
-    lines = ["| method | rate | reached | items | prompt tok | score | prefill ms | tok/s | MAL | compress s | e2e s | "
-             "e2e s w/o compress | e2e vs greedy@1.0 |", "|---" * 13 + "|"]
+    lines = [
+        "| method | rate | reached | items | prompt tok | score | prefill ms | tok/s | MAL | compress s | e2e s | "
+        "e2e s w/o compress | e2e vs greedy@1.0 |",
+        "|---" * 13 + "|",
+    ]
     for (m, r), s in summary.items():
         rel = s["e2e_s"] / base["e2e_s"] if base and base["e2e_s"] else None
-        lines.append(f"| {m} | {r:g} | {fmt(s['reached'], '.3f')} | {s['n']} | {fmt(s['prompt_tokens'], '.0f')} | "
-                     f"{fmt(s['score'])} | {fmt(s['prefill_ms'], '.0f')} | {fmt(s['tps'])} | {fmt(s['mal'])} | "
-                     f"{fmt(s['compress_s'])} | {fmt(s['e2e_s'])} | {fmt(s['e2e_nocomp_s'])} | {fmt(rel, '.3f')} |")
+        lines.append(
+            f"| {m} | {r:g} | {fmt(s['reached'], '.3f')} | {s['n']} | {fmt(s['prompt_tokens'], '.0f')} | "
+            f"{fmt(s['score'])} | {fmt(s['prefill_ms'], '.0f')} | {fmt(s['tps'])} | {fmt(s['mal'])} | "
+            f"{fmt(s['compress_s'])} | {fmt(s['e2e_s'])} | {fmt(s['e2e_nocomp_s'])} | {fmt(rel, '.3f')} |"
+        )
     return "\n".join(lines)
 
 
@@ -128,8 +146,11 @@ def report(rows, methods, rates, header):
     casds = [m for m in methods if names[m][0] == "casd"]
     # Target 1: score recovery at rate 0.5.
     g1, g5 = (summary[k]["score"] for k in (("greedy", 1.0), ("greedy", 0.5)))
-    recovered = {m: recovery_verdict(g1, g5, summary[(m, 0.5)]["score"], m, recovery_margin(rows, m))
-                 for m in casds if (m, 0.5) in summary}
+    recovered = {
+        m: recovery_verdict(g1, g5, summary[(m, 0.5)]["score"], m, recovery_margin(rows, m))
+        for m in casds
+        if (m, 0.5) in summary
+    }
     # Target 2: end-to-end time on long prompts.
     long_ids = {r["id"] for r in rows if r["full_prompt_tokens"] >= LONG}
     e2e = {}
@@ -140,19 +161,26 @@ def report(rows, methods, rates, header):
         s = summarise(rows, ["greedy", m], [1.0, 0.5], long_ids)
         ratio = s[(m, 0.5)]["e2e_s"] / s[("greedy", 1.0)]["e2e_s"]
         ratio_nc = s[(m, 0.5)]["e2e_nocomp_s"] / s[("greedy", 1.0)]["e2e_s"]
-        e2e[m] = (f"{'PASS' if ratio <= E2E else 'MISS'} ({len(long_ids)} items of >= {LONG} tokens: {m}@0.5 "
-                  f"{s[(m, 0.5)]['e2e_s']:.2f} s vs greedy@1.0 {s[('greedy', 1.0)]['e2e_s']:.2f} s = {ratio:.2f}x, "
-                  f"compression included; target <= {E2E})",
-                  f"{'PASS' if ratio_nc <= E2E else 'MISS'} (the same without the compression time, a compressed "
-                  f"document reused: {ratio_nc:.2f}x)")
+        e2e[m] = (
+            f"{'PASS' if ratio <= E2E else 'MISS'} ({len(long_ids)} items of >= {LONG} tokens: {m}@0.5 "
+            f"{s[(m, 0.5)]['e2e_s']:.2f} s vs greedy@1.0 {s[('greedy', 1.0)]['e2e_s']:.2f} s = {ratio:.2f}x, "
+            f"compression included; target <= {E2E})",
+            f"{'PASS' if ratio_nc <= E2E else 'MISS'} (the same without the compression time, a compressed "
+            f"document reused: {ratio_nc:.2f}x)",
+        )
     for m in casds:
         print(f"\n{m}:\n  target 1, score recovery at 0.5: {recovered.get(m, 'MISS (no scores)')}")
         print(f"  target 2, end-to-end at 0.5:    {e2e[m][0]}")
         if e2e[m][1]:
             print(f"           without compression:    {e2e[m][1]}")
-    verdicts = {"recovery": recovered.get("casd"), "e2e": e2e["casd"][0], "e2e_without_compression": e2e["casd"][1],
-                "by_method": {m: {"recovery": recovered.get(m), "e2e": e2e[m][0], "e2e_without_compression": e2e[m][1]}
-                              for m in casds}}
+    verdicts = {
+        "recovery": recovered.get("casd"),
+        "e2e": e2e["casd"][0],
+        "e2e_without_compression": e2e["casd"][1],
+        "by_method": {
+            m: {"recovery": recovered.get(m), "e2e": e2e[m][0], "e2e_without_compression": e2e[m][1]} for m in casds
+        },
+    }
     return summary, verdicts
 
 
@@ -162,8 +190,13 @@ def from_json(path) -> int:
     rows, config = saved["rows"], saved.get("config", {})
     methods = list(dict.fromkeys(r["method"] for r in rows))
     rates = sorted({r["rate"] for r in rows}, reverse=True)
-    report(rows, methods, rates, f"\n{path}: {config.get('model')}, {len({r['id'] for r in rows})} items, "
-                                 f"compressor {config.get('compressor')}\n")
+    report(
+        rows,
+        methods,
+        rates,
+        f"\n{path}: {config.get('model')}, {len({r['id'] for r in rows})} items, "
+        f"compressor {config.get('compressor')}\n",
+    )
     return 0
 
 
@@ -171,24 +204,41 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default="smollm2-135m")
     ap.add_argument("--dtype", default="bfloat16")
-    ap.add_argument("--data", action="append", default=None, help="dataset spec (repeatable; default spec-bench:summarization,rag)")
+    ap.add_argument(
+        "--data", action="append", default=None, help="dataset spec (repeatable; default spec-bench:summarization,rag)"
+    )
     ap.add_argument("--limit", type=int, default=5, help="items per category")
     ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--rates", default="1.0,0.5,0.33")
     ap.add_argument("--methods", default="greedy,casd,aasd")
-    ap.add_argument("--compressor", default="selfinfo", help="selfinfo, selfinfo[layers=K] (early exit after K layers) or llmlingua")
-    ap.add_argument("--scorers", default=None,
-                    help="compare compressors instead of decoding, e.g. selfinfo,selfinfo[layers=8],selfinfo[layers=15] "
-                         "(the first is the reference for the overlap)")
+    ap.add_argument(
+        "--compressor", default="selfinfo", help="selfinfo, selfinfo[layers=K] (early exit after K layers) or llmlingua"
+    )
+    ap.add_argument(
+        "--scorers",
+        default=None,
+        help="compare compressors instead of decoding, e.g. selfinfo,selfinfo[layers=8],selfinfo[layers=15] "
+        "(the first is the reference for the overlap)",
+    )
     ap.add_argument("--scorer-rate", type=float, default=0.5, help="the rate the --scorers comparison compresses to")
-    ap.add_argument("--scorer-repeats", type=int, default=3, help="timings per item in the --scorers comparison (best kept)")
+    ap.add_argument(
+        "--scorer-repeats", type=int, default=3, help="timings per item in the --scorers comparison (best kept)"
+    )
     ap.add_argument("--compressor-model", default=None, help="default: the target itself")
-    ap.add_argument("--min-prompt-tokens", type=int, default=0, help="only items whose full prompt has at least this many tokens")
-    ap.add_argument("--max-prompt-tokens", type=int, default=0,
-                    help="only items whose full prompt is shorter than this (0 = no bound): e.g. 1000 picks items held out "
-                         "from a --min-prompt-tokens 1000 run, to tune a setting on")
+    ap.add_argument(
+        "--min-prompt-tokens", type=int, default=0, help="only items whose full prompt has at least this many tokens"
+    )
+    ap.add_argument(
+        "--max-prompt-tokens",
+        type=int,
+        default=0,
+        help="only items whose full prompt is shorter than this (0 = no bound): e.g. 1000 picks items held out "
+        "from a --min-prompt-tokens 1000 run, to tune a setting on",
+    )
     ap.add_argument("--out", default=str(ROOT / "results"))
-    ap.add_argument("--from-json", default=None, help="print the table and targets again from a saved run's JSON (no model)")
+    ap.add_argument(
+        "--from-json", default=None, help="print the table and targets again from a saved run's JSON (no model)"
+    )
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch's default); 1 on a shared machine")
     args = ap.parse_args()
     if args.from_json:
@@ -241,29 +291,74 @@ def main() -> int:
                 text, ids = task.prompt(), full_ids
             for m, (name, over) in names.items():
                 p = {**over, "max_new_tokens": args.max_new_tokens or task.max_new_tokens or 128}
-                run = run_method(name, target, ids, p, prompt_text=text, context=task.context, stop_strings=task.stop,
-                                 compression=compression, uncompressed_ids=full_ids)
+                run = run_method(
+                    name,
+                    target,
+                    ids,
+                    p,
+                    prompt_text=text,
+                    context=task.context,
+                    stop_strings=task.stop,
+                    compression=compression,
+                    uncompressed_ids=full_ids,
+                )
                 met = run_metrics(run)
                 comp_s = compression.seconds if compression else 0.0
-                rows.append({"id": task.id, "category": task.category, "method": m, "rate": rate,
-                             "reached": compression.reached if compression else 1.0, "score": score_task(task, run.output_text),
-                             "prefill_s": run.prefill_seconds, "decode_s": run.decode_seconds, "compress_s": comp_s,
-                             "e2e_s": comp_s + run.prefill_seconds + run.decode_seconds, "tokens": met["tokens"],
-                             "steps": met["steps"], "prompt_tokens": len(ids), "full_prompt_tokens": len(full_ids),
-                             "pool": run.params.get("pool"), "text": run.output_text})
-                print(f"[{i}/{len(tasks)}] {task.category}/{task.id} rate {rate:g} {m}: score {fmt(rows[-1]['score'])}, "
-                      f"{len(ids)} prompt tokens, e2e {rows[-1]['e2e_s']:.2f} s", file=sys.stderr, flush=True)
+                rows.append(
+                    {
+                        "id": task.id,
+                        "category": task.category,
+                        "method": m,
+                        "rate": rate,
+                        "reached": compression.reached if compression else 1.0,
+                        "score": score_task(task, run.output_text),
+                        "prefill_s": run.prefill_seconds,
+                        "decode_s": run.decode_seconds,
+                        "compress_s": comp_s,
+                        "e2e_s": comp_s + run.prefill_seconds + run.decode_seconds,
+                        "tokens": met["tokens"],
+                        "steps": met["steps"],
+                        "prompt_tokens": len(ids),
+                        "full_prompt_tokens": len(full_ids),
+                        "pool": run.params.get("pool"),
+                        "text": run.output_text,
+                    }
+                )
+                print(
+                    f"[{i}/{len(tasks)}] {task.category}/{task.id} rate {rate:g} {m}: score {fmt(rows[-1]['score'])}, "
+                    f"{len(ids)} prompt tokens, e2e {rows[-1]['e2e_s']:.2f} s",
+                    file=sys.stderr,
+                    flush=True,
+                )
 
-    summary, verdicts = report(rows, methods, rates, f"\n{args.model} {str(target.dtype).replace('torch.', '')}, {len(tasks)} items "
-                               f"({', '.join(f'{c} {len(v[: args.limit])}' for c, v in by_cat.items())}), compressor {compressor.name}"
-                               f"{' over ' + args.compressor_model if args.compressor_model else ' over the target'}, "
-                               f"{time.time() - started:.0f} s\n")
+    summary, verdicts = report(
+        rows,
+        methods,
+        rates,
+        f"\n{args.model} {str(target.dtype).replace('torch.', '')}, {len(tasks)} items "
+        f"({', '.join(f'{c} {len(v[: args.limit])}' for c, v in by_cat.items())}), compressor {compressor.name}"
+        f"{' over ' + args.compressor_model if args.compressor_model else ' over the target'}, "
+        f"{time.time() - started:.0f} s\n",
+    )
     dtype = str(target.dtype).replace("torch.", "")
-    label = "" if compressor.name == "selfinfo" else "_" + "".join(c if c.isalnum() else "-" for c in compressor.name).strip("-")
+    label = (
+        ""
+        if compressor.name == "selfinfo"
+        else "_" + "".join(c if c.isalnum() else "-" for c in compressor.name).strip("-")
+    )
     out = Path(args.out) / f"bench_compress_{args.model.replace('/', '_')}_{dtype}{label}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"config": vars(args), "summary": {f"{m}@{r:g}": v for (m, r), v in summary.items()},
-                               "targets": verdicts, "rows": rows}, indent=1))
+    out.write_text(
+        json.dumps(
+            {
+                "config": vars(args),
+                "summary": {f"{m}@{r:g}": v for (m, r), v in summary.items()},
+                "targets": verdicts,
+                "rows": rows,
+            },
+            indent=1,
+        )
+    )
     print(f"wrote {out}", file=sys.stderr)
     return 0
 
@@ -341,46 +436,81 @@ def compare_scorers(args, scorers, target, comp_model, tasks, full) -> int:
         example = example or {name: d.text for name, d in done.items()}
         for name in scorers:
             (cw, cc), (pw, pc), (fw, fc) = best[("compress", name)], best[("prefill", name)], best["full"]
-            rows.append({"id": task.id, "category": task.category, "scorer": name, "full_prompt_tokens": len(full_ids),
-                         "context_tokens": done[name].tokens_in, "prompt_tokens": len(prompts[name]),
-                         "reached": done[name].reached, "compress_s": cw, "compress_cpu_s": cc, "prefill_full_s": fw,
-                         "prefill_full_cpu_s": fc, "prefill_s": pw, "prefill_cpu_s": pc, "saved_s": fw - pw,
-                         "saved_cpu_s": fc - pc, "net_s": fw - pw - cw, "net_cpu_s": fc - pc - cc,
-                         "jaccard": jaccard(picks[name][0], picks[ref][0]), "spearman": spearman(picks[name][1], picks[ref][1])})
+            rows.append(
+                {
+                    "id": task.id,
+                    "category": task.category,
+                    "scorer": name,
+                    "full_prompt_tokens": len(full_ids),
+                    "context_tokens": done[name].tokens_in,
+                    "prompt_tokens": len(prompts[name]),
+                    "reached": done[name].reached,
+                    "compress_s": cw,
+                    "compress_cpu_s": cc,
+                    "prefill_full_s": fw,
+                    "prefill_full_cpu_s": fc,
+                    "prefill_s": pw,
+                    "prefill_cpu_s": pc,
+                    "saved_s": fw - pw,
+                    "saved_cpu_s": fc - pc,
+                    "net_s": fw - pw - cw,
+                    "net_cpu_s": fc - pc - cc,
+                    "jaccard": jaccard(picks[name][0], picks[ref][0]),
+                    "spearman": spearman(picks[name][1], picks[ref][1]),
+                }
+            )
             r = rows[-1]
-            print(f"[{i}/{len(tasks)}] {task.category}/{task.id} {name}: compress {cw:.2f} s ({cc:.2f} CPU), prefill "
-                  f"{fw:.2f} -> {pw:.2f} s ({fc:.2f} -> {pc:.2f} CPU), Jaccard vs {ref} {r['jaccard']:.3f}",
-                  file=sys.stderr, flush=True)
+            print(
+                f"[{i}/{len(tasks)}] {task.category}/{task.id} {name}: compress {cw:.2f} s ({cc:.2f} CPU), prefill "
+                f"{fw:.2f} -> {pw:.2f} s ({fc:.2f} -> {pc:.2f} CPU), Jaccard vs {ref} {r['jaccard']:.3f}",
+                file=sys.stderr,
+                flush=True,
+            )
     total = int(getattr(comp_model.model.config, "num_hidden_layers", 0) or 0)
-    print(f"\n{args.model} {str(target.dtype).replace('torch.', '')}, scoring model "
-          f"{args.compressor_model or 'the target'} ({total} decoder layers), rate {rate:g}, {len(tasks)} items, "
-          f"best of {reps} timings, {time.time() - started:.0f} s\n")
+    print(
+        f"\n{args.model} {str(target.dtype).replace('torch.', '')}, scoring model "
+        f"{args.compressor_model or 'the target'} ({total} decoder layers), rate {rate:g}, {len(tasks)} items, "
+        f"best of {reps} timings, {time.time() - started:.0f} s\n"
+    )
     print("Seconds are the best of the rounds: wall clock (CPU time of the thread in brackets).\n")
-    print("| item | prompt tok | context tok | scorer | compress s | prefill s, full prompt | prefill s, compressed | "
-          "prefill saved s | saved − compress s | Jaccard vs " + ref + " | Spearman vs " + ref + " |")
+    print(
+        "| item | prompt tok | context tok | scorer | compress s | prefill s, full prompt | prefill s, compressed | "
+        "prefill saved s | saved − compress s | Jaccard vs " + ref + " | Spearman vs " + ref + " |"
+    )
     print("|---" * 11 + "|")
     for r in rows:
-        print(f"| {r['category']}/{r['id']} | {r['full_prompt_tokens']} | {r['context_tokens']} | {r['scorer']} | "
-              f"{r['compress_s']:.2f} ({r['compress_cpu_s']:.2f}) | {r['prefill_full_s']:.2f} ({r['prefill_full_cpu_s']:.2f}) | "
-              f"{r['prefill_s']:.2f} ({r['prefill_cpu_s']:.2f}) | {r['saved_s']:.2f} ({r['saved_cpu_s']:.2f}) | "
-              f"{r['net_s']:+.2f} ({r['net_cpu_s']:+.2f}) | {r['jaccard']:.3f} | {fmt(r['spearman'], '.3f')} |")
+        print(
+            f"| {r['category']}/{r['id']} | {r['full_prompt_tokens']} | {r['context_tokens']} | {r['scorer']} | "
+            f"{r['compress_s']:.2f} ({r['compress_cpu_s']:.2f}) | {r['prefill_full_s']:.2f} ({r['prefill_full_cpu_s']:.2f}) | "
+            f"{r['prefill_s']:.2f} ({r['prefill_cpu_s']:.2f}) | {r['saved_s']:.2f} ({r['saved_cpu_s']:.2f}) | "
+            f"{r['net_s']:+.2f} ({r['net_cpu_s']:+.2f}) | {r['jaccard']:.3f} | {fmt(r['spearman'], '.3f')} |"
+        )
     summary = {}
-    print("\n| scorer | items | compress s | prefill saved s | compress ÷ saved | Jaccard | Spearman |\n|---|---|---|---|---|---|---|")
+    print(
+        "\n| scorer | items | compress s | prefill saved s | compress ÷ saved | Jaccard | Spearman |\n|---|---|---|---|---|---|---|"
+    )
     for name in scorers:
         rs = [r for r in rows if r["scorer"] == name]
-        summary[name] = {k: mean(r[k] for r in rs) for k in ("compress_s", "compress_cpu_s", "saved_s", "saved_cpu_s",
-                                                             "jaccard", "spearman")}
+        summary[name] = {
+            k: mean(r[k] for r in rs)
+            for k in ("compress_s", "compress_cpu_s", "saved_s", "saved_cpu_s", "jaccard", "spearman")
+        }
         m = summary[name]
         ratio = m["compress_s"] / m["saved_s"] if m["saved_s"] else None
         ratio_cpu = m["compress_cpu_s"] / m["saved_cpu_s"] if m["saved_cpu_s"] else None
-        print(f"| {name} | {len(rs)} | {m['compress_s']:.2f} ({m['compress_cpu_s']:.2f}) | {m['saved_s']:.2f} "
-              f"({m['saved_cpu_s']:.2f}) | {fmt(ratio)} ({fmt(ratio_cpu)}) | {m['jaccard']:.3f} | {fmt(m['spearman'], '.3f')} |")
+        print(
+            f"| {name} | {len(rs)} | {m['compress_s']:.2f} ({m['compress_cpu_s']:.2f}) | {m['saved_s']:.2f} "
+            f"({m['saved_cpu_s']:.2f}) | {fmt(ratio)} ({fmt(ratio_cpu)}) | {m['jaccard']:.3f} | {fmt(m['spearman'], '.3f')} |"
+        )
     first = tasks[0]
     print(f"\nkept text of {first.category}/{first.id} at rate {rate:g} (first 500 characters):")
     print(f"  original: {prompt_parts(first)[1][:500]!r}")
     for name, text in example.items():
         print(f"  {name}: {text[:500]!r}")
-    out = Path(args.out) / f"bench_compress_scorers_{args.model.replace('/', '_')}_{str(target.dtype).replace('torch.', '')}.json"
+    out = (
+        Path(args.out)
+        / f"bench_compress_scorers_{args.model.replace('/', '_')}_{str(target.dtype).replace('torch.', '')}.json"
+    )
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"config": vars(args), "summary": summary, "rows": rows, "example": example}, indent=1))
     print(f"wrote {out}", file=sys.stderr)

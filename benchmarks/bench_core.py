@@ -6,6 +6,7 @@ pld text identical to hf-prompt-lookup (and greedy) in float32; time outside the
 
     python benchmarks/bench_core.py [--limit 20] [--max-new-tokens 128] [--dtypes bfloat16,float32]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -16,8 +17,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from workbench.evaluation.bench import format_table, run_bench  # noqa: E402
 from core.models import load_model  # noqa: E402
+from workbench.evaluation.bench import format_table, run_bench  # noqa: E402
 from workbench.evaluation.tasks import load_tasks  # noqa: E402
 
 SPEC_BENCH = ROOT.parent / "shared" / "data" / "spec_bench" / "question.jsonl"
@@ -30,7 +31,11 @@ def main() -> int:
     ap.add_argument("--data", default=str(SPEC_BENCH))
     ap.add_argument("--limit", type=int, default=20, help="items per category")
     ap.add_argument("--max-new-tokens", type=int, default=128)
-    ap.add_argument("--dtypes", default="float32,bfloat16", help="bf16 is emulated (slow) on CPUs without bf16 units: see bench_dtype.py")
+    ap.add_argument(
+        "--dtypes",
+        default="float32,bfloat16",
+        help="bf16 is emulated (slow) on CPUs without bf16 units: see bench_dtype.py",
+    )
     ap.add_argument("--out", default=str(ROOT / "results"))
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch's default); 1 on a shared machine")
     args = ap.parse_args()
@@ -59,13 +64,21 @@ def main() -> int:
             "greedy/hf-generate e2e tps": (s["greedy"]["e2e_tps"] / s["hf-generate"]["e2e_tps"], 0.95),
             "pld/hf-prompt-lookup e2e tps": (s["pld"]["e2e_tps"] / s["hf-prompt-lookup"]["e2e_tps"], 1.0),
         }
-        print(f"\n## {args.model} {dtype}: {len(tasks)} Spec-Bench items (summarization + rag), max {args.max_new_tokens} new tokens\n")
+        print(
+            f"\n## {args.model} {dtype}: {len(tasks)} Spec-Bench items (summarization + rag), max {args.max_new_tokens} new tokens\n"
+        )
         print(format_table(s))
-        print(f"\npld == hf-prompt-lookup text on {same_pld_hf}/{len(ids)} items; pld == greedy on {same_pld_greedy}/{len(ids)}")
-        print("decode-only tokens/s (first chunk split differs, see above): "
-              f"greedy/hf-generate {s['greedy']['tps'] / s['hf-generate']['tps']:.3f}, "
-              f"pld/hf-prompt-lookup {s['pld']['tps'] / s['hf-prompt-lookup']['tps']:.3f}")
-        print("time outside the forward pass, share of a step: " + ", ".join(f"{m} {v:.1%}" for m, v in outside.items()))
+        print(
+            f"\npld == hf-prompt-lookup text on {same_pld_hf}/{len(ids)} items; pld == greedy on {same_pld_greedy}/{len(ids)}"
+        )
+        print(
+            "decode-only tokens/s (first chunk split differs, see above): "
+            f"greedy/hf-generate {s['greedy']['tps'] / s['hf-generate']['tps']:.3f}, "
+            f"pld/hf-prompt-lookup {s['pld']['tps'] / s['hf-prompt-lookup']['tps']:.3f}"
+        )
+        print(
+            "time outside the forward pass, share of a step: " + ", ".join(f"{m} {v:.1%}" for m, v in outside.items())
+        )
         for name, (value, target_value) in checks.items():
             verdict = "PASS" if value >= target_value else "MISS"
             ok &= value >= target_value

@@ -10,6 +10,7 @@ tokens against). Also checks the two shortcuts core.timing takes:
     flock /tmp/bench.lock env OMP_NUM_THREADS=1 taskset -c 1 python benchmarks/bench_cost.py --threads 1
     flock /tmp/bench.lock env OMP_NUM_THREADS=2 python benchmarks/bench_cost.py --threads 2
 """
+
 from __future__ import annotations
 
 import argparse
@@ -28,8 +29,8 @@ from core import cache as kv  # noqa: E402
 from core import timing  # noqa: E402
 from core.cost_model import CostModel  # noqa: E402
 from core.engine import forward_tree, prefill  # noqa: E402
-from core.step import sync  # noqa: E402
 from core.models import load_model  # noqa: E402
+from core.step import sync  # noqa: E402
 
 
 def ints(text: str) -> tuple[int, ...]:
@@ -38,7 +39,9 @@ def ints(text: str) -> tuple[int, ...]:
 
 def table(title: str, sizes, lengths, cell) -> str:
     head = f"| L \\ n | {' | '.join(map(str, sizes))} |\n|---" + "|---" * len(sizes) + "|"
-    rows = [f"| {length} | " + " | ".join(cell(j, i) for i in range(len(sizes))) + " |" for j, length in enumerate(lengths)]
+    rows = [
+        f"| {length} | " + " | ".join(cell(j, i) for i in range(len(sizes))) + " |" for j, length in enumerate(lengths)
+    ]
     return f"{title}\n\n{head}\n" + "\n".join(rows)
 
 
@@ -65,8 +68,9 @@ def prefill_check(target, length: int, sizes, repeats: int) -> list[tuple[int, f
     return [(n, best[("real", i)] * 1e3, best[("tiled", i)] * 1e3) for i, n in enumerate(sizes)]
 
 
-def kernel_check(dtype: torch.dtype, lengths=(256, 4096), heads: int = 9, head_dim: int = 64, hidden: int = 576,
-                 out: int = 1536) -> list[str]:
+def kernel_check(
+    dtype: torch.dtype, lengths=(256, 4096), heads: int = 9, head_dim: int = 64, hidden: int = 576, out: int = 1536
+) -> list[str]:
     """Why one token can cost as much as two: one attention layer (SmolLM2's shape) with 1 and 2 queries after L
     keys, and one linear layer on 1, 2 and 4 rows; ms, fastest of many, CPU time of this thread."""
     F = torch.nn.functional
@@ -86,7 +90,9 @@ def kernel_check(dtype: torch.dtype, lengths=(256, 4096), heads: int = 9, head_d
         cells = []
         for q_len in (1, 2):
             q = torch.randn(1, heads, q_len, head_dim, dtype=dtype)
-            cells.append(best(lambda: F.scaled_dot_product_attention(q, k[:, :, :length + q_len], v[:, :, :length + q_len])))
+            cells.append(
+                best(lambda: F.scaled_dot_product_attention(q, k[:, :, : length + q_len], v[:, :, : length + q_len]))
+            )
         lines.append(f"| attention, L = {length} | {cells[0]:.3f} | {cells[1]:.3f} | - |")
     w = torch.randn(out, hidden, dtype=dtype)
     rows = []
@@ -108,11 +114,17 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--chains", action="store_true", help="also time chains (no tree mask) of the same sizes")
     ap.add_argument("--check-prefill", type=int, default=0, metavar="L", help="compare real and repeated prefill at L")
-    ap.add_argument("--kernels", action="store_true", help="also time one attention layer with 1 and 2 queries and one "
-                                                           "linear layer on 1, 2, 4 rows (one thread)")
+    ap.add_argument(
+        "--kernels",
+        action="store_true",
+        help="also time one attention layer with 1 and 2 queries and one linear layer on 1, 2, 4 rows (one thread)",
+    )
     ap.add_argument("--only-kernels", action="store_true", help="the --kernels table alone")
-    ap.add_argument("--wall", action="store_true", help="time by the wall clock even with one thread (core.timing "
-                                                        "uses the thread's CPU time then)")
+    ap.add_argument(
+        "--wall",
+        action="store_true",
+        help="time by the wall clock even with one thread (core.timing uses the thread's CPU time then)",
+    )
     ap.add_argument("--out", default="results/bench_cost.json")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -128,9 +140,11 @@ def main() -> int:
     for dtype in args.dtypes.split(","):
         target = load_model(args.model, device="cpu", dtype=dtype)
         machine = timing.machine_signature(target)
-        print(f"\n## {args.model} {dtype}: {machine['cpu']} ({', '.join(machine['cpu_flags'])}), {machine['threads']} "
-              f"thread(s), torch {machine['torch']}, clock {timing.clock_name(target)}, load average "
-              f"{os.getloadavg()[0]:.1f}\n")
+        print(
+            f"\n## {args.model} {dtype}: {machine['cpu']} ({', '.join(machine['cpu_flags'])}), {machine['threads']} "
+            f"thread(s), torch {machine['torch']}, clock {timing.clock_name(target)}, load average "
+            f"{os.getloadavg()[0]:.1f}\n"
+        )
         kinds = [("tree", timing._tree)] + ([("chain", timing.chain)] if args.chains else [])
         for kind, make in kinds:
             t0 = time.perf_counter()
@@ -139,24 +153,54 @@ def main() -> int:
             measured = CostModel(args.sizes, args.lengths, grid)
             short = [j for j, n in enumerate(args.lengths) if n <= args.fit_up_to]
             fitted = CostModel(args.sizes, tuple(args.lengths[j] for j in short), tuple(tuple(grid[j]) for j in short))
-            print(table(f"{kind}: forward ms (fastest of {args.repeats}; measured in {took:.0f} s)", args.sizes,
-                        args.lengths, lambda j, i: f"{grid[j][i] * 1e3:.1f}"))
+            print(
+                table(
+                    f"{kind}: forward ms (fastest of {args.repeats}; measured in {took:.0f} s)",
+                    args.sizes,
+                    args.lengths,
+                    lambda j, i: f"{grid[j][i] * 1e3:.1f}",
+                )
+            )
             print()
-            print(table(f"{kind}: t(n, L) / t(0, L) (measured; monotone grid)", args.sizes, args.lengths,
-                        lambda j, i: f"{measured.ratio(args.sizes[i], args.lengths[j]):.2f}"))
+            print(
+                table(
+                    f"{kind}: t(n, L) / t(0, L) (measured; monotone grid)",
+                    args.sizes,
+                    args.lengths,
+                    lambda j, i: f"{measured.ratio(args.sizes[i], args.lengths[j]):.2f}",
+                )
+            )
             longer = [n for n in args.lengths if n > args.fit_up_to]
             if longer:
                 print()
-                print(table(f"{kind}: t(n, L) predicted from L ≤ {args.fit_up_to} / measured", args.sizes, longer,
-                            lambda j, i: f"{fitted(args.sizes[i], longer[j]) / measured(args.sizes[i], longer[j]):.2f}"))
+                print(
+                    table(
+                        f"{kind}: t(n, L) predicted from L ≤ {args.fit_up_to} / measured",
+                        args.sizes,
+                        longer,
+                        lambda j, i: f"{fitted(args.sizes[i], longer[j]) / measured(args.sizes[i], longer[j]):.2f}",
+                    )
+                )
             print()
-            results.append({"model": args.model, "dtype": dtype, "kind": kind, "machine": machine,
-                            "clock": timing.clock_name(target),
-                            "load_average": os.getloadavg()[0], "sizes": list(args.sizes), "lengths": list(args.lengths),
-                            "seconds": grid, "measure_seconds": round(took, 1)})
+            results.append(
+                {
+                    "model": args.model,
+                    "dtype": dtype,
+                    "kind": kind,
+                    "machine": machine,
+                    "clock": timing.clock_name(target),
+                    "load_average": os.getloadavg()[0],
+                    "sizes": list(args.sizes),
+                    "lengths": list(args.lengths),
+                    "seconds": grid,
+                    "measure_seconds": round(took, 1),
+                }
+            )
         if args.check_prefill:
             rows = prefill_check(target, args.check_prefill, args.sizes, args.repeats)
-            print(f"real vs repeated prefill at L = {args.check_prefill} (ms)\n\n| n | real | repeated | ratio |\n|---|---|---|---|")
+            print(
+                f"real vs repeated prefill at L = {args.check_prefill} (ms)\n\n| n | real | repeated | ratio |\n|---|---|---|---|"
+            )
             for n, real, tiled in rows:
                 print(f"| {n} | {real:.1f} | {tiled:.1f} | {tiled / real:.2f} |")
             results.append({"dtype": dtype, "prefill_check": rows, "length": args.check_prefill})

@@ -24,6 +24,7 @@ a guide). Which key fired is counted per order (the most specific one that reach
 Resumable: one checkpoint line per item in results/csd_keys/<dtype>_<tokens>.jsonl; --no-run reports what is there.
 Writes results/csd_keys/report_<dtype>_<tokens>.{md,json}.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -59,8 +60,9 @@ def sd_rejections(steps) -> list[dict]:
     for step in steps:
         for n in step.nodes:
             if n.decision == "rejected" and n.correction_id is not None:
-                out.append({"pos": emitted + n.depth - 1, "x": n.token_id, "t": n.correction_id,
-                            "gap": -float(n.logit_gap)})
+                out.append(
+                    {"pos": emitted + n.depth - 1, "x": n.token_id, "t": n.correction_id, "gap": -float(n.logit_gap)}
+                )
         emitted += len(step.emitted)
     return out
 
@@ -88,7 +90,22 @@ def lookup(r: dict, order: tuple[str, ...], lam: int) -> str | None:
     return kind
 
 
-OPERATORS = {"==", "!=", "<", ">", "<=", ">=", "+", "-", "*", "/", "//", "%", "**", "="}  # symbols only: "and" is also English
+OPERATORS = {
+    "==",
+    "!=",
+    "<",
+    ">",
+    "<=",
+    ">=",
+    "+",
+    "-",
+    "*",
+    "/",
+    "//",
+    "%",
+    "**",
+    "=",
+}  # symbols only: "and" is also English
 
 
 def swaps_meaning(x_text: str, t_text: str) -> bool:
@@ -119,24 +136,36 @@ def summarise(rows: list[dict], texts=None, lams=LAMS, tau: float = TAU) -> dict
             risky = sum(swaps_meaning(texts(r["x"]), texts(r["t"])) for r, _ in gated) if texts else None
             t_ok = sum(r["rejoin"]["text"] for r, _ in judged)
             w_ok = sum(r["rejoin"]["words"] for r, _ in judged)
-            per_lam[lam] = {"covered": len(hit), "coverage": len(hit) / n if n else None, "coverage_ci": wilson(len(hit), n),
-                            "gated": len(gated), "gated_share": len(gated) / n if n else None, "fired_key": kinds,
-                            "number_or_operator_swaps": risky,
-                            "judged": len(judged), "text_preserving": t_ok, "words_preserving": w_ok,
-                            "precision_text": t_ok / len(judged) if judged else None,
-                            "precision_text_ci": wilson(t_ok, len(judged)),
-                            "precision_words": w_ok / len(judged) if judged else None,
-                            "precision_words_ci": wilson(w_ok, len(judged))}
+            per_lam[lam] = {
+                "covered": len(hit),
+                "coverage": len(hit) / n if n else None,
+                "coverage_ci": wilson(len(hit), n),
+                "gated": len(gated),
+                "gated_share": len(gated) / n if n else None,
+                "fired_key": kinds,
+                "number_or_operator_swaps": risky,
+                "judged": len(judged),
+                "text_preserving": t_ok,
+                "words_preserving": w_ok,
+                "precision_text": t_ok / len(judged) if judged else None,
+                "precision_text_ci": wilson(t_ok, len(judged)),
+                "precision_words": w_ok / len(judged) if judged else None,
+                "precision_words_ci": wilson(w_ok, len(judged)),
+            }
         out["by_order"][name] = per_lam
     return out
 
 
 def rescue_lines(rows: list[dict], texts, lam: int = max(LAMS), tau: float = TAU) -> list[str]:
     """Every judged rescue: what keys=all would have accepted where, by which key, and what the text became."""
-    lines = ["", f"Every rejection keys=all would rescue at λ {min(LAMS)} (the key that fires at λ {lam} in brackets), "
-             "with the text greedy wrote and the text after the rescue:", "",
-             "| item | x for t* | counts exact / text / prefix | z(x) − z(t*) | key at λ 2 (λ 6) | greedy wrote | after the rescue |",
-             "|---|---|---|---|---|---|---|"]
+    lines = [
+        "",
+        f"Every rejection keys=all would rescue at λ {min(LAMS)} (the key that fires at λ {lam} in brackets), "
+        "with the text greedy wrote and the text after the rescue:",
+        "",
+        "| item | x for t* | counts exact / text / prefix | z(x) − z(t*) | key at λ 2 (λ 6) | greedy wrote | after the rescue |",
+        "|---|---|---|---|---|---|---|",
+    ]
     order = KEY_ORDERS[KEY_NAMES["all"]]
 
     def cell(text: str) -> str:
@@ -147,9 +176,11 @@ def rescue_lines(rows: list[dict], texts, lam: int = max(LAMS), tau: float = TAU
             if "rejoin" not in r:
                 continue
             c = r["counts"]
-            lines.append(f"| {row['id']} | {cell(texts(r['x']))} for {cell(texts(r['t']))} | {c['exact']} / {c['text']} / "
-                         f"{c['prefix']} | {r['gap']:.2f} | {lookup(r, order, min(LAMS))} ({lookup(r, order, lam) or '–'}) | "
-                         f"{cell(r['rejoin'].get('greedy', '–'))} | {cell(r['rejoin']['branch'])} |")
+            lines.append(
+                f"| {row['id']} | {cell(texts(r['x']))} for {cell(texts(r['t']))} | {c['exact']} / {c['text']} / "
+                f"{c['prefix']} | {r['gap']:.2f} | {lookup(r, order, min(LAMS))} ({lookup(r, order, lam) or '–'}) | "
+                f"{cell(r['rejoin'].get('greedy', '–'))} | {cell(r['rejoin']['branch'])} |"
+            )
     return lines
 
 
@@ -157,8 +188,9 @@ FORCED_PER_CPU_HOUR = 18_300  # teacher-forced observations per CPU hour of the 
 CURVE_ORDERS = ("exact", "text", "all")
 
 
-def thinned_curve(rows: list[dict], memory, keys_of, fractions=(1 / 16, 1 / 8, 1 / 4, 1 / 2, 1), draws: int = 5,
-                  seed: int = 0) -> list[dict]:
+def thinned_curve(
+    rows: list[dict], memory, keys_of, fractions=(1 / 16, 1 / 8, 1 / 4, 1 / 2, 1), draws: int = 5, seed: int = 0
+) -> list[dict]:
     """Coverage against observations for each key order: the memory thinned to a fraction f of its observations
     (each observation kept with probability f, a binomial draw per pair: the table after f of its observations,
     taken in random order rather than the corpus's), its generalised keys derived again; the mean of `draws` draws."""
@@ -181,7 +213,9 @@ def thinned_curve(rows: list[dict], memory, keys_of, fractions=(1 / 16, 1 / 8, 1
             for order in CURVE_ORDERS:
                 kinds = KEY_ORDERS[KEY_NAMES[order]]
                 for lam in LAMS:
-                    hit = sum(key_lookup(KeyCounts(tuple((k, c[k]) for k in kinds)), lam)[0] is not None for c in looked)
+                    hit = sum(
+                        key_lookup(KeyCounts(tuple((k, c[k]) for k in kinds)), lam)[0] is not None for c in looked
+                    )
                     point[f"{order} lam>={lam}"] = hit / len(rej) if rej else 0.0
             points.append(point)
         out.append({k: sum(p[k] for p in points) / len(points) for k in points[0]})
@@ -191,19 +225,33 @@ def thinned_curve(rows: list[dict], memory, keys_of, fractions=(1 / 16, 1 / 8, 1
 def curve_lines(curve: list[dict]) -> list[str]:
     from bench_forced_calibration import crossing
 
-    lines = ["", "Coverage against observations (the memory thinned at random, the mean of 5 draws below the full table; λ 2 / 4 / 6):", "",
-             "| observations | pairs | " + " | ".join(f"{o} λ 2 / 4 / 6" for o in CURVE_ORDERS) + " |",
-             "|---|---|" + "---|" * len(CURVE_ORDERS)]
+    lines = [
+        "",
+        "Coverage against observations (the memory thinned at random, the mean of 5 draws below the full table; λ 2 / 4 / 6):",
+        "",
+        "| observations | pairs | " + " | ".join(f"{o} λ 2 / 4 / 6" for o in CURVE_ORDERS) + " |",
+        "|---|---|" + "---|" * len(CURVE_ORDERS),
+    ]
     for p in curve:
         cells = [" / ".join(f"{100 * p[f'{o} lam>={lam}']:.1f}" for lam in LAMS) for o in CURVE_ORDERS]
         lines.append(f"| {p['observations']:,.0f} | {p['pairs']:,.0f} | " + " | ".join(cells) + " |")
-    lines += ["", "Where λ 6 would reach 20 % (least-squares line of coverage against log2 observations through the "
-              f"points above 0; CPU hours at {FORCED_PER_CPU_HOUR:,} forced observations per hour):", ""]
+    lines += [
+        "",
+        "Where λ 6 would reach 20 % (least-squares line of coverage against log2 observations through the "
+        f"points above 0; CPU hours at {FORCED_PER_CPU_HOUR:,} forced observations per hour):",
+        "",
+    ]
     for order in CURVE_ORDERS:
         c = crossing(curve, key=f"{order} lam>=6")
-        lines.append(f"- {order}: " + ("no line (fewer than two points above 0, or no gain)" if c is None else
-                     f"+{100 * c['per_doubling']:.1f} points per doubling over {c['points']} points; 20 % at about "
-                     f"{c['observations']:,.0f} observations, {c['observations'] / FORCED_PER_CPU_HOUR:,.1f} CPU hours"))
+        lines.append(
+            f"- {order}: "
+            + (
+                "no line (fewer than two points above 0, or no gain)"
+                if c is None
+                else f"+{100 * c['per_doubling']:.1f} points per doubling over {c['points']} points; 20 % at about "
+                f"{c['observations']:,.0f} observations, {c['observations'] / FORCED_PER_CPU_HOUR:,.1f} CPU hours"
+            )
+        )
     return lines
 
 
@@ -216,15 +264,22 @@ def ci(v) -> str:
 
 
 def render(s: dict, head: list[str]) -> list[str]:
-    lines = [*head, "", f"{s['items']} items, {s['rejections']} rejections of plain sd.", "",
-             "| keys | λ | covered | coverage [95 % CI] | gated (would rescue) | fired key | number/operator swaps | judged | text-preserving [CI] | word-preserving [CI] |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        *head,
+        "",
+        f"{s['items']} items, {s['rejections']} rejections of plain sd.",
+        "",
+        "| keys | λ | covered | coverage [95 % CI] | gated (would rescue) | fired key | number/operator swaps | judged | text-preserving [CI] | word-preserving [CI] |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for name, per_lam in s["by_order"].items():
         for lam, v in per_lam.items():
             fired = ", ".join(f"{k} {c}" for k, c in sorted(v["fired_key"].items())) or "–"
-            lines.append(f"| {name} | {lam} | {v['covered']} | {pct(v['coverage'])} {ci(v['coverage_ci'])} | {v['gated']} | "
-                         f"{fired} | {v['number_or_operator_swaps']} | {v['judged']} | {pct(v['precision_text'])} {ci(v['precision_text_ci'])} | "
-                         f"{pct(v['precision_words'])} {ci(v['precision_words_ci'])} |")
+            lines.append(
+                f"| {name} | {lam} | {v['covered']} | {pct(v['coverage'])} {ci(v['coverage_ci'])} | {v['gated']} | "
+                f"{fired} | {v['number_or_operator_swaps']} | {v['judged']} | {pct(v['precision_text'])} {ci(v['precision_text_ci'])} | "
+                f"{pct(v['precision_words'])} {ci(v['precision_words_ci'])} |"
+            )
     return lines
 
 
@@ -235,7 +290,9 @@ def main() -> int:
     ap.add_argument("--dtype", default="bfloat16")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--memory", default=None, help="a memory file (default: the user's table, else the shipped one)")
-    ap.add_argument("--rejoin-tokens", type=int, default=12, help="greedy tokens after a rescued x for the precision check")
+    ap.add_argument(
+        "--rejoin-tokens", type=int, default=12, help="greedy tokens after a rescued x for the precision check"
+    )
     ap.add_argument("--max-minutes", type=float, default=None, help="stop starting items after this long (resumable)")
     ap.add_argument("--no-run", action="store_true", help="report the checkpoint without running models")
     ap.add_argument("--out", default="results/csd_keys")
@@ -244,8 +301,8 @@ def main() -> int:
     import platform
 
     import torch
-
     from bench_csd import load_memory, pair_items
+
     from core.memory import PairKeys
     from core.models import check_pair, encode_prompt, load_model
     from workbench.methods import run_method
@@ -275,7 +332,9 @@ def main() -> int:
     else:
         target = load_model("qwen2.5-coder-1.5b", device="cpu", dtype=args.dtype)
         draft = load_model("qwen2.5-coder-0.5b", device="cpu", dtype=args.dtype)
-        memory = load_memory(target, draft, False, [i.text for i in items], args.memory)  # refused if it saw these prompts
+        memory = load_memory(
+            target, draft, False, [i.text for i in items], args.memory
+        )  # refused if it saw these prompts
         tokenizer, text_id = target.tokenizer, target.fingerprint
 
     def keys_of(code: int) -> PairKeys:
@@ -294,7 +353,9 @@ def main() -> int:
                     break
                 ids = encode_prompt(target.tokenizer, item.text, chat=item.chat)
                 w, c = time.perf_counter(), time.process_time()
-                run = run_method("sd", target, ids, {"max_new_tokens": item.max_new_tokens}, draft=draft, stop_strings=item.stop)
+                run = run_method(
+                    "sd", target, ids, {"max_new_tokens": item.max_new_tokens}, draft=draft, stop_strings=item.stop
+                )
                 out_ids = list(run.output_ids)
                 # A rejection in the step a stop string cut off lies past the answer: not counted.
                 rej = [r for r in sd_rejections(run.steps) if r["pos"] < len(out_ids)]
@@ -304,36 +365,56 @@ def main() -> int:
                     counts = memory.key_counts(r["x"], r["t"], all_keys)
                     if key_lookup(counts, lam_min)[0] is None or r["gap"] < log_tau:
                         continue
-                    branch = run_method("greedy", target, ids + out_ids[:r["pos"]] + [r["x"]],
-                                        {"max_new_tokens": args.rejoin_tokens}).output_ids
+                    branch = run_method(
+                        "greedy", target, ids + out_ids[: r["pos"]] + [r["x"]], {"max_new_tokens": args.rejoin_tokens}
+                    ).output_ids
                     b = target.tokenizer.decode([r["x"], *branch[:-1]])
-                    g = target.tokenizer.decode(out_ids[r["pos"]:])
-                    r["rejoin"] = {"text": same_text(b, g), "words": same_text(words(b), words(g)),
-                                   "branch": target.tokenizer.decode([r["x"], *branch]),
-                                   "greedy": target.tokenizer.decode(out_ids[r["pos"]:r["pos"] + len(branch) + 1])}
+                    g = target.tokenizer.decode(out_ids[r["pos"] :])
+                    r["rejoin"] = {
+                        "text": same_text(b, g),
+                        "words": same_text(words(b), words(g)),
+                        "branch": target.tokenizer.decode([r["x"], *branch]),
+                        "greedy": target.tokenizer.decode(out_ids[r["pos"] : r["pos"] + len(branch) + 1]),
+                    }
                     judged += 1
-                row = {"id": item.id, "kind": item.kind, "tokens": len(out_ids), "rejections": rej,
-                       "seconds": time.perf_counter() - w, "cpu_seconds": time.process_time() - c}
+                row = {
+                    "id": item.id,
+                    "kind": item.kind,
+                    "tokens": len(out_ids),
+                    "rejections": rej,
+                    "seconds": time.perf_counter() - w,
+                    "cpu_seconds": time.process_time() - c,
+                }
                 fh.write(json.dumps(row) + "\n")
                 fh.flush()
                 done[item.id] = row
-                print(f"{k}/{len(todo)} {item.id}: {len(rej)} rejections, {judged} judged, {len(out_ids)} tokens, "
-                      f"{row['seconds']:.0f} s", file=sys.stderr)
+                print(
+                    f"{k}/{len(todo)} {item.id}: {len(rej)} rejections, {judged} judged, {len(out_ids)} tokens, "
+                    f"{row['seconds']:.0f} s",
+                    file=sys.stderr,
+                )
     rows = [done[i.id] for i in items if i.id in done]
     key_rows(rows, memory, keys_of)
     s = summarise(rows, lambda i: tokenizer.decode([i]))
     flags = open("/proc/cpuinfo").read() if Path("/proc/cpuinfo").exists() else ""
-    cpu = next((line.split(":", 1)[1].strip() for line in flags.splitlines() if line.startswith("model name")), platform.processor())
-    head = [f"# csd memory keys: coverage and precision on held-out items ({args.dtype}, ≤ {args.max_new_tokens} new tokens)",
-            "", f"Qwen2.5-Coder-1.5B target, 0.5B draft; memory {memory.path} ({len(memory)} pairs, {memory.total} "
-            f"observations, sha {memory.fingerprint()}); τ {TAU}; rejoin check {args.rejoin_tokens} tokens. "
-            f"CPU {cpu}; avx512_bf16 {'avx512_bf16' in flags}; amx {'amx' in flags}; {args.threads} thread(s). "
-            f"Items: {', '.join(r['id'] for r in rows)}."]
+    cpu = next(
+        (line.split(":", 1)[1].strip() for line in flags.splitlines() if line.startswith("model name")),
+        platform.processor(),
+    )
+    head = [
+        f"# csd memory keys: coverage and precision on held-out items ({args.dtype}, ≤ {args.max_new_tokens} new tokens)",
+        "",
+        f"Qwen2.5-Coder-1.5B target, 0.5B draft; memory {memory.path} ({len(memory)} pairs, {memory.total} "
+        f"observations, sha {memory.fingerprint()}); τ {TAU}; rejoin check {args.rejoin_tokens} tokens. "
+        f"CPU {cpu}; avx512_bf16 {'avx512_bf16' in flags}; amx {'amx' in flags}; {args.threads} thread(s). "
+        f"Items: {', '.join(r['id'] for r in rows)}.",
+    ]
     curve = thinned_curve(rows, memory, keys_of)
     lines = render(s, head) + curve_lines(curve) + rescue_lines(rows, lambda i: tokenizer.decode([i]))
     (out_dir / f"report_{stem}.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    (out_dir / f"report_{stem}.json").write_text(json.dumps({"summary": s, "curve": curve, "items": [r["id"] for r in rows]}, indent=1),
-                                                 encoding="utf-8")
+    (out_dir / f"report_{stem}.json").write_text(
+        json.dumps({"summary": s, "curve": curve, "items": [r["id"] for r in rows]}, indent=1), encoding="utf-8"
+    )
     print("\n".join(lines))
     return 0
 

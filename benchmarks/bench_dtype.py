@@ -5,6 +5,7 @@ CPUs without bf16 units (AVX512-BF16 / AMX) emulate bf16 matmuls, which can be f
 
     python benchmarks/bench_dtype.py
 """
+
 from __future__ import annotations
 
 import sys
@@ -65,15 +66,21 @@ def head_ms(dtype: torch.dtype, vocab: int, hidden: int, rows: int = 2, repeats:
 
 
 def main() -> None:
-    print(f"CPU has bf16 units: {_cpu_has_bf16()}; --dtype auto resolves to {resolve_dtype('auto')}; threads {torch.get_num_threads()}")
+    print(
+        f"CPU has bf16 units: {_cpu_has_bf16()}; --dtype auto resolves to {resolve_dtype('auto')}; threads {torch.get_num_threads()}"
+    )
     f32, b16 = gflops(torch.float32), gflops(torch.bfloat16)
     print(f"matmul 512x512: fp32 {f32:.1f} GFLOP/s, bf16 {b16:.2f} GFLOP/s (bf16/fp32 = {b16 / f32:.3f})")
     a, b = step_ms("float32"), step_ms("bfloat16")
-    print(f"SmolLM2-135M one decoding step after 800 tokens (median of 5): fp32 {a:.0f} ms, bf16 {b:.0f} ms (bf16/fp32 = {b / a:.2f})")
+    print(
+        f"SmolLM2-135M one decoding step after 800 tokens (median of 5): fp32 {a:.0f} ms, bf16 {b:.0f} ms (bf16/fp32 = {b / a:.2f})"
+    )
     for dtype in (torch.float32, torch.bfloat16):
         for name, vocab, hidden in (("SmolLM2", 49152, 576), ("Qwen2.5-0.5B", 151936, 896)):
             view, packed = head_ms(dtype, vocab, hidden)
-            print(f"{name} output head on the last of 2 positions, {str(dtype)[6:]}: strided view {view:.1f} ms, packed {packed:.1f} ms")
+            print(
+                f"{name} output head on the last of 2 positions, {str(dtype)[6:]}: strided view {view:.1f} ms, packed {packed:.1f} ms"
+            )
 
 
 if __name__ == "__main__":

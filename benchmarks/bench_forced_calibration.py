@@ -25,6 +25,7 @@ Two measurements, both on the Qwen2.5-Coder pair:
 Writes results/bench_forced_calibration_<dtype>.json and .md; the sd runs are checkpointed in
 results/bench_forced_sd_<dtype>_<max new tokens>.jsonl (one line per item), so a stopped run resumes.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -78,9 +79,17 @@ def forced_curve(log: list[dict], rejections, points: int = 12, marks=None) -> l
             seen += 1
             if todo and seen == todo[0]:
                 todo.pop(0)
-                out.append({"observations": seen, "pairs": len(counts), "sequences": seqs + 1,
-                            "cpu_hours": (cpu + row["cpu_seconds"]) / 3600, "wall_hours": (wall + row["seconds"]) / 3600,
-                            "unseen": unseen_share(counts), **{f"lam>={k}": v for k, v in coverage(rejections, counts).items()}})
+                out.append(
+                    {
+                        "observations": seen,
+                        "pairs": len(counts),
+                        "sequences": seqs + 1,
+                        "cpu_hours": (cpu + row["cpu_seconds"]) / 3600,
+                        "wall_hours": (wall + row["seconds"]) / 3600,
+                        "unseen": unseen_share(counts),
+                        **{f"lam>={k}": v for k, v in coverage(rejections, counts).items()},
+                    }
+                )
         cpu += row["cpu_seconds"]
         wall += row["seconds"]
         seqs += 1
@@ -102,11 +111,23 @@ def crossing(curve: list[dict], key: str = "lam>=6", target: float = 0.20) -> di
     slope = sum((x - mx) * (y - my) for x, y in pts) / sxx if sxx else 0.0
     if slope <= 0:
         return None
-    return {"per_doubling": slope, "observations": 2 ** (mx + (target - my) / slope), "target": target, "points": len(pts)}
+    return {
+        "per_doubling": slope,
+        "observations": 2 ** (mx + (target - my) / slope),
+        "target": target,
+        "points": len(pts),
+    }
 
 
-def sd_runs(limit: int, max_new_tokens: int, dtype: str, out: Path, threads: int, run: bool = True,
-            code_max_new_tokens: int | None = None) -> list[dict]:
+def sd_runs(
+    limit: int,
+    max_new_tokens: int,
+    dtype: str,
+    out: Path,
+    threads: int,
+    run: bool = True,
+    code_max_new_tokens: int | None = None,
+) -> list[dict]:
     """Plain SD on the first `limit` HumanEval and GSM8K items (alternating), one checkpoint line per item."""
     from bench_csd import pair_items
 
@@ -117,30 +138,48 @@ def sd_runs(limit: int, max_new_tokens: int, dtype: str, out: Path, threads: int
         import torch
 
         from core.memory import rejections
-        from workbench.methods import run_method
         from core.models import check_pair, encode_prompt, load_model
         from core.stats import run_metrics
+        from workbench.methods import run_method
 
         if threads:
             torch.set_num_threads(threads)
         target = load_model("qwen2.5-coder-1.5b", device="cpu", dtype=dtype)
         draft = load_model("qwen2.5-coder-0.5b", device="cpu", dtype=dtype)
         check_pair(target, draft)
-        run_method("sd", target, encode_prompt(target.tokenizer, "def hello():", chat=False), {"max_new_tokens": 4}, draft=draft)
+        run_method(
+            "sd",
+            target,
+            encode_prompt(target.tokenizer, "def hello():", chat=False),
+            {"max_new_tokens": 4},
+            draft=draft,
+        )
         with out.open("a", encoding="utf-8") as fh:
             for k, item in enumerate(todo, start=1):
                 ids = encode_prompt(target.tokenizer, item.text, chat=item.chat)
                 w, c = time.perf_counter(), time.process_time()
-                run = run_method("sd", target, ids, {"max_new_tokens": item.max_new_tokens}, draft=draft, stop_strings=item.stop)
+                run = run_method(
+                    "sd", target, ids, {"max_new_tokens": item.max_new_tokens}, draft=draft, stop_strings=item.stop
+                )
                 w, c = time.perf_counter() - w, time.process_time() - c
                 m = run_metrics(run)
-                row = {"id": item.id, "kind": item.kind, "rejections": [list(p) for p in rejections(run.steps)],
-                       "tokens": m["tokens"], "steps": m["steps"], "seconds": w, "cpu_seconds": c}
+                row = {
+                    "id": item.id,
+                    "kind": item.kind,
+                    "rejections": [list(p) for p in rejections(run.steps)],
+                    "tokens": m["tokens"],
+                    "steps": m["steps"],
+                    "seconds": w,
+                    "cpu_seconds": c,
+                }
                 fh.write(json.dumps(row) + "\n")
                 fh.flush()
                 done[item.id] = row
-                print(f"sd {k}/{len(todo)} {item.id}: {len(row['rejections'])} rejections, {m['tokens']} tokens, "
-                      f"{w:.0f} s ({c:.0f} CPU s)", file=sys.stderr)
+                print(
+                    f"sd {k}/{len(todo)} {item.id}: {len(row['rejections'])} rejections, {m['tokens']} tokens, "
+                    f"{w:.0f} s ({c:.0f} CPU s)",
+                    file=sys.stderr,
+                )
     return [done[i.id] for i in items if i.id in done]
 
 
@@ -153,36 +192,67 @@ def split_half(rows: list[dict]) -> dict:
     for cal, test in ((a, b), (b, a)):
         counts = Counter(tuple(p) for r in cal for p in r["rejections"])
         rej = [tuple(p) for r in test for p in r["rejections"]]
-        out.append({"observations": sum(counts.values()), "items": len(cal), "test_rejections": len(rej),
-                    **{f"lam>={k}": v for k, v in coverage(rej, counts).items()}})
+        out.append(
+            {
+                "observations": sum(counts.values()),
+                "items": len(cal),
+                "test_rejections": len(rej),
+                **{f"lam>={k}": v for k, v in coverage(rej, counts).items()},
+            }
+        )
     return out
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--pairs-log", default=str(ROOT / "results" / "forced_pairs_bf16.jsonl"),
-                    help="the JSON Lines log of `calibrate --mode forced --pairs-log`")
-    ap.add_argument("--limit", type=int, default=40, help="benchmark items per dataset for sd's rejections (HumanEval, GSM8K)")
+    ap.add_argument(
+        "--pairs-log",
+        default=str(ROOT / "results" / "forced_pairs_bf16.jsonl"),
+        help="the JSON Lines log of `calibrate --mode forced --pairs-log`",
+    )
+    ap.add_argument(
+        "--limit", type=int, default=40, help="benchmark items per dataset for sd's rejections (HumanEval, GSM8K)"
+    )
     ap.add_argument("--max-new-tokens", type=int, default=256)
-    ap.add_argument("--code-max-new-tokens", type=int, default=None,
-                    help="HumanEval's new tokens (default --max-new-tokens; bench_csd's runs use 128 with GSM8K's 256)")
-    ap.add_argument("--marks", default=None,
-                    help="observation counts to draw the forced curve at, comma-separated (default: doubling from the log's total)")
+    ap.add_argument(
+        "--code-max-new-tokens",
+        type=int,
+        default=None,
+        help="HumanEval's new tokens (default --max-new-tokens; bench_csd's runs use 128 with GSM8K's 256)",
+    )
+    ap.add_argument(
+        "--marks",
+        default=None,
+        help="observation counts to draw the forced curve at, comma-separated (default: doubling from the log's total)",
+    )
     ap.add_argument("--dtype", default="bfloat16")
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--memory", default=None, help="also report the coverage of this memory file (e.g. the shipped one); "
-                                                            "files joined by '+' are counted together")
+    ap.add_argument(
+        "--memory",
+        default=None,
+        help="also report the coverage of this memory file (e.g. the shipped one); "
+        "files joined by '+' are counted together",
+    )
     ap.add_argument("--out", default=str(ROOT / "results"))
     ap.add_argument("--sd-only", action="store_true", help="only run (or resume) the sd runs")
-    ap.add_argument("--no-run", action="store_true", help="report on the sd runs already in the checkpoint (run nothing)")
+    ap.add_argument(
+        "--no-run", action="store_true", help="report on the sd runs already in the checkpoint (run nothing)"
+    )
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     code_tokens = args.code_max_new_tokens or args.max_new_tokens
     tokens = f"{args.max_new_tokens}" + (f"_code{code_tokens}" if code_tokens != args.max_new_tokens else "")
     ckpt = out / f"bench_forced_sd_{args.dtype}_{tokens}.jsonl"
-    rows = sd_runs(args.limit, args.max_new_tokens, args.dtype, ckpt, args.threads, run=not args.no_run,
-                   code_max_new_tokens=code_tokens)
+    rows = sd_runs(
+        args.limit,
+        args.max_new_tokens,
+        args.dtype,
+        ckpt,
+        args.threads,
+        run=not args.no_run,
+        code_max_new_tokens=code_tokens,
+    )
     rows = rows[: 2 * args.limit]  # a checkpoint of a larger --limit: its balanced prefix
     if args.sd_only:
         return 0
@@ -197,55 +267,101 @@ def main() -> int:
     halves = split_half(rows)
     kinds = Counter(r["kind"] for r in rows)
     result = {
-        "sd_items": dict(kinds), "sd_rejections": sd_obs, "sd_tokens": sum(r["tokens"] for r in rows),
-        "sd_based": {"observations": sd_obs, "cpu_seconds": sd_cpu, "seconds": sd_wall,
-                     "per_cpu_hour": 3600 * sd_obs / sd_cpu if sd_cpu else None, "per_hour": 3600 * sd_obs / sd_wall if sd_wall else None},
-        "forced": {"observations": f_obs, "sequences": len(log), "tokens": f_pos, "cpu_seconds": f_cpu, "seconds": f_wall,
-                   "per_cpu_hour": 3600 * f_obs / f_cpu if f_cpu else None, "per_hour": 3600 * f_obs / f_wall if f_wall else None,
-                   "gate_pass_share": sum(g >= -4.605170 for g in gaps) / len(gaps) if gaps else None},
-        "forced_curve": curve, "sd_based_split_half": halves,
+        "sd_items": dict(kinds),
+        "sd_rejections": sd_obs,
+        "sd_tokens": sum(r["tokens"] for r in rows),
+        "sd_based": {
+            "observations": sd_obs,
+            "cpu_seconds": sd_cpu,
+            "seconds": sd_wall,
+            "per_cpu_hour": 3600 * sd_obs / sd_cpu if sd_cpu else None,
+            "per_hour": 3600 * sd_obs / sd_wall if sd_wall else None,
+        },
+        "forced": {
+            "observations": f_obs,
+            "sequences": len(log),
+            "tokens": f_pos,
+            "cpu_seconds": f_cpu,
+            "seconds": f_wall,
+            "per_cpu_hour": 3600 * f_obs / f_cpu if f_cpu else None,
+            "per_hour": 3600 * f_obs / f_wall if f_wall else None,
+            "gate_pass_share": sum(g >= -4.605170 for g in gaps) / len(gaps) if gaps else None,
+        },
+        "forced_curve": curve,
+        "sd_based_split_half": halves,
         "crossing_20pct": {k: crossing(curve, k) for k in ("lam>=2", "lam>=4", "lam>=6")},
     }
     if args.memory:
         from core.memory import CorrectionMemory
 
         counts = sum((Counter(CorrectionMemory.load(f).snapshot()) for f in args.memory.split("+")), Counter())
-        result["memory"] = {"file": args.memory, "pairs": len(counts), "observations": sum(counts.values()),
-                            "unseen": unseen_share(counts), **{f"lam>={k}": v for k, v in coverage(rejections, counts).items()}}
+        result["memory"] = {
+            "file": args.memory,
+            "pairs": len(counts),
+            "observations": sum(counts.values()),
+            "unseen": unseen_share(counts),
+            **{f"lam>={k}": v for k, v in coverage(rejections, counts).items()},
+        }
     name = f"bench_forced_calibration_{args.dtype}"
     (out / f"{name}.json").write_text(json.dumps(result, indent=1))
     s, f = result["sd_based"], result["forced"]
-    lines = [f"## Teacher-forced vs SD-based calibration, Qwen2.5-Coder 1.5B + 0.5B, {args.dtype}", "",
-             f"sd's rejections: {sd_obs} on {len(rows)} benchmark items ({', '.join(f'{v} {k}' for k, v in kinds.items())}; "
-             f"{args.max_new_tokens} new tokens at most)", "",
-             "| calibration | observations | wall s | CPU s | observations / hour | observations / CPU hour |", "|---|---|---|---|---|---|",
-             f"| SD-based (sd's rejections while decoding) | {sd_obs} | {sd_wall:.0f} | {sd_cpu:.0f} | {s['per_hour']:.0f} | {s['per_cpu_hour']:.0f} |",
-             f"| teacher-forced ({len(log)} sequences, {f_pos} tokens) | {f_obs} | {f_wall:.0f} | {f_cpu:.0f} | {f['per_hour']:.0f} | {f['per_cpu_hour']:.0f} |",
-             "", f"forced/SD per CPU hour: {f['per_cpu_hour'] / s['per_cpu_hour']:.1f}×; share of forced pairs CSD's gate (τ 0.01) passes: "
-             f"{(f['gate_pass_share'] or 0):.1%}", "",
-             "Coverage of sd's rejections (count ≥ λ) against forced observations:", "",
-             "| observations | pairs | sequences | CPU hours | wall hours | λ 2 | λ 4 | λ 6 | Good–Turing unseen |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f"## Teacher-forced vs SD-based calibration, Qwen2.5-Coder 1.5B + 0.5B, {args.dtype}",
+        "",
+        f"sd's rejections: {sd_obs} on {len(rows)} benchmark items ({', '.join(f'{v} {k}' for k, v in kinds.items())}; "
+        f"{args.max_new_tokens} new tokens at most)",
+        "",
+        "| calibration | observations | wall s | CPU s | observations / hour | observations / CPU hour |",
+        "|---|---|---|---|---|---|",
+        f"| SD-based (sd's rejections while decoding) | {sd_obs} | {sd_wall:.0f} | {sd_cpu:.0f} | {s['per_hour']:.0f} | {s['per_cpu_hour']:.0f} |",
+        f"| teacher-forced ({len(log)} sequences, {f_pos} tokens) | {f_obs} | {f_wall:.0f} | {f_cpu:.0f} | {f['per_hour']:.0f} | {f['per_cpu_hour']:.0f} |",
+        "",
+        f"forced/SD per CPU hour: {f['per_cpu_hour'] / s['per_cpu_hour']:.1f}×; share of forced pairs CSD's gate (τ 0.01) passes: "
+        f"{(f['gate_pass_share'] or 0):.1%}",
+        "",
+        "Coverage of sd's rejections (count ≥ λ) against forced observations:",
+        "",
+        "| observations | pairs | sequences | CPU hours | wall hours | λ 2 | λ 4 | λ 6 | Good–Turing unseen |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for p in curve:
-        lines.append(f"| {p['observations']} | {p['pairs']} | {p['sequences']} | {p['cpu_hours']:.2f} | {p['wall_hours']:.2f} | "
-                     f"{p['lam>=2']:.1%} | {p['lam>=4']:.1%} | {p['lam>=6']:.1%} | {p['unseen']:.1%} |")
+        lines.append(
+            f"| {p['observations']} | {p['pairs']} | {p['sequences']} | {p['cpu_hours']:.2f} | {p['wall_hours']:.2f} | "
+            f"{p['lam>=2']:.1%} | {p['lam>=4']:.1%} | {p['lam>=6']:.1%} | {p['unseen']:.1%} |"
+        )
     per_cpu_hour = f["per_cpu_hour"]
     for k, c in result["crossing_20pct"].items():
         if c is None:
             lines.append(f"\n{k.replace('lam>=', 'λ ')}: too few points to extrapolate to 20 %")
             continue
-        cost = f", about {c['observations'] / per_cpu_hour:,.0f} CPU hours at {per_cpu_hour:,.0f} observations per CPU hour" \
-            if per_cpu_hour else ""
-        lines.append(f"\n{k.replace('lam>=', 'λ ')}: +{c['per_doubling']:.1%} per doubling of observations (fit over "
-                     f"{c['points']} points); 20 % at about {c['observations']:,.0f} observations{cost} (an extrapolation)")
-    lines += ["", "SD-based calibration from half the items, coverage of the other half's rejections:", "",
-              "| observations (items) | test rejections | λ 2 | λ 4 | λ 6 |", "|---|---|---|---|---|"]
+        cost = (
+            f", about {c['observations'] / per_cpu_hour:,.0f} CPU hours at {per_cpu_hour:,.0f} observations per CPU hour"
+            if per_cpu_hour
+            else ""
+        )
+        lines.append(
+            f"\n{k.replace('lam>=', 'λ ')}: +{c['per_doubling']:.1%} per doubling of observations (fit over "
+            f"{c['points']} points); 20 % at about {c['observations']:,.0f} observations{cost} (an extrapolation)"
+        )
+    lines += [
+        "",
+        "SD-based calibration from half the items, coverage of the other half's rejections:",
+        "",
+        "| observations (items) | test rejections | λ 2 | λ 4 | λ 6 |",
+        "|---|---|---|---|---|",
+    ]
     for h in halves:
-        lines.append(f"| {h['observations']} ({h['items']}) | {h['test_rejections']} | {h['lam>=2']:.1%} | {h['lam>=4']:.1%} | {h['lam>=6']:.1%} |")
+        lines.append(
+            f"| {h['observations']} ({h['items']}) | {h['test_rejections']} | {h['lam>=2']:.1%} | {h['lam>=4']:.1%} | {h['lam>=6']:.1%} |"
+        )
     if "memory" in result:
         m = result["memory"]
-        lines += ["", f"memory {m['file']} ({m['pairs']} pairs, {m['observations']} observations): "
-                  + ", ".join(f"λ {k}: {m[f'lam>={k}']:.1%}" for k in LAMS) + f"; Good–Turing unseen {m['unseen'] or 0:.1%}"]
+        lines += [
+            "",
+            f"memory {m['file']} ({m['pairs']} pairs, {m['observations']} observations): "
+            + ", ".join(f"λ {k}: {m[f'lam>={k}']:.1%}" for k in LAMS)
+            + f"; Good–Turing unseen {m['unseen'] or 0:.1%}",
+        ]
     command = "python benchmarks/bench_forced_calibration.py " + " ".join(sys.argv[1:])
     (out / f"{name}.md").write_text(f"<!-- written by `{command}` -->\n" + "\n".join(lines) + "\n", encoding="utf-8")
     print("\n".join(lines))

@@ -9,6 +9,7 @@
     flock /tmp/bench.lock env OMP_NUM_THREADS=1 taskset -c 1 python benchmarks/bench_gamma_auto.py --threads 1
     python benchmarks/bench_gamma_auto.py --sweep-only
 """
+
 from __future__ import annotations
 
 import argparse
@@ -79,14 +80,29 @@ def main() -> int:
     s = result["methods"]
     print(format_table(s))
     ratio = s["sd[gamma=auto]"]["tps"] / s["sd"]["tps"]
-    print(f"{args.target} drafted by {args.draft}, {args.dtype}, {len(tasks)} HumanEval prompts "
-          f"({', '.join(t.id for t in tasks)}), {args.max_new_tokens} new tokens, interleaved per item; {minutes:.1f} min")
-    print(f"tokens/s: sd {s['sd']['tps']:.2f}, sd[gamma=auto] {s['sd[gamma=auto]']['tps']:.2f}, greedy {s['greedy']['tps']:.2f}; "
-          f"sd[gamma=auto] / sd = {ratio:.3f} (target >= 1)")
+    print(
+        f"{args.target} drafted by {args.draft}, {args.dtype}, {len(tasks)} HumanEval prompts "
+        f"({', '.join(t.id for t in tasks)}), {args.max_new_tokens} new tokens, interleaved per item; {minutes:.1f} min"
+    )
+    print(
+        f"tokens/s: sd {s['sd']['tps']:.2f}, sd[gamma=auto] {s['sd[gamma=auto]']['tps']:.2f}, greedy {s['greedy']['tps']:.2f}; "
+        f"sd[gamma=auto] / sd = {ratio:.3f} (target >= 1)"
+    )
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"machine": machine(torch.get_num_threads()), "sweep_ms": ms, "ratio": ratio, "argv": sys.argv[1:],
-                               "minutes": minutes, **result}, indent=1))
+    out.write_text(
+        json.dumps(
+            {
+                "machine": machine(torch.get_num_threads()),
+                "sweep_ms": ms,
+                "ratio": ratio,
+                "argv": sys.argv[1:],
+                "minutes": minutes,
+                **result,
+            },
+            indent=1,
+        )
+    )
     return 0 if ms < 1 and ratio >= 1 else 1
 
 

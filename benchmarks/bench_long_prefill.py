@@ -13,6 +13,7 @@ times, greedy with a few new tokens, the model's default dtype. Prints the CPU, 
     flock /tmp/bench.lock env OMP_NUM_THREADS=1 taskset -c 1 python benchmarks/bench_long_prefill.py --sweep \
         --threads 1 [--dtypes bfloat16,float32] [--chunks 512,1024,2048,4096]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -44,7 +45,9 @@ def long_context(chars: int) -> str:
 
 def machine() -> str:
     flags = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
-    model = next((ln.split(":", 1)[1].strip() for ln in flags.splitlines() if ln.startswith("model name")), platform.processor())
+    model = next(
+        (ln.split(":", 1)[1].strip() for ln in flags.splitlines() if ln.startswith("model name")), platform.processor()
+    )
     import torch
 
     bf16 = [f for f in ("avx512_bf16", "amx_bf16") if f in flags]
@@ -52,9 +55,29 @@ def machine() -> str:
 
 
 def cli_prefill(context_file: Path, new_tokens: int, env: dict) -> float:
-    out = subprocess.run([sys.executable, "-m", "workbench", "generate", "--method", "greedy", "--context-file",
-                          str(context_file), "--prompt", PROMPT, "--max-new-tokens", str(new_tokens), "--json",
-                          "--no-store"], capture_output=True, text=True, cwd=ROOT, env=env, check=True)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "workbench",
+            "generate",
+            "--method",
+            "greedy",
+            "--context-file",
+            str(context_file),
+            "--prompt",
+            PROMPT,
+            "--max-new-tokens",
+            str(new_tokens),
+            "--json",
+            "--no-store",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        check=True,
+    )
     return json.loads(out.stdout.strip().splitlines()[-1])["metrics"]["prefill_seconds"]
 
 
@@ -82,8 +105,11 @@ def sweep(args) -> int:
                 prefill(target.model, ids, kv.new_cache(target.model), 0)
                 seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
                 best[dtype, chunk] = min(best.get((dtype, chunk), (float("inf"), 0.0)), (seconds, cpu))
-                print(f"round {r + 1}: {dtype} chunk {chunk}: {seconds:.1f} s wall, {cpu:.1f} s CPU "
-                      f"(load {os.getloadavg()[0]:.1f})", flush=True)
+                print(
+                    f"round {r + 1}: {dtype} chunk {chunk}: {seconds:.1f} s wall, {cpu:.1f} s CPU "
+                    f"(load {os.getloadavg()[0]:.1f})",
+                    flush=True,
+                )
     # The CPU time is what the prefill costs; the wall time adds what other processes took from it.
     print("| dtype | chunk | prefill s (fastest wall) | its CPU s | tokens per CPU s |\n|---|---|---|---|---|")
     for (dtype, chunk), (seconds, cpu) in best.items():
@@ -116,7 +142,10 @@ def main() -> int:
     env = {**os.environ, "WORKBENCH_DB": f"sqlite:///{home / 'cli.db'}"}
     target = load_model("smollm2-135m")
     n_tokens = len(encode_prompt(target.tokenizer, f"{context}\n\n{PROMPT}", chat=None))
-    print(f"{machine()}\ncontext {len(context):,} characters, {n_tokens:,} prompt tokens, dtype {target.dtype}", flush=True)
+    print(
+        f"{machine()}\ncontext {len(context):,} characters, {n_tokens:,} prompt tokens, dtype {target.dtype}",
+        flush=True,
+    )
     demo = build_app(db=str(home / "app.db"), single_user=True)
     launch(demo, prevent_thread_lock=True, quiet=True)
     client = Client(demo.local_url, verbose=False)
@@ -125,15 +154,24 @@ def main() -> int:
         for r in range(args.rounds):
             cli = cli_prefill(cfile, args.new_tokens, env)
             t0 = time.perf_counter()
-            status = client.predict(api_name="/compare", model_name="smollm2-135m", method_list=["greedy"],
-                                    prompt_text=PROMPT, context_text=context, max_new_tokens=args.new_tokens)[0]
+            status = client.predict(
+                api_name="/compare",
+                model_name="smollm2-135m",
+                method_list=["greedy"],
+                prompt_text=PROMPT,
+                context_text=context,
+                max_new_tokens=args.new_tokens,
+            )[0]
             wall = time.perf_counter() - t0
             assert status.startswith("done"), status
             app = demo.store.list_runs(limit=1)[0]
             app_prefill = demo.store.load_run(app.id, nodes=False).trace.prefill_seconds
             rows.append((cli, app_prefill, wall))
-            print(f"round {r + 1}: CLI generate prefill {cli:.1f} s · app prefill {app_prefill:.1f} s "
-                  f"(comparison end to end {wall:.1f} s) · load {os.getloadavg()[0]:.1f}", flush=True)
+            print(
+                f"round {r + 1}: CLI generate prefill {cli:.1f} s · app prefill {app_prefill:.1f} s "
+                f"(comparison end to end {wall:.1f} s) · load {os.getloadavg()[0]:.1f}",
+                flush=True,
+            )
     finally:
         demo.close()
     return 0

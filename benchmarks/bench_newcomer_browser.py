@@ -20,6 +20,7 @@ load average beside the numbers.
     flock /tmp/bench.lock python benchmarks/bench_newcomer_browser.py --which rescore [--moves 30]
     flock /tmp/bench.lock python benchmarks/bench_newcomer_browser.py --which first [--threads 2] [--warm-up 30]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -82,12 +83,16 @@ RESCORE_JS = """
 
 def machine() -> str:
     info = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
-    model = next((ln.split(":", 1)[1].strip() for ln in info.splitlines() if ln.startswith("model name")), platform.processor())
+    model = next(
+        (ln.split(":", 1)[1].strip() for ln in info.splitlines() if ln.startswith("model name")), platform.processor()
+    )
     import torch
 
     flags = [f for f in ("avx512_bf16", "amx_bf16", "amx_tile") if f in info]
-    return (f"{model}; {os.cpu_count()} cores ({len(os.sched_getaffinity(0))} allowed here); flags {', '.join(flags) or 'no bf16'}; torch threads {torch.get_num_threads()}; "
-            f"load average {os.getloadavg()[0]:.2f}")
+    return (
+        f"{model}; {os.cpu_count()} cores ({len(os.sched_getaffinity(0))} allowed here); flags {', '.join(flags) or 'no bf16'}; torch threads {torch.get_num_threads()}; "
+        f"load average {os.getloadavg()[0]:.2f}"
+    )
 
 
 def pct(xs: list[float], q: float) -> float:
@@ -97,8 +102,12 @@ def pct(xs: list[float], q: float) -> float:
 
 def report(name: str, xs: list[float], target: float) -> bool:
     ok = bool(xs) and pct(xs, 0.95) <= target
-    print(f"  {name}: n {len(xs)}  p50 {statistics.median(xs):.0f} ms  p95 {pct(xs, 0.95):.0f} ms  max {max(xs):.0f} ms"
-          f"  ({'PASS' if ok else 'MISS'}: target ≤ {target:g} ms)" if xs else f"  {name}: no measurement")
+    print(
+        f"  {name}: n {len(xs)}  p50 {statistics.median(xs):.0f} ms  p95 {pct(xs, 0.95):.0f} ms  max {max(xs):.0f} ms"
+        f"  ({'PASS' if ok else 'MISS'}: target ≤ {target:g} ms)"
+        if xs
+        else f"  {name}: no measurement"
+    )
     return ok
 
 
@@ -139,7 +148,9 @@ def bench_row_click(args, page, demo) -> bool:
         time.sleep(args.pause)
     misses = [x for x in cold + warm if x < 0]
     print(f"row click until the {args.steps}-step run's step 0 is drawn ({len(misses)} timed out):")
-    ok_cold = report("cold (first click on the run: read from the store)", [x for x in cold if x >= 0], args.budget or 1000)
+    ok_cold = report(
+        "cold (first click on the run: read from the store)", [x for x in cold if x >= 0], args.budget or 1000
+    )
     ok_warm = report("warm (run cached)", [x for x in warm if x >= 0], args.budget or 1000)
     return ok_cold and ok_warm and not misses
 
@@ -164,9 +175,8 @@ def bench_rescore(args, page, demo) -> bool:
 
 
 def bench_first(args, page, demo) -> bool:
-    from playwright.sync_api import expect
-
     from browser_util import fill_number, open_parameters
+    from playwright.sync_api import expect
 
     if args.warm_up is not None:  # what `serve` does: the default model's t(n, L) measured while the page opens
         from workbench.service import default_model
@@ -186,12 +196,16 @@ def bench_first(args, page, demo) -> bool:
     for r in sorted(runs, key=lambda r: r.id):
         trace = demo.store.load_run(r.id, nodes=False).trace
         m = run_metrics(trace)
-        print(f"  {r.method}: {m['tokens']} tokens, MAL {m['mal']:.2f}, {m['tps']:.1f} tok/s, prefill {trace.prefill_seconds:.2f} s, "
-              f"decode {trace.decode_seconds:.2f} s")
+        print(
+            f"  {r.method}: {m['tokens']} tokens, MAL {m['mal']:.2f}, {m['tps']:.1f} tok/s, prefill {trace.prefill_seconds:.2f} s, "
+            f"decode {trace.decode_seconds:.2f} s"
+        )
     target = (args.budget or 60_000) / 1000
     ok = seconds <= target
-    print(f"first comparison (greedy, aasd, csd at 64 tokens, default sample), Run until done: {seconds:.1f} s "
-          f"({'PASS' if ok else 'MISS'}: target ≤ {target:g} s); load average now {os.getloadavg()[0]:.2f}")
+    print(
+        f"first comparison (greedy, aasd, csd at 64 tokens, default sample), Run until done: {seconds:.1f} s "
+        f"({'PASS' if ok else 'MISS'}: target ≤ {target:g} s); load average now {os.getloadavg()[0]:.2f}"
+    )
     return ok
 
 
@@ -205,8 +219,13 @@ def main() -> int:
     ap.add_argument("--pause", type=float, default=0.3, help="seconds between actions (a user reading)")
     ap.add_argument("--synthetic", action="store_true", help="random well-formed trees instead of a real AASD run")
     ap.add_argument("--budget", type=float, default=None, help="override the target (ms)")
-    ap.add_argument("--warm-up", type=float, default=None, metavar="SECONDS",
-                    help="first: start serve's warm-up (t(n, L) measured in the background), wait SECONDS, then press Run")
+    ap.add_argument(
+        "--warm-up",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="first: start serve's warm-up (t(n, L) measured in the background), wait SECONDS, then press Run",
+    )
     ap.add_argument("--threads", type=int, default=None, help="torch threads of the app (default: torch's own)")
     args = ap.parse_args()
     if args.threads:
@@ -233,7 +252,9 @@ def main() -> int:
             browser = pw.chromium.launch(executable_path=CHROMIUM, args=FLAGS, headless=True)
             page = browser.new_page(viewport={"width": 1500, "height": 1100})
             page.set_default_timeout(120_000)
-            ok = {"row-click": bench_row_click, "rescore": bench_rescore, "first": bench_first}[args.which](args, page, demo)
+            ok = {"row-click": bench_row_click, "rescore": bench_rescore, "first": bench_first}[args.which](
+                args, page, demo
+            )
             browser.close()
     finally:
         demo.close()

@@ -4,6 +4,7 @@
 
 Targets (issue 3): build <= 2 s and median lookup <= 1 ms at 1M tokens.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -59,7 +60,9 @@ def main() -> int:
     print("|---|---|---|---|---|")
     print(f"| {args.tokens:,} | {build:.3f} | {med:.3f} | {p95:.3f} | {statistics.median(extends):.3f} |")
     ok = build <= 2.0 and med <= 1.0
-    print(f"{'PASS' if build <= 2.0 else 'MISS'} build <= 2 s; {'PASS' if med <= 1.0 else 'MISS'} median lookup <= 1 ms")
+    print(
+        f"{'PASS' if build <= 2.0 else 'MISS'} build <= 2 s; {'PASS' if med <= 1.0 else 'MISS'} median lookup <= 1 ms"
+    )
     return 0 if ok else 1
 
 

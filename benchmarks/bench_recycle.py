@@ -10,6 +10,7 @@ share of tokens equal to greedy's; a Markdown table and the JSON under --out, th
 --held-out-from and later in each category) and prints, per rank r, how often a recycled node of rank r
 is accepted when its parent was: the rates core.drafters.recycle.RANK_RATE orders the template by.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,8 +28,21 @@ from workbench.evaluation.bench import run_bench  # noqa: E402
 from workbench.evaluation.tasks import load_tasks  # noqa: E402
 
 SPEC_BENCH = ROOT.parent / "shared" / "data" / "spec_bench" / "question.jsonl"
-CATEGORIES = ["writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem", "humanities",
-              "translation", "summarization", "qa", "math_reasoning", "rag"]
+CATEGORIES = [
+    "writing",
+    "roleplay",
+    "reasoning",
+    "math",
+    "coding",
+    "extraction",
+    "stem",
+    "humanities",
+    "translation",
+    "summarization",
+    "qa",
+    "math_reasoning",
+    "rag",
+]
 OFF_CONTEXT = ["writing", "math", "translation", "roleplay"]  # the issue's categories without a usable context
 METHODS = ["greedy", "pld", "hf-prompt-lookup", "recycle", "aasd[fallback=none]", "aasd[fallback=recycle]"]
 
@@ -66,20 +80,26 @@ def markdown(by: dict, methods: list[str]) -> str:
         for m in methods:
             s = by[group][m]
             eq = s["equal_to_greedy"]
-            lines.append(f"| {group} | {m} | {s['mal']:.2f} | {s['tps']:.1f} | {s['speedup']:.2f} | "
-                         f"{'-' if eq is None else f'{100 * eq:.1f}'} |")
+            lines.append(
+                f"| {group} | {m} | {s['mal']:.2f} | {s['tps']:.1f} | {s['speedup']:.2f} | "
+                f"{'-' if eq is None else f'{100 * eq:.1f}'} |"
+            )
     return "\n".join(lines)
 
 
 def rank_rates(target, tasks, max_new_tokens: int) -> list[float]:
     """Per rank: accepted ÷ judged among recycled nodes whose parent was accepted (or the root)."""
-    from workbench.methods import run_method
     from core.models import encode_prompt
+    from workbench.methods import run_method
 
     judged, accepted = [0] * 8, [0] * 8
     for task in tasks:
-        run = run_method("recycle", target, encode_prompt(target.tokenizer, task.prompt(), chat=task.chat),
-                         {"max_new_tokens": max_new_tokens, "max_nodes": 80})
+        run = run_method(
+            "recycle",
+            target,
+            encode_prompt(target.tokenizer, task.prompt(), chat=task.chat),
+            {"max_new_tokens": max_new_tokens, "max_nodes": 80},
+        )
         for step in run.steps:
             by_node = {n.node: n for n in step.nodes}
             siblings: dict[int, int] = defaultdict(int)
@@ -106,7 +126,9 @@ def main() -> int:
     ap.add_argument("--out", default=str(ROOT / "results"))
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch's default); 1 on a shared machine")
     ap.add_argument("--rank-rates", action="store_true", help="measure acceptance by template rank on held-out items")
-    ap.add_argument("--held-out-from", type=int, default=8, help="with --rank-rates: first item index used per category")
+    ap.add_argument(
+        "--held-out-from", type=int, default=8, help="with --rank-rates: first item index used per category"
+    )
     args = ap.parse_args()
     if args.threads:
         import torch
@@ -116,36 +138,63 @@ def main() -> int:
     dtype = str(target.dtype).replace("torch.", "")
 
     if args.rank_rates:
-        tasks = [t for c in CATEGORIES for t in load_tasks(args.data, categories=[c])[args.held_out_from : args.held_out_from + 2]]
+        tasks = [
+            t
+            for c in CATEGORIES
+            for t in load_tasks(args.data, categories=[c])[args.held_out_from : args.held_out_from + 2]
+        ]
         rates = rank_rates(target, tasks, args.max_new_tokens)
-        print(f"RANK_RATE = ({', '.join(f'{r:.3f}' for r in rates)})  # {len(tasks)} held-out items, {args.model} {dtype}")
+        print(
+            f"RANK_RATE = ({', '.join(f'{r:.3f}' for r in rates)})  # {len(tasks)} held-out items, {args.model} {dtype}"
+        )
         return 0
 
     from workbench.methods import split_method_list
 
     methods = list(dict.fromkeys(["greedy", *split_method_list(args.methods)]))
     tasks = load_tasks(args.data, categories=CATEGORIES, limit=args.limit)
-    result = run_bench(target, tasks, methods, {"max_new_tokens": args.max_new_tokens}, max_new_tokens=args.max_new_tokens)
+    result = run_bench(
+        target, tasks, methods, {"max_new_tokens": args.max_new_tokens}, max_new_tokens=args.max_new_tokens
+    )
     by = summary_by(result["tasks"], methods)
-    command = "python " + " ".join([str(Path(sys.argv[0]).relative_to(ROOT)) if Path(sys.argv[0]).is_absolute() else sys.argv[0], *sys.argv[1:]])
+    command = "python " + " ".join(
+        [str(Path(sys.argv[0]).relative_to(ROOT)) if Path(sys.argv[0]).is_absolute() else sys.argv[0], *sys.argv[1:]]
+    )
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / f"bench_recycle_{dtype}.json").write_text(json.dumps({"command": command, "by_category": by, **result}, indent=1))
-    lines = [f"## {args.model} {dtype}: Spec-Bench, {args.limit} item(s) × {len(CATEGORIES)} categories, "
-             f"max {args.max_new_tokens} new tokens", "", f"`{command}`", "", markdown(by, methods), ""]
+    (out / f"bench_recycle_{dtype}.json").write_text(
+        json.dumps({"command": command, "by_category": by, **result}, indent=1)
+    )
+    lines = [
+        f"## {args.model} {dtype}: Spec-Bench, {args.limit} item(s) × {len(CATEGORIES)} categories, "
+        f"max {args.max_new_tokens} new tokens",
+        "",
+        f"`{command}`",
+        "",
+        markdown(by, methods),
+        "",
+    ]
 
     checks = []
     if "recycle" in methods:
         checks += [
             ("recycle speed-up, mean over the 13 categories", category_mean_speedup(by, "recycle", CATEGORIES), 1.2),
-            ("recycle speed-up, mean over writing, math, translation, roleplay", category_mean_speedup(by, "recycle", OFF_CONTEXT), 1.3),
+            (
+                "recycle speed-up, mean over writing, math, translation, roleplay",
+                category_mean_speedup(by, "recycle", OFF_CONTEXT),
+                1.3,
+            ),
         ]
     fb, base = "aasd[fallback=recycle]", "aasd[fallback=none]"
     if fb in methods and base in methods:
         worst = min(by[c][fb]["speedup"] / by[c][base]["speedup"] for c in CATEGORIES if c in by)
         checks += [
             ("aasd with fallback ÷ aasd speed-up, worst category", worst, 1.0),
-            ("aasd with fallback speed-up, mean over the off-context categories", category_mean_speedup(by, fb, OFF_CONTEXT), 1.1),
+            (
+                "aasd with fallback speed-up, mean over the off-context categories",
+                category_mean_speedup(by, fb, OFF_CONTEXT),
+                1.1,
+            ),
         ]
     for name, value, goal in checks:
         lines.append(f"- {'PASS' if value >= goal else 'MISS'} {name}: {value:.3f} (target ≥ {goal})")

@@ -12,6 +12,7 @@ benchmarks/bench_replay_browser.py times what a user waits for, in Chromium.
 
     python benchmarks/bench_replay.py [--steps 1000] [--switches 200] [--threads 1]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -29,9 +30,9 @@ sys.path.insert(0, str(ROOT))
 
 
 def long_run(steps: int):
-    from workbench.methods import run_method
     from core.models import encode_prompt, load_model
     from workbench.evaluation.tasks import load_tasks
+    from workbench.methods import run_method
 
     target = load_model("smollm2-135m", device="cpu", dtype="float32")
     task = next(t for t in load_tasks(ROOT / "assets" / "samples.jsonl") if t.task == "summarization")
@@ -92,7 +93,9 @@ def main() -> int:
     p50, p95 = statistics.median(times), times[int(0.95 * len(times)) - 1]
     print(f"stored run: {args.steps} steps, {nodes} nodes (mean tree {nodes / args.steps - 2:.1f} draft nodes)")
     print(f"first load of the run (read from the store, then cached): {first * 1000:.0f} ms")
-    print(f"step switch over {args.switches} random steps: median {p50:.1f} ms, p95 {p95:.1f} ms, max {times[-1]:.1f} ms")
+    print(
+        f"step switch over {args.switches} random steps: median {p50:.1f} ms, p95 {p95:.1f} ms, max {times[-1]:.1f} ms"
+    )
     ok = p95 <= 150
     print(f"{'PASS' if ok else 'MISS'} replay step switch p95 {p95:.1f} ms (target <= 150 ms)")
     return 0 if ok else 1

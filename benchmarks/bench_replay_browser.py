@@ -15,6 +15,7 @@ or, with --synthetic, well-formed random trees without any model. --db keeps the
     OMP_NUM_THREADS=1 taskset -c 1 python benchmarks/bench_replay_browser.py [--steps 1000] [--switches 60]
         [--synthetic] [--db PATH] [--budget 150]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,8 +32,15 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 CHROMIUM = "/usr/bin/chromium"
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync"]
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 TAG = "bench-replay-browser"
 
 # Set step k on the slider the way a drag does (the range input's input event), then wait until both figures
@@ -73,8 +81,20 @@ def synthetic_run(steps: int, seed: int = 0, width: int = 3, depth: int = 6):
     rng = random.Random(seed)
     out, pos, vocab = [], 40, 500
     for i in range(steps):
-        nodes = [NodeTrace(step=i, cache_pos=pos, node=0, parent=-1, depth=0, token_id=rng.randrange(vocab),
-                           token_text=f" w{rng.randrange(vocab)}", source="root", decision="accepted", reason="root")]
+        nodes = [
+            NodeTrace(
+                step=i,
+                cache_pos=pos,
+                node=0,
+                parent=-1,
+                depth=0,
+                token_id=rng.randrange(vocab),
+                token_text=f" w{rng.randrange(vocab)}",
+                source="root",
+                decision="accepted",
+                reason="root",
+            )
+        ]
         frontier = [0]
         for d in range(1, rng.randint(1, depth) + 1):
             nxt = []
@@ -82,12 +102,27 @@ def synthetic_run(steps: int, seed: int = 0, width: int = 3, depth: int = 6):
                 for _ in range(rng.randint(1, width)):
                     j = len(nodes)
                     p = rng.random()
-                    nodes.append(NodeTrace(
-                        step=i, cache_pos=pos, node=j, parent=parent, depth=d, token_id=rng.randrange(vocab),
-                        token_text=f" w{rng.randrange(vocab)}", source=rng.choice(("context", "generated", "alignment")),
-                        decision="unreached", reason="not on the verified path", p=p, entropy=rng.random() * 4,
-                        max_p=max(p, rng.random()), p_eos=rng.random() * 0.01, rank=rng.randrange(5),
-                        logit_gap=rng.random() * 3, threshold=0.1))
+                    nodes.append(
+                        NodeTrace(
+                            step=i,
+                            cache_pos=pos,
+                            node=j,
+                            parent=parent,
+                            depth=d,
+                            token_id=rng.randrange(vocab),
+                            token_text=f" w{rng.randrange(vocab)}",
+                            source=rng.choice(("context", "generated", "alignment")),
+                            decision="unreached",
+                            reason="not on the verified path",
+                            p=p,
+                            entropy=rng.random() * 4,
+                            max_p=max(p, rng.random()),
+                            p_eos=rng.random() * 0.01,
+                            rank=rng.randrange(5),
+                            logit_gap=rng.random() * 3,
+                            threshold=0.1,
+                        )
+                    )
                     nxt.append(j)
             frontier = nxt[:4]
         # the verified path: from the root, accept children while p clears the threshold
@@ -105,21 +140,56 @@ def synthetic_run(steps: int, seed: int = 0, width: int = 3, depth: int = 6):
             if chosen is None:
                 break
             cur, accepted = chosen, accepted + 1
-        bonus = NodeTrace(step=i, cache_pos=pos, node=len(nodes), parent=cur, depth=nodes[cur].depth + 1,
-                          token_id=rng.randrange(vocab), token_text=f" w{rng.randrange(vocab)}", source="model",
-                          decision="bonus", reason="the target's own token", p=rng.random(), entropy=rng.random())
+        bonus = NodeTrace(
+            step=i,
+            cache_pos=pos,
+            node=len(nodes),
+            parent=cur,
+            depth=nodes[cur].depth + 1,
+            token_id=rng.randrange(vocab),
+            token_text=f" w{rng.randrange(vocab)}",
+            source="model",
+            decision="bonus",
+            reason="the target's own token",
+            p=rng.random(),
+            entropy=rng.random(),
+        )
         nodes.append(bonus)
         path, node = [], bonus
         while node.parent != -1:
             path.append(node.token_id)
             node = nodes[node.parent]
         emitted = path[::-1]
-        out.append(StepTrace(index=i, cache_pos=pos, tree_size=len(nodes) - 2, accepted=accepted, emitted=emitted,
-                             draft_ms=0.3, forward_ms=20.0, verify_ms=0.5, bookkeeping_ms=0.2, nodes=nodes))
+        out.append(
+            StepTrace(
+                index=i,
+                cache_pos=pos,
+                tree_size=len(nodes) - 2,
+                accepted=accepted,
+                emitted=emitted,
+                draft_ms=0.3,
+                forward_ms=20.0,
+                verify_ms=0.5,
+                bookkeeping_ms=0.2,
+                nodes=nodes,
+            )
+        )
         pos += len(emitted)
-    return RunTrace(method="casd", params={"delta": 0.1}, model="synthetic", draft_model=None, device="cpu",
-                    dtype="float32", prompt="synthetic", prompt_ids=list(range(40)), output_ids=[t for s in out for t in s.emitted],
-                    output_text="", steps=out, status="complete", decode_seconds=1.0)
+    return RunTrace(
+        method="casd",
+        params={"delta": 0.1},
+        model="synthetic",
+        draft_model=None,
+        device="cpu",
+        dtype="float32",
+        prompt="synthetic",
+        prompt_ids=list(range(40)),
+        output_ids=[t for s in out for t in s.emitted],
+        output_text="",
+        steps=out,
+        status="complete",
+        decode_seconds=1.0,
+    )
 
 
 def stored_run(db: str, steps: int, synthetic: bool) -> int:
@@ -128,7 +198,10 @@ def stored_run(db: str, steps: int, synthetic: bool) -> int:
 
     store = Store(db)
     for r in store.list_runs(tag=TAG, limit=20):
-        if r.model == ("synthetic" if synthetic else "smollm2-135m") and len(store.load_run(r.id, nodes=False).trace.steps) == steps:
+        if (
+            r.model == ("synthetic" if synthetic else "smollm2-135m")
+            and len(store.load_run(r.id, nodes=False).trace.steps) == steps
+        ):
             return r.id
     if synthetic:
         run = synthetic_run(steps)
@@ -146,10 +219,16 @@ def print_trace(path: str, switches: int, top: int = 12) -> None:
 
     events = json.loads(Path(path).read_text())
     events = events.get("traceEvents", events) if isinstance(events, dict) else events
-    main = {(e["pid"], e["tid"]) for e in events if e.get("name") == "thread_name"
-            and e.get("args", {}).get("name") == "CrRendererMain"}
-    spans = sorted((e["ts"], e["ts"] + e["dur"], e["name"]) for e in events
-                   if e.get("ph") == "X" and "dur" in e and (e["pid"], e["tid"]) in main)
+    main = {
+        (e["pid"], e["tid"])
+        for e in events
+        if e.get("name") == "thread_name" and e.get("args", {}).get("name") == "CrRendererMain"
+    }
+    spans = sorted(
+        (e["ts"], e["ts"] + e["dur"], e["name"])
+        for e in events
+        if e.get("ph") == "X" and "dur" in e and (e["pid"], e["tid"]) in main
+    )
     self_us, stack = defaultdict(float), []
     for start, end, name in spans:
         while stack and stack[-1][0] <= start:
@@ -176,8 +255,12 @@ def main() -> int:
     ap.add_argument("--db", default=None, help="a SQLite file kept between invocations (default: a fresh temp one)")
     ap.add_argument("--budget", type=float, default=150.0, help="target for the 95th percentile, ms")
     ap.add_argument("--pause", type=float, default=0.15, help="seconds between switches (a user reading)")
-    ap.add_argument("--trace", default=None, help="write a Chromium timeline of the timed switches here (open it in "
-                    "Perfetto) and print where the renderer's main thread spent them")
+    ap.add_argument(
+        "--trace",
+        default=None,
+        help="write a Chromium timeline of the timed switches here (open it in "
+        "Perfetto) and print where the renderer's main thread spent them",
+    )
     args = ap.parse_args()
     if not Path(CHROMIUM).exists():
         print(f"{CHROMIUM} not found: apt-get install chromium")
@@ -198,8 +281,10 @@ def main() -> int:
     db = args.db or str(home / "traces.db")
     t = time.perf_counter()
     run_id = stored_run(db, args.steps, args.synthetic)
-    print(f"run #{run_id}: {args.steps} steps ({'synthetic' if args.synthetic else 'SmolLM2 AASD, repeated'}), "
-          f"ready in {time.perf_counter() - t:.1f} s")
+    print(
+        f"run #{run_id}: {args.steps} steps ({'synthetic' if args.synthetic else 'SmolLM2 AASD, repeated'}), "
+        f"ready in {time.perf_counter() - t:.1f} s"
+    )
     demo = build_app(db=db)
     launch(demo, prevent_thread_lock=True, quiet=True)
     rng = random.Random(0)
@@ -217,7 +302,9 @@ def main() -> int:
             page.get_by_role("button", name="Load run").click()
             expect(page.locator("#replay-info")).to_contain_text(f"step 0 of 0–{args.steps - 1}", timeout=120_000)
             expect(page.locator("#replay-tree .fig-title, #replay-tree .gtitle").first).to_contain_text("step 0:")
-            expect(page.locator("#replay-thresholds .fig-title, #replay-thresholds .gtitle").first).to_contain_text("step 0:")
+            expect(page.locator("#replay-thresholds .fig-title, #replay-thresholds .gtitle").first).to_contain_text(
+                "step 0:"
+            )
             print(f"load run (store, first figures): {(time.perf_counter() - t) * 1000:.0f} ms")
             for k in rng.sample(range(1, args.steps), 5):  # warm-up, not counted
                 page.evaluate(SWITCH_JS, [k, 10_000])
@@ -243,13 +330,17 @@ def main() -> int:
     if not figs:
         print("MISS: no switch drew its figures within 10 s")
         return 1
-    print(f"{len(figs)} switches to distinct random steps ({misses} timed out); page fetched {payload / 1e6:.2f} MB "
-          f"from /gradio_api/ in all")
+    print(
+        f"{len(figs)} switches to distinct random steps ({misses} timed out); page fetched {payload / 1e6:.2f} MB "
+        f"from /gradio_api/ in all"
+    )
     for name, xs in (("both figures drawn", figs), ("figures and header", alls)):
         print(f"  {name:20s} p50 {statistics.median(xs):6.1f} ms  p95 {pct(xs, 0.95):6.1f} ms  max {max(xs):6.1f} ms")
     p95 = pct(figs, 0.95)
     ok = p95 <= args.budget and not misses
-    print(f"{'PASS' if ok else 'MISS'} replay step switch in the browser: p95 {p95:.1f} ms (target <= {args.budget:g} ms)")
+    print(
+        f"{'PASS' if ok else 'MISS'} replay step switch in the browser: p95 {p95:.1f} ms (target <= {args.budget:g} ms)"
+    )
     return 0 if ok else 1
 
 

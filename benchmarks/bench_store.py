@@ -11,6 +11,7 @@
 
 One torch thread by default: on a 2-core machine shared with other jobs, two threads were 5x slower.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -33,24 +34,75 @@ def synthetic_run(steps: int = 1000, nodes: int = 16, seed: int = 0) -> RunTrace
     rng = random.Random(seed)
     out, emitted_all = [], []
     for i in range(steps):
-        ns = [NodeTrace(step=i, cache_pos=500 + 3 * i, node=0, parent=-1, depth=0, token_id=rng.randrange(50_000),
-                        token_text=" tok", source="root", decision="accepted", reason="root")]
+        ns = [
+            NodeTrace(
+                step=i,
+                cache_pos=500 + 3 * i,
+                node=0,
+                parent=-1,
+                depth=0,
+                token_id=rng.randrange(50_000),
+                token_text=" tok",
+                source="root",
+                decision="accepted",
+                reason="root",
+            )
+        ]
         for j in range(1, nodes):
             accepted = j <= 2
-            ns.append(NodeTrace(
-                step=i, cache_pos=500 + 3 * i, node=j, parent=j - 1 if j <= 4 else rng.randrange(j), depth=min(j, 4),
-                token_id=rng.randrange(50_000), token_text=f" w{j}", source=rng.choice(("context", "alignment", "generated")),
-                decision="accepted" if accepted else "rejected", reason="p >= threshold" if accepted else "p < threshold",
-                p=rng.random(), entropy=rng.random() * 5, max_p=rng.random(), p_eos=rng.random() * 1e-3,
-                rank=rng.randrange(100), logit_gap=rng.random() * 10, threshold=0.1))
+            ns.append(
+                NodeTrace(
+                    step=i,
+                    cache_pos=500 + 3 * i,
+                    node=j,
+                    parent=j - 1 if j <= 4 else rng.randrange(j),
+                    depth=min(j, 4),
+                    token_id=rng.randrange(50_000),
+                    token_text=f" w{j}",
+                    source=rng.choice(("context", "alignment", "generated")),
+                    decision="accepted" if accepted else "rejected",
+                    reason="p >= threshold" if accepted else "p < threshold",
+                    p=rng.random(),
+                    entropy=rng.random() * 5,
+                    max_p=rng.random(),
+                    p_eos=rng.random() * 1e-3,
+                    rank=rng.randrange(100),
+                    logit_gap=rng.random() * 10,
+                    threshold=0.1,
+                )
+            )
         emitted = [rng.randrange(50_000) for _ in range(3)]
         emitted_all += emitted
-        out.append(StepTrace(index=i, cache_pos=500 + 3 * i, tree_size=nodes - 1, accepted=2, emitted=emitted,
-                             draft_ms=rng.random(), forward_ms=20 + rng.random(), verify_ms=rng.random(),
-                             bookkeeping_ms=rng.random(), nodes=ns))
-    return RunTrace(method="aasd", params={"max_new_tokens": 3000}, model="bench/model", draft_model=None, device="cpu",
-                    dtype="float32", prompt="p" * 2000, prompt_ids=list(range(500)), output_text="o" * 9000,
-                    output_ids=emitted_all, steps=out, prefill_seconds=0.5, decode_seconds=25.0, status="complete")
+        out.append(
+            StepTrace(
+                index=i,
+                cache_pos=500 + 3 * i,
+                tree_size=nodes - 1,
+                accepted=2,
+                emitted=emitted,
+                draft_ms=rng.random(),
+                forward_ms=20 + rng.random(),
+                verify_ms=rng.random(),
+                bookkeeping_ms=rng.random(),
+                nodes=ns,
+            )
+        )
+    return RunTrace(
+        method="aasd",
+        params={"max_new_tokens": 3000},
+        model="bench/model",
+        draft_model=None,
+        device="cpu",
+        dtype="float32",
+        prompt="p" * 2000,
+        prompt_ids=list(range(500)),
+        output_text="o" * 9000,
+        output_ids=emitted_all,
+        steps=out,
+        prefill_seconds=0.5,
+        decode_seconds=25.0,
+        status="complete",
+    )
 
 
 def verdict(value: float, limit: float) -> str:
@@ -76,9 +128,11 @@ def bench_write_and_load(folder: Path, repeats: int = 3) -> tuple[float, float]:
     return statistics.median(writes), statistics.median(loads)
 
 
-def bench_overhead(folder: Path, rounds: int, methods: list[str], max_new_tokens: int, limit: int) -> tuple[float, float]:
-    from workbench.evaluation.bench import run_bench
+def bench_overhead(
+    folder: Path, rounds: int, methods: list[str], max_new_tokens: int, limit: int
+) -> tuple[float, float]:
     from core.models import load_model
+    from workbench.evaluation.bench import run_bench
     from workbench.evaluation.tasks import load_tasks
 
     target = load_model("smollm2-135m", device="cpu", dtype="float32")
@@ -96,11 +150,17 @@ def bench_overhead(folder: Path, rounds: int, methods: list[str], max_new_tokens
     pair = 0
     for r in range(rounds):
         for task in tasks:
-            for with_store in ((False, True) if pair % 2 == 0 else (True, False)):
+            for with_store in (False, True) if pair % 2 == 0 else (True, False):
                 saving.append(0.0)
                 t0 = time.perf_counter()
-                run_bench(target, [task], methods, max_new_tokens=max_new_tokens, on_run=save if with_store else None,
-                          progress=False)
+                run_bench(
+                    target,
+                    [task],
+                    methods,
+                    max_new_tokens=max_new_tokens,
+                    on_run=save if with_store else None,
+                    progress=False,
+                )
                 (stored if with_store else plain).append(time.perf_counter() - t0)
             pair += 1
         print(f"  round {r + 1}: {sum(plain):.1f} s without storing, {sum(stored):.1f} s with, so far", flush=True)
@@ -125,14 +185,22 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         write_s, load_s = bench_write_and_load(folder)
-        print(f"write one run of 1000 steps x 16 nodes (SQLite): {write_s:.3f} s   (target <= 1 s)    {verdict(write_s, 1.0)}")
-        print(f"load one step (median of 200):                   {load_s * 1e3:.2f} ms  (target <= 10 ms)  {verdict(load_s, 0.010)}")
+        print(
+            f"write one run of 1000 steps x 16 nodes (SQLite): {write_s:.3f} s   (target <= 1 s)    {verdict(write_s, 1.0)}"
+        )
+        print(
+            f"load one step (median of 200):                   {load_s * 1e3:.2f} ms  (target <= 10 ms)  {verdict(load_s, 0.010)}"
+        )
         if args.skip_model:
             return 0
-        print(f"SmolLM2-135M fp32, bundled tasks ({args.limit} per category), methods {args.methods}, "
-              f"{args.max_new_tokens} new tokens, {args.rounds} rounds, {args.threads} torch thread(s):")
+        print(
+            f"SmolLM2-135M fp32, bundled tasks ({args.limit} per category), methods {args.methods}, "
+            f"{args.max_new_tokens} new tokens, {args.rounds} rounds, {args.threads} torch thread(s):"
+        )
         share, ratio = bench_overhead(folder, args.rounds, args.methods.split(","), args.max_new_tokens, args.limit)
-        print(f"storing adds {share:.2%} to a bench run (save_run time / bench time)  (target <= 5 %)  {verdict(share, 0.05)}")
+        print(
+            f"storing adds {share:.2%} to a bench run (save_run time / bench time)  (target <= 5 %)  {verdict(share, 0.05)}"
+        )
         print(f"cross-check: total wall time with storing / without - 1 = {ratio:+.2%} (machine noise included)")
     return 0
 

@@ -15,6 +15,7 @@ Round 2's code edits show greedy's round-1 output to every method (one prompt fo
 Targets: suffix >= 2.0x greedy on round 2, >= 1.3x recycle overall, round 1 no slower than pld;
 aasd[fallback=suffix] >= aasd in every round; strict methods' outputs identical to greedy's.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -40,7 +41,11 @@ def summarise(rows: list[dict], methods: list[str]) -> dict[str, dict[str, dict]
 
     greedy = {r["id"]: r["token_ids"] for r in rows if r["method"] == "greedy"}
     out = {}
-    for group, keep in (("round 1", lambda r: r["round"] == 1), ("round 2", lambda r: r["round"] == 2), ("overall", lambda r: True)):
+    for group, keep in (
+        ("round 1", lambda r: r["round"] == 1),
+        ("round 2", lambda r: r["round"] == 2),
+        ("overall", lambda r: True),
+    ):
         rs = [r for r in rows if keep(r)]
         s = add_speedups({m: pool([r for r in rs if r["method"] == m]) for m in methods})
         for m in methods:
@@ -51,14 +56,19 @@ def summarise(rows: list[dict], methods: list[str]) -> dict[str, dict[str, dict]
 
 
 def markdown(by: dict, methods: list[str]) -> str:
-    lines = ["| round | method | MAL | tokens/s | speed-up | equal to greedy | acceptance by source |",
-             "|---|---|---|---|---|---|---|"]
+    lines = [
+        "| round | method | MAL | tokens/s | speed-up | equal to greedy | acceptance by source |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for group, s in by.items():
         for m in methods:
             x = s[m]
             src = ", ".join(f"{k} {v:.2f}" for k, v in x["accept_rate_by_source"].items()) or "-"
-            lines.append(f"| {group} | {m} | {x['mal']:.2f} | {x['tps']:.1f} | {x['speedup']:.2f} | {x['equal_to_greedy']} | {src} |"
-                         if x["tps"] else f"| {group} | {m} | - | - | - | {x['equal_to_greedy']} | {src} |")
+            lines.append(
+                f"| {group} | {m} | {x['mal']:.2f} | {x['tps']:.1f} | {x['speedup']:.2f} | {x['equal_to_greedy']} | {src} |"
+                if x["tps"]
+                else f"| {group} | {m} | - | - | - | {x['equal_to_greedy']} | {src} |"
+            )
     return "\n".join(lines)
 
 
@@ -110,7 +120,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--max-new-tokens", type=int, default=64)
     ap.add_argument("--out", type=Path, default=ROOT / "results" / "bench_suffix.json")
-    ap.add_argument("--summarise", type=Path, default=None, help="only summarise the rows of an earlier run (its .rows.jsonl)")
+    ap.add_argument(
+        "--summarise", type=Path, default=None, help="only summarise the rows of an earlier run (its .rows.jsonl)"
+    )
     a = ap.parse_args(argv)
     if a.threads:
         import torch
@@ -135,8 +147,13 @@ def main(argv: list[str] | None = None) -> None:
         done = {r["id"] for r in rows if r["method"] == methods[-1]}
         report([r for r in rows if r["id"] in done], methods)
         return
-    rows_in = ([json.loads(line) for line in a.workload.read_text().splitlines() if line.strip()] if a.workload
-               else build_workload(a.spec_bench, a.per_category, a.code, a.seed, [c for c in a.categories.split(",") if c] or None))
+    rows_in = (
+        [json.loads(line) for line in a.workload.read_text().splitlines() if line.strip()]
+        if a.workload
+        else build_workload(
+            a.spec_bench, a.per_category, a.code, a.seed, [c for c in a.categories.split(",") if c] or None
+        )
+    )
     partial = a.out.with_suffix(".rows.jsonl")
     partial.parent.mkdir(parents=True, exist_ok=True)
     partial.write_text("")
@@ -144,10 +161,16 @@ def main(argv: list[str] | None = None) -> None:
     target = load_model(a.model, device="cpu", dtype=a.dtype)
     import torch
 
-    print(f"machine: {machine(torch.get_num_threads())}; torch {torch.__version__}; {a.model} {a.dtype}; "
-          f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}", flush=True)
-    corpora = {m: SuffixCorpus(fingerprint=target.fingerprint) for m, (name, over) in specs.items()
-               if uses_corpus(get_method(name), resolve_params(name, over))}
+    print(
+        f"machine: {machine(torch.get_num_threads())}; torch {torch.__version__}; {a.model} {a.dtype}; "
+        f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}",
+        flush=True,
+    )
+    corpora = {
+        m: SuffixCorpus(fingerprint=target.fingerprint)
+        for m, (name, over) in specs.items()
+        if uses_corpus(get_method(name), resolve_params(name, over))
+    }
 
     def params(m: str, n: int) -> dict:
         return {**specs[m][1], "max_new_tokens": n}
@@ -160,23 +183,49 @@ def main(argv: list[str] | None = None) -> None:
     for i, row in enumerate(rows_in):
         ids = encode_prompt(target.tokenizer, prompt_of(row, previous))
         for m in methods:
-            run = run_method(specs[m][0], target, ids, params(m, row.get("max_new_tokens") or a.max_new_tokens),
-                             corpus=corpora.get(m))
+            run = run_method(
+                specs[m][0],
+                target,
+                ids,
+                params(m, row.get("max_new_tokens") or a.max_new_tokens),
+                corpus=corpora.get(m),
+            )
             if m == "greedy":
                 previous[row["id"]] = run.output_text
-            rows.append({"id": row["id"], "round": row["round"], "category": row["category"], "method": m,
-                         "token_ids": run.output_ids, **run_totals(run),
-                         **{k: v for k, v in run.params.items() if k.startswith("corpus_")}})
+            rows.append(
+                {
+                    "id": row["id"],
+                    "round": row["round"],
+                    "category": row["category"],
+                    "method": m,
+                    "token_ids": run.output_ids,
+                    **run_totals(run),
+                    **{k: v for k, v in run.params.items() if k.startswith("corpus_")},
+                }
+            )
             with partial.open("a") as f:  # a run cut short keeps its rows (--summarise reads them)
                 f.write(json.dumps(rows[-1]) + "\n")
         print(f"[{i + 1}/{len(rows_in)}] {row['id']} ({time.time() - started:.0f} s)", file=sys.stderr, flush=True)
     by, checks = report(rows, methods)
     took = time.time() - started
-    print(f"took {took / 60:.1f} min; corpora at the end: "
-          + ", ".join(f"{m} {c.state()['requests']} requests / {c.tokens} tokens" for m, c in corpora.items()))
+    print(
+        f"took {took / 60:.1f} min; corpora at the end: "
+        + ", ".join(f"{m} {c.state()['requests']} requests / {c.tokens} tokens" for m, c in corpora.items())
+    )
     a.out.parent.mkdir(parents=True, exist_ok=True)
-    a.out.write_text(json.dumps({"machine": machine(torch.get_num_threads()), "args": {k: str(v) for k, v in vars(a).items()},
-                                 "summary": by, "targets": checks, "rows": rows, "minutes": took / 60}, indent=1))
+    a.out.write_text(
+        json.dumps(
+            {
+                "machine": machine(torch.get_num_threads()),
+                "args": {k: str(v) for k, v in vars(a).items()},
+                "summary": by,
+                "targets": checks,
+                "rows": rows,
+                "minutes": took / 60,
+            },
+            indent=1,
+        )
+    )
     print(f"wrote {a.out}")
 
 

@@ -17,6 +17,7 @@ when the preset is fetched (else Zipf-distributed ids). Then:
 
 Targets (issue 35): build <= 5 s including the store read; lookup <= 0.1 ms at 1M corpus tokens.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -108,9 +109,21 @@ def fill_store(url: str, outputs: list[list[int]], prompts: list[list[int]]):
     store = Store(url)
     rows = []
     for out, prompt in zip(outputs, prompts):
-        trace = RunTrace(method="greedy", params={"max_new_tokens": 300}, model="smollm2-135m", draft_model=None,
-                         device="cpu", dtype="float32", prompt="(synthetic)", prompt_ids=prompt, output_ids=out,
-                         output_text="(synthetic)", status="complete", model_fingerprint=FINGERPRINT, stop_reason="eos")
+        trace = RunTrace(
+            method="greedy",
+            params={"max_new_tokens": 300},
+            model="smollm2-135m",
+            draft_model=None,
+            device="cpu",
+            dtype="float32",
+            prompt="(synthetic)",
+            prompt_ids=prompt,
+            output_ids=out,
+            output_text="(synthetic)",
+            status="complete",
+            model_fingerprint=FINGERPRINT,
+            stop_reason="eos",
+        )
         rows.append({**run_row(trace), "created": utcnow(), "finished": utcnow()})
     with Session(store.engine) as s, s.begin():
         for i in range(0, len(rows), 2000):
@@ -175,7 +188,10 @@ def main() -> int:
     held_out = stream[-40_000:]
     stream = stream[:-40_000]
     outputs = make_outputs(stream, args.runs, args.mean_len, rng)
-    prompts = [stream[int(p) : int(p) + int(rng.integers(50, 400))].tolist() for p in rng.integers(0, len(stream) - 400, args.runs)]
+    prompts = [
+        stream[int(p) : int(p) + int(rng.integers(50, 400))].tolist()
+        for p in rng.integers(0, len(stream) - 400, args.runs)
+    ]
     print(f"{args.runs:,} runs, {sum(map(len, outputs)):,} output tokens ({what}); bound {args.max_tokens:,} tokens")
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -194,12 +210,16 @@ def main() -> int:
             builds.append(totals[-1] - reads[-1])
         rss_after = rss()
         store.close()
-    print(f"corpus: {len(corpus):,} requests (duplicates skipped), {corpus.tokens:,} tokens, hash {corpus.content_hash()}, "
-          f"{len(rows):,} rows read")
+    print(
+        f"corpus: {len(corpus):,} requests (duplicates skipped), {corpus.tokens:,} tokens, hash {corpus.content_hash()}, "
+        f"{len(rows):,} rows read"
+    )
     print("| build from the store, s (each repeat) | CPU s | of which the store read | of which the suffix arrays |")
     print("|---|---|---|---|")
-    print(f"| {' / '.join(f'{x:.2f}' for x in totals)} | {' / '.join(f'{x:.2f}' for x in cpu_totals)} | "
-          f"{' / '.join(f'{x:.2f}' for x in reads)} | {' / '.join(f'{x:.2f}' for x in builds)} |")
+    print(
+        f"| {' / '.join(f'{x:.2f}' for x in totals)} | {' / '.join(f'{x:.2f}' for x in cpu_totals)} | "
+        f"{' / '.join(f'{x:.2f}' for x in reads)} | {' / '.join(f'{x:.2f}' for x in builds)} |"
+    )
 
     # lookups: requests that repeat stored outputs with changes, and new text
     keys = corpus.keys()
@@ -216,8 +236,10 @@ def main() -> int:
             target = held_out[start : start + int(rng.integers(50, 200))].tolist()
             kind = "new"
         requests.append((kind, prompt, target))
-    print(f"\nlookups over {corpus.tokens:,} corpus tokens, max_nodes {args.max_nodes}, alpha 4, min_prob 0.1 "
-          f"(ms, mean / median / p95)")
+    print(
+        f"\nlookups over {corpus.tokens:,} corpus tokens, max_nodes {args.max_nodes}, alpha 4, min_prob 0.1 "
+        f"(ms, mean / median / p95)"
+    )
     print("| lookup | proposes | wall ms | CPU ms | nodes (mean) |")
     print("|---|---|---|---|---|")
     for label, use_context in (("corpus + request text", True), ("corpus only", False)):
@@ -228,12 +250,17 @@ def main() -> int:
                 acc.extend(xs)
         every = [a + b for a, b in zip(by_kind["repeat"], by_kind["new"])]
         big = [[x for x, n in zip(col, every[2]) if n >= 12] for col in every[:2]]
-        rows_out = [(f"{label}, every step", every), (f"{label}, repeat requests", by_kind["repeat"]),
-                    (f"{label}, new requests", by_kind["new"])]
+        rows_out = [
+            (f"{label}, every step", every),
+            (f"{label}, repeat requests", by_kind["repeat"]),
+            (f"{label}, new requests", by_kind["new"]),
+        ]
         for name, (wall, cpu, sizes) in rows_out:
             print(f"| {name} | {len(wall):,} | {ms(wall)} | {ms(cpu)} | {statistics.mean(sizes):.1f} |")
         if big[0]:
-            print(f"| {label}, trees of 12-{args.max_nodes} nodes | {len(big[0]):,} | {ms(big[0])} | {ms(big[1])} | - |")
+            print(
+                f"| {label}, trees of 12-{args.max_nodes} nodes | {len(big[0]):,} | {ms(big[0])} | {ms(big[1])} | - |"
+            )
         cold, cold_cpu = [], []
         for kind, prompt, target in requests:
             spec.begin(prompt + target[:64])
@@ -251,11 +278,13 @@ def main() -> int:
     tracemalloc.stop()
     assert rebuilt.content_hash() == corpus.content_hash()
     del rebuilt
-    print(f"\nmemory: corpus arrays {corpus.nbytes / 2**20:.1f} MiB ({corpus.nbytes / max(1, corpus.tokens):.1f} bytes per token); "
-          f"peak allocation while building the suffix arrays {build_peak / 2**20:.0f} MiB (tracemalloc); "
-          f"process RSS before the store was read {rss_before / 2**20:.0f} MiB, after {rss_after / 2**20:.0f} MiB, "
-          f"peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB (the process also holds the "
-          f"tokenizer, the synthetic runs and the store's rows)")
+    print(
+        f"\nmemory: corpus arrays {corpus.nbytes / 2**20:.1f} MiB ({corpus.nbytes / max(1, corpus.tokens):.1f} bytes per token); "
+        f"peak allocation while building the suffix arrays {build_peak / 2**20:.0f} MiB (tracemalloc); "
+        f"process RSS before the store was read {rss_before / 2**20:.0f} MiB, after {rss_after / 2**20:.0f} MiB, "
+        f"peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB (the process also holds the "
+        f"tokenizer, the synthetic runs and the store's rows)"
+    )
     return 0
 
 

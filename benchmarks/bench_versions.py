@@ -9,6 +9,7 @@ ratio this checkout / the other, the ratio per round, and whether both versions 
 
 The other version is extracted with `git archive` into a temporary folder (nothing in the repository changes).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -33,7 +34,9 @@ def worker(args: argparse.Namespace) -> None:
     torch.set_num_threads(args.threads)
     import core
 
-    assert Path(core.__file__).resolve().is_relative_to(Path(args.code).resolve()), core.__file__  # the version asked for
+    assert Path(core.__file__).resolve().is_relative_to(Path(args.code).resolve()), (
+        core.__file__
+    )  # the version asked for
     from core.methods import run_method
     from core.models import encode_prompt, load_model
 
@@ -93,18 +96,38 @@ def main() -> int:
         versions = {"this": str(ROOT), args.base: str(base)}
         results: dict[str, list[dict]] = {v: [] for v in versions}
         for r in range(args.rounds):
-            for v in (list(versions) if r % 2 == 0 else list(versions)[::-1]):
+            for v in list(versions) if r % 2 == 0 else list(versions)[::-1]:
                 out = Path(tmp) / f"{v.replace('/', '_')}-{r}.json"
-                cmd = [sys.executable, __file__, "--worker", "--code", versions[v], "--out", str(out), "--methods", args.methods,
-                       "--model", args.model, "--dtype", args.dtype, "--limit", str(args.limit),
-                       "--max-new-tokens", str(args.max_new_tokens), "--threads", str(args.threads)]
+                cmd = [
+                    sys.executable,
+                    __file__,
+                    "--worker",
+                    "--code",
+                    versions[v],
+                    "--out",
+                    str(out),
+                    "--methods",
+                    args.methods,
+                    "--model",
+                    args.model,
+                    "--dtype",
+                    args.dtype,
+                    "--limit",
+                    str(args.limit),
+                    "--max-new-tokens",
+                    str(args.max_new_tokens),
+                    "--threads",
+                    str(args.threads),
+                ]
                 subprocess.run(cmd, check=True, cwd=tmp, env={**os.environ, "OMP_NUM_THREADS": str(args.threads)})
                 results[v].append(json.loads(out.read_text()))
                 print(f"round {r + 1}/{args.rounds}: {v} done", flush=True)
     methods = args.methods.split(",")
     this, other = results["this"], results[args.base]
-    print(f"\n## decode tokens/s, this checkout against {args.base}: {args.model} {args.dtype}, {2 * args.limit} Spec-Bench items "
-          f"(summarization + rag), {args.max_new_tokens} new tokens, {args.rounds} rounds interleaved")
+    print(
+        f"\n## decode tokens/s, this checkout against {args.base}: {args.model} {args.dtype}, {2 * args.limit} Spec-Bench items "
+        f"(summarization + rag), {args.max_new_tokens} new tokens, {args.rounds} rounds interleaved"
+    )
     print(cpu_line(args.threads))
     print("\n| method | this tok/s | base tok/s | this / base | per round | same tokens |\n|---|---|---|---|---|---|")
     summary = {}
@@ -112,14 +135,23 @@ def main() -> int:
         tps = {v: sum(x[m]["tokens"] for x in results[v]) / sum(x[m]["seconds"] for x in results[v]) for v in results}
         rounds = [(a[m]["tokens"] / a[m]["seconds"]) / (b[m]["tokens"] / b[m]["seconds"]) for a, b in zip(this, other)]
         same = sum(x == y for x, y in zip(this[0][m]["outputs"], other[0][m]["outputs"]))
-        summary[m] = {"this_tps": tps["this"], "base_tps": tps[args.base], "ratio": tps["this"] / tps[args.base],
-                      "ratio_per_round": rounds, "same_outputs": same, "items": len(this[0][m]["outputs"])}
-        print(f"| {m} | {tps['this']:.1f} | {tps[args.base]:.1f} | {tps['this'] / tps[args.base]:.3f} | "
-              f"{', '.join(f'{x:.3f}' for x in rounds)} | {same}/{len(this[0][m]['outputs'])} |")
+        summary[m] = {
+            "this_tps": tps["this"],
+            "base_tps": tps[args.base],
+            "ratio": tps["this"] / tps[args.base],
+            "ratio_per_round": rounds,
+            "same_outputs": same,
+            "items": len(this[0][m]["outputs"]),
+        }
+        print(
+            f"| {m} | {tps['this']:.1f} | {tps[args.base]:.1f} | {tps['this'] / tps[args.base]:.3f} | "
+            f"{', '.join(f'{x:.3f}' for x in rounds)} | {same}/{len(this[0][m]['outputs'])} |"
+        )
     print(f"\ntook {time.perf_counter() - started:.0f} s")
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps({"base": args.base, "cpu": cpu_line(args.threads), "args": vars(args), "methods": summary},
-                                         indent=1))
+    Path(args.out).write_text(
+        json.dumps({"base": args.base, "cpu": cpu_line(args.threads), "args": vars(args), "methods": summary}, indent=1)
+    )
     return 0
 
 

@@ -9,6 +9,7 @@ the whole round trip through the app).
 
     python benchmarks/bench_views.py [--nodes 64] [--repeats 50]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -29,18 +30,58 @@ DECISIONS = ("accepted", "rejected", "unreached", "rescued")
 def synthetic_step(nodes: int, seed: int = 0) -> StepTrace:
     """A draft tree of `nodes` records (root included) plus a bonus, every field a rule reads filled."""
     rng = random.Random(seed)
-    records = [NodeTrace(step=0, cache_pos=0, node=0, parent=-1, depth=0, token_id=0, token_text="r",
-                         source="root", decision="accepted", reason="root")]
+    records = [
+        NodeTrace(
+            step=0,
+            cache_pos=0,
+            node=0,
+            parent=-1,
+            depth=0,
+            token_id=0,
+            token_text="r",
+            source="root",
+            decision="accepted",
+            reason="root",
+        )
+    ]
     for i in range(1, nodes):
         parent = rng.randrange(i)
         decision = rng.choice(DECISIONS)
-        records.append(NodeTrace(
-            step=0, cache_pos=0, node=i, parent=parent, depth=records[parent].depth + 1, token_id=i,
-            token_text=f" t{i}", source=rng.choice(SOURCES), decision=decision, reason=f"{decision} (bench)",
-            p=rng.random(), threshold=0.3, entropy=rng.random() * 4, max_p=rng.random(), logit_gap=rng.random() * 3,
-            correction_id=i if decision == "rescued" else None))
-    records.append(NodeTrace(step=0, cache_pos=0, node=nodes, parent=1, depth=records[1].depth + 1, token_id=999,
-                             token_text=" b", source="model", decision="bonus", reason="bonus", p=0.9))
+        records.append(
+            NodeTrace(
+                step=0,
+                cache_pos=0,
+                node=i,
+                parent=parent,
+                depth=records[parent].depth + 1,
+                token_id=i,
+                token_text=f" t{i}",
+                source=rng.choice(SOURCES),
+                decision=decision,
+                reason=f"{decision} (bench)",
+                p=rng.random(),
+                threshold=0.3,
+                entropy=rng.random() * 4,
+                max_p=rng.random(),
+                logit_gap=rng.random() * 3,
+                correction_id=i if decision == "rescued" else None,
+            )
+        )
+    records.append(
+        NodeTrace(
+            step=0,
+            cache_pos=0,
+            node=nodes,
+            parent=1,
+            depth=records[1].depth + 1,
+            token_id=999,
+            token_text=" b",
+            source="model",
+            decision="bonus",
+            reason="bonus",
+            p=0.9,
+        )
+    )
     return StepTrace(index=0, cache_pos=0, tree_size=nodes - 1, accepted=1, emitted=[1, 999], nodes=records)
 
 
@@ -69,9 +110,10 @@ def main() -> int:
     args = ap.parse_args()
     step = synthetic_step(args.nodes)
     first = timed_ms(switch, step)
-    measured = {name: percentiles([timed_ms(fn, step) for _ in range(args.repeats)])
-                for name, fn in (("tree_figure", tree_figure), ("threshold_figure", threshold_figure),
-                                 ("both + JSON", switch))}
+    measured = {
+        name: percentiles([timed_ms(fn, step) for _ in range(args.repeats)])
+        for name, fn in (("tree_figure", tree_figure), ("threshold_figure", threshold_figure), ("both + JSON", switch))
+    }
     print(f"step of {args.nodes} nodes, {args.repeats} repeats; first call (imports validators) {first:.1f} ms")
     for name, (median, p95) in measured.items():
         print(f"{name:<17} median {median:6.2f} ms  p95 {p95:6.2f} ms")

@@ -10,6 +10,7 @@ answers, other errors, and runs lost (a comparison said it stored them and the s
 by that id) or half-visible (still `running` once every client has stopped). Exit code 1 when anything
 but completions and queue-full answers happened.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -45,7 +46,9 @@ def start_app(queue_size: int):
     return demo
 
 
-def client_loop(url: str, deadline: float, args, results: Counter, claimed: list, lock: threading.Lock, latencies: list):
+def client_loop(
+    url: str, deadline: float, args, results: Counter, claimed: list, lock: threading.Lock, latencies: list
+):
     from gradio_client import Client
 
     try:
@@ -60,9 +63,14 @@ def client_loop(url: str, deadline: float, args, results: Counter, claimed: list
         i += 1
         start = time.monotonic()
         try:
-            out = client.predict(api_name="/compare", model_name="smollm2-135m", method_list=methods,
-                                 prompt_text=f"Say one word about the number {i}.", context_text="",
-                                 max_new_tokens=args.max_new_tokens)
+            out = client.predict(
+                api_name="/compare",
+                model_name="smollm2-135m",
+                method_list=methods,
+                prompt_text=f"Say one word about the number {i}.",
+                context_text="",
+                max_new_tokens=args.max_new_tokens,
+            )
             status = str(out[0])
         except Exception as e:  # noqa: BLE001
             text = str(e).lower()
@@ -107,23 +115,34 @@ def main(argv=None) -> int:
         url = local_only(demo.local_url)
         from gradio_client import Client  # warm the model so the clock measures serving, not loading
 
-        Client(url, verbose=False).predict(api_name="/compare", model_name="smollm2-135m", method_list=["greedy"],
-                                           max_new_tokens=1)
+        Client(url, verbose=False).predict(
+            api_name="/compare", model_name="smollm2-135m", method_list=["greedy"], max_new_tokens=1
+        )
     results, claimed, latencies, lock = Counter(), [], [], threading.Lock()
     began = time.monotonic()
     deadline = began + args.seconds
-    threads = [threading.Thread(target=client_loop, args=(url, deadline, args, results, claimed, lock, latencies), daemon=True)
-               for _ in range(args.clients)]
+    threads = [
+        threading.Thread(target=client_loop, args=(url, deadline, args, results, claimed, lock, latencies), daemon=True)
+        for _ in range(args.clients)
+    ]
     for t in threads:
         t.start()
     for t in threads:
         t.join(args.seconds + 600)  # a request in flight at the deadline finishes
     elapsed = time.monotonic() - began
-    report = {"url": url, "clients": args.clients, "seconds": round(elapsed, 1), "methods": args.methods,
-              "max_new_tokens": args.max_new_tokens, "outcomes": dict(results),
-              "latency_s": {"median": round(sorted(latencies)[len(latencies) // 2], 2) if latencies else None,
-                            "max": round(max(latencies), 2) if latencies else None},
-              "clients_still_running": sum(t.is_alive() for t in threads)}
+    report = {
+        "url": url,
+        "clients": args.clients,
+        "seconds": round(elapsed, 1),
+        "methods": args.methods,
+        "max_new_tokens": args.max_new_tokens,
+        "outcomes": dict(results),
+        "latency_s": {
+            "median": round(sorted(latencies)[len(latencies) // 2], 2) if latencies else None,
+            "max": round(max(latencies), 2) if latencies else None,
+        },
+        "clients_still_running": sum(t.is_alive() for t in threads),
+    }
     if demo is not None:
         time.sleep(2)
         runs = {r.id: r for r in demo.store.list_runs(limit=None)}
@@ -134,7 +153,9 @@ def main(argv=None) -> int:
         demo.close()
     print(json.dumps(report, indent=1))
     bad = [k for k in results if k not in ("completed", "queue full", "listings")]
-    return 1 if bad or report.get("lost_runs") or report.get("half_visible_runs") or report["clients_still_running"] else 0
+    return (
+        1 if bad or report.get("lost_runs") or report.get("half_visible_runs") or report["clients_still_running"] else 0
+    )
 
 
 if __name__ == "__main__":

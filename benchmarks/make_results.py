@@ -16,6 +16,7 @@
 Every run is resumable (results/report/<name>/checkpoint.jsonl): after an interruption run the same
 command again and it continues where it stopped; RESULTS.md is written from the checkpoints alone.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -28,8 +29,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from workbench.evaluation.report import DEFAULT_DATA  # noqa: E402
 from workbench.commands.main import main as workbench  # noqa: E402
+from workbench.evaluation.report import DEFAULT_DATA  # noqa: E402
 
 SMOL = "smollm2-135m"
 TARGET, DRAFT = "qwen2.5-coder-1.5b", "qwen2.5-coder-0.5b"
@@ -39,7 +40,9 @@ def call(argv: list[str]) -> None:
     print("$ python -m workbench " + " ".join(argv), file=sys.stderr)
     code = workbench(argv)
     if code != 0:
-        sys.exit(f"python -m workbench {argv[0]} failed (exit {code}); fix the cause and run this script again: it resumes")
+        sys.exit(
+            f"python -m workbench {argv[0]} failed (exit {code}); fix the cause and run this script again: it resumes"
+        )
 
 
 def calibrated(target: str, draft: str) -> bool:
@@ -70,29 +73,52 @@ def figures_section(source: Path, target: Path) -> str:
     target.mkdir(parents=True, exist_ok=True)
     for n, _ in present:
         shutil.copyfile(source / n, target / n)
-    return "\n".join([f"### CASD δ sweep figures ({SMOL}, the run above)", "",
-                      *[f"![{alt}]({target.name}/{n})" for n, alt in present], "",
-                      f"The figures are copied from `{source.relative_to(ROOT) if source.is_relative_to(ROOT) else source}`, "
-                      "which also holds interactive HTML versions.", ""])
+    return "\n".join(
+        [
+            f"### CASD δ sweep figures ({SMOL}, the run above)",
+            "",
+            *[f"![{alt}]({target.name}/{n})" for n, alt in present],
+            "",
+            f"The figures are copied from `{source.relative_to(ROOT) if source.is_relative_to(ROOT) else source}`, "
+            "which also holds interactive HTML versions.",
+            "",
+        ]
+    )
 
 
-KEEP_MARKER = "<!-- sections below come from other benchmarks (their commands are in each); make_results.py keeps them -->"
+KEEP_MARKER = (
+    "<!-- sections below come from other benchmarks (their commands are in each); make_results.py keeps them -->"
+)
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--limit", type=int, default=20, help="tasks per dataset (default 20)")
-    ap.add_argument("--seed", type=int, default=None, help="draw the tasks at random with this seed (default: the first ones)")
-    ap.add_argument("--longbench", default=None, help="'hub' (needs `datasets` and the network) or a LongBench JSON Lines file")
-    ap.add_argument("--max-new-tokens", type=int, default=None, help="cap the SmolLM2 generations (default: each dataset's length)")
+    ap.add_argument(
+        "--seed", type=int, default=None, help="draw the tasks at random with this seed (default: the first ones)"
+    )
+    ap.add_argument(
+        "--longbench", default=None, help="'hub' (needs `datasets` and the network) or a LongBench JSON Lines file"
+    )
+    ap.add_argument(
+        "--max-new-tokens", type=int, default=None, help="cap the SmolLM2 generations (default: each dataset's length)"
+    )
     ap.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
     ap.add_argument("--device", default="auto")
     ap.add_argument("--skip-pair", action="store_true", help="leave out the Qwen pair (CSD tables)")
-    ap.add_argument("--pair-limit", type=int, default=None,
-                    help="tasks per dataset for the Qwen pair (default: --limit); on a CPU each pair task costs minutes")
-    ap.add_argument("--pair-max-new-tokens", type=int, default=256,
-                    help="generation length for the pair (default 256: GSM8K's worked answers and HumanEval bodies need it; "
-                         "--max-new-tokens caps the SmolLM2 part only)")
+    ap.add_argument(
+        "--pair-limit",
+        type=int,
+        default=None,
+        help="tasks per dataset for the Qwen pair (default: --limit); on a CPU each pair task costs minutes",
+    )
+    ap.add_argument(
+        "--pair-max-new-tokens",
+        type=int,
+        default=256,
+        help="generation length for the pair (default 256: GSM8K's worked answers and HumanEval bodies need it; "
+        "--max-new-tokens caps the SmolLM2 part only)",
+    )
     ap.add_argument("--out", default=str(ROOT / "results" / "report"))
     ap.add_argument("--results", default=str(ROOT / "docs" / "RESULTS.md"))
     ap.add_argument("--db", default=None, help="trace store for the runs (default: the workbench's)")
@@ -110,8 +136,24 @@ def main() -> int:
 
     smol_out = Path(args.out) / SMOL
     smol_len = ["--max-new-tokens", str(args.max_new_tokens)] if args.max_new_tokens else []
-    call(["report", "--tables", "aasd,casd", "--model", SMOL, "--limit", str(args.limit), *smol_len, *[x for d in smol_data for x in ("--data", d)],
-          "--out", str(smol_out), "--title", f"AASD and CASD on {SMOL}", *common])
+    call(
+        [
+            "report",
+            "--tables",
+            "aasd,casd",
+            "--model",
+            SMOL,
+            "--limit",
+            str(args.limit),
+            *smol_len,
+            *[x for d in smol_data for x in ("--data", d)],
+            "--out",
+            str(smol_out),
+            "--title",
+            f"AASD and CASD on {SMOL}",
+            *common,
+        ]
+    )
     sections = [demote((smol_out / "report.md").read_text(encoding="utf-8"))]
     sections.append(figures_section(smol_out / "figures", Path(args.results).parent / "figures"))
 
@@ -122,11 +164,49 @@ def main() -> int:
         if missing:
             call(["models", "fetch", *missing])
         if not calibrated(TARGET, DRAFT):
-            call(["calibrate", "--model", TARGET, "--draft", DRAFT, "--limit", "200", "--dtype", args.dtype, "--device", args.device])
+            call(
+                [
+                    "calibrate",
+                    "--model",
+                    TARGET,
+                    "--draft",
+                    DRAFT,
+                    "--limit",
+                    "200",
+                    "--dtype",
+                    args.dtype,
+                    "--device",
+                    args.device,
+                ]
+            )
         pair_out = Path(args.out) / "qwen2.5-coder-pair"
-        call(["report", "--tables", "csd", "--model", TARGET, "--draft", DRAFT, "--execute-code", "--data", "gsm8k",
-              "--data", "humaneval", "--data", "spec-bench:summarization", "--out", str(pair_out),
-              "--title", f"CSD on {TARGET} with the {DRAFT} draft", "--limit", str(args.pair_limit or args.limit), "--max-new-tokens", str(args.pair_max_new_tokens), *common])
+        call(
+            [
+                "report",
+                "--tables",
+                "csd",
+                "--model",
+                TARGET,
+                "--draft",
+                DRAFT,
+                "--execute-code",
+                "--data",
+                "gsm8k",
+                "--data",
+                "humaneval",
+                "--data",
+                "spec-bench:summarization",
+                "--out",
+                str(pair_out),
+                "--title",
+                f"CSD on {TARGET} with the {DRAFT} draft",
+                "--limit",
+                str(args.pair_limit or args.limit),
+                "--max-new-tokens",
+                str(args.pair_max_new_tokens),
+                *common,
+            ]
+        )
         sections.append(demote((pair_out / "report.md").read_text(encoding="utf-8")))
 
     command = "python benchmarks/make_results.py " + " ".join(sys.argv[1:])
@@ -145,7 +225,7 @@ def main() -> int:
     if results.exists():  # the sections other benchmarks measured (issues 18, 19, 21) stay as they are
         old = results.read_text(encoding="utf-8")
         if KEEP_MARKER in old:
-            body += ["", old[old.index(KEEP_MARKER):]]
+            body += ["", old[old.index(KEEP_MARKER) :]]
     results.parent.mkdir(parents=True, exist_ok=True)
     results.write_text("\n".join(body), encoding="utf-8")
     print(f"wrote {args.results}", file=sys.stderr)

@@ -15,6 +15,7 @@ Each row: id, category (Spec-Bench's, or `code-edit`), round (1 or 2), item (the
 edits: the same for both rounds), input (round 2 of a code edit: a template with {previous}), follows
 (round 2 of a code edit: the id of its round-1 row), max_new_tokens (none: the benchmark's).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -29,13 +30,26 @@ ROOT = Path(__file__).resolve().parents[1]
 SPEC_BENCH = ROOT.parent / "shared" / "data" / "spec_bench" / "question.jsonl"
 
 # Small pure functions of the standard library whose source inspect can read (not C builtins).
-CODE_FUNCTIONS = ["colorsys.rgb_to_hsv", "base64.urlsafe_b64encode", "shlex.quote", "textwrap.indent", "calendar.leapdays",
-                  "string.capwords", "statistics.median", "html.escape", "colorsys.rgb_to_yiq", "calendar.isleap",
-                  "fnmatch.filter", "statistics.mode"]
-EDITS = ["Rename the function to `{name}_v2` and change nothing else.",
-         "Add type hints to its parameters and return value and change nothing else.",
-         "Add a one-line comment above its first statement and change nothing else.",
-         "Rename its first parameter to `value` everywhere and change nothing else."]
+CODE_FUNCTIONS = [
+    "colorsys.rgb_to_hsv",
+    "base64.urlsafe_b64encode",
+    "shlex.quote",
+    "textwrap.indent",
+    "calendar.leapdays",
+    "string.capwords",
+    "statistics.median",
+    "html.escape",
+    "colorsys.rgb_to_yiq",
+    "calendar.isleap",
+    "fnmatch.filter",
+    "statistics.mode",
+]
+EDITS = [
+    "Rename the function to `{name}_v2` and change nothing else.",
+    "Add type hints to its parameters and return value and change nothing else.",
+    "Add a one-line comment above its first statement and change nothing else.",
+    "Rename its first parameter to `value` everywhere and change nothing else.",
+]
 
 
 def function_stub(path: str) -> tuple[str, str]:
@@ -45,7 +59,7 @@ def function_stub(path: str) -> tuple[str, str]:
     source = inspect.getsource(fn)
     header = source.split(":\n", 1)[0].strip()  # `def name(args)` up to the colon ending the signature line(s)
     doc = (inspect.getdoc(fn) or "").split("\n\n", 1)[0].replace("\n", " ").strip()
-    return name, f"{header}:\n    \"\"\"{doc}\"\"\""
+    return name, f'{header}:\n    """{doc}"""'
 
 
 def spec_bench_rows(path: Path, per_category: int, categories: list[str] | None = None) -> list[dict]:
@@ -63,8 +77,13 @@ def spec_bench_rows(path: Path, per_category: int, categories: list[str] | None 
     return out
 
 
-def build_workload(spec_bench: Path = SPEC_BENCH, per_category: int = 1, code: int = 6, seed: int = 0,
-                   categories: list[str] | None = None) -> list[dict]:
+def build_workload(
+    spec_bench: Path = SPEC_BENCH,
+    per_category: int = 1,
+    code: int = 6,
+    seed: int = 0,
+    categories: list[str] | None = None,
+) -> list[dict]:
     """Round 1 (first sight) then round 2 (repeats, edits), each in its own random order; `categories`
     keeps only those Spec-Bench categories (None: all 13)."""
     rng = random.Random(seed)
@@ -73,11 +92,26 @@ def build_workload(spec_bench: Path = SPEC_BENCH, per_category: int = 1, code: i
     for i, path in enumerate(CODE_FUNCTIONS[:code]):
         name, stub = function_stub(path)
         item = f"code-{path}"
-        first.append({"item": item, "category": "code-edit", "round": 1, "id": f"{item}@1",
-                      "input": f"Write the complete Python function below (body included):\n\n```python\n{stub}\n```"})
+        first.append(
+            {
+                "item": item,
+                "category": "code-edit",
+                "round": 1,
+                "id": f"{item}@1",
+                "input": f"Write the complete Python function below (body included):\n\n```python\n{stub}\n```",
+            }
+        )
         edit = EDITS[i % len(EDITS)].format(name=name)
-        second.append({"item": item, "category": "code-edit", "round": 2, "id": f"{item}@2", "follows": f"{item}@1",
-                       "input": "Here is a Python function:\n\n{previous}\n\n" + edit + " Write the whole function."})
+        second.append(
+            {
+                "item": item,
+                "category": "code-edit",
+                "round": 2,
+                "id": f"{item}@2",
+                "follows": f"{item}@1",
+                "input": "Here is a Python function:\n\n{previous}\n\n" + edit + " Write the whole function.",
+            }
+        )
     rng.shuffle(first)
     rng.shuffle(second)
     return first + second
@@ -102,12 +136,20 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, default=ROOT / "results" / "repeated.jsonl")
     a = ap.parse_args(argv)
-    rows = build_workload(a.spec_bench, a.per_category, min(a.code, len(CODE_FUNCTIONS)), a.seed,
-                          [c for c in a.categories.split(",") if c] or None)
+    rows = build_workload(
+        a.spec_bench,
+        a.per_category,
+        min(a.code, len(CODE_FUNCTIONS)),
+        a.seed,
+        [c for c in a.categories.split(",") if c] or None,
+    )
     a.out.parent.mkdir(parents=True, exist_ok=True)
     a.out.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    print(f"{len(rows)} requests ({sum(r['round'] == 1 for r in rows)} first sight, "
-          f"{sum(r['round'] == 2 for r in rows)} repeats or edits) -> {a.out}", file=sys.stderr)
+    print(
+        f"{len(rows)} requests ({sum(r['round'] == 1 for r in rows)} first sight, "
+        f"{sum(r['round'] == 2 for r in rows)} repeats or edits) -> {a.out}",
+        file=sys.stderr,
+    )
 
 
 if __name__ == "__main__":

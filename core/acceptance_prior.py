@@ -16,6 +16,7 @@ A node is *verified* when its parent was accepted (the walk judged it), and *acc
 accepted path; rescued nodes count as accepted, as in core.stats.acceptance_by. Depths beyond MAX_DEPTH
 share MAX_DEPTH's estimate. Pure: no store, no torch.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -48,7 +49,9 @@ class AcceptancePrior:
     counts: Mapping[Key, tuple[int, int]] = field(default_factory=dict)  # (accepted, verified), depths capped
     weight: float = PRIOR_WEIGHT
     default: float = DEFAULT_RATE
-    source: str = ""  # where the counts came from (e.g. the store query's method, model and filters), for the run's record
+    source: str = (
+        ""  # where the counts came from (e.g. the store query's method, model and filters), for the run's record
+    )
 
     def __post_init__(self):
         if not self.weight > 0 or not 0.0 <= self.default <= 1.0:
@@ -67,8 +70,13 @@ class AcceptancePrior:
         object.__setattr__(self, "_centres", centres)
 
     @classmethod
-    def from_counts(cls, rows: Iterable[tuple[str, int, int, int]], weight: float = PRIOR_WEIGHT,
-                    default: float = DEFAULT_RATE, source: str = "") -> AcceptancePrior:
+    def from_counts(
+        cls,
+        rows: Iterable[tuple[str, int, int, int]],
+        weight: float = PRIOR_WEIGHT,
+        default: float = DEFAULT_RATE,
+        source: str = "",
+    ) -> AcceptancePrior:
         """From (source, depth, accepted, verified) rows (any depth: deeper than MAX_DEPTH are summed into it)."""
         counts: dict[Key, tuple[int, int]] = {}
         for draft_source, depth, accepted, verified in rows:
@@ -91,13 +99,21 @@ class AcceptancePrior:
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-friendly record (a run stores what its sizer started from: `record`)."""
-        return {"weight": self.weight, "default": self.default, "source": self.source,
-                "counts": [[s, d, a, v] for (s, d), (a, v) in sorted(self.counts.items())]}
+        return {
+            "weight": self.weight,
+            "default": self.default,
+            "source": self.source,
+            "counts": [[s, d, a, v] for (s, d), (a, v) in sorted(self.counts.items())],
+        }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> AcceptancePrior:
-        return cls.from_counts((tuple(row) for row in data.get("counts", [])), float(data.get("weight", PRIOR_WEIGHT)),
-                               float(data.get("default", DEFAULT_RATE)), str(data.get("source", "")))
+        return cls.from_counts(
+            (tuple(row) for row in data.get("counts", [])),
+            float(data.get("weight", PRIOR_WEIGHT)),
+            float(data.get("default", DEFAULT_RATE)),
+            str(data.get("source", "")),
+        )
 
     def fingerprint(self) -> str:
         """A short hash of what the estimates read (counts, weight, default; not the `source` label): two runs
@@ -109,9 +125,12 @@ class AcceptancePrior:
         """What a run's params keep of the prior: its fingerprint, where it came from, how many stored nodes it
         rests on and the counts themselves (as compact JSON: `AcceptancePrior.from_dict(json.loads(...))`
         rebuilds it, so a run can be reproduced)."""
-        return {"prior_sha": self.fingerprint(), "prior_source": self.source or "default",
-                "prior_observations": self.observations,
-                "prior": json.dumps(self.to_dict(), separators=(",", ":"))}
+        return {
+            "prior_sha": self.fingerprint(),
+            "prior_source": self.source or "default",
+            "prior_observations": self.observations,
+            "prior": json.dumps(self.to_dict(), separators=(",", ":")),
+        }
 
 
 class AcceptanceEstimate:
@@ -125,8 +144,9 @@ class AcceptanceEstimate:
     def rate(self, source: str, depth: int) -> float:
         """The posterior mean (accepted + w·centre) / (verified + w)."""
         key = key_of(source, depth)
-        return _smoothed(self.accepted.get(key, 0), self.verified.get(key, 0), self.prior.centre(source, depth),
-                         self.prior.weight)
+        return _smoothed(
+            self.accepted.get(key, 0), self.verified.get(key, 0), self.prior.centre(source, depth), self.prior.weight
+        )
 
     def observe(self, tree: DraftTree, path: Sequence[int]) -> None:
         """Count one step: every node whose parent lies on the accepted `path`, and which of them are on it."""

@@ -15,6 +15,7 @@ batch (`PaddedRows`):
 Position ids count each row's real tokens, so a row sees what it would see alone (up to the rounding
 of a wider matmul: in float32 strict methods give each row its batch-1 tokens, bar near-ties).
 """
+
 from __future__ import annotations
 
 import time
@@ -29,8 +30,21 @@ from core.drafters.base import Drafter, TopK
 from core.errors import InvalidInputError
 from core.hot_types import CausalLM, Tokenizer
 from core.sizing import TreeSizer
-from core.step import (Cancelled, DecodeConfig, DecodeResult, ProgressCallback, Request, StepEnv, Verifier, check_request,
-                       mark_stops, prefill_chunks, step, stop_requested, sync)
+from core.step import (
+    Cancelled,
+    DecodeConfig,
+    DecodeResult,
+    ProgressCallback,
+    Request,
+    StepEnv,
+    Verifier,
+    check_request,
+    mark_stops,
+    prefill_chunks,
+    step,
+    stop_requested,
+    sync,
+)
 from core.tree import DraftTree, ancestor_matrix
 
 REPACK_SLACK = 64  # holes (slots per row beyond the longest row's real tokens) tolerated before compaction
@@ -67,7 +81,8 @@ def check_batch_fits(model, prompts: Sequence[list[int]], max_new: int) -> None:
         raise InvalidInputError(
             f"a batch of {len(prompts)} prompts of up to {max(len(p) for p in prompts)} tokens with {max_new} new tokens "
             f"needs about {need / 2**30:.1f} GiB for its cache, masks and logits, and {free / 2**30:.1f} GiB are free: "
-            "use a smaller --batch-size, shorter prompts or fewer new tokens")
+            "use a smaller --batch-size, shorter prompts or fewer new tokens"
+        )
 
 
 def padded_mask(valid: torch.Tensor, trees: Sequence[DraftTree], width: int, dtype: torch.dtype) -> torch.Tensor:
@@ -81,7 +96,7 @@ def padded_mask(valid: torch.Tensor, trees: Sequence[DraftTree], width: int, dty
         tree_part[r, range(q, width), range(q, width)] = True
     past = valid[:, None, :].expand(b, width, c).clone()
     for r, tree in enumerate(trees):
-        past[r, len(tree):] = False  # padding queries: themselves only
+        past[r, len(tree) :] = False  # padding queries: themselves only
     allowed = torch.cat([past, tree_part.to(valid.device)], dim=-1)
     mask = torch.zeros(allowed.shape, dtype=dtype, device=valid.device)
     mask.masked_fill_(~allowed, torch.finfo(dtype).min)
@@ -123,7 +138,9 @@ def decode_batch(
     longest = sorted(prompts, key=len, reverse=True)[:slots]
     check_batch_fits(model, longest, max(c.max_new_tokens for c in cfgs))
     sizers = list(sizers) if sizers is not None else [None] * len(prompts)
-    requests = [Request(list(p), d, v, c, s) for p, d, v, s, c in zip(prompts, drafters, verifiers, sizers, cfgs, strict=True)]
+    requests = [
+        Request(list(p), d, v, c, s) for p, d, v, s, c in zip(prompts, drafters, verifiers, sizers, cfgs, strict=True)
+    ]
     env = StepEnv(tokenizer, eos_ids, max_context)
     rows = PaddedRows(model, pad_id=int(eos_ids[0]) if eos_ids else 0, prompt_tokens=sum(len(p) - 1 for p in prompts))
     waiting = deque(requests)
@@ -171,11 +188,16 @@ class PaddedRows:
         for b, (r, tree) in enumerate(zip(requests, trees)):
             ids[b, : len(tree)] = torch.tensor(tree.tokens)
             pos[b, : len(tree)] = torch.tensor(tree.depths) + r.length
-            pos[b, len(tree):] = r.length
+            pos[b, len(tree) :] = r.length
         mask = padded_mask(self.valid, trees, width, self.model.dtype)
         device = self.model.device
-        logits = self.model(input_ids=ids.to(device), position_ids=pos.to(device), attention_mask=mask.to(device),
-                            use_cache=True, **kv.cache_arg(self.model, self.cache)).logits
+        logits = self.model(
+            input_ids=ids.to(device),
+            position_ids=pos.to(device),
+            attention_mask=mask.to(device),
+            use_cache=True,
+            **kv.cache_arg(self.model, self.cache),
+        ).logits
         sync(device)
         return [logits[b, : len(tree)] for b, tree in enumerate(trees)]
 
@@ -186,8 +208,13 @@ class PaddedRows:
             grown[b, : len(path)] = True
         self.valid = _repack(self.cache, torch.cat([self.valid, grown], dim=1))
 
-    def admit(self, active: Sequence[Request], admitted: list[Request], should_stop: Callable[[], bool] | None,
-              on_prefill: ProgressCallback | None) -> None:
+    def admit(
+        self,
+        active: Sequence[Request],
+        admitted: list[Request],
+        should_stop: Callable[[], bool] | None,
+        on_prefill: ProgressCallback | None,
+    ) -> None:
         """Prefill the admitted prompts in a cache of their own, then append their rows below the active ones."""
         t0 = time.perf_counter()
         try:
@@ -196,16 +223,26 @@ class PaddedRows:
             valid = self._prefill(admitted, cache, keep_topk, should_stop, on_prefill)
             for r in admitted:
                 want = r.drafter.prefill_topk
-                r.drafter.begin(list(r.prompt), TopK(r.prefill.ids[:, :want]) if want and r.prefill is not None else None)
+                r.drafter.begin(
+                    list(r.prompt), TopK(r.prefill.ids[:, :want]) if want and r.prefill is not None else None
+                )
             kv.append_rows(self.cache, cache, len(active), len(admitted))
             width = max(self.valid.shape[1], valid.shape[1])
-            self.valid = torch.cat([_left_pad_slots(self.valid[: len(active)], width), _left_pad_slots(valid, width)], dim=0)
+            self.valid = torch.cat(
+                [_left_pad_slots(self.valid[: len(active)], width), _left_pad_slots(valid, width)], dim=0
+            )
             sync(self.model.device)
         finally:
             self.prefill_seconds += time.perf_counter() - t0
 
-    def _prefill(self, requests: list[Request], cache, keep_topk: int, should_stop: Callable[[], bool] | None,
-                 on_prefill: ProgressCallback | None) -> torch.Tensor:
+    def _prefill(
+        self,
+        requests: list[Request],
+        cache,
+        keep_topk: int,
+        should_stop: Callable[[], bool] | None,
+        on_prefill: ProgressCallback | None,
+    ) -> torch.Tensor:
         """Feed every prompt but its last token, left-padded, in chunks; returns the validity mask (B, C)."""
         width = max(len(r.prompt) - 1 for r in requests)
         device, dtype = self.model.device, self.model.dtype
@@ -215,9 +252,9 @@ class PaddedRows:
         for b, r in enumerate(requests):
             n = len(r.prompt) - 1
             if n:
-                valid[b, width - n:] = True
-                ids[b, width - n:] = torch.tensor(r.prompt[:-1])
-                pos[b, width - n:] = torch.arange(n)
+                valid[b, width - n :] = True
+                ids[b, width - n :] = torch.tensor(r.prompt[:-1])
+                pos[b, width - n :] = torch.arange(n)
         topk_parts: list[list[np.ndarray]] = [[] for _ in requests]
         decoder, head = self.model.get_decoder(), self.model.get_output_embeddings()
         done = self.prefilled
@@ -227,8 +264,13 @@ class PaddedRows:
             diag = torch.arange(e - s)
             allowed[:, diag, s + diag] = True  # padding rows see themselves: never fully masked
             mask = torch.zeros(allowed.shape, dtype=dtype).masked_fill_(~allowed, torch.finfo(dtype).min)
-            hidden = decoder(input_ids=ids[:, s:e].to(device), position_ids=pos[:, s:e].to(device),
-                             attention_mask=mask[:, None].to(device), use_cache=True, **kv.cache_arg(decoder, cache)).last_hidden_state
+            hidden = decoder(
+                input_ids=ids[:, s:e].to(device),
+                position_ids=pos[:, s:e].to(device),
+                attention_mask=mask[:, None].to(device),
+                use_cache=True,
+                **kv.cache_arg(decoder, cache),
+            ).last_hidden_state
             if keep_topk:
                 for b in range(len(requests)):
                     real = valid[b, s:e].nonzero().flatten()
@@ -272,7 +314,7 @@ def _repack(cache, valid: torch.Tensor) -> torch.Tensor:
     packed = torch.zeros((valid.shape[0], width), dtype=torch.bool)
     for b in range(valid.shape[0]):
         slots = valid[b].nonzero().flatten().cpu()
-        index[b, width - len(slots):] = slots
-        packed[b, width - len(slots):] = True
+        index[b, width - len(slots) :] = slots
+        packed[b, width - len(slots) :] = True
     kv.gather_slots(cache, index)
     return packed.to(valid.device)

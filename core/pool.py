@@ -5,6 +5,7 @@ The initial context is indexed in bulk with numpy (a 64-bit polynomial hash per 
 binary-searched per lookup); tokens committed later go into small per-k dictionaries, so a step never
 rescans the sequence. Hash hits are checked against the actual tokens, so collisions cannot leak.
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence

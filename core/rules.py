@@ -8,6 +8,7 @@ CSD's rescue (docs/ALGORITHMS.md, "CSD's rescue") is a rule too: `Rescue` + `res
 rejected draft token is accepted anyway, from the memory count of its (draft, correction) pair and
 the logit gap between them.
 """
+
 from __future__ import annotations
 
 import math
@@ -153,7 +154,9 @@ class Deferred:
     window: int
 
 
-Rules = Rule | Mapping[str, Rule] | Deferred  # one rule for every node, one per node source, or either with a deferred window
+Rules = (
+    Rule | Mapping[str, Rule] | Deferred
+)  # one rule for every node, one per node source, or either with a deferred window
 
 
 def by_source(relaxed: Rule) -> dict[str, Rule]:
@@ -246,7 +249,9 @@ def fired_key(reason: str) -> str:
 EOS_EXEMPT = "t* is EOS: exempt (rescue_eos=no)"  # the reason of a rejection rescue_eos=no keeps
 
 
-def rescue_decision(rule: Rescue, count: int | KeyCounts | None, gap: float, correction: int | None = None) -> tuple[bool, str]:
+def rescue_decision(
+    rule: Rescue, count: int | KeyCounts | None, gap: float, correction: int | None = None
+) -> tuple[bool, str]:
     """CSD lines 16-19: `count` = M[(x, t*)] read before the update, `gap` = z(x) − z(t*), `correction` = t*.
 
     Under generalised keys `count` holds the counts of every key kind; the most specific one that reached λ

@@ -20,6 +20,7 @@ A run's trees depend on the prior it starts from and on the cost model, not on t
 relaxed run gives the same output however many runs came before it (a resumed benchmark equals an
 uninterrupted one), and the run records both in its params (core.methods.run).
 """
+
 from __future__ import annotations
 
 import bisect
@@ -78,8 +79,12 @@ def _better(rate: float, best: float, margin: float) -> bool:
     return rate > best * (1.0 + margin)
 
 
-def common_size(rows: Sequence[tuple[Sequence[int], Sequence[float]]], cost: Cost, context_lens: Sequence[int],
-                margin: float = MARGIN) -> int:
+def common_size(
+    rows: Sequence[tuple[Sequence[int], Sequence[float]]],
+    cost: Cost,
+    context_lens: Sequence[int],
+    margin: float = MARGIN,
+) -> int:
     """One tree size k for every row of a batch (rows pad to the widest tree, so a node one row adds costs
     every row a slot): the k with the most expected tokens over all rows per second of t(B·(k + 1) − 1, L),
     L the longest row's context (the batch's cache is as long as its longest row), each row keeping the first
@@ -99,8 +104,14 @@ def common_size(rows: Sequence[tuple[Sequence[int], Sequence[float]]], cost: Cos
     return best_k
 
 
-def choose_nodes(tree: DraftTree, rates: Sequence[float], cost: Cost, context_len: int, max_nodes: int | None = None,
-                 margin: float = MARGIN) -> tuple[list[int], float]:
+def choose_nodes(
+    tree: DraftTree,
+    rates: Sequence[float],
+    cost: Cost,
+    context_len: int,
+    max_nodes: int | None = None,
+    margin: float = MARGIN,
+) -> tuple[list[int], float]:
     """The draft nodes to keep (ids in tree order) and their expected tokens E(S), for a forward after
     `context_len` cached tokens.
 
@@ -190,8 +201,13 @@ class TreeSizer:
     With a `clock` (seconds; core.timing.step_clock), the online check (StepClock) also times every step and
     falls back to empty steps while trees do not pay."""
 
-    def __init__(self, cost: Cost, prior: AcceptancePrior | None = None, margin: float = MARGIN,
-                 clock: Callable[[], float] | None = None):
+    def __init__(
+        self,
+        cost: Cost,
+        prior: AcceptancePrior | None = None,
+        margin: float = MARGIN,
+        clock: Callable[[], float] | None = None,
+    ):
         if not margin >= 0:
             raise ValueError(f"the sizer's margin must be ≥ 0, got {margin}")
         self.cost, self.margin = cost, margin

@@ -18,6 +18,7 @@ checked before the conversion (a 400-digit seed is out of range, not an Overflow
 
 Every refusal is an InvalidInputError of one line: what is wrong, then what to write instead.
 """
+
 from __future__ import annotations
 
 import math
@@ -105,19 +106,31 @@ def split_specs(text: str, what: str = "method") -> list[str]:
     for i, ch in enumerate(text):
         depth += (ch == "[") - (ch == "]")
         if depth < 0 or depth > 1:
-            raise InvalidInputError(f"bad {what} list {shown(text)}: brackets nest or do not balance; "
-                                    f"write NAME,NAME[key=value,...],...")
+            raise InvalidInputError(
+                f"bad {what} list {shown(text)}: brackets nest or do not balance; write NAME,NAME[key=value,...],..."
+            )
         if ch == "," and depth == 0:
             out.append(text[start:i])
             start = i + 1
     if depth:
-        raise InvalidInputError(f"bad {what} list {shown(text)}: a '[' is not closed; write NAME,NAME[key=value,...],...")
+        raise InvalidInputError(
+            f"bad {what} list {shown(text)}: a '[' is not closed; write NAME,NAME[key=value,...],..."
+        )
     out.append(text[start:])
     return [x.strip() for x in out if x.strip()]
 
 
-def to_number(value: Any, kind: type, name: str, low: float, high: float, *, low_open: bool = False,
-              words: Mapping[str, int] | None = None, meaning: str = "") -> int | float:
+def to_number(
+    value: Any,
+    kind: type,
+    name: str,
+    low: float,
+    high: float,
+    *,
+    low_open: bool = False,
+    words: Mapping[str, int] | None = None,
+    meaning: str = "",
+) -> int | float:
     """`value` as `kind` (int or float) in [low, high] ((low, high] with `low_open`), or one of `words`
     (`auto`, `frozen`) mapped to its number. Text must be ASCII digits (an int) or a decimal number (a float);
     numbers must be finite, and an int must be whole. `meaning` ends the out-of-range message."""
@@ -156,9 +169,12 @@ def to_number(value: Any, kind: type, name: str, low: float, high: float, *, low
     return number
 
 
-def _out_of_range(name: str, value: Any, low: float, high: float, low_open: bool, words: Mapping[str, int] | None,
-                  meaning: str) -> InvalidInputError:
+def _out_of_range(
+    name: str, value: Any, low: float, high: float, low_open: bool, words: Mapping[str, int] | None, meaning: str
+) -> InvalidInputError:
     bracket = "(" if low_open else "["
     named = f" (or one of {', '.join(f'{w} = {n}' for w, n in words.items())})" if words else ""
-    return InvalidInputError(f"{name} = {shown(value.strip() if isinstance(value, str) else value, quoted=False)} is out of range {bracket}{low}, {high}]{named}"
-                             + (f": {meaning}" if meaning else ""))
+    return InvalidInputError(
+        f"{name} = {shown(value.strip() if isinstance(value, str) else value, quoted=False)} is out of range {bracket}{low}, {high}]{named}"
+        + (f": {meaning}" if meaning else "")
+    )

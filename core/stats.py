@@ -1,5 +1,6 @@
 """Trace metrics of a run (MAL, TPS, acceptance per source and depth, first divergence) as docs/ALGORITHMS.md
 defines them, and pooled over runs. Pure functions of trace records: no model, no task scores."""
+
 from __future__ import annotations
 
 import statistics
@@ -104,7 +105,9 @@ def run_metrics(run: "RunTrace") -> dict[str, Any]:
         "steps": steps,
         "mal": decoded / steps if steps else None,
         "tps": decoded / run.decode_seconds if run.decode_seconds > 0 else None,
-        "e2e_tps": tokens / (run.decode_seconds + run.prefill_seconds) if run.decode_seconds + run.prefill_seconds > 0 else None,
+        "e2e_tps": tokens / (run.decode_seconds + run.prefill_seconds)
+        if run.decode_seconds + run.prefill_seconds > 0
+        else None,
         "decode_seconds": run.decode_seconds,
         "prefill_seconds": run.prefill_seconds,
         "accept_rate": accepted / drafted if drafted else None,
@@ -125,10 +128,18 @@ def run_totals(run: "RunTrace") -> dict[str, Any]:
     """A run's additive counts and times: what pooling over several runs sums (MAL = Σ decoded / Σ steps)."""
     m = run_metrics(run)
     return {
-        "tokens": m["tokens"], "steps": m["steps"], "decoded": (m["mal"] or 0.0) * m["steps"],
-        "decode_seconds": run.decode_seconds, "prefill_seconds": run.prefill_seconds,
-        "drafted": m["drafted"], "accepted": m["accepted"], "rescued": m["rescued"], "timed_steps": len(run.steps),
-        "by_source": {k: [a, n] for k, (a, n) in acceptance_by(run, lambda node: node.source).items()},  # [accepted, verified]
+        "tokens": m["tokens"],
+        "steps": m["steps"],
+        "decoded": (m["mal"] or 0.0) * m["steps"],
+        "decode_seconds": run.decode_seconds,
+        "prefill_seconds": run.prefill_seconds,
+        "drafted": m["drafted"],
+        "accepted": m["accepted"],
+        "rescued": m["rescued"],
+        "timed_steps": len(run.steps),
+        "by_source": {
+            k: [a, n] for k, (a, n) in acceptance_by(run, lambda node: node.source).items()
+        },  # [accepted, verified]
         "by_position": {str(d): [a, n] for d, (a, n) in position_acceptance(run).items()},  # [accepted, offered]
         **{f"{k}_total": sum(getattr(s, k) for s in run.steps) for k in PHASES},
     }
@@ -141,6 +152,7 @@ def _ratio(a: float, b: float) -> float | None:
 def pool(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """One summary of several runs (rows holding `run_totals` and `score`): MAL and TPS pooled (total
     tokens over total steps or seconds), mean score over the rows that have one (None when none has)."""
+
     def total(key: str) -> float:
         return sum(r.get(key) or 0 for r in rows)
 
@@ -155,7 +167,9 @@ def pool(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "speedup": None,
         "accept_rate": _ratio(total("accepted"), total("drafted")),
         "rescued_share": _ratio(total("rescued"), total("drafted")),
-        "accept_rate_by_source": {k: a / n for k, (a, n) in sorted(by_source.items())},  # accepted ÷ verified (acceptance_by)
+        "accept_rate_by_source": {
+            k: a / n for k, (a, n) in sorted(by_source.items())
+        },  # accepted ÷ verified (acceptance_by)
         # P(position d accepted | d − 1 accepted), pooled over the runs (position_acceptance)
         "accept_rate_by_position": {d: a / n for d, (a, n) in sorted(by_position.items(), key=lambda kv: int(kv[0]))},
         "score": statistics.fmean(scores) if scores else None,

@@ -15,6 +15,7 @@ alone: core.engine.SingleRow; a padded batch: core.batch.PaddedRows).
 Invariant: the cache holds every committed token of a request but the last; that pending token is the root of
 its next tree, at position `Request.length`.
 """
+
 from __future__ import annotations
 
 import time
@@ -87,8 +88,14 @@ class Request:
         self.length = len(self.prompt) - 1
 
     def result(self, prefill_seconds: float) -> DecodeResult:
-        return DecodeResult(self.generated, self.steps, prefill_seconds, self.decode_seconds,
-                            self.stop_reason or "cancelled", self.prefill)
+        return DecodeResult(
+            self.generated,
+            self.steps,
+            prefill_seconds,
+            self.decode_seconds,
+            self.stop_reason or "cancelled",
+            self.prefill,
+        )
 
 
 class TokenText:
@@ -140,7 +147,10 @@ def step(rows: Rows, requests: Sequence[Request], env: StepEnv) -> list[StepTrac
     judged = [verify(r, p, z, env) for r, p, z in zip(requests, proposals, logits)]
     t_keep = time.perf_counter()
     rows.keep(requests, [verdict.path for _, verdict in judged])
-    traces = [emit(r, p.tree, stats, verdict, z, env) for r, p, (stats, verdict), z in zip(requests, proposals, judged, logits)]
+    traces = [
+        emit(r, p.tree, stats, verdict, z, env)
+        for r, p, (stats, verdict), z in zip(requests, proposals, judged, logits)
+    ]
     t_end = time.perf_counter()
     for trace in traces:
         trace.draft_ms, trace.forward_ms = (t_forward - t_draft) * 1e3, (t_verify - t_forward) * 1e3
@@ -154,7 +164,9 @@ def draft(request: Request, env: StepEnv) -> Proposal:
     its bonus token is EOS)."""
     proposal = request.drafter.propose(request.sequence)
     depth = min(request.cfg.max_new_tokens - len(request.generated) - 1, env.max_context - request.length - 2)
-    return Proposal(proposal.tree.pruned(depth, env.eos), proposal.q_rows)  # q_rows are per depth: a pruned chain keeps its prefix
+    return Proposal(
+        proposal.tree.pruned(depth, env.eos), proposal.q_rows
+    )  # q_rows are per depth: a pruned chain keeps its prefix
 
 
 def size_trees(requests: Sequence[Request], proposals: list[Proposal]) -> list[Proposal]:
@@ -182,16 +194,22 @@ def verify(request: Request, proposal: Proposal, logits: torch.Tensor, env: Step
     return stats, verdict
 
 
-def emit(request: Request, tree: DraftTree, stats: StepStats, verdict: Verdict, logits: torch.Tensor,
-         env: StepEnv) -> StepTrace:
+def emit(
+    request: Request, tree: DraftTree, stats: StepStats, verdict: Verdict, logits: torch.Tensor, env: StepEnv
+) -> StepTrace:
     """Commit the accepted tokens and the bonus (cut at a stop) to the request; record the step; let the
     drafter learn from it."""
     assert verdict.bonus is not None  # an online walk always chooses one (None is for offline re-scoring)
     new = [tree.tokens[n] for n in verdict.path[1:]] + [verdict.bonus]
     new, request.stop_reason = cut_at_stop(new, request.generated, request.cfg, env)
-    trace = StepTrace(index=len(request.steps), cache_pos=request.length, tree_size=tree.num_draft,
-                      accepted=len(verdict.path) - 1, emitted=new,
-                      nodes=node_traces(len(request.steps), request.length, tree, stats, verdict, env.text))
+    trace = StepTrace(
+        index=len(request.steps),
+        cache_pos=request.length,
+        tree_size=tree.num_draft,
+        accepted=len(verdict.path) - 1,
+        emitted=new,
+        nodes=node_traces(len(request.steps), request.length, tree, stats, verdict, env.text),
+    )
     request.sequence.extend(new)
     request.generated.extend(new)
     request.length += len(verdict.path)
@@ -237,7 +255,9 @@ def cut_at_stop(new: list[int], generated: list[int], cfg: DecodeConfig, env: St
     return new, reason
 
 
-def stop_string_end(tokenizer: Tokenizer, ids: Sequence[int], stop_strings: Sequence[str], start: int = 0) -> int | None:
+def stop_string_end(
+    tokenizer: Tokenizer, ids: Sequence[int], stop_strings: Sequence[str], start: int = 0
+) -> int | None:
     """The shortest prefix length j > start of `ids` whose last STOP_WINDOW tokens' text holds a stop
     string: cut there, the token that completes the stop string kept. None when no stop string appears.
     The one rule for our engine and for transformers' baselines, so both stop on the same token."""
@@ -270,8 +290,14 @@ def check_request(prompt_ids: Sequence[int], cfg: DecodeConfig, max_context: int
 ProgressCallback = Callable[[int, int], None]  # (prompt tokens prefilled so far, all the prefill will feed)
 
 
-def prefill_chunks(n: int, should_stop: Callable[[], bool] | None = None, on_prefill: ProgressCallback | None = None,
-                   *, done: int = 0, total: int | None = None) -> Iterator[tuple[int, int]]:
+def prefill_chunks(
+    n: int,
+    should_stop: Callable[[], bool] | None = None,
+    on_prefill: ProgressCallback | None = None,
+    *,
+    done: int = 0,
+    total: int | None = None,
+) -> Iterator[tuple[int, int]]:
     """The [start, end) columns of each prefill forward over `n` prompt positions (core.cache.PREFILL_CHUNK at a
     time). Before each chunk, a Stop raises Cancelled(None); after each, `on_prefill(done + end, total)`
     reports progress (`done` tokens fed before, `total` of all; the batch counts its real tokens itself)."""
@@ -301,7 +327,9 @@ def wanted_topk(drafter: Drafter) -> int:
     return max(drafter.generated_topk, drafter.tree_topk if isinstance(drafter, TreeObserver) else 0)
 
 
-def step_predictions(drafter: Drafter, stats: StepStats, tree: DraftTree, verdict: Verdict, n_new: int) -> np.ndarray | None:
+def step_predictions(
+    drafter: Drafter, stats: StepStats, tree: DraftTree, verdict: Verdict, n_new: int
+) -> np.ndarray | None:
     """What the drafter declared it wants from this step's forward (`wanted_topk`): a TreeObserver sees the top
     `tree_topk` ids of every tree row; the returned `commit` predictions are the top `generated_topk` ids of the
     rows that chose the committed tokens (None when not wanted)."""
@@ -313,7 +341,9 @@ def step_predictions(drafter: Drafter, stats: StepStats, tree: DraftTree, verdic
     return stats.topk[chose, : drafter.generated_topk] if drafter.generated_topk else None
 
 
-def node_traces(step: int, past_len: int, tree: DraftTree, stats: StepStats, verdict: Verdict, text: TokenText) -> list[NodeTrace]:
+def node_traces(
+    step: int, past_len: int, tree: DraftTree, stats: StepStats, verdict: Verdict, text: TokenText
+) -> list[NodeTrace]:
     """One record per tree node with every number a rule reads, its decision and reason; then the bonus token's."""
     records = []
     for i in range(len(tree)):
@@ -321,12 +351,25 @@ def node_traces(step: int, past_len: int, tree: DraftTree, stats: StepStats, ver
         extra = verdict.extra[i] if verdict.extra else {}
         records.append(
             NodeTrace(
-                step=step, cache_pos=past_len, node=i, parent=tree.parents[i], depth=tree.depths[i],
-                token_id=tree.tokens[i], token_text=text(tree.tokens[i]), source=tree.sources[i],
-                decision=cast(Decision, verdict.decisions[i]), reason=verdict.reasons[i],  # online: never UNKNOWN
-                p=n.p if n else None, entropy=n.entropy if n else None, max_p=n.max_p if n else None,
-                p_eos=n.p_eos if n else None, rank=n.rank if n else None, logit_gap=n.logit_gap if n else None,
-                threshold=verdict.thresholds[i], draft_p=tree.draft_probs[i], **extra,
+                step=step,
+                cache_pos=past_len,
+                node=i,
+                parent=tree.parents[i],
+                depth=tree.depths[i],
+                token_id=tree.tokens[i],
+                token_text=text(tree.tokens[i]),
+                source=tree.sources[i],
+                decision=cast(Decision, verdict.decisions[i]),
+                reason=verdict.reasons[i],  # online: never UNKNOWN
+                p=n.p if n else None,
+                entropy=n.entropy if n else None,
+                max_p=n.max_p if n else None,
+                p_eos=n.p_eos if n else None,
+                rank=n.rank if n else None,
+                logit_gap=n.logit_gap if n else None,
+                threshold=verdict.thresholds[i],
+                draft_p=tree.draft_probs[i],
+                **extra,
             )
         )
     last = verdict.path[-1]
@@ -334,11 +377,22 @@ def node_traces(step: int, past_len: int, tree: DraftTree, stats: StepStats, ver
     p, rank, gap = stats.token_numbers(last, verdict.bonus)
     records.append(
         NodeTrace(
-            step=step, cache_pos=past_len, node=len(tree), parent=last, depth=tree.depths[last] + 1,
-            token_id=verdict.bonus, token_text=text(verdict.bonus), source="model", decision="bonus",
+            step=step,
+            cache_pos=past_len,
+            node=len(tree),
+            parent=last,
+            depth=tree.depths[last] + 1,
+            token_id=verdict.bonus,
+            token_text=text(verdict.bonus),
+            source="model",
+            decision="bonus",
             reason="the target's own token after the last accepted node",
-            p=p, entropy=stats.row_entropy[last], max_p=stats.row_max_p[last], p_eos=stats.row_p_eos[last],
-            rank=rank, logit_gap=gap,
+            p=p,
+            entropy=stats.row_entropy[last],
+            max_p=stats.row_max_p[last],
+            p_eos=stats.row_p_eos[last],
+            rank=rank,
+            logit_gap=gap,
         )
     )
     return records

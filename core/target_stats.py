@@ -3,6 +3,7 @@ max p and p(eos), and each draft node's `NodeStats` under its parent's distribut
 rules in core.rules read and the trace records keep). Also transformers' sampling warpers, so our
 sampling matches `generate(do_sample=True)`.
 """
+
 from __future__ import annotations
 
 import math
@@ -69,7 +70,9 @@ def _ranks(logits: torch.Tensor, parents: torch.Tensor, tokens: torch.Tensor, va
     return _ranks_torch(logits, parents, tokens, values)
 
 
-def _ranks_torch(logits: torch.Tensor, parents: torch.Tensor, tokens: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+def _ranks_torch(
+    logits: torch.Tensor, parents: torch.Tensor, tokens: torch.Tensor, values: torch.Tensor
+) -> torch.Tensor:
     """`_ranks` for all nodes at once: the parents' rows gathered, compared and counted as (N, V) booleans."""
     rows, value = logits[parents], values[:, None]
     lower_id = torch.arange(logits.shape[-1], device=logits.device) < tokens[:, None]
@@ -153,8 +156,11 @@ def step_stats(logits: torch.Tensor, tree: DraftTree, eos_ids: Sequence[int], to
     top = np.asarray(host[4 * q + 3 * n :], dtype=np.int32).reshape(q, -1) if topk else None
     nodes: list[NodeStats | None] = [None]
     for i, parent in enumerate(tree.parents[1:]):
-        nodes.append(NodeStats(math.exp(logp[i]), row_entropy[parent], row_max_p[parent], row_p_eos[parent],
-                               int(ranks[i]), gaps[i]))
+        nodes.append(
+            NodeStats(
+                math.exp(logp[i]), row_entropy[parent], row_max_p[parent], row_p_eos[parent], int(ranks[i]), gaps[i]
+            )
+        )
     return StepStats(row_argmax, row_entropy, row_max_p, row_p_eos, nodes, [0.0, *logp], logits, log_norm, top)
 
 

@@ -17,6 +17,7 @@ other dtype's (`stored_fit` says which file it read).
 
 The fitting (decoding held-out items, scoring them, choosing) is workbench.evaluation.thresholds.
 """
+
 from __future__ import annotations
 
 import json
@@ -64,7 +65,9 @@ def shipped_fits_path(target) -> Path:
 def _shipped_candidates(target) -> list[Path]:
     """The model's shipped fit files: the running dtype's first, then float32's, then any other dtype's."""
     exact = shipped_fits_path(target)
-    others = sorted(SHIPPED_DIR.glob(f"{target.fingerprint}-*.json"), key=lambda p: (not p.stem.endswith("float32"), p.name))
+    others = sorted(
+        SHIPPED_DIR.glob(f"{target.fingerprint}-*.json"), key=lambda p: (not p.stem.endswith("float32"), p.name)
+    )
     return [exact] + [p for p in others if p != exact]
 
 
@@ -77,7 +80,7 @@ def stored_fit(target, method: str) -> tuple[dict[str, Any] | None, str]:
     for path in _shipped_candidates(target):
         fit = load_fits(path).get(method)
         if fit is not None:
-            dtype = path.stem[len(target.fingerprint) + 1:]
+            dtype = path.stem[len(target.fingerprint) + 1 :]
             return fit, "shipped" if dtype == _dtype(target) else f"shipped ({dtype})"
     return None, "none"
 
@@ -98,8 +101,10 @@ def shipped_fit_models(method: str) -> set[str]:
 def calibrate_command(target, method: str) -> str:
     """The command that fits `method`'s thresholds for this model, device and dtype."""
     extra = "" if method == "aasd" else f" --method {method}"
-    return (f"python -m workbench calibrate --thresholds --model {target.name} --device {target.device.type} "
-            f"--dtype {_dtype(target)}{extra}")
+    return (
+        f"python -m workbench calibrate --thresholds --model {target.name} --device {target.device.type} "
+        f"--dtype {_dtype(target)}{extra}"
+    )
 
 
 def load_fits(path: Path) -> dict[str, Any]:
@@ -113,7 +118,9 @@ def load_fits(path: Path) -> dict[str, Any]:
             raise TypeError
         return fits
     except (OSError, ValueError, KeyError, TypeError):
-        raise InvalidInputError(f"the fitted thresholds in {path} cannot be read: delete the file and fit again") from None
+        raise InvalidInputError(
+            f"the fitted thresholds in {path} cannot be read: delete the file and fit again"
+        ) from None
 
 
 def save_fit(target, method: str, fit: Mapping[str, Any]) -> Path:
@@ -125,8 +132,19 @@ def save_fit(target, method: str, fit: Mapping[str, Any]) -> Path:
     fits[method] = {"fitted": time.strftime("%Y-%m-%d %H:%M:%S"), **fit}
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"model": target.name, "fingerprint": target.fingerprint, "device": str(target.device),
-                               "dtype": _dtype(target), "fits": fits}, indent=1), encoding="utf-8")
+    tmp.write_text(
+        json.dumps(
+            {
+                "model": target.name,
+                "fingerprint": target.fingerprint,
+                "device": str(target.device),
+                "dtype": _dtype(target),
+                "fits": fits,
+            },
+            indent=1,
+        ),
+        encoding="utf-8",
+    )
     tmp.replace(path)
     return path
 
@@ -139,18 +157,22 @@ def fitted_values(target, method: str) -> dict[str, float]:
     fit, where = stored_fit(target, method)
     path = thresholds_path(target) if not where.startswith("shipped") else shipped_fits_path(target)
     if fit is None:
-        raise InvalidInputError(f"no thresholds are fitted for {method} on {target.name} ({target.device.type}, "
-                                f"{_dtype(target)}): run `{calibrate_command(target, method)}` first")
+        raise InvalidInputError(
+            f"no thresholds are fitted for {method} on {target.name} ({target.device.type}, "
+            f"{_dtype(target)}): run `{calibrate_command(target, method)}` first"
+        )
     values = fit.get("values") or {}
     missing = [k for k in FITTED_PARAMS[method] if not isinstance(values.get(k), (int, float))]
     if missing:
-        raise InvalidInputError(f"the {method} fit in {path} lacks {', '.join(missing)}: fit again "
-                                f"(`{calibrate_command(target, method)}`)")
+        raise InvalidInputError(
+            f"the {method} fit in {path} lacks {', '.join(missing)}: fit again (`{calibrate_command(target, method)}`)"
+        )
     return {k: float(values[k]) for k in FITTED_PARAMS[method]}
 
 
 def describe_values(values: Mapping[str, Any]) -> str:
-    """"context α 0.05, β 0.03 · alignment α 0.1, β 0.03" (or "δ 0.2"): thresholds as a line of text."""
+    """ "context α 0.05, β 0.03 · alignment α 0.1, β 0.03" (or "δ 0.2"): thresholds as a line of text."""
+
     def g(v: Any) -> str:
         return f"{v:g}" if isinstance(v, (int, float)) else "-"
 

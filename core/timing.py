@@ -16,6 +16,7 @@ do not inflate.
 `cost_curve(target)` is the slice at `CURVE_LENGTH` as a core.sizing.CostCurve, for displays (the UI's speed
 note); `max_nodes=auto` reads the whole t(n, L) at each step's context length (core.sizing).
 """
+
 from __future__ import annotations
 
 import copy
@@ -30,8 +31,8 @@ import torch
 
 from core import cache as kv
 from core.cost_model import CostModel
-from core.errors import InvalidInputError
 from core.engine import forward_tree, prefill
+from core.errors import InvalidInputError
 from core.models import workbench_home
 from core.sizing import CostCurve
 from core.step import sync
@@ -73,14 +74,22 @@ def machine_signature(target) -> dict[str, Any]:
         hardware = {"cpu": cpu, "cpu_flags": flags}
     else:
         hardware = {"accelerator": device.type}
-    return {"device": device.type, **hardware, "threads": torch.get_num_threads(), "dtype": _dtype(target),
-            "torch": torch.__version__}
+    return {
+        "device": device.type,
+        **hardware,
+        "threads": torch.get_num_threads(),
+        "dtype": _dtype(target),
+        "torch": torch.__version__,
+    }
 
 
 def timing_path(target) -> Path:
     """`<home>/timing/<fingerprint>-<device>-<dtype>-<threads>t.json`."""
-    return (workbench_home() / "timing" /
-            f"{target.fingerprint}-{target.device.type}-{_dtype(target)}-{torch.get_num_threads()}t.json")
+    return (
+        workbench_home()
+        / "timing"
+        / f"{target.fingerprint}-{target.device.type}-{_dtype(target)}-{torch.get_num_threads()}t.json"
+    )
 
 
 def practical_lengths(target, lengths=None, sizes=None) -> tuple[int, ...]:
@@ -89,7 +98,9 @@ def practical_lengths(target, lengths=None, sizes=None) -> tuple[int, ...]:
     lengths, sizes = lengths or LENGTHS, sizes or SIZES
     room = target.max_context - max(sizes) - 1  # the tree's nodes sit after the context
     if room < 2:
-        raise InvalidInputError(f"{target.name} has a context of {target.max_context} tokens: too short to time trees of {max(sizes)} nodes")
+        raise InvalidInputError(
+            f"{target.name} has a context of {target.max_context} tokens: too short to time trees of {max(sizes)} nodes"
+        )
     fitting = [n for n in lengths if n <= room]
     if not fitting or fitting[-1] < min(room, max(lengths)):
         fitting.append(min(room, max(lengths)))
@@ -167,12 +178,23 @@ def save(target, model: CostModel, raw=None, seconds_taken: float | None = None)
     path = timing_path(target)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({
-        "format": FORMAT, "model": target.name, "fingerprint": target.fingerprint, "machine": machine_signature(target),
-        "clock": clock_name(target),
-        "sizes": list(model.sizes), "lengths": list(model.lengths),
-        "seconds": [list(row) for row in (raw if raw is not None else model.seconds)],
-        "measured": time.strftime("%Y-%m-%d %H:%M:%S"), "measure_seconds": seconds_taken}, indent=1))
+    tmp.write_text(
+        json.dumps(
+            {
+                "format": FORMAT,
+                "model": target.name,
+                "fingerprint": target.fingerprint,
+                "machine": machine_signature(target),
+                "clock": clock_name(target),
+                "sizes": list(model.sizes),
+                "lengths": list(model.lengths),
+                "seconds": [list(row) for row in (raw if raw is not None else model.seconds)],
+                "measured": time.strftime("%Y-%m-%d %H:%M:%S"),
+                "measure_seconds": seconds_taken,
+            },
+            indent=1,
+        )
+    )
     tmp.replace(path)
     return path
 

@@ -3,6 +3,7 @@
 These are the data the store, the replay and the re-scoring read; a node record carries every
 number a verification rule looks at, so a step can be re-scored under new thresholds without the model.
 """
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field

@@ -3,6 +3,7 @@
 Pure data and pure functions: building a trie from candidate sequences under a node budget, the 4D
 additive attention mask and the position ids of one verification forward pass.
 """
+
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
@@ -96,7 +97,9 @@ class DraftTree:
                 new_index[i] = out.add(new_index[self.parents[i]], self.tokens[i], self.sources[i], self.draft_probs[i])
         return out
 
-    def add_chain(self, parent: int, tokens: Sequence[int], sources: Sequence[Source] | Source, budget: int | None = None) -> int:
+    def add_chain(
+        self, parent: int, tokens: Sequence[int], sources: Sequence[Source] | Source, budget: int | None = None
+    ) -> int:
         """Add a chain below `parent`, sharing existing prefixes; stop when the tree has `budget` draft nodes."""
         node = parent
         for i, tok in enumerate(tokens):
@@ -173,7 +176,9 @@ def ancestor_matrix(parents: Sequence[int]) -> torch.Tensor:
     return anc
 
 
-def tree_attention_mask(parents: Sequence[int], past_len: int, dtype: torch.dtype, device: torch.device | str = "cpu") -> torch.Tensor:
+def tree_attention_mask(
+    parents: Sequence[int], past_len: int, dtype: torch.dtype, device: torch.device | str = "cpu"
+) -> torch.Tensor:
     """The 4D additive mask (1, 1, Q, P + Q): 0 where a node may attend, finfo.min where it may not.
 
     Every node sees the whole committed prefix, its ancestors and itself, so no row is ever fully

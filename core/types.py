@@ -2,6 +2,7 @@
 (`Decision`), as `Literal` types (a type checker catches a misspelt source) and as tuples (for checks at
 run time and for the store's columns). Trees, walks, traces and statistics all take them from here.
 """
+
 from __future__ import annotations
 
 from typing import Literal, get_args

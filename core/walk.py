@@ -18,6 +18,7 @@ with the same rescue step at each rejection.
 Path choice (docs/ALGORITHMS.md): among root-to-node paths whose nodes all pass, the longest; ties go to the
 higher sum of log-probabilities.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
@@ -27,14 +28,29 @@ from typing import Literal
 import torch
 from transformers import LogitsProcessorList
 
-from core.rules import (Deferred, KeyCounts, NodeStats, Rescue, RuleResult, Rules, deferred_keep, recorded_count, rescue_candidate,
-                        rescue_decision, rule_for)
+from core.rules import (
+    Deferred,
+    KeyCounts,
+    NodeStats,
+    Rescue,
+    RuleResult,
+    Rules,
+    deferred_keep,
+    recorded_count,
+    rescue_candidate,
+    rescue_decision,
+    rule_for,
+)
 from core.tree import DraftTree
 from core.types import Decision
 
 ROOT = RuleResult(True, None, "pending token (root)")  # the root is no draft: nothing judges it
-UNKNOWN: Literal["unknown"] = "unknown"  # a rescue candidate whose memory count is not known (re-scoring a node the run never judged)
-CountOf = Callable[[int, "int | None"], "int | KeyCounts | None"]  # (candidate node, correction t*) -> M[(x, t*)] before the update
+UNKNOWN: Literal["unknown"] = (
+    "unknown"  # a rescue candidate whose memory count is not known (re-scoring a node the run never judged)
+)
+CountOf = Callable[
+    [int, "int | None"], "int | KeyCounts | None"
+]  # (candidate node, correction t*) -> M[(x, t*)] before the update
 # (KeyCounts: under csd[keys=...], the counts of every key kind; core.rules.key_lookup reads them)
 
 
@@ -43,7 +59,9 @@ class Verdict:
     """What a walk decided for every node of one tree, and the token the target adds after the path."""
 
     path: list[int]  # accepted node ids from the root (included) down
-    decisions: list[Decision | Literal["unknown"]]  # per node: accepted / rejected / rescued / unreached (UNKNOWN only offline)
+    decisions: list[
+        Decision | Literal["unknown"]
+    ]  # per node: accepted / rejected / rescued / unreached (UNKNOWN only offline)
     reasons: list[str]
     thresholds: list[float | None]
     extra: list[dict] = field(default_factory=list)  # per node, trace fields of a rejection: correction_id, mem_count
@@ -63,29 +81,43 @@ def choose_path(tree: DraftTree, passed: Sequence[bool], logp: Sequence[float], 
         if tree.depths[i] > tree.depths[best] or (tree.depths[i] == tree.depths[best] and score[i] > score[best]):
             best = i
     path = tree.path_to(best)
-    return path[path.index(start):]
+    return path[path.index(start) :]
 
 
-def _rescued(rescue: Rescue | None, count: "int | KeyCounts | None", gap: float, correction: int | None,
-             maybe_exempt: bool = False) -> tuple[bool | None, str]:
+def _rescued(
+    rescue: Rescue | None,
+    count: "int | KeyCounts | None",
+    gap: float,
+    correction: int | None,
+    maybe_exempt: bool = False,
+) -> tuple[bool | None, str]:
     """CSD's rescue test at one rejection with correction t*: True / False with its reason, or None when
     what it needs is unknown (offline: the memory count, or whether an unrecorded t* is exempt)."""
     if rescue is None:
         return False, ""
     if correction is None and maybe_exempt and rescue.exempt:
-        return None, ("the correction t* was not recorded and may be an end of sequence (p_eos = max p), which "
-                      "rescue_eos=no exempts; the walk stops here and the accepted length is a lower bound")
+        return None, (
+            "the correction t* was not recorded and may be an end of sequence (p_eos = max p), which "
+            "rescue_eos=no exempts; the walk stops here and the accepted length is a lower bound"
+        )
     if rescue.lam is not None and count is None and correction not in rescue.exempt:
-        return None, ("this node was never judged in the original run, so its memory count M[(x, t*)] is unknown; "
-                      "the walk stops here and the accepted length is a lower bound")
+        return None, (
+            "this node was never judged in the original run, so its memory count M[(x, t*)] is unknown; "
+            "the walk stops here and the accepted length is a lower bound"
+        )
     return rescue_decision(rescue, count, gap, correction)
 
 
 Verdicts = list[Decision | Literal["unknown"]]
 
 
-def _finish(tree: DraftTree, path: list[int], results: Sequence[RuleResult], rescued: set[int],
-            stopped_at: dict[int, tuple[Decision | Literal["unknown"], str]]) -> tuple[Verdicts, list[str]]:
+def _finish(
+    tree: DraftTree,
+    path: list[int],
+    results: Sequence[RuleResult],
+    rescued: set[int],
+    stopped_at: dict[int, tuple[Decision | Literal["unknown"], str]],
+) -> tuple[Verdicts, list[str]]:
     """Decisions and reasons once the path is known; `stopped_at` holds the rescue candidate the walk
     did not take, with its decision (rejected or UNKNOWN) and reason."""
     on_path = set(path)
@@ -101,16 +133,25 @@ def _finish(tree: DraftTree, path: list[int], results: Sequence[RuleResult], res
             reasons.append(stopped_at[i][1])
         elif tree.parents[i] in on_path:
             decisions.append("rejected")
-            reasons.append(res.reason if not res.passed else f"{res.reason}; passed, but a longer or likelier path was chosen")
+            reasons.append(
+                res.reason if not res.passed else f"{res.reason}; passed, but a longer or likelier path was chosen"
+            )
         else:
             decisions.append("unreached")
             reasons.append("an ancestor was not accepted")
     return decisions, reasons
 
 
-def walk(tree: DraftTree, nodes: Sequence[NodeStats | None], logp: Sequence[float], rules: Rules, *,
-         rescue: Rescue | None = None, argmax: Sequence[int | None] | None = None,
-         count_of: CountOf | None = None) -> Verdict:
+def walk(
+    tree: DraftTree,
+    nodes: Sequence[NodeStats | None],
+    logp: Sequence[float],
+    rules: Rules,
+    *,
+    rescue: Rescue | None = None,
+    argmax: Sequence[int | None] | None = None,
+    count_of: CountOf | None = None,
+) -> Verdict:
     """Judge every node by its source's rule, take the best passing path, and at its end try CSD's rescue.
 
     `argmax[row]` is the target's own token after node `row` (the correction t* at a rejection there and
@@ -142,8 +183,9 @@ def walk(tree: DraftTree, nodes: Sequence[NodeStats | None], logp: Sequence[floa
         extra[cand] = {"correction_id": correction, "mem_count": recorded_count(count)}
         # t* is the argmax at T = 0; p_eos is the likeliest EOS id's p, so t* can be one only if p_eos = max p.
         cand_stats = stats_of(cand)
-        ok, detail = _rescued(rescue, count, -cand_stats.logit_gap, correction,
-                              maybe_exempt=cand_stats.p_eos >= cand_stats.max_p)
+        ok, detail = _rescued(
+            rescue, count, -cand_stats.logit_gap, correction, maybe_exempt=cand_stats.p_eos >= cand_stats.max_p
+        )
         if rescue is not None:
             thresholds[cand] = rescue.tau
         why = f"{results[cand].reason}; correction {correction if correction is not None else 'not recorded'}"
@@ -163,9 +205,9 @@ def walk(tree: DraftTree, nodes: Sequence[NodeStats | None], logp: Sequence[floa
         judged = [nodes[i] for i in path[1:]]
         assert all(n is not None for n in judged)  # every node on an accepted path was judged
         keep, why = deferred_keep([n for n in judged if n is not None], rules.window)
-        for i in path[1 + keep:]:
+        for i in path[1 + keep :]:
             results[i] = RuleResult(False, results[i].threshold, f"{results[i].reason}; {why}")
-        path = path[:1 + keep]
+        path = path[: 1 + keep]
         for i in [i for i in stopped_at if tree.parents[i] not in path]:  # a rejection below the cut: never reached
             del stopped_at[i]
             extra[i] = {}
@@ -174,9 +216,16 @@ def walk(tree: DraftTree, nodes: Sequence[NodeStats | None], logp: Sequence[floa
     return Verdict(path, decisions, reasons, thresholds, extra, bonus, note)
 
 
-def sample_walk(tree: DraftTree, logits: torch.Tensor, processors: LogitsProcessorList, generator: torch.Generator, *,
-                rescue: Rescue | None = None, count_of: CountOf | None = None,
-                q_rows: torch.Tensor | None = None) -> Verdict:
+def sample_walk(
+    tree: DraftTree,
+    logits: torch.Tensor,
+    processors: LogitsProcessorList,
+    generator: torch.Generator,
+    *,
+    rescue: Rescue | None = None,
+    count_of: CountOf | None = None,
+    q_rows: torch.Tensor | None = None,
+) -> Verdict:
     """T > 0: lossless speculative sampling, with CSD's rescue at each rejection.
 
     With `q_rows` (a draft model's sampling distributions, row i for the child of chain node i):
@@ -216,7 +265,9 @@ def sample_walk(tree: DraftTree, logits: torch.Tensor, processors: LogitsProcess
             cand = kids[node][0]
             x = tree.tokens[cand]
             q = q_rows[tree.depths[cand] - 1].float().to(p.device)
-            q = torch.nn.functional.pad(q, (0, max(0, p.shape[0] - q.shape[0])))[: p.shape[0]]  # a smaller draft head: q = 0 beyond it
+            q = torch.nn.functional.pad(q, (0, max(0, p.shape[0] - q.shape[0])))[
+                : p.shape[0]
+            ]  # a smaller draft head: q = 0 beyond it
             # p(x), q(x) and the uniform draw in one read
             px, qx, r = torch.stack([p[x], q[x], torch.rand(1, generator=generator, device=p.device)[0]]).tolist()
             alpha = min(1.0, px / qx) if qx > 0 else 1.0

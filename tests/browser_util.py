@@ -1,5 +1,6 @@
 """What the browser tests share: Debian's Chromium driven by Playwright (never a downloaded browser), screenshots,
 and small helpers to fill fields, pick from dropdowns and read what Plotly drew."""
+
 from __future__ import annotations
 
 import os
@@ -9,8 +10,15 @@ from pathlib import Path
 import pytest
 
 CHROMIUM = "/usr/bin/chromium"
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync"]
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 SHOTS = Path(os.environ.get("WORKBENCH_SCREENSHOTS", Path(__file__).resolve().parents[1] / "results" / "screenshots"))
 
 
@@ -36,11 +44,16 @@ def shot_between(page, name, top: str, bottom: str, margin: int = 12):
     SHOTS.mkdir(parents=True, exist_ok=True)
     if not (page.locator(top).count() and page.locator(bottom).count()):  # an older page without them: the whole page
         return shot(page, name)
-    y0, y1, width = page.evaluate("""([a, b]) => [document.querySelector(a).getBoundingClientRect().top + window.scrollY,
+    y0, y1, width = page.evaluate(
+        """([a, b]) => [document.querySelector(a).getBoundingClientRect().top + window.scrollY,
         document.querySelector(b).getBoundingClientRect().bottom + window.scrollY, document.documentElement.clientWidth]""",
-                                  [top, bottom])
-    page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True,
-                    clip={"x": 0, "y": max(0, y0 - margin), "width": width, "height": y1 - y0 + 2 * margin})
+        [top, bottom],
+    )
+    page.screenshot(
+        path=str(SHOTS / f"{name}.png"),
+        full_page=True,
+        clip={"x": 0, "y": max(0, y0 - margin), "width": width, "height": y1 - y0 + 2 * margin},
+    )
     return SHOTS / f"{name}.png"
 
 
@@ -81,20 +94,27 @@ def plotly(page, selector, what="data"):
 
 def boxes(page, selector) -> list[dict]:
     """The bounding boxes of the elements `selector` finds (visible ones)."""
-    return page.evaluate("""(sel) => Array.from(document.querySelectorAll(sel)).map((e) => e.getBoundingClientRect())
-        .filter((r) => r.width > 0 && r.height > 0).map((r) => ({x: r.x, y: r.y, w: r.width, h: r.height}))""", selector)
+    return page.evaluate(
+        """(sel) => Array.from(document.querySelectorAll(sel)).map((e) => e.getBoundingClientRect())
+        .filter((r) => r.width > 0 && r.height > 0).map((r) => ({x: r.x, y: r.y, w: r.width, h: r.height}))""",
+        selector,
+    )
 
 
 def overlap(a: dict, b: dict) -> bool:
-    return a["x"] < b["x"] + b["w"] and b["x"] < a["x"] + a["w"] and a["y"] < b["y"] + b["h"] and b["y"] < a["y"] + a["h"]
+    return (
+        a["x"] < b["x"] + b["w"] and b["x"] < a["x"] + a["w"] and a["y"] < b["y"] + b["h"] and b["y"] < a["y"] + a["h"]
+    )
 
 
 def table_rows(page, selector, timeout=30.0):
     """The cells of a gr.Dataframe's rows, once it has drawn them (its grid rows: the <tbody> is only for sizing)."""
     end = time.monotonic() + timeout
     while True:
-        rows = [[c.strip() for c in r.locator("[role=gridcell]").all_inner_texts()]
-                for r in page.locator(f"{selector} [role=row]").all()]
+        rows = [
+            [c.strip() for c in r.locator("[role=gridcell]").all_inner_texts()]
+            for r in page.locator(f"{selector} [role=row]").all()
+        ]
         rows = [r for r in rows if any(r)]
         if rows or time.monotonic() > end:
             return rows
@@ -114,10 +134,13 @@ def clipped_texts(page, selector):
 
 def watch_status(page, selector="#compare-status"):
     """Start recording every text `selector` shows (read back with statuses())."""
-    page.evaluate("""(sel) => { window.__statuses = []; const el = document.querySelector(sel);
+    page.evaluate(
+        """(sel) => { window.__statuses = []; const el = document.querySelector(sel);
         const note = () => { const t = el.innerText.trim(); const s = window.__statuses;
                              if (t && (!s.length || s[s.length - 1] !== t)) s.push(t); };
-        new MutationObserver(note).observe(el, {childList: true, subtree: true, characterData: true}); note(); }""", selector)
+        new MutationObserver(note).observe(el, {childList: true, subtree: true, characterData: true}); note(); }""",
+        selector,
+    )
 
 
 def statuses(page) -> list[str]:

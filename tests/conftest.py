@@ -1,4 +1,5 @@
 """Shared fixtures: tiny random models built in code, and the real SmolLM2 preset when fetched."""
+
 from __future__ import annotations
 
 import os
@@ -15,8 +16,6 @@ SPEC_BENCH = SHARED / "data" / "spec_bench" / "question.jsonl"
 # Spec-Bench is never copied into the project: it lives in the shared folder beside it, which a fresh clone lacks.
 NO_SPEC_BENCH = "needs ../shared/data/spec_bench/question.jsonl (the shared folder beside the project)"
 sys.path.insert(0, str(ROOT))
-import workbench.methods  # noqa: E402,F401  transformers' baselines join the methods, as in the workbench
-
 # Hypothesis: the "fuzz" profile is what the property tests of bad input run under (tests/security/test_fuzz.py:
 # CLI parameters, task rows, method strings): at least 1,000 cases each, derandomized so CI is repeatable, no
 # deadline (a slow case on a busy machine is not a failure). WORKBENCH_FUZZ_PROFILE=fuzz-quick runs 100 while
@@ -24,8 +23,11 @@ import workbench.methods  # noqa: E402,F401  transformers' baselines join the me
 from hypothesis import HealthCheck  # noqa: E402
 from hypothesis import settings as hypothesis_settings  # noqa: E402
 
-hypothesis_settings.register_profile("fuzz", max_examples=1000, deadline=None, derandomize=True,
-                                     suppress_health_check=list(HealthCheck))
+import workbench.methods  # noqa: E402,F401  transformers' baselines join the methods, as in the workbench
+
+hypothesis_settings.register_profile(
+    "fuzz", max_examples=1000, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck)
+)
 hypothesis_settings.register_profile("fuzz-quick", parent=hypothesis_settings.get_profile("fuzz"), max_examples=100)
 FUZZ_PROFILE = os.environ.get("WORKBENCH_FUZZ_PROFILE", "fuzz")
 
@@ -60,9 +62,17 @@ def make_tiny(seed: int = 0, vocab: int = 96, layers: int = 2, init: float = 0.3
 
     torch.manual_seed(seed)
     cfg = LlamaConfig(
-        vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=layers,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
-        initializer_range=init, bos_token_id=0, eos_token_id=1, pad_token_id=0,
+        vocab_size=vocab,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        initializer_range=init,
+        bos_token_id=0,
+        eos_token_id=1,
+        pad_token_id=0,
         attn_implementation="sdpa",
     )
     model = LlamaForCausalLM(cfg).eval().requires_grad_(False)
@@ -92,7 +102,9 @@ def smollm2():
     from core.models import is_fetched, load_model
 
     if not is_fetched("smollm2-135m"):
-        pytest.skip("smollm2-135m is not fetched: run `python -m workbench models fetch smollm2-135m` (run.sh test does)")
+        pytest.skip(
+            "smollm2-135m is not fetched: run `python -m workbench models fetch smollm2-135m` (run.sh test does)"
+        )
     return load_model("smollm2-135m", device="cpu", dtype="float32")
 
 
@@ -142,6 +154,7 @@ def app(smollm2, tmp_path_factory):
 
 # ---- the target's own numbers, from a fresh forward (not from the trace) --------------------------------
 
+
 def _path_tokens(nodes_by_id: dict, node) -> list[int]:
     """The tokens from the root (exclusive) down to `node` (inclusive)."""
     out = []
@@ -184,16 +197,22 @@ def fresh_node_stats(target, prompt_ids, run, *, steps=None, sample: int = 6, se
         paths = {tuple(_path_tokens(by_id, by_id[n.parent])) for n in wanted}  # the tokens after which each is judged
         with torch.no_grad():
             if len(seq) - 1 > have:
-                target.model(input_ids=torch.tensor([seq[have:-1]], device=device), use_cache=True,
-                             **cache_arg(target.model, prefix))
+                target.model(
+                    input_ids=torch.tensor([seq[have:-1]], device=device),
+                    use_cache=True,
+                    **cache_arg(target.model, prefix),
+                )
                 have = len(seq) - 1
             rows = {}
             # One forward per longest path (the accepted path covers every node judged under it), on the
             # prefix's plain cache, cut back to the prefix after it; its rows are the distributions along it.
             longest = [p for p in paths if not any(len(q) > len(p) and q[: len(p)] == p for q in paths)]
             for path in longest:
-                out = target.model(input_ids=torch.tensor([[seq[-1], *path]], device=device), use_cache=True,
-                                   **cache_arg(target.model, prefix))
+                out = target.model(
+                    input_ids=torch.tensor([[seq[-1], *path]], device=device),
+                    use_cache=True,
+                    **cache_arg(target.model, prefix),
+                )
                 for j in range(len(path) + 1):
                     rows.setdefault(path[:j], out.logits[0, j].double().cpu())
                 crop(prefix, len(seq) - 1)
@@ -203,13 +222,20 @@ def fresh_node_stats(target, prompt_ids, run, *, steps=None, sample: int = 6, se
             probs = logp.exp()
             tok = n.token_id
             rank = int((z > z[tok]).sum()) + int((z[:tok] == z[tok]).sum())
-            fresh = NodeStats(p=float(probs[tok]), entropy=float(-(probs * logp).nan_to_num().sum()),
-                              max_p=float(probs.max()), p_eos=float(probs[eos].max()) if eos else 0.0, rank=rank,
-                              logit_gap=float(z.max() - z[tok]))
+            fresh = NodeStats(
+                p=float(probs[tok]),
+                entropy=float(-(probs * logp).nan_to_num().sum()),
+                max_p=float(probs.max()),
+                p_eos=float(probs[eos].max()) if eos else 0.0,
+                rank=rank,
+                logit_gap=float(z.max() - z[tok]),
+            )
             where = f"step {k} node {n.node} ({n.source}, {n.decision})"
             for name in ("p", "max_p", "p_eos", "entropy", "logit_gap"):
                 got, want = getattr(n, name), getattr(fresh, name)
-                assert abs(got - want) <= 1e-5 + 2e-3 * abs(want), f"{where}: recorded {name} {got!r}, the target says {want!r}"
+                assert abs(got - want) <= 1e-5 + 2e-3 * abs(want), (
+                    f"{where}: recorded {name} {got!r}, the target says {want!r}"
+                )
             near_tie = int((abs(z - z[tok]) < 1e-4).sum()) > 1
             assert n.rank == fresh.rank or near_tie, f"{where}: recorded rank {n.rank}, the target says {fresh.rank}"
             pairs.append((n, fresh))

@@ -10,6 +10,7 @@ A mutation is a literal edit of the source (old text -> new text, which must occ
 code it edits is rewritten the script says which pattern no longer applies, so the list is kept current
 rather than silently skipped. Exit code 0 when every mutation was caught.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -34,42 +35,85 @@ class Mutation:
 
 
 MUTATIONS = (
-    Mutation("bonus-transfer", "the bonus token's trace record reads its p and rank from the device even at T = 0, where "
-             "its row's argmax numbers already hold them",
-             (("core/target_stats.py", "        if token == self.row_argmax[row]:", "        if False:"),),
-             ("tests/test_transfers.py::test_a_tree_step_at_t0_reads_the_device_once",)),
-    Mutation("threshold-tie", "gamma=auto's threshold sweep breaks cost ties towards the highest cut instead of the lowest",
-             (("core/drafters/draft_model.py", "p[first[int(np.argmin(cost))]]", "p[first[len(cost) - 1 - int(np.argmin(cost[::-1]))]]"),),
-             ("tests/test_sd.py::test_the_sorted_threshold_sweep_returns_the_quadratic_sweeps_threshold",)),
-    Mutation("eos-guard", "the engine computes every node's statistics without the EOS ids, so p(EOS) is 0 and CASD's "
-             "threshold max(δ, p(EOS)) is δ alone (the probe's mutation)",
-             (("core/step.py", "stats = step_stats(logits, proposal.tree, env.eos_ids,", "stats = step_stats(logits, proposal.tree, (),"),),
-             ("tests/test_trace_truth.py::test_casd_thresholds_are_max_of_delta_and_the_targets_own_p_eos",)),
-    Mutation("eos-guard-rule", "CASD's rule drops p(EOS) from its threshold (δ alone), the statistics left right",
-             (("core/rules.py", "threshold = max(delta, n.p_eos)", "threshold = delta"),),
-             ("tests/test_trace_truth.py::test_casd_thresholds_are_max_of_delta_and_the_targets_own_p_eos",)),
-    Mutation("eos-prune", "draft nodes at or below an EOS token are no longer pruned from the trees",
-             (("core/step.py", "proposal.tree.pruned(depth, env.eos)", "proposal.tree.pruned(depth, frozenset())"),),
-             ("tests/test_engine.py::test_no_draft_node_at_or_below_eos",)),
-    Mutation("alignment-budget", "alignment siblings lose their own share of the node budget (the retrieved hits "
-             "may take all of it)",
-             (("core/drafters/context.py", "share = min(_new_prefixes(aligned, candidates), math.ceil(self.max_nodes * ALIGN_SHARE)) if aligned else 0",
-               "share = 0"),),
-             ("tests/test_drafters.py::test_alignment_siblings_have_their_own_share_of_the_budget",)),
-    Mutation("source-rule", "AASD's relaxed rule judges generated-text nodes too (it must relax only context and "
-             "alignment nodes)",
-             (("core/rules.py", '"generated": strict', '"generated": relaxed'),),
-             ("tests/test_trace_truth.py::test_aasd_relaxes_only_context_and_alignment_nodes_by_the_targets_own_entropy",)),
-    Mutation("csd-gate", "CSD rescues every frequent pair, whatever the gate z(x) − z(t*) ≥ log τ says",
-             (("core/rules.py", "is_safe = gap >= log_tau", "is_safe = True"),),
-             ("tests/test_trace_truth.py::test_csd_rescues_exactly_when_the_memory_and_the_targets_own_gap_allow",)),
+    Mutation(
+        "bonus-transfer",
+        "the bonus token's trace record reads its p and rank from the device even at T = 0, where "
+        "its row's argmax numbers already hold them",
+        (("core/target_stats.py", "        if token == self.row_argmax[row]:", "        if False:"),),
+        ("tests/test_transfers.py::test_a_tree_step_at_t0_reads_the_device_once",),
+    ),
+    Mutation(
+        "threshold-tie",
+        "gamma=auto's threshold sweep breaks cost ties towards the highest cut instead of the lowest",
+        (
+            (
+                "core/drafters/draft_model.py",
+                "p[first[int(np.argmin(cost))]]",
+                "p[first[len(cost) - 1 - int(np.argmin(cost[::-1]))]]",
+            ),
+        ),
+        ("tests/test_sd.py::test_the_sorted_threshold_sweep_returns_the_quadratic_sweeps_threshold",),
+    ),
+    Mutation(
+        "eos-guard",
+        "the engine computes every node's statistics without the EOS ids, so p(EOS) is 0 and CASD's "
+        "threshold max(δ, p(EOS)) is δ alone (the probe's mutation)",
+        (
+            (
+                "core/step.py",
+                "stats = step_stats(logits, proposal.tree, env.eos_ids,",
+                "stats = step_stats(logits, proposal.tree, (),",
+            ),
+        ),
+        ("tests/test_trace_truth.py::test_casd_thresholds_are_max_of_delta_and_the_targets_own_p_eos",),
+    ),
+    Mutation(
+        "eos-guard-rule",
+        "CASD's rule drops p(EOS) from its threshold (δ alone), the statistics left right",
+        (("core/rules.py", "threshold = max(delta, n.p_eos)", "threshold = delta"),),
+        ("tests/test_trace_truth.py::test_casd_thresholds_are_max_of_delta_and_the_targets_own_p_eos",),
+    ),
+    Mutation(
+        "eos-prune",
+        "draft nodes at or below an EOS token are no longer pruned from the trees",
+        (("core/step.py", "proposal.tree.pruned(depth, env.eos)", "proposal.tree.pruned(depth, frozenset())"),),
+        ("tests/test_engine.py::test_no_draft_node_at_or_below_eos",),
+    ),
+    Mutation(
+        "alignment-budget",
+        "alignment siblings lose their own share of the node budget (the retrieved hits may take all of it)",
+        (
+            (
+                "core/drafters/context.py",
+                "share = min(_new_prefixes(aligned, candidates), math.ceil(self.max_nodes * ALIGN_SHARE)) if aligned else 0",
+                "share = 0",
+            ),
+        ),
+        ("tests/test_drafters.py::test_alignment_siblings_have_their_own_share_of_the_budget",),
+    ),
+    Mutation(
+        "source-rule",
+        "AASD's relaxed rule judges generated-text nodes too (it must relax only context and alignment nodes)",
+        (("core/rules.py", '"generated": strict', '"generated": relaxed'),),
+        ("tests/test_trace_truth.py::test_aasd_relaxes_only_context_and_alignment_nodes_by_the_targets_own_entropy",),
+    ),
+    Mutation(
+        "csd-gate",
+        "CSD rescues every frequent pair, whatever the gate z(x) − z(t*) ≥ log τ says",
+        (("core/rules.py", "is_safe = gap >= log_tau", "is_safe = True"),),
+        ("tests/test_trace_truth.py::test_csd_rescues_exactly_when_the_memory_and_the_targets_own_gap_allow",),
+    ),
 )
 
 
 def copy_repository(dest: Path) -> None:
     """The tracked and new (not ignored) files of the working tree, as they are now."""
-    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
-                            capture_output=True, check=True).stdout.split(b"\0")
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=ROOT,
+        capture_output=True,
+        check=True,
+    ).stdout.split(b"\0")
     for name in filter(None, listed):
         src = ROOT / os.fsdecode(name)
         if src.is_file():
@@ -85,15 +129,24 @@ def apply(copy: Path, mutation: Mutation) -> str:
         if text.count(old) == 1:
             path.write_text(text.replace(old, new), encoding="utf-8")
             return f"{file}: {old!r} -> {new!r}"
-    raise SystemExit(f"mutation {mutation.name}: none of its patterns occurs exactly once any more "
-                     f"({'; '.join(f'{f}: {o!r}' for f, o, _ in mutation.edits)}): update tests/mutations.py")
+    raise SystemExit(
+        f"mutation {mutation.name}: none of its patterns occurs exactly once any more "
+        f"({'; '.join(f'{f}: {o!r}' for f, o, _ in mutation.edits)}): update tests/mutations.py"
+    )
 
 
 def run_tests(copy: Path, tests: tuple[str, ...]) -> tuple[int, str]:
     env = {**os.environ, "PYTHONPATH": str(copy), "PYTHONDONTWRITEBYTECODE": "1"}
-    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *tests], cwd=copy, env=env,
-                         capture_output=True, text=True)
-    return out.returncode, (out.stdout + out.stderr).strip().splitlines()[-1] if (out.stdout + out.stderr).strip() else ""
+    out = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *tests],
+        cwd=copy,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    return out.returncode, (out.stdout + out.stderr).strip().splitlines()[-1] if (
+        out.stdout + out.stderr
+    ).strip() else ""
 
 
 def main() -> int:
@@ -120,11 +173,16 @@ def main() -> int:
             edit = apply(copy, m)
             code, last = run_tests(copy, m.tests)
             caught = code == 1  # pytest's "tests failed" (2-5 are usage, collection or internal errors)
-            print(f"{m.name}: {'caught' if caught else 'NOT CAUGHT'} ({last}; {time.monotonic() - start:.0f} s)\n    {edit}")
+            print(
+                f"{m.name}: {'caught' if caught else 'NOT CAUGHT'} ({last}; {time.monotonic() - start:.0f} s)\n    {edit}"
+            )
             if not caught:
                 missed.append(m.name)
             shutil.rmtree(copy, ignore_errors=True)
-    print(f"{len(chosen) - len(missed)} of {len(chosen)} mutations caught" + (f"; missed: {', '.join(missed)}" if missed else ""))
+    print(
+        f"{len(chosen) - len(missed)} of {len(chosen)} mutations caught"
+        + (f"; missed: {', '.join(missed)}" if missed else "")
+    )
     return 0 if not missed else 1
 
 

@@ -1,4 +1,5 @@
 """The acceptance prior (core.acceptance_prior, pure) and its counts from a trace store (workbench.store.priors)."""
+
 from __future__ import annotations
 
 import json
@@ -66,7 +67,9 @@ def test_bad_counts_are_refused_and_a_prior_round_trips():
         AcceptancePrior.from_counts([("context", 1, 5, 3)])
     with pytest.raises(ValueError):
         AcceptancePrior(weight=0)
-    prior = AcceptancePrior.from_counts([("context", 1, 6, 10), ("context", MAX_DEPTH + 5, 1, 2), ("context", MAX_DEPTH, 1, 1)])
+    prior = AcceptancePrior.from_counts(
+        [("context", 1, 6, 10), ("context", MAX_DEPTH + 5, 1, 2), ("context", MAX_DEPTH, 1, 1)]
+    )
     assert prior.counts[("context", MAX_DEPTH)] == (2, 3)  # deeper rows summed into the last depth
     assert AcceptancePrior.from_dict(json.loads(json.dumps(prior.to_dict()))) == prior
 
@@ -119,8 +122,9 @@ def test_stored_counts_equal_the_traces_acceptance_and_filters_keep_other_runs_o
     assert {(s, d): (a, v) for s, d, a, v in tagged} == _expected(mine[:2])
     assert stored_counts(store, "aasd-strict", "no-such-model") == []
     # Parameters narrow the method: the relaxed aasd run alone, by its thresholds.
-    assert {(s, d): (a, v) for s, d, a, v in stored_counts(store, "aasd", tiny.fingerprint, params={"beta": 0.01})} \
-        == _expected([relaxed])
+    assert {
+        (s, d): (a, v) for s, d, a, v in stored_counts(store, "aasd", tiny.fingerprint, params={"beta": 0.01})
+    } == _expected([relaxed])
     assert stored_counts(store, "aasd", tiny.fingerprint, params={"beta": 0.1}) == []
     prior = acceptance_prior(store, "aasd-strict", tiny.fingerprint)
     assert prior.observations == sum(v for _, v in _expected(mine).values()) > 0
@@ -137,16 +141,48 @@ def test_rescued_nodes_count_as_accepted_and_unjudged_records_not_at_all(store):
     from workbench.store.priors import stored_counts
 
     def node(i, parent, depth, source, decision):
-        return NodeTrace(step=0, cache_pos=4, node=i, parent=parent, depth=depth, token_id=10 + i, token_text="x",
-                         source=source, decision=decision, reason="", p=None if parent == -1 else 0.5)
+        return NodeTrace(
+            step=0,
+            cache_pos=4,
+            node=i,
+            parent=parent,
+            depth=depth,
+            token_id=10 + i,
+            token_text="x",
+            source=source,
+            decision=decision,
+            reason="",
+            p=None if parent == -1 else 0.5,
+        )
 
-    nodes = [node(0, -1, 0, "root", "accepted"), node(1, 0, 1, "context", "accepted"), node(2, 1, 2, "context", "rescued"),
-             node(3, 0, 1, "alignment", "rejected"), node(4, 3, 2, "alignment", "unreached"), node(5, 2, 3, "model", "bonus")]
-    run = RunTrace(method="csd", params={}, model="m", draft_model=None, device="cpu", dtype="float32", prompt="p",
-                   prompt_ids=[1, 2, 3, 4], output_ids=[11, 12, 15], steps=[StepTrace(0, 4, 4, 2, [11, 12, 15], nodes=nodes)],
-                   status="complete", model_fingerprint="fp")
+    nodes = [
+        node(0, -1, 0, "root", "accepted"),
+        node(1, 0, 1, "context", "accepted"),
+        node(2, 1, 2, "context", "rescued"),
+        node(3, 0, 1, "alignment", "rejected"),
+        node(4, 3, 2, "alignment", "unreached"),
+        node(5, 2, 3, "model", "bonus"),
+    ]
+    run = RunTrace(
+        method="csd",
+        params={},
+        model="m",
+        draft_model=None,
+        device="cpu",
+        dtype="float32",
+        prompt="p",
+        prompt_ids=[1, 2, 3, 4],
+        output_ids=[11, 12, 15],
+        steps=[StepTrace(0, 4, 4, 2, [11, 12, 15], nodes=nodes)],
+        status="complete",
+        model_fingerprint="fp",
+    )
     store.save_run(run)
-    assert sorted(stored_counts(store, "csd", "fp")) == [("alignment", 1, 0, 1), ("context", 1, 1, 1), ("context", 2, 1, 1)]
+    assert sorted(stored_counts(store, "csd", "fp")) == [
+        ("alignment", 1, 0, 1),
+        ("context", 1, 1, 1),
+        ("context", 2, 1, 1),
+    ]
     assert {(s, d): (a, v) for s, d, a, v in stored_counts(store, "csd", "fp")} == _expected([run])
 
 
@@ -177,7 +213,9 @@ def test_stored_counts_on_postgresql(tiny):
         conn.execute(text(f'CREATE DATABASE "{db}"'))
     admin.dispose()
     with Store(url.set(database=db).render_as_string(hide_password=False)) as store:
-        run = run_method("aasd", tiny, [5, 6, 7, 8, 5, 6, 7, 8, 5, 6], {"max_new_tokens": 10, "max_nodes": 8, "beta": 0.01})
+        run = run_method(
+            "aasd", tiny, [5, 6, 7, 8, 5, 6, 7, 8, 5, 6], {"max_new_tokens": 10, "max_nodes": 8, "beta": 0.01}
+        )
         store.save_run(run)
         rows = stored_counts(store, "aasd", tiny.fingerprint, params={"beta": 0.01})
         assert {(s, d): (a, v) for s, d, a, v in rows} == _expected([run])
@@ -190,7 +228,9 @@ def test_a_prior_from_smollm2_runs_is_their_acceptance(smollm2, store):
     from workbench.store.priors import acceptance_prior
 
     text = "The cat sat on the mat. The cat sat on the mat. The cat sat on the mat. Repeat the sentence once more:"
-    run = run_method("aasd-strict", smollm2, encode_prompt(smollm2.tokenizer, text), {"max_new_tokens": 24, "max_nodes": 8})
+    run = run_method(
+        "aasd-strict", smollm2, encode_prompt(smollm2.tokenizer, text), {"max_new_tokens": 24, "max_nodes": 8}
+    )
     store.save_run(run)
     prior = acceptance_prior(store, "aasd-strict", smollm2.fingerprint)
     expected = _expected([run])

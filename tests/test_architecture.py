@@ -16,6 +16,7 @@ How the graph is built (what counts as an edge):
   lists in that group: an edge to each (to every group's when the group is not a constant). A cycle through
   such an edge is a cycle like any other; and core loads no entry points at all (what it runs, it imports).
 """
+
 from __future__ import annotations
 
 import ast
@@ -37,7 +38,9 @@ def module_name(path: Path, base: Path) -> tuple[str, bool]:
 
 
 def _is_type_checking(test: ast.expr) -> bool:
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
 
 
 class Import(NamedTuple):
@@ -65,10 +68,20 @@ def raw_imports(tree: ast.AST, module: str, is_package: bool) -> list[Import]:
                 base = ".".join(head + ([node.module] if node.module else []))
             else:
                 base = node.module or ""
-            found.extend(Import(f"{base}.{alias.name}" if alias.name != "*" else base, node.lineno, lazy, base) for alias in node.names)
-        elif isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str):
+            found.extend(
+                Import(f"{base}.{alias.name}" if alias.name != "*" else base, node.lineno, lazy, base)
+                for alias in node.names
+            )
+        elif (
+            isinstance(node, ast.Call)
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str)
+        ):
             f = node.func
-            if (isinstance(f, ast.Name) and f.id == "__import__") or (isinstance(f, ast.Attribute) and f.attr == "import_module"):
+            if (isinstance(f, ast.Name) and f.id == "__import__") or (
+                isinstance(f, ast.Attribute) and f.attr == "import_module"
+            ):
                 found.append(Import(node.args[0].value, node.lineno, lazy, node.args[0].value))
         inner = lazy or isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
         for child in ast.iter_child_nodes(node):
@@ -91,8 +104,10 @@ def entry_point_loads(tree: ast.AST) -> list[EntryPointLoad]:
     """Every call that loads entry points: entry_points(group=G) / entry_points().select(group=G) /
     iter_entry_points(G) / load_entry_point(dist, G, name), with its group when a constant names it."""
     calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call)]
-    name = {id(c): c.func.id if isinstance(c.func, ast.Name) else c.func.attr if isinstance(c.func, ast.Attribute) else None
-            for c in calls}
+    name = {
+        id(c): c.func.id if isinstance(c.func, ast.Name) else c.func.attr if isinstance(c.func, ast.Attribute) else None
+        for c in calls
+    }
 
     def group_of(call: ast.Call, position: int) -> str | None:
         for k in call.keywords:
@@ -101,16 +116,25 @@ def entry_point_loads(tree: ast.AST) -> list[EntryPointLoad]:
         arg = call.args[position] if len(call.args) > position else None
         return arg.value if isinstance(arg, ast.Constant) and isinstance(arg.value, str) else None
 
-    selected = {id(c.func.value) for c in calls if name[id(c)] == "select" and isinstance(c.func, ast.Attribute)
-                and isinstance(c.func.value, ast.Call) and name[id(c.func.value)] == "entry_points"}
+    selected = {
+        id(c.func.value)
+        for c in calls
+        if name[id(c)] == "select"
+        and isinstance(c.func, ast.Attribute)
+        and isinstance(c.func.value, ast.Call)
+        and name[id(c.func.value)] == "entry_points"
+    }
     found = []
     for c in calls:
         n = name[id(c)]
         if n == "select" and id(getattr(c.func, "value", None)) in selected:
             found.append(EntryPointLoad(group_of(c, 99), c.lineno))
         elif n in ENTRY_POINT_CALLS and id(c) not in selected:
-            found.append(EntryPointLoad(group_of(c, 1 if n == "load_entry_point" else 0 if n == "iter_entry_points" else 99),
-                                        c.lineno))
+            found.append(
+                EntryPointLoad(
+                    group_of(c, 1 if n == "load_entry_point" else 0 if n == "iter_entry_points" else 99), c.lineno
+                )
+            )
     return found
 
 
@@ -119,12 +143,15 @@ def pyproject_entry_points(pyproject: Path) -> dict[str, list[str]]:
     import tomllib  # Python 3.11+; the project test skips without it
 
     project = tomllib.loads(pyproject.read_text(encoding="utf-8")).get("project", {})
-    return {group: [value.partition(":")[0].strip() for value in points.values()]
-            for group, points in project.get("entry-points", {}).items()}
+    return {
+        group: [value.partition(":")[0].strip() for value in points.values()]
+        for group, points in project.get("entry-points", {}).items()
+    }
 
 
-def add_entry_point_edges(graph: dict[str, dict[str, tuple[int, bool]]], base: Path, entry_points: dict[str, list[str]]
-                          ) -> dict[tuple[str, str], str]:
+def add_entry_point_edges(
+    graph: dict[str, dict[str, tuple[int, bool]]], base: Path, entry_points: dict[str, list[str]]
+) -> dict[tuple[str, str], str]:
     """Add an edge from each module that loads a group to each project module the group's entry points name;
     returns {(loader, module): group} for those edges (an edge that is also an import stays the import)."""
     via: dict[tuple[str, str], str] = {}
@@ -136,7 +163,9 @@ def add_entry_point_edges(graph: dict[str, dict[str, tuple[int, bool]]], base: P
             for g in [group] if group is not None else sorted(entry_points):
                 for target in entry_points.get(g, []):
                     parts = target.split(".")
-                    hit = next((".".join(parts[:n]) for n in range(len(parts), 0, -1) if ".".join(parts[:n]) in graph), None)
+                    hit = next(
+                        (".".join(parts[:n]) for n in range(len(parts), 0, -1) if ".".join(parts[:n]) in graph), None
+                    )
                     if hit is not None and hit != loader and hit not in graph[loader]:
                         graph[loader][hit] = (line, True)
                         via[(loader, hit)] = g
@@ -151,7 +180,9 @@ def _module_path(base: Path, module: str) -> Path | None:
     return None
 
 
-def build_graph(base: Path, packages: tuple[str, ...]) -> tuple[dict[str, dict[str, tuple[int, bool]]], dict[str, list[Import]]]:
+def build_graph(
+    base: Path, packages: tuple[str, ...]
+) -> tuple[dict[str, dict[str, tuple[int, bool]]], dict[str, list[Import]]]:
     """(edges: module -> {imported project module: (first line, lazy)}, every import per module). A folder
     without __init__.py (a namespace package) is a module with no imports."""
     files: dict[str, tuple[Path | None, bool]] = {}
@@ -165,7 +196,9 @@ def build_graph(base: Path, packages: tuple[str, ...]) -> tuple[dict[str, dict[s
     graph: dict[str, dict[str, tuple[int, bool]]] = {name: {} for name in files}
     raw: dict[str, list[Import]] = {}
     for name, (path, is_package) in files.items():
-        raw[name] = raw_imports(ast.parse(path.read_text(encoding="utf-8"), str(path)), name, is_package) if path else []
+        raw[name] = (
+            raw_imports(ast.parse(path.read_text(encoding="utf-8"), str(path)), name, is_package) if path else []
+        )
         for target, line, lazy, _ in raw[name]:
             parts = target.split(".")
             hit = next((".".join(parts[:n]) for n in range(len(parts), 0, -1) if ".".join(parts[:n]) in files), None)
@@ -222,7 +255,9 @@ def find_cycles(graph: dict[str, dict]) -> list[list[str]]:
     return cycles
 
 
-def describe(cycle: list[str], graph: dict[str, dict[str, tuple[int, bool]]], via: dict[tuple[str, str], str] | None = None) -> str:
+def describe(
+    cycle: list[str], graph: dict[str, dict[str, tuple[int, bool]]], via: dict[tuple[str, str], str] | None = None
+) -> str:
     def how(a: str, b: str) -> str:
         if via and (a, b) in via:
             return f"line {graph[a][b][0]}, loading entry-point group {via[(a, b)]!r}"
@@ -234,8 +269,12 @@ def describe(cycle: list[str], graph: dict[str, dict[str, tuple[int, bool]]], vi
 
 def missing_modules(graph: dict[str, dict], raw: dict[str, list[Import]], packages: tuple[str, ...]) -> list[str]:
     """Imports naming a module of the packages that does not exist (left behind by a move)."""
-    return [f"{m} line {imp.line}: {imp.module}" for m, imports in sorted(raw.items()) for imp in imports
-            if any(_in(p, imp.module) for p in packages) and imp.module not in graph]
+    return [
+        f"{m} line {imp.line}: {imp.module}"
+        for m, imports in sorted(raw.items())
+        for imp in imports
+        if any(_in(p, imp.module) for p in packages) and imp.module not in graph
+    ]
 
 
 def _in(pkg: str, name: str) -> bool:
@@ -252,20 +291,23 @@ def write(base: Path, files: dict[str, str]) -> None:
 
 
 def test_the_graph_builder_on_a_synthetic_package_with_a_cycle(tmp_path):
-    write(tmp_path, {
-        "pkg/__init__.py": "from . import a\nfrom pkg.b import helper\n",  # re-exports: edges too
-        "pkg/a.py": "import os\nimport pkg.b\nfrom pkg import c\n",
-        "pkg/b.py": "def helper():\n    from .a import thing  # lazy\n    return thing\n",
-        "pkg/c.py": (
-            "from typing import TYPE_CHECKING\nimport typing\n"
-            "if TYPE_CHECKING:\n    from pkg.a import thing\nelse:\n    import pkg.sub.d\n"
-            "if typing.TYPE_CHECKING:\n    import pkg.b\n"
-        ),
-        "pkg/sub/__init__.py": "from pkg import name_in_init\n",
-        "pkg/sub/d.py": "import importlib\nfrom .. import c\nlib = importlib.import_module('sqlalchemy.orm')\n",
-        "pkg/ns/e.py": "import pkg.gone\nfrom pkg.a import thing\n",  # in a folder without __init__.py
-        "other/e.py": "import pkg.a\n",  # outside the packages scanned
-    })
+    write(
+        tmp_path,
+        {
+            "pkg/__init__.py": "from . import a\nfrom pkg.b import helper\n",  # re-exports: edges too
+            "pkg/a.py": "import os\nimport pkg.b\nfrom pkg import c\n",
+            "pkg/b.py": "def helper():\n    from .a import thing  # lazy\n    return thing\n",
+            "pkg/c.py": (
+                "from typing import TYPE_CHECKING\nimport typing\n"
+                "if TYPE_CHECKING:\n    from pkg.a import thing\nelse:\n    import pkg.sub.d\n"
+                "if typing.TYPE_CHECKING:\n    import pkg.b\n"
+            ),
+            "pkg/sub/__init__.py": "from pkg import name_in_init\n",
+            "pkg/sub/d.py": "import importlib\nfrom .. import c\nlib = importlib.import_module('sqlalchemy.orm')\n",
+            "pkg/ns/e.py": "import pkg.gone\nfrom pkg.a import thing\n",  # in a folder without __init__.py
+            "other/e.py": "import pkg.a\n",  # outside the packages scanned
+        },
+    )
     graph, raw = build_graph(tmp_path, ("pkg",))
     assert sorted(graph) == ["pkg", "pkg.a", "pkg.b", "pkg.c", "pkg.ns", "pkg.ns.e", "pkg.sub", "pkg.sub.d"]
     assert missing_modules(graph, raw, ("pkg",)) == ["pkg.ns.e line 1: pkg.gone"]
@@ -290,23 +332,36 @@ def test_the_graph_builder_on_a_synthetic_package_with_a_cycle(tmp_path):
 
 def test_entry_points_are_edges_from_the_module_that_loads_their_group(tmp_path):
     pytest.importorskip("tomllib")
-    write(tmp_path, {
-        "pkg/__init__.py": "",
-        "pkg/core.py": ("from importlib.metadata import entry_points\n"
-                        "def load():\n    for ep in entry_points(group='pkg.plugins'):\n        ep.load()\n"),
-        "pkg/plugin.py": "import pkg.core\n",  # the plugin uses the loader: a cycle only through the entry point
-        "pkg/other.py": "import importlib.metadata as md\nmd.entry_points().select(group='other.group')\n",
-        "pkg/any.py": "import pkg_resources\nG = 'x'\nfor ep in pkg_resources.iter_entry_points(G):\n    pass\n",
-        "pyproject.toml": ('[project]\nname = "pkg"\n[project.entry-points."pkg.plugins"]\nmine = "pkg.plugin:register"\n'
-                           '[project.entry-points."other.group"]\nx = "pkg.core:nothing"\n'),
-    })
+    write(
+        tmp_path,
+        {
+            "pkg/__init__.py": "",
+            "pkg/core.py": (
+                "from importlib.metadata import entry_points\n"
+                "def load():\n    for ep in entry_points(group='pkg.plugins'):\n        ep.load()\n"
+            ),
+            "pkg/plugin.py": "import pkg.core\n",  # the plugin uses the loader: a cycle only through the entry point
+            "pkg/other.py": "import importlib.metadata as md\nmd.entry_points().select(group='other.group')\n",
+            "pkg/any.py": "import pkg_resources\nG = 'x'\nfor ep in pkg_resources.iter_entry_points(G):\n    pass\n",
+            "pyproject.toml": (
+                '[project]\nname = "pkg"\n[project.entry-points."pkg.plugins"]\nmine = "pkg.plugin:register"\n'
+                '[project.entry-points."other.group"]\nx = "pkg.core:nothing"\n'
+            ),
+        },
+    )
     graph, _ = build_graph(tmp_path, ("pkg",))
     assert find_cycles(graph) == []  # the imports alone have no cycle
     assert entry_point_loads(ast.parse((tmp_path / "pkg/other.py").read_text())) == [("other.group", 2)]
-    assert entry_point_loads(ast.parse((tmp_path / "pkg/any.py").read_text())) == [(None, 3)]  # not a constant: any group
+    assert entry_point_loads(ast.parse((tmp_path / "pkg/any.py").read_text())) == [
+        (None, 3)
+    ]  # not a constant: any group
     via = add_entry_point_edges(graph, tmp_path, pyproject_entry_points(tmp_path / "pyproject.toml"))
-    assert via == {("pkg.core", "pkg.plugin"): "pkg.plugins", ("pkg.other", "pkg.core"): "other.group",
-                   ("pkg.any", "pkg.core"): "other.group", ("pkg.any", "pkg.plugin"): "pkg.plugins"}
+    assert via == {
+        ("pkg.core", "pkg.plugin"): "pkg.plugins",
+        ("pkg.other", "pkg.core"): "other.group",
+        ("pkg.any", "pkg.core"): "other.group",
+        ("pkg.any", "pkg.plugin"): "pkg.plugins",
+    }
     cycles = find_cycles(graph)
     assert cycles == [["pkg.core", "pkg.plugin", "pkg.core"]]
     assert "pkg.core -> pkg.plugin (line 3, loading entry-point group 'pkg.plugins')" in describe(cycles[0], graph, via)
@@ -351,32 +406,49 @@ def project() -> Project:
 
 
 def test_core_never_imports_workbench(project):
-    found = [f"{m} line {imp.line}: {imp.name}{' (inside a function)' if imp.lazy else ''}"
-             for m, imp in project.imports("core") if _in("workbench", imp.name)]
-    found += [f"{a} line {project.graph[a][b][0]}: {b} (entry-point group {group!r})" for (a, b), group in project.via.items()
-              if _in("core", a) and _in("workbench", b)]
+    found = [
+        f"{m} line {imp.line}: {imp.name}{' (inside a function)' if imp.lazy else ''}"
+        for m, imp in project.imports("core")
+        if _in("workbench", imp.name)
+    ]
+    found += [
+        f"{a} line {project.graph[a][b][0]}: {b} (entry-point group {group!r})"
+        for (a, b), group in project.via.items()
+        if _in("core", a) and _in("workbench", b)
+    ]
     assert not found, "core must not reach workbench (workbench -> core only):\n  " + "\n  ".join(found)
 
 
 def test_core_imports_no_ui_sql_tables_or_figures(project):
-    found = [f"{m} line {imp.line}: {imp.name}" for m, imp in project.imports("core") if any(_in(lib, imp.name) for lib in CORE_FORBIDDEN)]
+    found = [
+        f"{m} line {imp.line}: {imp.name}"
+        for m, imp in project.imports("core")
+        if any(_in(lib, imp.name) for lib in CORE_FORBIDDEN)
+    ]
     assert not found, f"core imports {', '.join(CORE_FORBIDDEN)} (they belong in workbench):\n  " + "\n  ".join(found)
 
 
 def test_no_import_cycles(project):
     cycles = find_cycles(project.graph)
     assert not cycles, "import cycles (lazy imports and entry points count):\n  " + "\n  ".join(
-        describe(c, project.graph, project.via) for c in cycles)
+        describe(c, project.graph, project.via) for c in cycles
+    )
 
 
 def test_core_loads_no_entry_points(project):
     """What core runs, it imports: a plugin loaded by core could import core back (the cycle core -> workbench ->
     core that transformers' baselines once made); the workbench registers what it adds explicitly."""
-    found = [f"{m} line {load.line}: loads entry-point group {load.group or '(any)'}"
-             for m in sorted(project.graph) if _in("core", m) and (path := _module_path(ROOT, m)) is not None
-             for load in entry_point_loads(ast.parse(path.read_text(encoding="utf-8")))]
-    found += [f"{m} line {imp.line}: imports {imp.name}" for m, imp in project.imports("core")
-              if any(_in(e, imp.name) for e in ENTRY_POINT_MODULES)]
+    found = [
+        f"{m} line {load.line}: loads entry-point group {load.group or '(any)'}"
+        for m in sorted(project.graph)
+        if _in("core", m) and (path := _module_path(ROOT, m)) is not None
+        for load in entry_point_loads(ast.parse(path.read_text(encoding="utf-8")))
+    ]
+    found += [
+        f"{m} line {imp.line}: imports {imp.name}"
+        for m, imp in project.imports("core")
+        if any(_in(e, imp.name) for e in ENTRY_POINT_MODULES)
+    ]
     assert not found, "core loads entry points:\n  " + "\n  ".join(found)
 
 

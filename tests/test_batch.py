@@ -1,5 +1,6 @@
 """Batched decoding (issue 21, item 1): each row of a batch gives its batch-1 output for strict methods,
 whatever the other rows' lengths and acceptance; the mask and cache bookkeeping as pure functions."""
+
 from __future__ import annotations
 
 import pytest
@@ -62,8 +63,10 @@ def tiny_prompts():
 
 @pytest.mark.parametrize("method", STRICT)
 def test_each_row_of_a_tiny_batch_is_its_batch_1_output(tiny, tiny_prompts, method):
-    single = [run_method(method.split("[")[0], tiny, p, {"max_new_tokens": 20, **_params(method)}).output_ids
-              for p in tiny_prompts]
+    single = [
+        run_method(method.split("[")[0], tiny, p, {"max_new_tokens": 20, **_params(method)}).output_ids
+        for p in tiny_prompts
+    ]
     runs = run_batch(method.split("[")[0], tiny, tiny_prompts, {"max_new_tokens": 20, **_params(method)})
     assert [r.output_ids for r in runs] == single
     assert all(r.status == "complete" and len(r.steps) >= 1 for r in runs)
@@ -131,7 +134,7 @@ def test_smollm2_float32_rows_match_batch_1(smollm2, size):
     """Strict methods on SmolLM2 in float32, prompts of different lengths: each row gives its batch-1 tokens."""
     rows = spec_bench_rows(("summarization", "rag", "writing", "math_reasoning"), 2)
     full = sorted((encode_prompt(smollm2.tokenizer, r["turns"][0]) for r in rows), key=len)
-    prompts = [p[-min(len(p), 40 + 20 * i):] for i, p in enumerate(full)][::-1][:size]
+    prompts = [p[-min(len(p), 40 + 20 * i) :] for i, p in enumerate(full)][::-1][:size]
     assert len({len(p) for p in prompts}) == len(prompts)
     for method in ("greedy", "aasd-strict") if size != 8 else ("greedy", "pld", "aasd-strict", "recycle"):
         params = {"max_new_tokens": 16, **({"cold": 1} if method == "recycle" else {})}

@@ -1,5 +1,6 @@
 """`beam` is transformers' beam search: the same tokens as `generate(num_beams=k)` called directly, and not
 greedy's (so the width reaches `generate`)."""
+
 from __future__ import annotations
 
 import random
@@ -13,10 +14,20 @@ from core.methods import run_method
 def reference(loaded, prompt: list[int], max_new_tokens: int, num_beams: int) -> list[int]:
     """transformers' own beam search on the prompt, cut after the first EOS as a batch of one is."""
     ids = torch.tensor([prompt], device=loaded.model.device)
-    out = loaded.model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens,
-                                num_beams=num_beams, do_sample=False, early_stopping=True, eos_token_id=list(loaded.eos_ids),
-                                pad_token_id=loaded.tokenizer.pad_token_id, temperature=None, top_p=None, top_k=None)
-    tokens = out[0, len(prompt):].tolist()
+    out = loaded.model.generate(
+        input_ids=ids,
+        attention_mask=torch.ones_like(ids),
+        max_new_tokens=max_new_tokens,
+        num_beams=num_beams,
+        do_sample=False,
+        early_stopping=True,
+        eos_token_id=list(loaded.eos_ids),
+        pad_token_id=loaded.tokenizer.pad_token_id,
+        temperature=None,
+        top_p=None,
+        top_k=None,
+    )
+    tokens = out[0, len(prompt) :].tolist()
     for j, tok in enumerate(tokens):
         if tok in loaded.eos_ids:
             return tokens[: j + 1]

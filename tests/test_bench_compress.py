@@ -1,11 +1,11 @@
 """benchmarks/bench_compress.py's checks of issue 22's targets, on hand-made rows (no model)."""
+
 from __future__ import annotations
 
 import importlib.util
 import json
 
 import pytest
-
 from conftest import ROOT
 
 
@@ -24,9 +24,24 @@ def rows_of(scores, tokens=1200):
         for r, values in by_rate.items():
             for i, v in enumerate(values):
                 e2e = 10.0 if (m, r) == ("greedy", 1.0) else 5.0
-                out.append({"id": str(i), "category": "summarization", "method": m, "rate": r, "reached": r, "score": v,
-                            "prefill_s": 1.0, "decode_s": e2e - 1.0, "compress_s": 0.5 if r < 1 else 0.0, "e2e_s": e2e,
-                            "tokens": 10, "steps": 5, "prompt_tokens": int(tokens * r), "full_prompt_tokens": tokens})
+                out.append(
+                    {
+                        "id": str(i),
+                        "category": "summarization",
+                        "method": m,
+                        "rate": r,
+                        "reached": r,
+                        "score": v,
+                        "prefill_s": 1.0,
+                        "decode_s": e2e - 1.0,
+                        "compress_s": 0.5 if r < 1 else 0.0,
+                        "e2e_s": e2e,
+                        "tokens": 10,
+                        "steps": 5,
+                        "prompt_tokens": int(tokens * r),
+                        "full_prompt_tokens": tokens,
+                    }
+                )
     return out
 
 
@@ -45,8 +60,13 @@ def test_recovery_margin_is_zero_exactly_at_the_target_and_signs_the_verdict(ben
 
 
 def test_every_casd_variant_gets_both_targets_and_from_json_reprints_them(bench, tmp_path, capsys):
-    rows = rows_of({"greedy": {1.0: [30.0, 30.0], 0.5: [20.0, 20.0]}, "casd": {1.0: [30.0, 30.0], 0.5: [21.0, 21.0]},
-                    "casd[delta=0.001]": {1.0: [30.0, 30.0], 0.5: [28.0, 28.0]}})
+    rows = rows_of(
+        {
+            "greedy": {1.0: [30.0, 30.0], 0.5: [20.0, 20.0]},
+            "casd": {1.0: [30.0, 30.0], 0.5: [21.0, 21.0]},
+            "casd[delta=0.001]": {1.0: [30.0, 30.0], 0.5: [28.0, 28.0]},
+        }
+    )
     methods = ["greedy", "casd", "casd[delta=0.001]"]
     _, verdicts = bench.report(rows, methods, [1.0, 0.5], "header")
     assert verdicts["recovery"].startswith("MISS") and verdicts["e2e"].startswith("PASS")  # 5 s vs 10 s = 0.5x

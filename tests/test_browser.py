@@ -1,6 +1,7 @@
 """The workbench in headless Chromium (Debian's, driven by Playwright; no browser is ever downloaded):
 run the default comparison on a bundled sample, replay a run step by step, change δ and see decisions
 flip, download the CSV. Screenshots go to $WORKBENCH_SCREENSHOTS (default results/screenshots)."""
+
 from __future__ import annotations
 
 import os
@@ -12,8 +13,15 @@ import pytest
 
 pytestmark = pytest.mark.real_model
 CHROMIUM = "/usr/bin/chromium"
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync"]
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 SHOTS = Path(os.environ.get("WORKBENCH_SCREENSHOTS", Path(__file__).resolve().parents[1] / "results" / "screenshots"))
 
 
@@ -64,7 +72,9 @@ def test_compare_replay_tune_and_download(app, page, tmp_path):
     slider_box.fill("3")
     slider_box.press("Enter")
     expect(page.locator("#replay-info")).to_contain_text("step 3 of 0–")
-    expect(page.locator(".js-plotly-plot:visible").first).to_be_visible()  # the replay's figures (the Compare chart is hidden)
+    expect(
+        page.locator(".js-plotly-plot:visible").first
+    ).to_be_visible()  # the replay's figures (the Compare chart is hidden)
 
     # Live tuning: judge the same drafts with CASD's fixed δ, then lower δ: decisions flip
     page.locator("#tune-rule input").click()
@@ -94,6 +104,7 @@ def test_compare_replay_tune_and_download(app, page, tmp_path):
 
 
 # ---------------------------------------------------------------- issue 23: a UI that tells the truth
+
 
 def fill_number(page, selector, value):
     box = page.locator(f"{selector} input[type=number]").first
@@ -234,6 +245,7 @@ def test_diff_of_two_runs_and_acceptance_per_position(app, page):
 
 # ---------------------------------------------------------------- issue 23, items 1, 5 and 7: repeats, memory, defects
 
+
 def choose_methods(page, names):
     page.get_by_role("tab", name="Compare").click()
     page.locator("#compare-methods .remove-all").click()
@@ -327,8 +339,14 @@ def test_a_sample_is_answered_to_its_end(app, page):
     context, prompt, cap, _ = task_fields(lighthouse)
     assert cap == 128
     demo, client = app
-    status = client.predict(api_name="/compare", model_name="smollm2-135m", method_list=["greedy"], prompt_text=prompt,
-                            context_text=context, max_new_tokens=cap)[0]
+    status = client.predict(
+        api_name="/compare",
+        model_name="smollm2-135m",
+        method_list=["greedy"],
+        prompt_text=prompt,
+        context_text=context,
+        max_new_tokens=cap,
+    )[0]
     assert status.startswith("done"), status
     rid = demo.store.list_runs(limit=1)[0].id
     run = app[0].store.load_run(rid, nodes=False).trace
@@ -466,8 +484,10 @@ def table_rows(page, selector, timeout=30.0):
 
     end = time.monotonic() + timeout
     while True:
-        rows = [[c.strip() for c in r.locator("[role=gridcell]").all_inner_texts()]
-                for r in page.locator(f"{selector} [role=row]").all()]
+        rows = [
+            [c.strip() for c in r.locator("[role=gridcell]").all_inner_texts()]
+            for r in page.locator(f"{selector} [role=row]").all()
+        ]
         rows = [r for r in rows if any(r)]
         if rows or time.monotonic() > end:
             return rows
@@ -493,8 +513,14 @@ def test_csd_memory_shows_its_entries_and_what_rescued(app, page):
     expect(summary).to_contain_text("online")
     expect(summary).to_contain_text(f"rescued in run #{rid}: {len(rescues(trace.steps))} tokens")
     headers = page.locator("#memory-entries thead th").all_inner_texts()
-    assert [h.strip() for h in headers][:6] == ["draft token", "draft id", "correction", "correction id", "count",
-                                                "rescued in the runs"]
+    assert [h.strip() for h in headers][:6] == [
+        "draft token",
+        "draft id",
+        "correction",
+        "correction id",
+        "count",
+        "rescued in the runs",
+    ]
     rows = table_rows(page, "#memory-entries")
     counts = [int(r[4]) for r in rows]
     assert rows and counts == sorted(counts, reverse=True)

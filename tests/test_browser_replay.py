@@ -2,6 +2,7 @@
 data (workbench/ui/replay_js.py) with no round trip, so here every drawn step is checked against what the
 server says about that step (replay_view, the figures, the /replay_step endpoint): header, titles, nodes, the node
 table and the text so far. Behaviour only; benchmarks/bench_replay_browser.py times it."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -12,8 +13,15 @@ from core.trace import NodeTrace, RunTrace, StepTrace
 
 pytestmark = pytest.mark.real_model  # the `app` fixture loads the SmolLM2 preset's pool
 CHROMIUM = "/usr/bin/chromium"
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync"]
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 STEPS = 30
 
 
@@ -26,21 +34,91 @@ def make_step(i: int, pos: int) -> StepTrace:
     accepted = min(i % 3, chain)
     for d in range(1, chain + 1):
         ok = d <= accepted
-        nodes.append(NodeTrace(i, pos, d, d - 1, d, 200 + d, f" c{i}.{d}" if d != 2 else "<b>x</b>", "context",
-                               "accepted" if ok else ("rejected" if d == accepted + 1 else "unreached"),
-                               "p ≥ δ" if ok else "p < δ", p=0.9 if ok else 0.05, threshold=0.1, entropy=0.5 + d / 10,
-                               max_p=0.9, p_eos=0.001, rank=0 if ok else 3, logit_gap=0.0 if ok else 2.5))
+        nodes.append(
+            NodeTrace(
+                i,
+                pos,
+                d,
+                d - 1,
+                d,
+                200 + d,
+                f" c{i}.{d}" if d != 2 else "<b>x</b>",
+                "context",
+                "accepted" if ok else ("rejected" if d == accepted + 1 else "unreached"),
+                "p ≥ δ" if ok else "p < δ",
+                p=0.9 if ok else 0.05,
+                threshold=0.1,
+                entropy=0.5 + d / 10,
+                max_p=0.9,
+                p_eos=0.001,
+                rank=0 if ok else 3,
+                logit_gap=0.0 if ok else 2.5,
+            )
+        )
     if chain:
-        nodes.append(NodeTrace(i, pos, len(nodes), 0, 1, 300, f" s{i}", "generated", "rejected", "p < δ", p=0.02,
-                               threshold=0.1, entropy=0.6, max_p=0.9, p_eos=0.001, rank=5, logit_gap=4.0))
+        nodes.append(
+            NodeTrace(
+                i,
+                pos,
+                len(nodes),
+                0,
+                1,
+                300,
+                f" s{i}",
+                "generated",
+                "rejected",
+                "p < δ",
+                p=0.02,
+                threshold=0.1,
+                entropy=0.6,
+                max_p=0.9,
+                p_eos=0.001,
+                rank=5,
+                logit_gap=4.0,
+            )
+        )
     if i % 5 == 0 and chain:
-        nodes.append(NodeTrace(i, pos, len(nodes), 0, 1, 400, f" d{i}", "draft", "rejected", "gap > −ln τ", p=0.01,
-                               threshold=0.3, entropy=0.6, max_p=0.9, p_eos=0.001, rank=7, logit_gap=3.0, mem_count=2,
-                               correction_id=17))
+        nodes.append(
+            NodeTrace(
+                i,
+                pos,
+                len(nodes),
+                0,
+                1,
+                400,
+                f" d{i}",
+                "draft",
+                "rejected",
+                "gap > −ln τ",
+                p=0.01,
+                threshold=0.3,
+                entropy=0.6,
+                max_p=0.9,
+                p_eos=0.001,
+                rank=7,
+                logit_gap=3.0,
+                mem_count=2,
+                correction_id=17,
+            )
+        )
     bonus_parent = accepted  # the last accepted node of the chain (0: the root)
-    nodes.append(NodeTrace(i, pos, len(nodes), bonus_parent, bonus_parent + 1, 500 + i, f" b{i}", "model", "bonus",
-                           "the target's own token", p=0.7, entropy=0.4))
-    emitted = [n.token_id for n in nodes[1:accepted + 1]] + [500 + i]
+    nodes.append(
+        NodeTrace(
+            i,
+            pos,
+            len(nodes),
+            bonus_parent,
+            bonus_parent + 1,
+            500 + i,
+            f" b{i}",
+            "model",
+            "bonus",
+            "the target's own token",
+            p=0.7,
+            entropy=0.4,
+        )
+    )
+    emitted = [n.token_id for n in nodes[1 : accepted + 1]] + [500 + i]
     return StepTrace(i, pos, len(nodes) - 2, accepted, emitted, draft_ms=0.5, forward_ms=10.0, nodes=nodes)
 
 
@@ -49,9 +127,20 @@ def make_run() -> RunTrace:
     for i in range(STEPS):
         steps.append(make_step(i, pos))
         pos += len(steps[-1].emitted)
-    return RunTrace(method="csd", params={"tau": 0.3}, model="synthetic", draft_model=None, device="cpu",
-                    dtype="float32", prompt="p", prompt_ids=list(range(10)), steps=steps,
-                    output_ids=[t for s in steps for t in s.emitted], status="complete", decode_seconds=1.0)
+    return RunTrace(
+        method="csd",
+        params={"tau": 0.3},
+        model="synthetic",
+        draft_model=None,
+        device="cpu",
+        dtype="float32",
+        prompt="p",
+        prompt_ids=list(range(10)),
+        steps=steps,
+        output_ids=[t for s in steps for t in s.emitted],
+        status="complete",
+        decode_seconds=1.0,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -78,8 +167,11 @@ def replay(app):
 
 def slide(page, k):
     """Move the slider the way a drag does (the range input's input event)."""
-    page.evaluate("""(k) => { const r = document.querySelector('#replay-step input[type=range]');
-                             r.value = String(k); r.dispatchEvent(new Event('input', {bubbles: true})); }""", k)
+    page.evaluate(
+        """(k) => { const r = document.querySelector('#replay-step input[type=range]');
+                             r.value = String(k); r.dispatchEvent(new Event('input', {bubbles: true})); }""",
+        k,
+    )
 
 
 def drawn(page) -> dict:
@@ -117,9 +209,9 @@ def check_step(page, rid, trace, k, api=None):
     """The drawn step k matches replay_view and the server's figures for step k (and the /replay_step answer, when given)."""
     from playwright.sync_api import expect
 
+    from workbench.ui import replay_view as rv
     from workbench.ui import tokens
     from workbench.ui.figures import replay as figures
-    from workbench.ui import replay_view as rv
     from workbench.ui.shared import step_ends
 
     step = trace.steps[k]
@@ -129,7 +221,9 @@ def check_step(page, rid, trace, k, api=None):
     assert got["info"] == rv.step_info(rid, trace, k)
     assert got["thr_title"] == f"step {k}: thresholds"
     assert sorted(got["tree_nodes"]) == sorted(n.node for n in step.nodes)
-    for n, hover in zip(sorted(step.nodes, key=lambda n: n.node), sorted(got["hovers"], key=lambda h: int(h[1:].split()[0]))):
+    for n, hover in zip(
+        sorted(step.nodes, key=lambda n: n.node), sorted(got["hovers"], key=lambda h: int(h[1:].split()[0]))
+    ):
         assert hover.startswith(f"#{n.node} ") and n.reason in hover and n.source in hover
     drafts = [n for n in step.nodes if n.parent != -1 and n.decision != "bonus"]
     assert got["bars"] == [n.node for n in drafts]
@@ -178,6 +272,7 @@ def test_typing_a_step_and_coming_back_to_the_tab_keep_the_step(app, replay):
 
 # ---------------------------------------------------------------- issue 23, item 7: the tab's defects
 
+
 def choose_rule(page, name):
     from playwright.sync_api import expect
 
@@ -216,8 +311,10 @@ def test_slider_labels_state_the_sliders_own_range(replay):
 
     page, _, _ = replay
     for name in TUNABLE:
-        low, high = page.evaluate(f"() => {{ const r = document.querySelector('#tune-{name} input[type=range]'); "
-                                  "return [Number(r.min), Number(r.max)]; }")
+        low, high = page.evaluate(
+            f"() => {{ const r = document.querySelector('#tune-{name} input[type=range]'); "
+            "return [Number(r.min), Number(r.max)]; }"
+        )
         label = page.locator(f"#tune-{name} [data-testid=block-info]").first.text_content()
         assert f"slider {low:g}–{high:g}" in label, (name, label, low, high)
         assert "1000000" not in label
@@ -254,8 +351,9 @@ def test_the_tab_is_shorter_and_no_label_chip_covers_a_figure_title(replay):
 
     page, _, _ = replay
     page.wait_for_selector("#replay-positions .js-plotly-plot")
-    height = page.evaluate("() => document.querySelector('#replay-tree').closest('[role=tabpanel]')"
-                           ".getBoundingClientRect().height")
+    height = page.evaluate(
+        "() => document.querySelector('#replay-tree').closest('[role=tabpanel]').getBoundingClientRect().height"
+    )
     assert height < 2_400, height  # 2,200 before the figure boxes were sized to hold the run's tallest figure whole
     for fig in ("#replay-by-source", "#replay-positions", "#replay-tree", "#replay-thresholds", "#replay-nodes"):
         assert page.locator(f"{fig} [data-testid=block-label]").filter(visible=True).count() == 0, fig

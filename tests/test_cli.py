@@ -1,5 +1,6 @@
 """The command line as a package: one module per subcommand, shared helpers in one module, no cycles,
 light to start (no torch for --help), and reachable as `python -m workbench` and as the console script."""
+
 from __future__ import annotations
 
 import ast
@@ -21,7 +22,11 @@ def commands_imported_by(path: Path) -> set[str]:
     found = set()
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.ImportFrom) and node.module:
-            names = [f"{node.module}.{a.name}" for a in node.names] if node.module == "workbench.commands" else [node.module]
+            names = (
+                [f"{node.module}.{a.name}" for a in node.names]
+                if node.module == "workbench.commands"
+                else [node.module]
+            )
         elif isinstance(node, ast.Import):
             names = [a.name for a in node.names]
         else:
@@ -32,7 +37,18 @@ def commands_imported_by(path: Path) -> set[str]:
 
 def test_subcommand_modules_import_only_the_shared_helpers():
     modules = {p.stem: commands_imported_by(p) for p in COMMANDS.glob("*.py") if p.stem != "__init__"}
-    assert set(modules) == {"main", "common", "models", "generate", "bench", "score", "report", "calibrate", "store", "serve"}
+    assert set(modules) == {
+        "main",
+        "common",
+        "models",
+        "generate",
+        "bench",
+        "score",
+        "report",
+        "calibrate",
+        "store",
+        "serve",
+    }
     assert modules["common"] == set()
     for name, imported in modules.items():
         if name not in ("main", "common"):
@@ -47,12 +63,25 @@ def test_every_subcommand_and_its_flags_are_on_the_parser():
     assert list(sub.choices) == ["models", "generate", "bench", "score", "report", "calibrate", "store", "serve"]
     assert [m.__name__.rsplit(".", 1)[1] for m in SUBCOMMANDS] == list(sub.choices)
     flags = {name: {o for a in p._actions for o in a.option_strings} for name, p in sub.choices.items()}
-    common = {"--model", "--draft", "--device", "--dtype", "--trust-remote-code", "--no-store", "--tag", "--db", "--delta", "--max-new-tokens"}
+    common = {
+        "--model",
+        "--draft",
+        "--device",
+        "--dtype",
+        "--trust-remote-code",
+        "--no-store",
+        "--tag",
+        "--db",
+        "--delta",
+        "--max-new-tokens",
+    }
     for name in ("generate", "bench", "report"):
         assert common <= flags[name], name
     assert {"--data", "--methods", "--categories", "--limit", "--out", "--execute-code"} <= flags["bench"]
     assert {"--results", "--data", "--execute-code", "--out"} <= flags["score"]
-    assert {"--corpus", "--held-out-from", "--limit", "--benchmark", "--fresh", "--device", "--dtype"} <= flags["calibrate"]
+    assert {"--corpus", "--held-out-from", "--limit", "--benchmark", "--fresh", "--device", "--dtype"} <= flags[
+        "calibrate"
+    ]
     assert {"--host", "--port", "--device", "--db"} <= flags["serve"]
     args = parser.parse_args(["score", "--results", "r.json", "--data", "t.jsonl", "--execute-code"])
     assert (args.func.__module__, args.execute_code) == ("workbench.commands.score", True)
@@ -61,11 +90,15 @@ def test_every_subcommand_and_its_flags_are_on_the_parser():
 
 
 def test_help_does_not_import_torch_transformers_or_gradio():
-    probe = ("import sys\nfrom workbench.commands.main import build_parser\nbuild_parser()\n"
-             "print(sorted(m for m in ('torch', 'transformers', 'gradio', 'sqlalchemy') if m in sys.modules))")
+    probe = (
+        "import sys\nfrom workbench.commands.main import build_parser\nbuild_parser()\n"
+        "print(sorted(m for m in ('torch', 'transformers', 'gradio', 'sqlalchemy') if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
-    done = subprocess.run([sys.executable, "-m", "workbench", "score", "--help"], cwd=ROOT, capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "workbench", "score", "--help"], cwd=ROOT, capture_output=True, text=True
+    )
     assert done.returncode == 0 and "--results" in done.stdout
 
 

@@ -3,6 +3,7 @@ self-information compressor on a tiny model built in code (its values against th
 early-exit scorer `selfinfo[layers=K]` against a Llama and a Qwen2 model cut after K layers), the task's
 context split out of its prompt, the `pool=full|compressed` parameter, what a run records, llmlingua's
 offline failure, bad input, and the real SmolLM2 model end to end (also early exit)."""
+
 from __future__ import annotations
 
 import math
@@ -10,20 +11,34 @@ import sys
 
 import numpy as np
 import pytest
-
 from conftest import make_tiny
+
 from core.compress import (
-    Compression, CompressorUnavailable, LLMLinguaCompressor, SelfInfoCompressor, check_compressor, check_pool, check_rate,
-    is_pool_method, llmlingua_failure, make_compressor, parse_compressor, select_units, self_information, split_sentences,
-    unit_scores, units_of, word_starts,
+    Compression,
+    CompressorUnavailable,
+    LLMLinguaCompressor,
+    SelfInfoCompressor,
+    check_compressor,
+    check_pool,
+    check_rate,
+    is_pool_method,
+    llmlingua_failure,
+    make_compressor,
+    parse_compressor,
+    select_units,
+    self_information,
+    split_sentences,
+    unit_scores,
+    units_of,
+    word_starts,
 )
 from core.drafters.context import ContextDrafter, align_positions, pool_predictions
 from core.errors import InvalidInputError, WorkbenchError
 from core.methods import METHODS, resolve_params, run_method
 from workbench.evaluation.tasks import Task, compress_prompt, prompt_parts
 
-
 # ---- rates, names, pool ---------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("bad", [0, 0.0, -0.5, 1.01, 2, float("nan"), float("inf"), "half", None])
 def test_a_rate_outside_zero_one_is_refused_with_a_readable_error(bad):
@@ -57,6 +72,7 @@ def test_pool_is_a_parameter_of_the_context_drafting_methods_only():
 
 
 # ---- pure decisions -------------------------------------------------------------------------
+
 
 def test_sentences_concatenate_back_to_the_text():
     text = 'One. Two! "Three?" Four\n\nFive and six.  Seven'
@@ -120,6 +136,7 @@ def test_alignment_positions_map_a_compressed_prompt_into_its_full_prompt():
 
 # ---- the self-information compressor on a tiny model ----------------------------------------
 
+
 class WordTokenizer:
     """Words (with their leading space) as tokens, ids from a growing table: enough for the compressor."""
 
@@ -150,8 +167,10 @@ class WordTokenizer:
         return "".join(by_id[i] for i in ids)
 
 
-TEXT = ("The river rises in the north. It flows south through three towns and a lake. "
-        "Fishing boats leave at dawn. The lake is deep and cold in winter.")
+TEXT = (
+    "The river rises in the north. It flows south through three towns and a lake. "
+    "Fishing boats leave at dawn. The lake is deep and cold in winter."
+)
 
 
 @pytest.fixture(scope="module")
@@ -191,6 +210,7 @@ def test_compressing_an_empty_context_is_a_clear_error(tiny_compressor, empty):
 
 # ---- self-information: the fused path, early exit ----------------------------------------------
 
+
 def reference_self_information(model, ids, window=512):
     """The first implementation: the model's forward, every position's full log-softmax in float32."""
     import torch
@@ -218,9 +238,20 @@ def tiny_qwen2(layers=4, seed=0):
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     torch.manual_seed(seed)
-    cfg = Qwen2Config(vocab_size=96, hidden_size=64, intermediate_size=128, num_hidden_layers=layers, num_attention_heads=4,
-                      num_key_value_heads=2, max_position_embeddings=512, use_sliding_window=True, max_window_layers=1,
-                      sliding_window=16, initializer_range=0.3, attn_implementation="sdpa")
+    cfg = Qwen2Config(
+        vocab_size=96,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        use_sliding_window=True,
+        max_window_layers=1,
+        sliding_window=16,
+        initializer_range=0.3,
+        attn_implementation="sdpa",
+    )
     return Qwen2ForCausalLM(cfg).eval().requires_grad_(False)
 
 
@@ -268,18 +299,26 @@ def test_early_exit_equals_the_model_cut_after_k_layers_and_leaves_the_model_who
     assert len(model.model.layers) == 4 and model.config.num_hidden_layers == 4
     with torch.inference_mode():
         assert torch.equal(model(input_ids=x).logits, before)  # the model itself is unchanged
-    assert np.allclose(self_information(model, IDS, 64, layers=4), self_information(model, IDS, 64))  # K = L: all layers
+    assert np.allclose(
+        self_information(model, IDS, 64, layers=4), self_information(model, IDS, 64)
+    )  # K = L: all layers
 
 
 def test_compressor_specs_parse_to_one_canonical_label():
     assert parse_compressor("selfinfo[layers=8]") == ("selfinfo", {"layers": 8})
     assert check_compressor(" SelfInfo[ Layers = 8 ] ") == "selfinfo[layers=8]"
     assert check_compressor("selfinfo") == "selfinfo" and check_compressor("selfinfo[]") == "selfinfo"
-    for bad, message in [("selfinfo[layers=0]", "whole number >= 1"), ("selfinfo[layers=-2]", "whole number >= 1"),
-                         ("selfinfo[layers=half]", "whole number >= 1"), ("selfinfo[layers=2.5]", "whole number >= 1"),
-                         ("selfinfo[depth=2]", "bad option"), ("selfinfo[layers]", "bad option"),
-                         ("llmlingua[layers=2]", "llmlingua takes: none"), ("selfinfo[layers=2", "bad compressor spec"),
-                         ("gzip[layers=2]", "unknown compressor")]:
+    for bad, message in [
+        ("selfinfo[layers=0]", "whole number >= 1"),
+        ("selfinfo[layers=-2]", "whole number >= 1"),
+        ("selfinfo[layers=half]", "whole number >= 1"),
+        ("selfinfo[layers=2.5]", "whole number >= 1"),
+        ("selfinfo[depth=2]", "bad option"),
+        ("selfinfo[layers]", "bad option"),
+        ("llmlingua[layers=2]", "llmlingua takes: none"),
+        ("selfinfo[layers=2", "bad compressor spec"),
+        ("gzip[layers=2]", "unknown compressor"),
+    ]:
         with pytest.raises(InvalidInputError, match=re_escape(message)):
             check_compressor(bad)
 
@@ -347,8 +386,11 @@ def test_a_model_that_rescales_its_logits_is_scored_by_its_own_forward_and_refus
 
 # ---- the context inside a task's prompt ------------------------------------------------------
 
+
 def test_prompt_parts_split_templates_plain_contexts_and_spec_bench_rows():
-    t = Task(id="1", task="qa", input="Who?", context="Doc text.", template="Read {context}\n\nQuestion: {input}\nAnswer:")
+    t = Task(
+        id="1", task="qa", input="Who?", context="Doc text.", template="Read {context}\n\nQuestion: {input}\nAnswer:"
+    )
     assert prompt_parts(t) == ("Read ", "Doc text.", "\n\nQuestion: Who?\nAnswer:")
     plain = Task(id="2", task="qa", input="Who?", context="Doc.")
     assert "".join(prompt_parts(plain)) == plain.prompt() and prompt_parts(plain)[1] == "Doc."
@@ -363,7 +405,13 @@ def test_prompt_parts_split_templates_plain_contexts_and_spec_bench_rows():
 
 
 def test_compress_prompt_keeps_the_instruction_and_question_whole(tiny_compressor):
-    t = Task(id="1", task="qa", input="Which towns?", context=TEXT, template="Passages:\n{context}\n\nQuestion: {input}\nAnswer:")
+    t = Task(
+        id="1",
+        task="qa",
+        input="Which towns?",
+        context=TEXT,
+        template="Passages:\n{context}\n\nQuestion: {input}\nAnswer:",
+    )
     text, done = compress_prompt(t, tiny_compressor, 0.4)
     assert text.startswith("Passages:\n") and text.endswith("\n\nQuestion: Which towns?\nAnswer:")
     assert done.text in text and len(done.text) < len(TEXT)
@@ -404,6 +452,7 @@ def test_the_full_pool_drafts_what_only_the_uncompressed_prompt_holds():
 
 # ---- llmlingua ------------------------------------------------------------------------------
 
+
 def test_llmlingua_missing_is_a_clear_error(monkeypatch):
     monkeypatch.setitem(sys.modules, "llmlingua", None)  # import fails as if not installed
     with pytest.raises(CompressorUnavailable, match="pip install llmlingua==0.2.2"):
@@ -416,7 +465,9 @@ def test_llmlingua_offline_is_a_clear_error(monkeypatch, tmp_path):
     import tiktoken
 
     def offline(name):
-        raise requests.exceptions.ConnectionError("HTTPSConnectionPool(host='openaipublic.blob.core.windows.net'): Failed to resolve")
+        raise requests.exceptions.ConnectionError(
+            "HTTPSConnectionPool(host='openaipublic.blob.core.windows.net'): Failed to resolve"
+        )
 
     monkeypatch.setattr(tiktoken, "encoding_for_model", offline)
     with pytest.raises(CompressorUnavailable, match="tiktoken.*BPE.*TIKTOKEN_CACHE_DIR.*selfinfo") as e:
@@ -431,18 +482,37 @@ def test_llmlingua_failure_messages():
 
 # ---- the command line: bad input fails before anything loads or is stored ---------------------
 
-@pytest.mark.parametrize("argv, message", [
-    (["generate", "--prompt", "Q?", "--context-file", "{ctx}", "--compress", "0"], "out of range"),
-    (["generate", "--prompt", "Q?", "--context-file", "{ctx}", "--compress", "1.5"], "out of range"),
-    (["generate", "--prompt", "Q?", "--compress", "0.5"], "context is empty"),
-    (["generate", "--prompt", "Q?", "--context-file", "{ctx}", "--compress", "0.5", "--compressor", "zip"], "unknown compressor"),
-    (["generate", "--prompt", "Q?", "--compressor", "selfinfo"], "need --compress"),
-    (["generate", "--prompt", "Q?", "--context-file", "{ctx}", "--compress", "0.5", "--compressor", "selfinfo[layers=0]"],
-     "whole number >= 1"),
-    (["bench", "--data", "x.jsonl", "--compress", "0.5", "--compressor", "selfinfo[depth=3]"], "bad option"),
-    (["generate", "--prompt", "Q?", "--method", "greedy[pool=full]"], "no effect on greedy"),
-    (["bench", "--data", "x.jsonl", "--compress", "-1"], "out of range"),
-])
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["generate", "--prompt", "Q?", "--context-file", "{ctx}", "--compress", "0"], "out of range"),
+        (["generate", "--prompt", "Q?", "--context-file", "{ctx}", "--compress", "1.5"], "out of range"),
+        (["generate", "--prompt", "Q?", "--compress", "0.5"], "context is empty"),
+        (
+            ["generate", "--prompt", "Q?", "--context-file", "{ctx}", "--compress", "0.5", "--compressor", "zip"],
+            "unknown compressor",
+        ),
+        (["generate", "--prompt", "Q?", "--compressor", "selfinfo"], "need --compress"),
+        (
+            [
+                "generate",
+                "--prompt",
+                "Q?",
+                "--context-file",
+                "{ctx}",
+                "--compress",
+                "0.5",
+                "--compressor",
+                "selfinfo[layers=0]",
+            ],
+            "whole number >= 1",
+        ),
+        (["bench", "--data", "x.jsonl", "--compress", "0.5", "--compressor", "selfinfo[depth=3]"], "bad option"),
+        (["generate", "--prompt", "Q?", "--method", "greedy[pool=full]"], "no effect on greedy"),
+        (["bench", "--data", "x.jsonl", "--compress", "-1"], "out of range"),
+    ],
+)
 def test_bad_compression_input_fails_before_loading(argv, message, tmp_path, capsys, monkeypatch):
     from workbench.commands import common
     from workbench.commands.main import main
@@ -458,10 +528,12 @@ def test_bad_compression_input_fails_before_loading(argv, message, tmp_path, cap
 
 # ---- the real model ------------------------------------------------------------------------------
 
-DOC = ("The Amazon rainforest covers much of the Amazon basin of South America. This basin encompasses seven million square "
-       "kilometres, of which five and a half million are covered by the rainforest. The region includes territory belonging "
-       "to nine nations. The majority of the forest is contained within Brazil, with sixty percent of the rainforest, "
-       "followed by Peru with thirteen percent and Colombia with ten percent. ") * 3
+DOC = (
+    "The Amazon rainforest covers much of the Amazon basin of South America. This basin encompasses seven million square "
+    "kilometres, of which five and a half million are covered by the rainforest. The region includes territory belonging "
+    "to nine nations. The majority of the forest is contained within Brazil, with sixty percent of the rainforest, "
+    "followed by Peru with thirteen percent and Colombia with ten percent. "
+) * 3
 
 
 @pytest.mark.real_model
@@ -472,8 +544,14 @@ def test_real_model_compression_generation_and_store(smollm2, tmp_path, monkeypa
     c = make_compressor("selfinfo", smollm2)
     a, b = c.compress(DOC, 0.5), c.compress(DOC, 0.5)
     assert a.text == b.text and abs(a.reached - 0.5) < 0.05 and 0 < len(a.text) < len(DOC)
-    t = Task(id="amazon", task="qa", input="Which country holds most of the rainforest?", context=DOC, answers=["Brazil"],
-             template="Answer the Question based on the given context.\n\nContext:{context}\n\nQuestion:{input}\n\nAnswer:")
+    t = Task(
+        id="amazon",
+        task="qa",
+        input="Which country holds most of the rainforest?",
+        context=DOC,
+        answers=["Brazil"],
+        template="Answer the Question based on the given context.\n\nContext:{context}\n\nQuestion:{input}\n\nAnswer:",
+    )
     text, done = compress_prompt(t, c, 0.5)
     assert text.endswith("Question:Which country holds most of the rainforest?\n\nAnswer:")
     full_ids = encode_prompt(smollm2.tokenizer, t.prompt())
@@ -490,20 +568,45 @@ def test_real_model_compression_generation_and_store(smollm2, tmp_path, monkeypa
     ctx = tmp_path / "doc.txt"
     ctx.write_text(DOC)
     db = tmp_path / "t.db"
-    argv = ["generate", "--method", "casd", "--context-file", str(ctx), "--prompt", "Which country?", "--compress", "0.5",
-            "--max-new-tokens", "8", "--device", "cpu", "--dtype", "float32", "--json", "--db", str(db)]
+    argv = [
+        "generate",
+        "--method",
+        "casd",
+        "--context-file",
+        str(ctx),
+        "--prompt",
+        "Which country?",
+        "--compress",
+        "0.5",
+        "--max-new-tokens",
+        "8",
+        "--device",
+        "cpu",
+        "--dtype",
+        "float32",
+        "--json",
+        "--db",
+        str(db),
+    ]
     assert main(argv) == 0
     import json
 
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert out["params"]["compress"] == 0.5 and out["params"]["pool"] == "full" and 0.4 < out["params"]["compress_reached"] < 0.6
+    assert (
+        out["params"]["compress"] == 0.5
+        and out["params"]["pool"] == "full"
+        and 0.4 < out["params"]["compress_reached"] < 0.6
+    )
     store = Store(str(db))
     assert len(store.list_runs()) == 1
     if "llmlingua" in sys.modules or pytest.importorskip("llmlingua"):
         import tiktoken
 
-        monkeypatch.setattr(tiktoken, "encoding_for_model",
-                            lambda name: (_ for _ in ()).throw(OSError("openaipublic.blob.core.windows.net: offline")))
+        monkeypatch.setattr(
+            tiktoken,
+            "encoding_for_model",
+            lambda name: (_ for _ in ()).throw(OSError("openaipublic.blob.core.windows.net: offline")),
+        )
         assert main(argv[:-2] + ["--compressor", "llmlingua", "--db", str(db)]) == 2
         assert "TIKTOKEN_CACHE_DIR" in capsys.readouterr().err
         assert len(store.list_runs()) == 1  # nothing stored half-done
@@ -513,8 +616,11 @@ def test_sentence_units_parse_canonically_and_refuse_unknown_units():
     assert parse_compressor("selfinfo[unit=sentence]") == ("selfinfo", {"unit": "sentence"})
     assert check_compressor("selfinfo[unit=word]") == "selfinfo"  # the default is not written
     assert check_compressor("SelfInfo[unit=Sentence, layers=8]") == "selfinfo[layers=8,unit=sentence]"
-    for bad, message in [("selfinfo[unit=paragraph]", "unit must be one of word, sentence"),
-                         ("selfinfo[unit=]", "unit must be one of"), ("llmlingua[unit=sentence]", "llmlingua takes: none")]:
+    for bad, message in [
+        ("selfinfo[unit=paragraph]", "unit must be one of word, sentence"),
+        ("selfinfo[unit=]", "unit must be one of"),
+        ("llmlingua[unit=sentence]", "llmlingua takes: none"),
+    ]:
         with pytest.raises(InvalidInputError, match=message):
             check_compressor(bad)
 
@@ -556,7 +662,9 @@ def test_real_model_sentence_compression_keeps_readable_sentences(smollm2):
     assert 1 <= len(chosen) < len(sentences) and only_whole_sentences(a.text, [sentences[s] for s in chosen])
     word = make_compressor("selfinfo", smollm2)  # the word-level compressor cuts inside sentences
     _, kept_words, _ = word.select(DOC, 0.5)
-    assert not only_whole_sentences(word.compress(DOC, 0.5).text, [sentences[s] for s in sorted({sentence_of[i] for i in kept_words})])
+    assert not only_whole_sentences(
+        word.compress(DOC, 0.5).text, [sentences[s] for s in sorted({sentence_of[i] for i in kept_words})]
+    )
 
 
 def only_whole_sentences(text, sentences):
@@ -566,7 +674,7 @@ def only_whole_sentences(text, sentences):
         at = rest.find(s.strip())
         if at < 0 or rest[:at].strip():
             return False
-        rest = rest[at + len(s.strip()):]
+        rest = rest[at + len(s.strip()) :]
     return not rest.strip()
 
 
@@ -580,13 +688,24 @@ def test_real_model_early_exit_compression_is_labelled_and_checked(smollm2):
     _, kept_full, info_full = full.select(DOC, 0.5)
     assert np.isfinite(info).all() and not np.allclose(info, info_full)
     assert len(set(kept) & set(kept_full)) > 0.3 * len(kept)  # related choices, not the same
-    t = Task(id="amazon", task="qa", input="Which country?", context=DOC,
-             template="Context:{context}\n\nQuestion:{input}\n\nAnswer:")
+    t = Task(
+        id="amazon",
+        task="qa",
+        input="Which country?",
+        context=DOC,
+        template="Context:{context}\n\nQuestion:{input}\n\nAnswer:",
+    )
     text, done = compress_prompt(t, c, 0.5)
     from core.models import encode_prompt
 
-    run = run_method("casd", smollm2, encode_prompt(smollm2.tokenizer, text), {"max_new_tokens": 4}, compression=done,
-                     uncompressed_ids=encode_prompt(smollm2.tokenizer, t.prompt()))
+    run = run_method(
+        "casd",
+        smollm2,
+        encode_prompt(smollm2.tokenizer, text),
+        {"max_new_tokens": 4},
+        compression=done,
+        uncompressed_ids=encode_prompt(smollm2.tokenizer, t.prompt()),
+    )
     assert run.params["compressor"] == "selfinfo[layers=8]"
     with pytest.raises(InvalidInputError, match=r"30 decoder layers.*1\.\.30"):
         make_compressor("selfinfo[layers=31]", smollm2)
@@ -594,6 +713,7 @@ def test_real_model_early_exit_compression_is_labelled_and_checked(smollm2):
 
 def test_the_service_compresses_the_context_box_and_keeps_the_prompt(tiny_compressor):
     from conftest import make_tiny
+
     from workbench import service
 
     tiny = make_tiny()

@@ -2,6 +2,7 @@
 package, tiktoken's BPE file or the classifier is out of reach (and which of the two downloads failed), and the working
 path on a tiny random BERT token classifier written to a folder, under transformers 5. Nothing is downloaded: the hub
 is set offline, and tiktoken's encoding (a download) is replaced by a stand-in."""
+
 from __future__ import annotations
 
 import re
@@ -9,17 +10,25 @@ import sys
 from types import SimpleNamespace
 
 import pytest
-
 from conftest import make_tiny
+
 from core.compress import (
-    DEFAULT_LLMLINGUA2_MODEL, LLMLINGUA2_MODEL_ENV, CompressorUnavailable, LLMLingua2Compressor, check_compressor,
-    llmlingua2_classifier, llmlingua_failure, make_compressor,
+    DEFAULT_LLMLINGUA2_MODEL,
+    LLMLINGUA2_MODEL_ENV,
+    CompressorUnavailable,
+    LLMLingua2Compressor,
+    check_compressor,
+    llmlingua2_classifier,
+    llmlingua_failure,
+    make_compressor,
 )
 from core.errors import InvalidInputError, WorkbenchError
 
-TEXT = ("The river rises in the north. It flows south through three towns and a lake.\n"
-        "Fishermen work the lake in summer, and the towns trade grain and wool. Where does the river end? "
-        "In winter the river freezes!")
+TEXT = (
+    "The river rises in the north. It flows south through three towns and a lake.\n"
+    "Fishermen work the lake in summer, and the towns trade grain and wool. Where does the river end? "
+    "In winter the river freezes!"
+)
 MISSING_HUB_ID = "workbench-tests/no-such-llmlingua2-classifier"
 
 
@@ -59,14 +68,20 @@ def test_the_name_and_the_classifier_setting(monkeypatch):
     with pytest.raises(InvalidInputError, match="llmlingua2 takes: none"):
         check_compressor("llmlingua2[layers=2]")
     monkeypatch.delenv(LLMLINGUA2_MODEL_ENV, raising=False)
-    assert llmlingua2_classifier() == DEFAULT_LLMLINGUA2_MODEL == "microsoft/llmlingua-2-bert-base-multilingual-cased-meetingbank"
+    assert (
+        llmlingua2_classifier()
+        == DEFAULT_LLMLINGUA2_MODEL
+        == "microsoft/llmlingua-2-bert-base-multilingual-cased-meetingbank"
+    )
     monkeypatch.setenv(LLMLINGUA2_MODEL_ENV, " /models/ll2 ")
     assert llmlingua2_classifier() == "/models/ll2"
 
 
 def test_a_missing_package_is_a_clear_error(monkeypatch):
     monkeypatch.setitem(sys.modules, "llmlingua", None)  # import fails as if not installed
-    with pytest.raises(CompressorUnavailable, match="llmlingua2 compressor needs the llmlingua package.*pip install llmlingua==0.2.2"):
+    with pytest.raises(
+        CompressorUnavailable, match="llmlingua2 compressor needs the llmlingua package.*pip install llmlingua==0.2.2"
+    ):
         make_compressor("llmlingua2", SimpleNamespace(tokenizer=None, device="cpu"))
 
 
@@ -76,11 +91,15 @@ def test_tiktoken_offline_is_a_clear_error(monkeypatch, tmp_path):
     import tiktoken
 
     def offline(name):
-        raise requests.exceptions.ConnectionError("HTTPSConnectionPool(host='openaipublic.blob.core.windows.net'): Failed to resolve")
+        raise requests.exceptions.ConnectionError(
+            "HTTPSConnectionPool(host='openaipublic.blob.core.windows.net'): Failed to resolve"
+        )
 
     monkeypatch.setattr(tiktoken, "encoding_for_model", offline)
     monkeypatch.setenv(LLMLINGUA2_MODEL_ENV, str(tmp_path))
-    with pytest.raises(CompressorUnavailable, match="llmlingua2 could not start.*tiktoken.*BPE.*TIKTOKEN_CACHE_DIR.*selfinfo") as e:
+    with pytest.raises(
+        CompressorUnavailable, match="llmlingua2 could not start.*tiktoken.*BPE.*TIKTOKEN_CACHE_DIR.*selfinfo"
+    ) as e:
         LLMLingua2Compressor()
     assert isinstance(e.value, WorkbenchError) and LLMLINGUA2_MODEL_ENV not in str(e.value)
 
@@ -90,8 +109,11 @@ def test_the_classifier_offline_is_a_clear_error(monkeypatch, offline, tiktoken_
     with pytest.raises(CompressorUnavailable) as e:
         make_compressor("llmlingua2", SimpleNamespace(tokenizer=None, device="cpu"))
     message = str(e.value)
-    assert re.search(f"llmlingua2 could not start: its classifier model {MISSING_HUB_ID} could not be loaded from the "
-                     rf"Hugging Face hub \(offline\?\).*{LLMLINGUA2_MODEL_ENV}.*--compressor selfinfo", message), message
+    assert re.search(
+        f"llmlingua2 could not start: its classifier model {MISSING_HUB_ID} could not be loaded from the "
+        rf"Hugging Face hub \(offline\?\).*{LLMLINGUA2_MODEL_ENV}.*--compressor selfinfo",
+        message,
+    ), message
     assert "TIKTOKEN_CACHE_DIR" not in message
 
 
@@ -102,7 +124,9 @@ def test_a_classifier_folder_that_does_not_exist_is_named(monkeypatch, tmp_path,
 
 
 def test_the_failure_messages_tell_the_two_downloads_apart():
-    hub = OSError("We couldn't connect to 'https://huggingface.co' to load the files, and couldn't find them in the cached files.")
+    hub = OSError(
+        "We couldn't connect to 'https://huggingface.co' to load the files, and couldn't find them in the cached files."
+    )
     bpe = OSError("openaipublic.blob.core.windows.net unreachable")
     assert LLMLINGUA2_MODEL_ENV in llmlingua_failure(hub, "start", "llmlingua2", MISSING_HUB_ID)
     assert "TIKTOKEN_CACHE_DIR" in llmlingua_failure(bpe, "start", "llmlingua2", MISSING_HUB_ID)
@@ -115,7 +139,9 @@ def test_the_failure_messages_tell_the_two_downloads_apart():
         except LocalEntryNotFoundError as inner:
             raise ValueError("loading failed") from inner
     except ValueError as outer:
-        assert "could not be loaded from the Hugging Face hub" in llmlingua_failure(outer, "start", "llmlingua2", "org/name")
+        assert "could not be loaded from the Hugging Face hub" in llmlingua_failure(
+            outer, "start", "llmlingua2", "org/name"
+        )
 
 
 def tiny_classifier(folder, words, architecture="token-classification"):
@@ -126,10 +152,18 @@ def tiny_classifier(folder, words, architecture="token-classification"):
     folder.mkdir(parents=True, exist_ok=True)
     vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", ".", ",", "?", "!"] + sorted(set(words))
     (folder / "vocab.txt").write_text("\n".join(dict.fromkeys(vocab)) + "\n")
-    tokenizer = BertTokenizerFast(vocab=str(folder / "vocab.txt"), do_lower_case=False)  # transformers 5: vocab=, not vocab_file=
+    tokenizer = BertTokenizerFast(
+        vocab=str(folder / "vocab.txt"), do_lower_case=False
+    )  # transformers 5: vocab=, not vocab_file=
     torch.manual_seed(0)
-    config = BertConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                        intermediate_size=64, num_labels=2)
+    config = BertConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        num_labels=2,
+    )
     model = BertForTokenClassification(config) if architecture == "token-classification" else make_tiny().model
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
@@ -144,7 +178,9 @@ def test_llmlingua2_compresses_with_a_local_classifier(monkeypatch, tmp_path, of
     a, b = comp.compress(TEXT, 0.5), comp.compress(TEXT, 0.5)
     assert a.text == b.text and a.tokens_kept == b.tokens_kept  # deterministic
     assert a.compressor == "llmlingua2" and a.rate == 0.5 and 0 < a.reached <= 1
-    assert a.tokens_in == len(tokenizer(TEXT, add_special_tokens=False).input_ids)  # counted with the target's tokenizer
+    assert a.tokens_in == len(
+        tokenizer(TEXT, add_special_tokens=False).input_ids
+    )  # counted with the target's tokenizer
     assert 0 < a.tokens_kept < a.tokens_in and a.reached == a.tokens_kept / a.tokens_in
     assert set(re.findall(r"\w+", a.text)) <= set(re.findall(r"\w+", TEXT))  # words kept whole, none invented
     assert "?" in a.text  # a force token (the package README's): the options reach compress_prompt
@@ -156,5 +192,7 @@ def test_llmlingua2_compresses_with_a_local_classifier(monkeypatch, tmp_path, of
 def test_a_folder_that_is_not_a_token_classifier_is_refused(monkeypatch, tmp_path, offline, tiktoken_stub):
     tiny_classifier(tmp_path / "causal", re.findall(r"\w+", TEXT), architecture="causal-lm")
     monkeypatch.setenv(LLMLINGUA2_MODEL_ENV, str(tmp_path / "causal"))
-    with pytest.raises(CompressorUnavailable, match="loads as LlamaForCausalLM.*needs a token classifier of type bert or xlm-roberta"):
+    with pytest.raises(
+        CompressorUnavailable, match="loads as LlamaForCausalLM.*needs a token classifier of type bert or xlm-roberta"
+    ):
         LLMLingua2Compressor()

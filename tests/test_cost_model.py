@@ -1,4 +1,5 @@
 """t(n, L) (core.cost_model, pure) and its measurement and cache (core.timing) on a tiny model and SmolLM2."""
+
 from __future__ import annotations
 
 import json
@@ -13,9 +14,7 @@ from core.cost_model import CostModel, monotone_grid
 
 SIZES = (0, 4, 16, 64)
 LENGTHS = (256, 1024, 4096)
-GRID = ((0.010, 0.012, 0.020, 0.050),
-        (0.012, 0.016, 0.030, 0.080),
-        (0.020, 0.030, 0.070, 0.200))
+GRID = ((0.010, 0.012, 0.020, 0.050), (0.012, 0.016, 0.030, 0.080), (0.020, 0.030, 0.070, 0.200))
 
 
 def test_the_measured_points_are_read_back_and_bilinear_between_them():
@@ -41,9 +40,11 @@ def test_beyond_the_grid_it_extends_linearly_in_l_and_n_and_clamps_below():
 
 
 def test_a_noisy_grid_is_made_monotone_in_both_axes():
-    noisy = ((0.010, 0.030, 0.020, 0.050),  # 4 nodes slower than 16: a busy spell
-             (0.009, 0.016, 0.030, 0.080),  # 1024 tokens faster than 256 at n = 0
-             (0.020, 0.030, 0.070, 0.200))
+    noisy = (
+        (0.010, 0.030, 0.020, 0.050),  # 4 nodes slower than 16: a busy spell
+        (0.009, 0.016, 0.030, 0.080),  # 1024 tokens faster than 256 at n = 0
+        (0.020, 0.030, 0.070, 0.200),
+    )
     m = CostModel(SIZES, LENGTHS, noisy)
     assert m.seconds[0][:2] == (0.009, 0.016)  # lowered to what larger sizes / lengths measured
     assert m.seconds == monotone_grid(noisy)
@@ -54,8 +55,13 @@ def test_a_noisy_grid_is_made_monotone_in_both_axes():
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.lists(st.floats(0.001, 1.0), min_size=4, max_size=4), min_size=3, max_size=3),
-       st.floats(0, 150), st.floats(0, 150), st.floats(1, 12000), st.floats(1, 12000))
+@given(
+    st.lists(st.lists(st.floats(0.001, 1.0), min_size=4, max_size=4), min_size=3, max_size=3),
+    st.floats(0, 150),
+    st.floats(0, 150),
+    st.floats(1, 12000),
+    st.floats(1, 12000),
+)
 def test_any_grid_gives_a_cost_that_never_falls_with_more_nodes_or_more_context(rows, n1, n2, l1, l2):
     m = CostModel(SIZES, LENGTHS, rows)
     (n_lo, n_hi), (l_lo, l_hi) = sorted((n1, n2)), sorted((l1, l2))
@@ -68,8 +74,15 @@ def test_any_grid_gives_a_cost_that_never_falls_with_more_nodes_or_more_context(
 def test_one_measured_length_is_flat_in_l_and_bad_grids_are_refused():
     m = CostModel((0, 8), (512,), ((0.01, 0.02),))
     assert m(8, 64) == m(8, 512) == m(8, 9000) == pytest.approx(0.02)
-    for bad in [dict(sizes=(1, 8)), dict(sizes=(0,)), dict(lengths=(1024, 256)), dict(lengths=()),
-                dict(seconds=((0.01, 0.02),) * 2), dict(seconds=((0.01, 0.0),)), dict(seconds=((0.01, float("nan")),))]:
+    for bad in [
+        dict(sizes=(1, 8)),
+        dict(sizes=(0,)),
+        dict(lengths=(1024, 256)),
+        dict(lengths=()),
+        dict(seconds=((0.01, 0.02),) * 2),
+        dict(seconds=((0.01, 0.0),)),
+        dict(seconds=((0.01, float("nan")),)),
+    ]:
         args = dict(sizes=(0, 8), lengths=(512,), seconds=((0.01, 0.02),)) | bad
         with pytest.raises(ValueError):
             CostModel(**args)
@@ -81,6 +94,7 @@ def test_a_cost_model_round_trips_through_a_dict():
 
 
 # ---------------------------------------------------------------- measurement and cache (core.timing)
+
 
 @pytest.fixture
 def home(tmp_path, monkeypatch):

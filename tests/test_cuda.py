@@ -3,6 +3,7 @@
 These run only where torch sees a CUDA device (`pytest -m cuda` selects them); elsewhere each is skipped with the
 reason. The CPU suite cannot show any of this: there a "transfer" is free and the SDPA kernels are CPU's.
 """
+
 from __future__ import annotations
 
 import warnings
@@ -16,11 +17,12 @@ from core.engine import forward_tree
 from core.methods import run_method
 from core.tree import DraftTree
 
-pytestmark = [pytest.mark.cuda,
-              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (torch sees none here)")]
+pytestmark = [
+    pytest.mark.cuda,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (torch sees none here)"),
+]
 
 PROMPT = [5, 6, 7, 8, 5, 6, 7, 8, 5, 6, 7, 8, 5, 6]
-
 
 
 def on_cuda(model):
@@ -59,8 +61,14 @@ def syncs_per_step(method: str, target, draft=None) -> list[int]:
         warnings.simplefilter("always")
         torch.cuda.set_sync_debug_mode("warn")
         try:
-            run_method(method, target, PROMPT, {"max_new_tokens": 24}, draft=draft,
-                       on_step=lambda trace: counts.append(sum("synchroniz" in str(w.message) for w in caught)))
+            run_method(
+                method,
+                target,
+                PROMPT,
+                {"max_new_tokens": 24},
+                draft=draft,
+                on_step=lambda trace: counts.append(sum("synchroniz" in str(w.message) for w in caught)),
+            )
         finally:
             torch.cuda.set_sync_debug_mode("default")
     return [b - a for a, b in zip(counts, counts[1:])]

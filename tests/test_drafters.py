@@ -1,8 +1,8 @@
 """Drafters without a model: PLD's chain, context retrieval into a trie, alignment sampling."""
+
 import numpy as np
 
-from core.drafters import ContextDrafter, PromptLookupDrafter
-from core.drafters import TopK
+from core.drafters import ContextDrafter, PromptLookupDrafter, TopK
 
 
 def test_pld_takes_the_earliest_longest_match():
@@ -74,7 +74,9 @@ def test_a_continuation_the_context_holds_is_context_even_when_generated_text_ho
     tree = d.propose(prompt + generated).tree
     three, five = tree.child(0, 3), tree.child(0, 5)
     assert tree.sources[three] == "context" and tree.sources[tree.child(three, 4)] == "context"
-    assert tree.sources[five] == "generated" and tree.sources[tree.child(five, 6)] == "generated"  # only generated text has it
+    assert (
+        tree.sources[five] == "generated" and tree.sources[tree.child(five, 6)] == "generated"
+    )  # only generated text has it
 
 
 def test_alignment_siblings_have_their_own_share_of_the_budget():
@@ -126,7 +128,11 @@ def test_alignment_on_generated_text_uses_verification_predictions():
     on.commit([7, 8], np.array([[7, 0, 0], [8, 0, 0]], dtype=np.int32))
     seq = prompt + [7, 8, 9, 7, 8]
     tree = on.propose(seq).tree
-    assert {tree.tokens[c]: tree.sources[c] for c in tree.children()[0]} == {9: "generated", 30: "alignment", 31: "alignment"}
+    assert {tree.tokens[c]: tree.sources[c] for c in tree.children()[0]} == {
+        9: "generated",
+        30: "alignment",
+        31: "alignment",
+    }
     off = ContextDrafter(key_len=2, ngram=2, max_nodes=16, align_m=2)
     assert off.generated_topk == 0
     off.begin(prompt, pre)
@@ -154,8 +160,17 @@ def test_the_documented_drafter_example_runs(monkeypatch):
     module = types.ModuleType("repeat_example")
     exec(compile(source, "repeat_example", "exec"), module.__dict__)
     monkeypatch.setitem(DRAFTERS, "repeat", module.RepeatDrafter.from_params)
-    monkeypatch.setitem(methods.METHODS, "repeat", methods.Method(
-        "repeat", "repeats the last token", methods.param_defaults("max_new_tokens", "gamma"), True, drafter="repeat"))
+    monkeypatch.setitem(
+        methods.METHODS,
+        "repeat",
+        methods.Method(
+            "repeat",
+            "repeats the last token",
+            methods.param_defaults("max_new_tokens", "gamma"),
+            True,
+            drafter="repeat",
+        ),
+    )
     tiny = make_tiny(0)
     prompt = [5, 9, 9, 9, 9, 9, 9, 4]
     ours = methods.run_method("repeat", tiny, prompt, {"max_new_tokens": 24, "gamma": 3})

@@ -1,5 +1,6 @@
 """The engine on tiny random models: greedy equals transformers, any tree with strict verification
 equals greedy, the cache adapter moves the right rows, and tree sampling is lossless."""
+
 from __future__ import annotations
 
 import random
@@ -14,8 +15,8 @@ from core.drafters import NoDraft, Proposal, TreeObserver
 from core.engine import DecodeConfig, decode, forward_tree, prefill
 from core.errors import InvalidInputError
 from core.methods import get_method, make_verifier, resolve_params
-from core.tree import DraftTree
 from core.target_stats import sampling_processors
+from core.tree import DraftTree
 
 
 class AdversarialDrafter(NoDraft):
@@ -38,12 +39,17 @@ class AdversarialDrafter(NoDraft):
             if tree.num_draft >= self.max_nodes:
                 break
             parent = frontier[-1]
-            wrong = [self.rng.randrange(self.vocab) for _ in range(self.rng.randint(0, 4 if style in ("fan", "mixed") else 1))]
+            wrong = [
+                self.rng.randrange(self.vocab)
+                for _ in range(self.rng.randint(0, 4 if style in ("fan", "mixed") else 1))
+            ]
             for w in wrong:  # siblings first, so the true node lands at a later index
                 if w != good and tree.num_draft < self.max_nodes:
                     junk = tree.add(parent, w, "context")
                     if style == "deep-wrong" and tree.num_draft < self.max_nodes:
-                        tree.add_chain(junk, [self.rng.randrange(self.vocab) for _ in range(3)], "context", budget=self.max_nodes)
+                        tree.add_chain(
+                            junk, [self.rng.randrange(self.vocab) for _ in range(3)], "context", budget=self.max_nodes
+                        )
             if style == "junk" or (style == "mixed" and self.rng.random() < 0.2) or tree.num_draft >= self.max_nodes:
                 break
             frontier.append(tree.add(parent, good, "generated"))
@@ -55,16 +61,24 @@ def greedy_verifier():
 
 
 def hf_greedy(tiny, prompt, n):
-    out = tiny.model.generate(torch.tensor([prompt]), max_new_tokens=n, do_sample=False, pad_token_id=0, eos_token_id=[],
-                              attention_mask=torch.ones(1, len(prompt), dtype=torch.long))
-    return out[0, len(prompt):].tolist()
+    out = tiny.model.generate(
+        torch.tensor([prompt]),
+        max_new_tokens=n,
+        do_sample=False,
+        pad_token_id=0,
+        eos_token_id=[],
+        attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
+    )
+    return out[0, len(prompt) :].tolist()
 
 
 @pytest.mark.parametrize("seed", range(4))
 def test_greedy_engine_equals_transformers_generate(seed):
     tiny = make_tiny(seed=seed)
     prompt = [random.Random(seed).randrange(2, 96) for _ in range(5 + 7 * seed)]
-    ours = decode(tiny.model, tiny.tokenizer, [], prompt, NoDraft(), greedy_verifier(), DecodeConfig(max_new_tokens=40), 512)
+    ours = decode(
+        tiny.model, tiny.tokenizer, [], prompt, NoDraft(), greedy_verifier(), DecodeConfig(max_new_tokens=40), 512
+    )
     assert ours.output_ids == hf_greedy(tiny, prompt, 40)
     assert len(ours.steps) == 40 and all(len(s.emitted) == 1 for s in ours.steps)
 
@@ -74,12 +88,24 @@ def test_adversarial_trees_reproduce_greedy(seed):
     tiny = make_tiny(seed=seed % 3)
     rng = random.Random(100 + seed)
     prompt = [rng.randrange(2, 96) for _ in range(rng.randint(1, 40))]
-    reference = decode(tiny.model, tiny.tokenizer, [], prompt, NoDraft(), greedy_verifier(), DecodeConfig(max_new_tokens=48), 512).output_ids
-    res = decode(tiny.model, tiny.tokenizer, [], prompt, AdversarialDrafter(reference, 96, seed), greedy_verifier(),
-                 DecodeConfig(max_new_tokens=48), 512)
+    reference = decode(
+        tiny.model, tiny.tokenizer, [], prompt, NoDraft(), greedy_verifier(), DecodeConfig(max_new_tokens=48), 512
+    ).output_ids
+    res = decode(
+        tiny.model,
+        tiny.tokenizer,
+        [],
+        prompt,
+        AdversarialDrafter(reference, 96, seed),
+        greedy_verifier(),
+        DecodeConfig(max_new_tokens=48),
+        512,
+    )
     assert res.output_ids == reference
     assert len(res.steps) < 48  # the hidden true tokens were accepted, so steps were saved
-    scattered = [s for s in res.steps if s.accepted and any(n.decision == "accepted" and n.node != n.depth for n in s.nodes)]
+    scattered = [
+        s for s in res.steps if s.accepted and any(n.decision == "accepted" and n.node != n.depth for n in s.nodes)
+    ]
     assert scattered, "no step accepted a non-contiguous path: the cache gather went untested"
 
 
@@ -110,7 +136,16 @@ def test_the_prompt_pass_gives_the_first_token(tiny):
     calls = []
     hook = tiny.model.register_forward_pre_hook(lambda module, args: calls.append(1))
     try:
-        res = decode(tiny.model, tiny.tokenizer, [], [3, 4, 5, 6], NoDraft(), greedy_verifier(), DecodeConfig(max_new_tokens=5), 512)
+        res = decode(
+            tiny.model,
+            tiny.tokenizer,
+            [],
+            [3, 4, 5, 6],
+            NoDraft(),
+            greedy_verifier(),
+            DecodeConfig(max_new_tokens=5),
+            512,
+        )
     finally:
         hook.remove()
     assert len(res.output_ids) == 5 and len(res.steps) == 5 and len(calls) == 4
@@ -130,29 +165,58 @@ class FixedDrafter(NoDraft):
 def test_no_draft_node_at_or_below_eos(tiny):
     """Drafting EOS (or past it) is wasted rows: the engine drops those nodes before the forward."""
     prompt = [3, 4, 5, 6]
-    first = decode(tiny.model, tiny.tokenizer, [], prompt, NoDraft(), greedy_verifier(), DecodeConfig(max_new_tokens=1), 512).output_ids[0]
+    first = decode(
+        tiny.model, tiny.tokenizer, [], prompt, NoDraft(), greedy_verifier(), DecodeConfig(max_new_tokens=1), 512
+    ).output_ids[0]
     eos = (first + 1) % 96
-    res = decode(tiny.model, tiny.tokenizer, [eos], prompt, FixedDrafter([[first, eos, 7], [eos, 8]]), greedy_verifier(),
-                 DecodeConfig(max_new_tokens=4), 512)
+    res = decode(
+        tiny.model,
+        tiny.tokenizer,
+        [eos],
+        prompt,
+        FixedDrafter([[first, eos, 7], [eos, 8]]),
+        greedy_verifier(),
+        DecodeConfig(max_new_tokens=4),
+        512,
+    )
     assert res.steps[0].tree_size == 1 and [n.token_id for n in res.steps[0].nodes][:2] == [prompt[-1], first]
 
 
 def test_stop_conditions(tiny):
     prompt = [5, 6, 7, 8, 9]
-    full = decode(tiny.model, tiny.tokenizer, [], prompt, NoDraft(), greedy_verifier(), DecodeConfig(max_new_tokens=20), 512)
+    full = decode(
+        tiny.model, tiny.tokenizer, [], prompt, NoDraft(), greedy_verifier(), DecodeConfig(max_new_tokens=20), 512
+    )
     eos = full.output_ids[6]
-    cut = decode(tiny.model, tiny.tokenizer, [eos], prompt, NoDraft(), greedy_verifier(), DecodeConfig(max_new_tokens=20), 512)
+    cut = decode(
+        tiny.model, tiny.tokenizer, [eos], prompt, NoDraft(), greedy_verifier(), DecodeConfig(max_new_tokens=20), 512
+    )
     assert cut.stop_reason == "eos" and cut.output_ids == full.output_ids[: full.output_ids.index(eos) + 1]
     stop_text = f"t{full.output_ids[3]}"
-    s = decode(tiny.model, tiny.tokenizer, [], prompt, NoDraft(), greedy_verifier(), DecodeConfig(max_new_tokens=20, stop_strings=[stop_text]), 512)
+    s = decode(
+        tiny.model,
+        tiny.tokenizer,
+        [],
+        prompt,
+        NoDraft(),
+        greedy_verifier(),
+        DecodeConfig(max_new_tokens=20, stop_strings=[stop_text]),
+        512,
+    )
     assert s.stop_reason == "stop_string" and stop_text in tiny.tokenizer.decode(s.output_ids)
     assert len(s.output_ids) <= 4
-    small = decode(tiny.model, tiny.tokenizer, [], prompt, NoDraft(), greedy_verifier(), DecodeConfig(max_new_tokens=20), 12)
+    small = decode(
+        tiny.model, tiny.tokenizer, [], prompt, NoDraft(), greedy_verifier(), DecodeConfig(max_new_tokens=20), 12
+    )
     assert small.stop_reason == "context_full" and len(prompt) + len(small.output_ids) <= 12
 
 
 def test_bad_input_is_refused(tiny):
-    args = (tiny.model, tiny.tokenizer, [], )
+    args = (
+        tiny.model,
+        tiny.tokenizer,
+        [],
+    )
     with pytest.raises(InvalidInputError, match="empty"):
         decode(*args, [], NoDraft(), greedy_verifier(), DecodeConfig(), 512)
     with pytest.raises(InvalidInputError, match="context is 512"):
@@ -192,8 +256,12 @@ def test_tree_sampling_matches_the_target_distribution(temperature, top_k, top_p
     n = 3000
     drafter = RandomTreeDrafter(vocab, seed=1)
     for i in range(n):
-        verify = make_verifier(get_method("greedy"), {"temperature": temperature, "top_k": top_k, "top_p": top_p, "seed": i})
-        out = decode(tiny.model, tiny.tokenizer, [], prompt, drafter, verify, DecodeConfig(max_new_tokens=2), 512).output_ids
+        verify = make_verifier(
+            get_method("greedy"), {"temperature": temperature, "top_k": top_k, "top_p": top_p, "seed": i}
+        )
+        out = decode(
+            tiny.model, tiny.tokenizer, [], prompt, drafter, verify, DecodeConfig(max_new_tokens=2), 512
+        ).output_ids
         counts[out[0] * vocab + out[1]] += 1
     keep = exact > 0
     assert counts[~keep].sum() == 0, "sampled a token the warpers exclude"
@@ -222,7 +290,16 @@ def test_the_result_keeps_the_prefill_predictions_when_generated_ones_are_kept_t
     """DecodeResult.prefill is what the drafter got at the start: prompt length - 1 rows of prefill_topk ids
     (the engine once overwrote it with the last step's generated predictions)."""
     prompt = [3, 4, 5, 6, 7, 8]
-    out = decode(tiny.model, tiny.tokenizer, [], prompt, PredictionsDrafter(), greedy_verifier(), DecodeConfig(max_new_tokens=6), 512)
+    out = decode(
+        tiny.model,
+        tiny.tokenizer,
+        [],
+        prompt,
+        PredictionsDrafter(),
+        greedy_verifier(),
+        DecodeConfig(max_new_tokens=6),
+        512,
+    )
     assert out.prefill.ids.shape == (len(prompt) - 1, 3)
     with torch.no_grad():
         logits = tiny.model(torch.tensor([prompt])).logits[0, :-1]

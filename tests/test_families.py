@@ -1,5 +1,6 @@
 """Task families with held-out and evaluation splits (workbench.evaluation.families, built_tasks) and the
 admissibility rule across them (workbench.evaluation.admissibility)."""
+
 from __future__ import annotations
 
 import inspect
@@ -11,8 +12,7 @@ from conftest import NO_SPEC_BENCH, SPEC_BENCH
 
 from core.errors import InvalidInputError
 from core.trace import NodeTrace, StepTrace
-from workbench.evaluation.admissibility import (FamilyOutcome, choose_setting, judge, paired_interval,
-                                                pooled_speedup)
+from workbench.evaluation.admissibility import FamilyOutcome, choose_setting, judge, paired_interval, pooled_speedup
 
 # ---------------------------------------------------------------- admissibility (pure)
 
@@ -37,7 +37,12 @@ def test_a_setting_that_helps_summarization_and_costs_two_thirds_of_qa_is_refuse
     assert not verdict.admissible and verdict.failing == ("docqa",)
     assert verdict.intervals["docqa"].mean == pytest.approx(-np.mean(QA_GREEDY) * 2 / 3)
     assert verdict.intervals["docqa"].high < 0 and verdict.intervals["summarization"].low > 0
-    lossless = {"aasd[beta=1]": [outcome("docqa", QA_GREEDY, QA_GREEDY, 1.05), outcome("summarization", SUMM_GREEDY, SUMM_GREEDY, 1.1)]}
+    lossless = {
+        "aasd[beta=1]": [
+            outcome("docqa", QA_GREEDY, QA_GREEDY, 1.05),
+            outcome("summarization", SUMM_GREEDY, SUMM_GREEDY, 1.1),
+        ]
+    }
     chosen, judgements = choose_setting({"aasd[alpha=0,beta=0.01]": fitted, **lossless}, lossless="aasd[beta=1]")
     assert chosen == "aasd[beta=1]" and [j.admissible for j in judgements] == [False, True]
     chosen, _ = choose_setting({"aasd[alpha=0,beta=0.01]": fitted}, lossless="aasd-lossless")
@@ -81,8 +86,14 @@ def test_the_interval_is_a_seeded_percentile_bootstrap_of_the_mean():
     a = paired_interval(setting, greedy)
     assert a == paired_interval(setting, greedy)  # seeded: the same interval every time
     assert a.mean == pytest.approx(np.mean(setting - greedy)) and a.low < a.mean < a.high and a.items == 30
-    ref = bootstrap(((setting - greedy),), np.mean, n_resamples=2000, method="percentile", confidence_level=0.95,
-                    random_state=np.random.default_rng(1)).confidence_interval
+    ref = bootstrap(
+        ((setting - greedy),),
+        np.mean,
+        n_resamples=2000,
+        method="percentile",
+        confidence_level=0.95,
+        random_state=np.random.default_rng(1),
+    ).confidence_interval
     assert a.low == pytest.approx(ref.low, abs=1.5) and a.high == pytest.approx(ref.high, abs=1.5)
     same = paired_interval([5.0] * 8, [5.0] * 8)
     assert (same.low, same.high) == (0.0, 0.0)
@@ -105,18 +116,44 @@ def test_no_evidence_or_mismatched_scores_are_errors():
 
 # ---------------------------------------------------------------- the writing score
 
+
 def _node(step, node, parent, depth, decision, p, source="context"):
-    return NodeTrace(step=step, cache_pos=0, node=node, parent=parent, depth=depth, token_id=node, token_text="",
-                     source=source, decision=decision, reason="", p=p)
+    return NodeTrace(
+        step=step,
+        cache_pos=0,
+        node=node,
+        parent=parent,
+        depth=depth,
+        token_id=node,
+        token_text="",
+        source=source,
+        decision=decision,
+        reason="",
+        p=p,
+    )
 
 
 def test_writing_is_scored_by_the_targets_mean_probability_of_the_emitted_tokens():
     from workbench.evaluation.scores import mean_target_probability
 
     root = _node(0, 0, -1, 0, "accepted", None, "root")
-    step0 = StepTrace(0, 0, 3, 2, [1, 2, 9], nodes=[root, _node(0, 1, 0, 1, "accepted", 0.5), _node(0, 2, 1, 2, "rescued", 0.1),
-                                                    _node(0, 3, 0, 1, "rejected", 0.4), _node(0, 4, 2, 3, "bonus", 0.9, "model")])
-    step1 = StepTrace(1, 3, 1, 1, [7], nodes=[root, _node(1, 1, 0, 1, "accepted", 0.8), _node(1, 2, 1, 2, "bonus", 0.3, "model")])
+    step0 = StepTrace(
+        0,
+        0,
+        3,
+        2,
+        [1, 2, 9],
+        nodes=[
+            root,
+            _node(0, 1, 0, 1, "accepted", 0.5),
+            _node(0, 2, 1, 2, "rescued", 0.1),
+            _node(0, 3, 0, 1, "rejected", 0.4),
+            _node(0, 4, 2, 3, "bonus", 0.9, "model"),
+        ],
+    )
+    step1 = StepTrace(
+        1, 3, 1, 1, [7], nodes=[root, _node(1, 1, 0, 1, "accepted", 0.8), _node(1, 2, 1, 2, "bonus", 0.3, "model")]
+    )
     # step 1 stopped after its first token (a stop string): its bonus is not emitted
     assert mean_target_probability([step0, step1]) == pytest.approx(100 * (0.5 + 0.1 + 0.9 + 0.8) / 4)
     assert mean_target_probability([]) is None
@@ -124,12 +161,16 @@ def test_writing_is_scored_by_the_targets_mean_probability_of_the_emitted_tokens
 
 # ---------------------------------------------------------------- built rows (docqa, code)
 
+
 @pytest.fixture(scope="module")
 def built():
     from workbench.evaluation.built_tasks import code_rows, docqa_rows
 
-    return {(name, split): fn(split, n) for name, fn in (("docqa", docqa_rows), ("code", code_rows))
-            for split, n in (("held_out", 60), ("evaluation", 40))}
+    return {
+        (name, split): fn(split, n)
+        for name, fn in (("docqa", docqa_rows), ("code", code_rows))
+        for split, n in (("held_out", 60), ("evaluation", 40))
+    }
 
 
 def _ws(text):
@@ -160,7 +201,9 @@ def test_docqa_references_are_spans_with_one_answer_in_their_passage(built):
                 obj = _import(module)
                 for part in qualname.split("."):
                     obj = getattr(obj, part)
-                assert repr(inspect.signature(obj).parameters[param].default) == r["answers"][0]  # read from the function
+                assert (
+                    repr(inspect.signature(obj).parameters[param].default) == r["answers"][0]
+                )  # read from the function
 
 
 def test_code_references_are_the_true_next_line_of_the_source(built):
@@ -190,6 +233,7 @@ def test_the_splits_come_from_disjoint_modules_and_are_rebuilt_identically(built
 
 # ---------------------------------------------------------------- families
 
+
 @pytest.fixture
 def home(tmp_path, monkeypatch):
     monkeypatch.setenv("WORKBENCH_HOME", str(tmp_path))
@@ -201,7 +245,10 @@ def test_built_families_load_as_longbench_tasks_with_the_familys_category(home):
 
     qa = family_tasks("docqa", "evaluation", limit=5)
     assert len(qa) == 5 and all(t.category == "docqa" and t.metric == "qa_f1" and t.max_new_tokens == 64 for t in qa)
-    assert qa[0].prompt().startswith("Read the following text and answer briefly.") and built_path("docqa", "evaluation").exists()
+    assert (
+        qa[0].prompt().startswith("Read the following text and answer briefly.")
+        and built_path("docqa", "evaluation").exists()
+    )
     assert family_score(qa[0], qa[0].answers[0]) == 100.0 and family_score(qa[0], "nothing alike") == 0.0
     code = family_tasks("code", "held_out", limit=3)
     assert all(t.category == "code" and not t.chat and t.metric == "code_sim" for t in code)
@@ -219,8 +266,15 @@ def test_every_family_has_disjoint_splits(home):
         counts[name] = (len(held), len(evaluated))
         assert split_overlap(name) == {"ids": [], "text": []}, name
         assert {t.category for t in held + evaluated} == {name}
-    assert counts == {"docqa": (60, 40), "summarization": (40, 40), "rag": (40, 40), "code": (60, 40),
-                      "writing": (40, 40), "humaneval": (124, 40), "gsm8k": (40, 40)}
+    assert counts == {
+        "docqa": (60, 40),
+        "summarization": (40, 40),
+        "rag": (40, 40),
+        "code": (60, 40),
+        "writing": (40, 40),
+        "humaneval": (124, 40),
+        "gsm8k": (40, 40),
+    }
     from workbench.evaluation.tasks import load_dataset_tasks
 
     rows = [t.id for t in load_dataset_tasks("spec-bench:summarization")]
@@ -247,10 +301,14 @@ def test_on_smollm2_docqa_prompts_are_long_and_greedy_writing_scores_its_own_pro
     from core.models import encode_prompt
     from workbench.evaluation.families import family_score, family_tasks
 
-    lengths = [len(encode_prompt(smollm2.tokenizer, t.prompt(), chat=t.chat)) for t in family_tasks("docqa", "evaluation")]
+    lengths = [
+        len(encode_prompt(smollm2.tokenizer, t.prompt(), chat=t.chat)) for t in family_tasks("docqa", "evaluation")
+    ]
     assert 1000 <= min(lengths) and max(lengths) <= 7000  # the long contexts t(n, L) is about
     task = family_tasks("writing", "held_out", limit=1)[0]
-    run = run_method("greedy", smollm2, encode_prompt(smollm2.tokenizer, task.prompt(), chat=task.chat), {"max_new_tokens": 12})
+    run = run_method(
+        "greedy", smollm2, encode_prompt(smollm2.tokenizer, task.prompt(), chat=task.chat), {"max_new_tokens": 12}
+    )
     score = family_score(task, run.output_text, run.steps)
     bonus = [n for s in run.steps for n in s.nodes if n.decision == "bonus"]
     assert score == pytest.approx(100 * np.mean([n.max_p for n in bonus]))  # greedy writes each step's likeliest token

@@ -1,4 +1,5 @@
 """Near-tie flip report (issue 23, item 4): where a lossless method leaves greedy, the target's margin there."""
+
 from __future__ import annotations
 
 from core.methods import run_method

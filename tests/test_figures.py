@@ -1,5 +1,6 @@
 """The UI's pure rendering on hand-built traces: token origins and HTML (workbench/ui/tokens.py), divergence, and the
 step and run figures (workbench/ui/figures/)."""
+
 from __future__ import annotations
 
 import html
@@ -11,17 +12,43 @@ import pytest
 
 from core.stats import first_divergence
 from core.trace import NodeTrace, RunTrace, StepTrace
-from workbench.ui.figures.analytics import (accept_by_depth_figure, accept_by_source_figure, accept_hist_figure,
-                                            runs_bar_figure, sweep_figure)
+from workbench.ui.figures.analytics import (
+    accept_by_depth_figure,
+    accept_by_source_figure,
+    accept_hist_figure,
+    runs_bar_figure,
+    sweep_figure,
+)
 from workbench.ui.figures.common import DECISION_COLORS, NO_RUNS, SOURCE_SYMBOLS, run_label
 from workbench.ui.figures.replay import position_figure, threshold_figure, tree_figure, tree_layout
-from workbench.ui.tokens import (ORIGIN_COLORS, align, diff_counts, emitted_nodes, flip_title, legend_html, step_origins,
-                                 token_diff_html, token_origins, tokens_html)
+from workbench.ui.tokens import (
+    ORIGIN_COLORS,
+    align,
+    diff_counts,
+    emitted_nodes,
+    flip_title,
+    legend_html,
+    step_origins,
+    token_diff_html,
+    token_origins,
+    tokens_html,
+)
 
 
 def node(step, i, parent, depth, tok, text, source, decision, **kw) -> NodeTrace:
-    return NodeTrace(step=step, cache_pos=10, node=i, parent=parent, depth=depth, token_id=tok, token_text=text,
-                     source=source, decision=decision, reason=kw.pop("reason", f"{decision} by test"), **kw)
+    return NodeTrace(
+        step=step,
+        cache_pos=10,
+        node=i,
+        parent=parent,
+        depth=depth,
+        token_id=tok,
+        token_text=text,
+        source=source,
+        decision=decision,
+        reason=kw.pop("reason", f"{decision} by test"),
+        **kw,
+    )
 
 
 def aasd_step(index: int = 0) -> StepTrace:
@@ -29,8 +56,23 @@ def aasd_step(index: int = 0) -> StepTrace:
     (alignment, rejected) with an unreached child 4; bonus 6 under 3."""
     nodes = [
         node(index, 0, -1, 0, 100, "The", "root", "accepted"),
-        node(index, 1, 0, 1, 101, " cat", "context", "accepted", p=0.8, threshold=0.3, entropy=1.2, max_p=0.8,
-             p_eos=0.01, rank=0, logit_gap=0.0),
+        node(
+            index,
+            1,
+            0,
+            1,
+            101,
+            " cat",
+            "context",
+            "accepted",
+            p=0.8,
+            threshold=0.3,
+            entropy=1.2,
+            max_p=0.8,
+            p_eos=0.01,
+            rank=0,
+            logit_gap=0.0,
+        ),
         node(index, 2, 0, 1, 102, " dog", "alignment", "rejected", p=0.1, threshold=0.3, entropy=1.2, max_p=0.8),
         node(index, 3, 1, 2, 103, " sat", "alignment", "accepted", p=0.6, threshold=0.25, entropy=0.9, max_p=0.6),
         node(index, 4, 2, 2, 104, " ran", "context", "unreached", p=0.05, threshold=0.2, entropy=2.0),
@@ -45,10 +87,40 @@ def csd_step(index: int = 1) -> StepTrace:
     nodes = [
         node(index, 0, -1, 0, 106, " down", "root", "accepted"),
         node(index, 1, 0, 1, 7, "<script>", "draft", "accepted", p=0.9, entropy=0.4, draft_p=0.8),
-        node(index, 2, 1, 2, 8, "\n", "draft", "rescued", p=0.3, entropy=1.1, threshold=0.3, logit_gap=0.5,
-             correction_id=9, mem_count=3, draft_p=0.7),
-        node(index, 3, 2, 3, 10, " x", "draft", "rejected", p=0.05, entropy=2.2, threshold=0.3, logit_gap=2.0,
-             correction_id=11, mem_count=0, draft_p=0.6),
+        node(
+            index,
+            2,
+            1,
+            2,
+            8,
+            "\n",
+            "draft",
+            "rescued",
+            p=0.3,
+            entropy=1.1,
+            threshold=0.3,
+            logit_gap=0.5,
+            correction_id=9,
+            mem_count=3,
+            draft_p=0.7,
+        ),
+        node(
+            index,
+            3,
+            2,
+            3,
+            10,
+            " x",
+            "draft",
+            "rejected",
+            p=0.05,
+            entropy=2.2,
+            threshold=0.3,
+            logit_gap=2.0,
+            correction_id=11,
+            mem_count=0,
+            draft_p=0.6,
+        ),
         node(index, 4, 2, 3, 11, " y", "model", "bonus", p=0.6),
     ]
     return StepTrace(index=index, cache_pos=13, tree_size=3, accepted=2, emitted=[7, 8, 11], nodes=nodes)
@@ -56,8 +128,20 @@ def csd_step(index: int = 1) -> StepTrace:
 
 def make_run(method: str, steps: list[StepTrace], **kw) -> RunTrace:
     ids = [t for s in steps for t in s.emitted]
-    return RunTrace(method=method, params={}, model="m", draft_model=None, device="cpu", dtype="float32",
-                    prompt="p", prompt_ids=[1, 2], output_ids=ids, steps=steps, decode_seconds=1.0, **kw)
+    return RunTrace(
+        method=method,
+        params={},
+        model="m",
+        draft_model=None,
+        device="cpu",
+        dtype="float32",
+        prompt="p",
+        prompt_ids=[1, 2],
+        output_ids=ids,
+        steps=steps,
+        decode_seconds=1.0,
+        **kw,
+    )
 
 
 def spans(html_text: str) -> list[str]:
@@ -66,11 +150,16 @@ def spans(html_text: str) -> list[str]:
 
 # ---------------------------------------------------------------- origins
 
+
 def test_origins_follow_decisions_and_sources():
     run = make_run("aasd", [aasd_step(0), csd_step(1)])
     assert token_origins(run) == [
-        (" cat", "context"), (" sat", "alignment"), (" down", "model"),
-        ("<script>", "draft"), ("\n", "rescued"), (" y", "model"),
+        (" cat", "context"),
+        (" sat", "alignment"),
+        (" down", "model"),
+        ("<script>", "draft"),
+        ("\n", "rescued"),
+        (" y", "model"),
     ]
 
 
@@ -110,11 +199,17 @@ def test_step_origins_of_a_streaming_run_take_a_tokenizer():
     bare = aasd_step(1)
     bare.nodes = []
     assert step_origins([aasd_step(0), bare], Tokenizer()) == [
-        (" cat", "context"), (" sat", "alignment"), (" down", "model"),
-        ("<101>", "model"), ("<103>", "model"), ("<106>", "model")]
+        (" cat", "context"),
+        (" sat", "alignment"),
+        (" down", "model"),
+        ("<101>", "model"),
+        ("<103>", "model"),
+        ("<106>", "model"),
+    ]
 
 
 # ---------------------------------------------------------------- HTML
+
 
 def test_tokens_html_escapes_and_colours():
     origins = token_origins(make_run("csd", [csd_step()]))
@@ -141,15 +236,18 @@ def test_divergence_marker_and_upto():
     assert "first divergence" in legend_html() and all(c in legend_html() for c in ORIGIN_COLORS.values())
 
 
-@pytest.mark.parametrize("a,b,expected", [
-    ([1, 2, 3], [1, 2, 3], None),
-    ([1, 2, 3], [1, 5, 3], 1),
-    ([1, 2], [1, 2, 3, 4], 2),
-    ([1, 2, 3], [1], 1),
-    ([], [7], 0),
-    ([], [], None),
-    ([9], [8, 9], 0),
-])
+@pytest.mark.parametrize(
+    "a,b,expected",
+    [
+        ([1, 2, 3], [1, 2, 3], None),
+        ([1, 2, 3], [1, 5, 3], 1),
+        ([1, 2], [1, 2, 3, 4], 2),
+        ([1, 2, 3], [1], 1),
+        ([], [7], 0),
+        ([], [], None),
+        ([9], [8, 9], 0),
+    ],
+)
 def test_first_divergence(a, b, expected):
     # core.stats.first_divergence is the one the UI marks in tokens_html (and the store's compare reports)
     assert first_divergence(a, b) == expected
@@ -164,10 +262,12 @@ def test_run_label():
 
     class Stored:
         id, trace = 7, make_run("sd", [])
+
     assert run_label(Stored()) == "#7 sd"
 
 
 # ---------------------------------------------------------------- the tree
+
 
 def markers(fig):
     """node index -> (decision trace name, colour, symbol, hover) over the decision traces."""
@@ -217,9 +317,23 @@ def big_step(n: int = 64) -> StepTrace:
     nodes = [node(0, 0, -1, 0, 0, "r", "root", "accepted")]
     for i in range(1, n):
         parent = (i - 1) // 3
-        nodes.append(node(0, i, parent, nodes[parent].depth + 1, i, f" t{i}", ("context", "alignment", "draft")[i % 3],
-                          ("accepted", "rejected", "unreached", "rescued")[i % 4], p=0.5, threshold=0.3, entropy=1.0,
-                          logit_gap=0.4, correction_id=i if i % 4 == 3 else None))
+        nodes.append(
+            node(
+                0,
+                i,
+                parent,
+                nodes[parent].depth + 1,
+                i,
+                f" t{i}",
+                ("context", "alignment", "draft")[i % 3],
+                ("accepted", "rejected", "unreached", "rescued")[i % 4],
+                p=0.5,
+                threshold=0.3,
+                entropy=1.0,
+                logit_gap=0.4,
+                correction_id=i if i % 4 == 3 else None,
+            )
+        )
     nodes.append(node(0, n, 1, 2, 999, " b", "model", "bonus", p=0.9))
     return StepTrace(index=0, cache_pos=0, tree_size=n - 1, accepted=1, emitted=[1, 999], nodes=nodes)
 
@@ -241,6 +355,7 @@ def test_step_figures_of_64_nodes_draw_every_node_in_a_few_traces():
 
 # ---------------------------------------------------------------- thresholds
 
+
 def bars(fig, row_axis="y"):
     return [tr for tr in fig.data if tr.type == "bar" and (tr.yaxis or "y") == row_axis]
 
@@ -251,7 +366,9 @@ def test_threshold_figure_has_every_draft_node():
     drawn = {x: (tr.name, y) for tr in bars(fig) for x, y in zip(tr.x, tr.y)}
     expected = [n for n in step.nodes if n.parent != -1 and n.decision != "bonus"]
     assert len(drawn) == len(expected) == 5
-    assert all(drawn[f"{n.node}:{x}"] == (n.decision, n.p) for n, x in zip(expected, ["␣cat", "␣dog", "␣sat", "␣ran", "␣on"]))
+    assert all(
+        drawn[f"{n.node}:{x}"] == (n.decision, n.p) for n, x in zip(expected, ["␣cat", "␣dog", "␣sat", "␣ran", "␣on"])
+    )
     thresholds = next(tr for tr in fig.data if tr.name == "threshold")
     assert list(thresholds.y) == [0.3, 0.3, 0.25, 0.2, 0.4]
     entropy = next(tr for tr in fig.data if tr.name == "entropy (nats)")
@@ -265,7 +382,10 @@ def test_threshold_figure_csd_gate_panel():
     assert not any(tr.name == "threshold" for tr in fig.data)  # τ is no probability threshold
     gap = next(tr for tr in fig.data if tr.name == "logit gap")
     assert list(gap.y) == [None, 0.5, 2.0] and list(gap.marker.color) == [
-        DECISION_COLORS["accepted"], DECISION_COLORS["rescued"], DECISION_COLORS["rejected"]]
+        DECISION_COLORS["accepted"],
+        DECISION_COLORS["rescued"],
+        DECISION_COLORS["rejected"],
+    ]
     limit = next(tr for tr in fig.data if tr.name == "−ln τ")
     # The accepted node has no recorded τ and takes the run's; the walk recorded τ = 0.3 on the others.
     assert list(limit.y) == pytest.approx([-math.log(0.5), -math.log(0.3), -math.log(0.3)])
@@ -273,12 +393,19 @@ def test_threshold_figure_csd_gate_panel():
 
 
 def test_threshold_figure_with_no_drafts():
-    step = StepTrace(index=0, cache_pos=0, tree_size=0, accepted=0, emitted=[5],
-                     nodes=[node(0, 0, -1, 0, 4, "a", "root", "accepted"), node(0, 1, 0, 1, 5, "b", "model", "bonus")])
+    step = StepTrace(
+        index=0,
+        cache_pos=0,
+        tree_size=0,
+        accepted=0,
+        emitted=[5],
+        nodes=[node(0, 0, -1, 0, 4, "a", "root", "accepted"), node(0, 1, 0, 1, 5, "b", "model", "bonus")],
+    )
     assert threshold_figure(step).layout.annotations[0].text == "this step drafted no tokens"
 
 
 # ---------------------------------------------------------------- analytics
+
 
 def test_accept_hist_counts_steps_by_length():
     a = make_run("aasd", [aasd_step(0), csd_step(1)])
@@ -322,8 +449,13 @@ def test_sweep_pools_runs_per_method_and_value():
         r.params, r.external_accept_lengths = {"delta": delta}, lengths
         return r
 
-    runs = [run("aasd", 0.1, [3, 3]), run("aasd", 0.1, [1, 1]), run("aasd", 0.05, [4]), run("casd", 0.1, [2]),
-            make_run("greedy", [aasd_step()])]  # greedy has no δ: left out
+    runs = [
+        run("aasd", 0.1, [3, 3]),
+        run("aasd", 0.1, [1, 1]),
+        run("aasd", 0.05, [4]),
+        run("casd", 0.1, [2]),
+        make_run("greedy", [aasd_step()]),
+    ]  # greedy has no δ: left out
     fig = sweep_figure(runs, "delta")
     lines = {tr.name: (list(tr.x), list(tr.y), list(tr.customdata)) for tr in fig.data}
     assert lines == {"aasd": ([0.05, 0.1], [4.0, 2.0], [1, 2]), "casd": ([0.1], [2.0], [1])}
@@ -332,9 +464,11 @@ def test_sweep_pools_runs_per_method_and_value():
 
 
 def test_runs_bar_from_rows():
-    rows = [{"id": 1, "method": "greedy", "mal": 1.0, "tps": 20.0},
-            {"id": 2, "method": "aasd", "metrics": {"mal": 2.5, "tps": 41.0}},
-            {"label": "hf", "mal": None, "tps": 18.0}]
+    rows = [
+        {"id": 1, "method": "greedy", "mal": 1.0, "tps": 20.0},
+        {"id": 2, "method": "aasd", "metrics": {"mal": 2.5, "tps": 41.0}},
+        {"label": "hf", "mal": None, "tps": 18.0},
+    ]
     fig = runs_bar_figure(rows)
     mal, tps = fig.data
     assert list(mal.x) == ["#1 greedy", "#2 aasd", "hf"]
@@ -342,7 +476,9 @@ def test_runs_bar_from_rows():
     assert mal.xaxis != tps.xaxis
 
 
-@pytest.mark.parametrize("figure", [accept_hist_figure, accept_by_depth_figure, accept_by_source_figure, runs_bar_figure])
+@pytest.mark.parametrize(
+    "figure", [accept_hist_figure, accept_by_depth_figure, accept_by_source_figure, runs_bar_figure]
+)
 def test_empty_inputs_give_an_annotated_figure(figure):
     for empty in ([], None):
         fig = figure(empty)
@@ -360,19 +496,29 @@ def test_runs_without_node_records_say_so():
 
 # ---------------------------------------------------------------- token diff, positions, flips
 
+
 def cells(html_text: str) -> list[tuple[str, str, str, str]]:
     """(classes, title, top token, bottom token) per position cell of token_diff_html."""
-    return re.findall(r'<span class="(pair[^"]*)" title="([^"]*)"[^>]*><span class="side a"[^>]*>(.*?)</span>'
-                      r'<span class="side b"[^>]*>(.*?)</span></span>', html_text)
+    return re.findall(
+        r'<span class="(pair[^"]*)" title="([^"]*)"[^>]*><span class="side a"[^>]*>(.*?)</span>'
+        r'<span class="side b"[^>]*>(.*?)</span></span>',
+        html_text,
+    )
 
 
 def test_token_diff_aligns_replacements_and_marks_the_first_divergence():
-    out = token_diff_html([" the", " cat", " sat", "<b>"], [" the", " dog", " sat"], first_divergence([1, 2, 3, 4], [1, 5, 3]),
-                          ("#1 greedy", "#2 aasd"))
+    out = token_diff_html(
+        [" the", " cat", " sat", "<b>"],
+        [" the", " dog", " sat"],
+        first_divergence([1, 2, 3, 4], [1, 5, 3]),
+        ("#1 greedy", "#2 aasd"),
+    )
     found = cells(out)
     assert [c[0] for c in found] == ["pair same", "pair differ first", "pair same", "pair deleted"]
     assert [(c[2], c[3]) for c in found] == [("␣the", "␣the"), ("␣cat", "␣dog"), ("␣sat", "␣sat"), ("&lt;b&gt;", "·")]
-    assert found[1][1].startswith("#1 greedy token 1 · #2 aasd token 1: #1 greedy") and found[1][1].endswith("(first divergence)")
+    assert found[1][1].startswith("#1 greedy token 1 · #2 aasd token 1: #1 greedy") and found[1][1].endswith(
+        "(first divergence)"
+    )
     assert "only #1 greedy has '<b>'" in html.unescape(found[3][1]) and "<b>" not in out
     assert "top #1 greedy" in out  # the key says which row is which run
 
@@ -389,7 +535,12 @@ def test_one_dropped_line_is_one_deletion_not_every_later_position_red():
     assert kinds[6] == "pair deleted first" and "differ" not in kinds and "pair inserted" not in kinds
     assert diff_counts(align(ids_a, ids_b)) == {"replaced": 0, "deleted": 4, "inserted": 0}
     inserted = token_diff_html(b, a, first_divergence(ids_b, ids_a), ids=(ids_b, ids_a))
-    assert [c[0] for c in cells(inserted)][6:10] == ["pair inserted first", "pair inserted", "pair inserted", "pair inserted"]
+    assert [c[0] for c in cells(inserted)][6:10] == [
+        "pair inserted first",
+        "pair inserted",
+        "pair inserted",
+        "pair inserted",
+    ]
 
 
 @pytest.mark.parametrize("a,b", [([1, 2, 3], [1, 2, 3, 4]), ([5, 1, 2], [1, 2]), ([1, 2, 1, 2, 1, 2], [1, 2, 9, 1, 2])])
@@ -397,12 +548,14 @@ def test_alignment_starts_its_first_change_at_the_first_divergence(a, b):
     spans = align(a, b)
     changed = next(s for s in spans if s.tag != "equal")
     assert changed.a0 == changed.b0 == first_divergence(a, b)
-    assert [t for s in spans for t in a[s.a0:s.a1]] == a and [t for s in spans for t in b[s.b0:s.b1]] == b
+    assert [t for s in spans for t in a[s.a0 : s.a1]] == a and [t for s in spans for t in b[s.b0 : s.b1]] == b
 
 
 def test_token_diff_of_identical_outputs_has_no_red_cell():
     out = token_diff_html(["a", "b"], ["a", "b"], None)
-    assert [c[0] for c in cells(out)] == ["pair same", "pair same"] and "differ" not in re.sub(r"tokdiff-key.*?</div>", "", out)
+    assert [c[0] for c in cells(out)] == ["pair same", "pair same"] and "differ" not in re.sub(
+        r"tokdiff-key.*?</div>", "", out
+    )
 
 
 def test_position_figure_plots_accepted_over_offered_per_depth():
@@ -412,7 +565,9 @@ def test_position_figure_plots_accepted_over_offered_per_depth():
     # depth 1: both steps offered judged nodes and accepted >= 1; depth 2 likewise; depth 3: offered, accepted 2 < 3
     assert list(bar["x"]) == [1, 2, 3] and list(bar["y"]) == [1.0, 1.0, 0.0]
     assert list(bar["text"]) == ["2/2", "2/2", "0/2"]
-    assert "#4 aasd" in fig["layout"]["title"]["text"] and fig["layout"]["yaxis"]["title"]["text"] == "accepted / offered"
+    assert (
+        "#4 aasd" in fig["layout"]["title"]["text"] and fig["layout"]["yaxis"]["title"]["text"] == "accepted / offered"
+    )
     empty = position_figure(make_run("greedy", []))
     assert "no judged draft nodes" in empty.layout.annotations[0].text
 

@@ -1,5 +1,6 @@
 """core.files: the one safe reader of user-given files. Every refusal is one InvalidInputError line
 naming the file, and nothing that never ends (a FIFO, /dev/zero) is read."""
+
 from __future__ import annotations
 
 import os
@@ -83,7 +84,12 @@ def test_bad_utf8_and_encoded_surrogates(reader, tmp_path):
 def test_lines_bom_and_line_endings(tmp_path):
     path = tmp_path / "t.jsonl"
     path.write_bytes(b"\xef\xbb\xbffirst\r\nsecond \xe2\x80\xa8 same line\n\nlast")
-    assert list(iter_lines(path, what="f", max_bytes=100)) == [(1, "first"), (2, "second \u2028 same line"), (3, ""), (4, "last")]
+    assert list(iter_lines(path, what="f", max_bytes=100)) == [
+        (1, "first"),
+        (2, "second \u2028 same line"),
+        (3, ""),
+        (4, "last"),
+    ]
     assert read_text(path, what="f", max_bytes=100).startswith("first\r\n")
 
 

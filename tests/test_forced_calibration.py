@@ -1,5 +1,6 @@
 """Teacher-forced calibration (issue 20): the pure pair extraction, corpora and their disjointness,
 the loop on tiny models (resuming, metadata), and the shipped memory CSD falls back to."""
+
 from __future__ import annotations
 
 import gzip
@@ -9,15 +10,23 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from conftest import SPEC_BENCH, make_tiny, perturbed
 
 import core.memory as memory_mod
-from conftest import SPEC_BENCH, make_tiny, perturbed
 from core.errors import InvalidInputError
 from core.memory import CorrectionMemory, calibrated_path, memory_path, pair_fingerprint, shared_memory
 from workbench.evaluation.calibration import benchmark_memory, check_disjoint, prompt_hash
-from workbench.evaluation.forced_calibration import (Document, _answer_text, counted_sequences, coverage,
-                                                     disagreement_pairs, document_sequences, forced_calibrate,
-                                                     forced_documents, gate_passes)
+from workbench.evaluation.forced_calibration import (
+    Document,
+    _answer_text,
+    counted_sequences,
+    coverage,
+    disagreement_pairs,
+    document_sequences,
+    forced_calibrate,
+    forced_documents,
+    gate_passes,
+)
 
 
 # -- the pure part ----------------------------------------------------------------------------
@@ -51,9 +60,11 @@ def test_forced_corpus_drops_documents_that_overlap_the_benchmark(tmp_path):
     shared = "the quick brown fox jumps over the lazy dog while the cat sleeps on the warm mat all day"
     bench.write_text(json.dumps({"question_id": 1, "category": "qa", "turns": [shared]}) + "\n")
     corpus = tmp_path / "corpus.jsonl"
-    rows = [{"id": "a", "text": "an unrelated text about compilers and parsers " * 3},
-            {"id": "b", "text": "prefix words " + shared + " and more"},  # a 13-word overlap
-            {"id": "c", "prompt": "a question", "response": "an answer " + shared}]  # overlap in the answer
+    rows = [
+        {"id": "a", "text": "an unrelated text about compilers and parsers " * 3},
+        {"id": "b", "text": "prefix words " + shared + " and more"},  # a 13-word overlap
+        {"id": "c", "prompt": "a question", "response": "an answer " + shared},
+    ]  # overlap in the answer
     corpus.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     docs, dropped, described = forced_documents(str(corpus), bench)
     assert [d.id for d in docs] == ["a"] and dropped == ["b", "c"] and described == str(corpus)
@@ -77,8 +88,14 @@ def test_held_out_dataset_documents_carry_their_solutions_and_skip_the_benchmark
         pytest.skip("needs ../shared/data/spec_bench/question.jsonl")
     docs, dropped, _ = forced_documents("gsm8k+humaneval", SPEC_BENCH, skip=40, limit=6)
     docs = list(docs)
-    assert [d.id for d in docs] == ["gsm8k/441", "humaneval/HumanEval/40", "gsm8k/442", "humaneval/HumanEval/41",
-                                    "gsm8k/443", "humaneval/HumanEval/42"] and not dropped
+    assert [d.id for d in docs] == [
+        "gsm8k/441",
+        "humaneval/HumanEval/40",
+        "gsm8k/442",
+        "humaneval/HumanEval/41",
+        "gsm8k/443",
+        "humaneval/HumanEval/42",
+    ] and not dropped
     assert docs[0].chat and docs[0].response.endswith(".") and "The answer is" in docs[0].response
     # The overlap fingerprints read the item and its answer, not the instruction every GSM8K prompt carries.
     assert "Solve the problem" in docs[0].prompt and "Solve the problem" not in docs[0].own_text
@@ -188,7 +205,9 @@ def test_csd_falls_back_to_the_shipped_memory_and_never_writes_it(homes):
     assert calibrated_path(pair) == (None, "none") and shared_memory(target, draft).total == 0
     memory_mod._SHARED.clear()
     shipped = memory_mod.shipped_path(pair)
-    CorrectionMemory({(3, 4): 7}, meta={"forced_calibration": {"prompt_hashes": [prompt_hash("a benchmark prompt")]}}).save(shipped)
+    CorrectionMemory(
+        {(3, 4): 7}, meta={"forced_calibration": {"prompt_hashes": [prompt_hash("a benchmark prompt")]}}
+    ).save(shipped)
     before = shipped.read_bytes()
     assert calibrated_path(pair) == (shipped, "shipped")
     mem = shared_memory(target, draft)
@@ -241,7 +260,9 @@ def test_csd_rescues_out_of_the_box_with_the_shipped_memory(tmp_path, monkeypatc
     from core.models import encode_prompt, is_fetched, load_model, models_dir
 
     if not (is_fetched("qwen2.5-coder-1.5b") and is_fetched("qwen2.5-coder-0.5b")):
-        pytest.skip("needs the Qwen2.5-Coder pair: python -m workbench models fetch qwen2.5-coder-1.5b qwen2.5-coder-0.5b")
+        pytest.skip(
+            "needs the Qwen2.5-Coder pair: python -m workbench models fetch qwen2.5-coder-1.5b qwen2.5-coder-0.5b"
+        )
     monkeypatch.setenv("WORKBENCH_MODELS", str(models_dir()))  # keep the fetched models while the home moves
     monkeypatch.setenv("WORKBENCH_HOME", str(tmp_path))
     monkeypatch.setattr(memory_mod, "_SHARED", {})
@@ -254,12 +275,17 @@ def test_csd_rescues_out_of_the_box_with_the_shipped_memory(tmp_path, monkeypatc
     before = shipped.read_bytes()
     # Spec-Bench's fifth GSM8K item as the benchmarks prompt it: plain SD's fifth rejection on it, '.\n\n' -> '.',
     # is a pair the shipped table holds more than λ = 6 times.
-    question = ("Sally went to the seashore for vacation.  Her parents gave her $10 to buy whatever she wanted.  At the "
-                "trinket shop, taffy was on sale for \"Buy 1 pound at $3, get 1 pound 1/2 off.\"  She scooped up 2 pounds.  "
-                "She also bought a mixed bag of seashells for $1.50 and 4 magnets that were $0.25 each.  How much money "
-                "does Sally have left?")
-    ids = encode_prompt(target.tokenizer, question + "\n\nSolve the problem step by step, then give the final answer as "
-                        "'The answer is <number>'.", chat=True)
+    question = (
+        "Sally went to the seashore for vacation.  Her parents gave her $10 to buy whatever she wanted.  At the "
+        'trinket shop, taffy was on sale for "Buy 1 pound at $3, get 1 pound 1/2 off."  She scooped up 2 pounds.  '
+        "She also bought a mixed bag of seashells for $1.50 and 4 magnets that were $0.25 each.  How much money "
+        "does Sally have left?"
+    )
+    ids = encode_prompt(
+        target.tokenizer,
+        question + "\n\nSolve the problem step by step, then give the final answer as 'The answer is <number>'.",
+        chat=True,
+    )
     run = run_method("csd", target, ids, {"max_new_tokens": 128}, draft=draft)
     assert len(rescues(run.steps)) > 0
     memory_mod._save_shared()
@@ -268,10 +294,24 @@ def test_csd_rescues_out_of_the_box_with_the_shipped_memory(tmp_path, monkeypatc
 
 # -- the corpus's n-gram fingerprints: the benchmark-overlap check (issue 30, item 4) ---------------
 from workbench.evaluation import calibration as calibration_mod  # noqa: E402
-from workbench.evaluation.calibration import (COMMON_DOCUMENTS, NGRAM, WINNOW, Fingerprints, ngram_hashes,  # noqa: E402
-                                              pack_ints, unpack_ints, winnow)
-from workbench.evaluation.forced_calibration import (corpus_sources, function_documents, read_log,  # noqa: E402
-                                                     reconcile_log, sharegpt_kind, stdlib_documents)
+from workbench.evaluation.calibration import (  # noqa: E402
+    COMMON_DOCUMENTS,
+    NGRAM,
+    WINNOW,
+    Fingerprints,
+    ngram_hashes,
+    pack_ints,
+    unpack_ints,
+    winnow,
+)
+from workbench.evaluation.forced_calibration import (  # noqa: E402
+    corpus_sources,
+    function_documents,
+    read_log,
+    reconcile_log,
+    sharegpt_kind,
+    stdlib_documents,
+)
 
 
 def _words_text(rng, n, vocab=5000):
@@ -340,11 +380,15 @@ def test_a_forced_memory_refuses_the_prompts_of_its_documents_not_only_their_who
     """Issue 30: the shipped memory hashed whole documents (prompt + solution) and the check hashed prompts,
     so it never fired. The document's prompt, or a long enough part of it, must be found."""
     target, draft = _tiny_pair()
-    question = ("Tom has 3 apples and buys 4 more at the market near the station on his way home from school; his "
-                "sister then gives him 2 more. How many apples does he have now in total, before he eats any of them?")
+    question = (
+        "Tom has 3 apples and buys 4 more at the market near the station on his way home from school; his "
+        "sister then gives him 2 more. How many apples does he have now in total, before he eats any of them?"
+    )
     instruction = " Solve the problem step by step, then give the final answer as 'The answer is <number>'."
-    docs = [Document("q1", question + instruction, "He has 3 + 4 + 2 = 9 apples. The answer is 9.", chat=True),
-            Document("code", "def add(a, b):\n    return a + b\n" * 4)]
+    docs = [
+        Document("q1", question + instruction, "He has 3 + 4 + 2 = 9 apples. The answer is 9.", chat=True),
+        Document("code", "def add(a, b):\n    return a + b\n" * 4),
+    ]
     target.tokenizer = draft.tokenizer = _CharTokenizer()
     mem = CorrectionMemory()
     forced_calibrate(target, draft, docs, mem, seq_len=256)
@@ -377,16 +421,25 @@ class _CharTokenizer(WordTokenizer):
 def test_an_old_memory_gets_the_fingerprints_of_its_corpus_without_a_model():
     from workbench.evaluation.forced_calibration import add_fingerprints
 
-    docs = [Document("a", "first question " * 5, "first answer " * 10, chat=True),
-            Document("b", " ".join(f"word{i}" for i in range(40))), Document("c", "not in the memory " * 9)]
-    old = CorrectionMemory({(4, 5): 2}, meta={"forced_calibration": {
-        "sequence_hashes": ["k"], "prompt_hashes": [prompt_hash(d.text) for d in docs[:2]]}})  # whole texts, as before
+    docs = [
+        Document("a", "first question " * 5, "first answer " * 10, chat=True),
+        Document("b", " ".join(f"word{i}" for i in range(40))),
+        Document("c", "not in the memory " * 9),
+    ]
+    old = CorrectionMemory(
+        {(4, 5): 2},
+        meta={
+            "forced_calibration": {"sequence_hashes": ["k"], "prompt_hashes": [prompt_hash(d.text) for d in docs[:2]]}
+        },
+    )  # whole texts, as before
     assert check_disjoint(old, [docs[0].prompt]) == []  # the old check misses the prompt
     assert add_fingerprints(old, docs, corpus_spec="x") == 2
     info = old.meta["forced_calibration"]
     assert info["document_hashes"] == [prompt_hash(d.text) for d in docs[:2]] and info["corpus_spec"] == "x"
-    assert check_disjoint(old, [docs[0].prompt, "prefix " + docs[1].prompt, docs[2].prompt]) == [docs[0].prompt,
-                                                                                                 "prefix " + docs[1].prompt]
+    assert check_disjoint(old, [docs[0].prompt, "prefix " + docs[1].prompt, docs[2].prompt]) == [
+        docs[0].prompt,
+        "prefix " + docs[1].prompt,
+    ]
     assert old.snapshot() == {(4, 5): 2}
     with pytest.raises(InvalidInputError, match="already"):
         add_fingerprints(old, docs)
@@ -407,14 +460,20 @@ def test_functions_of_python_files_are_documents_of_their_own(tmp_path):
     pkg = tmp_path / "pkg"
     (pkg / "tests").mkdir(parents=True)
     body = '    """' + "Explain the function at length. " * 8 + '"""\n    return x + 1\n'
-    (pkg / "mod.py").write_text(f"import os\n\n\n@decorator\ndef top(x):\n{body}\n\nclass K:\n    def method(self, x):\n"
-                                + "".join("    " + line + "\n" for line in body.splitlines()) + "\n\ndef short():\n    pass\n")
+    (pkg / "mod.py").write_text(
+        f"import os\n\n\n@decorator\ndef top(x):\n{body}\n\nclass K:\n    def method(self, x):\n"
+        + "".join("    " + line + "\n" for line in body.splitlines())
+        + "\n\ndef short():\n    pass\n"
+    )
     (pkg / "tests" / "test_mod.py").write_text("def test_x():\n" + body)  # tests are left out
     (pkg / "broken.py").write_text("def (:\n" + "x" * 300)  # does not parse: left out
     files = list(stdlib_documents(pkg, label="pkg"))
     assert sorted(f.id for f in files) == ["pkg/broken.py", "pkg/mod.py"]
     funcs = list(function_documents(files))
-    assert [f.id for f in funcs] == ["pkg/mod.py:5", "pkg/mod.py:11"]  # decorated top(), K.method(); short() is too short
+    assert [f.id for f in funcs] == [
+        "pkg/mod.py:5",
+        "pkg/mod.py:11",
+    ]  # decorated top(), K.method(); short() is too short
     assert funcs[0].prompt.startswith("@decorator\ndef top(x):") and funcs[1].prompt.startswith("def method(self, x):")
     assert all(not f.chat and f.response == "" for f in funcs)
 
@@ -427,7 +486,9 @@ def test_sharegpt_kinds_and_corpus_groups(tmp_path):
     files = []
     for name in "abc":
         f = tmp_path / f"{name}.jsonl"
-        f.write_text("".join(json.dumps({"id": f"{name}{i}", "text": f"text {name} {i} " * 5}) + "\n" for i in range(3)))
+        f.write_text(
+            "".join(json.dumps({"id": f"{name}{i}", "text": f"text {name} {i} " * 5}) + "\n" for i in range(3))
+        )
         files.append(str(f))
     docs, _, _ = forced_documents(f"{files[0]};{files[1]},{files[2]}", None)
     # the first group whole, then the second group's sources in turn
@@ -437,8 +498,12 @@ def test_sharegpt_kinds_and_corpus_groups(tmp_path):
 # -- a background job: slices, resuming, kill safety ------------------------------------------------
 def test_reconcile_log_drops_rows_the_memory_never_saved(tmp_path):
     log = tmp_path / "log.jsonl"
-    rows = [{"key": "a", "pairs": [[1, 2]]}, {"key": "b", "pairs": []}, {"key": "a", "pairs": [[1, 2]]},
-            {"key": "c", "pairs": [[3, 4]]}]
+    rows = [
+        {"key": "a", "pairs": [[1, 2]]},
+        {"key": "b", "pairs": []},
+        {"key": "a", "pairs": [[1, 2]]},
+        {"key": "c", "pairs": [[3, 4]]},
+    ]
     log.write_text("".join(json.dumps(r) + "\n" for r in rows) + '{"key": "d", "pai')  # killed mid-line
     assert reconcile_log(log, {"a", "b"}) == 3  # the repeat of a, c (never saved), the half line
     assert [r["key"] for r in read_log(log)] == ["a", "b"] and log.read_text().endswith("\n")
@@ -454,8 +519,18 @@ def test_a_target_reached_in_slices_gives_the_table_of_one_run(tmp_path):
     saves = []
     for _ in range(30):  # two sequences a run, a save after each, until the target stops it
         mem = CorrectionMemory.open(path)
-        r = forced_calibrate(target, draft, _docs(12), mem, seq_len=32, target_observations=60, max_sequences=2,
-                             save_every=1, log=log, on_save=lambda rep: saves.append(rep.total_observations))
+        r = forced_calibrate(
+            target,
+            draft,
+            _docs(12),
+            mem,
+            seq_len=32,
+            target_observations=60,
+            max_sequences=2,
+            save_every=1,
+            log=log,
+            on_save=lambda rep: saves.append(rep.total_observations),
+        )
         if r.sequences == 0:
             break
     final = CorrectionMemory.load(path)
@@ -588,8 +663,23 @@ def test_ship_from_copies_a_job_file_into_the_package_with_its_hash_and_rebuild_
     assert "--model tiny-target --draft tiny-draft --dtype float32" in side
     # --status reads the job's file (no model) and gives the ETA to a target at the rate so far.
     capsys.readouterr()
-    assert main(["calibrate", "--mode", "forced", "--draft", "d", "--status", "--out", str(job),
-                 "--target-observations", str(2 * mem.total)]) == 0
+    assert (
+        main(
+            [
+                "calibrate",
+                "--mode",
+                "forced",
+                "--draft",
+                "d",
+                "--status",
+                "--out",
+                str(job),
+                "--target-observations",
+                str(2 * mem.total),
+            ]
+        )
+        == 0
+    )
     status = json.loads(capsys.readouterr().out)
     assert status["forced_observations"] == mem.total and status["sequences"] == 3 and status["eta_hours"] > 0
     # A memory without the corpus's fingerprints is not shipped; a missing file is a one-line error.
@@ -606,14 +696,33 @@ def test_the_coverage_curve_and_its_extrapolation():
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
     from bench_forced_calibration import crossing, forced_curve
 
-    log = [{"pairs": [[1, 2], [1, 2], [3, 4]], "cpu_seconds": 36.0, "seconds": 72.0},
-           {"pairs": [[1, 2], [5, 6]], "cpu_seconds": 36.0, "seconds": 72.0}]
+    log = [
+        {"pairs": [[1, 2], [1, 2], [3, 4]], "cpu_seconds": 36.0, "seconds": 72.0},
+        {"pairs": [[1, 2], [5, 6]], "cpu_seconds": 36.0, "seconds": 72.0},
+    ]
     curve = forced_curve(log, [(1, 2), (5, 6), (7, 8)], marks=[3])
     assert [p["observations"] for p in curve] == [3, 5]
-    assert curve[0]["pairs"] == 2 and curve[0]["lam>=2"] == pytest.approx(1 / 3) and curve[0]["unseen"] == pytest.approx(1 / 3)
-    assert curve[1]["sequences"] == 2 and curve[1]["cpu_hours"] == pytest.approx(0.02) and curve[1]["wall_hours"] == pytest.approx(0.04)
+    assert (
+        curve[0]["pairs"] == 2
+        and curve[0]["lam>=2"] == pytest.approx(1 / 3)
+        and curve[0]["unseen"] == pytest.approx(1 / 3)
+    )
+    assert (
+        curve[1]["sequences"] == 2
+        and curve[1]["cpu_hours"] == pytest.approx(0.02)
+        and curve[1]["wall_hours"] == pytest.approx(0.04)
+    )
     # +2 points a doubling from 1 % at 1,000 observations: 20 % after 9.5 more doublings.
-    points = [{"observations": 1000 * 2**k, "lam>=6": 0.01 + 0.02 * k} for k in range(4)] + [{"observations": 500, "lam>=6": 0.0}]
+    points = [{"observations": 1000 * 2**k, "lam>=6": 0.01 + 0.02 * k} for k in range(4)] + [
+        {"observations": 500, "lam>=6": 0.0}
+    ]
     c = crossing(points)
-    assert c["per_doubling"] == pytest.approx(0.02) and c["observations"] == pytest.approx(1000 * 2**9.5) and c["points"] == 4
-    assert crossing(points[:1]) is None and crossing([{"observations": 10, "lam>=6": 0.1}, {"observations": 20, "lam>=6": 0.05}]) is None
+    assert (
+        c["per_doubling"] == pytest.approx(0.02)
+        and c["observations"] == pytest.approx(1000 * 2**9.5)
+        and c["points"] == 4
+    )
+    assert (
+        crossing(points[:1]) is None
+        and crossing([{"observations": 10, "lam>=6": 0.1}, {"observations": 20, "lam>=6": 0.05}]) is None
+    )

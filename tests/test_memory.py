@@ -1,4 +1,5 @@
 """CSD's correction memory: read-before-update, thresholds, persistence, concurrency, calibration."""
+
 from __future__ import annotations
 
 import json
@@ -11,12 +12,12 @@ import pytest
 import torch
 from conftest import make_tiny
 
-from core.stats import run_metrics
+from core.drafters import Proposal
 from core.errors import InvalidInputError, WorkbenchError
 from core.memory import CorrectionMemory, memory_path, pair_fingerprint, rejections, rescues, shared_memory
-from core.drafters import Proposal
 from core.methods import get_method, make_verifier, resolve_params, run_method
 from core.rules import Rescue, rescue_decision
+from core.stats import run_metrics
 from core.target_stats import step_stats
 from core.tree import DraftTree
 
@@ -98,7 +99,9 @@ def one_rejection_step(draft_token: int, z_draft: float, vocab: int = 10):
 def test_verifier_reads_the_memory_before_updating_it():
     # The engine's own verifiers (csd with λ = 3, τ = 0.01; plain sd), each given the memory.
     mem = CorrectionMemory({(5, 0): 2})  # one short of λ
-    csd = make_verifier(get_method("csd"), resolve_params("csd", {"lam": 3, "tau": 0.01, "temperature": 0.0}), memory=mem)
+    csd = make_verifier(
+        get_method("csd"), resolve_params("csd", {"lam": 3, "tau": 0.01, "temperature": 0.0}), memory=mem
+    )
     step = one_rejection_step(5, z_draft=-1.0)  # safe: -1 ≥ log 0.01
     first = csd(*step)
     assert first.decisions[1] == "rejected" and first.bonus == 0 and first.path == [0]
@@ -186,7 +189,9 @@ def test_calibration_pairs_from_traces_equal_online_counting():
     prompt = [5, 9, 14, 5, 9, 22, 31, 5, 9]
     online = CorrectionMemory()
     # A method that reads the memory at every rejection, with λ out of reach so it never rescues: plain SD's decisions.
-    run = run_method("sd-memory-only", target, prompt, {"max_new_tokens": 60, "lam": 1_000_000}, draft=draft, memory=online)
+    run = run_method(
+        "sd-memory-only", target, prompt, {"max_new_tokens": 60, "lam": 1_000_000}, draft=draft, memory=online
+    )
     assert run.output_ids == run_method("sd", target, prompt, {"max_new_tokens": 60}, draft=draft).output_ids
     offline = CorrectionMemory()
     pairs = rejections(run.steps)
@@ -223,13 +228,18 @@ def test_rescues_name_the_output_position_where_csd_leaves_greedy():
 def test_calibration_corpus_is_disjoint_from_the_benchmark(tmp_path):
     from workbench.evaluation.calibration import check_disjoint, disjoint_prompts, jsonl_prompts, prompt_hash
 
-    bench = ["Write a function that returns the sum of two integers given as arguments to it please now.",
-             "Translate: bonjour"]
+    bench = [
+        "Write a function that returns the sum of two integers given as arguments to it please now.",
+        "Translate: bonjour",
+    ]
     corpus = tmp_path / "corpus.jsonl"
     rows = [
         {"id": "a", "input": "Explain how a hash map works."},
         # Quotes a benchmark item inside a longer prompt: 13 shared words.
-        {"id": "b", "input": "My teacher said: write a function that returns the sum of two integers given as arguments to it. Help?"},
+        {
+            "id": "b",
+            "input": "My teacher said: write a function that returns the sum of two integers given as arguments to it. Help?",
+        },
         {"id": "c", "input": "translate:   BONJOUR"},  # the same short item, up to case and spacing
         {"id": "d", "input": "Write a function that returns the product of two numbers."},  # similar, not copied
     ]
@@ -248,6 +258,7 @@ class CharTokenizer:
     def __call__(self, text, add_special_tokens=True):
         class Out:
             input_ids = [2 + ord(c) % 90 for c in text]
+
         return Out()
 
     def decode(self, ids, skip_special_tokens=False):
@@ -261,7 +272,9 @@ def test_calibrate_counts_the_rejections_of_plain_sd(tmp_path):
     target.tokenizer = CharTokenizer()
     draft = make_tiny(0)
     with torch.no_grad():
-        draft.model.lm_head.weight.add_(torch.randn(draft.model.lm_head.weight.shape, generator=torch.Generator().manual_seed(5)) * 0.2)
+        draft.model.lm_head.weight.add_(
+            torch.randn(draft.model.lm_head.weight.shape, generator=torch.Generator().manual_seed(5)) * 0.2
+        )
     draft.fingerprint, draft.tokenizer = "noisy", target.tokenizer
     prompts = [Prompt("p1", "def f(x): return x"), Prompt("p2", "hello world, hello world")]
     mem = CorrectionMemory.open(tmp_path / "m.json")

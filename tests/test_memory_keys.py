@@ -5,6 +5,7 @@ The key functions and the lookup order are pure and tested without a model; the 
 recorded count; tiny random models (keys=exact is today's CSD token for token; a text key rescues what the exact
 pair cannot); re-scoring a stored keys=all run; and single-model CSD on SmolLM2 (real_model).
 """
+
 from __future__ import annotations
 
 import math
@@ -15,8 +16,17 @@ from conftest import IdTokenizer, make_tiny, perturbed
 from core.errors import InvalidInputError
 from core.memory import CorrectionMemory, KeyedMemory, PairKeys, normalised_text, prefix_key, text_key
 from core.methods import METHODS, resolve_params, run_method
-from core.rules import (KEY_ORDERS, KeyCounts, NodeStats, Rescue, fired_key, key_lookup, recorded_count, rescue_decision,
-                        strict)
+from core.rules import (
+    KEY_ORDERS,
+    KeyCounts,
+    NodeStats,
+    Rescue,
+    fired_key,
+    key_lookup,
+    recorded_count,
+    rescue_decision,
+    strict,
+)
 from core.tree import DraftTree
 from core.walk import walk
 from workbench.rescore import rescore_run
@@ -68,7 +78,10 @@ def test_the_rescue_reason_names_the_key_and_a_trace_records_the_largest_count()
     ok, why = rescue_decision(rule, KeyCounts((("exact", 2), ("text", 4))), -0.5, 33)
     assert not ok and "count 4 (largest of the keys) < λ 6" in why
     assert not rescue_decision(rule, KeyCounts((("exact", 2), ("text", 9))), -5.0, 33)[0]  # the gate still guards
-    assert rescue_decision(rule, 7, -0.5, 33) == (True, "count 7 ≥ λ 6; z(x) − z(t*) -0.500 ≥ log τ -4.605")  # as before
+    assert rescue_decision(rule, 7, -0.5, 33) == (
+        True,
+        "count 7 ≥ λ 6; z(x) − z(t*) -0.500 ≥ log τ -4.605",
+    )  # as before
     assert recorded_count(KeyCounts((("exact", 2), ("text", 9), ("prefix", 4)))) == 9
     assert recorded_count(5) == 5 and recorded_count(None) is None
     assert fired_key(why) == "exact" and fired_key("count 7 ≥ λ 6; z(x) − z(t*) -0.500 ≥ log τ -4.605") == "exact"
@@ -76,7 +89,19 @@ def test_the_rescue_reason_names_the_key_and_a_trace_records_the_largest_count()
 
 
 # -- the memory's derived counts --------------------------------------------------------------------
-TEXTS = {1: " The", 2: " cat", 3: "the", 4: "Cat", 5: "THE", 6: "cat", 7: " ret", 8: " return", 9: " re", 10: "\n", 11: " rest"}
+TEXTS = {
+    1: " The",
+    2: " cat",
+    3: "the",
+    4: "Cat",
+    5: "THE",
+    6: "cat",
+    7: " ret",
+    8: " return",
+    9: " re",
+    10: "\n",
+    11: " rest",
+}
 
 
 def keys(kinds=("exact", "text", "prefix")) -> PairKeys:
@@ -131,7 +156,9 @@ def test_a_save_that_adopts_another_process_counts_rebuilds_the_derived_counts(t
 def test_the_key_fingerprint_follows_the_derived_counts():
     mem = CorrectionMemory({(1, 2): 3})
     first = mem.key_fingerprint(keys())
-    assert first == CorrectionMemory({(1, 2): 3}).key_fingerprint(keys()) != mem.key_fingerprint(keys(("exact", "text")))
+    assert (
+        first == CorrectionMemory({(1, 2): 3}).key_fingerprint(keys()) != mem.key_fingerprint(keys(("exact", "text")))
+    )
     mem.observe(3, 4)
     assert mem.key_fingerprint(keys()) != first
 
@@ -155,13 +182,29 @@ def test_the_walk_rescues_by_a_coarser_key_and_records_it():
     tree = DraftTree([5, 7, 8], [-1, 0, 1], [0, 1, 2], ["root", "draft", "draft"], [None, 0.9, 0.9])
     nodes = [None, NodeStats(0.2, 1.0, 0.35, 0.01, 2, 0.5), NodeStats(0.6, 1.0, 0.6, 0.01, 0, 0.0)]
     logp = [0.0, math.log(0.2), math.log(0.6)]
-    v = walk(tree, nodes, logp, strict, rescue=Rescue(lam=6, tau=0.01), argmax=[33, 8, 40],
-             count_of=lambda node, t: KeyCounts((("exact", 1), ("text", 8))))
+    v = walk(
+        tree,
+        nodes,
+        logp,
+        strict,
+        rescue=Rescue(lam=6, tau=0.01),
+        argmax=[33, 8, 40],
+        count_of=lambda node, t: KeyCounts((("exact", 1), ("text", 8))),
+    )
     assert v.decisions[1] == "rescued" and v.path == [0, 1, 2] and "count 8 (text key) ≥ λ 6" in v.reasons[1]
     assert v.extra[1] == {"correction_id": 33, "mem_count": 8}
-    v = walk(tree, nodes, logp, strict, rescue=Rescue(lam=6, tau=0.01), argmax=[33, 8, 40],
-             count_of=lambda node, t: KeyCounts((("exact", 1), ("text", 5))))
-    assert v.decisions[1] == "rejected" and "(largest of the keys) < λ 6" in v.reasons[1] and v.extra[1]["mem_count"] == 5
+    v = walk(
+        tree,
+        nodes,
+        logp,
+        strict,
+        rescue=Rescue(lam=6, tau=0.01),
+        argmax=[33, 8, 40],
+        count_of=lambda node, t: KeyCounts((("exact", 1), ("text", 5))),
+    )
+    assert (
+        v.decisions[1] == "rejected" and "(largest of the keys) < λ 6" in v.reasons[1] and v.extra[1]["mem_count"] == 5
+    )
 
 
 # -- tiny random models -------------------------------------------------------------------------------
@@ -194,7 +237,10 @@ def test_keys_exact_is_todays_csd_token_for_token_on_a_tiny_pair():
     runs = {}
     for spec in ({}, {"keys": "exact"}):
         mem = seed.copy()
-        runs[str(spec)] = (run_method("csd", target, PROMPT, {"max_new_tokens": 40, "lam": 1, **spec}, draft=draft, memory=mem), mem)
+        runs[str(spec)] = (
+            run_method("csd", target, PROMPT, {"max_new_tokens": 40, "lam": 1, **spec}, draft=draft, memory=mem),
+            mem,
+        )
     (plain, m0), (exact, m1) = runs.values()
     assert plain.output_ids == exact.output_ids and rescued(plain)
     assert [[n.decision for n in s.nodes] for s in plain.steps] == [[n.decision for n in s.nodes] for s in exact.steps]

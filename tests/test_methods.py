@@ -1,4 +1,5 @@
 """Methods, parameters, task files and the bench runner on a tiny random model."""
+
 from __future__ import annotations
 
 import json
@@ -6,10 +7,10 @@ import random
 
 import pytest
 
-from core.stats import run_metrics
-from workbench.evaluation.bench import format_table, run_bench
 from core.errors import InvalidInputError
 from core.methods import METHODS, resolve_params, run_method
+from core.stats import run_metrics
+from workbench.evaluation.bench import format_table, run_bench
 from workbench.evaluation.tasks import Task, load_tasks
 
 
@@ -56,14 +57,18 @@ def test_sampling_methods_are_seeded(tiny):
     b = run_method("top-k", tiny, prompt, {"max_new_tokens": 16, "seed": 1})
     c = run_method("nucleus", tiny, prompt, {"max_new_tokens": 16, "seed": 2})
     assert a.output_ids == b.output_ids
-    others = {tuple(run_method("top-k", tiny, prompt, {"max_new_tokens": 16, "seed": s}).output_ids) for s in range(2, 6)}
+    others = {
+        tuple(run_method("top-k", tiny, prompt, {"max_new_tokens": 16, "seed": s}).output_ids) for s in range(2, 6)
+    }
     assert len(others | {tuple(a.output_ids)}) > 1  # the seed matters: it really samples
     assert 1 <= len(c.output_ids) <= 16 and c.stop_reason in ("eos", "max_new_tokens")
 
 
 def test_cancel_keeps_what_was_decoded(tiny):
     seen = []
-    run = run_method("greedy", tiny, [3, 4, 5], {"max_new_tokens": 30}, on_step=seen.append, should_stop=lambda: len(seen) >= 5)
+    run = run_method(
+        "greedy", tiny, [3, 4, 5], {"max_new_tokens": 30}, on_step=seen.append, should_stop=lambda: len(seen) >= 5
+    )
     assert run.status == "cancelled" and run.stop_reason == "cancelled"
     assert len(run.output_ids) == 5 and len(run.steps) == 5
 
@@ -80,14 +85,20 @@ def test_run_method_refuses_bad_prompts(tiny):
 def test_task_files(tmp_path):
     good = tmp_path / "t.jsonl"
     good.write_text(
-        json.dumps({"id": "a", "task": "qa", "input": "Q?", "context": "C.", "answers": ["x"]}) + "\n\n"
-        + json.dumps({"id": "b", "task": "code", "input": "", "context": "def f():", "template": "Complete: {context}{input}"}) + "\n"
+        json.dumps({"id": "a", "task": "qa", "input": "Q?", "context": "C.", "answers": ["x"]})
+        + "\n\n"
+        + json.dumps(
+            {"id": "b", "task": "code", "input": "", "context": "def f():", "template": "Complete: {context}{input}"}
+        )
+        + "\n"
     )
     tasks = load_tasks(good)
     assert [t.id for t in tasks] == ["a", "b"]
     assert tasks[0].prompt() == "C.\n\nQ?" and tasks[1].prompt() == "Complete: def f():"
     bad = tmp_path / "bad.jsonl"
-    bad.write_text(json.dumps({"id": "a", "task": "qa", "input": "Q"}) + "\n" + json.dumps({"id": "b", "input": "Q"}) + "\n")
+    bad.write_text(
+        json.dumps({"id": "a", "task": "qa", "input": "Q"}) + "\n" + json.dumps({"id": "b", "input": "Q"}) + "\n"
+    )
     with pytest.raises(InvalidInputError, match="bad.jsonl line 2: missing field\\(s\\) task"):
         load_tasks(bad)
     broken = tmp_path / "broken.jsonl"
@@ -116,7 +127,14 @@ def test_bench_interleaves_and_summarises(tiny, monkeypatch):
     monkeypatch.setattr(bench, "encode_prompt", lambda tok, text, chat=None: [3 + (ord(c) % 60) for c in text][:40])
     tasks = [Task(id=str(i), task="chat", input=f"abc abc {i} abc") for i in range(3)]
     order = []
-    result = run_bench(tiny, tasks, ["pld", "hf-generate"], {"max_new_tokens": 12}, on_run=lambda t, r: order.append((t.id, r.method)), progress=False)
+    result = run_bench(
+        tiny,
+        tasks,
+        ["pld", "hf-generate"],
+        {"max_new_tokens": 12},
+        on_run=lambda t, r: order.append((t.id, r.method)),
+        progress=False,
+    )
     assert order[:3] == [("0", "greedy"), ("0", "pld"), ("0", "hf-generate")]
     assert set(result["methods"]) == {"greedy", "pld", "hf-generate"}
     assert result["methods"]["greedy"]["speedup"] == pytest.approx(1.0)
@@ -135,7 +153,7 @@ def test_repeats_report_the_spread_of_speed_and_batches_keep_task_order(tiny, mo
     result = bench.repeat_bench(tiny, tasks, ["pld"], {"max_new_tokens": 12}, repeats=3, progress=False)
     assert len(result["tasks"]) == 3 * 3 * 2 and {r["repeat"] for r in result["tasks"]} == {0, 1, 2}
     spread = result["methods"]["pld"]["speedup_spread"]
-    assert spread["n"] == 3 and spread["sd"] >= 0 and spread["ci95"] == pytest.approx(4.303 * spread["sd"] / 3 ** 0.5)
+    assert spread["n"] == 3 and spread["sd"] >= 0 and spread["ci95"] == pytest.approx(4.303 * spread["sd"] / 3**0.5)
     assert result["methods"]["greedy"]["speedup_spread"]["mean"] == pytest.approx(1.0)
     assert "speedup_ci95" in format_table(result["methods"])
     once = bench.repeat_bench(tiny, tasks[:1], ["pld"], {"max_new_tokens": 4}, repeats=1, progress=False)
@@ -152,9 +170,15 @@ def test_method_specs_carry_their_own_overrides():
     from core.errors import InvalidInputError
     from core.methods import parse_method_spec, resolve_params, split_method_list
 
-    assert split_method_list("greedy, aasd[align_graft=1,alpha=0.2],pld") == ["greedy", "aasd[align_graft=1,alpha=0.2]", "pld"]
+    assert split_method_list("greedy, aasd[align_graft=1,alpha=0.2],pld") == [
+        "greedy",
+        "aasd[align_graft=1,alpha=0.2]",
+        "pld",
+    ]
     name, over = parse_method_spec("aasd[align_graft=1,alpha=0.2]")
-    assert name == "aasd" and resolve_params(name, over)["alpha"] == 0.2 and resolve_params(name, over)["align_graft"] == 1
+    assert (
+        name == "aasd" and resolve_params(name, over)["alpha"] == 0.2 and resolve_params(name, over)["align_graft"] == 1
+    )
     for bad in ["nope", "aasd[alpha]", "aasd[alpha=0.2", "greedy[delta=0.1]"]:
         with pytest.raises(InvalidInputError):
             name, over = parse_method_spec(bad)
@@ -181,8 +205,12 @@ def test_hf_baselines_honour_stop_strings_with_an_assistant(smollm2):
     full = run_method("hf-generate", smollm2, ids, {"max_new_tokens": 40})
     assert full.output_text.count("\n") >= 2  # otherwise this prompt cannot show a stop
     stop = "\n"
-    runs = [run_method(m, smollm2, ids, {"max_new_tokens": 40}, draft=smollm2 if m == "hf-assisted" else None, stop_strings=[stop])
-            for m in ("hf-generate", "hf-assisted", "greedy")]
+    runs = [
+        run_method(
+            m, smollm2, ids, {"max_new_tokens": 40}, draft=smollm2 if m == "hf-assisted" else None, stop_strings=[stop]
+        )
+        for m in ("hf-generate", "hf-assisted", "greedy")
+    ]
     for run in runs:
         assert run.output_text.endswith(stop) and run.output_text.count(stop) == 1
     assert runs[0].output_ids == runs[1].output_ids == runs[2].output_ids
@@ -246,4 +274,6 @@ def test_parameters_must_be_finite_numbers():
     for value in ("nan", float("nan"), "inf", float("-inf")):
         with pytest.raises(InvalidInputError, match="temperature must be a finite number"):
             resolve_params("greedy", {"temperature": value})
-    assert resolve_params("aasd", {"fallback": "recycle"})["fallback"] == 1  # words for values where a parameter names them
+    assert (
+        resolve_params("aasd", {"fallback": "recycle"})["fallback"] == 1
+    )  # words for values where a parameter names them

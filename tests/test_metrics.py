@@ -1,4 +1,5 @@
 """Task scores pinned on hand-computed examples (LongBench's definitions)."""
+
 import pytest
 
 from workbench.evaluation.scores import code_edit_similarity, normalize_answer, qa_f1, rouge_l, score_task
@@ -62,9 +63,17 @@ def test_score_task_follows_longbench_eval():
     trivia = Task(id="t", task="qa", input="q", answers=["Paris", "City of Light"], metric="qa_f1", first_line=True)
     assert score_task(trivia, "Paris\nThe capital of France") == 100.0  # only the first line is scored
     # without the first-line rule: {paris, capital, of, france} against {paris}: P = 1/4, R = 1, F1 = 0.4
-    assert score_task(Task(id="t", task="qa", input="q", answers=["Paris"]), "Paris\nThe capital of France") == pytest.approx(40.0)
-    trec = Task(id="c", task="classification", input="q", answers=["Location"], metric="classification",
-                all_classes=["Location", "Number"])
+    assert score_task(
+        Task(id="t", task="qa", input="q", answers=["Paris"]), "Paris\nThe capital of France"
+    ) == pytest.approx(40.0)
+    trec = Task(
+        id="c",
+        task="classification",
+        input="q",
+        answers=["Location"],
+        metric="classification",
+        all_classes=["Location", "Number"],
+    )
     assert score_task(trec, "Location, Number") == 50.0
     with pytest.raises(Exception, match="unknown metric 'bleu'"):
         score_task(Task(id="x", task="qa", input="q", answers=["a"], metric="bleu"), "a")
@@ -75,13 +84,21 @@ def test_gsm8k_accuracy_and_absent_references():
     assert score_task(math, "So the answer is 72.") == 100.0
     assert score_task(math, "So the answer is 70.") == 0.0
     assert score("math", "The answer is 72", ["#### 72"]) == 100.0  # the task kind picks the metric too
-    for task in (Task(id="m", task="math", input="q"), Task(id="q", task="qa", input="q"), Task(id="c", task="chat", input="q", answers=["r"])):
+    for task in (
+        Task(id="m", task="math", input="q"),
+        Task(id="q", task="qa", input="q"),
+        Task(id="c", task="chat", input="q", answers=["r"]),
+    ):
         assert score_task(task, "anything 72") is None  # absent, not zero
 
 
 def test_humaneval_pass_at_1_only_when_asked():
-    problem = {"task_id": "Toy/0", "prompt": "def add(a, b):\n", "entry_point": "add",
-               "test": "def check(candidate):\n    assert candidate(2, 3) == 5\n"}
+    problem = {
+        "task_id": "Toy/0",
+        "prompt": "def add(a, b):\n",
+        "entry_point": "add",
+        "test": "def check(candidate):\n    assert candidate(2, 3) == 5\n",
+    }
     task = Task(id="Toy/0", task="code", input=problem["prompt"], metric="pass@1", problem=problem)
     assert score_task(task, "    return a + b\n") is None  # code is not executed unless asked
     assert score_task(task, "    return a + b\n", execute_code=True) == 100.0
@@ -90,10 +107,34 @@ def test_humaneval_pass_at_1_only_when_asked():
 
 def test_pooling_runs_by_hand():
     rows = [
-        {"decoded": 10, "steps": 5, "decode_seconds": 1.0, "prefill_seconds": 0.5, "tokens": 10, "drafted": 8, "accepted": 5,
-         "rescued": 1, "timed_steps": 5, "step_ms_total": 100.0, "forward_ms_total": 80.0, "score": 50.0},
-        {"decoded": 6, "steps": 2, "decode_seconds": 1.0, "prefill_seconds": 0.5, "tokens": 6, "drafted": 2, "accepted": 1,
-         "rescued": 0, "timed_steps": 2, "step_ms_total": 40.0, "forward_ms_total": 20.0, "score": None},
+        {
+            "decoded": 10,
+            "steps": 5,
+            "decode_seconds": 1.0,
+            "prefill_seconds": 0.5,
+            "tokens": 10,
+            "drafted": 8,
+            "accepted": 5,
+            "rescued": 1,
+            "timed_steps": 5,
+            "step_ms_total": 100.0,
+            "forward_ms_total": 80.0,
+            "score": 50.0,
+        },
+        {
+            "decoded": 6,
+            "steps": 2,
+            "decode_seconds": 1.0,
+            "prefill_seconds": 0.5,
+            "tokens": 6,
+            "drafted": 2,
+            "accepted": 1,
+            "rescued": 0,
+            "timed_steps": 2,
+            "step_ms_total": 40.0,
+            "forward_ms_total": 20.0,
+            "score": None,
+        },
     ]
     s = pool(rows)
     assert s["mal"] == pytest.approx(16 / 7)  # tokens over steps, pooled (not the mean of 2 and 3)
@@ -122,14 +163,48 @@ def test_position_acceptance_is_conditional_on_the_previous_position():
     from core.trace import NodeTrace, RunTrace, StepTrace
 
     def node(i, parent, depth, decision):
-        return NodeTrace(step=0, cache_pos=0, node=i, parent=parent, depth=depth, token_id=i, token_text="",
-                         source="root" if parent == -1 else "context", decision=decision, reason="")
+        return NodeTrace(
+            step=0,
+            cache_pos=0,
+            node=i,
+            parent=parent,
+            depth=depth,
+            token_id=i,
+            token_text="",
+            source="root" if parent == -1 else "context",
+            decision=decision,
+            reason="",
+        )
 
     # step 0: a chain of 3, two accepted (depth 3 judged and rejected); step 1: depth 1 rejected, depth 2 unreached
-    s0 = StepTrace(0, 0, 3, 2, [1, 2, 3], nodes=[node(0, -1, 0, "accepted"), node(1, 0, 1, "accepted"),
-                                                  node(2, 1, 2, "accepted"), node(3, 2, 3, "rejected")])
-    s1 = StepTrace(1, 3, 2, 0, [4], nodes=[node(0, -1, 0, "accepted"), node(1, 0, 1, "rejected"), node(2, 1, 2, "unreached")])
-    run = RunTrace(method="pld", params={}, model="m", draft_model=None, device="cpu", dtype="float32", prompt="",
-                   prompt_ids=[1], context=None, model_fingerprint="f", draft_fingerprint=None)
+    s0 = StepTrace(
+        0,
+        0,
+        3,
+        2,
+        [1, 2, 3],
+        nodes=[
+            node(0, -1, 0, "accepted"),
+            node(1, 0, 1, "accepted"),
+            node(2, 1, 2, "accepted"),
+            node(3, 2, 3, "rejected"),
+        ],
+    )
+    s1 = StepTrace(
+        1, 3, 2, 0, [4], nodes=[node(0, -1, 0, "accepted"), node(1, 0, 1, "rejected"), node(2, 1, 2, "unreached")]
+    )
+    run = RunTrace(
+        method="pld",
+        params={},
+        model="m",
+        draft_model=None,
+        device="cpu",
+        dtype="float32",
+        prompt="",
+        prompt_ids=[1],
+        context=None,
+        model_fingerprint="f",
+        draft_fingerprint=None,
+    )
     run.steps = [s0, s1]
     assert position_acceptance(run) == {1: (1, 2), 2: (1, 1), 3: (0, 1)}

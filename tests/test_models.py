@@ -1,5 +1,6 @@
 """Model loading: local folders, presets, refusals (sliding window, hybrid caches, vocabulary
 mismatch, unknown or unfetched models), device and dtype choice, chat templates."""
+
 from __future__ import annotations
 
 import subprocess
@@ -7,11 +8,20 @@ import sys
 
 import pytest
 import torch
+from conftest import ROOT
 
 from core.errors import WorkbenchError
-from core.models import (ModelNotFetchedError, UnsupportedModelError, VocabularyMismatchError, check_pair, check_supported,
-                         encode_prompt, load_model, resolve_device, resolve_dtype)
-from conftest import ROOT
+from core.models import (
+    ModelNotFetchedError,
+    UnsupportedModelError,
+    VocabularyMismatchError,
+    check_pair,
+    check_supported,
+    encode_prompt,
+    load_model,
+    resolve_device,
+    resolve_dtype,
+)
 
 
 def word_tokenizer(words: list[str]):
@@ -29,8 +39,18 @@ def save_tiny(folder, config_cls, words, **extra):
     from transformers import AutoModelForCausalLM
 
     tok = word_tokenizer(words)
-    cfg = config_cls(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-                     num_key_value_heads=2, max_position_embeddings=128, eos_token_id=1, pad_token_id=0, **extra)
+    cfg = config_cls(
+        vocab_size=len(tok),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+        eos_token_id=1,
+        pad_token_id=0,
+        **extra,
+    )
     torch.manual_seed(0)
     AutoModelForCausalLM.from_config(cfg).save_pretrained(folder)
     tok.save_pretrained(folder)
@@ -95,10 +115,17 @@ def test_device_and_dtype_choice():
 
 
 def test_cli_reports_bad_input_clearly(tmp_path):
-    env = {"WORKBENCH_MODELS": str(tmp_path / "none"), "WORKBENCH_HOME": str(tmp_path), "PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1"}
+    env = {
+        "WORKBENCH_MODELS": str(tmp_path / "none"),
+        "WORKBENCH_HOME": str(tmp_path),
+        "PATH": "/usr/bin:/bin",
+        "HF_HUB_OFFLINE": "1",
+    }
 
     def cli(*args):
-        return subprocess.run([sys.executable, "-m", "workbench", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+        return subprocess.run(
+            [sys.executable, "-m", "workbench", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+        )
 
     r = cli("generate", "--method", "nope", "--prompt", "hi", "--no-store")
     assert r.returncode == 2 and "unknown method 'nope'" in r.stderr
@@ -120,7 +147,9 @@ def test_default_preset_chat_template_and_vocabulary(smollm2):
 @pytest.mark.real_model
 def test_cli_refuses_empty_prompt_and_bad_parameters():
     def cli(*args):
-        return subprocess.run([sys.executable, "-m", "workbench", *args], cwd=ROOT, capture_output=True, text=True, timeout=300)
+        return subprocess.run(
+            [sys.executable, "-m", "workbench", *args], cwd=ROOT, capture_output=True, text=True, timeout=300
+        )
 
     r = cli("generate", "--method", "greedy", "--prompt", "", "--no-store")
     assert r.returncode == 2 and "prompt is empty" in r.stderr, r.stderr

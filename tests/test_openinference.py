@@ -2,6 +2,7 @@
 one of the package's names or a documented `workbench.*` key), one LLM span per run with one child per step,
 token counts and trees as stored; the OTLP path hands the very same spans to an exporter (the SDK's in-memory
 one here); bad input fails cleanly and leaves nothing half-written. A slow test sends runs to a real Phoenix."""
+
 from __future__ import annotations
 
 import json
@@ -33,8 +34,19 @@ LLM, CHAIN = OpenInferenceSpanKindValues.LLM.value, OpenInferenceSpanKindValues.
 
 
 def _node(step, node, parent, depth, token, text, source, decision, **stats) -> NodeTrace:
-    return NodeTrace(step=step, cache_pos=3 + 3 * step, node=node, parent=parent, depth=depth, token_id=token,
-                     token_text=text, source=source, decision=decision, reason=f"{decision} here", **stats)
+    return NodeTrace(
+        step=step,
+        cache_pos=3 + 3 * step,
+        node=node,
+        parent=parent,
+        depth=depth,
+        token_id=token,
+        token_text=text,
+        source=source,
+        decision=decision,
+        reason=f"{decision} here",
+        **stats,
+    )
 
 
 def hand_run(status: str = "complete") -> RunTrace:
@@ -45,19 +57,58 @@ def hand_run(status: str = "complete") -> RunTrace:
         nodes = [
             _node(i, 0, -1, 0, base, "<r>", "root", "accepted"),
             _node(i, 1, 0, 1, base + 1, " a", "context", "accepted", p=0.6, threshold=0.1, rank=0, logit_gap=0.0),
-            _node(i, 2, 1, 2, base + 2, " b", "draft", "rescued", p=0.2, threshold=0.3, mem_count=4, correction_id=9,
-                  draft_p=0.7),
+            _node(
+                i,
+                2,
+                1,
+                2,
+                base + 2,
+                " b",
+                "draft",
+                "rescued",
+                p=0.2,
+                threshold=0.3,
+                mem_count=4,
+                correction_id=9,
+                draft_p=0.7,
+            ),
             _node(i, 3, 0, 1, base + 3, " x", "alignment", "rejected", p=0.01, threshold=0.1, logit_gap=math.inf),
             _node(i, 4, 3, 2, base + 4, " y", "alignment", "unreached"),
             _node(i, 5, 2, 3, base + 5, " c", "model", "bonus", p=0.9),
         ]
-        steps.append(StepTrace(index=i, cache_pos=3 + 3 * i, tree_size=4, accepted=2, emitted=[base + 1, base + 2, base + 5],
-                               draft_ms=0.5, forward_ms=2.0 + i, verify_ms=0.25, bookkeeping_ms=0.125, nodes=nodes))
-    return RunTrace(method="csd", params={"max_new_tokens": 6, "gamma": 3, "lam": 2}, model="tiny/target",
-                    draft_model="tiny/draft", device="cpu", dtype="float32", prompt="Q: why?\nA:", prompt_ids=[5, 6, 7],
-                    output_text=" a b c a b c", output_ids=[41, 42, 45, 51, 52, 55], steps=steps, prefill_seconds=0.02,
-                    decode_seconds=0.3, status=status, error="boom" if status == "failed" else None,
-                    stop_reason="max_new_tokens" if status == "complete" else None, model_fingerprint="fp")
+        steps.append(
+            StepTrace(
+                index=i,
+                cache_pos=3 + 3 * i,
+                tree_size=4,
+                accepted=2,
+                emitted=[base + 1, base + 2, base + 5],
+                draft_ms=0.5,
+                forward_ms=2.0 + i,
+                verify_ms=0.25,
+                bookkeeping_ms=0.125,
+                nodes=nodes,
+            )
+        )
+    return RunTrace(
+        method="csd",
+        params={"max_new_tokens": 6, "gamma": 3, "lam": 2},
+        model="tiny/target",
+        draft_model="tiny/draft",
+        device="cpu",
+        dtype="float32",
+        prompt="Q: why?\nA:",
+        prompt_ids=[5, 6, 7],
+        output_text=" a b c a b c",
+        output_ids=[41, 42, 45, 51, 52, 55],
+        steps=steps,
+        prefill_seconds=0.02,
+        decode_seconds=0.3,
+        status=status,
+        error="boom" if status == "failed" else None,
+        stop_reason="max_new_tokens" if status == "complete" else None,
+        model_fingerprint="fp",
+    )
 
 
 @pytest.fixture
@@ -82,8 +133,12 @@ def _cli(*argv) -> int:
 
 # ---------------------------------------------------------------- the shape and the conventions
 
+
 def test_spans_follow_the_conventions(store, tmp_path):
-    runs = {store.save_run(hand_run(), tags=["x", "demo"]): hand_run(), store.save_run(hand_run("failed")): hand_run("failed")}
+    runs = {
+        store.save_run(hand_run(), tags=["x", "demo"]): hand_run(),
+        store.save_run(hand_run("failed")): hand_run("failed"),
+    }
     out = tmp_path / "spans.jsonl"
     assert _cli("--all", "--out", str(out), "--db", store.url) == 0
     spans = _lines(out)
@@ -93,7 +148,9 @@ def test_spans_follow_the_conventions(store, tmp_path):
         assert f"`{key}`" in doc, f"{key} is not documented in docs/OPENINFERENCE.md"
     for span in spans:
         for key in span["attributes"]:
-            assert key in CONVENTIONS or key in oi.WORKBENCH_ATTRIBUTES, f"{key} is neither OpenInference's nor documented"
+            assert key in CONVENTIONS or key in oi.WORKBENCH_ATTRIBUTES, (
+                f"{key} is neither OpenInference's nor documented"
+            )
         assert span["resource"]["attributes"][ResourceAttributes.PROJECT_NAME] == "spec-workbench"
 
     by_trace: dict[str, list[dict]] = {}
@@ -121,7 +178,9 @@ def test_spans_follow_the_conventions(store, tmp_path):
             assert root["status"] == {"status_code": "OK"} and a[SpanAttributes.TAG_TAGS] == ["demo", "x"]
             assert a[SpanAttributes.LLM_FINISH_REASON] == "max_new_tokens"
         else:
-            assert root["status"] == {"status_code": "ERROR", "description": "boom"} and SpanAttributes.TAG_TAGS not in a
+            assert (
+                root["status"] == {"status_code": "ERROR", "description": "boom"} and SpanAttributes.TAG_TAGS not in a
+            )
 
         # the times: the run lasts prefill + decode and ends when it finished; steps end to end after the prefill
         start, end = _ns(root["start_time"]), _ns(root["end_time"])
@@ -132,17 +191,25 @@ def test_spans_follow_the_conventions(store, tmp_path):
         assert [s["name"] for s in steps] == [f"step {i}" for i in range(len(run.steps))]
         for span, step in zip(steps, run.steps):
             s = span["attributes"]
-            assert span["parent_id"] == root["context"]["span_id"] and span["context"]["trace_id"] == root["context"]["trace_id"]
+            assert (
+                span["parent_id"] == root["context"]["span_id"]
+                and span["context"]["trace_id"] == root["context"]["trace_id"]
+            )
             assert span["status"] == {"status_code": "OK"}
             assert s[SpanAttributes.OPENINFERENCE_SPAN_KIND] == CHAIN and s["workbench.run_id"] == rid
             assert s["workbench.step.index"] == step.index and s["workbench.step.accepted"] == 2
             assert s["workbench.step.emitted"] == step.emitted and s["workbench.step.tree_size"] == 4
-            assert (s["workbench.step.accepted_count"], s["workbench.step.rejected_count"], s["workbench.step.rescued_count"],
-                    s["workbench.step.unreached_count"]) == (1, 1, 1, 1)
+            assert (
+                s["workbench.step.accepted_count"],
+                s["workbench.step.rejected_count"],
+                s["workbench.step.rescued_count"],
+                s["workbench.step.unreached_count"],
+            ) == (1, 1, 1, 1)
             assert s[SpanAttributes.OUTPUT_VALUE] == " a b c"
             nodes = json.loads(s["workbench.step.nodes"])
             assert [(n["node"], n["parent"], n["depth"], n["token_id"], n["source"], n["decision"]) for n in nodes] == [
-                (n.node, n.parent, n.depth, n.token_id, n.source, n.decision) for n in step.nodes]
+                (n.node, n.parent, n.depth, n.token_id, n.source, n.decision) for n in step.nodes
+            ]
             assert nodes[2]["threshold"] == 0.3 and nodes[2]["mem_count"] == 4 and nodes[1]["p"] == 0.6
             assert nodes[3]["logit_gap"] is None  # +inf: JSON has no infinity
             assert _ns(span["end_time"]) - _ns(span["start_time"]) == pytest.approx(step.step_ms * 1e6, abs=2000)
@@ -158,7 +225,9 @@ def test_export_again_gives_the_same_file(store, tmp_path):
     assert _cli("--all", "--out", str(two), "--db", store.url) == 0
     assert one.read_bytes() == two.read_bytes()
     spans = _lines(one)
-    assert len({s["context"]["trace_id"] for s in spans}) == 2 and len({s["context"]["span_id"] for s in spans}) == len(spans)
+    assert len({s["context"]["trace_id"] for s in spans}) == 2 and len({s["context"]["span_id"] for s in spans}) == len(
+        spans
+    )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["1.jsonl", "2.jsonl", "db"]  # no temp files left
 
 
@@ -175,8 +244,22 @@ def test_the_otlp_path_hands_the_same_spans_to_an_exporter(store, tmp_path, monk
 
     monkeypatch.setattr(oi, "otlp_exporter", in_memory)
     out = tmp_path / "spans.jsonl"
-    assert _cli("--all", "--out", str(out), "--otlp-endpoint", "http://collector:4318", "--project", "p1",
-                "--otlp-timeout", "3", "--db", store.url) == 0
+    assert (
+        _cli(
+            "--all",
+            "--out",
+            str(out),
+            "--otlp-endpoint",
+            "http://collector:4318",
+            "--project",
+            "p1",
+            "--otlp-timeout",
+            "3",
+            "--db",
+            store.url,
+        )
+        == 0
+    )
     assert asked == [("http://collector:4318", 3.0)]
     assert "exported 6 spans of 2 runs" in capsys.readouterr().out
     got = made[0].get_finished_spans()
@@ -200,8 +283,13 @@ def test_real_engine_runs_export(store, tmp_path, tiny):
     from core.methods import run_method
 
     prompt = [5, 9, 14, 5, 9, 22, 31, 5, 9, 14, 5, 9]
-    runs = {store.save_run(r): r for r in (run_method("pld", tiny, prompt, {"max_new_tokens": 20}),
-                                          run_method("greedy", tiny, prompt, {"max_new_tokens": 8}))}
+    runs = {
+        store.save_run(r): r
+        for r in (
+            run_method("pld", tiny, prompt, {"max_new_tokens": 20}),
+            run_method("greedy", tiny, prompt, {"max_new_tokens": 8}),
+        )
+    }
     memory = InMemorySpanExporter()
     oi.export_openinference(store, list(runs), tmp_path / "s.jsonl", exporter=memory)
     spans = memory.get_finished_spans()
@@ -222,6 +310,7 @@ def test_real_engine_runs_export(store, tmp_path, tiny):
 
 # ---------------------------------------------------------------- bad input
 
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -240,26 +329,65 @@ def test_bad_input_is_refused_and_nothing_is_half_written(store, tmp_path, capsy
     with pytest.raises(SystemExit) as e:  # argparse: an unknown format is a usage error (exit 2)
         main(["store", "export", "--run", str(rid), "--format", "xml", "--out", str(tmp_path / "x"), *db])
     assert e.value.code == 2 and "invalid choice: 'xml'" in capsys.readouterr().err
-    fails("--run", str(rid), "--format", "openinference", message="needs --out FILE.jsonl, --otlp-endpoint URL, or both")
-    fails("--run", str(rid), "--out", str(tmp_path / "c"), "--otlp-endpoint", "http://x", message="go with --format openinference")
+    fails(
+        "--run", str(rid), "--format", "openinference", message="needs --out FILE.jsonl, --otlp-endpoint URL, or both"
+    )
+    fails(
+        "--run",
+        str(rid),
+        "--out",
+        str(tmp_path / "c"),
+        "--otlp-endpoint",
+        "http://x",
+        message="go with --format openinference",
+    )
     fails("--run", str(rid), message="--format csv needs --out FOLDER")
     fails("--format", "openinference", "--out", str(tmp_path / "a.jsonl"), message="--run ID")
     fails("--run", "999", "--format", "openinference", "--out", str(tmp_path / "a.jsonl"), message="no run 999")
     fails("--run", str(rid), "--format", "openinference", "--out", str(tmp_path), message="is a folder")
     (tmp_path / "file").write_text("x")
-    fails("--run", str(rid), "--format", "openinference", "--out", str(tmp_path / "file" / "a.jsonl"), message="is a file, not a folder")
+    fails(
+        "--run",
+        str(rid),
+        "--format",
+        "openinference",
+        "--out",
+        str(tmp_path / "file" / "a.jsonl"),
+        message="is a file, not a folder",
+    )
     for url in ("ftp://h/v1/traces", "localhost:6006", "http://h:99999/v1/traces", "http:///v1/traces"):
         fails("--run", str(rid), "--format", "openinference", "--otlp-endpoint", url, message="not an http(s) URL")
-    fails("--run", str(rid), "--format", "openinference", "--otlp-endpoint", "http://h", "--otlp-timeout", "0",
-          message="more than 0 seconds")
+    fails(
+        "--run",
+        str(rid),
+        "--format",
+        "openinference",
+        "--otlp-endpoint",
+        "http://h",
+        "--otlp-timeout",
+        "0",
+        message="more than 0 seconds",
+    )
 
     old = tmp_path / "kept.jsonl"
     old.write_text("earlier export\n")
     port = _free_port()  # nothing listens there
     t = time.monotonic()
     fails("--run", str(rid), "--format", "openinference", "--out", str(old), message="already exists: pass --force")
-    fails("--run", str(rid), "--format", "openinference", "--out", str(old), "--force", "--otlp-endpoint",
-          f"http://127.0.0.1:{port}", "--otlp-timeout", "0.5", message=f"nothing answers at 127.0.0.1:{port}")
+    fails(
+        "--run",
+        str(rid),
+        "--format",
+        "openinference",
+        "--out",
+        str(old),
+        "--force",
+        "--otlp-endpoint",
+        f"http://127.0.0.1:{port}",
+        "--otlp-timeout",
+        "0.5",
+        message=f"nothing answers at 127.0.0.1:{port}",
+    )
     assert time.monotonic() - t < 8
     assert old.read_text() == "earlier export\n"  # the earlier file survives
     assert not (tmp_path / "a.jsonl").exists()
@@ -287,6 +415,7 @@ def test_a_failure_part_way_says_what_was_sent(store, tmp_path):
 
 # ---------------------------------------------------------------- a real Phoenix
 
+
 def _spans(base: str, project: str) -> list[dict]:
     """The project's spans from Phoenix's REST API ([] while the project does not exist yet)."""
     try:
@@ -306,8 +435,14 @@ def test_phoenix_receives_the_spans(store, tmp_path):
     if not exe:
         pytest.skip("Phoenix is not installed: set WORKBENCH_PHOENIX to its `phoenix` command (docs/OPENINFERENCE.md)")
     http, grpc = _free_port(), _free_port()
-    env = {**os.environ, "PHOENIX_PORT": str(http), "PHOENIX_GRPC_PORT": str(grpc), "PHOENIX_HOST": "127.0.0.1",
-           "PHOENIX_WORKING_DIR": str(tmp_path / "phoenix"), "PHOENIX_TELEMETRY_ENABLED": "false"}
+    env = {
+        **os.environ,
+        "PHOENIX_PORT": str(http),
+        "PHOENIX_GRPC_PORT": str(grpc),
+        "PHOENIX_HOST": "127.0.0.1",
+        "PHOENIX_WORKING_DIR": str(tmp_path / "phoenix"),
+        "PHOENIX_TELEMETRY_ENABLED": "false",
+    }
     log = (tmp_path / "phoenix.log").open("w")
     proc = subprocess.Popen([exe, "serve"], env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     base = f"http://127.0.0.1:{http}"
@@ -321,7 +456,10 @@ def test_phoenix_receives_the_spans(store, tmp_path):
             except OSError:
                 assert time.monotonic() < deadline, "Phoenix did not start in 240 s"
                 time.sleep(1)
-        runs = {store.save_run(hand_run(), tags=["px"]): hand_run(), store.save_run(hand_run("failed")): hand_run("failed")}
+        runs = {
+            store.save_run(hand_run(), tags=["px"]): hand_run(),
+            store.save_run(hand_run("failed")): hand_run("failed"),
+        }
         for _ in range(2):  # the second send repeats the same ids: Phoenix keeps one copy
             assert _cli("--all", "--otlp-endpoint", base, "--project", "wb-test", "--db", store.url) == 0
         want = sum(1 + len(r.steps) for r in runs.values())

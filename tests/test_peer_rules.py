@@ -1,5 +1,6 @@
 """Peers' relaxed rules as methods: Medusa's typical acceptance and an entropy-gated deferred check in FLy's
 style (core.rules.typical, entropy_gate, deferred_keep; the `typical` and `fly` methods), pure and re-scorable."""
+
 from __future__ import annotations
 
 import math
@@ -18,6 +19,7 @@ def stats(p, entropy=1.0, rank=1, max_p=0.5):
 
 # ---------------------------------------------------------------- typical acceptance (pure)
 
+
 def test_typical_acceptance_threshold_is_the_smaller_of_epsilon_and_alpha_exp_minus_entropy():
     rule = typical(0.09, 0.3)
     # Low entropy: α·exp(−H) = 0.3·exp(−0.1) = 0.27 > ε, so ε = 0.09 decides.
@@ -32,10 +34,13 @@ def test_typical_acceptance_threshold_is_the_smaller_of_epsilon_and_alpha_exp_mi
 
 # ---------------------------------------------------------------- FLy's gate and deferred window (pure)
 
+
 def test_the_entropy_gate_passes_a_mismatch_only_where_the_target_is_unsure():
     gate = entropy_gate(1.5)
     assert gate(stats(0.001, entropy=0.2, rank=0)).passed
-    assert gate(stats(0.001, entropy=1.5, rank=7)).passed and "deferred" in gate(stats(0.001, entropy=1.5, rank=7)).reason
+    assert (
+        gate(stats(0.001, entropy=1.5, rank=7)).passed and "deferred" in gate(stats(0.001, entropy=1.5, rank=7)).reason
+    )
     assert not gate(stats(0.4, entropy=1.49, rank=1)).passed
 
 
@@ -58,7 +63,13 @@ def test_the_walk_cuts_the_path_before_an_unconfirmed_mismatch_and_adds_the_targ
     tree = DraftTree.root_only(0)
     for i in range(4):
         tree.add(i, 10 + i, "context")
-    nodes = [None, stats(0.9, rank=0), stats(0.2, entropy=2.5, rank=1), stats(0.8, rank=0), stats(0.1, entropy=0.3, rank=3)]
+    nodes = [
+        None,
+        stats(0.9, rank=0),
+        stats(0.2, entropy=2.5, rank=1),
+        stats(0.8, rank=0),
+        stats(0.1, entropy=0.3, rank=3),
+    ]
     logp = [0.0] + [math.log(n.p) for n in nodes[1:]]
     argmax = [100, 101, 102, 103, 104]
     rules = Deferred(by_source(entropy_gate(1.5)), window=2)
@@ -72,6 +83,7 @@ def test_the_walk_cuts_the_path_before_an_unconfirmed_mismatch_and_adds_the_targ
 
 
 # ---------------------------------------------------------------- the methods, run and re-scored
+
 
 def _repeating_prompt(model, seed=0):
     from core.methods import run_method
@@ -89,8 +101,9 @@ def test_peer_methods_run_record_their_settings_and_rescore_exactly(tiny, tmp_pa
 
     name, overrides = parse_method_spec(spec)
     run = run_method(name, tiny, _repeating_prompt(tiny), {**overrides, "max_new_tokens": 32, "max_nodes": 16})
-    assert len(run.output_ids) == 32 and all(str(run.params[k]) == str(float(v) if "." in v else int(v))
-                                             for k, v in overrides.items())
+    assert len(run.output_ids) == 32 and all(
+        str(run.params[k]) == str(float(v) if "." in v else int(v)) for k, v in overrides.items()
+    )
     store = Store(f"sqlite:///{tmp_path / 'runs.db'}")
     again = rescore_run(store.load_run(store.save_run(run)).trace)  # the same rule from the stored parameters alone
     assert again.first_divergence is None and again.flip_counts == {}
@@ -103,8 +116,10 @@ def test_peer_methods_on_smollm2_accept_non_argmax_tokens_and_rescore(smollm2, t
     from workbench.rescore import rescore_run
     from workbench.store import Store
 
-    text = ("The quick brown fox jumps over the lazy dog. The quick brown fox jumps over the lazy dog. "
-            "Repeat the sentence above three times, then write a short story about the fox.")
+    text = (
+        "The quick brown fox jumps over the lazy dog. The quick brown fox jumps over the lazy dog. "
+        "Repeat the sentence above three times, then write a short story about the fox."
+    )
     ids = encode_prompt(smollm2.tokenizer, text)
     greedy = run_method("greedy", smollm2, ids, {"max_new_tokens": 48})
     store = Store(f"sqlite:///{tmp_path / 'runs.db'}")

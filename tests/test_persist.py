@@ -1,5 +1,6 @@
 """core.persist: the one home of the tables a process shares and keeps on disk (CSD's correction memory and
 Token Recycling's table use it)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -43,7 +44,11 @@ class Table:
 
 
 def test_saving_at_exit_skips_clean_tables_and_survives_a_broken_one(tmp_path, capsys):
-    clean, broken, dirty = Table(tmp_path / "a", False), Table(tmp_path / "b", True, broken=True), Table(tmp_path / "c", True)
+    clean, broken, dirty = (
+        Table(tmp_path / "a", False),
+        Table(tmp_path / "b", True, broken=True),
+        Table(tmp_path / "c", True),
+    )
     save_tables([clean, broken, dirty], lambda t: t.unsaved, "test table")
     assert (clean.saved, dirty.saved) == (0, 1)
     assert "warning: could not save the test table" in capsys.readouterr().out

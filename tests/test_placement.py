@@ -1,5 +1,6 @@
 """Device maps through accelerate (issue 21, item 2): parsing and checks without a model, and SmolLM2 split
 across the CPU and disk offload giving a plain load's tokens for strict methods."""
+
 from __future__ import annotations
 
 import pytest
@@ -15,7 +16,10 @@ def test_policies_and_json_maps_parse():
     assert parse_device_map("auto") == "auto"
     assert parse_device_map(" sequential ") == "sequential"
     assert parse_device_map('{"model.embed_tokens": "cpu", "model.layers": "disk", "lm_head": "cpu"}') == {
-        "model.embed_tokens": "cpu", "model.layers": "disk", "lm_head": "cpu"}
+        "model.embed_tokens": "cpu",
+        "model.layers": "disk",
+        "lm_head": "cpu",
+    }
 
 
 def test_a_map_file_is_read(tmp_path):
@@ -24,14 +28,17 @@ def test_a_map_file_is_read(tmp_path):
     assert parse_device_map(str(f)) == {"": "cpu"}
 
 
-@pytest.mark.parametrize("text, says", [
-    ("everywhere", "use auto, balanced"),
-    ("{not json", "not valid JSON"),
-    ("[1, 2]", "non-empty object"),
-    ("{}", "non-empty object"),
-    ('{"": "tpu"}', "not a device"),
-    ('{"": true}', "not a device"),
-])
+@pytest.mark.parametrize(
+    "text, says",
+    [
+        ("everywhere", "use auto, balanced"),
+        ("{not json", "not valid JSON"),
+        ("[1, 2]", "non-empty object"),
+        ("{}", "non-empty object"),
+        ('{"": "tpu"}', "not a device"),
+        ('{"": true}', "not a device"),
+    ],
+)
 def test_bad_device_maps_are_clear_errors(text, says):
     with pytest.raises(PlacementError, match=says):
         parse_device_map(text)
@@ -49,13 +56,16 @@ def test_max_memory_parses_sizes_per_device():
     assert parse_max_memory('{"cpu": "500MB"}') == {"cpu": 500 * 10**6}
 
 
-@pytest.mark.parametrize("text, says", [
-    ("cpu", "write device=size"),
-    ("cpu=lots", "not a size"),
-    ("cpu=0GiB", "must be positive"),
-    ("disk=1GiB", "no disk budget"),
-    ("gpu=1GiB", "not a device"),
-])
+@pytest.mark.parametrize(
+    "text, says",
+    [
+        ("cpu", "write device=size"),
+        ("cpu=lots", "not a size"),
+        ("cpu=0GiB", "must be positive"),
+        ("disk=1GiB", "no disk budget"),
+        ("gpu=1GiB", "not a device"),
+    ],
+)
 def test_bad_max_memory_is_a_clear_error(text, says):
     with pytest.raises(PlacementError, match=says):
         parse_max_memory(text)
@@ -88,8 +98,12 @@ def test_a_budget_too_small_for_smollm2_fails_before_loading(smollm2):
 @pytest.mark.real_model
 def test_smollm2_split_across_cpu_and_disk_gives_the_plain_loads_tokens(smollm2, tmp_path):
     """The first layers on the CPU, the rest offloaded to disk: strict methods give the plain load's tokens."""
-    split = load_model("smollm2-135m", dtype="float32", cache=False,
-                       placement=Placement("auto", {"cpu": 250 * 2**20}, str(tmp_path / "offload")))
+    split = load_model(
+        "smollm2-135m",
+        dtype="float32",
+        cache=False,
+        placement=Placement("auto", {"cpu": 250 * 2**20}, str(tmp_path / "offload")),
+    )
     where = set(split.model.hf_device_map.values())
     assert where == {"cpu", "disk"}, split.model.hf_device_map
     assert split.device == torch.device("cpu")

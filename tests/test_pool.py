@@ -1,4 +1,5 @@
 """The draft pool against hand-made cases and a brute-force reference."""
+
 import random
 
 import numpy as np
@@ -18,7 +19,9 @@ def brute(seq, n_context, suffix, key_len, ngram, max_hits, order):
             for s in starts[:max_hits]:
                 pos = s + k
                 toks = seq[pos : pos + ngram]
-                hits.append((pos, toks, ["context" if p < n_context else "generated" for p in range(pos, pos + len(toks))]))
+                hits.append(
+                    (pos, toks, ["context" if p < n_context else "generated" for p in range(pos, pos + len(toks))])
+                )
             return k, hits
     return 0, []
 
@@ -86,10 +89,16 @@ def test_matches_brute_force(seed):
     pool = DraftPool(np.array(context, dtype=np.int64), key_len=key_len, ngram=ngram)
     seq = list(context)
     for _ in range(8):
-        suffix = seq[-key_len:] if seq and rng.random() < 0.7 else [rng.randrange(vocab) for _ in range(rng.randint(1, key_len))]
+        suffix = (
+            seq[-key_len:]
+            if seq and rng.random() < 0.7
+            else [rng.randrange(vocab) for _ in range(rng.randint(1, key_len))]
+        )
         for order in ("recent", "earliest"):
             max_hits = rng.randint(1, 6)
-            assert as_tuples(pool.lookup(suffix, max_hits, order)) == brute(seq, len(context), suffix, key_len, ngram, max_hits, order)
+            assert as_tuples(pool.lookup(suffix, max_hits, order)) == brute(
+                seq, len(context), suffix, key_len, ngram, max_hits, order
+            )
         new = [rng.randrange(vocab) for _ in range(rng.randint(0, 4))]
         pool.extend(new)
         seq += new

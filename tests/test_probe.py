@@ -4,6 +4,7 @@ is the reproduction itself; the sandbox cases (5, 6) are in tests/security/test_
 
 Cases that could eat the machine's memory on a broken build (/dev/zero, a 100 MB prompt) run the command
 in a child process under an address-space limit."""
+
 from __future__ import annotations
 
 import contextlib
@@ -71,12 +72,24 @@ def cli_child(*cases, tmp_path: Path, memory_gib: float = 6, timeout: float = 18
         "        except BaseException:\n"
         "            code, _ = 'raised', traceback.print_exc()\n"
         "    print(json.dumps([code, err.getvalue()[-3000:]]), flush=True)\n"
-        "print(next(l.split()[1] for l in open('/proc/self/status') if l.startswith('VmHWM:')))\n")
+        "print(next(l.split()[1] for l in open('/proc/self/status') if l.startswith('VmHWM:')))\n"
+    )
     argvs = json.dumps([[str(a) for a in argv] for argv in cases])
-    out = subprocess.run([sys.executable, "-c", driver, argvs], capture_output=True, text=True, timeout=timeout, env=env,
-                         cwd=ROOT, preexec_fn=cap)
+    out = subprocess.run(
+        [sys.executable, "-c", driver, argvs],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        cwd=ROOT,
+        preexec_fn=cap,
+    )
     lines = out.stdout.splitlines()
-    assert out.returncode == 0 and len(lines) == len(cases) + 1, (out.returncode, out.stdout[-2000:], out.stderr[-3000:])
+    assert out.returncode == 0 and len(lines) == len(cases) + 1, (
+        out.returncode,
+        out.stdout[-2000:],
+        out.stderr[-3000:],
+    )
     return [tuple(json.loads(line)) for line in lines[:-1]], int(lines[-1]) // 1024
 
 
@@ -92,23 +105,43 @@ def task_file(tmp_path: Path, *rows, name="t.jsonl") -> Path:
 
 def bench_results(tmp_path: Path) -> Path:
     path = tmp_path / "r.json"
-    path.write_text(json.dumps({"methods": {"greedy": {}}, "tasks": [{"id": "a", "method": "greedy", "text": "yes",
-                                                                       "category": "qa"}]}))
+    path.write_text(
+        json.dumps(
+            {"methods": {"greedy": {}}, "tasks": [{"id": "a", "method": "greedy", "text": "yes", "category": "qa"}]}
+        )
+    )
     return path
 
 
 # ---- 7. a category that is not a string -----------------------------------------------------
 
+
 def test_7_a_list_as_category_is_a_clear_error(tmp_path):
     data = task_file(tmp_path, {"id": "1", "task": "qa", "input": "hi", "category": ["a"]})
-    refused("bench", "--data", data, "--no-store", "--methods", "greedy", says="t.jsonl line 1: 'category' must be a non-empty string")
-    for bad in ({"id": ["x"], "task": "qa", "input": "hi"}, {"id": "1", "task": {"a": 1}, "input": "hi"},
-                {"id": "1", "task": "qa", "input": "hi", "chat": "no"}, {"id": "1", "task": "qa", "input": "hi", "max_new_tokens": 10**30},
-                {"turns": ["x"], "question_id": {"a": 1}}, {"input": "q", "context": "c", "dataset": ["hotpotqa"]}):
-        refused("score", "--results", bench_results(tmp_path), "--data", task_file(tmp_path, bad), says="t.jsonl line 1:")
+    refused(
+        "bench",
+        "--data",
+        data,
+        "--no-store",
+        "--methods",
+        "greedy",
+        says="t.jsonl line 1: 'category' must be a non-empty string",
+    )
+    for bad in (
+        {"id": ["x"], "task": "qa", "input": "hi"},
+        {"id": "1", "task": {"a": 1}, "input": "hi"},
+        {"id": "1", "task": "qa", "input": "hi", "chat": "no"},
+        {"id": "1", "task": "qa", "input": "hi", "max_new_tokens": 10**30},
+        {"turns": ["x"], "question_id": {"a": 1}},
+        {"input": "q", "context": "c", "dataset": ["hotpotqa"]},
+    ):
+        refused(
+            "score", "--results", bench_results(tmp_path), "--data", task_file(tmp_path, bad), says="t.jsonl line 1:"
+        )
 
 
 # ---- 8. deeply nested JSON ----------------------------------------------------------------
+
 
 def test_8_results_nested_100000_deep_is_a_clear_error(tmp_path):
     deep = tmp_path / "deep.json"
@@ -117,18 +150,31 @@ def test_8_results_nested_100000_deep_is_a_clear_error(tmp_path):
     refused("score", "--results", deep, "--data", data, says="nested too deeply")
     deep_task = tmp_path / "deep.jsonl"
     deep_task.write_text('{"id": ' + "[" * 100_000 + "]" * 100_000 + "}\n")
-    refused("score", "--results", bench_results(tmp_path), "--data", deep_task, says="deep.jsonl line 1: JSON nested too deeply")
+    refused(
+        "score",
+        "--results",
+        bench_results(tmp_path),
+        "--data",
+        deep_task,
+        says="deep.jsonl line 1: JSON nested too deeply",
+    )
 
 
 # ---- 9. /dev/zero and other endless files ---------------------------------------------------
+
 
 def test_9_dev_zero_as_data_or_results_is_refused_without_reading(tmp_path):
     data = task_file(tmp_path, {"id": "a", "task": "qa", "input": "Q?", "answers": ["yes"]})
     fifo = tmp_path / "fifo.jsonl"
     os.mkfifo(fifo)  # no writer: opening it to read would block for ever
-    cases = [("score", "--results", "/dev/zero", "--data", data), ("score", "--results", bench_results(tmp_path), "--data", "/dev/zero"),
-             ("bench", "--data", "/dev/zero", "--no-store"), ("bench", "--data", fifo, "--no-store"),
-             ("generate", "--prompt-file", "/dev/zero", "--no-store"), ("generate", "--context-file", fifo, "--prompt", "x", "--no-store")]
+    cases = [
+        ("score", "--results", "/dev/zero", "--data", data),
+        ("score", "--results", bench_results(tmp_path), "--data", "/dev/zero"),
+        ("bench", "--data", "/dev/zero", "--no-store"),
+        ("bench", "--data", fifo, "--no-store"),
+        ("generate", "--prompt-file", "/dev/zero", "--no-store"),
+        ("generate", "--context-file", fifo, "--prompt", "x", "--no-store"),
+    ]
     start = time.monotonic()
     results, peak_mib = cli_child(*cases, tmp_path=tmp_path, memory_gib=6, timeout=120)
     for argv, (code, err) in zip(cases, results):
@@ -137,6 +183,7 @@ def test_9_dev_zero_as_data_or_results_is_refused_without_reading(tmp_path):
 
 
 # ---- 10. score --out that cannot be written -------------------------------------------------
+
 
 def test_10_score_out_a_folder_or_under_a_file_is_refused_before_scoring(tmp_path, monkeypatch):
     from workbench.evaluation import bench
@@ -147,7 +194,10 @@ def test_10_score_out_a_folder_or_under_a_file_is_refused_before_scoring(tmp_pat
     data = task_file(tmp_path, {"id": "a", "task": "qa", "input": "Q?", "answers": ["yes"]})
     (tmp_path / "file").write_text("x")
     (tmp_path / "folder").mkdir()
-    for out, says in ((tmp_path / "folder", "is a folder"), (tmp_path / "file" / "scored.json", "is a file, not a folder")):
+    for out, says in (
+        (tmp_path / "folder", "is a folder"),
+        (tmp_path / "file" / "scored.json", "is a file, not a folder"),
+    ):
         refused("score", "--results", bench_results(tmp_path), "--data", data, "--out", out, says=says)
     assert not scored, "score did the work before finding --out unwritable"
     assert (tmp_path / "file").read_text() == "x"
@@ -157,10 +207,19 @@ def test_10_score_out_a_folder_or_under_a_file_is_refused_before_scoring(tmp_pat
 
 # ---- 11. a lone surrogate --------------------------------------------------------------------
 
+
 def test_11_a_lone_surrogate_in_a_task_or_prompt_is_a_clear_error(tmp_path):
     path = tmp_path / "t.jsonl"
     path.write_text('{"id": "1", "task": "qa", "input": "abc \\ud800 def"}\n', encoding="utf-8")
-    refused("bench", "--data", path, "--no-store", "--methods", "greedy", says="t.jsonl line 1: 'input' holds a lone surrogate (U+D800)")
+    refused(
+        "bench",
+        "--data",
+        path,
+        "--no-store",
+        "--methods",
+        "greedy",
+        says="t.jsonl line 1: 'input' holds a lone surrogate (U+D800)",
+    )
     refused("generate", "--prompt", "abc \udcff", "--no-store", says="the prompt holds a lone surrogate (U+DCFF)")
     from core.models import encode_prompt
 
@@ -176,6 +235,7 @@ def test_11_a_lone_surrogate_in_a_task_or_prompt_is_a_clear_error(tmp_path):
 
 # ---- 12. a 100 MB prompt -----------------------------------------------------------------------
 
+
 def test_12_a_100_mb_prompt_is_refused_in_little_memory(tmp_path):
     huge = tmp_path / "huge.txt"
     with huge.open("w") as fh:
@@ -183,9 +243,11 @@ def test_12_a_100_mb_prompt_is_refused_in_little_memory(tmp_path):
             fh.write("word " * 200_000 + "\n")  # 100 MB
     long = tmp_path / "long.txt"
     long.write_text("word " * 1_000_000)  # 5 MB: under the file cap, over the prompt's 4 Mi characters
-    cases = {("generate", "--prompt-file", huge, "--no-store"): "more than the 16 MiB",
-             ("generate", "--prompt-file", long, "--no-store"): "characters, more than the 4,194,304 allowed",
-             ("generate", "--context-file", long, "--prompt", "sum up", "--no-store"): "more than the 4,194,304"}
+    cases = {
+        ("generate", "--prompt-file", huge, "--no-store"): "more than the 16 MiB",
+        ("generate", "--prompt-file", long, "--no-store"): "characters, more than the 4,194,304 allowed",
+        ("generate", "--context-file", long, "--prompt", "sum up", "--no-store"): "more than the 4,194,304",
+    }
     results, peak_mib = cli_child(*cases, tmp_path=tmp_path, memory_gib=8)
     for (argv, says), (code, err) in zip(cases.items(), results):
         assert code == 2 and "Traceback" not in err and says in err, (argv, code, err[-1500:])
@@ -197,6 +259,7 @@ def test_12_a_100_mb_prompt_is_refused_in_little_memory(tmp_path):
 
 # ---- 13. WORKBENCH_DB_TIMEOUT ----------------------------------------------------------------
 
+
 @pytest.mark.parametrize("value", ["nan", "inf", "-1", "1e300", "abc"])
 def test_13_a_bad_lock_timeout_is_a_clear_error(value, tmp_path, monkeypatch):
     monkeypatch.setenv("WORKBENCH_DB_TIMEOUT", value)
@@ -205,6 +268,7 @@ def test_13_a_bad_lock_timeout_is_a_clear_error(value, tmp_path, monkeypatch):
 
 
 # ---- 14. big integers in the CLI's own options ------------------------------------------------
+
 
 def test_14_big_integers_in_options_are_refused_by_the_parser(tmp_path):
     db = ("--db", tmp_path / "s.db")
@@ -219,7 +283,15 @@ def test_14_big_integers_in_options_are_refused_by_the_parser(tmp_path):
     refused("bench", "--data", "samples", "--num-processes", 10**6, "--no-store", says="out of range")
     refused("report", "--limit", 10**30, "--no-run", says="out of range")
     refused("calibrate", "--limit", 10**30, says="out of range")
-    refused("generate", "--method", "aasd[max_nodes=99999999999999999999999]", "--prompt", "hi", "--no-store", says="max_nodes")
+    refused(
+        "generate",
+        "--method",
+        "aasd[max_nodes=99999999999999999999999]",
+        "--prompt",
+        "hi",
+        "--no-store",
+        says="max_nodes",
+    )
 
 
 def test_14_a_400_digit_integer_inside_a_method_string_is_refused():
@@ -227,6 +299,7 @@ def test_14_a_400_digit_integer_inside_a_method_string_is_refused():
 
 
 # ---- 15. exports onto links, FIFOs, devices and existing files --------------------------------
+
 
 @pytest.fixture
 def one_run(tmp_path):
@@ -281,6 +354,7 @@ def test_15_exports_never_replace_links_fifos_or_devices_and_ask_before_overwrit
 
 # ---- 16, 17. another application's SQLite file -------------------------------------------------
 
+
 def _files(folder: Path) -> dict[str, str]:
     return {p.name: sha(p) for p in folder.iterdir()}
 
@@ -323,6 +397,7 @@ def test_17_a_table_less_sqlite_file_marked_by_another_application_is_refused_by
 
 
 # ---- 18. importing many runs -------------------------------------------------------------------
+
 
 def test_18_csv_import_of_33000_runs_works_in_chunks(tmp_path, one_run):
     """SQLite takes at most 32,766 variables per statement: the old import asked for every id in one IN list."""

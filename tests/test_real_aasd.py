@@ -2,6 +2,7 @@
 argmax passed its rule; such tokens do occur; and on the steps where they did, every judged node's numbers
 are recomputed from a fresh forward of the model (conftest.fresh_node_stats) and the rule applied to those,
 so a value the engine got wrong and recorded consistently (p(EOS) left out, say) fails here."""
+
 from __future__ import annotations
 
 import math
@@ -30,9 +31,16 @@ def judged_afresh(model, prompts, runs, runs_checked: int = 4, steps_per_run: in
     """(node, fresh stats) of every judged draft node on the first steps that accepted an off-argmax token."""
     pairs = []
     for prompt, run in list(zip(prompts, runs))[:runs_checked]:
-        steps = [s.index for s in run.steps if any(n.decision == "accepted" and n.rank for n in s.nodes)][:steps_per_run]
-        pairs += fresh_node_stats(model, prompt, run, steps=steps,
-                                  only=lambda n: n.decision in ("accepted", "rejected") and n.source != "root")
+        steps = [s.index for s in run.steps if any(n.decision == "accepted" and n.rank for n in s.nodes)][
+            :steps_per_run
+        ]
+        pairs += fresh_node_stats(
+            model,
+            prompt,
+            run,
+            steps=steps,
+            only=lambda n: n.decision in ("accepted", "rejected") and n.source != "root",
+        )
     assert pairs, "no step to check afresh"
     return pairs
 
@@ -49,7 +57,9 @@ def test_aasd_accepts_non_argmax_tokens_only_by_its_rule(smollm2, prompts):
         threshold = min(0.1 * n.entropy + 0.1, n.max_p)
         assert math.isclose(n.threshold, threshold, rel_tol=1e-9), n
         assert n.p >= threshold, n
-    generated = [n for run in runs for s in run.steps for n in s.nodes if n.source == "generated" and n.decision == "accepted"]
+    generated = [
+        n for run in runs for s in run.steps for n in s.nodes if n.source == "generated" and n.decision == "accepted"
+    ]
     assert all(n.rank == 0 for n in generated)
     # Every emitted token is the accepted path plus the bonus, and the bonus is the target's argmax.
     for run in runs:

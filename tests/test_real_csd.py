@@ -5,6 +5,7 @@
 - Single-model `csd` over context drafts on SmolLM2: every rejection in the traces is rescued
   exactly when the memory count read before the update reached λ and the gate held.
 """
+
 from __future__ import annotations
 
 import math
@@ -13,10 +14,10 @@ import pytest
 import torch
 from conftest import fresh_node_stats, spec_bench_rows
 
-from core.stats import run_metrics
 from core.memory import CorrectionMemory, rejections
 from core.methods import run_method
 from core.models import encode_prompt
+from core.stats import run_metrics
 
 pytestmark = pytest.mark.real_model
 
@@ -101,7 +102,9 @@ def test_single_model_csd_rescues_only_when_both_conditions_hold(smollm2):
                     assert n.threshold == tau and n.correction_id != n.token_id
                     rescued += n.decision == "rescued"
             steps = sorted({s.index for s in run.steps for n in s.nodes if n.correction_id is not None})[:2]
-            for n, fresh in fresh_node_stats(smollm2, prompt, run, steps=steps, only=lambda n: n.correction_id is not None):
+            for n, fresh in fresh_node_stats(
+                smollm2, prompt, run, steps=steps, only=lambda n: n.correction_id is not None
+            ):
                 gap = -fresh.logit_gap  # the model's own z(x) − z(t*), from a fresh forward
                 if abs(gap - math.log(tau)) > 1e-4:
                     assert (n.decision == "rescued") == (n.mem_count >= lam and gap >= math.log(tau)), (n, fresh)

@@ -3,6 +3,7 @@
 Where a speculative run differs from greedy, the test demands that the first divergence be a
 near-tie in the target's logits (batched tree verification and one-token steps round differently).
 """
+
 from __future__ import annotations
 
 import pytest
@@ -20,7 +21,9 @@ NEAR_TIE = 1e-3  # logit gap (nats) under which fp32 batching may flip the argma
 
 def prompts(tok, n_short: int = 34, n_long: int = 6) -> list[list[int]]:
     """Spec-Bench prompts of all kinds plus long ones (>= 2k tokens) made of several articles."""
-    rows = spec_bench_rows(("summarization", "rag", "qa", "math_reasoning", "writing", "coding", "translation", "extraction"), 6)
+    rows = spec_bench_rows(
+        ("summarization", "rag", "qa", "math_reasoning", "writing", "coding", "translation", "extraction"), 6
+    )
     out = [encode_prompt(tok, r["turns"][0]) for r in rows][:n_short]
     articles = [r["turns"][0] for r in spec_bench_rows(("summarization",), 40)]
     for i in range(n_long):
@@ -39,7 +42,10 @@ def first_divergence_is_near_tie(model, prompt: list[int], a: list[int], b: list
         logits = model.model(torch.tensor([prompt + a[:j]])).logits[0, -1].float()
     gap = abs(float(logits[a[j]] - logits[b[j]]))
     top2 = logits.topk(2).values
-    return gap < NEAR_TIE, f"diverged at token {j}: {a[j]} vs {b[j]}, logit gap {gap:.2e} (top-2 gap {float(top2[0] - top2[1]):.2e})"
+    return (
+        gap < NEAR_TIE,
+        f"diverged at token {j}: {a[j]} vs {b[j]}, logit gap {gap:.2e} (top-2 gap {float(top2[0] - top2[1]):.2e})",
+    )
 
 
 MAX_NEW = 24
@@ -107,8 +113,16 @@ def test_adversarial_trees_equal_greedy_on_the_real_model(smollm2, suite, greedy
 
     for seed in [0, 1, 2, len(suite) - 1]:
         prompt, ref = suite[seed], greedy_refs[seed]
-        res = decode(smollm2.model, smollm2.tokenizer, smollm2.eos_ids, prompt, AdversarialDrafter(ref, 49152, seed),
-                     make_verifier(get_method("greedy"), resolve_params("greedy", {"temperature": 0.0})), DecodeConfig(max_new_tokens=MAX_NEW), smollm2.max_context)
+        res = decode(
+            smollm2.model,
+            smollm2.tokenizer,
+            smollm2.eos_ids,
+            prompt,
+            AdversarialDrafter(ref, 49152, seed),
+            make_verifier(get_method("greedy"), resolve_params("greedy", {"temperature": 0.0})),
+            DecodeConfig(max_new_tokens=MAX_NEW),
+            smollm2.max_context,
+        )
         if res.output_ids != ref:
             ok, why = first_divergence_is_near_tie(smollm2, prompt, ref, res.output_ids)
             assert ok, why

@@ -2,6 +2,7 @@
 the engine's tree feedback on tiny models (strict recycle is greedy, token for token); the table's
 persistence and record; AASD's recycle fallback; re-scoring and CSV of `recycled` nodes; and exactness
 on the real SmolLM2 in float32."""
+
 from __future__ import annotations
 
 import random
@@ -14,8 +15,15 @@ from conftest import make_tiny, spec_bench_rows
 
 from core.drafters import recycle as rc
 from core.drafters.base import TreeTopK
-from core.drafters.recycle import (PAPER_TEMPLATE, RecycleDrafter, RecycleTable, by_value, expand, from_paths,
-                                   rows_to_write)
+from core.drafters.recycle import (
+    PAPER_TEMPLATE,
+    RecycleDrafter,
+    RecycleTable,
+    by_value,
+    expand,
+    from_paths,
+    rows_to_write,
+)
 from core.engine import DecodeConfig, decode
 from core.errors import InvalidInputError
 from core.methods import get_method, make_verifier, resolve_params, run_method
@@ -110,7 +118,9 @@ class Recorder(RecycleDrafter):
 def test_the_engine_gives_an_observer_every_tree_rows_topk(tiny):
     drafter = Recorder(RecycleTable(tiny.vocab_size))
     verifier = make_verifier(get_method("recycle"), resolve_params("recycle"))
-    out = decode(tiny.model, tiny.tokenizer, [1], prompt(3) * 2, drafter, verifier, DecodeConfig(max_new_tokens=40), 512)
+    out = decode(
+        tiny.model, tiny.tokenizer, [1], prompt(3) * 2, drafter, verifier, DecodeConfig(max_new_tokens=40), 512
+    )
     assert len(drafter.seen) == len(out.steps) and any(s.tree_size for s in out.steps)
     for fwd, step in zip(drafter.seen, out.steps):
         fed = [n.token_id for n in step.nodes if n.decision != "bonus"]  # the tree as verified (pruned)
@@ -168,7 +178,9 @@ def test_aasd_falls_back_to_the_recycled_table_where_the_pool_has_no_match():
         resolve_params("aasd", {"fallback": "bogus"})
     ref = run_method("greedy", model, p, {"max_new_tokens": 40}).output_ids
     off = run_method("aasd-strict", model, p, {"max_new_tokens": 40, "fallback": "none"})
-    on = run_method("aasd-strict", model, p, {"max_new_tokens": 40, "fallback": "recycle"})  # off by default (RESULTS.md says why)
+    on = run_method(
+        "aasd-strict", model, p, {"max_new_tokens": 40, "fallback": "recycle"}
+    )  # off by default (RESULTS.md says why)
     assert on.output_ids == off.output_ids == ref
     assert "recycled" in {n.source for s in on.steps for n in s.nodes}
     assert "recycled" not in {n.source for s in off.steps for n in s.nodes}
@@ -184,8 +196,12 @@ def test_recycled_nodes_rescore_and_round_trip_through_csv(tmp_path):
     model = make_tiny(0)
     store = Store(f"sqlite:///{tmp_path / 'runs.db'}")
     for name in ("recycle-aasd", "aasd"):
-        run = run_method(name, model, prompt(5) * 2, {"max_new_tokens": 32, "cold": 1} if name != "aasd" else
-                         {"max_new_tokens": 32, "fallback": 1})
+        run = run_method(
+            name,
+            model,
+            prompt(5) * 2,
+            {"max_new_tokens": 32, "cold": 1} if name != "aasd" else {"max_new_tokens": 32, "fallback": 1},
+        )
         stored = store.load_run(store.save_run(run)).trace
         again = rescore_run(stored)
         assert again.first_divergence is None and again.flip_counts == {}
@@ -204,9 +220,9 @@ REAL_CATEGORIES = ("writing", "math", "translation", "roleplay", "coding", "summ
 
 
 def check_recycle_equals_greedy(smollm2, rows, max_new: int) -> int:
-    from core.models import encode_prompt
-
     from test_real_exactness import first_divergence_is_near_tie
+
+    from core.models import encode_prompt
 
     exact = 0
     for r in rows:

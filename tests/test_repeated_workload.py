@@ -1,5 +1,6 @@
 """The repeated workload (benchmarks/repeated_workload.py): every request twice, round 2 in a new order after
 all of round 1, code edits showing round 1's output; and the benchmark's summary per round."""
+
 from __future__ import annotations
 
 import sys
@@ -43,15 +44,37 @@ def test_code_edits_ask_a_change_to_the_first_output(rows):
             assert r["follows"] == r["item"] + "@1" and "{previous}" in r["input"]
             with pytest.raises(ValueError, match="has not run yet"):
                 rw.prompt_of(r, {})
-            assert rw.prompt_of(r, {r["follows"]: "def f(): pass"}).startswith("Here is a Python function:\n\ndef f(): pass")
+            assert rw.prompt_of(r, {r["follows"]: "def f(): pass"}).startswith(
+                "Here is a Python function:\n\ndef f(): pass"
+            )
 
 
 def test_the_summary_pools_each_round_against_greedy_of_that_round():
     def row(i, m, rnd, seconds, ids=(1, 2, 3, 4)):
-        return {"id": f"x{i}", "round": rnd, "method": m, "token_ids": list(ids), "tokens": 4, "steps": 2 if m != "greedy" else 4,
-                "decoded": 4, "decode_seconds": seconds, "prefill_seconds": 0.0, "drafted": 4, "accepted": 2, "rescued": 0,
-                "timed_steps": 2, "by_source": {"history": [2, 4]} if m == "suffix" else {}, "by_position": {}}
-    rows = [row(0, "greedy", 1, 1.0), row(0, "suffix", 1, 1.0), row(1, "greedy", 2, 1.0), row(1, "suffix", 2, 0.25, ids=(1, 2, 9))]
+        return {
+            "id": f"x{i}",
+            "round": rnd,
+            "method": m,
+            "token_ids": list(ids),
+            "tokens": 4,
+            "steps": 2 if m != "greedy" else 4,
+            "decoded": 4,
+            "decode_seconds": seconds,
+            "prefill_seconds": 0.0,
+            "drafted": 4,
+            "accepted": 2,
+            "rescued": 0,
+            "timed_steps": 2,
+            "by_source": {"history": [2, 4]} if m == "suffix" else {},
+            "by_position": {},
+        }
+
+    rows = [
+        row(0, "greedy", 1, 1.0),
+        row(0, "suffix", 1, 1.0),
+        row(1, "greedy", 2, 1.0),
+        row(1, "suffix", 2, 0.25, ids=(1, 2, 9)),
+    ]
     by = bench_suffix.summarise(rows, ["greedy", "suffix"])
     assert by["round 1"]["suffix"]["speedup"] == 1.0 and by["round 2"]["suffix"]["speedup"] == 4.0
     assert by["round 2"]["suffix"]["mal"] == 2.0 and by["round 2"]["suffix"]["equal_to_greedy"] == "0/1"

@@ -1,5 +1,6 @@
 """The papers' tables from hand-made result rows, the checkpoint file, and a benchmark killed mid-run and
 resumed on a tiny random model giving the table an uninterrupted run gives."""
+
 from __future__ import annotations
 
 import csv
@@ -8,26 +9,61 @@ import json
 
 import pytest
 
-from workbench.evaluation.bench import Checkpoint, read_checkpoint, run_resumable
 from core.errors import InvalidInputError
+from workbench.evaluation.bench import Checkpoint, read_checkpoint, run_resumable
+from workbench.evaluation.report import (
+    DEFAULT_DATA,
+    DELTAS,
+    PAPER,
+    PAPER_LONGBENCH,
+    PAPER_SETUP,
+    Results,
+    build_tables,
+    csd_ablation,
+    delta_method,
+    delta_sweep,
+    efficiency_table,
+    load_published,
+    oracles,
+    render_markdown,
+    score_table,
+    sweep_table,
+    table_methods,
+)
 from workbench.evaluation.scores import score_task
-from workbench.evaluation.report import (DEFAULT_DATA, DELTAS, PAPER, PAPER_LONGBENCH, PAPER_SETUP, Results, build_tables, csd_ablation,
-                                         delta_method, delta_sweep, efficiency_table, load_published, oracles, render_markdown,
-                                         score_table, sweep_table, table_methods)
 from workbench.evaluation.tasks import Task
 
 
 def row(dataset, id, method, score=None, decoded=10, steps=10, seconds=1.0, drafted=0, accepted=0):
-    return {"category": dataset, "id": id, "method": method, "score": score, "decoded": decoded, "steps": steps, "tokens": decoded,
-            "decode_seconds": seconds, "prefill_seconds": 0.0, "drafted": drafted, "accepted": accepted, "rescued": 0,
-            "timed_steps": steps}
+    return {
+        "category": dataset,
+        "id": id,
+        "method": method,
+        "score": score,
+        "decoded": decoded,
+        "steps": steps,
+        "tokens": decoded,
+        "decode_seconds": seconds,
+        "prefill_seconds": 0.0,
+        "drafted": drafted,
+        "accepted": accepted,
+        "rescued": 0,
+        "timed_steps": steps,
+    }
 
 
 # ---- tables from hand-made rows -----------------------------------------------------------------
 
+
 def test_score_table_averages_present_scores_and_shows_absent_ones():
-    rows = [row("qa", "1", "greedy", 40.0), row("qa", "2", "greedy", 60.0), row("code", "1", "greedy", None),
-            row("qa", "1", "aasd", 70.0), row("qa", "2", "aasd", 50.0), row("code", "1", "aasd", 30.0)]
+    rows = [
+        row("qa", "1", "greedy", 40.0),
+        row("qa", "2", "greedy", 60.0),
+        row("code", "1", "greedy", None),
+        row("qa", "1", "aasd", 70.0),
+        row("qa", "2", "aasd", 50.0),
+        row("code", "1", "aasd", 30.0),
+    ]
     t = score_table(Results(rows), "t1", "Table 1", ["greedy", "top-k", "aasd"], ["qa", "code"])
     assert t.rows[0] == ["greedy (ARD / vanilla)", 50.0, None, 50.0]  # code has no score: absent, and left out of Avg.
     assert t.rows[1] == ["aasd", 60.0, 30.0, 45.0]
@@ -38,9 +74,12 @@ def test_score_table_averages_present_scores_and_shows_absent_ones():
 
 
 def test_efficiency_pools_tokens_and_compares_speed_on_the_same_items():
-    rows = [row("qa", "1", "greedy", decoded=10, steps=10, seconds=1.0), row("qa", "2", "greedy", decoded=10, steps=10, seconds=1.0),
-            # aasd ran only item 1: 12 tokens in 4 steps and 0.5 s -> MAL 3, 24 tok/s, 2.4x greedy's 10 tok/s on that item
-            row("qa", "1", "aasd", decoded=12, steps=4, seconds=0.5, drafted=10, accepted=8)]
+    rows = [
+        row("qa", "1", "greedy", decoded=10, steps=10, seconds=1.0),
+        row("qa", "2", "greedy", decoded=10, steps=10, seconds=1.0),
+        # aasd ran only item 1: 12 tokens in 4 steps and 0.5 s -> MAL 3, 24 tok/s, 2.4x greedy's 10 tok/s on that item
+        row("qa", "1", "aasd", decoded=12, steps=4, seconds=0.5, drafted=10, accepted=8),
+    ]
     t = efficiency_table(Results(rows), "t2", "Table 2", ["greedy", "aasd"], ["qa"])
     assert t.rows[0][1:] == [1.0, 10.0, 1.0]
     assert t.rows[1][1:] == [3.0, 24.0, pytest.approx(2.4)]
@@ -50,14 +89,23 @@ def test_efficiency_pools_tokens_and_compares_speed_on_the_same_items():
 def test_oracle_d_and_oracle_s_by_hand():
     a, b = delta_method(0.1), delta_method(0.01)
     assert (a, b) == ("casd", "casd[delta=0.01]")
-    rows = [row("nq", "1", a, 10.0), row("nq", "2", a, 50.0), row("nq", "1", b, 40.0), row("nq", "2", b, 0.0),
-            row("nq", "1", "greedy", 5.0), row("nq", "2", "greedy", 5.0)]
+    rows = [
+        row("nq", "1", a, 10.0),
+        row("nq", "2", a, 50.0),
+        row("nq", "1", b, 40.0),
+        row("nq", "2", b, 0.0),
+        row("nq", "1", "greedy", 5.0),
+        row("nq", "2", "greedy", 5.0),
+    ]
     oracle_d, oracle_s = oracles(Results(rows), ["nq"])
     assert oracle_d["nq"] == (30.0, 0.1)  # δ = 0.1 averages 30, δ = 0.01 averages 20
     assert oracle_s["nq"] == 45.0  # per sample: max(10, 40) and max(50, 0)
     pairs = build_tables(rows, ["casd"])
     table1 = pairs[0][0]
-    assert table1.rows[-2][:2] == ["Oracle-D (best δ per dataset)", 30.0] and table1.rows[-1][:2] == ["Oracle-S (best δ per sample)", 45.0]
+    assert table1.rows[-2][:2] == ["Oracle-D (best δ per dataset)", 30.0] and table1.rows[-1][:2] == [
+        "Oracle-S (best δ per sample)",
+        45.0,
+    ]
     assert "Oracle-D's δ: nq: 0.1" in table1.note and pairs[0][1] is PAPER["casd_table1"]
     sweep = sweep_table(Results(rows), ["nq"], "score")
     assert [r[0] for r in sweep.rows] == ["0.1", "0.01", "greedy (baseline)"] and sweep.rows[1][1] == 20.0
@@ -71,8 +119,11 @@ def test_oracle_d_and_oracle_s_by_hand():
 
 
 def test_csd_ablation_speed_up_is_over_plain_sd():
-    rows = [row("humaneval", "1", "greedy", 0.0, seconds=2.0), row("humaneval", "1", "sd", 100.0, seconds=1.0, drafted=10, accepted=5),
-            row("humaneval", "1", "csd", 100.0, seconds=0.5, drafted=10, accepted=8)]
+    rows = [
+        row("humaneval", "1", "greedy", 0.0, seconds=2.0),
+        row("humaneval", "1", "sd", 100.0, seconds=1.0, drafted=10, accepted=5),
+        row("humaneval", "1", "csd", 100.0, seconds=0.5, drafted=10, accepted=8),
+    ]
     t = csd_ablation(Results(rows), ["humaneval"])
     assert t.rows[0][1:] == [100.0, 0.5, 10.0, 1.0]  # sd against itself
     assert t.rows[1][1:] == [100.0, 0.8, 20.0, 2.0]  # the paper's Table 3 reports speed-up over SD, not over greedy
@@ -91,6 +142,7 @@ def test_report_markdown_has_setup_tables_and_papers():
 
 
 # ---- the checkpoint file ----------------------------------------------------------------------
+
 
 def test_the_papers_numbers_come_from_the_data_file():
     published = load_published()
@@ -132,6 +184,7 @@ def test_checkpoint_survives_a_torn_line_and_refuses_another_configuration(tmp_p
 
 # ---- kill mid-run, rerun, identical table ---------------------------------------------------------
 
+
 class Killed(Exception):
     pass
 
@@ -141,14 +194,24 @@ def tiny_bench(tiny, monkeypatch):
     import workbench.evaluation.bench as bench
 
     monkeypatch.setattr(bench, "encode_prompt", lambda tok, text, chat=None: [3 + (ord(c) % 60) for c in text][:40])
-    tasks = [Task(id=str(i), task="qa", input=f"abc abc {i} abc", answers=["t60 t85 t21", "t35 t3"], category="ab"[i % 2])
-             for i in range(4)]
+    tasks = [
+        Task(id=str(i), task="qa", input=f"abc abc {i} abc", answers=["t60 t85 t21", "t35 t3"], category="ab"[i % 2])
+        for i in range(4)
+    ]
     methods = ["pld", "aasd", delta_method(0.1), delta_method(0.01)]
 
     def run(path, store_run=None):
         with Checkpoint(path, {"model": tiny.name}) as ck:
-            return run_resumable(tiny, tasks, methods, ck, {"max_new_tokens": 12}, store_run=store_run,
-                                 scorer=lambda t, text: score_task(t, text), progress=False)
+            return run_resumable(
+                tiny,
+                tasks,
+                methods,
+                ck,
+                {"max_new_tokens": 12},
+                store_run=store_run,
+                scorer=lambda t, text: score_task(t, text),
+                progress=False,
+            )
 
     return run, len(tasks) * (len(methods) + 1)
 
@@ -156,9 +219,15 @@ def tiny_bench(tiny, monkeypatch):
 def _stable(rows):
     """The tables with the measured times taken out: scores, MAL, acceptance and tokens."""
     pairs = build_tables(rows, ["aasd", "casd"])
-    keep = [t for t, _ in pairs if t.key in ("aasd_table1", "aasd_table4", "casd_table1", "casd_sweep_score", "casd_sweep_mal")]
+    keep = [
+        t
+        for t, _ in pairs
+        if t.key in ("aasd_table1", "aasd_table4", "casd_table1", "casd_sweep_score", "casd_sweep_mal")
+    ]
     summary = [t for t, _ in pairs if t.key == "summary"][0]
-    cols = [summary.header.index(c) for c in ("dataset", "method", "runs", "scored", "score", "MAL", "accept", "tokens")]
+    cols = [
+        summary.header.index(c) for c in ("dataset", "method", "runs", "scored", "score", "MAL", "accept", "tokens")
+    ]
     return [t.csv() for t in keep] + [[[r[i] for i in cols] for r in summary.rows]]
 
 
@@ -197,13 +266,17 @@ def test_runs_go_to_the_trace_store_tagged_report(tiny_bench, tmp_path):
 
     run, total = tiny_bench
     store = Store(str(tmp_path / "traces.db"))
-    rows = run(tmp_path / "c.jsonl", store_run=lambda task, trace: store.save_run(trace, tags=["report", f"dataset={task.category}"]))
+    rows = run(
+        tmp_path / "c.jsonl",
+        store_run=lambda task, trace: store.save_run(trace, tags=["report", f"dataset={task.category}"]),
+    )
     stored = store.list_runs(tag="report", limit=None)
     assert len(stored) == total and {r["run_id"] for r in rows} == {s.id for s in stored}
     assert len(store.list_runs(tag="dataset=a", limit=None)) == total // 2
 
 
 # ---- the command ------------------------------------------------------------------------------
+
 
 def test_report_command_rebuilds_tables_from_a_checkpoint_and_rejects_bad_input(tmp_path, capsys, monkeypatch):
     import plotly.graph_objects as go
@@ -216,8 +289,11 @@ def test_report_command_rebuilds_tables_from_a_checkpoint_and_rejects_bad_input(
     monkeypatch.setattr(go.Figure, "write_image", no_png)
 
     out = tmp_path / "report"
-    rows = [row("nq", str(i), m, float(10 * i + k), decoded=10 + k, steps=10) for i in range(2)
-            for k, m in enumerate(table_methods(["casd"]))]
+    rows = [
+        row("nq", str(i), m, float(10 * i + k), decoded=10 + k, steps=10)
+        for i in range(2)
+        for k, m in enumerate(table_methods(["casd"]))
+    ]
     with Checkpoint(out / "checkpoint.jsonl", {"model": "tiny", "tables": ["casd"], "data": ["longbench:nq@x"]}) as ck:
         for r in rows:
             ck.append(r)
@@ -229,7 +305,10 @@ def test_report_command_rebuilds_tables_from_a_checkpoint_and_rejects_bad_input(
     err = capsys.readouterr().err
     assert err.count("PNG figures skipped (Kaleido requires Google Chrome to be installed.)") == 1
     first = (out / "tables" / "casd_table1.csv").read_text()
-    assert main(["report", "--out", str(out), "--no-run"]) == 0 and (out / "tables" / "casd_table1.csv").read_text() == first
+    assert (
+        main(["report", "--out", str(out), "--no-run"]) == 0
+        and (out / "tables" / "casd_table1.csv").read_text() == first
+    )
 
     capsys.readouterr()
     for argv, message in [

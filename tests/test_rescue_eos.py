@@ -2,6 +2,7 @@
 `no` exempts a rejection whose correction t* is one of the target's EOS ids. The decision on hand-made
 trees (greedy walk and sampling walk, no model), the parameter's plumbing and validation, re-scoring,
 and runs on a tiny random model."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -99,9 +100,17 @@ def test_sample_walk_honours_the_exemption(with_q):
     seen = 0
     for seed in range(20):
         kw = dict(count_of=lambda node, t: 9, q_rows=q_rows)
-        yes = sample_walk(tree, eos_heavy_logits(2), procs, torch.Generator().manual_seed(seed), rescue=Rescue(lam=6, tau=0.01), **kw)
-        no = sample_walk(tree, eos_heavy_logits(2), procs, torch.Generator().manual_seed(seed),
-                         rescue=Rescue(lam=6, tau=0.01, exempt=frozenset({EOS})), **kw)
+        yes = sample_walk(
+            tree, eos_heavy_logits(2), procs, torch.Generator().manual_seed(seed), rescue=Rescue(lam=6, tau=0.01), **kw
+        )
+        no = sample_walk(
+            tree,
+            eos_heavy_logits(2),
+            procs,
+            torch.Generator().manual_seed(seed),
+            rescue=Rescue(lam=6, tau=0.01, exempt=frozenset({EOS})),
+            **kw,
+        )
         if yes.extra[1].get("correction_id") != EOS:
             continue
         seen += 1
@@ -118,14 +127,23 @@ def test_rescue_eos_is_a_parameter_of_every_rescuing_method_only():
         assert resolve_params(name)["rescue_eos"] == 1  # default: the paper
         assert resolve_params(name, {"rescue_eos": "no"})["rescue_eos"] == 0
     assert resolve_params("csd", {"rescue_eos": " No "})["rescue_eos"] == 0
-    assert resolve_params("csd", {"rescue_eos": "yes"})["rescue_eos"] == 1 == resolve_params("csd", {"rescue_eos": 1})["rescue_eos"]
+    assert (
+        resolve_params("csd", {"rescue_eos": "yes"})["rescue_eos"]
+        == 1
+        == resolve_params("csd", {"rescue_eos": 1})["rescue_eos"]
+    )
     name, overrides = parse_method_spec("csd[lam=2,rescue_eos=no]")
     assert resolve_params(name, overrides)["rescue_eos"] == 0
 
 
-@pytest.mark.parametrize("value,message", [("maybe", "rescue_eos must be an integer or one of yes, no, got 'maybe'"),
-                                           (2, r"rescue_eos = 2 is out of range \[0, 1\] \(or one of yes = 1, no = 0\)"),
-                                           ("0.5", "rescue_eos must be an integer")])
+@pytest.mark.parametrize(
+    "value,message",
+    [
+        ("maybe", "rescue_eos must be an integer or one of yes, no, got 'maybe'"),
+        (2, r"rescue_eos = 2 is out of range \[0, 1\] \(or one of yes = 1, no = 0\)"),
+        ("0.5", "rescue_eos must be an integer"),
+    ],
+)
 def test_a_bad_rescue_eos_names_the_allowed_values(value, message):
     with pytest.raises(InvalidInputError, match=message):
         resolve_params("csd", {"rescue_eos": value})
@@ -153,17 +171,51 @@ def test_rescue_for_builds_the_exemption_from_the_targets_eos_ids():
 # -- re-scoring -------------------------------------------------------------------------------------
 def eos_step(decision="rescued", correction=EOS, count=9):
     """A stored step: node 1 (t7) was refused for `correction`, then rescued (count 9, z gap −0.5), node 2 accepted."""
+
     def rec(i, parent, depth, token, dec, **kw):
-        return NodeTrace(step=0, cache_pos=10, node=i, parent=parent, depth=depth, token_id=token, token_text=f"t{token}",
-                         source="context", decision=dec, reason="original", **kw)
+        return NodeTrace(
+            step=0,
+            cache_pos=10,
+            node=i,
+            parent=parent,
+            depth=depth,
+            token_id=token,
+            token_text=f"t{token}",
+            source="context",
+            decision=dec,
+            reason="original",
+            **kw,
+        )
 
     second = "accepted" if decision == "rescued" else "unreached"
-    nodes = [rec(0, -1, 0, 5, "accepted"),
-             rec(1, 0, 1, 7, decision, p=0.2, entropy=1.0, max_p=0.35, p_eos=0.35 if correction == EOS else 0.01, rank=2,
-                 logit_gap=0.5, threshold=0.01, mem_count=count, correction_id=correction),
-             rec(2, 1, 2, 8, second, p=0.6, entropy=1.0, max_p=0.6, p_eos=0.01, rank=0, logit_gap=0.0),
-             rec(3, 2 if decision == "rescued" else 0, 3 if decision == "rescued" else 1, 40 if decision == "rescued" else correction,
-                 "bonus", p=0.9)]
+    nodes = [
+        rec(0, -1, 0, 5, "accepted"),
+        rec(
+            1,
+            0,
+            1,
+            7,
+            decision,
+            p=0.2,
+            entropy=1.0,
+            max_p=0.35,
+            p_eos=0.35 if correction == EOS else 0.01,
+            rank=2,
+            logit_gap=0.5,
+            threshold=0.01,
+            mem_count=count,
+            correction_id=correction,
+        ),
+        rec(2, 1, 2, 8, second, p=0.6, entropy=1.0, max_p=0.6, p_eos=0.01, rank=0, logit_gap=0.0),
+        rec(
+            3,
+            2 if decision == "rescued" else 0,
+            3 if decision == "rescued" else 1,
+            40 if decision == "rescued" else correction,
+            "bonus",
+            p=0.9,
+        ),
+    ]
     accepted = 2 if decision == "rescued" else 0
     return StepTrace(index=0, cache_pos=10, tree_size=2, accepted=accepted, emitted=[0] * (accepted + 1), nodes=nodes)
 
@@ -214,7 +266,10 @@ def test_runs_with_and_without_rescue_over_eos(method, memory):
     eos = target.eos_ids[0]
     mem = CorrectionMemory() if memory else None
     no = run_method(method, target, prompt, {**params, "rescue_eos": "no"}, draft=draft, memory=mem)
-    assert yes.params["eos_ids"] == no.params["eos_ids"] == [eos] and (yes.params["rescue_eos"], no.params["rescue_eos"]) == (1, 0)
+    assert yes.params["eos_ids"] == no.params["eos_ids"] == [eos] and (
+        yes.params["rescue_eos"],
+        no.params["rescue_eos"],
+    ) == (1, 0)
     assert not [n for _, n in rescued_over(no) if n.correction_id == eos]
     step, first = over[0]
     exempt = [n for n in no.steps[step].nodes if n.node == first.node][0]
@@ -222,7 +277,12 @@ def test_runs_with_and_without_rescue_over_eos(method, memory):
     assert no.stop_reason == "eos" and no.output_ids[-1] == eos and len(no.steps) == step + 1
     assert no.output_ids[:-1] == yes.output_ids[: len(no.output_ids) - 1]  # the same text until then
     if memory:  # every rejection is counted, the exempt one included
-        judged = [n for s in no.steps for n in s.nodes if n.decision in ("rejected", "rescued") and n.correction_id is not None]
+        judged = [
+            n
+            for s in no.steps
+            for n in s.nodes
+            if n.decision in ("rejected", "rescued") and n.correction_id is not None
+        ]
         assert exempt.mem_count is not None and mem.total == len(judged) and mem.count(exempt.token_id, eos) >= 1
 
     # Re-scoring: each run under its own parameters changes nothing; yes judged with no diverges there, and back.
@@ -256,7 +316,9 @@ def test_smollm2_csd_rescues_over_its_eos_with_yes_and_stops_with_no(smollm2):
     ids = encode_prompt(smollm2.tokenizer, "Repeat after me: the cat sat on the mat.", chat=True)
     # A fixed tree size: under max_nodes=auto the drafts (and so the case) would follow this machine's cost curve.
     params = {"max_new_tokens": 48, "lam": 0, "tau": 0.01, "memory_mode": "frozen", "max_nodes": 16}
-    yes, no = (run_method("csd", smollm2, ids, {**params, "rescue_eos": v}, memory=CorrectionMemory()) for v in ("yes", "no"))
+    yes, no = (
+        run_method("csd", smollm2, ids, {**params, "rescue_eos": v}, memory=CorrectionMemory()) for v in ("yes", "no")
+    )
     assert yes.params["eos_ids"] == no.params["eos_ids"] == list(smollm2.eos_ids)
     over = [(i, n) for i, n in rescued_over(yes) if n.correction_id in smollm2.eos_ids]
     assert over and not [n for _, n in rescued_over(no) if n.correction_id in smollm2.eos_ids]
@@ -277,8 +339,14 @@ def test_bench_csd_reports_csd_beside_its_eos_exempt_variant():
     spec.loader.exec_module(bench)
     for methods in (bench.PAIR_METHODS, bench.SINGLE_METHODS):
         assert "csd" in methods and "csd[rescue_eos=no]" in methods
-    summary = {m: {"tokens": t, "mal": 2.0, "tps": 10.0, "score": 50.0} for m, t in [("greedy", 90), ("csd", 120), ("csd[rescue_eos=no]", 100)]}
-    rows = [{"method": "csd", "rescues": [[4, 7, 2, 30, -0.1], [9, 7, 33, 8, -0.5]]}, {"method": "csd[rescue_eos=no]", "rescues": [[9, 7, 33, 8, -0.5]]}]
+    summary = {
+        m: {"tokens": t, "mal": 2.0, "tps": 10.0, "score": 50.0}
+        for m, t in [("greedy", 90), ("csd", 120), ("csd[rescue_eos=no]", 100)]
+    }
+    rows = [
+        {"method": "csd", "rescues": [[4, 7, 2, 30, -0.1], [9, 7, 33, 8, -0.5]]},
+        {"method": "csd[rescue_eos=no]", "rescues": [[9, 7, 33, 8, -0.5]]},
+    ]
     lines = bench.eos_lines(summary, rows, ["greedy", "csd", "csd[rescue_eos=no]"], [2])
     assert lines[0].startswith("rescue over an end of sequence")
     assert lines[1].startswith("  csd: 120 tokens") and lines[1].endswith("1 rescues over EOS")

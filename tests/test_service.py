@@ -1,5 +1,6 @@
 """The app's model-free logic: the default model on a machine (or Space) without the packaged preset,
 method checks before any model loads, prompt guards."""
+
 from __future__ import annotations
 
 import pytest
@@ -15,7 +16,10 @@ def test_default_model_falls_back_to_the_hub_copy_when_the_preset_is_not_fetched
 
 
 def test_method_checks_name_the_fix():
-    assert service.check_methods(["greedy", "aasd[align_graft=1]"], "smollm2-135m", None) == [("greedy", {}), ("aasd", {"align_graft": "1"})]
+    assert service.check_methods(["greedy", "aasd[align_graft=1]"], "smollm2-135m", None) == [
+        ("greedy", {}),
+        ("aasd", {"align_graft": "1"}),
+    ]
     with pytest.raises(InvalidInputError, match="choose at least one method"):
         service.check_methods([], "smollm2-135m", None)
     with pytest.raises(InvalidInputError, match="needs a draft model.*qwen2.5-coder-0.5b"):
@@ -49,6 +53,7 @@ def test_prompt_guards():
 
 # ---------------------------------------------------------------- a long prompt: progress and Stop between chunks
 
+
 def _stream_prompt(monkeypatch, model, chunk: int, n: int, stop_after_chunks: int | None, store=None):
     """stream_run of greedy on an n-token prompt read `chunk` tokens at a time; Stop is set when the
     `stop_after_chunks`-th chunk is reported. The (done, total) pairs seen, and the finished run."""
@@ -59,8 +64,16 @@ def _stream_prompt(monkeypatch, model, chunk: int, n: int, stop_after_chunks: in
     monkeypatch.setattr(kv, "PREFILL_CHUNK", chunk)
     ids = [(7 * i) % 50 + 2 for i in range(n)]
     stop, reads, run = threading.Event(), [], None
-    for prog in service.stream_run("greedy", service.Models(model, None), ids, {"max_new_tokens": 4}, prompt_text="p",
-                                   stop=stop, store=store, every=0.0):
+    for prog in service.stream_run(
+        "greedy",
+        service.Models(model, None),
+        ids,
+        {"max_new_tokens": 4},
+        prompt_text="p",
+        stop=stop,
+        store=store,
+        every=0.0,
+    ):
         if prog.prefill is not None and not prog.steps:
             reads.append(prog.prefill)
             if stop_after_chunks is not None and len(reads) - 1 >= stop_after_chunks:  # reads[0] is (0, n): the start
@@ -108,7 +121,9 @@ def test_warm_up_loads_the_model_and_measures_its_costs_holding_its_slot(monkeyp
     monkeypatch.setenv("WORKBENCH_MODELS", str(models_dir()))
     monkeypatch.setenv("WORKBENCH_HOME", str(tmp_path))  # nothing measured here yet
     measured, release = [], threading.Event()
-    monkeypatch.setattr(timing, "cost_model", lambda target, remeasure=False: measured.append(target.name) or release.wait(60))
+    monkeypatch.setattr(
+        timing, "cost_model", lambda target, remeasure=False: measured.append(target.name) or release.wait(60)
+    )
     pool = service.ModelPool("cpu", "float32")
     thread = pool.warm_up("smollm2-135m")
     end = time.monotonic() + 120

@@ -1,5 +1,6 @@
 """Many processes, one benchmark (issue 21, item 3): sharding and merging as pure functions, and
 `bench --num-processes 2` on SmolLM2 giving one process's texts, with a killed shard resuming."""
+
 from __future__ import annotations
 
 import json
@@ -50,8 +51,23 @@ def test_two_processes_give_one_process_texts_and_a_killed_shard_resumes(smollm2
     from workbench.commands.main import main
     from workbench.store import Store
 
-    base = ["bench", "--data", str(spec_bench), "--categories", "summarization,rag", "--limit", "2",
-            "--methods", "greedy,pld", "--max-new-tokens", "8", "--model", "smollm2-135m", "--dtype", "float32"]
+    base = [
+        "bench",
+        "--data",
+        str(spec_bench),
+        "--categories",
+        "summarization,rag",
+        "--limit",
+        "2",
+        "--methods",
+        "greedy,pld",
+        "--max-new-tokens",
+        "8",
+        "--model",
+        "smollm2-135m",
+        "--dtype",
+        "float32",
+    ]
     assert main([*base, "--out", str(tmp_path / "one.json"), "--db", str(tmp_path / "one.db")]) == 0
     two = tmp_path / "two.json"
     db = tmp_path / "two.db"

@@ -1,5 +1,6 @@
 """Trees sized to the hardware and the context (core.sizing, core.timing): pure choices on hand-made trees
 and synthetic costs t(n, L), then max_nodes=auto end to end on a tiny model and on SmolLM2."""
+
 from __future__ import annotations
 
 import json
@@ -55,7 +56,7 @@ def test_a_flat_cost_keeps_every_node_that_may_be_accepted_and_a_steep_one_keeps
     tree = chain(6)
     rates = [1.0] + [0.5] * 6
     kept, expected = choose_nodes(tree, rates, flat(), 512, margin=0.0)
-    assert kept == [1, 2, 3, 4, 5, 6] and expected == pytest.approx(1 + sum(0.5 ** d for d in range(1, 7)))
+    assert kept == [1, 2, 3, 4, 5, 6] and expected == pytest.approx(1 + sum(0.5**d for d in range(1, 7)))
     steep = CostModel((0, 1), (256,), ((0.01, 0.03),))  # a node triples the cost: never pays at a ≤ 1
     assert choose_nodes(tree, rates, steep, 512) == ([], 1.0)
     # t doubles from 2 nodes on: 1 + 0.5 + 0.25 over t(2) = t(0) beats 4 nodes over 2·t(0)
@@ -176,8 +177,10 @@ def test_the_sizer_counts_verified_nodes_per_source_and_depth_from_a_steps_decis
 
 
 def test_the_sizer_learns_to_cut_a_branch_that_is_never_accepted():
-    sizer = TreeSizer(CostModel((0, 1, 2, 3), (256,), ((0.010, 0.010, 0.010, 0.0105),)),
-                      AcceptancePrior.from_counts([("context", 1, 5, 10), ("alignment", 1, 5, 10), ("context", 2, 5, 10)]))
+    sizer = TreeSizer(
+        CostModel((0, 1, 2, 3), (256,), ((0.010, 0.010, 0.010, 0.0105),)),
+        AcceptancePrior.from_counts([("context", 1, 5, 10), ("alignment", 1, 5, 10), ("context", 2, 5, 10)]),
+    )
     tree = DraftTree.root_only(0)
     good = tree.add(0, 1, "context")
     tree.add(0, 2, "alignment")
@@ -250,7 +253,9 @@ def test_auto_sized_trees_on_smollm2_stay_greedy_in_float32_at_every_size(smollm
     # flat up to 400 tokens of context; from 430 on a node costs a whole forward: sizes shrink to none mid-request
     cost = CostModel(SIZES, (400, 430), (tuple(0.040 for _ in SIZES), tuple(0.070 * (1 + n) for n in SIZES)))
     monkeypatch.setattr(timing, "cost_model", lambda target, remeasure=False: cost)
-    prior = AcceptancePrior.from_counts([(s, d, 80, 100) for s in ("context", "alignment", "recycled") for d in range(1, 17)])
+    prior = AcceptancePrior.from_counts(
+        [(s, d, 80, 100) for s in ("context", "alignment", "recycled") for d in range(1, 17)]
+    )
     ids = encode_prompt(smollm2.tokenizer, spec_bench_rows(("summarization",), 1)[0]["turns"][0])[-380:]
     greedy = run_method("greedy", smollm2, ids, {"max_new_tokens": 64})
     auto = run_method(method, smollm2, ids, {"max_new_tokens": 64}, prior=prior)
@@ -290,7 +295,9 @@ def test_a_batch_shares_one_tree_size_and_a_bigger_batch_takes_smaller_trees():
     assert common_size([ranked] * 8, curve, [300] * 8) < len(alone)  # eight rows: each node costs eight slots
     poor = ranked_nodes(tree, [1.0] + [0.05] * 12)
     assert common_size([poor] * 4, curve, [300] * 4) == 0  # nothing worth a slot in every row
-    assert common_size([ranked, ([], [1.0])], curve, [300, 900]) >= 1  # a row with no drafts pads, the other still drafts
+    assert (
+        common_size([ranked, ([], [1.0])], curve, [300, 900]) >= 1
+    )  # a row with no drafts pads, the other still drafts
 
 
 class FakeClock:
@@ -312,7 +319,9 @@ def run_steps(sizer: TreeSizer, clock: FakeClock, steps: int, seconds_for) -> li
         chosen = sizer.choose(tree, 300)
         sizes.append(chosen.num_draft)
         clock.now += seconds_for(chosen.num_draft)
-        sizer.observe(chosen, ["accepted"] + (["accepted"] + ["rejected"] * (chosen.num_draft - 1) if chosen.num_draft else []))
+        sizer.observe(
+            chosen, ["accepted"] + (["accepted"] + ["rejected"] * (chosen.num_draft - 1) if chosen.num_draft else [])
+        )
     return sizes
 
 
@@ -327,7 +336,7 @@ def test_the_online_check_switches_trees_off_when_measured_steps_lose_and_keeps_
     losing = TreeSizer(flat(), prior, clock=clock)
     sizes = run_steps(losing, clock, 80, lambda n: 3.0 if n else 1.0)
     assert sizes[0] > 0  # the model alone wants trees
-    assert set(sizes[StepClock.PROBE_EVERY:StepClock.PROBE_EVERY + StepClock.BACKOFF]) == {0}  # probe, then off
+    assert set(sizes[StepClock.PROBE_EVERY : StepClock.PROBE_EVERY + StepClock.BACKOFF]) == {0}  # probe, then off
     assert sum(n == 0 for n in sizes) >= 60 and sizes[-1] == 0  # tried again later, and off again
     clock = FakeClock()
     paying = TreeSizer(flat(), prior, clock=clock)

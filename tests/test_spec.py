@@ -1,5 +1,6 @@
 """The one grammar for `NAME[key=value,...]` (core.spec), as methods and compressors read it: any text is a
 parse or an InvalidInputError of one line, never another exception (OverflowError, ValueError, a traceback)."""
+
 from __future__ import annotations
 
 import json
@@ -38,13 +39,25 @@ def test_a_spec_is_a_name_and_its_items():
     assert split_specs("greedy, aasd[alpha=0.2,beta=0.1] ,,pld") == ["greedy", "aasd[alpha=0.2,beta=0.1]", "pld"]
 
 
-@pytest.mark.parametrize("text,match", [
-    ("aasd[alpha=0.1", "not closed"), ("aasd]", r"'\]'"), ("aasd[[alpha=1]]", "nest"), ("aasd[alpha=1]x", "after"),
-    ("aasd[alpha=1][beta=2]", "nest|after"), ("[alpha=1]", "name is empty"), ("", "name is empty"),
-    ("aasd[=1]", "no key"), ("aasd[ =1]", "no key"), ("aasd[alpha=0.1,alpha=0.2]", "twice"),
-    ("aasd[auto,auto]", "twice"), ("aasd[alpha]", "bad option 'alpha', not key=value or auto"), ("aasd[al pha=1]", "not a name"),
-    ("aasd[ålpha=1]", "not a name"),
-])
+@pytest.mark.parametrize(
+    "text,match",
+    [
+        ("aasd[alpha=0.1", "not closed"),
+        ("aasd]", r"'\]'"),
+        ("aasd[[alpha=1]]", "nest"),
+        ("aasd[alpha=1]x", "after"),
+        ("aasd[alpha=1][beta=2]", "nest|after"),
+        ("[alpha=1]", "name is empty"),
+        ("", "name is empty"),
+        ("aasd[=1]", "no key"),
+        ("aasd[ =1]", "no key"),
+        ("aasd[alpha=0.1,alpha=0.2]", "twice"),
+        ("aasd[auto,auto]", "twice"),
+        ("aasd[alpha]", "bad option 'alpha', not key=value or auto"),
+        ("aasd[al pha=1]", "not a name"),
+        ("aasd[ålpha=1]", "not a name"),
+    ],
+)
 def test_malformed_specs_are_one_line_errors(text, match):
     refused(parse_spec, text, "method", ("auto",), match=match)
 
@@ -57,16 +70,31 @@ def test_a_list_whose_brackets_do_not_balance_is_refused(text):
 # ---- numbers -------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("spec,match", [
-    ("aasd[max_nodes=99999999999999999999999]", "max_nodes = 99999999999999999999999 is out of range"),
-    (f"sd[seed={SEED_400}]", "seed = 7777.*….* is out of range"),  # the message shows the start of it, not 400 digits
-    ("sd[seed=9223372036854775808]", "out of range"),  # 2**63
-    ("aasd[alpha=nan]", "finite"), ("aasd[alpha=inf]", "finite"), ("aasd[alpha=-inf]", "finite"),
-    ("aasd[alpha=1e999]", "finite"), ("aasd[alpha=-1e-9]", "out of range"),
-    ("aasd[max_nodes=١٢]", "digits 0-9"), ("aasd[max_nodes=１２]", "digits 0-9"), ("aasd[alpha=٠.٥]", "digits 0-9"),
-    ("aasd[max_nodes=1_0]", "integer"), ("aasd[max_nodes=0x10]", "integer"), ("aasd[max_nodes=6.0]", "integer"),
-    ("aasd[alpha=0.1.2]", "number"), ("casd[delta=0]", r"delta = 0 is out of range \(0"), ("aasd[alpha=]", "must be a number"),
-])
+@pytest.mark.parametrize(
+    "spec,match",
+    [
+        ("aasd[max_nodes=99999999999999999999999]", "max_nodes = 99999999999999999999999 is out of range"),
+        (
+            f"sd[seed={SEED_400}]",
+            "seed = 7777.*….* is out of range",
+        ),  # the message shows the start of it, not 400 digits
+        ("sd[seed=9223372036854775808]", "out of range"),  # 2**63
+        ("aasd[alpha=nan]", "finite"),
+        ("aasd[alpha=inf]", "finite"),
+        ("aasd[alpha=-inf]", "finite"),
+        ("aasd[alpha=1e999]", "finite"),
+        ("aasd[alpha=-1e-9]", "out of range"),
+        ("aasd[max_nodes=١٢]", "digits 0-9"),
+        ("aasd[max_nodes=１２]", "digits 0-9"),
+        ("aasd[alpha=٠.٥]", "digits 0-9"),
+        ("aasd[max_nodes=1_0]", "integer"),
+        ("aasd[max_nodes=0x10]", "integer"),
+        ("aasd[max_nodes=6.0]", "integer"),
+        ("aasd[alpha=0.1.2]", "number"),
+        ("casd[delta=0]", r"delta = 0 is out of range \(0"),
+        ("aasd[alpha=]", "must be a number"),
+    ],
+)
 def test_numbers_outside_what_a_parameter_takes_are_refused(spec, match):
     name, overrides = parse_method_spec(spec)
     refused(resolve_params, name, overrides, match=match)
@@ -81,12 +109,22 @@ def test_bounds_are_inclusive_and_words_map_to_numbers():
     assert to_number(3.0, int, "k", 0, 5) == 3 and isinstance(to_number(3, float, "x", 0, 5), float)
 
 
-@pytest.mark.parametrize("spec,match", [
-    ("selfinfo[layers=99999999999999999999999]", "out of range"), ("selfinfo[layers=0]", "out of range"),
-    ("selfinfo[layers=٣]", "digits 0-9"), ("selfinfo[layers=1,layers=2]", "twice"), ("selfinfo[layers=2", "not closed"),
-    ("selfinfo[=2]", "no key"), ("selfinfo[unit=paragraph]", "unit must be one of"), ("llmlingua[layers=2]", "takes: none"),
-    ("selfinfo[auto]", "bad option 'auto', not key=value;"), (123, "must be text"), ("selfinfo[layers=]", "whole number"),
-])
+@pytest.mark.parametrize(
+    "spec,match",
+    [
+        ("selfinfo[layers=99999999999999999999999]", "out of range"),
+        ("selfinfo[layers=0]", "out of range"),
+        ("selfinfo[layers=٣]", "digits 0-9"),
+        ("selfinfo[layers=1,layers=2]", "twice"),
+        ("selfinfo[layers=2", "not closed"),
+        ("selfinfo[=2]", "no key"),
+        ("selfinfo[unit=paragraph]", "unit must be one of"),
+        ("llmlingua[layers=2]", "takes: none"),
+        ("selfinfo[auto]", "bad option 'auto', not key=value;"),
+        (123, "must be text"),
+        ("selfinfo[layers=]", "whole number"),
+    ],
+)
 def test_compressor_specs_share_the_grammar_and_its_errors(spec, match):
     refused(check_compressor, spec, match=match)
 
@@ -100,15 +138,64 @@ def test_compressor_labels_are_canonical():
 
 NAMES = sorted(METHODS) + ["nope", "", " ", "AASD", "aasd ", "a]b", "a=b", "a,b"]
 KEYS = sorted(PARAMS) + ["", " ", "bogus", "pool", "fitted", "auto", "1x", "a-b", "é", "seed", "max_nodes", "alpha"]
-TRICKY = ["nan", "NaN", "inf", "-inf", "1e999", "-1e999", "1e-400", SEED_400, "9" * 5000, "٣", "１２", "٠.٥", "1_000", "0x10", "",
-          " ", "auto", "frozen", "online", "yes", "no", "full", "compressed", "1.0", "-0", "+5", " 7 ", "0.", ".5", "5e", "--1",
-          str(2**63 - 1), str(2**63), "1e18", "=", "[", "]", ","]
-values = st.one_of(st.sampled_from(TRICKY), st.integers(-(2**90), 2**90).map(str), st.floats().map(repr),
-                   st.text(max_size=8), st.integers(0, 10**300).map(str))
-items = st.one_of(st.builds(lambda k, v: f"{k}={v}", st.sampled_from(KEYS), values), st.sampled_from(KEYS), st.text(max_size=6))
-opens, closes = st.sampled_from(["[", "[", "[", "", "[[", "]", " ["]), st.sampled_from(["]", "]", "]", "", "]]", "][", "] x", "[]"])
+TRICKY = [
+    "nan",
+    "NaN",
+    "inf",
+    "-inf",
+    "1e999",
+    "-1e999",
+    "1e-400",
+    SEED_400,
+    "9" * 5000,
+    "٣",
+    "１２",
+    "٠.٥",
+    "1_000",
+    "0x10",
+    "",
+    " ",
+    "auto",
+    "frozen",
+    "online",
+    "yes",
+    "no",
+    "full",
+    "compressed",
+    "1.0",
+    "-0",
+    "+5",
+    " 7 ",
+    "0.",
+    ".5",
+    "5e",
+    "--1",
+    str(2**63 - 1),
+    str(2**63),
+    "1e18",
+    "=",
+    "[",
+    "]",
+    ",",
+]
+values = st.one_of(
+    st.sampled_from(TRICKY),
+    st.integers(-(2**90), 2**90).map(str),
+    st.floats().map(repr),
+    st.text(max_size=8),
+    st.integers(0, 10**300).map(str),
+)
+items = st.one_of(
+    st.builds(lambda k, v: f"{k}={v}", st.sampled_from(KEYS), values), st.sampled_from(KEYS), st.text(max_size=6)
+)
+opens, closes = (
+    st.sampled_from(["[", "[", "[", "", "[[", "]", " ["]),
+    st.sampled_from(["]", "]", "]", "", "]]", "][", "] x", "[]"]),
+)
 method_texts = st.one_of(
-    st.builds(lambda n, i, a, b: f"{n}{a}{','.join(i)}{b}", st.sampled_from(NAMES), st.lists(items, max_size=4), opens, closes),
+    st.builds(
+        lambda n, i, a, b: f"{n}{a}{','.join(i)}{b}", st.sampled_from(NAMES), st.lists(items, max_size=4), opens, closes
+    ),
     st.text(max_size=30),
     st.text(alphabet="aasdgrey[]=,0123456789.e-+_ ٣", max_size=30),
 )
@@ -144,8 +231,15 @@ def test_any_method_text_is_a_method_or_an_invalid_input_error(text, as_list):
         assert str(e) and "\n" not in str(e)
 
 
-scalars = st.one_of(st.none(), st.booleans(), st.integers(-(2**200), 2**200), st.floats(), st.sampled_from(TRICKY),
-                    st.text(max_size=6), st.lists(st.integers(), max_size=2))
+scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**200), 2**200),
+    st.floats(),
+    st.sampled_from(TRICKY),
+    st.text(max_size=6),
+    st.lists(st.integers(), max_size=2),
+)
 
 
 @CASES
@@ -159,13 +253,27 @@ def test_any_parameter_values_resolve_or_are_an_invalid_input_error(name, values
 
 
 compressor_texts = st.one_of(
-    st.builds(lambda n, i, a, b: f"{n}{a}{','.join(i)}{b}",
-              st.sampled_from(["selfinfo", "SelfInfo", "llmlingua", "llmlingua2", "nope", "", " "]),
-              st.lists(st.one_of(st.builds(lambda k, v: f"{k}={v}", st.sampled_from(["layers", "unit", "", "bogus", "LAYERS"]),
-                                           st.one_of(values, st.sampled_from(["word", "sentence", "Sentence"]))),
-                                 st.text(max_size=6)), max_size=3),
-              opens, closes),
-    st.text(max_size=30), st.none(), st.integers(), st.floats(),
+    st.builds(
+        lambda n, i, a, b: f"{n}{a}{','.join(i)}{b}",
+        st.sampled_from(["selfinfo", "SelfInfo", "llmlingua", "llmlingua2", "nope", "", " "]),
+        st.lists(
+            st.one_of(
+                st.builds(
+                    lambda k, v: f"{k}={v}",
+                    st.sampled_from(["layers", "unit", "", "bogus", "LAYERS"]),
+                    st.one_of(values, st.sampled_from(["word", "sentence", "Sentence"])),
+                ),
+                st.text(max_size=6),
+            ),
+            max_size=3,
+        ),
+        opens,
+        closes,
+    ),
+    st.text(max_size=30),
+    st.none(),
+    st.integers(),
+    st.floats(),
 )
 
 

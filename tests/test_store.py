@@ -1,5 +1,6 @@
 """The trace store on SQLite and, when WORKBENCH_TEST_PG_URL names a server (.ci/run starts one), on PostgreSQL:
 round trips, atomic runs, killed writers, corrupt and locked files, CSV, concurrency and the CLI."""
+
 from __future__ import annotations
 
 import json
@@ -19,13 +20,28 @@ from sqlalchemy import create_engine, make_url, text
 
 from core.trace import NodeTrace, RunTrace, StepTrace
 from workbench.commands.main import main
-from workbench.store import (CorruptStoreError, CsvFormatError, RunNotFoundError, SchemaVersionError, Store,
-                             StoreLockedError, compare_traces, resolve_url)
+from workbench.store import (
+    CorruptStoreError,
+    CsvFormatError,
+    RunNotFoundError,
+    SchemaVersionError,
+    Store,
+    StoreLockedError,
+    compare_traces,
+    resolve_url,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 PG_URL = os.environ.get("WORKBENCH_TEST_PG_URL")
-BACKENDS = ["sqlite", pytest.param("postgresql", marks=pytest.mark.skipif(
-    not PG_URL, reason="no PostgreSQL server: set WORKBENCH_TEST_PG_URL (bash .ci/run starts one and sets it)"))]
+BACKENDS = [
+    "sqlite",
+    pytest.param(
+        "postgresql",
+        marks=pytest.mark.skipif(
+            not PG_URL, reason="no PostgreSQL server: set WORKBENCH_TEST_PG_URL (bash .ci/run starts one and sets it)"
+        ),
+    ),
+]
 
 
 def _pg_database(name: str) -> str:
@@ -43,10 +59,12 @@ def _pg_database(name: str) -> str:
 @pytest.fixture(params=BACKENDS)
 def new_url(request, tmp_path):
     """Factory of empty databases of the test's backend: new_url("a"), new_url("b")."""
+
     def make(name: str = "a") -> str:
         if request.param == "sqlite":
             return f"sqlite:///{tmp_path / f'{name}.db'}"
         return _pg_database(f"{request.node.name.split('[')[0][5:30]}_{name}".lower())
+
     make.backend = request.param
     return make
 
@@ -72,26 +90,69 @@ def make_run(steps: int = 4, nodes: int = 3, method: str = "pld", seed: int = 0,
         ns = []
         for j in range(nodes):
             root = j == 0
-            ns.append(NodeTrace(
-                step=i, cache_pos=7 + 2 * i, node=j, parent=j - 1, depth=j, token_id=10 + j + seed,
-                token_text=["", " the", "é\n\"q\",x"][j % 3], source="root" if root else ("context", "alignment")[j % 2],
-                decision="accepted" if j < nodes - 1 else "rejected", reason="p ≥ δ" if j else "root",
-                p=None if root else 1 / (j + 2 + seed), entropy=None if root else 0.1 * j + seed,
-                max_p=None if root else 0.9, p_eos=None if root else 1e-9, rank=None if root else j - 1,
-                logit_gap=None if root else (math.inf if j == 2 else 0.25), threshold=None if root else 0.1,
-                draft_p=0.5 if j == 1 else None, correction_id=None, mem_count=3 if j == 1 else None))
+            ns.append(
+                NodeTrace(
+                    step=i,
+                    cache_pos=7 + 2 * i,
+                    node=j,
+                    parent=j - 1,
+                    depth=j,
+                    token_id=10 + j + seed,
+                    token_text=["", " the", 'é\n"q",x'][j % 3],
+                    source="root" if root else ("context", "alignment")[j % 2],
+                    decision="accepted" if j < nodes - 1 else "rejected",
+                    reason="p ≥ δ" if j else "root",
+                    p=None if root else 1 / (j + 2 + seed),
+                    entropy=None if root else 0.1 * j + seed,
+                    max_p=None if root else 0.9,
+                    p_eos=None if root else 1e-9,
+                    rank=None if root else j - 1,
+                    logit_gap=None if root else (math.inf if j == 2 else 0.25),
+                    threshold=None if root else 0.1,
+                    draft_p=0.5 if j == 1 else None,
+                    correction_id=None,
+                    mem_count=3 if j == 1 else None,
+                )
+            )
         emitted = [20 + i, 21 + i]
         emitted_all += emitted
-        out.append(StepTrace(index=i, cache_pos=7 + 2 * i, tree_size=nodes - 1, accepted=1, emitted=emitted,
-                             draft_ms=0.125 * i, forward_ms=1.5, verify_ms=0.2, bookkeeping_ms=1 / 3, nodes=ns))
-    return RunTrace(method=method, params={"max_new_tokens": 2 * steps, "delta": 0.1 + seed}, model="tiny/model",
-                    draft_model=None, device="cpu", dtype="float32", prompt='Say "hi",\nthen stop.', prompt_ids=[1, 2, 3],
-                    context="a document, with commas", output_text="hi there", output_ids=emitted_all, steps=out,
-                    prefill_seconds=0.01, decode_seconds=0.5 + seed, status=status, stop_reason="max_new_tokens",
-                    model_fingerprint="fp-1")
+        out.append(
+            StepTrace(
+                index=i,
+                cache_pos=7 + 2 * i,
+                tree_size=nodes - 1,
+                accepted=1,
+                emitted=emitted,
+                draft_ms=0.125 * i,
+                forward_ms=1.5,
+                verify_ms=0.2,
+                bookkeeping_ms=1 / 3,
+                nodes=ns,
+            )
+        )
+    return RunTrace(
+        method=method,
+        params={"max_new_tokens": 2 * steps, "delta": 0.1 + seed},
+        model="tiny/model",
+        draft_model=None,
+        device="cpu",
+        dtype="float32",
+        prompt='Say "hi",\nthen stop.',
+        prompt_ids=[1, 2, 3],
+        context="a document, with commas",
+        output_text="hi there",
+        output_ids=emitted_all,
+        steps=out,
+        prefill_seconds=0.01,
+        decode_seconds=0.5 + seed,
+        status=status,
+        stop_reason="max_new_tokens",
+        model_fingerprint="fp-1",
+    )
 
 
 # ---------------------------------------------------------------- round trips and queries
+
 
 def test_save_load_query_delete(new_url, stores):
     store = stores(new_url())
@@ -125,7 +186,13 @@ def test_compare_runs():
     assert compare_traces(a, b)["identical"]
     b.output_ids = a.output_ids[:3] + [99] + a.output_ids[4:]
     c = compare_traces(a, b)
-    assert (c["first_divergence"], c["token_a"], c["token_b"], c["step_a"], c["step_b"]) == (3, a.output_ids[3], 99, 1, 1)
+    assert (c["first_divergence"], c["token_a"], c["token_b"], c["step_a"], c["step_b"]) == (
+        3,
+        a.output_ids[3],
+        99,
+        1,
+        1,
+    )
     assert c["lengths_a"] == [2, 2, 2]
     short = make_run(steps=2)
     c = compare_traces(a, short)
@@ -157,6 +224,7 @@ def test_tiny_model_traces_round_trip(new_url, stores, tiny):
 
 
 # ---------------------------------------------------------------- atomic runs
+
 
 def test_recording_streams_and_marks_status(new_url, stores):
     url = new_url()
@@ -243,6 +311,7 @@ def test_killed_writer_leaves_earlier_runs_and_is_marked(new_url, stores):
 
 # ---------------------------------------------------------------- damaged, locked, versioned
 
+
 def test_corrupt_file_is_refused_and_left_alone(tmp_path):
     junk = tmp_path / "junk.db"
     junk.write_bytes(b"this is not a database\x00" * 100)
@@ -295,6 +364,7 @@ def test_schema_versions(new_url, stores):
 
     from alembic.autogenerate import compare_metadata
     from alembic.runtime.migration import MigrationContext
+
     from workbench.store import Base
 
     with store.engine.connect() as conn:  # the migration builds exactly the tables the models describe
@@ -314,6 +384,7 @@ def test_schema_versions(new_url, stores):
 
 
 # ---------------------------------------------------------------- CSV
+
 
 def test_csv_round_trip_is_byte_identical(new_url, stores, tmp_path):
     import pandas as pd
@@ -356,15 +427,18 @@ def _edit(path: Path, row: int, column: str, value: str) -> None:
         csv.writer(f, lineterminator="\n").writerows(rows)
 
 
-@pytest.mark.parametrize("file,row,column,value,message", [
-    ("nodes.csv", 7, "p", "abc", "nodes.csv row 7, column 'p': is not a number"),
-    ("nodes.csv", 7, "decision", "maybe", "nodes.csv row 7, column 'decision': must be one of"),
-    ("nodes.csv", 7, "step", "9", "nodes.csv row 7, column 'step': run 1 has no step 9"),
-    ("steps.csv", 3, "emitted", "[1,", "steps.csv row 3, column 'emitted'"),
-    ("steps.csv", 3, "accepted", "", "steps.csv row 3, column 'accepted': is empty but required"),
-    ("runs.csv", 2, "status", "done", "runs.csv row 2, column 'status': must be one of"),
-    ("runs.csv", 2, "created", "yesterday", "runs.csv row 2, column 'created'"),
-])
+@pytest.mark.parametrize(
+    "file,row,column,value,message",
+    [
+        ("nodes.csv", 7, "p", "abc", "nodes.csv row 7, column 'p': is not a number"),
+        ("nodes.csv", 7, "decision", "maybe", "nodes.csv row 7, column 'decision': must be one of"),
+        ("nodes.csv", 7, "step", "9", "nodes.csv row 7, column 'step': run 1 has no step 9"),
+        ("steps.csv", 3, "emitted", "[1,", "steps.csv row 3, column 'emitted'"),
+        ("steps.csv", 3, "accepted", "", "steps.csv row 3, column 'accepted': is empty but required"),
+        ("runs.csv", 2, "status", "done", "runs.csv row 2, column 'status': must be one of"),
+        ("runs.csv", 2, "created", "yesterday", "runs.csv row 2, column 'created'"),
+    ],
+)
 def test_malformed_csv_is_refused_and_nothing_imported(new_url, stores, tmp_path, file, row, column, value, message):
     store = stores(new_url("a"))
     store.save_run(make_run(steps=2))
@@ -382,7 +456,9 @@ def test_csv_header_and_files_are_checked(tmp_path, stores):
     store.export_csv(None, tmp_path / "x")
     nodes = tmp_path / "x" / "nodes.csv"
     nodes.write_text(nodes.read_text().replace("logit_gap", "gap", 1))
-    with pytest.raises(CsvFormatError, match=r"nodes.csv: the header.*missing columns \['logit_gap'\].*unknown columns \['gap'\]"):
+    with pytest.raises(
+        CsvFormatError, match=r"nodes.csv: the header.*missing columns \['logit_gap'\].*unknown columns \['gap'\]"
+    ):
         store.import_csv(tmp_path / "x")
     (tmp_path / "x" / "steps.csv").unlink()
     with pytest.raises(CsvFormatError, match="steps.csv is missing"):
@@ -390,6 +466,7 @@ def test_csv_header_and_files_are_checked(tmp_path, stores):
 
 
 # ---------------------------------------------------------------- concurrency
+
 
 def test_concurrent_writers_lose_nothing(new_url, stores):
     url = new_url()
@@ -429,10 +506,13 @@ def test_concurrent_writers_lose_nothing(new_url, stores):
 
 # ---------------------------------------------------------------- configuration and CLI
 
+
 def test_unreachable_server_is_named():
     from workbench.store import StoreUnavailableError
 
-    with pytest.raises(StoreUnavailableError, match=r"cannot use the trace store postgresql\+psycopg://nobody:\*\*\*@127.0.0.1:9/x"):
+    with pytest.raises(
+        StoreUnavailableError, match=r"cannot use the trace store postgresql\+psycopg://nobody:\*\*\*@127.0.0.1:9/x"
+    ):
         Store("postgresql+psycopg://nobody:secret@127.0.0.1:9/x")
 
 
@@ -445,7 +525,9 @@ def test_db_location(monkeypatch, tmp_path):
     assert (tmp_path / "home" / "traces.db").exists()
     monkeypatch.setenv("WORKBENCH_DB", "postgresql+psycopg://u@localhost/x")
     assert resolve_url() == "postgresql+psycopg://u@localhost/x"
-    assert resolve_url(str(tmp_path / "t.db")) == f"sqlite:///{tmp_path / 't.db'}"  # --db wins; a bare path is a SQLite file
+    assert (
+        resolve_url(str(tmp_path / "t.db")) == f"sqlite:///{tmp_path / 't.db'}"
+    )  # --db wins; a bare path is a SQLite file
 
 
 def test_cli_store_commands(new_url, stores, tmp_path, capsys):
@@ -485,8 +567,22 @@ def test_generate_and_bench_store_real_runs(smollm2, tmp_path, capsys):
     """SmolLM2 through the CLI: generate stores its run (run_id in --json), --no-store does not, bench stores each run."""
     db = str(tmp_path / "t.db")
     common = ["--device", "cpu", "--dtype", "float32", "--max-new-tokens", "16", "--db", db]
-    assert main(["generate", "--method", "pld", "--prompt", "Repeat: the quick brown fox jumps over the lazy dog.",
-                 "--json", "--tag", "smoke", *common]) == 0
+    assert (
+        main(
+            [
+                "generate",
+                "--method",
+                "pld",
+                "--prompt",
+                "Repeat: the quick brown fox jumps over the lazy dog.",
+                "--json",
+                "--tag",
+                "smoke",
+                *common,
+            ]
+        )
+        == 0
+    )
     out = json.loads(capsys.readouterr().out)
     with Store(db) as store:
         stored = store.load_run(out["run_id"])
@@ -495,8 +591,25 @@ def test_generate_and_bench_store_real_runs(smollm2, tmp_path, capsys):
         assert stored.trace.model_fingerprint == smollm2.fingerprint
         assert main(["generate", "--method", "greedy", "--prompt", "Hi", "--json", "--no-store", *common]) == 0
         assert json.loads(capsys.readouterr().out)["run_id"] is None
-        assert main(["bench", "--data", str(ROOT / "assets" / "samples.jsonl"), "--methods", "pld", "--categories", "qa", "--limit", "1",
-                     "--out", str(tmp_path / "b.json"), *common]) == 0
+        assert (
+            main(
+                [
+                    "bench",
+                    "--data",
+                    str(ROOT / "assets" / "samples.jsonl"),
+                    "--methods",
+                    "pld",
+                    "--categories",
+                    "qa",
+                    "--limit",
+                    "1",
+                    "--out",
+                    str(tmp_path / "b.json"),
+                    *common,
+                ]
+            )
+            == 0
+        )
         rows = json.loads((tmp_path / "b.json").read_text())["tasks"]
         bench_runs = store.list_runs(tag="bench", limit=None)
         assert sorted(r["run_id"] for r in rows) == sorted(r.id for r in bench_runs) and len(rows) >= 2

@@ -2,6 +2,7 @@
 in float32, first sight and repeat); the corpus's state (cold, frozen, online, size and hash) in each run's
 params and a frozen corpus rerunning alike; aasd[fallback=suffix] and suffix-aasd; `history` nodes through
 the store, re-scoring, CSV and OpenInference."""
+
 from __future__ import annotations
 
 import json
@@ -139,7 +140,10 @@ def test_suffix_aasd_verifies_every_node_with_the_adaptive_rule():
     assert callable(rules)  # one rule for every source, history included
     model = make_tiny(1)
     corpus = SuffixCorpus(fingerprint="tiny")
-    runs = [run_method("suffix-aasd", model, prompt(9), {"max_new_tokens": 32, "max_nodes": 8}, corpus=corpus) for _ in range(2)]
+    runs = [
+        run_method("suffix-aasd", model, prompt(9), {"max_new_tokens": 32, "max_nodes": 8}, corpus=corpus)
+        for _ in range(2)
+    ]
     assert judged(runs[1], "history", "accepted") > 0
     assert all(n.threshold is not None for s in runs[1].steps for n in s.nodes if n.source == "history")
 
@@ -160,8 +164,9 @@ def test_history_nodes_rescore_and_round_trip_through_csv_and_openinference(tmp_
         run = run_method(name, model, prompt(5), params, corpus=corpus)
         rid = store.save_run(run)
         stored = store.load_run(rid).trace
-        assert [[(n.source, n.decision) for n in s.nodes] for s in stored.steps] == \
-               [[(n.source, n.decision) for n in s.nodes] for s in run.steps]
+        assert [[(n.source, n.decision) for n in s.nodes] for s in stored.steps] == [
+            [(n.source, n.decision) for n in s.nodes] for s in run.steps
+        ]
         again = rescore_run(stored)
         assert again.first_divergence is None and again.flip_counts == {}
         for step, new in zip(run.steps, again.steps):
@@ -173,17 +178,20 @@ def test_history_nodes_rescore_and_round_trip_through_csv_and_openinference(tmp_
     ids = copy.import_csv(tmp_path / "csv")
     assert any(n.source == "history" for rid in ids for s in copy.load_run(rid).trace.steps for n in s.nodes)
     export_openinference(store, [rid for rid, _ in saved], tmp_path / "spans.jsonl")
-    nodes = [n for line in (tmp_path / "spans.jsonl").read_text().splitlines()
-             for n in json.loads(json.loads(line)["attributes"].get("workbench.step.nodes", "[]"))]
+    nodes = [
+        n
+        for line in (tmp_path / "spans.jsonl").read_text().splitlines()
+        for n in json.loads(json.loads(line)["attributes"].get("workbench.step.nodes", "[]"))
+    ]
     assert any(n["source"] == "history" and n["decision"] == "accepted" for n in nodes)
 
 
 # ---------------------------------------------------------------- the real model (float32)
 @pytest.mark.real_model
 def test_suffix_equals_greedy_on_smollm2_first_sight_and_repeat(smollm2):
-    from core.models import encode_prompt
-
     from test_real_exactness import first_divergence_is_near_tie
+
+    from core.models import encode_prompt
 
     rows = spec_bench_rows(("coding", "summarization"), 1)
     corpus = SuffixCorpus(fingerprint=smollm2.fingerprint)
@@ -204,8 +212,12 @@ def test_history_tokens_are_coloured_and_in_the_legend():
 
     model = make_tiny(0)
     corpus = SuffixCorpus(fingerprint="tiny")
-    runs = [run_method("suffix", model, prompt(5), {"max_new_tokens": 32, "max_nodes": 8}, corpus=corpus) for _ in range(2)]
+    runs = [
+        run_method("suffix", model, prompt(5), {"max_new_tokens": 32, "max_nodes": 8}, corpus=corpus) for _ in range(2)
+    ]
     origins = [origin for _, origin in token_origins(runs[1])]
     assert "history" in origins and len(origins) == len(runs[1].output_ids)
-    assert 'title="from the model&#x27;s previous outputs' in legend_html() and ORIGIN_COLORS["history"] in legend_html()
+    assert (
+        'title="from the model&#x27;s previous outputs' in legend_html() and ORIGIN_COLORS["history"] in legend_html()
+    )
     assert len(set(ORIGIN_COLORS.values())) == len(ORIGIN_COLORS)  # its own colour

@@ -1,5 +1,6 @@
 """core.suffix against brute force: the suffix array's order, the longest suffix match, continuation
 counts, the best-first tree, LRU eviction, frozen / online, the content hash and corpus files."""
+
 from __future__ import annotations
 
 import heapq
@@ -12,8 +13,18 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from core.suffix import (CONTEXT, HISTORY, SORT_DEPTH, ContextIndex, CorruptCorpusError, FrozenCorpusError,
-                         SuffixArray, SuffixCorpus, SuffixSpeculator, node_budget)
+from core.suffix import (
+    CONTEXT,
+    HISTORY,
+    SORT_DEPTH,
+    ContextIndex,
+    CorruptCorpusError,
+    FrozenCorpusError,
+    SuffixArray,
+    SuffixCorpus,
+    SuffixSpeculator,
+    node_budget,
+)
 from core.suffix.array import SEPARATOR, sort_suffixes
 from core.suffix.corpus import FORMAT, MAGIC
 
@@ -105,7 +116,12 @@ def seqs(max_len=24, min_len=0):
 @st.composite
 def random_scenario(draw):
     """A corpus, a prompt and the chunks later committed, all random over a small alphabet."""
-    return draw(seqs(12)), draw(st.lists(seqs(30), max_size=8)), draw(seqs(12, 1)), draw(st.lists(seqs(4, 1), max_size=5))
+    return (
+        draw(seqs(12)),
+        draw(st.lists(seqs(30), max_size=8)),
+        draw(seqs(12, 1)),
+        draw(st.lists(seqs(4, 1), max_size=5)),
+    )
 
 
 @st.composite
@@ -134,13 +150,15 @@ def scenario(draw):
     return [m(s) for s in corpus], m(prompt), [m(s) for s in steps]
 
 
-params = st.fixed_dictionaries({
-    "max_match": st.sampled_from([1, 3, 64, 64]),
-    "alpha": st.sampled_from([1.0, 4.0]),
-    "max_nodes": st.sampled_from([3, 16, 64]),
-    "min_prob": st.sampled_from([0.0, 0.1, 0.34]),
-    "max_depth": st.sampled_from([2, 64]),
-})
+params = st.fixed_dictionaries(
+    {
+        "max_match": st.sampled_from([1, 3, 64, 64]),
+        "alpha": st.sampled_from([1.0, 4.0]),
+        "max_nodes": st.sampled_from([3, 16, 64]),
+        "min_prob": st.sampled_from([0.0, 0.1, 0.34]),
+        "max_depth": st.sampled_from([2, 64]),
+    }
+)
 
 
 # ---------------------------------------------------------------- the suffix array
@@ -199,8 +217,12 @@ def test_children_of_a_long_range_take_the_vectorised_path_alike():
 
 
 # ---------------------------------------------------------------- the longest match
-@given(st.lists(st.integers(0, 3), min_size=1, max_size=50), st.lists(st.lists(st.integers(0, 3), min_size=1, max_size=6), max_size=8),
-       st.sampled_from([1, 2, 4, 256]), st.sampled_from([2, 5, 64]))
+@given(
+    st.lists(st.integers(0, 3), min_size=1, max_size=50),
+    st.lists(st.lists(st.integers(0, 3), min_size=1, max_size=6), max_size=8),
+    st.sampled_from([1, 2, 4, 256]),
+    st.sampled_from([2, 5, 64]),
+)
 @settings(max_examples=200, deadline=None)
 def test_context_longest_match_is_brute_force(prompt, chunks, seal_min, max_match):
     ctx = ContextIndex(prompt, seal_min=seal_min)
@@ -214,7 +236,7 @@ def test_context_longest_match_is_brute_force(prompt, chunks, seal_min, max_matc
             s, n = text[-k:], len(text)
             expected = [e for e in range(k - 1, n - 1) if text[e - k + 1 : e + 1] == s]
             assert ends.tolist() == expected
-        assert ctx.longest_match(max_match, upper=k) [0] == k
+        assert ctx.longest_match(max_match, upper=k)[0] == k
 
 
 @given(scenario(), params)
@@ -315,11 +337,22 @@ class RefLRU:
             self.reqs.popitem(last=False)
 
 
-ops = st.lists(st.tuples(st.sampled_from(["add", "add", "add", "touch", "evict"]), st.integers(0, 7),
-                         st.lists(st.integers(0, 4), min_size=1, max_size=12)), max_size=25)
+ops = st.lists(
+    st.tuples(
+        st.sampled_from(["add", "add", "add", "touch", "evict"]),
+        st.integers(0, 7),
+        st.lists(st.integers(0, 4), min_size=1, max_size=12),
+    ),
+    max_size=25,
+)
 
 
-@given(ops, st.sampled_from([5, 20, 60]), st.sampled_from([1, 8, 4096]), st.lists(st.integers(0, 4), min_size=1, max_size=12))
+@given(
+    ops,
+    st.sampled_from([5, 20, 60]),
+    st.sampled_from([1, 8, 4096]),
+    st.lists(st.integers(0, 4), min_size=1, max_size=12),
+)
 @SETTINGS
 def test_lru_eviction_and_in_place_drops_match_a_fresh_build(operations, bound, fresh_min, query):
     corpus = SuffixCorpus(max_tokens=bound)
@@ -377,8 +410,14 @@ def test_frozen_and_online_modes():
     spec.begin([8, 4, 5])  # the next request drafts from the first one's output
     d = spec.propose()
     assert d.tokens[:2] == [6, 7] and d.sources[0] == HISTORY
-    assert online.state() == {"mode": "online", "requests": 1, "tokens": 4, "max_tokens": 100,
-                              "hash": online.content_hash(), "fingerprint": None}
+    assert online.state() == {
+        "mode": "online",
+        "requests": 1,
+        "tokens": 4,
+        "max_tokens": 100,
+        "hash": online.content_hash(),
+        "fingerprint": None,
+    }
     # a lookup's snapshot of the arrays is not changed by a later eviction
     snapshot = online.arrays()
     online.evict("local-0")
@@ -428,18 +467,30 @@ def _rewrite(path, mutate):
     path.write_bytes(raw + hashlib.sha256(raw).digest())
 
 
-@pytest.mark.parametrize("damage, message", [
-    (lambda p: p.write_bytes(p.read_bytes()[:-40]), "checksum does not match"),
-    (lambda p: p.write_bytes(p.read_bytes()[:-5] + bytes([p.read_bytes()[-5] ^ 1]) + p.read_bytes()[-4:]), "checksum"),
-    (lambda p: p.write_bytes(b"not a corpus at all"), "wrong magic"),
-    (lambda p: p.write_bytes(MAGIC + b"\x01"), "truncated"),
-    (lambda p: _rewrite(p, lambda r: r[: len(MAGIC)] + struct.pack("<I", FORMAT + 1) + r[len(MAGIC) + 4 :]), "has format 2"),
-    (lambda p: _rewrite(p, lambda r: r[:-4]), "header is invalid"),
-    (lambda p: _rewrite(p, lambda r: r[:-4] + struct.pack("<i", 99)), "does not hold what its header says"),
-    (lambda p: _rewrite(p, lambda r: r.replace(b'"keys":[3,"r7"]', b'"keys":[3,3.5]')), "header is invalid"),
-    (lambda p: _rewrite(p, lambda r: r.replace(b'"max_tokens":1000000', b'"max_tokens":      0')), "header is invalid .bound 0"),
-    (lambda p: _rewrite(p, lambda r: r.replace(b'"mode":"online"', b'"mode":"banana"')), "header is invalid .mode"),
-])
+@pytest.mark.parametrize(
+    "damage, message",
+    [
+        (lambda p: p.write_bytes(p.read_bytes()[:-40]), "checksum does not match"),
+        (
+            lambda p: p.write_bytes(p.read_bytes()[:-5] + bytes([p.read_bytes()[-5] ^ 1]) + p.read_bytes()[-4:]),
+            "checksum",
+        ),
+        (lambda p: p.write_bytes(b"not a corpus at all"), "wrong magic"),
+        (lambda p: p.write_bytes(MAGIC + b"\x01"), "truncated"),
+        (
+            lambda p: _rewrite(p, lambda r: r[: len(MAGIC)] + struct.pack("<I", FORMAT + 1) + r[len(MAGIC) + 4 :]),
+            "has format 2",
+        ),
+        (lambda p: _rewrite(p, lambda r: r[:-4]), "header is invalid"),
+        (lambda p: _rewrite(p, lambda r: r[:-4] + struct.pack("<i", 99)), "does not hold what its header says"),
+        (lambda p: _rewrite(p, lambda r: r.replace(b'"keys":[3,"r7"]', b'"keys":[3,3.5]')), "header is invalid"),
+        (
+            lambda p: _rewrite(p, lambda r: r.replace(b'"max_tokens":1000000', b'"max_tokens":      0')),
+            "header is invalid .bound 0",
+        ),
+        (lambda p: _rewrite(p, lambda r: r.replace(b'"mode":"online"', b'"mode":"banana"')), "header is invalid .mode"),
+    ],
+)
 def test_a_damaged_file_is_refused_with_a_clear_error(tmp_path, damage, message):
     path = SuffixCorpus([(3, [1, 2, 3]), ("r7", [4, 5, 6, 7])]).save(tmp_path / "c.corpus")
     damage(path)
@@ -476,12 +527,14 @@ def test_real_text_drafts_the_repeated_output_and_matches_brute_force():
 
     if not is_fetched("smollm2-135m"):
         pytest.skip("smollm2-135m is not fetched")
-    from transformers import AutoTokenizer
-
     import json
 
+    from transformers import AutoTokenizer
+
     tok = AutoTokenizer.from_pretrained(preset_path("smollm2-135m"))
-    outputs = [tok.encode(inspect.getsource(f)) for f in (json.dumps, textwrap.dedent, textwrap.fill, inspect.getsource)]
+    outputs = [
+        tok.encode(inspect.getsource(f)) for f in (json.dumps, textwrap.dedent, textwrap.fill, inspect.getsource)
+    ]
     corpus = SuffixCorpus(enumerate(outputs), fingerprint="smollm2")
     # the new output: textwrap.dedent's source with a renamed variable (a small change to an old output)
     target = tok.encode(inspect.getsource(textwrap.dedent).replace("margin", "indent_prefix"))

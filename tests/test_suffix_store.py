@@ -1,4 +1,5 @@
 """The suffix corpus read from the trace store (workbench.store.corpus), on SQLite and PostgreSQL."""
+
 from __future__ import annotations
 
 import pytest
@@ -11,9 +12,19 @@ from workbench.store.corpus import load_corpus, stored_outputs
 
 
 def run(output_ids, fingerprint="fp-a", status="complete", method="greedy") -> RunTrace:
-    return RunTrace(method=method, params={}, model="m", draft_model=None, device="cpu", dtype="float32",
-                    prompt="p", prompt_ids=[1, 2], output_ids=list(output_ids), status=status,
-                    model_fingerprint=fingerprint)
+    return RunTrace(
+        method=method,
+        params={},
+        model="m",
+        draft_model=None,
+        device="cpu",
+        dtype="float32",
+        prompt="p",
+        prompt_ids=[1, 2],
+        output_ids=list(output_ids),
+        status=status,
+        model_fingerprint=fingerprint,
+    )
 
 
 def test_outputs_of_one_fingerprint_newest_first_within_the_bound(new_url, stores):  # noqa: F811
@@ -28,8 +39,12 @@ def test_outputs_of_one_fingerprint_newest_first_within_the_bound(new_url, store
     ids["repeat"] = store.save_run(run([1, 2, 3], method="pld"))  # the same output under another method
     ids["new"] = store.save_run(run([13, 14]))
 
-    assert stored_outputs(store, "fp-a") == [(ids["new"], [13, 14]), (ids["repeat"], [1, 2, 3]),
-                                             (ids["mid"], [9, 10, 11, 12]), (ids["tiny"], [20])]
+    assert stored_outputs(store, "fp-a") == [
+        (ids["new"], [13, 14]),
+        (ids["repeat"], [1, 2, 3]),
+        (ids["mid"], [9, 10, 11, 12]),
+        (ids["tiny"], [20]),
+    ]
     assert stored_outputs(store, "fp-a", dedupe=False)[-2:] == [(ids["old"], [1, 2, 3]), (ids["tiny"], [20])]
     # the bound: newest first, and the first run that does not fit ends the list (the older, shorter
     # "tiny" would fit in what is left, but a corpus is the newest runs, without gaps)

@@ -1,6 +1,7 @@
 """The workbench's suffix corpus (workbench.suffix_corpus): opened from the store, brought up to date from
 a saved file, cut to its bound with a message, a corrupt or foreign file refused and rebuilt from the
 store; stored runs join it as they finish, frozen and cold ones do not; and stream_run drafts from it."""
+
 from __future__ import annotations
 
 import random
@@ -92,7 +93,11 @@ def test_stored_runs_join_the_installed_corpus_unless_frozen_or_cold(store, mode
     cold = run_method("suffix", model, prompt(31), {"max_new_tokens": 16, "max_nodes": 8, "cold": 1})
     assert not sc.record_output(cold, store.save_run(cold)) and len(corpus) == before
     # a prompt whose answer does not end at once (a tiny random model often says EOS first)
-    seed, plain = next((s, r) for s in range(32, 80) if len((r := run_method("greedy", model, prompt(s), {"max_new_tokens": 16})).output_ids) >= 12)
+    seed, plain = next(
+        (s, r)
+        for s in range(32, 80)
+        if len((r := run_method("greedy", model, prompt(s), {"max_new_tokens": 16})).output_ids) >= 12
+    )
     rid = store.save_run(plain)
     assert sc.record_output(plain, rid) and len(corpus) == before + 1 and corpus.keys()[-1] == rid
     # The suffix run drafts greedy's stored output: history nodes accepted on its first sight of the prompt.
@@ -104,7 +109,9 @@ def test_stored_runs_join_the_installed_corpus_unless_frozen_or_cold(store, mode
 def test_stream_run_opens_the_corpus_and_adds_the_stored_run(store, model):
     from workbench.service import Models, stream_run
 
-    out = list(stream_run("greedy", Models(model, None), prompt(40), {"max_new_tokens": 12}, prompt_text="", store=store))
+    out = list(
+        stream_run("greedy", Models(model, None), prompt(40), {"max_new_tokens": 12}, prompt_text="", store=store)
+    )
     run_id = out[-1].run_id
     corpus = corpus_module.shared_corpus("tiny-wb")
     assert run_id in corpus.keys() and len(corpus) == 4
@@ -115,8 +122,10 @@ def test_the_corpus_view_lists_strings_reused_across_requests():
     from workbench.ui.corpus_view import corpus_markdown, most_reused
 
     shared = [7, 8, 9, 10]
-    corpus = SuffixCorpus([("a", [2, 3] + shared + [4]), ("b", shared + [5, 6]), ("c", [11, 12, 13, 14, 11, 12, 13, 14])],
-                          fingerprint="tiny-wb")
+    corpus = SuffixCorpus(
+        [("a", [2, 3] + shared + [4]), ("b", shared + [5, 6]), ("c", [11, 12, 13, 14, 11, 12, 13, 14])],
+        fingerprint="tiny-wb",
+    )
     rows = most_reused(corpus, length=3, top=5)
     # [11 12 13] occurs twice but in one request only: not reused across requests
     assert rows == [((7, 8, 9), 2, 2), ((8, 9, 10), 2, 2)]

@@ -4,6 +4,7 @@ as the papers write it, here in the test. A test that re-derived decisions from 
 would pass an engine that computed a value wrongly and recorded it consistently (p(EOS) left out, a generated
 node judged by the relaxed rule, a rescue without CSD's gate); these do not (docs/TESTING.md lists the
 mutations each catches)."""
+
 from __future__ import annotations
 
 import math
@@ -101,8 +102,14 @@ def test_csd_rescues_exactly_when_the_memory_and_the_targets_own_gap_allow(targe
     tau, lam = 0.2, 0
     rescued = refused = 0
     for prompt in repeating_prompts(3, seed=30):
-        run = run_method("csd", target, prompt, {"max_new_tokens": 40, "lam": lam, "tau": tau}, draft=with_noise,
-                         memory=CorrectionMemory())
+        run = run_method(
+            "csd",
+            target,
+            prompt,
+            {"max_new_tokens": 40, "lam": lam, "tau": tau},
+            draft=with_noise,
+            memory=CorrectionMemory(),
+        )
         for n, fresh in fresh_node_stats(target, prompt, run, sample=12):
             if n.correction_id is None or n.mem_count is None:
                 continue

@@ -6,6 +6,7 @@ where `.tolist()` and `.cpu()` do not reach the dispatcher: those are counted wh
 copy to the host from a device). The numpy fast paths of core.target_stats run only on CPU tensors and are not
 counted (on a device their torch twins run instead).
 """
+
 from __future__ import annotations
 
 import traceback
@@ -17,11 +18,14 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from core.methods import run_method
 
-
 # A scalar read reaches the dispatcher as `item` under inference mode (the engine's) and as `_local_scalar_dense`
 # outside it; `bool(t)` as `is_nonzero`, `torch.equal` as `equal`.
-SCALAR_READS = (torch.ops.aten._local_scalar_dense.default, torch.ops.aten.item.default,
-                torch.ops.aten.is_nonzero.default, torch.ops.aten.equal.default)
+SCALAR_READS = (
+    torch.ops.aten._local_scalar_dense.default,
+    torch.ops.aten.item.default,
+    torch.ops.aten.is_nonzero.default,
+    torch.ops.aten.equal.default,
+)
 
 
 class HostTransfers(TorchDispatchMode):
@@ -54,8 +58,12 @@ class HostTransfers(TorchDispatchMode):
         elif func in (torch.ops.aten._to_copy.default, torch.ops.aten.copy_.default):
             src = args[1] if func is torch.ops.aten.copy_.default else args[0]
             dst_device = args[0].device if func is torch.ops.aten.copy_.default else kwargs.get("device")
-            if isinstance(src, torch.Tensor) and src.device.type != "cpu" and dst_device is not None \
-                    and torch.device(dst_device).type == "cpu":
+            if (
+                isinstance(src, torch.Tensor)
+                and src.device.type != "cpu"
+                and dst_device is not None
+                and torch.device(dst_device).type == "cpu"
+            ):
                 self._hit("copy to cpu")
         return func(*args, **kwargs)
 
@@ -67,10 +75,16 @@ def transfers_per_step(monkeypatch, method: str, params: dict, draft=None, promp
     counter = HostTransfers(monkeypatch)
     marks: list[tuple[int, int]] = []
     with counter:
-        run = run_method(method, target, prompt, {"max_new_tokens": 24, **params}, draft=draft,
-                         on_step=lambda trace: marks.append((counter.count, len(counter.where))))
+        run = run_method(
+            method,
+            target,
+            prompt,
+            {"max_new_tokens": 24, **params},
+            draft=draft,
+            on_step=lambda trace: marks.append((counter.count, len(counter.where))),
+        )
     assert len(run.steps) >= 3, "too few steps to count"
-    return [(b[0] - a[0], counter.where[a[1]:b[1]]) for a, b in zip(marks, marks[1:])]
+    return [(b[0] - a[0], counter.where[a[1] : b[1]]) for a, b in zip(marks, marks[1:])]
 
 
 @pytest.mark.parametrize("method", ["greedy", "pld", "casd", "aasd", "recycle"])

@@ -1,4 +1,5 @@
 """Draft trees without a model: tries, budgets, masks, positions."""
+
 import torch
 
 from core.tree import DraftTree, ancestor_matrix, is_chain, merge_sequences, position_ids, tree_attention_mask

@@ -1,6 +1,7 @@
 """The workbench through its HTTP API (gradio_client), on the real default model: compare, replay,
 re-scoring, export, and bad input that must come back as a readable message while the app keeps serving.
 Also the replay's pure helpers (workbench/ui/replay_view.py) on a hand-built run, without the app."""
+
 from __future__ import annotations
 
 import csv
@@ -26,7 +27,7 @@ def compare(client, **kw):
     """status, 4 column heads, 4 metric lines, 4 token HTML blocks (the session's run ids stay server-side; the speed
     chart and table come last)."""
     out = client.predict(api_name="/compare", **kw)
-    return out[0], out[1:1 + SLOTS], out[1 + SLOTS:1 + 2 * SLOTS], out[1 + 2 * SLOTS:1 + 3 * SLOTS]
+    return out[0], out[1 : 1 + SLOTS], out[1 + SLOTS : 1 + 2 * SLOTS], out[1 + 2 * SLOTS : 1 + 3 * SLOTS]
 
 
 @pytest.fixture(scope="module")
@@ -67,7 +68,9 @@ def test_compare_scores_a_bundled_task_with_bench_scorer(app, default_comparison
     for head, line in zip(heads[:3], metrics[:3]):
         run = demo.store.load_run(ids[head.strip("# ").split("[")[0]]).trace  # ids by method name: aasd[auto] is aasd
         assert f"score **{score_task(task, run.output_text):.1f}**" in line, line
-    _, _, free, _ = compare(client, model_name="smollm2-135m", method_list=["greedy"], prompt_text="Say hi.", max_new_tokens=4)
+    _, _, free, _ = compare(
+        client, model_name="smollm2-135m", method_list=["greedy"], prompt_text="Say hi.", max_new_tokens=4
+    )
     assert "score" not in free[0]  # an edited prompt has no references that apply
 
 
@@ -133,6 +136,7 @@ def test_diff_of_two_stored_runs_states_the_first_divergence(app, default_compar
     greedy, aasd = (demo.store.load_run(ids[m]).trace for m in ("greedy", "aasd"))
     summary, body = client.predict(ids["greedy"], ids["aasd"], api_name="/diff")
     from core.stats import first_divergence
+
     j = first_divergence(greedy.output_ids, aasd.output_ids)
     if j is None:
         assert summary.startswith("**identical**") and "pair differ" not in body
@@ -155,15 +159,18 @@ def test_replay_draws_the_runs_acceptance_per_position(app, default_comparison):
 
 
 @real_model
-@pytest.mark.parametrize("kw, message", [
-    (dict(prompt_text="", context_text=""), "the prompt is empty"),
-    (dict(context_text="lighthouse keeper " * 6000), "context is 8192"),
-    (dict(method_list=["casd"], delta=2.0), "delta = 2.0 is out of range"),
-    # offline: refused before transformers retries the hub (workbench.ui.shared.check_model_source); online: the hub's answer
-    (dict(model_name="nobody/no-such-model"), "'nobody/no-such-model'"),
-    (dict(model_name="qwen2.5-coder-1.5b", method_list=["csd"]), "needs a draft model"),
-    (dict(method_list=["no-such-method"]), "unknown method 'no-such-method'"),
-])
+@pytest.mark.parametrize(
+    "kw, message",
+    [
+        (dict(prompt_text="", context_text=""), "the prompt is empty"),
+        (dict(context_text="lighthouse keeper " * 6000), "context is 8192"),
+        (dict(method_list=["casd"], delta=2.0), "delta = 2.0 is out of range"),
+        # offline: refused before transformers retries the hub (workbench.ui.shared.check_model_source); online: the hub's answer
+        (dict(model_name="nobody/no-such-model"), "'nobody/no-such-model'"),
+        (dict(model_name="qwen2.5-coder-1.5b", method_list=["csd"]), "needs a draft model"),
+        (dict(method_list=["no-such-method"]), "unknown method 'no-such-method'"),
+    ],
+)
 def test_bad_input_shows_a_message_and_the_app_keeps_serving(app, kw, message):
     _, client = app
     args = dict(model_name="smollm2-135m", method_list=["greedy"], max_new_tokens=4) | kw
@@ -175,26 +182,83 @@ def test_bad_input_shows_a_message_and_the_app_keeps_serving(app, kw, message):
 
 # ---------------------------------------------------------------- replay helpers (no app)
 
+
 def chain_step(index: int, tokens: list[str], accepted: int) -> StepTrace:
     """root -> a chain of context nodes, the first `accepted` accepted and the next rejected, then the bonus."""
-    nodes = [NodeTrace(step=index, cache_pos=0, node=0, parent=-1, depth=0, token_id=0, token_text="^", source="root",
-                       decision="accepted", reason="root")]
+    nodes = [
+        NodeTrace(
+            step=index,
+            cache_pos=0,
+            node=0,
+            parent=-1,
+            depth=0,
+            token_id=0,
+            token_text="^",
+            source="root",
+            decision="accepted",
+            reason="root",
+        )
+    ]
     for i, text in enumerate(tokens[:-1], start=1):
         decision = "accepted" if i <= accepted else "rejected" if i == accepted + 1 else "unreached"
-        nodes.append(NodeTrace(step=index, cache_pos=0, node=i, parent=i - 1, depth=i, token_id=i, token_text=text,
-                               source="context", decision=decision, reason=decision, p=0.123456, threshold=0.2))
-    nodes.append(NodeTrace(step=index, cache_pos=0, node=len(tokens), parent=accepted, depth=accepted + 1, token_id=99,
-                           token_text=tokens[-1], source="model", decision="bonus", reason="bonus"))
-    return StepTrace(index=index, cache_pos=0, tree_size=len(tokens) - 1, accepted=accepted,
-                     emitted=list(range(accepted + 1)), nodes=nodes, draft_ms=1.0, forward_ms=2.0)
+        nodes.append(
+            NodeTrace(
+                step=index,
+                cache_pos=0,
+                node=i,
+                parent=i - 1,
+                depth=i,
+                token_id=i,
+                token_text=text,
+                source="context",
+                decision=decision,
+                reason=decision,
+                p=0.123456,
+                threshold=0.2,
+            )
+        )
+    nodes.append(
+        NodeTrace(
+            step=index,
+            cache_pos=0,
+            node=len(tokens),
+            parent=accepted,
+            depth=accepted + 1,
+            token_id=99,
+            token_text=tokens[-1],
+            source="model",
+            decision="bonus",
+            reason="bonus",
+        )
+    )
+    return StepTrace(
+        index=index,
+        cache_pos=0,
+        tree_size=len(tokens) - 1,
+        accepted=accepted,
+        emitted=list(range(accepted + 1)),
+        nodes=nodes,
+        draft_ms=1.0,
+        forward_ms=2.0,
+    )
 
 
 @pytest.fixture
 def replay_run() -> RunTrace:
     steps = [chain_step(0, [" a", " b", " x", "!"], accepted=2), chain_step(1, [" c", " y", "?"], accepted=0)]
-    return RunTrace(method="aasd", params={"alpha": 0.3, "beta": 0.05, "max_nodes": 16}, model="m", draft_model=None,
-                    device="cpu", dtype="float32", prompt="p", prompt_ids=[1], output_ids=[0, 1, 2, 0], steps=steps,
-                    decode_seconds=1.0)
+    return RunTrace(
+        method="aasd",
+        params={"alpha": 0.3, "beta": 0.05, "max_nodes": 16},
+        model="m",
+        draft_model=None,
+        device="cpu",
+        dtype="float32",
+        prompt="p",
+        prompt_ids=[1],
+        output_ids=[0, 1, 2, 0],
+        steps=steps,
+        decode_seconds=1.0,
+    )
 
 
 def test_replay_step_outputs_show_the_text_so_far_and_the_step(replay_run):
@@ -241,15 +305,25 @@ def test_rescore_summary_says_up_to_which_step_the_mal_is_predicted():
     """The predicted MAL covers the steps up to the first change (after it the text would differ): the summary says
     "up to step k" and gives the whole run's MAL beside it (a run of MAL 1.29 read "MAL 2.00 → predicted 3.00")."""
     steps = [SimpleNamespace(step=i) for i in range(10)]
-    result = SimpleNamespace(method="aasd-fixed", first_divergence=4, original_mal=2.0, predicted_mal=3.0, steps=steps,
-                             window=5, run_mal=1.29, predicted_is_lower_bound=False)
+    result = SimpleNamespace(
+        method="aasd-fixed",
+        first_divergence=4,
+        original_mal=2.0,
+        predicted_mal=3.0,
+        steps=steps,
+        window=5,
+        run_mal=1.29,
+        predicted_is_lower_bound=False,
+    )
     text = rv.rescore_summary(result, {"delta": 0.001})
     assert text.startswith("aasd-fixed: δ = 0.001: first change at step 4; MAL up to step 4: 2.00 → predicted **3.00**")
     assert "the whole run's MAL: 1.29" in text
     result.predicted_is_lower_bound = True
     assert "predicted **at least 3.00**" in rv.rescore_summary(result, {"delta": 0.001})
     result.first_divergence = None
-    assert "takes none of" in rv.rescore_summary(result, {}) and "no decision changes; predicted MAL = the run's MAL, 1.29" in rv.rescore_summary(result, {})
+    assert "takes none of" in rv.rescore_summary(
+        result, {}
+    ) and "no decision changes; predicted MAL = the run's MAL, 1.29" in rv.rescore_summary(result, {})
 
 
 def test_reasons_name_aasds_threshold_theta_and_corrections_by_their_text():
@@ -262,8 +336,19 @@ def test_reasons_name_aasds_threshold_theta_and_corrections_by_their_text():
 
 
 def test_diff_outputs_aligns_two_runs_and_names_where_they_part(replay_run):
-    other = RunTrace(method="greedy", params={}, model="m", draft_model=None, device="cpu", dtype="float32", prompt="p",
-                     prompt_ids=[1], output_ids=[0, 1, 5], steps=[], decode_seconds=1.0)
+    other = RunTrace(
+        method="greedy",
+        params={},
+        model="m",
+        draft_model=None,
+        device="cpu",
+        dtype="float32",
+        prompt="p",
+        prompt_ids=[1],
+        output_ids=[0, 1, 5],
+        steps=[],
+        decode_seconds=1.0,
+    )
     a_origins = [(" a", "context"), (" b", "context"), ("!", "model"), ("?", "model")]
     summary, body = diff_outputs(3, other, [("whole", "model")], 7, replay_run, a_origins)
     assert summary.startswith("**first divergence at token 2** (2 equal tokens before it): #3 greedy `'⟨5⟩'` (id 5)")
@@ -297,7 +382,9 @@ def test_replay_run_id_defaults_to_the_newest_visible_run_or_stays_empty(tmp_pat
     import pandas as pd
 
     frame = pd.DataFrame({"id": [12, 9, 4]})
-    assert newest_run_id(frame, None) == 12 and newest_run_id(frame, float("nan")) == 12 and newest_run_id(frame, 0) == 12
+    assert (
+        newest_run_id(frame, None) == 12 and newest_run_id(frame, float("nan")) == 12 and newest_run_id(frame, 0) == 12
+    )
     assert newest_run_id(frame, 4) == 4  # a chosen run stays chosen
 
 
@@ -314,12 +401,17 @@ def test_a_lossless_method_that_leaves_greedy_gets_the_flip_mark():
 
 # ---------------------------------------------------------------- issue 23: compare repeats, memory, analytics (no app)
 
+
 def test_compare_speed_table_reuses_bench_spread():
     from workbench.evaluation.bench import spread
     from workbench.ui.compare_tab import speed_frame, speed_summary
 
-    summary = speed_summary(["greedy", "pld"], [[10.0, 12.0, 11.0], [20.0, 22.0, 21.0]], [[1, 1, 1], [2.0, 1.8, 1.9]],
-                            [[1, 1, 1], [2, 2, 2]])
+    summary = speed_summary(
+        ["greedy", "pld"],
+        [[10.0, 12.0, 11.0], [20.0, 22.0, 21.0]],
+        [[1, 1, 1], [2.0, 1.8, 1.9]],
+        [[1, 1, 1], [2, 2, 2]],
+    )
     s = spread([20.0, 22.0, 21.0])
     frame = speed_frame(summary)
     assert list(frame["runs"]) == [3, 3]
@@ -357,16 +449,42 @@ def test_analytics_sweeps_what_the_runs_vary_and_shows_shares():
     assert sweep_param("auto", runs) == "alpha"  # the default comparison's aasd: not δ, which no default method takes
     assert sweep_param("auto", runs + [SimpleNamespace(params={"lam": 2})]) == "lam"  # a stored λ sweep
     assert sweep_param("delta", runs) == "delta"
-    a = RunTrace(method="greedy", params={}, model="m", draft_model=None, device="cpu", dtype="float32", prompt="p",
-                 prompt_ids=[1], output_ids=[0] * 4, steps=[chain_step(0, ["x"], 0)] * 4, decode_seconds=1.0)
-    b = RunTrace(method="aasd", params={}, model="m", draft_model=None, device="cpu", dtype="float32", prompt="p",
-                 prompt_ids=[1], output_ids=[0] * 3, steps=[chain_step(0, [" a", " b", "!"], 1)], decode_seconds=1.0)
+    a = RunTrace(
+        method="greedy",
+        params={},
+        model="m",
+        draft_model=None,
+        device="cpu",
+        dtype="float32",
+        prompt="p",
+        prompt_ids=[1],
+        output_ids=[0] * 4,
+        steps=[chain_step(0, ["x"], 0)] * 4,
+        decode_seconds=1.0,
+    )
+    b = RunTrace(
+        method="aasd",
+        params={},
+        model="m",
+        draft_model=None,
+        device="cpu",
+        dtype="float32",
+        prompt="p",
+        prompt_ids=[1],
+        output_ids=[0] * 3,
+        steps=[chain_step(0, [" a", " b", "!"], 1)],
+        decode_seconds=1.0,
+    )
     pairs = [("#1 greedy", a), ("#2 aasd", b)]
     colors = run_colors([label for label, _ in pairs])
     hist = restyled(shares(accept_hist_figure(pairs)), colors)
     assert [round(sum(t.y), 6) for t in hist.data] == [1.0, 1.0]  # shares of each run's steps, not counts
     depth = restyled(accept_by_depth_figure(pairs), colors)
-    assert [t.marker.color for t in hist.data if t.name == "#2 aasd"] == [t.marker.color for t in depth.data] == [colors["#2 aasd"]]
+    assert (
+        [t.marker.color for t in hist.data if t.name == "#2 aasd"]
+        == [t.marker.color for t in depth.data]
+        == [colors["#2 aasd"]]
+    )
     assert hist.layout.legend.orientation == "h" and hist.layout.legend.y > 1  # above the plot, not over it
 
 
@@ -402,13 +520,29 @@ def test_replay_offers_only_rules_that_re_score_and_labels_its_sliders_with_thei
 
 # ---------------------------------------------------------------- issue 33: the pure parts behind the browser tests
 
+
 def test_run_ids_are_whole_numbers_sqlite_can_hold_and_anything_else_is_one_clear_error():
     from core.errors import InvalidInputError
     from workbench.ui.shared import MAX_RUN_ID, parse_run_ids, run_id_of, step_of
 
     assert [run_id_of(v) for v in (12, 12.0, "12", "#12 aasd · smollm2", " 7 ")] == [12, 12, 12, 12, 7]
     assert run_id_of(MAX_RUN_ID) == MAX_RUN_ID
-    for bad in (2**63, 1e308, float("nan"), float("inf"), "1 OR 1=1", "1e308", 0, -1, True, None, [1], "١٢", "²", "12.5"):
+    for bad in (
+        2**63,
+        1e308,
+        float("nan"),
+        float("inf"),
+        "1 OR 1=1",
+        "1e308",
+        0,
+        -1,
+        True,
+        None,
+        [1],
+        "١٢",
+        "²",
+        "12.5",
+    ):
         with pytest.raises(InvalidInputError, match="is not a run id"):
             run_id_of(bad)
     assert parse_run_ids(["#3 greedy", 4]) == [3, 4] and parse_run_ids(5) == [5]
@@ -435,8 +569,10 @@ def test_speed_bars_never_reach_below_zero_and_carry_their_values_under_the_axis
 
     wild = spread([1.0, 9.0, 0.5])  # an interval wider than the mean
     steady = spread([20.0, 21.0, 20.5])
-    fig = speed_figure([("greedy", steady, spread([1, 1, 1]), 1.0), ("aasd", wild, spread([0.1, 0.4, 0.02]), 1.9)],
-                       {"greedy": "#111111", "aasd": "#222222"})
+    fig = speed_figure(
+        [("greedy", steady, spread([1, 1, 1]), 1.0), ("aasd", wild, spread([0.1, 0.4, 0.02]), 1.9)],
+        {"greedy": "#111111", "aasd": "#222222"},
+    )
     bar = fig.data[0]
     assert wild["ci95"] > wild["mean"]
     assert list(bar.error_y.arrayminus) == [steady["ci95"], wild["mean"]]  # the lower whisker stops at 0 tok/s
@@ -448,7 +584,9 @@ def test_speed_bars_never_reach_below_zero_and_carry_their_values_under_the_axis
 def test_the_prompt_line_states_tokens_and_reading_time_and_warns_when_long():
     from workbench.ui.compare_tab import prompt_note
 
-    assert prompt_note(6814, (45.0, "this server's last prefill"), 3, 8192).startswith("prompt: **6,814 tokens** · reading it")
+    assert prompt_note(6814, (45.0, "this server's last prefill"), 3, 8192).startswith(
+        "prompt: **6,814 tokens** · reading it"
+    )
     assert "≈ **45 s** per method" in prompt_note(6814, (45.0, "x"), 3, 8192)
     assert "⚠ long: ≈ 2.2 min before the last method starts writing" in prompt_note(6814, (45.0, "x"), 3, 8192)
     assert "⚠" not in prompt_note(200, (0.8, "x"), 3, 8192)
@@ -490,8 +628,19 @@ def test_runs_are_coloured_by_their_method():
 def test_a_sweep_over_one_value_says_so_instead_of_drawing_one_point():
     from workbench.ui.figures.analytics import sweep_figure
 
-    a = RunTrace(method="aasd", params={"alpha": 0.1}, model="m", draft_model=None, device="cpu", dtype="float32",
-                 prompt="p", prompt_ids=[1], output_ids=[0, 1], steps=[chain_step(0, [" a", "!"], 1)], decode_seconds=1.0)
+    a = RunTrace(
+        method="aasd",
+        params={"alpha": 0.1},
+        model="m",
+        draft_model=None,
+        device="cpu",
+        dtype="float32",
+        prompt="p",
+        prompt_ids=[1],
+        output_ids=[0, 1],
+        steps=[chain_step(0, [" a", "!"], 1)],
+        decode_seconds=1.0,
+    )
     fig = sweep_figure([("#1 aasd", a), ("#2 aasd", a)], "alpha")
     assert not fig.data and "every chosen run used alpha = 0.1" in fig.layout.annotations[0].text
     b = RunTrace(**{**a.__dict__, "params": {"alpha": 0.3}})
@@ -502,9 +651,20 @@ def test_an_output_shows_how_it_ended():
     from workbench.ui.tokens import END_ORIGIN, run_html, token_origins
 
     steps = [chain_step(0, [" a", " b", "<|im_end|>"], 2)]
-    run = RunTrace(method="aasd", params={"max_new_tokens": 64}, model="m", draft_model=None, device="cpu",
-                   dtype="float32", prompt="p", prompt_ids=[1], output_ids=[0, 1, 99], steps=steps, decode_seconds=1.0,
-                   stop_reason="eos")
+    run = RunTrace(
+        method="aasd",
+        params={"max_new_tokens": 64},
+        model="m",
+        draft_model=None,
+        device="cpu",
+        dtype="float32",
+        prompt="p",
+        prompt_ids=[1],
+        output_ids=[0, 1, 99],
+        steps=steps,
+        decode_seconds=1.0,
+        stop_reason="eos",
+    )
     assert token_origins(run)[-1] == ("<|im_end|>", END_ORIGIN)
     html_eos = run_html(run)
     assert "&lt;|im_end|&gt;</span>" not in html_eos and "⏹ end of text" in html_eos and "tok-cut" not in html_eos
@@ -536,14 +696,31 @@ def test_api_values_of_the_wrong_kind_are_refused_by_name():
     from workbench.ui.compare_tab import PARAM_FIELDS, CompareRequest
 
     def request(**kw):
-        base = dict(model="smollm2-135m", draft="", methods=["greedy"], prompt="hi", context="", chat=True,
-                    max_new_tokens=8, params=dict.fromkeys(PARAM_FIELDS), task_choice=None, uploaded=None,
-                    compress_rate=1, compressor="selfinfo", repeats=1)
+        base = dict(
+            model="smollm2-135m",
+            draft="",
+            methods=["greedy"],
+            prompt="hi",
+            context="",
+            chat=True,
+            max_new_tokens=8,
+            params=dict.fromkeys(PARAM_FIELDS),
+            task_choice=None,
+            uploaded=None,
+            compress_rate=1,
+            compressor="selfinfo",
+            repeats=1,
+        )
         return CompareRequest(**{**base, **kw})
 
     assert request().checked().draft is None
-    for kw, field in ((dict(model=3), "the model"), (dict(methods=True), "methods"), (dict(prompt=["x"]), "the prompt"),
-                      (dict(chat="yes"), "use_chat"), (dict(params={**dict.fromkeys(PARAM_FIELDS), "delta": "0.1"}), "delta")):
+    for kw, field in (
+        (dict(model=3), "the model"),
+        (dict(methods=True), "methods"),
+        (dict(prompt=["x"]), "the prompt"),
+        (dict(chat="yes"), "use_chat"),
+        (dict(params={**dict.fromkeys(PARAM_FIELDS), "delta": "0.1"}), "delta"),
+    ):
         with pytest.raises(InvalidInputError, match=field):
             request(**kw).checked()
 
@@ -561,7 +738,9 @@ def test_the_default_sample_holds_spans_worth_copying(smollm2):
     task = service.sample_tasks()[0]
     assert task.id == "extract-orders"
     ids = encode_prompt(smollm2.tokenizer, f"{task.context}\n\n{task.input}")
-    run = run_method("aasd", smollm2, ids, {"max_new_tokens": 64, "max_nodes": 16}, prompt_text=task.input, context=task.context)
+    run = run_method(
+        "aasd", smollm2, ids, {"max_new_tokens": 64, "max_nodes": 16}, prompt_text=task.input, context=task.context
+    )
     copied = sum(n.decision == "accepted" and n.source in ("context", "alignment") for s in run.steps for n in s.nodes)
     assert run_metrics(run)["mal"] >= 1.5 and copied >= 0.3 * len(run.output_ids), (run_metrics(run)["mal"], copied)
 
@@ -575,7 +754,9 @@ def test_the_speed_note_prices_trees_with_the_measured_cost_curve(monkeypatch):
     curve = CostCurve((0, 4, 16, 64), (0.05, 0.06, 0.10, 0.30))
     monkeypatch.setattr(service, "cached_curve", lambda target, length=None: curve)
     target = SimpleNamespace(device=torch.device("cpu"))
-    note = service.speed_note(target, {"greedy": 0.0, "aasd": 4.0, "csd": 0.4}, {"greedy": 1.0, "aasd": 2.4, "csd": 1.0})
+    note = service.speed_note(
+        target, {"greedy": 0.0, "aasd": 4.0, "csd": 0.4}, {"greedy": 1.0, "aasd": 2.4, "csd": 1.0}
+    )
     assert note.startswith("Why these speed-ups on this CPU: a forward over 16 draft tokens costs t(16)/t(0) = 2.0×")
     assert "aasd: trees of 4 nodes, t(4)/t(0) = 1.2×, MAL 2.40 → ≈ 2.00× greedy" in note
     assert "csd drafted almost nothing" in note and "greedy:" not in note and "greedy drafted" not in note  # by design
@@ -595,8 +776,14 @@ def test_hostile_run_ids_through_the_http_api_come_back_as_one_clear_line(app, c
     from gradio_client.exceptions import AppError
 
     _, client = app
-    calls = [("/load_run", lambda v: (v,)), ("/replay_step", lambda v: (v, 0)), ("/share_run", lambda v: (v,)),
-             ("/diff", lambda v: (v, v)), ("/memory", lambda v: ([v],)), ("/export", lambda v: ([v],))]
+    calls = [
+        ("/load_run", lambda v: (v,)),
+        ("/replay_step", lambda v: (v, 0)),
+        ("/share_run", lambda v: (v,)),
+        ("/diff", lambda v: (v, v)),
+        ("/memory", lambda v: ([v],)),
+        ("/export", lambda v: ([v],)),
+    ]
     capfd.readouterr()
     for bad in HOSTILE_IDS[:3]:  # the run's figures, secondary to /load_run (which says why): none drawn
         assert all(o is None for o in client.predict(bad, api_name="/run_figures")), bad
@@ -610,10 +797,16 @@ def test_hostile_run_ids_through_the_http_api_come_back_as_one_clear_line(app, c
                 out = out if isinstance(out, (list, tuple)) else [out]
                 message = next((o for o in out if isinstance(o, str) and ("run" in o or "⚠" in o)), None)
             assert message and "\n" not in message.strip() and "Traceback" not in message, (api, bad, message)
-            assert "OverflowError" not in message and "is not a run id" in message or "not found" in message or \
-                "no run" in message, (api, bad, message)
+            assert (
+                "OverflowError" not in message
+                and "is not a run id" in message
+                or "not found" in message
+                or "no run" in message
+            ), (api, bad, message)
     for field, bad in (("max_nodes", "1 OR 1=1"), ("repeats", "inf"), ("alpha", "nan"), ("max_new_tokens", "x")):
-        status = client.predict(model_name="smollm2-135m", method_list=["greedy"], **{field: bad}, api_name="/compare")[0]
+        status = client.predict(model_name="smollm2-135m", method_list=["greedy"], **{field: bad}, api_name="/compare")[
+            0
+        ]
         assert status.startswith("**⚠") and "\n" not in status.strip(), (field, status)
     logged = capfd.readouterr()
     assert "Traceback" not in logged.err and "OverflowError" not in logged.err, logged.err[-2000:]

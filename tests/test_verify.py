@@ -1,11 +1,12 @@
 """Verification rules and path choice on hand-computed distributions (no model)."""
+
 import math
 
 import pytest
 import torch
 
-from core.rules import NodeStats, adaptive, by_source, fixed, mixed, strict, top_k_rule
 from core import target_stats
+from core.rules import NodeStats, adaptive, by_source, fixed, mixed, strict, top_k_rule
 from core.target_stats import step_stats
 from core.tree import DraftTree
 from core.walk import choose_path, walk
@@ -66,11 +67,11 @@ def test_source_split_is_strict_for_generated():
 
 def test_choose_path_longest_then_likeliest():
     t = DraftTree.root_only(0)
-    a = t.add(0, 1, "context")      # depth 1
-    b = t.add(a, 2, "context")      # depth 2
-    c = t.add(0, 3, "context")      # depth 1
-    d = t.add(c, 4, "context")      # depth 2, likelier than b
-    e = t.add(d, 5, "context")      # depth 3 but fails
+    a = t.add(0, 1, "context")  # depth 1
+    b = t.add(a, 2, "context")  # depth 2
+    c = t.add(0, 3, "context")  # depth 1
+    d = t.add(c, 4, "context")  # depth 2, likelier than b
+    e = t.add(d, 5, "context")  # depth 3 but fails
     passed = [True, True, True, True, True, False]
     logp = [0.0, -1.0, -1.0, -0.5, -0.4, -0.1]
     assert choose_path(t, passed, logp) == [0, c, d]
@@ -83,8 +84,9 @@ def test_choose_path_longest_then_likeliest():
 def test_step_stats_with_masked_logits_on_a_chain():
     """-inf logits (a masked vocabulary) have p = 0: finite entropy, right ranks and log p along a chain."""
     ninf = float("-inf")
-    logits = torch.tensor([[math.log(0.5), math.log(0.5), ninf, ninf], [ninf, math.log(0.25), math.log(0.75), ninf],
-                           [0.0, 0.0, 0.0, 0.0]])
+    logits = torch.tensor(
+        [[math.log(0.5), math.log(0.5), ninf, ninf], [ninf, math.log(0.25), math.log(0.75), ninf], [0.0, 0.0, 0.0, 0.0]]
+    )
     t = DraftTree.root_only(9)
     t.add(0, 1, "context")
     t.add(1, 1, "context")
@@ -106,7 +108,12 @@ def test_step_stats_and_verify_on_logits():
     t.add(0, 2, "generated")  # p = 0.6, argmax
     s = step_stats(logits, t, eos_ids=[3])
     n1, n2 = s.nodes[1], s.nodes[2]
-    assert n1.p == pytest.approx(0.2) and n1.rank == 1 and n1.max_p == pytest.approx(0.6) and n1.p_eos == pytest.approx(0.1)
+    assert (
+        n1.p == pytest.approx(0.2)
+        and n1.rank == 1
+        and n1.max_p == pytest.approx(0.6)
+        and n1.p_eos == pytest.approx(0.1)
+    )
     assert n1.logit_gap == pytest.approx(math.log(3)) and n2.rank == 0
     assert n1.entropy == pytest.approx(-sum(p * math.log(p) for p in [0.1, 0.2, 0.6, 0.1]), rel=1e-5)
     v = verify_by_rule(t, s, strict)
@@ -148,15 +155,27 @@ def direct_stats(logits, t, eos_ids):
     rows = []
     for r in range(z.shape[0]):
         top = z[r].max()
-        rows.append({"argmax": int(torch.nonzero(z[r] == top)[0]), "entropy": float(-plogp[r].sum()),
-                     "max_p": float(probs[r].max()), "p_eos": max((float(probs[r, e]) for e in eos_ids), default=0.0)})
+        rows.append(
+            {
+                "argmax": int(torch.nonzero(z[r] == top)[0]),
+                "entropy": float(-plogp[r].sum()),
+                "max_p": float(probs[r].max()),
+                "p_eos": max((float(probs[r, e]) for e in eos_ids), default=0.0),
+            }
+        )
     nodes = [None]
     for i in range(1, len(t)):
         row, tok = z[t.parents[i]], t.tokens[i]
         v = row[tok]
         rank = int((row > v).sum() + (row[:tok] == v).sum())
-        nodes.append({"p": float(probs[t.parents[i], tok]), "logp": float(v - torch.logsumexp(row, 0)), "rank": rank,
-                      "gap": float(row.max() - v)})
+        nodes.append(
+            {
+                "p": float(probs[t.parents[i], tok]),
+                "logp": float(v - torch.logsumexp(row, 0)),
+                "rank": rank,
+                "gap": float(row.max() - v),
+            }
+        )
     return rows, nodes
 
 
@@ -171,7 +190,9 @@ def assert_matches_direct(s, logits, t, eos_ids):
         n, want, parent = s.nodes[i], nodes[i], t.parents[i]
         assert n.rank == want["rank"] and (n.rank == 0) == (t.tokens[i] == s.row_argmax[parent])
         assert n.rank == s.rank(parent, t.tokens[i])  # the per-row `token_rank` the bonus record uses
-        assert n.p == pytest.approx(want["p"], rel=1e-5, abs=1e-12) and s.logp[i] == pytest.approx(want["logp"], abs=1e-5)
+        assert n.p == pytest.approx(want["p"], rel=1e-5, abs=1e-12) and s.logp[i] == pytest.approx(
+            want["logp"], abs=1e-5
+        )
         assert n.logit_gap == pytest.approx(want["gap"], abs=1e-5)
         assert (n.entropy, n.max_p, n.p_eos) == (s.row_entropy[parent], s.row_max_p[parent], s.row_p_eos[parent])
 

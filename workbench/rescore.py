@@ -14,6 +14,7 @@ What it can and cannot say:
   accepted length is a lower bound.
 - Sampled runs (T > 0) were verified by random draws, not by these rules: they are refused.
 """
+
 from __future__ import annotations
 
 import math
@@ -25,11 +26,11 @@ from typing import Any
 import numpy as np
 
 from core.errors import InvalidInputError
-from workbench.methods import METHODS, Method, get_method, rescue_for, resolve_params
 from core.rules import NodeStats
 from core.trace import NodeTrace, RunTrace, StepTrace
 from core.tree import DraftTree
 from core.walk import UNKNOWN, walk
+from workbench.methods import METHODS, Method, get_method, rescue_for, resolve_params
 
 # Parameters that only change how the target judges the drafts; any other (pool sizes, γ,
 # max_new_tokens, temperature, ...) would change the drafts themselves, which needs a new run.
@@ -94,11 +95,13 @@ def _check_rescorable(method: Method, params: Mapping[str, Any]) -> None:
     if not method.in_engine:
         raise InvalidInputError(
             f"method {method.name!r} has no stored verification steps to re-score (it runs through transformers' "
-            "generate); re-score a run of one of our engine's methods, e.g. greedy, aasd, casd or csd")
+            "generate); re-score a run of one of our engine's methods, e.g. greedy, aasd, casd or csd"
+        )
     if params.get("temperature", 0.0) > 0:
         raise InvalidInputError(
             f"re-scoring replays greedy (T = 0) verification, but temperature is {params['temperature']}: a sampled "
-            "run's acceptances came from random draws, not from thresholds. Re-run the method at temperature 0 to re-score it")
+            "run's acceptances came from random draws, not from thresholds. Re-run the method at temperature 0 to re-score it"
+        )
 
 
 def _records(step: StepTrace) -> list[NodeTrace]:
@@ -109,21 +112,28 @@ def _records(step: StepTrace) -> list[NodeTrace]:
     for i, r in enumerate(records):
         ok = r.node == i and (r.parent == -1 if i == 0 else 0 <= r.parent < i)
         if not ok:
-            raise InvalidInputError(f"step {step.index}: node records do not form a tree (node {r.node}, parent {r.parent})")
+            raise InvalidInputError(
+                f"step {step.index}: node records do not form a tree (node {r.node}, parent {r.parent})"
+            )
     return records
 
 
 def _tree(records: Sequence[NodeTrace]) -> DraftTree:
     return DraftTree(
-        tokens=[r.token_id for r in records], parents=[r.parent for r in records], depths=[r.depth for r in records],
-        sources=[r.source for r in records], draft_probs=[r.draft_p for r in records],
+        tokens=[r.token_id for r in records],
+        parents=[r.parent for r in records],
+        depths=[r.depth for r in records],
+        sources=[r.source for r in records],
+        draft_probs=[r.draft_p for r in records],
     )
 
 
 def _stats(step: int, r: NodeTrace) -> NodeStats:
     values = (r.p, r.entropy, r.max_p, r.p_eos, r.rank, r.logit_gap)
     if any(v is None for v in values):
-        raise InvalidInputError(f"step {step} node {r.node} has no target statistics (p, entropy, rank, ...): it cannot be re-scored")
+        raise InvalidInputError(
+            f"step {step} node {r.node} has no target statistics (p, entropy, rank, ...): it cannot be re-scored"
+        )
     return NodeStats(*values)
 
 
@@ -152,6 +162,7 @@ class StepInputs:
     """What re-judging a stored step needs that no parameter changes: its node records, tree, statistics,
     log-probabilities and the target's own token after each node. Built once per step (prepare_run), so moving a
     slider re-runs only the walks."""
+
     step: StepTrace
     records: list[NodeTrace]
     tree: DraftTree
@@ -163,8 +174,9 @@ class StepInputs:
 def step_inputs(step: StepTrace) -> StepInputs:
     records = _records(step)
     stats = [None] + [_stats(step.index, r) for r in records[1:]]
-    return StepInputs(step, records, _tree(records), stats, [0.0] + [_logp(s.p) for s in stats[1:]],
-                      _argmax_rows(step, len(records)))
+    return StepInputs(
+        step, records, _tree(records), stats, [0.0] + [_logp(s.p) for s in stats[1:]], _argmax_rows(step, len(records))
+    )
 
 
 def prepare_run(run: RunTrace) -> list[StepInputs]:
@@ -173,21 +185,45 @@ def prepare_run(run: RunTrace) -> list[StepInputs]:
     return [step_inputs(s) for s in run.steps]
 
 
-def _rescore(inputs: StepInputs, method: Method, params: Mapping[str, Any], eos_ids: Sequence[int] | None = None) -> StepRescore:
+def _rescore(
+    inputs: StepInputs, method: Method, params: Mapping[str, Any], eos_ids: Sequence[int] | None = None
+) -> StepRescore:
     step, records = inputs.step, inputs.records
-    verdict = walk(inputs.tree, inputs.stats, inputs.logp, method.rules_of(params), rescue=rescue_for(method, params, eos_ids),
-                   argmax=inputs.argmax, count_of=lambda node, correction: records[node].mem_count)
+    verdict = walk(
+        inputs.tree,
+        inputs.stats,
+        inputs.logp,
+        method.rules_of(params),
+        rescue=rescue_for(method, params, eos_ids),
+        argmax=inputs.argmax,
+        count_of=lambda node, correction: records[node].mem_count,
+    )
     nodes = [
-        NodeRescore(r.node, r.parent, r.depth, r.token_id, r.token_text, r.source, r.p, r.decision, r.threshold, r.reason,
-                    verdict.decisions[i], verdict.thresholds[i], verdict.reasons[i])
+        NodeRescore(
+            r.node,
+            r.parent,
+            r.depth,
+            r.token_id,
+            r.token_text,
+            r.source,
+            r.p,
+            r.decision,
+            r.threshold,
+            r.reason,
+            verdict.decisions[i],
+            verdict.thresholds[i],
+            verdict.reasons[i],
+        )
         for i, r in enumerate(records)
     ]
-    return StepRescore(step.index, step.accepted, len(verdict.path) - 1, nodes, lower_bound=verdict.note is not None,
-                       note=verdict.note)
+    return StepRescore(
+        step.index, step.accepted, len(verdict.path) - 1, nodes, lower_bound=verdict.note is not None, note=verdict.note
+    )
 
 
-def rescore_step(step: StepTrace, method: str, params: Mapping[str, Any] | None = None,
-                 eos_ids: Sequence[int] | None = None) -> StepRescore:
+def rescore_step(
+    step: StepTrace, method: str, params: Mapping[str, Any] | None = None, eos_ids: Sequence[int] | None = None
+) -> StepRescore:
     """Judge one stored step again with `method`'s rule under `params` (over the method's defaults);
     `eos_ids`: the target's end-of-sequence ids, which `rescue_eos=no` needs (a run records them)."""
     m = get_method(method)
@@ -196,8 +232,12 @@ def rescore_step(step: StepTrace, method: str, params: Mapping[str, Any] | None 
     return _rescore(step_inputs(step), m, p, eos_ids)
 
 
-def rescore_run(run: RunTrace, params: Mapping[str, Any] | None = None, rule: str | None = None,
-                inputs: Sequence[StepInputs] | None = None) -> RunRescore:
+def rescore_run(
+    run: RunTrace,
+    params: Mapping[str, Any] | None = None,
+    rule: str | None = None,
+    inputs: Sequence[StepInputs] | None = None,
+) -> RunRescore:
     """Re-score every step of `run` with its method under `params` (over the run's own parameters).
 
     `rule` names another method whose verification rule judges the same stored drafts ("what if this
@@ -209,17 +249,25 @@ def rescore_run(run: RunTrace, params: Mapping[str, Any] | None = None, rule: st
     if not run.steps:
         raise InvalidInputError(
             f"run of {run.method!r} has no stored steps to re-score"
-            + (" (transformers' generate runs record no verification steps)" if not get_method(run.method).in_engine else "")
-            + ": re-score a run of one of our engine's methods, e.g. greedy, aasd, casd or csd")
+            + (
+                " (transformers' generate runs record no verification steps)"
+                if not get_method(run.method).in_engine
+                else ""
+            )
+            + ": re-score a run of one of our engine's methods, e.g. greedy, aasd, casd or csd"
+        )
     if not m.in_engine:
         ours = [n for n, x in METHODS.items() if x.in_engine]
-        raise InvalidInputError(f"{m.name!r} runs through transformers' generate and has no verification rule to judge "
-                                f"this run's drafts with; choose one of: {', '.join(ours)}")
+        raise InvalidInputError(
+            f"{m.name!r} runs through transformers' generate and has no verification rule to judge "
+            f"this run's drafts with; choose one of: {', '.join(ours)}"
+        )
     base = {**resolve_params(m.name), **{k: v for k, v in run.params.items() if k in m.params}}
     if run.params.get("temperature", 0.0) > 0:
         raise InvalidInputError(
             f"this run sampled (temperature {run.params['temperature']}): its acceptances came from random draws, "
-            "not from thresholds, so they cannot be re-scored. Re-run the method at temperature 0 to re-score it")
+            "not from thresholds, so they cannot be re-scored. Re-run the method at temperature 0 to re-score it"
+        )
     # Validate only what changes: a run's own values may lie outside a parameter's user range (greedy's
     # top_k = 0 means "no top-k sampling"), and a UI passes every slider back, changed or not.
     overrides = {k: v for k, v in (params or {}).items() if v is not None and not (k in base and v == base[k])}
@@ -229,22 +277,30 @@ def rescore_run(run: RunTrace, params: Mapping[str, Any] | None = None, rule: st
     if redraft:
         raise InvalidInputError(
             f"re-scoring can change only verification parameters ({', '.join(k for k in VERIFY_PARAMS if k in new)}); "
-            f"{', '.join(redraft)} would change what is drafted or decoded: run the method again instead")
+            f"{', '.join(redraft)} would change what is drafted or decoded: run the method again instead"
+        )
     _check_rescorable(m, new)
     eos_ids = run.params.get("eos_ids")  # what rescue_eos=no exempts: recorded by runs of the rescuing methods
     if not new.get("rescue_eos", 1) and eos_ids is None:
-        raise InvalidInputError(f"rescue_eos=no exempts the target's end-of-sequence ids, which this run of {run.method!r} "
-                                "did not record (runs of csd, csd-context, lossy-sd, sd-memory-only and sd-gating-only do): "
-                                "run the method again to judge it with rescue_eos=no")
+        raise InvalidInputError(
+            f"rescue_eos=no exempts the target's end-of-sequence ids, which this run of {run.method!r} "
+            "did not record (runs of csd, csd-context, lossy-sd, sd-memory-only and sd-gating-only do): "
+            "run the method again to judge it with rescue_eos=no"
+        )
     steps = [_rescore(i, m, new, eos_ids) for i in (inputs if inputs is not None else prepare_run(run))]
     first = next((i for i, s in enumerate(steps) if s.changed), None)
     window = steps if first is None else steps[: first + 1]
     flips = Counter(f"{n.old_decision} -> {n.decision}" for s in steps for n in s.flips)
     return RunRescore(
-        method=m.name, params=new, steps=steps, first_divergence=None if first is None else steps[first].step,
+        method=m.name,
+        params=new,
+        steps=steps,
+        first_divergence=None if first is None else steps[first].step,
         window=len(window),
-        original_mal=_mean(s.old_accepted + 1 for s in window), predicted_mal=_mean(s.accepted + 1 for s in window),
-        predicted_is_lower_bound=any(s.lower_bound for s in window), run_mal=_mean(s.old_accepted + 1 for s in steps),
+        original_mal=_mean(s.old_accepted + 1 for s in window),
+        predicted_mal=_mean(s.accepted + 1 for s in window),
+        predicted_is_lower_bound=any(s.lower_bound for s in window),
+        run_mal=_mean(s.old_accepted + 1 for s in steps),
         flip_counts=dict(flips),
     )
 
@@ -258,8 +314,18 @@ def flips_table(result: RunRescore | StepRescore) -> list[dict[str, Any]]:
     """One row per flipped node, ready for `pandas.DataFrame(rows)`."""
     steps = result.steps if isinstance(result, RunRescore) else [result]
     return [
-        {"step": s.step, "node": n.node, "token": n.token_text, "source": n.source, "p": n.p,
-         "old_threshold": n.old_threshold, "new_threshold": n.threshold,
-         "old_decision": n.old_decision, "new_decision": n.decision, "reason": n.reason}
-        for s in steps for n in s.flips
+        {
+            "step": s.step,
+            "node": n.node,
+            "token": n.token_text,
+            "source": n.source,
+            "p": n.p,
+            "old_threshold": n.old_threshold,
+            "new_threshold": n.threshold,
+            "old_decision": n.old_decision,
+            "new_decision": n.decision,
+            "reason": n.reason,
+        }
+        for s in steps
+        for n in s.flips
     ]

@@ -4,6 +4,7 @@ The UI (workbench/ui/) only turns these results into components. Models are load
 (source, device, dtype) by core.models and shared read-only; each loaded model has a semaphore so
 at most `per_model` generations use it at once (the rest wait in Gradio's bounded queue).
 """
+
 from __future__ import annotations
 
 import logging
@@ -19,12 +20,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from core.errors import InvalidInputError, WorkbenchError
-from workbench.methods import METHODS, get_method, parse_method_spec, resolve_params, run_method
 from core.models import DEFAULT_MODEL, PRESETS, check_pair, encode_prompt, is_fetched, load_model
 from core.thresholds import shipped_fit_models
-from workbench.evaluation.tasks import Task, load_tasks
-from workbench.suffix_corpus import corpus_for, record_output
 from core.trace import RunTrace, StepTrace
+from workbench.evaluation.tasks import Task, load_tasks
+from workbench.methods import METHODS, get_method, parse_method_spec, resolve_params, run_method
+from workbench.suffix_corpus import corpus_for, record_output
 
 log = logging.getLogger(__name__)
 # aasd[auto] (the shipped fitted thresholds, core/fits) where the default model has one; the paper's α, β stay `aasd`.
@@ -54,14 +55,17 @@ def not_offered(spec: str) -> InvalidInputError:
     return InvalidInputError(
         f"{spec[:80]!r} is not a model this server offers: choose a preset ({', '.join(PRESETS)}) or a Hugging Face hub "
         "id such as HuggingFaceTB/SmolLM2-135M-Instruct (local folders and .gguf files load only when the server is "
-        "started with `serve --allow-local-models`)")
+        "started with `serve --allow-local-models`)"
+    )
 
 
 def hub_failed(spec: str) -> InvalidInputError:
     """The one answer, in multi-user mode, for a hub id that could not be loaded (whatever the reason, and also for
     an id that happens to name a folder on the server, which is never opened)."""
-    return InvalidInputError(f"could not load {spec[:80]!r} from the Hugging Face hub: check the repository id and that "
-                             f"this server can reach the hub; presets here: {', '.join(PRESETS)}")
+    return InvalidInputError(
+        f"could not load {spec[:80]!r} from the Hugging Face hub: check the repository id and that "
+        f"this server can reach the hub; presets here: {', '.join(PRESETS)}"
+    )
 
 
 def check_model_access(spec: str, allow_local: bool) -> None:
@@ -108,8 +112,15 @@ class Models:
 class ModelPool:
     """Loads models on first use (core.models caches them) and bounds concurrent use per model."""
 
-    def __init__(self, device: str = "auto", dtype: str = "auto", per_model: int = 1, trust_remote_code: bool = False,
-                 placement=None, allow_local: bool = True):
+    def __init__(
+        self,
+        device: str = "auto",
+        dtype: str = "auto",
+        per_model: int = 1,
+        trust_remote_code: bool = False,
+        placement=None,
+        allow_local: bool = True,
+    ):
         self.device, self.dtype, self.per_model, self.trust_remote_code = device, dtype, per_model, trust_remote_code
         # Local folders and .gguf files: the CLI's and a single-user app's; a multi-user app offers presets and hub
         # ids only (check_model_access) unless started with `serve --allow-local-models`. build_app sets it.
@@ -134,7 +145,12 @@ class ModelPool:
         draft = (draft or "").strip() or None
         for spec in (model, draft):
             check_model_access(spec, self.allow_local)
-        how = {"device": self.device, "dtype": self.dtype, "trust_remote_code": self.trust_remote_code, "placement": self.placement}
+        how = {
+            "device": self.device,
+            "dtype": self.dtype,
+            "trust_remote_code": self.trust_remote_code,
+            "placement": self.placement,
+        }
         target = self._load(model, how)
         d = None
         if draft:
@@ -160,6 +176,7 @@ class ModelPool:
         """Load `model` and measure its t(n, L) on this machine (core.timing) in a background thread, holding one of
         its slots, so a first comparison does not spend its first minute measuring (`serve` does this for the default
         model while the page opens). A comparison that comes meanwhile waits, and `busy` says for what."""
+
         def work():
             from core import timing
 
@@ -193,21 +210,27 @@ class ModelPool:
             sem.release()
 
 
-def check_methods(names: Sequence[str], model: str, draft: str | None, limit: int = MAX_METHODS) -> list[tuple[str, dict[str, str]]]:
+def check_methods(
+    names: Sequence[str], model: str, draft: str | None, limit: int = MAX_METHODS
+) -> list[tuple[str, dict[str, str]]]:
     """Parse the chosen methods and refuse combinations that cannot run, before any model loads."""
     if not names:
         raise InvalidInputError("choose at least one method")
     if isinstance(names, str) or not all(isinstance(n, str) for n in names):
         raise InvalidInputError("methods must be a list of method names")
     if len(names) > limit:
-        raise InvalidInputError(f"{len(names)} methods chosen; a comparison runs at most {limit}: "
-                                f"remove {len(names) - limit} (run the others in a second comparison)")
+        raise InvalidInputError(
+            f"{len(names)} methods chosen; a comparison runs at most {limit}: "
+            f"remove {len(names) - limit} (run the others in a second comparison)"
+        )
     specs = [parse_method_spec(n) for n in names]
     for name, _ in specs:
         method = get_method(name)
         pair = draft_for(model)
         if not draft and (method.needs_draft or (name in ("csd", "sd-memory-only") and pair)):
-            hint = f" (for this preset: {pair}; fetch it with `python -m workbench models fetch {pair}`)" if pair else ""
+            hint = (
+                f" (for this preset: {pair}; fetch it with `python -m workbench models fetch {pair}`)" if pair else ""
+            )
             raise InvalidInputError(f"method {name!r} needs a draft model: fill in the draft model field{hint}")
     return specs
 
@@ -218,7 +241,9 @@ def build_prompt(tokenizer, prompt: str, context: str | None, chat: bool = True)
         raise InvalidInputError("the prompt is empty: type a question or instruction (and optionally a context)")
     text = f"{context}\n\n{prompt}" if context else prompt
     if len(text) > MAX_PROMPT_CHARS:
-        raise InvalidInputError(f"the prompt and context are {len(text):,} characters; the limit here is {MAX_PROMPT_CHARS:,}. Shorten the context.")
+        raise InvalidInputError(
+            f"the prompt and context are {len(text):,} characters; the limit here is {MAX_PROMPT_CHARS:,}. Shorten the context."
+        )
     return text, encode_prompt(tokenizer, text, chat=None if chat else False)
 
 
@@ -270,7 +295,9 @@ def cached_curve(target, length: int | None = None):
 REFERENCE_TREE = 16  # draft nodes of the tree the speed note prices first (a typical AASD tree before sizing)
 
 
-def speed_note(target, tree_sizes: Mapping[str, float], mals: Mapping[str, float], length: int | None = None) -> str | None:
+def speed_note(
+    target, tree_sizes: Mapping[str, float], mals: Mapping[str, float], length: int | None = None
+) -> str | None:
     """One line under the speed-ups: what a verification forward over a tree costs here, t(n)/t(0) from the model's
     measured cost curve (core.timing), for a 16-node tree and for the trees each method drafted, and so the speed-up
     to expect on this hardware (MAL ÷ t(n)/t(0)), against a GPU, where a forward over a few dozen tokens costs about
@@ -280,29 +307,38 @@ def speed_note(target, tree_sizes: Mapping[str, float], mals: Mapping[str, float
     if curve is None:
         return None
     where = "CPU" if getattr(target.device, "type", str(target.device)) == "cpu" else str(target.device)
-    parts = [f"a forward over {REFERENCE_TREE} draft tokens costs t({REFERENCE_TREE})/t(0) = "
-             f"{curve(REFERENCE_TREE) / curve(0):.1f}× a greedy step here (the model's measured cost curve)"]
+    parts = [
+        f"a forward over {REFERENCE_TREE} draft tokens costs t({REFERENCE_TREE})/t(0) = "
+        f"{curve(REFERENCE_TREE) / curve(0):.1f}× a greedy step here (the model's measured cost curve)"
+    ]
     for method, n in tree_sizes.items():
         mal = mals.get(method)
         if not mal or get_method(parse_method_spec(method)[0]).drafter == "none":  # greedy drafts nothing by design
             continue
         if n < 1:
-            parts.append(f"{method} drafted almost nothing (trees of {n:.1f} nodes: larger ones cost more here than they "
-                         "were expected to gain)")
+            parts.append(
+                f"{method} drafted almost nothing (trees of {n:.1f} nodes: larger ones cost more here than they "
+                "were expected to gain)"
+            )
             continue
         ratio = curve(round(n)) / curve(0)
-        parts.append(f"{method}: trees of {n:.0f} nodes, t({n:.0f})/t(0) = {ratio:.1f}×, MAL {mal:.2f} → ≈ {mal / ratio:.2f}× "
-                     "greedy")
-    return (f"Why these speed-ups on this {where}: " + "; ".join(parts) + ". On a GPU a forward over a few dozen tokens "
-            "costs about as much as over one (t(n)/t(0) ≈ 1), so the same runs would approach their MAL.")
+        parts.append(
+            f"{method}: trees of {n:.0f} nodes, t({n:.0f})/t(0) = {ratio:.1f}×, MAL {mal:.2f} → ≈ {mal / ratio:.2f}× "
+            "greedy"
+        )
+    return (
+        f"Why these speed-ups on this {where}: " + "; ".join(parts) + ". On a GPU a forward over a few dozen tokens "
+        "costs about as much as over one (t(n)/t(0) ≈ 1), so the same runs would approach their MAL."
+    )
 
 
 _COMPRESSORS: dict[tuple[str, str, str], Any] = {}  # (compressor, model path, dtype): llmlingua loads its own copy once
 _COMPRESSORS_LOCK = threading.Lock()
 
 
-def compress_context(target, prompt: str, context: str | None, rate: Any, compressor: str | None = None,
-                     chat: bool = True) -> tuple[str, list[int], Any, list[int]]:
+def compress_context(
+    target, prompt: str, context: str | None, rate: Any, compressor: str | None = None, chat: bool = True
+) -> tuple[str, list[int], Any, list[int]]:
     """The prompt with its context compressed to `rate` (core.compress; the prompt itself stays whole):
     (text, ids, the Compression, the uncompressed prompt's ids for the full-context pool)."""
     from core.compress import check_compressor, check_rate, make_compressor
@@ -310,8 +346,10 @@ def compress_context(target, prompt: str, context: str | None, rate: Any, compre
     rate, name = check_rate(rate), check_compressor(compressor)
     prompt, context = (prompt or "").strip(), (context or "").strip()
     if not context:
-        raise InvalidInputError("compression shortens the context, and the context is empty: fill in the context box "
-                                "(or leave the compression rate empty)")
+        raise InvalidInputError(
+            "compression shortens the context, and the context is empty: fill in the context box "
+            "(or leave the compression rate empty)"
+        )
     full_text, full_ids = build_prompt(target.tokenizer, prompt, context, chat)
     key = (name, str(getattr(target, "path", target.name)), str(target.dtype))
     with _COMPRESSORS_LOCK:
@@ -350,10 +388,23 @@ class Progress:
         return sum(len(s.emitted) for s in self.steps)
 
 
-def stream_run(method: str, models: Models, prompt_ids: list[int], params: Mapping[str, Any], *, prompt_text: str,
-               context: str | None = None, store=None, tags: Sequence[str] = (), stop: threading.Event | None = None,
-               every: float = 0.25, slot=None, idle_cancel: float | None = IDLE_CANCEL_SECONDS, compression=None,
-               uncompressed_ids: Sequence[int] | None = None) -> Iterator[Progress]:
+def stream_run(
+    method: str,
+    models: Models,
+    prompt_ids: list[int],
+    params: Mapping[str, Any],
+    *,
+    prompt_text: str,
+    context: str | None = None,
+    store=None,
+    tags: Sequence[str] = (),
+    stop: threading.Event | None = None,
+    every: float = 0.25,
+    slot=None,
+    idle_cancel: float | None = IDLE_CANCEL_SECONDS,
+    compression=None,
+    uncompressed_ids: Sequence[int] | None = None,
+) -> Iterator[Progress]:
     """Run one method in a worker thread and yield its progress at most every `every` seconds; while the prompt
     is read, once when the worker starts and once per prefill chunk (Progress.prefill = (tokens read, of)).
 
@@ -373,35 +424,57 @@ def stream_run(method: str, models: Models, prompt_ids: list[int], params: Mappi
         if idle_cancel is not None and since is not None and time.monotonic() - since > idle_cancel:
             stop.set()
         return stop.is_set()
+
     steps: list[StepTrace] = []
     events: queue.Queue = queue.Queue()
     target, draft = models.target, models.draft
     header_params = resolve_params(method, params) | (compression.record() if compression is not None else {})
-    header = RunTrace(method=method, params=header_params, model=target.name,
-                      draft_model=draft.name if draft else None, device=str(target.device),
-                      dtype=str(target.dtype).replace("torch.", ""), prompt=prompt_text, prompt_ids=list(prompt_ids),
-                      context=context, model_fingerprint=target.fingerprint,
-                      draft_fingerprint=draft.fingerprint if draft else None)
+    header = RunTrace(
+        method=method,
+        params=header_params,
+        model=target.name,
+        draft_model=draft.name if draft else None,
+        device=str(target.device),
+        dtype=str(target.dtype).replace("torch.", ""),
+        prompt=prompt_text,
+        prompt_ids=list(prompt_ids),
+        context=context,
+        model_fingerprint=target.fingerprint,
+        draft_fingerprint=draft.fingerprint if draft else None,
+    )
 
     def work():
         from contextlib import nullcontext
 
         try:
-            with (slot(should_stop) if slot is not None else nullcontext()):
+            with slot(should_stop) if slot is not None else nullcontext():
                 events.put(("start", None))  # the slot is ours: this method is the one running now
-                if store is not None:  # the model's suffix corpus, from the store on its first run (workbench.suffix_corpus)
+                if (
+                    store is not None
+                ):  # the model's suffix corpus, from the store on its first run (workbench.suffix_corpus)
                     corpus_for(store, target.fingerprint)
                 rec = store.recording(header, tags=tags) if store is not None else nullcontext()
                 with rec:
+
                     def on_step(step):
                         if store is not None:
                             rec.add_step(step)
                         events.put(("step", step))
 
-                    run = run_method(method, target, prompt_ids, params, draft=draft, prompt_text=prompt_text,
-                                     context=context, on_step=on_step, should_stop=should_stop, compression=compression,
-                                     uncompressed_ids=uncompressed_ids,
-                                     on_prefill=lambda done, total: events.put(("prefill", (done, total))))
+                    run = run_method(
+                        method,
+                        target,
+                        prompt_ids,
+                        params,
+                        draft=draft,
+                        prompt_text=prompt_text,
+                        context=context,
+                        on_step=on_step,
+                        should_stop=should_stop,
+                        compression=compression,
+                        uncompressed_ids=uncompressed_ids,
+                        on_prefill=lambda done, total: events.put(("prefill", (done, total))),
+                    )
                     if store is not None:
                         rec.finish(run)
                         record_output(run, rec.run_id)

@@ -7,6 +7,7 @@ it, whatever its method (the store is the corpus), except runs that asked to lea
 Bad input: a saved corpus over the bound keeps its most recent requests and says so; a corrupt or
 foreign one is refused with its reason and rebuilt from the store (`open_corpus` returns the messages).
 """
+
 from __future__ import annotations
 
 import atexit
@@ -23,8 +24,9 @@ _OPENED: dict[str, tuple[SuffixCorpus, Path]] = {}  # fingerprint -> the install
 _LOCK = threading.Lock()
 
 
-def open_corpus(store, fingerprint: str, max_tokens: int = DEFAULT_MAX_TOKENS,
-                path: Path | None = None) -> tuple[SuffixCorpus, list[str]]:
+def open_corpus(
+    store, fingerprint: str, max_tokens: int = DEFAULT_MAX_TOKENS, path: Path | None = None
+) -> tuple[SuffixCorpus, list[str]]:
     """The model's online corpus (not installed) and what was noticed opening it: the file at `path`
     (default corpus_path(fingerprint)) plus the store's runs newer than its newest, or, with no usable
     file, the store's newest runs up to `max_tokens`. The result is saved back to `path`."""
@@ -37,7 +39,9 @@ def open_corpus(store, fingerprint: str, max_tokens: int = DEFAULT_MAX_TOKENS,
                 warnings.simplefilter("ignore")
                 corpus = SuffixCorpus.load(path, max_tokens=max_tokens, frozen=False)
             if corpus.fingerprint != fingerprint:
-                raise CorruptCorpusError(f"the suffix corpus {path} belongs to model {corpus.fingerprint}, not {fingerprint}")
+                raise CorruptCorpusError(
+                    f"the suffix corpus {path} belongs to model {corpus.fingerprint}, not {fingerprint}"
+                )
             notes += corpus.notices
         except CorruptCorpusError as e:
             notes.append(f"refused the saved suffix corpus: {e}; rebuilt it from the trace store")

@@ -18,23 +18,78 @@ prompt: workbench.evaluation.tasks.prompt_parts). Three compressors, made by `ma
 
 Names, options, rates and the pool setting are checked in core.compress.spec (core.spec's grammar).
 """
+
 from __future__ import annotations
 
 from core.compress.early_exit import check_layers, decoder_layer_count, decoder_of, early_exit_decoder, scoring_path
-from core.compress.llmlingua import (DEFAULT_LLMLINGUA2_MODEL, LLMLINGUA2_MODEL_ENV, LegacyCacheLM, LLMLingua2Compressor,
-                                     LLMLinguaCompressor, llmlingua2_classifier, llmlingua_failure)
+from core.compress.llmlingua import (
+    DEFAULT_LLMLINGUA2_MODEL,
+    LLMLINGUA2_MODEL_ENV,
+    LegacyCacheLM,
+    LLMLingua2Compressor,
+    LLMLinguaCompressor,
+    llmlingua2_classifier,
+    llmlingua_failure,
+)
 from core.compress.select import join_runs, runs, select_units, split_sentences, unit_scores, units_of, word_starts
 from core.compress.selfinfo import HEAD_ROWS, WINDOW, SelfInfoCompressor, self_information
-from core.compress.spec import (COMPRESSOR_OPTIONS, COMPRESSORS, DEFAULT_COMPRESSOR, DEFAULT_POOL, POOLS, UNITS, Compression,
-                                CompressorUnavailable, check_compressor, check_pool, check_rate, compressor_label,
-                                is_pool_method, parse_compressor)
+from core.compress.spec import (
+    COMPRESSOR_OPTIONS,
+    COMPRESSORS,
+    DEFAULT_COMPRESSOR,
+    DEFAULT_POOL,
+    POOLS,
+    UNITS,
+    Compression,
+    CompressorUnavailable,
+    check_compressor,
+    check_pool,
+    check_rate,
+    compressor_label,
+    is_pool_method,
+    parse_compressor,
+)
 
-__all__ = ["COMPRESSORS", "COMPRESSOR_OPTIONS", "DEFAULT_COMPRESSOR", "DEFAULT_LLMLINGUA2_MODEL", "DEFAULT_POOL", "HEAD_ROWS",
-           "LLMLINGUA2_MODEL_ENV", "LLMLingua2Compressor", "LLMLinguaCompressor", "LegacyCacheLM", "POOLS", "UNITS", "WINDOW",
-           "Compression", "CompressorUnavailable", "SelfInfoCompressor", "check_compressor", "check_layers", "check_pool",
-           "check_rate", "compressor_label", "decoder_layer_count", "decoder_of", "early_exit_decoder", "is_pool_method",
-           "join_runs", "llmlingua2_classifier", "llmlingua_failure", "make_compressor", "parse_compressor", "runs",
-           "scoring_path", "select_units", "self_information", "split_sentences", "unit_scores", "units_of", "word_starts"]
+__all__ = [
+    "COMPRESSORS",
+    "COMPRESSOR_OPTIONS",
+    "DEFAULT_COMPRESSOR",
+    "DEFAULT_LLMLINGUA2_MODEL",
+    "DEFAULT_POOL",
+    "HEAD_ROWS",
+    "LLMLINGUA2_MODEL_ENV",
+    "LLMLingua2Compressor",
+    "LLMLinguaCompressor",
+    "LegacyCacheLM",
+    "POOLS",
+    "UNITS",
+    "WINDOW",
+    "Compression",
+    "CompressorUnavailable",
+    "SelfInfoCompressor",
+    "check_compressor",
+    "check_layers",
+    "check_pool",
+    "check_rate",
+    "compressor_label",
+    "decoder_layer_count",
+    "decoder_of",
+    "early_exit_decoder",
+    "is_pool_method",
+    "join_runs",
+    "llmlingua2_classifier",
+    "llmlingua_failure",
+    "make_compressor",
+    "parse_compressor",
+    "runs",
+    "scoring_path",
+    "select_units",
+    "self_information",
+    "split_sentences",
+    "unit_scores",
+    "units_of",
+    "word_starts",
+]
 
 
 def make_compressor(name: str, model) -> SelfInfoCompressor | LLMLinguaCompressor:
@@ -45,4 +100,6 @@ def make_compressor(name: str, model) -> SelfInfoCompressor | LLMLinguaCompresso
         return LLMLingua2Compressor(tokenizer=model.tokenizer, device=str(model.device))
     if name == "llmlingua":
         return LLMLinguaCompressor(model.path, tokenizer=model.tokenizer, device=str(model.device))
-    return SelfInfoCompressor(model.model, model.tokenizer, layers=options.get("layers"), unit=options.get("unit", UNITS[0]))
+    return SelfInfoCompressor(
+        model.model, model.tokenizer, layers=options.get("layers"), unit=options.get("unit", UNITS[0])
+    )

@@ -1,6 +1,7 @@
 """Early-exit scoring: a causal LM's decoder run on its first K layers, then its own final norm and LM head,
 carved from the loaded model without copying a weight (`early_exit_decoder`), and checked once per model on a
 short probe (`scoring_path`). `selfinfo[layers=K]` scores with it (about K/L of a forward)."""
+
 from __future__ import annotations
 
 import weakref
@@ -9,6 +10,7 @@ from typing import Any
 from core.compress.spec import CompressorUnavailable
 from core.errors import InvalidInputError
 
+
 def decoder_of(model):
     """(decoder stack, LM head) of a transformers causal LM: the base model (its decoder layers and final norm)
     and the output projection. Logits are head(decoder(x)) for Llama-, Qwen2- and Mistral-style models."""
@@ -16,8 +18,10 @@ def decoder_of(model):
     decoder = get_decoder() if callable(get_decoder) else None
     head = get_head() if callable(get_head) else None
     if decoder is None or head is None or decoder is model:
-        raise CompressorUnavailable(f"{type(model).__name__} has no separate decoder and LM head "
-                                    f"(get_decoder / get_output_embeddings): it cannot be scored layer by layer")
+        raise CompressorUnavailable(
+            f"{type(model).__name__} has no separate decoder and LM head "
+            f"(get_decoder / get_output_embeddings): it cannot be scored layer by layer"
+        )
     return decoder, head
 
 
@@ -25,8 +29,10 @@ def decoder_layer_count(model) -> int:
     """L, the number of decoder layers of `model` (its decoder's `layers` list)."""
     layers = getattr(decoder_of(model)[0], "layers", None)
     if layers is None or not hasattr(layers, "__getitem__"):
-        raise CompressorUnavailable(f"{type(model).__name__}'s decoder has no `layers` list (Llama, Qwen2, Mistral, "
-                                    f"Gemma and SmolLM2 have one): early-exit scoring cannot truncate it")
+        raise CompressorUnavailable(
+            f"{type(model).__name__}'s decoder has no `layers` list (Llama, Qwen2, Mistral, "
+            f"Gemma and SmolLM2 have one): early-exit scoring cannot truncate it"
+        )
     return len(layers)
 
 
@@ -36,9 +42,11 @@ def check_layers(model, layers: int | None) -> int | None:
         return None
     total = decoder_layer_count(model)
     if isinstance(layers, bool) or not isinstance(layers, int) or not 1 <= layers <= total:
-        raise InvalidInputError(f"selfinfo[layers={layers}]: the scoring model ({type(model).__name__}) has {total} decoder "
-                                f"layers, so layers must be an integer in 1..{total} (early exit after layer K; "
-                                f"{total} or no option: the whole model)")
+        raise InvalidInputError(
+            f"selfinfo[layers={layers}]: the scoring model ({type(model).__name__}) has {total} decoder "
+            f"layers, so layers must be an integer in 1..{total} (early exit after layer K; "
+            f"{total} or no option: the whole model)"
+        )
     return layers
 
 
@@ -95,15 +103,19 @@ def scoring_path(model, layers: int | None = None):
                 part = head(short(input_ids=x, use_cache=False).last_hidden_state.to(head.weight.device))[0].float()
                 ok = not torch.equal(part, full)
         if layers is not None and not ok:
-            why = ("its logits are not head(decoder(x)) (rescaled or capped after the head)" if not same else
-                   "its decoder ran every layer anyway")
-            raise CompressorUnavailable(f"early-exit scoring (selfinfo[layers={layers}]) does not work on "
-                                        f"{type(model).__name__}: {why}; use selfinfo (the whole model) or --compressor-model")
+            why = (
+                "its logits are not head(decoder(x)) (rescaled or capped after the head)"
+                if not same
+                else "its decoder ran every layer anyway"
+            )
+            raise CompressorUnavailable(
+                f"early-exit scoring (selfinfo[layers={layers}]) does not work on "
+                f"{type(model).__name__}: {why}; use selfinfo (the whole model) or --compressor-model"
+            )
         seen[layers] = ok
     if not seen[layers]:
         return None, None
     return early_exit_decoder(model, layers), decoder_of(model)[1]
-
 
 
 def model_device(model):

@@ -1,6 +1,7 @@
 """The decisions of the built-in compressor, as pure functions tested without a model: how a context splits
 into sentences and words (`split_sentences`, `word_starts`, `units_of`), which words to keep under the budget
 (`select_units`), and how the kept runs are joined back into text."""
+
 from __future__ import annotations
 
 import math
@@ -51,7 +52,9 @@ def units_of(starts: Sequence[bool], sentence_of: Sequence[int]) -> list[int]:
     return out
 
 
-def select_units(lengths: Sequence[int], scores: Sequence[float], sentence_of: Sequence[int], rate: float) -> list[bool]:
+def select_units(
+    lengths: Sequence[int], scores: Sequence[float], sentence_of: Sequence[int], rate: float
+) -> list[bool]:
     """Which units (words) to keep.
 
     Sentences are taken in order; each gets the budget round(rate × tokens up to its end) − tokens kept so
@@ -114,4 +117,3 @@ def unit_scores(info: Sequence[float], units: Sequence[int]) -> tuple[list[int],
         total[u] += float(x)
         count[u] += 1
     return count, [t / c if c else 0.0 for t, c in zip(total, count)]
-

@@ -2,6 +2,7 @@
 causal LM (the target itself, or any loaded model), the idea of Selective Context and LLMLingua-1. Tokens are
 grouped into words (a word never loses half its tokens), each word scored by the mean self-information of its
 tokens, and every sentence gets its share of the budget (core.compress.select)."""
+
 from __future__ import annotations
 
 import time
@@ -56,7 +57,6 @@ def self_information(model, ids: Sequence[int], window: int = WINDOW, layers: in
             out[start + 1 : start + len(chunk)] = values
             out[start] = values.max()
     return out
-
 
 
 class SelfInfoCompressor:
@@ -117,5 +117,6 @@ class SelfInfoCompressor:
         if rate >= 1.0:
             return Compression(context, self.name, rate, 1.0, len(ids), len(ids), time.perf_counter() - started)
         text = join_runs([self.tokenizer.decode(ids[a:b]) for a, b in runs(kept)])
-        return Compression(text, self.name, rate, len(kept) / len(ids), len(ids), len(kept), time.perf_counter() - started)
-
+        return Compression(
+            text, self.name, rate, len(kept) / len(ids), len(ids), len(kept), time.perf_counter() - started
+        )

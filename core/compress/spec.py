@@ -1,5 +1,6 @@
 """What a compression is asked for and what it gives: the compressors and their options (written
 `NAME[option=value]`, core.spec's grammar), the rate, what the draft pool holds, and the `Compression` record."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -12,7 +13,7 @@ COMPRESSORS = {
     "selfinfo": "built in: keep the words of highest self-information under a local causal LM, budget per sentence (offline)",
     "llmlingua": "the llmlingua package (LLMLingua-1 over a local model folder; needs tiktoken's BPE file, i.e. network once)",
     "llmlingua2": "the llmlingua package (LLMLingua-2: a token classifier from the hub or the folder in WORKBENCH_LLMLINGUA2_MODEL; "
-                  "needs tiktoken's BPE file and the classifier, i.e. network once)",
+    "needs tiktoken's BPE file and the classifier, i.e. network once)",
 }
 DEFAULT_COMPRESSOR = "selfinfo"
 POOLS = ("full", "compressed")  # what the draft pool holds when the prompt is compressed
@@ -26,15 +27,26 @@ class CompressorUnavailable(WorkbenchError):
 
 def check_rate(rate: Any) -> float:
     """The kept fraction of context tokens: a finite number in (0, 1]."""
-    return float(to_number(rate, float, "--compress", 0, 1, low_open=True,
-                           meaning="it is the fraction of context tokens kept (0.5 keeps half; 1 keeps all)"))
+    return float(
+        to_number(
+            rate,
+            float,
+            "--compress",
+            0,
+            1,
+            low_open=True,
+            meaning="it is the fraction of context tokens kept (0.5 keeps half; 1 keeps all)",
+        )
+    )
 
 
 COMPRESSOR_OPTIONS = {  # compressor -> {option: what it does}; written NAME[option=value,...]
-    "selfinfo": {"layers": "layers=K: score with the first K decoder layers of the scoring model, then its final norm and "
-                           "LM head (early exit: about K/L of a forward; 1 <= K <= L)",
-                 "unit": "unit=word|sentence: keep the most informative words of every sentence (word, the default) or the "
-                         "most informative whole sentences (sentence: coarse-grained, the kept text stays readable)"},
+    "selfinfo": {
+        "layers": "layers=K: score with the first K decoder layers of the scoring model, then its final norm and "
+        "LM head (early exit: about K/L of a forward; 1 <= K <= L)",
+        "unit": "unit=word|sentence: keep the most informative words of every sentence (word, the default) or the "
+        "most informative whole sentences (sentence: coarse-grained, the kept text stays readable)",
+    },
 }
 UNITS = ("word", "sentence")  # what selfinfo keeps or drops whole; word is the default (not written in the label)
 
@@ -47,8 +59,11 @@ def parse_compressor(spec: Any) -> tuple[str, dict[str, int | str]]:
     parsed = parse_spec(text.lower() if isinstance(text, str) else text, "compressor", example="selfinfo[layers=8]")
     name = parsed.name
     if name not in COMPRESSORS:
-        raise InvalidInputError(f"unknown compressor {shown(name)}; known: " + "; ".join(f"{k} ({v})" for k, v in COMPRESSORS.items())
-                                + "; selfinfo takes [layers=K] (early-exit scoring) and [unit=sentence] (whole sentences)")
+        raise InvalidInputError(
+            f"unknown compressor {shown(name)}; known: "
+            + "; ".join(f"{k} ({v})" for k, v in COMPRESSORS.items())
+            + "; selfinfo takes [layers=K] (early-exit scoring) and [unit=sentence] (whole sentences)"
+        )
     allowed = COMPRESSOR_OPTIONS.get(name, {})
     options: dict[str, int | str] = {}
     for key, value in parsed.items.items():
@@ -57,13 +72,23 @@ def parse_compressor(spec: Any) -> tuple[str, dict[str, int | str]]:
             raise InvalidInputError(f"bad option {shown(key)} in compressor spec {shown(text)}; {name} takes: {known}")
         if key == "unit":
             if value not in UNITS:
-                raise InvalidInputError(f"{name}[unit={shown(value)}]: unit must be one of {', '.join(UNITS)} "
-                                        f"(what the compressor keeps or drops whole)")
+                raise InvalidInputError(
+                    f"{name}[unit={shown(value)}]: unit must be one of {', '.join(UNITS)} "
+                    f"(what the compressor keeps or drops whole)"
+                )
             if value != UNITS[0]:
                 options[key] = value
         else:
-            options[key] = int(to_number(value, int, f"{name}[{key}]", 1, MAX_LAYERS,
-                                         meaning=f"{key} must be a whole number >= 1, K of the scoring model's L decoder layers"))
+            options[key] = int(
+                to_number(
+                    value,
+                    int,
+                    f"{name}[{key}]",
+                    1,
+                    MAX_LAYERS,
+                    meaning=f"{key} must be a whole number >= 1, K of the scoring model's L decoder layers",
+                )
+            )
     return name, options
 
 
@@ -82,8 +107,10 @@ def check_pool(value: Any) -> str:
     text = str(value).strip().lower()
     text = {"1": "full", "0": "compressed", "1.0": "full", "0.0": "compressed"}.get(text, text)
     if text not in POOLS:
-        raise InvalidInputError(f"pool must be full (the pool holds the uncompressed context, CASD) or compressed "
-                                f"(the pool holds the prompt the model reads), got {shown(value)}")
+        raise InvalidInputError(
+            f"pool must be full (the pool holds the uncompressed context, CASD) or compressed "
+            f"(the pool holds the prompt the model reads), got {shown(value)}"
+        )
     return text
 
 
@@ -94,8 +121,10 @@ def is_pool_method(method) -> bool:
 
 def check_context(context: str | None) -> str:
     if context is None or not str(context).strip():
-        raise InvalidInputError("nothing to compress: the context is empty (compression shortens the context only; the "
-                                "instruction and question stay whole): give a context, or leave out --compress")
+        raise InvalidInputError(
+            "nothing to compress: the context is empty (compression shortens the context only; the "
+            "instruction and question stay whole): give a context, or leave out --compress"
+        )
     return str(context)
 
 
@@ -113,5 +142,10 @@ class Compression:
 
     def record(self) -> dict[str, Any]:
         """What a run records in its parameters (read by nothing that verifies: re-scoring ignores them)."""
-        return {"compress": self.rate, "compressor": self.compressor, "compress_reached": round(self.reached, 4),
-                "compress_tokens": f"{self.tokens_kept}/{self.tokens_in}", "compress_seconds": round(self.seconds, 4)}
+        return {
+            "compress": self.rate,
+            "compressor": self.compressor,
+            "compress_reached": round(self.reached, 4),
+            "compress_tokens": f"{self.tokens_kept}/{self.tokens_in}",
+            "compress_seconds": round(self.seconds, 4),
+        }

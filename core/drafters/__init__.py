@@ -3,6 +3,7 @@
 Adding a drafter = one class with `from_params(params, env)`, `begin`, `propose`, `commit` (and its
 `prefill_topk` / `generated_topk` needs; subclass TreeObserver to see every tree row's top-k) + one line in DRAFTERS; a method then names it (core.methods).
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -33,5 +34,21 @@ def make_drafter(name: str, params: dict[str, Any], env: DraftEnv) -> Drafter:
     return build(params, env)
 
 
-__all__ = ["DRAFTERS", "ContextDrafter", "DraftEnv", "DraftModelDrafter", "Drafter", "NoDraft", "PromptLookupDrafter",
-           "Proposal", "RecycleDrafter", "RecycleTable", "SuffixDrafter", "TopK", "TreeObserver", "TreeTopK", "check_draft", "make_drafter"]
+__all__ = [
+    "DRAFTERS",
+    "ContextDrafter",
+    "DraftEnv",
+    "DraftModelDrafter",
+    "Drafter",
+    "NoDraft",
+    "PromptLookupDrafter",
+    "Proposal",
+    "RecycleDrafter",
+    "RecycleTable",
+    "SuffixDrafter",
+    "TopK",
+    "TreeObserver",
+    "TreeTopK",
+    "check_draft",
+    "make_drafter",
+]

@@ -6,10 +6,11 @@ transformers' candidate generators do. What it needs from the target's forwards 
 a drafter for optional attributes. A drafter that learns from every row of every verified tree (Token
 Recycling) says so by subclassing `TreeObserver`, which declares `tree_topk` and `observe_tree`.
 """
+
 from __future__ import annotations
 
-from dataclasses import dataclass
 from abc import ABC, abstractmethod
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
@@ -41,7 +42,9 @@ class Proposal:
     probability) and, where a sampling verifier needs them, the draft's distributions."""
 
     tree: DraftTree
-    q_rows: torch.Tensor | None = None  # (depth, V): the draft model's sampling distribution at each chain depth (T > 0)
+    q_rows: torch.Tensor | None = (
+        None  # (depth, V): the draft model's sampling distribution at each chain depth (T > 0)
+    )
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,7 @@
 """Context-aware drafting (CASD, AASD): continuations retrieved from the n-gram draft pool, merged into a
 trie under a node budget, with AASD's alignment siblings; where the pool has no match, optionally a tree
 from Token Recycling's table (fallback=1) or from the model's corpus of previous outputs (fallback=2, suffix)."""
+
 from __future__ import annotations
 
 import math
@@ -32,11 +33,23 @@ class ContextDrafter(TreeObserver):
     more of the text's end than the pool's key does.
     """
 
-    def __init__(self, key_len: int = 6, ngram: int = 6, max_nodes: int = 16, align_m: int = 0,
-                 graft: bool = False, max_hits: int = 16, context_ids: list[int] | None = None,
-                 align_generated: bool = False, table: RecycleTable | None = None, corpus=None):
+    def __init__(
+        self,
+        key_len: int = 6,
+        ngram: int = 6,
+        max_nodes: int = 16,
+        align_m: int = 0,
+        graft: bool = False,
+        max_hits: int = 16,
+        context_ids: list[int] | None = None,
+        align_generated: bool = False,
+        table: RecycleTable | None = None,
+        corpus=None,
+    ):
         self.key_len, self.ngram = key_len, ngram
-        self.max_nodes = auto_or(max_nodes, AUTO_CANDIDATES)  # max_nodes=auto: candidates for core.sizing to choose from
+        self.max_nodes = auto_or(
+            max_nodes, AUTO_CANDIDATES
+        )  # max_nodes=auto: candidates for core.sizing to choose from
         self.align_m, self.graft, self.max_hits = align_m, graft, max_hits
         self.context_ids = context_ids
         self.align_generated = bool(align_generated and align_m)
@@ -56,14 +69,22 @@ class ContextDrafter(TreeObserver):
 
     @classmethod
     def from_params(cls, params: dict[str, Any], env: DraftEnv) -> "ContextDrafter":
-        return cls(params["key_len"], params["ngram"], params["max_nodes"], params.get("align_m", 0),
-                   graft=bool(params.get("align_graft", 0)), context_ids=env.context_ids,
-                   align_generated=bool(params.get("align_generated", 0)),
-                   table=env.table if params.get("fallback", 0) == 1 else None,
-                   corpus=env.corpus if params.get("fallback", 0) == 2 else None)
+        return cls(
+            params["key_len"],
+            params["ngram"],
+            params["max_nodes"],
+            params.get("align_m", 0),
+            graft=bool(params.get("align_graft", 0)),
+            context_ids=env.context_ids,
+            align_generated=bool(params.get("align_generated", 0)),
+            table=env.table if params.get("fallback", 0) == 1 else None,
+            corpus=env.corpus if params.get("fallback", 0) == 2 else None,
+        )
 
     def begin(self, prompt_ids: list[int], prefill: TopK | None) -> None:
-        self.pool = DraftPool(self.context_ids if self.context_ids is not None else prompt_ids, key_len=self.key_len, ngram=self.ngram)
+        self.pool = DraftPool(
+            self.context_ids if self.context_ids is not None else prompt_ids, key_len=self.key_len, ngram=self.ngram
+        )
         self.predictions = None
         self.generated_predictions = []
         if self.suffix is not None:
@@ -114,7 +135,12 @@ class ContextDrafter(TreeObserver):
                     continue
                 for alt in self._alternatives(hit.position + t, token):
                     tail_tokens = tokens[t + 1 :] if self.graft else []
-                    aligned.append((tokens[:t] + [alt] + tail_tokens, sources[:t] + ["alignment"] + sources[t + 1 : t + 1 + len(tail_tokens)]))
+                    aligned.append(
+                        (
+                            tokens[:t] + [alt] + tail_tokens,
+                            sources[:t] + ["alignment"] + sources[t + 1 : t + 1 + len(tail_tokens)],
+                        )
+                    )
         # Alignment siblings have their own share of the budget and are ranked among themselves, so frequent
         # misaligned hits cannot push out the alternatives AASD adds (docs/ALGORITHMS.md, "Alignment sampling"); a share they do not use
         # goes to the retrieved hits.

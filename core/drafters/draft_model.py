@@ -7,6 +7,7 @@ and `commit` crops it back to the longest prefix that is still committed. A draf
 target accepted is therefore never fed twice; only the last drafted token (never fed, since nothing
 was drafted after it) and the target's bonus token are fed at the next step.
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -22,7 +23,6 @@ from core.hot_types import CausalLM, KVCache
 from core.params import auto_or, is_auto
 from core.target_stats import sampling_processors
 from core.tree import DraftTree
-
 
 AUTO_GAMMA_MAX = 16  # gamma=auto: the longest draft
 START_CONFIDENCE = 0.4  # gamma=auto: the first threshold (transformers' assistant_confidence_threshold default)
@@ -49,7 +49,7 @@ def tune_threshold(probs: Sequence[float], accepted: Sequence[bool], current: fl
     accepted_below = np.r_[0, np.cumsum(ok)][first]  # accepted tokens below each cut
     tpr = (pos - accepted_below) / pos
     fpr = (neg - (first - accepted_below)) / neg
-    cost = (1 - tpr) ** 2 + fpr ** 2
+    cost = (1 - tpr) ** 2 + fpr**2
     return float(p[first[int(np.argmin(cost))]])  # argmin takes the first minimum: ties go to the lowest cut
 
 
@@ -64,8 +64,15 @@ class DraftModelDrafter:
     prefill_topk = 0
     generated_topk = 0
 
-    def __init__(self, model: CausalLM, gamma: int = 6, temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0,
-                 generator: torch.Generator | None = None):
+    def __init__(
+        self,
+        model: CausalLM,
+        gamma: int = 6,
+        temperature: float = 0.0,
+        top_k: int = 0,
+        top_p: float = 1.0,
+        generator: torch.Generator | None = None,
+    ):
         # gamma=auto: draft up to AUTO_GAMMA_MAX, stopping after a token less confident than the tuned threshold
         self.adaptive = is_auto(gamma)
         self.model, self.gamma, self.temperature = model, auto_or(gamma, AUTO_GAMMA_MAX), float(temperature)
@@ -83,10 +90,18 @@ class DraftModelDrafter:
     @classmethod
     def from_params(cls, params: dict[str, Any], env: DraftEnv) -> "DraftModelDrafter":
         if env.draft is None:
-            raise InvalidInputError("this method drafts with a draft model: pass --draft (e.g. the qwen2.5-coder-0.5b preset)")
+            raise InvalidInputError(
+                "this method drafts with a draft model: pass --draft (e.g. the qwen2.5-coder-0.5b preset)"
+            )
         check_draft(env.target, env.draft)
-        return cls(env.draft.model, params["gamma"], float(params.get("temperature", 0.0)), params.get("top_k", 0),
-                   params.get("top_p", 1.0), env.generator)
+        return cls(
+            env.draft.model,
+            params["gamma"],
+            float(params.get("temperature", 0.0)),
+            params.get("top_k", 0),
+            params.get("top_p", 1.0),
+            env.generator,
+        )
 
     def begin(self, prompt_ids: list[int], prefill: TopK | None) -> None:
         self.cache = kv.new_cache(self.model)
@@ -103,8 +118,13 @@ class DraftModelDrafter:
         input_ids = ids if isinstance(ids, torch.Tensor) else torch.tensor([list(ids)], device=device)
         n = input_ids.shape[1]
         pos = torch.arange(self.n_cached, self.n_cached + n, device=device)[None]
-        out = self.model(input_ids=input_ids, position_ids=pos, use_cache=True, logits_to_keep=1,
-                         **kv.cache_arg(self.model, self.cache))
+        out = self.model(
+            input_ids=input_ids,
+            position_ids=pos,
+            use_cache=True,
+            logits_to_keep=1,
+            **kv.cache_arg(self.model, self.cache),
+        )
         self.n_cached += n
         return out.logits[0, -1].float()
 
@@ -113,7 +133,11 @@ class DraftModelDrafter:
         logits are (nothing waits for the device); at T > 0 also the sampling distribution q."""
         if self.processors is None:
             token = logits.argmax(-1, keepdim=True)
-            return token, torch.exp(logits.gather(0, token)[0] - torch.logsumexp(logits, -1)), None  # gather: no scalar index
+            return (
+                token,
+                torch.exp(logits.gather(0, token)[0] - torch.logsumexp(logits, -1)),
+                None,
+            )  # gather: no scalar index
         q = torch.softmax(self.processors(None, logits[None])[0], dim=-1)  # type: ignore[arg-type]  # warpers read no ids
         token = torch.multinomial(q, 1, generator=self.generator)
         return token, q.gather(0, token)[0], q
@@ -153,8 +177,10 @@ class DraftModelDrafter:
                 break
             agree += 1
         if self.adaptive:  # the accepted prefix, then the first rejected token (if any) were judged
-            accepted = next((j for j, (a, b) in enumerate(zip(self.drafted, new_tokens)) if a != b),
-                            min(len(self.drafted), len(new_tokens)))
+            accepted = next(
+                (j for j, (a, b) in enumerate(zip(self.drafted, new_tokens)) if a != b),
+                min(len(self.drafted), len(new_tokens)),
+            )
             # a token after the accepted ones was rejected, unless the step was cut there (EOS, length, stop string)
             judged = min(len(self.drafted), accepted + (accepted < len(new_tokens)))
             self.seen_p += self.drafted_p[:judged]
@@ -182,6 +208,8 @@ def check_draft(target, draft) -> None:
     if hasattr(target.tokenizer, "get_vocab") and hasattr(draft.tokenizer, "get_vocab"):
         check_pair(target, draft)
     elif type(target.tokenizer) is not type(draft.tokenizer):
-        raise InvalidInputError(f"cannot tell whether {draft.name!r} shares the tokenizer of {target.name!r}: "
-                                "their tokenizers are of different kinds and list no vocabulary")
+        raise InvalidInputError(
+            f"cannot tell whether {draft.name!r} shares the tokenizer of {target.name!r}: "
+            "their tokenizers are of different kinds and list no vocabulary"
+        )
     _CHECKED_PAIRS.add(key)

@@ -1,4 +1,5 @@
 """PLD (Saxena 2023), as transformers' prompt lookup does it."""
+
 from __future__ import annotations
 
 from typing import Any

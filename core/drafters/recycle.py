@@ -12,6 +12,7 @@ forward writes into R) and `expand` (the tree a template draws from R). `Recycle
 lock; `shared_table` gives one per model fingerprint and process, optionally loaded from and saved to
 `workbench_home()/recycle/` (warm=1).
 """
+
 from __future__ import annotations
 
 import atexit
@@ -52,17 +53,86 @@ def from_paths(paths: Sequence[Sequence[int]]) -> Template:
 # The paper's static tree (Luowaterbi/TokenRecycling, model/recycling/tree_template_.py, version "2.2.2";
 # the same as smpanaro/token-recycling's Figure 5 layers): 80 nodes, depths 1-6 with 8, 21, 25, 15, 8, 3 nodes.
 PAPER_PATHS = [
-    [0], [1], [2], [3], [4], [5], [6], [7],
-    [0, 0], [0, 1], [0, 2], [0, 3], [0, 4], [0, 5], [0, 6], [0, 7], [1, 0], [1, 1], [1, 2], [1, 3], [2, 0], [2, 1], [2, 2],
-    [3, 0], [3, 1], [4, 0], [5, 0], [6, 0], [7, 0],
-    [0, 0, 0], [0, 0, 1], [0, 0, 2], [0, 0, 3], [0, 0, 4], [0, 0, 5], [0, 0, 6], [0, 0, 7], [0, 1, 0], [0, 1, 1], [0, 1, 2],
-    [0, 2, 0], [0, 2, 1], [0, 3, 0], [0, 4, 0], [0, 5, 0], [0, 6, 0], [0, 7, 0], [1, 0, 0], [1, 0, 1], [1, 1, 0], [2, 0, 0],
-    [3, 0, 0], [4, 0, 0], [5, 0, 0],
-    [0, 0, 0, 0], [0, 0, 0, 1], [0, 0, 0, 2], [0, 0, 0, 3], [0, 0, 0, 4], [0, 0, 1, 0], [0, 0, 1, 1], [0, 0, 2, 0], [0, 0, 3, 0],
-    [0, 0, 4, 0], [0, 1, 0, 0], [0, 2, 0, 0], [1, 0, 0, 0], [2, 0, 0, 0], [3, 0, 0, 0],
-    [0, 0, 0, 0, 0], [0, 0, 0, 0, 1], [0, 0, 0, 0, 2], [0, 0, 0, 1, 0], [0, 0, 0, 2, 0], [0, 0, 1, 0, 0], [0, 1, 0, 0, 0],
+    [0],
+    [1],
+    [2],
+    [3],
+    [4],
+    [5],
+    [6],
+    [7],
+    [0, 0],
+    [0, 1],
+    [0, 2],
+    [0, 3],
+    [0, 4],
+    [0, 5],
+    [0, 6],
+    [0, 7],
+    [1, 0],
+    [1, 1],
+    [1, 2],
+    [1, 3],
+    [2, 0],
+    [2, 1],
+    [2, 2],
+    [3, 0],
+    [3, 1],
+    [4, 0],
+    [5, 0],
+    [6, 0],
+    [7, 0],
+    [0, 0, 0],
+    [0, 0, 1],
+    [0, 0, 2],
+    [0, 0, 3],
+    [0, 0, 4],
+    [0, 0, 5],
+    [0, 0, 6],
+    [0, 0, 7],
+    [0, 1, 0],
+    [0, 1, 1],
+    [0, 1, 2],
+    [0, 2, 0],
+    [0, 2, 1],
+    [0, 3, 0],
+    [0, 4, 0],
+    [0, 5, 0],
+    [0, 6, 0],
+    [0, 7, 0],
+    [1, 0, 0],
+    [1, 0, 1],
+    [1, 1, 0],
+    [2, 0, 0],
+    [3, 0, 0],
+    [4, 0, 0],
+    [5, 0, 0],
+    [0, 0, 0, 0],
+    [0, 0, 0, 1],
+    [0, 0, 0, 2],
+    [0, 0, 0, 3],
+    [0, 0, 0, 4],
+    [0, 0, 1, 0],
+    [0, 0, 1, 1],
+    [0, 0, 2, 0],
+    [0, 0, 3, 0],
+    [0, 0, 4, 0],
+    [0, 1, 0, 0],
+    [0, 2, 0, 0],
+    [1, 0, 0, 0],
+    [2, 0, 0, 0],
+    [3, 0, 0, 0],
+    [0, 0, 0, 0, 0],
+    [0, 0, 0, 0, 1],
+    [0, 0, 0, 0, 2],
+    [0, 0, 0, 1, 0],
+    [0, 0, 0, 2, 0],
+    [0, 0, 1, 0, 0],
+    [0, 1, 0, 0, 0],
     [1, 0, 0, 0, 0],
-    [0, 0, 0, 0, 0, 0], [0, 0, 0, 0, 0, 1], [0, 0, 0, 1, 0, 0],
+    [0, 0, 0, 0, 0, 0],
+    [0, 0, 0, 0, 0, 1],
+    [0, 0, 0, 1, 0, 0],
 ]
 PAPER_TEMPLATE = from_paths(PAPER_PATHS)
 
@@ -177,6 +247,7 @@ def shared_table(target, warm: bool = False, k: int = K) -> RecycleTable:
     """The process-wide table of a model (by fingerprint): it persists across requests. With `warm`,
     the rows saved under the workbench home fill it on first use and it is saved after each run
     (`core.methods.run_method`) and at exit."""
+
     def load_once(table: RecycleTable) -> None:
         if warm and not table.loaded:
             table.path = table_path(target.fingerprint, k)

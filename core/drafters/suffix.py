@@ -1,6 +1,7 @@
 """Suffix speculation (SuffixDecoding): drafts from the longest suffix of the request's text that
 occurred before, in the request itself or in a corpus of previous outputs (core.suffix). Nodes the
 request's text holds are `context`; those only previous outputs hold are `history`."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -21,10 +22,12 @@ class SuffixDrafter:
     prefill_topk = 0
     generated_topk = 0
 
-    def __init__(self, corpus: SuffixCorpus | None, max_nodes: int = 0, spec_factor: float = 4.0,
-                 min_prob: float = 0.1):
-        self.speculator = SuffixSpeculator(corpus, alpha=spec_factor, max_nodes=auto_or(max_nodes, AUTO_CANDIDATES),
-                                           min_prob=min_prob)
+    def __init__(
+        self, corpus: SuffixCorpus | None, max_nodes: int = 0, spec_factor: float = 4.0, min_prob: float = 0.1
+    ):
+        self.speculator = SuffixSpeculator(
+            corpus, alpha=spec_factor, max_nodes=auto_or(max_nodes, AUTO_CANDIDATES), min_prob=min_prob
+        )
 
     @classmethod
     def from_params(cls, params: dict[str, Any], env: DraftEnv) -> "SuffixDrafter":

@@ -1,5 +1,6 @@
 """The one method factory: a method and its parameters -> the drafter, the verifier and (max_nodes=auto) the
 tree sizer of one request, with the tables they read (CSD's correction memory, Token Recycling's table)."""
+
 from __future__ import annotations
 
 import warnings
@@ -32,15 +33,22 @@ def rescue_for(method: Method, params: Mapping[str, Any], eos_ids: Sequence[int]
         return rescue
     ids = eos_ids if eos_ids is not None else params.get("eos_ids")
     if ids is None:
-        raise InvalidInputError(f"{method.name}[rescue_eos=no] exempts the target's end-of-sequence ids, which are not "
-                                "known here: pass the target's eos_ids (a run records them in its params as eos_ids)")
+        raise InvalidInputError(
+            f"{method.name}[rescue_eos=no] exempts the target's end-of-sequence ids, which are not "
+            "known here: pass the target's eos_ids (a run records them in its params as eos_ids)"
+        )
     if not ids:
         warnings.warn(f"{method.name}[rescue_eos=no]: the target has no end-of-sequence id, so nothing is exempt")
     return replace(rescue, exempt=frozenset(int(t) for t in ids))
 
 
-def make_verifier(method: Method, params: Mapping[str, Any], memory=None, generator: torch.Generator | None = None,
-                  eos_ids: Sequence[int] | None = None) -> Verifier:
+def make_verifier(
+    method: Method,
+    params: Mapping[str, Any],
+    memory=None,
+    generator: torch.Generator | None = None,
+    eos_ids: Sequence[int] | None = None,
+) -> Verifier:
     """The method's verification: `walk` with its rule and rescue at T = 0, `sample_walk` above it.
     A given `memory` (core.memory.CorrectionMemory) is read and updated at every rejection; `eos_ids`
     (the target's) are what `rescue_eos=no` exempts from rescue (rescue_for)."""
@@ -57,17 +65,27 @@ def make_verifier(method: Method, params: Mapping[str, Any], memory=None, genera
 
     temperature = float(params.get("temperature", 0.0))
     if temperature == 0.0:
+
         def verify(proposal, logits, stats):
             tree = proposal.tree
-            return walk(tree, stats.nodes, stats.logp, rules, rescue=rescue, argmax=stats.row_argmax, count_of=count_of(tree))
+            return walk(
+                tree, stats.nodes, stats.logp, rules, rescue=rescue, argmax=stats.row_argmax, count_of=count_of(tree)
+            )
 
         return verify
     procs = sampling_processors(temperature, params.get("top_k", 0), params.get("top_p", 1.0))
     generator = generator if generator is not None else torch.Generator().manual_seed(int(params.get("seed", 0)))
 
     def verify_sampled(proposal, logits, stats):
-        return sample_walk(proposal.tree, logits, procs, generator, rescue=rescue, count_of=count_of(proposal.tree),
-                           q_rows=proposal.q_rows)
+        return sample_walk(
+            proposal.tree,
+            logits,
+            procs,
+            generator,
+            rescue=rescue,
+            count_of=count_of(proposal.tree),
+            q_rows=proposal.q_rows,
+        )
 
     return verify_sampled
 
@@ -104,7 +122,9 @@ def uses_corpus(method: Method, params: Mapping[str, Any]) -> bool:
     return method.drafter == "suffix" or params.get("fallback", 0) == 2
 
 
-def suffix_corpus(method: Method, params: Mapping[str, Any], target, corpus: SuffixCorpus | None = None) -> SuffixCorpus | None:
+def suffix_corpus(
+    method: Method, params: Mapping[str, Any], target, corpus: SuffixCorpus | None = None
+) -> SuffixCorpus | None:
     """The suffix corpus a run drafts from (None when it uses none): `corpus` when given, else the model's
     process-wide one (core.suffix.shared_corpus), or with cold=1 an empty one of the run's own."""
     if not uses_corpus(method, params):
@@ -114,8 +134,9 @@ def suffix_corpus(method: Method, params: Mapping[str, Any], target, corpus: Suf
     return corpus if corpus is not None else shared_corpus(target.fingerprint)
 
 
-def tree_sizer(method: Method, params: Mapping[str, Any], target, draft=None,
-               prior: AcceptancePrior | None = None) -> TreeSizer | None:
+def tree_sizer(
+    method: Method, params: Mapping[str, Any], target, draft=None, prior: AcceptancePrior | None = None
+) -> TreeSizer | None:
     """`max_nodes=auto` for tree drafters (context, recycle, suffix): a sizer over the model's measured t(n, L), read
     at each step's context length, starting from `prior` (the caller's: e.g. workbench.store.priors from
     stored traces of this method and model; None: core.acceptance_prior's default rate)."""
@@ -126,8 +147,17 @@ def tree_sizer(method: Method, params: Mapping[str, Any], target, draft=None,
     return TreeSizer(cost_model(target), prior)
 
 
-def build(method: Method, params: Mapping[str, Any], *, target=None, draft=None, context_ids: Sequence[int] | None = None,
-          memory=None, table: RecycleTable | None = None, corpus: SuffixCorpus | None = None) -> tuple[Drafter, Verifier]:
+def build(
+    method: Method,
+    params: Mapping[str, Any],
+    *,
+    target=None,
+    draft=None,
+    context_ids: Sequence[int] | None = None,
+    memory=None,
+    table: RecycleTable | None = None,
+    corpus: SuffixCorpus | None = None,
+) -> tuple[Drafter, Verifier]:
     """The one method factory: the method's drafter and verifier for one request.
 
     Methods that read CSD's memory use the model pair's shared, persisted table unless `memory` is given;
@@ -144,8 +174,14 @@ def build(method: Method, params: Mapping[str, Any], *, target=None, draft=None,
         corpus = suffix_corpus(method, params, target)
     # On the target's device: the sampling walk and a draft model draw where their tensors are.
     generator = torch.Generator(device=getattr(target, "device", None) or "cpu").manual_seed(int(params.get("seed", 0)))
-    env = DraftEnv(target=target, draft=draft, context_ids=list(context_ids) if context_ids is not None else None,
-                   generator=generator, table=table, corpus=corpus)
+    env = DraftEnv(
+        target=target,
+        draft=draft,
+        context_ids=list(context_ids) if context_ids is not None else None,
+        generator=generator,
+        table=table,
+        corpus=corpus,
+    )
     drafter = make_drafter(drafter_name(method, draft), dict(params), env)
     eos_ids = getattr(target, "eos_ids", None)
     return drafter, make_verifier(method, params, memory, generator, eos_ids=eos_ids)

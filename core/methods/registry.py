@@ -7,6 +7,7 @@ it verifies at T = 0 (core.walk.walk applies them; workbench.rescore re-applies 
 steps, so the two cannot drift apart); at T > 0 every method verifies by lossless speculative sampling
 (core.walk.sample_walk), with its rescue rule where it has one.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
@@ -15,7 +16,19 @@ from typing import Any, Protocol
 
 from core.errors import InvalidInputError
 from core.params import AUTO, PARAMS
-from core.rules import Deferred, Rescue, Rules, adaptive, by_source, entropy_gate, fixed, mixed, strict, top_k_rule, typical
+from core.rules import (
+    Deferred,
+    Rescue,
+    Rules,
+    adaptive,
+    by_source,
+    entropy_gate,
+    fixed,
+    mixed,
+    strict,
+    top_k_rule,
+    typical,
+)
 from core.spec import shown
 
 COMMON = ("max_new_tokens",)
@@ -73,7 +86,6 @@ def param_defaults(*names: str, **overrides: Any) -> dict[str, Any]:
     out = {n: PARAMS[n].default for n in names}
     out.update(overrides)
     return out
-
 
 
 # The rules of the rule-based methods. AASD's split (core.rules.by_source): relaxed for copied and
@@ -142,66 +154,193 @@ GREEDY = param_defaults(*COMMON, "temperature", "seed", top_k=0, top_p=1.0)
 RECYCLE_NODES = AUTO
 for m in [
     Method("greedy", "autoregressive decoding through our engine (the speed-up baseline)", GREEDY, True),
-    Method("pld", "prompt lookup decoding: longest n-gram ≤ 3 in prompt + output, one chain of 10", GREEDY, True,
-           drafter="prompt_lookup"),
-    Method("top-k", "top-k sampling (k = 50, T = 1)", param_defaults(*COMMON, "seed", temperature=1.0, top_k=50, top_p=1.0), True),
-    Method("nucleus", "nucleus sampling (p = 0.8, T = 1)", param_defaults(*COMMON, "seed", temperature=1.0, top_k=0, top_p=0.8), True),
-    Method("casd", "context-aware drafting, fixed threshold δ with EOS guard", param_defaults(*COMMON, *POOL, "delta", "fitted"),
-           False, drafter="context", rules_of=_fixed),
-    Method("casd-mixed", "context-aware drafting, δ and top-k together", param_defaults(*COMMON, *POOL, "delta", "top_k"), False,
-           drafter="context", rules_of=_mixed),
-    Method("aasd", "context drafting + alignment sampling + entropy-adaptive verification",
-           param_defaults(*COMMON, *POOL, *ALIGN, "alpha", "beta", "alpha_alignment", "beta_alignment", "fitted", *CORPUS), False,
-           drafter="context", rules_of=_adaptive),
-    Method("aasd-strict", "AASD drafting with strict verification (lossless)", param_defaults(*COMMON, *POOL, *ALIGN), True,
-           drafter="context"),
-    Method("aasd-no-align", "ablation: AASD without alignment sampling", param_defaults(*COMMON, *POOL, "alpha", "beta"), False,
-           drafter="context", rules_of=_adaptive),
-    Method("aasd-fixed", "ablation: AASD drafting with CASD's fixed threshold", param_defaults(*COMMON, *POOL, *ALIGN, "delta"), False,
-           drafter="context", rules_of=_fixed),
-    Method("aasd-topk", "ablation: AASD drafting with a top-k acceptance rule", param_defaults(*COMMON, *POOL, *ALIGN, "top_k"), False,
-           drafter="context", rules_of=_topk),
+    Method(
+        "pld",
+        "prompt lookup decoding: longest n-gram ≤ 3 in prompt + output, one chain of 10",
+        GREEDY,
+        True,
+        drafter="prompt_lookup",
+    ),
+    Method(
+        "top-k",
+        "top-k sampling (k = 50, T = 1)",
+        param_defaults(*COMMON, "seed", temperature=1.0, top_k=50, top_p=1.0),
+        True,
+    ),
+    Method(
+        "nucleus",
+        "nucleus sampling (p = 0.8, T = 1)",
+        param_defaults(*COMMON, "seed", temperature=1.0, top_k=0, top_p=0.8),
+        True,
+    ),
+    Method(
+        "casd",
+        "context-aware drafting, fixed threshold δ with EOS guard",
+        param_defaults(*COMMON, *POOL, "delta", "fitted"),
+        False,
+        drafter="context",
+        rules_of=_fixed,
+    ),
+    Method(
+        "casd-mixed",
+        "context-aware drafting, δ and top-k together",
+        param_defaults(*COMMON, *POOL, "delta", "top_k"),
+        False,
+        drafter="context",
+        rules_of=_mixed,
+    ),
+    Method(
+        "aasd",
+        "context drafting + alignment sampling + entropy-adaptive verification",
+        param_defaults(*COMMON, *POOL, *ALIGN, "alpha", "beta", "alpha_alignment", "beta_alignment", "fitted", *CORPUS),
+        False,
+        drafter="context",
+        rules_of=_adaptive,
+    ),
+    Method(
+        "aasd-strict",
+        "AASD drafting with strict verification (lossless)",
+        param_defaults(*COMMON, *POOL, *ALIGN),
+        True,
+        drafter="context",
+    ),
+    Method(
+        "aasd-no-align",
+        "ablation: AASD without alignment sampling",
+        param_defaults(*COMMON, *POOL, "alpha", "beta"),
+        False,
+        drafter="context",
+        rules_of=_adaptive,
+    ),
+    Method(
+        "aasd-fixed",
+        "ablation: AASD drafting with CASD's fixed threshold",
+        param_defaults(*COMMON, *POOL, *ALIGN, "delta"),
+        False,
+        drafter="context",
+        rules_of=_fixed,
+    ),
+    Method(
+        "aasd-topk",
+        "ablation: AASD drafting with a top-k acceptance rule",
+        param_defaults(*COMMON, *POOL, *ALIGN, "top_k"),
+        False,
+        drafter="context",
+        rules_of=_topk,
+    ),
     # Peers' relaxed rules on AASD's drafting (docs/AUTOMATIC_SETTINGS.md, "Peer rules"): Medusa's typical acceptance
     # (α = √ε = 0.3, Medusa's defaults) and an entropy-gated deferred check in FLy's style.
-    Method("typical", "AASD drafting with Medusa's typical acceptance: p > min(ε, α·exp(−H)) (lossy)",
-           param_defaults(*COMMON, *POOL, *ALIGN, "epsilon", "alpha", alpha=0.3), False, drafter="context", rules_of=_typical),
-    Method("fly", "AASD drafting with FLy-style verification: a mismatch passes where the target's entropy ≥ the gate, "
-           "kept only if the next `window` tokens match the target (lossy)",
-           param_defaults(*COMMON, *POOL, *ALIGN, "entropy_gate", "window"), False, drafter="context", rules_of=_deferred),
+    Method(
+        "typical",
+        "AASD drafting with Medusa's typical acceptance: p > min(ε, α·exp(−H)) (lossy)",
+        param_defaults(*COMMON, *POOL, *ALIGN, "epsilon", "alpha", alpha=0.3),
+        False,
+        drafter="context",
+        rules_of=_typical,
+    ),
+    Method(
+        "fly",
+        "AASD drafting with FLy-style verification: a mismatch passes where the target's entropy ≥ the gate, "
+        "kept only if the next `window` tokens match the target (lossy)",
+        param_defaults(*COMMON, *POOL, *ALIGN, "entropy_gate", "window"),
+        False,
+        drafter="context",
+        rules_of=_deferred,
+    ),
     # Draft-model speculative decoding and CSD (docs/ALGORITHMS.md): one drafter and one walk; the methods differ only
     # in the rescue rule and in whether they read the correction memory.
     # Token Recycling (arXiv 2408.08696): the target's own past top-k after each token, drafted as a static tree.
-    Method("recycle", "Token Recycling: a tree from the target's own top-8 after each token, refreshed by every forward "
-           "(strict: lossless)", param_defaults(*COMMON, "max_nodes", *TABLE, "temperature", "seed", top_k=0, top_p=1.0,
-                                                max_nodes=RECYCLE_NODES), True, drafter="recycle"),
-    Method("recycle-aasd", "Token Recycling verified by AASD's entropy-adaptive rule (lossy)",
-           param_defaults(*COMMON, "max_nodes", *TABLE, "alpha", "beta", max_nodes=RECYCLE_NODES), False, drafter="recycle",
-           rules_of=_adaptive_all),
+    Method(
+        "recycle",
+        "Token Recycling: a tree from the target's own top-8 after each token, refreshed by every forward "
+        "(strict: lossless)",
+        param_defaults(
+            *COMMON, "max_nodes", *TABLE, "temperature", "seed", top_k=0, top_p=1.0, max_nodes=RECYCLE_NODES
+        ),
+        True,
+        drafter="recycle",
+    ),
+    Method(
+        "recycle-aasd",
+        "Token Recycling verified by AASD's entropy-adaptive rule (lossy)",
+        param_defaults(*COMMON, "max_nodes", *TABLE, "alpha", "beta", max_nodes=RECYCLE_NODES),
+        False,
+        drafter="recycle",
+        rules_of=_adaptive_all,
+    ),
     # SuffixDecoding (arXiv 2411.04975): trees from the model's previous outputs and the request's own text.
-    Method("suffix", "suffix speculation: the longest earlier match in this request or the model's previous outputs, "
-           "a tree of its most frequent continuations sized by the match length (strict: lossless)",
-           param_defaults(*COMMON, *SUFFIX, "temperature", "seed", top_k=0, top_p=1.0), True, drafter="suffix"),
-    Method("suffix-aasd", "suffix speculation verified by AASD's entropy-adaptive rule (lossy)",
-           param_defaults(*COMMON, *SUFFIX, "alpha", "beta"), False, drafter="suffix", rules_of=_adaptive_all),
-    Method("sd", "speculative decoding with a draft model: γ tokens per step, greedy or rejection sampling (lossless)",
-           param_defaults(*COMMON, *DRAFT, **SAMPLING), True, drafter="draft_model", needs_draft=True),
-    Method("csd", "calibrated SD: a rejected draft token is rescued when its correction pair is frequent in the memory "
-           "(count ≥ λ) and the target's gate passes (p(x)/p(t*) ≥ τ); over context drafts when no draft model is given",
-           param_defaults(*COMMON, *DRAFT, "tau", "lam", "memory_mode", "keys", *RESCUE, *POOL, "align_m", **SAMPLING), False, drafter="draft_model",
-           drafter_without_draft="context", rescue_of=_csd_rule, reads_memory=True),
-    Method("csd-context", "single-model CSD: the rescue rule over context drafts (AASD's drafter), memory keyed by the target alone",
-           param_defaults(*COMMON, "tau", "lam", "memory_mode", "keys", *RESCUE, *POOL, "align_m", **SAMPLING), False, drafter="context",
-           rescue_of=_csd_rule, reads_memory=True),
-    Method("lossy-sd", "SD with the gate alone at a lenient τ (p(x)/p(t*) ≥ 0.6), no memory",
-           param_defaults(*COMMON, *DRAFT, *RESCUE, tau=0.6, **SAMPLING), False, drafter="draft_model", rescue_of=_gate_rule,
-           needs_draft=True),
-    Method("sd-memory-only", "ablation: SD rescuing every rejection whose pair is frequent in the memory (count ≥ λ), no gate",
-           param_defaults(*COMMON, *DRAFT, "lam", "memory_mode", "keys", *RESCUE, **SAMPLING), False, drafter="draft_model", rescue_of=_memory_rule,
-           reads_memory=True,
-           needs_draft=True),
-    Method("sd-gating-only", "ablation: SD with the gate alone at CSD's τ (p(x)/p(t*) ≥ τ), no memory",
-           param_defaults(*COMMON, *DRAFT, "tau", *RESCUE, **SAMPLING), False, drafter="draft_model", rescue_of=_gate_rule,
-           needs_draft=True),
+    Method(
+        "suffix",
+        "suffix speculation: the longest earlier match in this request or the model's previous outputs, "
+        "a tree of its most frequent continuations sized by the match length (strict: lossless)",
+        param_defaults(*COMMON, *SUFFIX, "temperature", "seed", top_k=0, top_p=1.0),
+        True,
+        drafter="suffix",
+    ),
+    Method(
+        "suffix-aasd",
+        "suffix speculation verified by AASD's entropy-adaptive rule (lossy)",
+        param_defaults(*COMMON, *SUFFIX, "alpha", "beta"),
+        False,
+        drafter="suffix",
+        rules_of=_adaptive_all,
+    ),
+    Method(
+        "sd",
+        "speculative decoding with a draft model: γ tokens per step, greedy or rejection sampling (lossless)",
+        param_defaults(*COMMON, *DRAFT, **SAMPLING),
+        True,
+        drafter="draft_model",
+        needs_draft=True,
+    ),
+    Method(
+        "csd",
+        "calibrated SD: a rejected draft token is rescued when its correction pair is frequent in the memory "
+        "(count ≥ λ) and the target's gate passes (p(x)/p(t*) ≥ τ); over context drafts when no draft model is given",
+        param_defaults(*COMMON, *DRAFT, "tau", "lam", "memory_mode", "keys", *RESCUE, *POOL, "align_m", **SAMPLING),
+        False,
+        drafter="draft_model",
+        drafter_without_draft="context",
+        rescue_of=_csd_rule,
+        reads_memory=True,
+    ),
+    Method(
+        "csd-context",
+        "single-model CSD: the rescue rule over context drafts (AASD's drafter), memory keyed by the target alone",
+        param_defaults(*COMMON, "tau", "lam", "memory_mode", "keys", *RESCUE, *POOL, "align_m", **SAMPLING),
+        False,
+        drafter="context",
+        rescue_of=_csd_rule,
+        reads_memory=True,
+    ),
+    Method(
+        "lossy-sd",
+        "SD with the gate alone at a lenient τ (p(x)/p(t*) ≥ 0.6), no memory",
+        param_defaults(*COMMON, *DRAFT, *RESCUE, tau=0.6, **SAMPLING),
+        False,
+        drafter="draft_model",
+        rescue_of=_gate_rule,
+        needs_draft=True,
+    ),
+    Method(
+        "sd-memory-only",
+        "ablation: SD rescuing every rejection whose pair is frequent in the memory (count ≥ λ), no gate",
+        param_defaults(*COMMON, *DRAFT, "lam", "memory_mode", "keys", *RESCUE, **SAMPLING),
+        False,
+        drafter="draft_model",
+        rescue_of=_memory_rule,
+        reads_memory=True,
+        needs_draft=True,
+    ),
+    Method(
+        "sd-gating-only",
+        "ablation: SD with the gate alone at CSD's τ (p(x)/p(t*) ≥ τ), no memory",
+        param_defaults(*COMMON, *DRAFT, "tau", *RESCUE, **SAMPLING),
+        False,
+        drafter="draft_model",
+        rescue_of=_gate_rule,
+        needs_draft=True,
+    ),
 ]:
     register(m)
 
@@ -211,4 +350,3 @@ def get_method(name: str) -> Method:
     if method is None:
         raise InvalidInputError(f"unknown method {shown(name)}; known methods: {', '.join(METHODS)}")
     return method
-

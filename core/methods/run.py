@@ -2,6 +2,7 @@
 as transformers' generate) and `run_batch` several at once (core.batch.decode_batch); both return RunTraces
 whose parameters record everything the run started from (the fitted thresholds, the memory's and the
 table's fingerprints, the cost curve), so a stored run says what made it."""
+
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
@@ -16,8 +17,8 @@ from core.errors import InvalidInputError
 from core.methods.build import build, correction_memory, recycle_table, suffix_corpus, tree_sizer
 from core.methods.registry import Method, get_method
 from core.methods.spec import resolve_params
-from core.step import Cancelled, DecodeConfig, ProgressCallback, Verifier, check_prompt
 from core.sizing import TreeSizer
+from core.step import Cancelled, DecodeConfig, ProgressCallback, Verifier, check_prompt
 from core.suffix import SuffixCorpus
 from core.thresholds import fitted_values
 from core.trace import RunTrace, StepTrace
@@ -58,9 +59,18 @@ def run_method(
     `prior` (core.acceptance_prior.AcceptancePrior) is what `max_nodes=auto` starts its acceptance estimates
     from (the caller reads it, e.g. from stored traces: workbench.store.priors); the run records it.
     """
-    method, run, context_ids = _new_run(name, target, prompt_ids, params, draft=draft, prompt_text=prompt_text,
-                                        context=context, context_ids=context_ids, compression=compression,
-                                        uncompressed_ids=uncompressed_ids)
+    method, run, context_ids = _new_run(
+        name,
+        target,
+        prompt_ids,
+        params,
+        draft=draft,
+        prompt_text=prompt_text,
+        context=context,
+        context_ids=context_ids,
+        compression=compression,
+        uncompressed_ids=uncompressed_ids,
+    )
     if method.external is not None:
         res = method.external(target, draft, run.prompt_ids, run.params, tuple(stop_strings))
         run.output_ids, run.external_accept_lengths = res.output_ids, res.accept_lengths
@@ -70,9 +80,20 @@ def run_method(
     else:
         parts = _decoding_parts(method, run, target, draft, context_ids, memory, corpus, prior)
         try:
-            res = decode(target.model, target.tokenizer, target.eos_ids, run.prompt_ids, parts.drafter, parts.verifier,
-                         _decode_config(run, stop_strings), target.max_context, on_step=on_step, should_stop=should_stop,
-                         sizer=parts.sizer, on_prefill=on_prefill)
+            res = decode(
+                target.model,
+                target.tokenizer,
+                target.eos_ids,
+                run.prompt_ids,
+                parts.drafter,
+                parts.verifier,
+                _decode_config(run, stop_strings),
+                target.max_context,
+                on_step=on_step,
+                should_stop=should_stop,
+                sizer=parts.sizer,
+                on_prefill=on_prefill,
+            )
             run.status = "complete"
         except Cancelled as c:
             res = c.partial
@@ -109,23 +130,39 @@ def run_batch(
 
     method = get_method(name)
     if method.external is not None:
-        raise InvalidInputError(f"{name} runs through transformers' generate, which cannot batch speculative decoding "
-                                "(transformers#32165): run it with batch size 1")
+        raise InvalidInputError(
+            f"{name} runs through transformers' generate, which cannot batch speculative decoding "
+            "(transformers#32165): run it with batch size 1"
+        )
     if not prompts:
         raise InvalidInputError("the batch is empty: give at least one prompt")
     texts = list(prompt_texts) if prompt_texts is not None else [""] * len(prompts)
     runs, parts = [], []
     for i, ids in enumerate(prompts):
-        row_params = dict(params or {}) if max_new_tokens is None else {**(params or {}), "max_new_tokens": max_new_tokens[i]}
+        row_params = (
+            dict(params or {}) if max_new_tokens is None else {**(params or {}), "max_new_tokens": max_new_tokens[i]}
+        )
         _, run, context_ids = _new_run(name, target, ids, row_params, draft=draft, prompt_text=texts[i])
         runs.append(run)
         parts.append(_decoding_parts(method, run, target, draft, context_ids, memory, corpus, prior))
         run.params["batch_size"] = min(slots or len(prompts), len(prompts))
-    results = decode_batch(target.model, target.tokenizer, target.eos_ids, [r.prompt_ids for r in runs],
-                           [x.drafter for x in parts], [x.verifier for x in parts],
-                           [_decode_config(r, row_stop_strings[i] if row_stop_strings is not None else stop_strings)
-                            for i, r in enumerate(runs)], target.max_context,
-                           sizers=[x.sizer for x in parts], should_stop=should_stop, slots=slots, on_prefill=on_prefill)
+    results = decode_batch(
+        target.model,
+        target.tokenizer,
+        target.eos_ids,
+        [r.prompt_ids for r in runs],
+        [x.drafter for x in parts],
+        [x.verifier for x in parts],
+        [
+            _decode_config(r, row_stop_strings[i] if row_stop_strings is not None else stop_strings)
+            for i, r in enumerate(runs)
+        ],
+        target.max_context,
+        sizers=[x.sizer for x in parts],
+        should_stop=should_stop,
+        slots=slots,
+        on_prefill=on_prefill,
+    )
     for run, res, x in zip(runs, results, parts):
         run.status = "cancelled" if res.stop_reason == "cancelled" else "complete"
         _finish(run, res, x)
@@ -133,16 +170,28 @@ def run_batch(
     return runs
 
 
-def _new_run(name: str, target, prompt_ids: Sequence[int], params: Mapping[str, Any] | None, *, draft=None,
-             prompt_text: str = "", context: str | None = None, context_ids: Sequence[int] | None = None,
-             compression: Compression | None = None, uncompressed_ids: Sequence[int] | None = None):
+def _new_run(
+    name: str,
+    target,
+    prompt_ids: Sequence[int],
+    params: Mapping[str, Any] | None,
+    *,
+    draft=None,
+    prompt_text: str = "",
+    context: str | None = None,
+    context_ids: Sequence[int] | None = None,
+    compression: Compression | None = None,
+    uncompressed_ids: Sequence[int] | None = None,
+):
     """(method, the run's record with its resolved parameters, the pool's context ids): checked before any decoding."""
     method = get_method(name)
     p = resolve_params(name, params)
     if p.get("fitted"):  # the fit's values become the run's own: recorded, and all that rules_of reads
         p.update(fitted_values(target, name))
     if method.needs_draft and draft is None:
-        raise InvalidInputError(f"method {name!r} needs a draft model: pass --draft (e.g. the qwen2.5-coder-0.5b preset)")
+        raise InvalidInputError(
+            f"method {name!r} needs a draft model: pass --draft (e.g. the qwen2.5-coder-0.5b preset)"
+        )
     if "rescue_eos" in p:  # what rescue_eos=no exempts: recorded, so a re-score can judge with or without it
         p["eos_ids"] = [int(t) for t in target.eos_ids]
     prompt_ids = [int(t) for t in prompt_ids]
@@ -156,9 +205,16 @@ def _new_run(name: str, target, prompt_ids: Sequence[int], params: Mapping[str, 
                     raise InvalidInputError(f"{name} with pool=full drafts from the uncompressed prompt: pass its ids")
                 context_ids = [int(t) for t in uncompressed_ids]
     run = RunTrace(
-        method=name, params=p, model=target.name, draft_model=draft.name if draft is not None else None,
-        device=str(target.device), dtype=str(target.dtype).replace("torch.", ""), prompt=prompt_text,
-        prompt_ids=prompt_ids, context=context, model_fingerprint=target.fingerprint,
+        method=name,
+        params=p,
+        model=target.name,
+        draft_model=draft.name if draft is not None else None,
+        device=str(target.device),
+        dtype=str(target.dtype).replace("torch.", ""),
+        prompt=prompt_text,
+        prompt_ids=prompt_ids,
+        context=context,
+        model_fingerprint=target.fingerprint,
         draft_fingerprint=draft.fingerprint if draft is not None else None,
     )
     return method, run, context_ids
@@ -175,8 +231,9 @@ class _DecodingParts:
     corpus_online: bool = False  # the run's output joins it when the run completes
 
 
-def _decoding_parts(method: Method, run: RunTrace, target, draft, context_ids, memory, corpus=None,
-                    prior: AcceptancePrior | None = None) -> _DecodingParts:
+def _decoding_parts(
+    method: Method, run: RunTrace, target, draft, context_ids, memory, corpus=None, prior: AcceptancePrior | None = None
+) -> _DecodingParts:
     """The drafter, verifier and tree sizer of one request; what they start from goes into the run's params."""
     p = run.params
     memory = correction_memory(method, target, draft, memory)
@@ -192,21 +249,33 @@ def _decoding_parts(method: Method, run: RunTrace, target, draft, context_ids, m
         p.update(table.state())
     corpus = suffix_corpus(method, p, target, corpus)
     if corpus is not None:  # the corpus the run starts from: a frozen one with this hash decodes alike
-        p.update({f"corpus_{k}": v for k, v in corpus.state().items() if k in ("requests", "tokens", "max_tokens", "hash")})
-    drafter, verifier = build(method, p, target=target, draft=draft, context_ids=context_ids, memory=memory, table=table,
-                              corpus=corpus)
+        p.update(
+            {f"corpus_{k}": v for k, v in corpus.state().items() if k in ("requests", "tokens", "max_tokens", "hash")}
+        )
+    drafter, verifier = build(
+        method, p, target=target, draft=draft, context_ids=context_ids, memory=memory, table=table, corpus=corpus
+    )
     sizer = tree_sizer(method, p, target, draft, prior)
     if sizer is not None:  # what the tree sizes were chosen from: the run is reproducible from it
         p["cost_model_ms"] = cost_grid_text(sizer.cost)
         p.update(sizer.prior.record())
-    return _DecodingParts(drafter, verifier, sizer, table, bool(p.get("warm", 0)), corpus,
-                          corpus is not None and not p.get("corpus_mode", 0) and not corpus.frozen)
+    return _DecodingParts(
+        drafter,
+        verifier,
+        sizer,
+        table,
+        bool(p.get("warm", 0)),
+        corpus,
+        corpus is not None and not p.get("corpus_mode", 0) and not corpus.frozen,
+    )
 
 
 def cost_grid_text(cost) -> str:
     """t(n, L) as measured, in ms, one length after another: "L=256 0:43.0 1:78.5 ...; L=1024 ..."."""
-    return "; ".join(f"L={length} " + " ".join(f"{n}:{t * 1e3:.1f}" for n, t in zip(cost.sizes, row))
-                     for length, row in zip(cost.lengths, cost.seconds))
+    return "; ".join(
+        f"L={length} " + " ".join(f"{n}:{t * 1e3:.1f}" for n, t in zip(cost.sizes, row))
+        for length, row in zip(cost.lengths, cost.seconds)
+    )
 
 
 def _decode_config(run: RunTrace, stop_strings: Sequence[str]) -> DecodeConfig:
@@ -220,4 +289,3 @@ def _finish(run: RunTrace, res, parts: _DecodingParts) -> None:
     if parts.corpus is not None and parts.corpus_online and res.stop_reason != "cancelled" and res.output_ids:
         parts.corpus.add(res.output_ids, dedupe=True)
     run.prefill_seconds, run.decode_seconds, run.stop_reason = res.prefill_seconds, res.decode_seconds, res.stop_reason
-

@@ -1,6 +1,7 @@
 """How a method is written and its parameters resolved: `aasd[alpha=0.2,align_graft=1]` (core.spec's grammar)
 names one method with its own overrides, and `resolve_params` checks them against the method's defaults
 (core.params). A bare `auto` is `fitted=1`: `aasd[auto]` verifies with the thresholds fitted to the model."""
+
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -28,8 +29,9 @@ def parse_method_spec(spec: str) -> tuple[str, dict[str, str]]:
         if name not in FITTED_PARAMS:
             raise InvalidInputError(f"{name} has no fitted thresholds; `[auto]` works for {', '.join(FITTED_PARAMS)}")
         if "fitted" in overrides:
-            raise InvalidInputError(f"bad method {shown(spec)}: auto is short for fitted=1, so fitted is given twice; "
-                                    f"write one of them")
+            raise InvalidInputError(
+                f"bad method {shown(spec)}: auto is short for fitted=1, so fitted is given twice; write one of them"
+            )
         overrides["fitted"] = "1"
     return name, overrides
 
@@ -47,13 +49,17 @@ def resolve_params(name: str, values: Mapping[str, Any] | None = None) -> dict[s
     p = validate(values, method.params)
     if pool is not None:
         if not is_pool_method(method):
-            raise InvalidInputError(f"pool={shown(pool)} has no effect on {name}: it says what the context pool "
-                                    f"of a context-drafting method holds under --compress "
-                                    f"({', '.join(n for n, m in METHODS.items() if is_pool_method(m))})")
+            raise InvalidInputError(
+                f"pool={shown(pool)} has no effect on {name}: it says what the context pool "
+                f"of a context-drafting method holds under --compress "
+                f"({', '.join(n for n, m in METHODS.items() if is_pool_method(m))})"
+            )
         p["pool"] = check_pool(pool)
     if p.get("fitted"):  # the fit sets these: given ones would be silently replaced
         given = [k for k in FITTED_PARAMS.get(name, ()) if values.get(k) is not None]
         if given:
-            raise InvalidInputError(f"{name}[auto] verifies with the fitted {', '.join(FITTED_PARAMS[name])}; "
-                                    f"{', '.join(given)} cannot be given beside it: drop {'it' if len(given) == 1 else 'them'} or auto")
+            raise InvalidInputError(
+                f"{name}[auto] verifies with the fitted {', '.join(FITTED_PARAMS[name])}; "
+                f"{', '.join(given)} cannot be given beside it: drop {'it' if len(given) == 1 else 'them'} or auto"
+            )
     return p

@@ -21,6 +21,7 @@ comparison in C, whatever the pattern's length.
 Sequences can be dropped without rebuilding (`without`): their suffixes stay in the array but no
 longer count, through a prefix sum of the live entries in array order.
 """
+
 from __future__ import annotations
 
 import bisect
@@ -243,8 +244,16 @@ class SuffixArray:
         a = bisect.bisect_left(self._sa, token, lo, hi, key=key)
         return a, bisect.bisect_right(self._sa, token, a, hi, key=key)
 
-    def children(self, lo: int, hi: int, offset: int, min_count: int = 1, *, vectorise_above: int = 256,
-                 scan_below: int = _SCAN_BELOW) -> list[tuple[int, int, int, int]]:
+    def children(
+        self,
+        lo: int,
+        hi: int,
+        offset: int,
+        min_count: int = 1,
+        *,
+        vectorise_above: int = 256,
+        scan_below: int = _SCAN_BELOW,
+    ) -> list[tuple[int, int, int, int]]:
         """(token, lo, hi, live count) of each continuation at `offset` of the suffixes in [lo, hi)
         (which agree on their first `offset` tokens) with a live count of at least `min_count`,
         ascending by token. Sequence ends (SEPARATOR) are not continuations.
@@ -287,9 +296,14 @@ class SuffixArray:
             token = t[sa[p] + offset]
             if token == SEPARATOR:
                 break  # separators sort last
-            if half and p != run_end and not (
+            if (
+                half
+                and p != run_end
+                and not (
                     (p - half >= run_end and t[sa[p - half] + offset] == token)
-                    or (p + half < hi and t[sa[p + half] + offset] == token)):
+                    or (p + half < hi and t[sa[p + half] + offset] == token)
+                )
+            ):
                 # a run of >= s entries through p also holds p - s//2 or p + s//2: this one is shorter
                 p += stride
                 continue
@@ -315,8 +329,10 @@ class SuffixArray:
         else:
             counts = self._live_prefix_np[ends] - self._live_prefix_np[begins]
         keep = (tokens != SEPARATOR) & (counts >= min_count)
-        return [(int(tok), int(a), int(b), int(c)) for tok, a, b, c in
-                zip(tokens[keep], begins[keep], ends[keep], counts[keep])]
+        return [
+            (int(tok), int(a), int(b), int(c))
+            for tok, a, b, c in zip(tokens[keep], begins[keep], ends[keep], counts[keep])
+        ]
 
     def starts_in(self, lo: int, hi: int) -> np.ndarray:
         """Text positions of the live suffixes in [lo, hi)."""

@@ -10,6 +10,7 @@ Occurrences are reported by their *end* position; an occurrence's continuation i
 text, so one that runs from the sealed prefix into the newer tokens is continued correctly. The
 sequence's own end (position n - 1) is the query, never an occurrence.
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence

@@ -20,6 +20,7 @@ A file that fails any check is refused with CorruptCorpusError (rebuild the corp
 store); one holding more tokens than the bound it is loaded under keeps its most recent requests and
 says so (`notices`, and a warning).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -68,9 +69,15 @@ class SuffixCorpus:
     """`requests`: (key, tokens) pairs from least to most recently used; when they hold more than
     `max_tokens` tokens, the least recent are dropped and `notices` says so."""
 
-    def __init__(self, requests: Iterable[tuple[Key, Sequence[int] | np.ndarray]] = (), *,
-                 max_tokens: int = DEFAULT_MAX_TOKENS, fingerprint: str | None = None, frozen: bool = False,
-                 _source: str = "the requests given"):
+    def __init__(
+        self,
+        requests: Iterable[tuple[Key, Sequence[int] | np.ndarray]] = (),
+        *,
+        max_tokens: int = DEFAULT_MAX_TOKENS,
+        fingerprint: str | None = None,
+        frozen: bool = False,
+        _source: str = "the requests given",
+    ):
         if isinstance(max_tokens, bool) or not isinstance(max_tokens, (int, np.integer)) or max_tokens < 1:
             raise InvalidInputError(f"the corpus bound must be a whole number of tokens >= 1 (got {max_tokens!r})")
         self.max_tokens = int(max_tokens)
@@ -132,8 +139,14 @@ class SuffixCorpus:
 
     def state(self) -> dict[str, Any]:
         """What a run records about the corpus it drafted from."""
-        return {"mode": self.mode, "requests": len(self), "tokens": self.tokens, "max_tokens": self.max_tokens,
-                "hash": self.content_hash(), "fingerprint": self.fingerprint}
+        return {
+            "mode": self.mode,
+            "requests": len(self),
+            "tokens": self.tokens,
+            "max_tokens": self.max_tokens,
+            "hash": self.content_hash(),
+            "fingerprint": self.fingerprint,
+        }
 
     @property
     def nbytes(self) -> int:
@@ -158,8 +171,10 @@ class SuffixCorpus:
         ids = np.asarray(tokens, dtype=np.int64).reshape(-1)
         check_token_ids(ids, "corpus token ids")
         if len(ids) > self.max_tokens:
-            self.notices.append(f"request {key!r} has {len(ids)} tokens, more than the corpus bound "
-                                f"{self.max_tokens}: kept its first {self.max_tokens}")
+            self.notices.append(
+                f"request {key!r} has {len(ids)} tokens, more than the corpus bound "
+                f"{self.max_tokens}: kept its first {self.max_tokens}"
+            )
             warnings.warn(self.notices[-1], stacklevel=3)
             ids = ids[: self.max_tokens]
         if key in self._requests:
@@ -193,8 +208,10 @@ class SuffixCorpus:
             dropped.append(key)
             self._remove(key)
         if dropped and what:
-            self.notices.append(f"{what} held more than the corpus bound of {self.max_tokens} tokens: dropped the "
-                                f"{len(dropped)} least recently used requests, kept {len(self)} ({self._tokens} tokens)")
+            self.notices.append(
+                f"{what} held more than the corpus bound of {self.max_tokens} tokens: dropped the "
+                f"{len(dropped)} least recently used requests, kept {len(self)} ({self._tokens} tokens)"
+            )
             warnings.warn(self.notices[-1], stacklevel=3)
         return dropped
 
@@ -273,9 +290,16 @@ class SuffixCorpus:
         with self._lock:
             keys = list(self._requests)
             lengths = [int(len(self._requests[k])) for k in keys]
-            header = {"format": FORMAT, "fingerprint": self.fingerprint, "max_tokens": self.max_tokens,
-                      "mode": self.mode, "keys": keys, "lengths": lengths, "tokens": self._tokens,
-                      "content_hash": self.content_hash()}
+            header = {
+                "format": FORMAT,
+                "fingerprint": self.fingerprint,
+                "max_tokens": self.max_tokens,
+                "mode": self.mode,
+                "keys": keys,
+                "lengths": lengths,
+                "tokens": self._tokens,
+                "content_hash": self.content_hash(),
+            }
             body = b"".join(self._requests[k].astype("<i4").tobytes() for k in keys)
         head = json.dumps(header, separators=(",", ":")).encode("utf-8")
         payload = MAGIC + struct.pack("<IQ", FORMAT, len(head)) + head + body
@@ -293,16 +317,23 @@ class SuffixCorpus:
         sequences = [tokens[a:b] for a, b in zip(offsets[:-1], offsets[1:])]
         found = hashlib.sha256(b"".join(sorted(_digest(s) for s in sequences))).hexdigest()[:16]
         if found != header["content_hash"]:
-            raise CorruptCorpusError(f"the suffix corpus {path} does not hold what its header says (content hash "
-                                     f"{found}, header {header['content_hash']}); delete it and rebuild the corpus "
-                                     f"from the trace store")
+            raise CorruptCorpusError(
+                f"the suffix corpus {path} does not hold what its header says (content hash "
+                f"{found}, header {header['content_hash']}); delete it and rebuild the corpus "
+                f"from the trace store"
+            )
         if tokens.size and (int(tokens.min()) < 0):
-            raise CorruptCorpusError(f"the suffix corpus {path} holds negative token ids; delete it and rebuild the "
-                                     f"corpus from the trace store")
-        return cls(zip(header["keys"], sequences), max_tokens=header["max_tokens"] if max_tokens is None else max_tokens,
-                   fingerprint=header.get("fingerprint"),
-                   frozen=(header.get("mode") == "frozen") if frozen is None else frozen,
-                   _source=f"the corpus file {path}")
+            raise CorruptCorpusError(
+                f"the suffix corpus {path} holds negative token ids; delete it and rebuild the "
+                f"corpus from the trace store"
+            )
+        return cls(
+            zip(header["keys"], sequences),
+            max_tokens=header["max_tokens"] if max_tokens is None else max_tokens,
+            fingerprint=header.get("fingerprint"),
+            frozen=(header.get("mode") == "frozen") if frozen is None else frozen,
+            _source=f"the corpus file {path}",
+        )
 
 
 _SHARED: dict[str, SuffixCorpus] = {}
@@ -330,8 +361,9 @@ def install_shared(corpus: SuffixCorpus) -> SuffixCorpus:
 
 def _read_file(path: Path) -> tuple[dict[str, Any], bytes]:
     def corrupt(why: str) -> CorruptCorpusError:
-        return CorruptCorpusError(f"the suffix corpus {path} cannot be used: {why}; delete it and rebuild the "
-                                  f"corpus from the trace store")
+        return CorruptCorpusError(
+            f"the suffix corpus {path} cannot be used: {why}; delete it and rebuild the corpus from the trace store"
+        )
 
     try:
         raw = path.read_bytes()
@@ -352,13 +384,24 @@ def _read_file(path: Path) -> tuple[dict[str, Any], bytes]:
         header = json.loads(payload[fixed : fixed + head_len].decode("utf-8"))
         body = payload[fixed + head_len :]
         lengths, keys = header["lengths"], header["keys"]
-        if (not isinstance(lengths, list) or not isinstance(keys, list) or len(lengths) != len(keys)
-                or any(not isinstance(n, int) or n < 0 for n in lengths) or sum(lengths) * 4 != len(body)
-                or not isinstance(header["content_hash"], str)):
+        if (
+            not isinstance(lengths, list)
+            or not isinstance(keys, list)
+            or len(lengths) != len(keys)
+            or any(not isinstance(n, int) or n < 0 for n in lengths)
+            or sum(lengths) * 4 != len(body)
+            or not isinstance(header["content_hash"], str)
+        ):
             raise ValueError("header and body disagree")
-        if isinstance(header["max_tokens"], bool) or not isinstance(header["max_tokens"], int) or header["max_tokens"] < 1:
+        if (
+            isinstance(header["max_tokens"], bool)
+            or not isinstance(header["max_tokens"], int)
+            or header["max_tokens"] < 1
+        ):
             raise ValueError(f"bound {header['max_tokens']!r}")
-        if header.get("mode") not in ("frozen", "online") or not isinstance(header.get("fingerprint"), (str, type(None))):
+        if header.get("mode") not in ("frozen", "online") or not isinstance(
+            header.get("fingerprint"), (str, type(None))
+        ):
             raise ValueError("mode or fingerprint")
         if any(isinstance(k, bool) or not isinstance(k, (str, int)) for k in keys):
             raise ValueError("a key is neither a string nor an integer")

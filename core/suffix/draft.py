@@ -13,6 +13,7 @@ its size, until `budget` nodes or until no remaining candidate reaches `min_prob
 Ties in probability go to the node pushed first (children are pushed in ascending token order, when
 their parent is taken): the growth depends on the occurrences only, never on how they are stored.
 """
+
 from __future__ import annotations
 
 import heapq
@@ -68,8 +69,10 @@ class SuffixDraft:
         verification accepts when the target's output goes on with them (for simulations)."""
         node, n = -1, 0
         while n < len(continuation):
-            nxt = next((i for i, (p, t) in enumerate(zip(self.parents, self.tokens))
-                        if p == node and t == continuation[n]), None)
+            nxt = next(
+                (i for i, (p, t) in enumerate(zip(self.parents, self.tokens)) if p == node and t == continuation[n]),
+                None,
+            )
             if nxt is None:
                 break
             node, n = nxt, n + 1
@@ -151,13 +154,26 @@ def _children(parts, occ, offset: int, total: int, threshold: float):
         ctx = 0 if ends is None else int(ends.size)
         count += ctx
         if count >= threshold - 1e-9 * max(1.0, threshold):
-            out.append((tok, count, ctx, [child_parts[pi] for pi in sorted(child_parts)],
-                        ContextOccurrences(occ.text, ends) if ctx else None))
+            out.append(
+                (
+                    tok,
+                    count,
+                    ctx,
+                    [child_parts[pi] for pi in sorted(child_parts)],
+                    ContextOccurrences(occ.text, ends) if ctx else None,
+                )
+            )
     return out
 
 
-def grow_tree(match_len: int, parts: list[tuple[SuffixArray, int, int]], occ: ContextOccurrences | None,
-              budget: int, min_prob: float = 0.1, max_depth: int = 64) -> SuffixDraft:
+def grow_tree(
+    match_len: int,
+    parts: list[tuple[SuffixArray, int, int]],
+    occ: ContextOccurrences | None,
+    budget: int,
+    min_prob: float = 0.1,
+    max_depth: int = 64,
+) -> SuffixDraft:
     """The best-first speculation tree below a match of `match_len` tokens that occurs in the corpus
     ranges `parts` (array, lo, hi) and/or at the context ends `occ`; see the module docstring.
     `max_depth` bounds the tree's depth (and the corpus ranges' exact depth bounds it too)."""
@@ -180,8 +196,9 @@ def grow_tree(match_len: int, parts: list[tuple[SuffixArray, int, int]], occ: Co
         if depth >= depth_limit:
             return
         threshold = max(min_prob, 0.0) * node_total / prob
-        for tok, count, ctx, child_parts, child_occ in _children(node_parts, node_occ, match_len + depth,
-                                                                  node_total, threshold):
+        for tok, count, ctx, child_parts, child_occ in _children(
+            node_parts, node_occ, match_len + depth, node_total, threshold
+        ):
             p = prob * (count / node_total)
             if p >= min_prob:
                 heapq.heappush(heap, (-p, pushed, node, tok, depth + 1, count, ctx, child_parts, child_occ, None))
@@ -203,7 +220,9 @@ def grow_tree(match_len: int, parts: list[tuple[SuffixArray, int, int]], occ: Co
             depth += 1
             child_occ = None if child_occ is None else ContextOccurrences(child_occ.text, child_occ.ends + 1)
             if heap and heap[0][0] <= neg_p:
-                heapq.heappush(heap, (neg_p, pushed, node, t, depth, count, ctx, child_parts, child_occ, chain[i + 1 :]))
+                heapq.heappush(
+                    heap, (neg_p, pushed, node, t, depth, count, ctx, child_parts, child_occ, chain[i + 1 :])
+                )
                 pushed += 1
                 break
             node = draft.add(t, node, -neg_p, count, ctx)

@@ -6,6 +6,7 @@ Per step: the match is the longest suffix (at most `max_match` tokens) of the re
 occurs in the corpus (previous outputs) or earlier in the request itself; the tree grows from its
 occurrences in both (core.suffix.draft.grow_tree) up to min(max_nodes, alpha * match length) nodes.
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -24,13 +25,24 @@ class SuffixSpeculator:
     """`corpus` None (or empty) drafts from the request's own text only; `use_context=False` drafts
     from the corpus only (every node `history`)."""
 
-    def __init__(self, corpus: SuffixCorpus | None = None, *, alpha: float = 4.0, max_nodes: int = 64,
-                 max_match: int = MAX_MATCH, min_prob: float = 0.1, max_depth: int = 64, use_context: bool = True):
+    def __init__(
+        self,
+        corpus: SuffixCorpus | None = None,
+        *,
+        alpha: float = 4.0,
+        max_nodes: int = 64,
+        max_match: int = MAX_MATCH,
+        min_prob: float = 0.1,
+        max_depth: int = 64,
+        use_context: bool = True,
+    ):
         if not 1 <= int(max_match) <= MAX_MATCH:
             raise ValueError(f"max_match must lie in 1..{MAX_MATCH} (got {max_match})")
         if alpha < 0 or max_nodes < 0 or not 0.0 <= min_prob <= 1.0 or max_depth < 1:
-            raise ValueError(f"need alpha >= 0, max_nodes >= 0, 0 <= min_prob <= 1, max_depth >= 1 "
-                             f"(got {alpha}, {max_nodes}, {min_prob}, {max_depth})")
+            raise ValueError(
+                f"need alpha >= 0, max_nodes >= 0, 0 <= min_prob <= 1, max_depth >= 1 "
+                f"(got {alpha}, {max_nodes}, {min_prob}, {max_depth})"
+            )
         self.corpus = corpus
         self.alpha, self.max_nodes, self.max_match = float(alpha), int(max_nodes), int(max_match)
         self.min_prob, self.max_depth, self.use_context = float(min_prob), min(int(max_depth), SORT_DEPTH), use_context
@@ -63,8 +75,10 @@ class SuffixSpeculator:
         """The speculation below the request's current text. `tail`, when given, must be the text's
         last tokens (the engine's sequence); only its last token is checked."""
         if tail is not None and len(tail) and self._tail.size and int(tail[-1]) != int(self._tail[-1]):
-            raise ValueError("propose() got a sequence that does not end with the committed tokens: "
-                             "call begin(prompt) and commit(new tokens) for every step")
+            raise ValueError(
+                "propose() got a sequence that does not end with the committed tokens: "
+                "call begin(prompt) and commit(new tokens) for every step"
+            )
         pattern = self._tail
         if not pattern.size:
             return SuffixDraft()

@@ -1,5 +1,6 @@
 """The store, the app, the models and the CLI under hostile or careless input (issue 24, items 4-12):
 each case here failed (a traceback, a hang, a changed file or a leak) before it was fixed."""
+
 from __future__ import annotations
 
 import csv
@@ -27,8 +28,14 @@ real_model = pytest.mark.real_model
 
 def cli(*argv: str, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
     """The command line in a subprocess: its exit code and output, never a traceback."""
-    proc = subprocess.run([sys.executable, "-m", "workbench", *argv], cwd=ROOT, capture_output=True, text=True,
-                          timeout=timeout, env={**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})})
+    proc = subprocess.run(
+        [sys.executable, "-m", "workbench", *argv],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})},
+    )
     assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
     return proc
 
@@ -38,6 +45,7 @@ def digest(path: Path) -> str:
 
 
 # ---------------------------------------------------------------- 7: methods per request, disconnects
+
 
 def test_more_methods_than_columns_is_a_clear_error():
     from workbench import service
@@ -51,8 +59,12 @@ def test_more_methods_than_columns_is_a_clear_error():
 @real_model
 def test_more_than_four_methods_through_the_api_is_a_message(app):
     _, client = app
-    out = client.predict(api_name="/compare", model_name="smollm2-135m", max_new_tokens=2,
-                         method_list=["greedy", "pld", "aasd", "casd", "aasd-fixed"])
+    out = client.predict(
+        api_name="/compare",
+        model_name="smollm2-135m",
+        max_new_tokens=2,
+        method_list=["greedy", "pld", "aasd", "casd", "aasd-fixed"],
+    )
     assert out[0].startswith("**⚠") and "at most 4" in out[0], out[0]
 
 
@@ -74,8 +86,9 @@ def test_a_client_that_disconnects_cancels_its_generation_and_frees_the_model(ap
     if hasattr(demo, "pool"):
         demo.pool.idle_cancel = 2.0
     before = {r.id for r in demo.store.list_runs(limit=None)}
-    proc = subprocess.Popen([sys.executable, "-c", CLIENT, demo.local_url], stdout=subprocess.PIPE, text=True,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", CLIENT, demo.local_url], stdout=subprocess.PIPE, text=True, start_new_session=True
+    )
     try:
         assert proc.stdout.readline().strip() == "STREAMING"
     finally:
@@ -96,6 +109,7 @@ def test_a_client_that_disconnects_cancels_its_generation_and_frees_the_model(ap
 
 # ---------------------------------------------------------------- 4: per-model load locks
 
+
 def test_a_cached_model_never_waits_behind_another_models_load(tmp_path, monkeypatch):
     import transformers
 
@@ -114,7 +128,9 @@ def test_a_cached_model_never_waits_behind_another_models_load(tmp_path, monkeyp
         raise OSError("no model here")
 
     monkeypatch.setattr(transformers.AutoConfig, "from_pretrained", stuck)
-    loader = threading.Thread(target=lambda: pytest.raises(WorkbenchError, models.load_model, str(slow), "cpu", "float32"))
+    loader = threading.Thread(
+        target=lambda: pytest.raises(WorkbenchError, models.load_model, str(slow), "cpu", "float32")
+    )
     loader.start()
     time.sleep(0.2)  # the slow load holds its lock now
     got = []
@@ -128,6 +144,7 @@ def test_a_cached_model_never_waits_behind_another_models_load(tmp_path, monkeyp
 
 # ---------------------------------------------------------------- 6: CSV field limit and formula cells
 
+
 def test_csv_cells_over_the_csv_modules_limit_import(tmp_path):
     from workbench.store import Store
 
@@ -140,8 +157,21 @@ def test_csv_cells_over_the_csv_modules_limit_import(tmp_path):
         assert b.load_run(new).trace.prompt == run.prompt
 
 
-@pytest.mark.parametrize("text", ["=HYPERLINK(\"http://x\",\"y\")", "+1+2", "-2+3", "@SUM(A1)", "\tx", "\rx",
-                                  "'=already quoted", "''", "'plain", "plain"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        '=HYPERLINK("http://x","y")',
+        "+1+2",
+        "-2+3",
+        "@SUM(A1)",
+        "\tx",
+        "\rx",
+        "'=already quoted",
+        "''",
+        "'plain",
+        "plain",
+    ],
+)
 def test_formula_cells_are_escaped_on_export_and_restored_on_import(tmp_path, text):
     from workbench.store import Store
 
@@ -161,6 +191,7 @@ def test_formula_cells_are_escaped_on_export_and_restored_on_import(tmp_path, te
 
 # ---------------------------------------------------------------- 8: another application's SQLite file
 
+
 def test_a_foreign_sqlite_file_is_refused_and_left_unmodified(tmp_path):
     from workbench.store import SchemaVersionError, Store
 
@@ -179,6 +210,7 @@ def test_a_foreign_sqlite_file_is_refused_and_left_unmodified(tmp_path):
 
 # ---------------------------------------------------------------- 9: a draft with a larger embedding
 
+
 def test_a_draft_with_more_output_rows_than_the_target_is_refused():
     from core.models import VocabularyMismatchError, check_pair
 
@@ -191,6 +223,7 @@ def test_a_draft_with_more_output_rows_than_the_target_is_refused():
 
 
 # ---------------------------------------------------------------- 10: clear errors, not tracebacks
+
 
 def gguf_cases() -> dict[str, bytes]:
     return {
@@ -226,11 +259,14 @@ def test_a_folder_that_is_not_a_model_is_a_clear_error(tmp_path, config):
         load_model(str(folder), device="cpu", dtype="float32", cache=False)
 
 
-@pytest.mark.parametrize("url, message", [
-    ("mysql://u:secret@localhost/db", "supports SQLite files and PostgreSQL"),
-    ("nosuchdb://x/y", "supports SQLite files and PostgreSQL"),
-    ("oracle+cx_oracle://u:secret@h/db", "supports SQLite files and PostgreSQL"),
-])
+@pytest.mark.parametrize(
+    "url, message",
+    [
+        ("mysql://u:secret@localhost/db", "supports SQLite files and PostgreSQL"),
+        ("nosuchdb://x/y", "supports SQLite files and PostgreSQL"),
+        ("oracle+cx_oracle://u:secret@h/db", "supports SQLite files and PostgreSQL"),
+    ],
+)
 def test_unsupported_database_urls_are_clear_errors(url, message):
     from workbench.store import Store
 
@@ -251,7 +287,9 @@ def bad_files(tmp_path: Path) -> dict[str, Path]:
 
 
 @pytest.mark.parametrize("option", ["--prompt-file", "--context-file"])
-@pytest.mark.parametrize("which, message", [("latin", "is not UTF-8"), ("folder", "is a folder"), ("missing", "not found")])
+@pytest.mark.parametrize(
+    "which, message", [("latin", "is not UTF-8"), ("folder", "is a folder"), ("missing", "not found")]
+)
 def test_bad_prompt_and_context_files_are_clear_errors(tmp_path, option, which, message):
     p = cli("generate", "--no-store", "--prompt", "hi", option, str(bad_files(tmp_path)[which]))
     assert p.returncode == 2 and message in p.stderr, p.stderr
@@ -322,17 +360,20 @@ def set_cell(path: Path, column: str, value: str, row: int = 1) -> None:
         csv.writer(f, lineterminator="\n").writerows(rows)
 
 
-@pytest.mark.parametrize("file, column, value, message", [
-    ("runs.csv", "params", "[" * 5000 + "]" * 5000, "nested too deeply"),
-    ("runs.csv", "params", json.dumps({"a": 2**70}), "64-bit"),
-    ("runs.csv", "run_id", str(2**70), "64-bit"),
-    ("runs.csv", "tags", json.dumps({"a": 1}), "must be a JSON list"),
-    ("runs.csv", "tags", json.dumps([{"a": 1}]), "list of strings"),
-    ("runs.csv", "prompt_ids", json.dumps(["a"]), "list of integers"),
-    ("runs.csv", "prompt_ids", json.dumps([True]), "list of integers"),
-    ("runs.csv", "metrics", json.dumps([1]), "must be a JSON object"),
-    ("steps.csv", "emitted", json.dumps([1.5]), "list of integers"),
-])
+@pytest.mark.parametrize(
+    "file, column, value, message",
+    [
+        ("runs.csv", "params", "[" * 5000 + "]" * 5000, "nested too deeply"),
+        ("runs.csv", "params", json.dumps({"a": 2**70}), "64-bit"),
+        ("runs.csv", "run_id", str(2**70), "64-bit"),
+        ("runs.csv", "tags", json.dumps({"a": 1}), "must be a JSON list"),
+        ("runs.csv", "tags", json.dumps([{"a": 1}]), "list of strings"),
+        ("runs.csv", "prompt_ids", json.dumps(["a"]), "list of integers"),
+        ("runs.csv", "prompt_ids", json.dumps([True]), "list of integers"),
+        ("runs.csv", "metrics", json.dumps([1]), "must be a JSON object"),
+        ("steps.csv", "emitted", json.dumps([1.5]), "list of integers"),
+    ],
+)
 def test_bad_json_and_numbers_on_import_are_clear_errors(tmp_path, file, column, value, message):
     from workbench.store import CsvFormatError, Store
 
@@ -408,32 +449,59 @@ def test_a_store_that_cannot_be_written_does_not_abort_the_generation(tmp_path, 
 def test_bench_refuses_an_unwritable_out_before_running(tmp_path):
     tasks = tmp_path / "t.jsonl"
     tasks.write_text(json.dumps({"id": "1", "task": "qa", "input": "x"}) + "\n")
-    p = cli("bench", "--no-store", "--data", str(tasks), "--model", str(tmp_path / "no-model-here"), "--out", str(tmp_path))
+    p = cli(
+        "bench", "--no-store", "--data", str(tasks), "--model", str(tmp_path / "no-model-here"), "--out", str(tmp_path)
+    )
     assert p.returncode == 2 and "is a folder" in p.stderr, p.stderr  # refused before any model loads
 
 
 # ---------------------------------------------------------------- 11: variants on generate, checked before loading
 
+
 def test_generate_takes_variant_syntax_and_checks_it_before_loading(tmp_path):
     missing = str(tmp_path / "no-model-here")
     bad = cli("generate", "--no-store", "--prompt", "hi", "--model", missing, "--method", "aasd[align_graft=7]")
-    assert bad.returncode == 2 and "align_graft" in bad.stderr and "model folder not found" not in bad.stderr, bad.stderr
+    assert bad.returncode == 2 and "align_graft" in bad.stderr and "model folder not found" not in bad.stderr, (
+        bad.stderr
+    )
     good = cli("generate", "--no-store", "--prompt", "hi", "--model", missing, "--method", "aasd[align_graft=1]")
     assert good.returncode == 2 and "model folder not found" in good.stderr, good.stderr  # parsed; then the model
-    bench = cli("bench", "--no-store", "--data", str(ROOT / "assets" / "samples.jsonl"), "--model", missing,
-                "--methods", "greedy,aasd[align_graft=7]")
+    bench = cli(
+        "bench",
+        "--no-store",
+        "--data",
+        str(ROOT / "assets" / "samples.jsonl"),
+        "--model",
+        missing,
+        "--methods",
+        "greedy,aasd[align_graft=7]",
+    )
     assert bench.returncode == 2 and "align_graft" in bench.stderr, bench.stderr
 
 
 @real_model
 def test_generate_runs_a_variant(smollm2):
-    p = cli("generate", "--no-store", "--json", "--prompt", "Say hi.", "--method", "aasd[align_graft=1]",
-            "--max-new-tokens", "3", "--device", "cpu", "--dtype", "float32")
+    p = cli(
+        "generate",
+        "--no-store",
+        "--json",
+        "--prompt",
+        "Say hi.",
+        "--method",
+        "aasd[align_graft=1]",
+        "--max-new-tokens",
+        "3",
+        "--device",
+        "cpu",
+        "--dtype",
+        "float32",
+    )
     assert p.returncode == 0, p.stderr
     assert json.loads(p.stdout)["method"] == "aasd"
 
 
 # ---------------------------------------------------------------- 12: read-only stores, leaks of server paths
+
 
 def _list_as_nobody(db: str, out) -> None:
     """In a forked child: drop to an unprivileged user (root ignores file modes), then list the store."""
@@ -485,12 +553,16 @@ def test_a_read_only_store_can_be_listed(tmp_path):
 def test_ui_errors_do_not_reveal_server_folders():
     from workbench.ui.shared import error_md
 
-    msg = error_md(WorkbenchError("could not load '/root/.cache/spec-workbench/models/x': no config.json in "
-                                  "/srv/app/models/x/config.json"))
+    msg = error_md(
+        WorkbenchError(
+            "could not load '/root/.cache/spec-workbench/models/x': no config.json in /srv/app/models/x/config.json"
+        )
+    )
     assert "/root/.cache" not in msg and "/srv/app" not in msg and "config.json" in msg
 
 
 # ---------------------------------------------------------------- 5: runs belong to the session that made them
+
 
 @real_model
 def test_runs_belong_to_the_session_that_made_them_until_shared(app):

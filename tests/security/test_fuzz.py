@@ -4,6 +4,7 @@ clear error (a WorkbenchError, or exit code 2), never a traceback, and the input
 
 Each property runs under the "fuzz" profile registered in tests/conftest.py: 1,000 cases, derandomized (the
 same cases in every run, so a failure in CI repeats on any machine)."""
+
 from __future__ import annotations
 
 import contextlib
@@ -31,19 +32,47 @@ COMMAND_CASES = settings(CASES, max_examples=min(300, CASES.max_examples))
 # Text as a hostile file holds it: any code point, lone surrogates included (JSON's "\ud800" escapes them).
 hostile_text = st.text(alphabet=st.characters(blacklist_categories=()), max_size=20)
 json_values = st.recursive(
-    st.none() | st.booleans() | st.integers(min_value=-(2**80), max_value=2**80) | st.floats(allow_nan=False)
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**80), max_value=2**80)
+    | st.floats(allow_nan=False)
     | hostile_text,
     lambda kids: st.lists(kids, max_size=4) | st.dictionaries(st.text(max_size=8), kids, max_size=4),
-    max_leaves=12)
-KEYS = ["id", "task", "input", "context", "answers", "template", "max_new_tokens", "chat", "category", "test",
-        "entry_point", "question_id", "turns", "reference", "task_id", "prompt", "dataset", "_id", "all_classes"]
+    max_leaves=12,
+)
+KEYS = [
+    "id",
+    "task",
+    "input",
+    "context",
+    "answers",
+    "template",
+    "max_new_tokens",
+    "chat",
+    "category",
+    "test",
+    "entry_point",
+    "question_id",
+    "turns",
+    "reference",
+    "task_id",
+    "prompt",
+    "dataset",
+    "_id",
+    "all_classes",
+]
 rows = st.dictionaries(st.sampled_from(KEYS), json_values | st.text(max_size=30), max_size=8)
-lines = st.one_of(rows.map(json.dumps), st.text(max_size=60), json_values.map(json.dumps),
-                  st.just('{"id": "1", "task": "qa", "input": "hi", "template": "{0} {input}"}'),
-                  st.just('{"id": 1, "task": "qa", "input": "hi", "max_new_tokens": ' + "9" * 5000 + "}"),
-                  st.integers(1, 3000).map(lambda n: '{"id": "1", "task": "qa", "input": ' + "[" * n + "]" * n + "}"))
-task_files = st.one_of(st.lists(lines, max_size=4).map(lambda ls: "\n".join(ls).encode("utf-8", "surrogatepass")),
-                       st.binary(max_size=80))
+lines = st.one_of(
+    rows.map(json.dumps),
+    st.text(max_size=60),
+    json_values.map(json.dumps),
+    st.just('{"id": "1", "task": "qa", "input": "hi", "template": "{0} {input}"}'),
+    st.just('{"id": 1, "task": "qa", "input": "hi", "max_new_tokens": ' + "9" * 5000 + "}"),
+    st.integers(1, 3000).map(lambda n: '{"id": "1", "task": "qa", "input": ' + "[" * n + "]" * n + "}"),
+)
+task_files = st.one_of(
+    st.lists(lines, max_size=4).map(lambda ls: "\n".join(ls).encode("utf-8", "surrogatepass")), st.binary(max_size=80)
+)
 
 
 def sha(path: Path) -> str:
@@ -105,6 +134,7 @@ def test_task_files_through_score(results_file, data):
 
 # ---------------------------------------------------------------- CSV import
 
+
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory):
     """An export folder of one small run, and an empty store to import into (each case rolls back)."""
@@ -120,9 +150,13 @@ def exported(tmp_path_factory):
     store.close()
 
 
-cells = st.one_of(st.text(max_size=40), json_values.map(json.dumps), st.integers().map(str),
-                  st.floats().map(repr), st.sampled_from(["", "=1+1", "'=x", "2024-05-01T12:00:00+02:00", "nan",
-                                                          "[" * 200, str(2**70), "-0", "1e400"]))
+cells = st.one_of(
+    st.text(max_size=40),
+    json_values.map(json.dumps),
+    st.integers().map(str),
+    st.floats().map(repr),
+    st.sampled_from(["", "=1+1", "'=x", "2024-05-01T12:00:00+02:00", "nan", "[" * 200, str(2**70), "-0", "1e400"]),
+)
 
 
 @CASES
@@ -170,6 +204,7 @@ def test_csv_import(exported, which, data):
 
 # ---------------------------------------------------------------- CLI parameters
 
+
 def parsed(parser, argv: list[str]):
     """The parsed arguments, or None when argparse refused them (with its usage error, exit code 2)."""
     try:
@@ -187,16 +222,40 @@ def parser():
     return build_parser()
 
 
-PARAM_OPTIONS = ["--temperature", "--top-p", "--top-k", "--seed", "--delta", "--alpha", "--beta", "--tau", "--lam",
-                 "--max-new-tokens", "--gamma", "--max-nodes", "--align-graft", "--key-len", "--ngram"]
-values = st.one_of(st.floats().map(repr), st.integers(min_value=-(2**70), max_value=2**70).map(str),
-                   st.integers(1, 300).map(lambda n: "9" * n),
-                   st.sampled_from(["nan", "NaN", "inf", "-inf", "1e999", "", " ", "0x10", "1_000", "٣"]),
-                   st.text(max_size=10))
-methods = st.one_of(st.sampled_from(["greedy", "pld", "aasd", "casd", "csd", "sd", "beam", "aasd-fixed", "nope"]),
-                    st.builds(lambda m, k, v: f"{m}[{k}={v}]", st.sampled_from(["aasd", "pld", "casd"]),
-                              st.sampled_from(["align_graft", "alpha", "delta", "gamma", "bogus", ""]), values),
-                    st.text(max_size=15))
+PARAM_OPTIONS = [
+    "--temperature",
+    "--top-p",
+    "--top-k",
+    "--seed",
+    "--delta",
+    "--alpha",
+    "--beta",
+    "--tau",
+    "--lam",
+    "--max-new-tokens",
+    "--gamma",
+    "--max-nodes",
+    "--align-graft",
+    "--key-len",
+    "--ngram",
+]
+values = st.one_of(
+    st.floats().map(repr),
+    st.integers(min_value=-(2**70), max_value=2**70).map(str),
+    st.integers(1, 300).map(lambda n: "9" * n),
+    st.sampled_from(["nan", "NaN", "inf", "-inf", "1e999", "", " ", "0x10", "1_000", "٣"]),
+    st.text(max_size=10),
+)
+methods = st.one_of(
+    st.sampled_from(["greedy", "pld", "aasd", "casd", "csd", "sd", "beam", "aasd-fixed", "nope"]),
+    st.builds(
+        lambda m, k, v: f"{m}[{k}={v}]",
+        st.sampled_from(["aasd", "pld", "casd"]),
+        st.sampled_from(["align_graft", "alpha", "delta", "gamma", "bogus", ""]),
+        values,
+    ),
+    st.text(max_size=15),
+)
 
 
 @CASES
@@ -221,16 +280,35 @@ def test_cli_parameters(parser, options, method):
 
 # ---------------------------------------------------------------- the CLI's own integer options
 
-integers_as_typed = st.one_of(st.integers().map(str), st.integers(1, 500).map(lambda n: "9" * n),
-                              st.sampled_from(["2**70", "1e3", "-0", "0x10", "nan", "", " 5", "٣", "1_000"]),
-                              st.text(max_size=8))
-STORE_COMMANDS = [["store", "list", "--limit", "{v}"], ["store", "show", "{v}"], ["store", "show", "1", "--step", "{v}"],
-                  ["store", "delete", "{v}"], ["store", "compare", "{v}", "1"], ["store", "export", "--run", "{v}", "--out", "{out}"]]
-PARSE_ONLY = [["bench", "--data", "x", "--limit", "{v}"], ["bench", "--data", "x", "--batch-size", "{v}"],
-              ["bench", "--data", "x", "--num-processes", "{v}"], ["bench", "--data", "x", "--repeats", "{v}"],
-              ["report", "--limit", "{v}"], ["report", "--max-prompt-tokens", "{v}"], ["calibrate", "--limit", "{v}"],
-              ["calibrate", "--held-out-from", "{v}"], ["calibrate", "--seq-len", "{v}"], ["serve", "--port", "{v}"],
-              ["generate", "--seed", "{v}"], ["generate", "--max-new-tokens", "{v}"], ["generate", "--top-k", "{v}"]]
+integers_as_typed = st.one_of(
+    st.integers().map(str),
+    st.integers(1, 500).map(lambda n: "9" * n),
+    st.sampled_from(["2**70", "1e3", "-0", "0x10", "nan", "", " 5", "٣", "1_000"]),
+    st.text(max_size=8),
+)
+STORE_COMMANDS = [
+    ["store", "list", "--limit", "{v}"],
+    ["store", "show", "{v}"],
+    ["store", "show", "1", "--step", "{v}"],
+    ["store", "delete", "{v}"],
+    ["store", "compare", "{v}", "1"],
+    ["store", "export", "--run", "{v}", "--out", "{out}"],
+]
+PARSE_ONLY = [
+    ["bench", "--data", "x", "--limit", "{v}"],
+    ["bench", "--data", "x", "--batch-size", "{v}"],
+    ["bench", "--data", "x", "--num-processes", "{v}"],
+    ["bench", "--data", "x", "--repeats", "{v}"],
+    ["report", "--limit", "{v}"],
+    ["report", "--max-prompt-tokens", "{v}"],
+    ["calibrate", "--limit", "{v}"],
+    ["calibrate", "--held-out-from", "{v}"],
+    ["calibrate", "--seq-len", "{v}"],
+    ["serve", "--port", "{v}"],
+    ["generate", "--seed", "{v}"],
+    ["generate", "--max-new-tokens", "{v}"],
+    ["generate", "--top-k", "{v}"],
+]
 
 
 @pytest.fixture(scope="module")

@@ -3,6 +3,7 @@ no model (the pool's load is a stub that answers "the model would load here" onc
 input comes back as a result or a clear one-line message, never an exception (Gradio logged those as tracebacks:
 run ids ≥ 2⁶³, 1e308 or "1 OR 1=1" gave OverflowError, issue 30 item 19). In multi-user mode the model box takes
 presets and hub ids only, with one answer for anything else, and never opens a path (item 20)."""
+
 from __future__ import annotations
 
 import logging
@@ -18,14 +19,49 @@ CASES = settings(max_examples=1000, deadline=None, suppress_health_check=list(He
 REQUEST = SimpleNamespace(session_hash="fuzz-session")
 STUB = "the model would load here"
 
-HOSTILE = ["1 OR 1=1", "1e308", "9223372036854775808", "9223372036854775807", "-1", "0", "#1 aasd", "#2", " 1 ", "1.0",
-           "../../etc/passwd", "/etc", "/etc/passwd", "~", "./models", "model.gguf", "/tmp/x.gguf", "a/b/c", "owner/name",
-           "HuggingFaceTB/SmolLM2-135M-Instruct", "smollm2-135m", "", " ", "\x00", "١٢", "²", "nan", "inf", "[1]",
-           "<script>", "'; DROP TABLE runs; --"]
-scalars = st.one_of(st.none(), st.booleans(), st.integers(min_value=-(2**70), max_value=2**70),
-                    st.sampled_from([2**63, 2**63 - 1, 2**64, 10**400 // 10**300, -(2**63) - 1]),
-                    st.floats(allow_nan=True, allow_infinity=True), st.sampled_from([1e308, -1e308, 5e-324]),
-                    st.text(max_size=24), st.sampled_from(HOSTILE))
+HOSTILE = [
+    "1 OR 1=1",
+    "1e308",
+    "9223372036854775808",
+    "9223372036854775807",
+    "-1",
+    "0",
+    "#1 aasd",
+    "#2",
+    " 1 ",
+    "1.0",
+    "../../etc/passwd",
+    "/etc",
+    "/etc/passwd",
+    "~",
+    "./models",
+    "model.gguf",
+    "/tmp/x.gguf",
+    "a/b/c",
+    "owner/name",
+    "HuggingFaceTB/SmolLM2-135M-Instruct",
+    "smollm2-135m",
+    "",
+    " ",
+    "\x00",
+    "١٢",
+    "²",
+    "nan",
+    "inf",
+    "[1]",
+    "<script>",
+    "'; DROP TABLE runs; --",
+]
+scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.sampled_from([2**63, 2**63 - 1, 2**64, 10**400 // 10**300, -(2**63) - 1]),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.sampled_from([1e308, -1e308, 5e-324]),
+    st.text(max_size=24),
+    st.sampled_from(HOSTILE),
+)
 anything = st.one_of(scalars, st.lists(scalars, max_size=4), st.dictionaries(st.text(max_size=4), scalars, max_size=2))
 run_ids = st.one_of(st.sampled_from([1, 2, 1.0, "1", "#2 aasd", 3]), scalars)
 id_lists = st.one_of(st.lists(run_ids, max_size=4), anything)
@@ -65,8 +101,15 @@ def world(tmp_path_factory, tiny):
     cache = RunCache(store)
     who = lambda request: viewer_of(request, single_user=False)  # noqa: E731
     tasks = {t.id: t for t in service.sample_tasks()}
-    yield SimpleNamespace(store=store, cache=cache, viewer=viewer, pool=pool, open_outputs=OPEN_OUTPUTS,
-                          compare=CompareHandlers(store, pool, tasks, who), replay=ReplayHandlers(store, pool, cache, who))
+    yield SimpleNamespace(
+        store=store,
+        cache=cache,
+        viewer=viewer,
+        pool=pool,
+        open_outputs=OPEN_OUTPUTS,
+        compare=CompareHandlers(store, pool, tasks, who),
+        replay=ReplayHandlers(store, pool, cache, who),
+    )
     mp.undo()
 
 
@@ -79,24 +122,94 @@ def no_logged_tracebacks(caplog):
 
 # ---------------------------------------------------------------- /compare
 
-methods = st.one_of(st.lists(st.sampled_from(["greedy", "aasd", "csd", "casd", "pld", "sd", "aasd[alpha=0.2]",
-                                              "casd[delta=2]", "no-such", "aasd[", "greedy[x=1]"]), max_size=5), anything)
+methods = st.one_of(
+    st.lists(
+        st.sampled_from(
+            [
+                "greedy",
+                "aasd",
+                "csd",
+                "casd",
+                "pld",
+                "sd",
+                "aasd[alpha=0.2]",
+                "casd[delta=2]",
+                "no-such",
+                "aasd[",
+                "greedy[x=1]",
+            ]
+        ),
+        max_size=5,
+    ),
+    anything,
+)
 numbers = st.one_of(st.sampled_from([None, 0.1, 1, 6, 64]), scalars)
 
 
 @CASES
-@given(model=st.one_of(st.sampled_from(["smollm2-135m", "HuggingFaceTB/SmolLM2-135M-Instruct"]), scalars),
-       draft=st.one_of(st.just(""), scalars), method_list=methods, prompt=st.one_of(st.just("Say hi."), anything),
-       context=anything, chat=anything, max_new=numbers, params=st.lists(numbers, min_size=15, max_size=15),
-       task=anything, compress=numbers, compressor=anything, repeats=numbers)
-@example(model="/etc", draft="", method_list=["greedy"], prompt="hi", context="", chat=True, max_new=4, params=[None] * 15,
-         task=None, compress=1, compressor="selfinfo", repeats=1)
-@example(model="smollm2-135m", draft="", method_list=["greedy"], prompt="hi", context="", chat=True, max_new=1e308,
-         params=[None] * 15, task=None, compress=1, compressor="selfinfo", repeats=2**63)
-def test_compare_api(world, model, draft, method_list, prompt, context, chat, max_new, params, task, compress, compressor,
-                     repeats):
-    outputs = list(world.compare.compare(REQUEST, model, draft, method_list, prompt, context, chat, max_new, *params, task,
-                                         {}, compress, compressor, repeats))
+@given(
+    model=st.one_of(st.sampled_from(["smollm2-135m", "HuggingFaceTB/SmolLM2-135M-Instruct"]), scalars),
+    draft=st.one_of(st.just(""), scalars),
+    method_list=methods,
+    prompt=st.one_of(st.just("Say hi."), anything),
+    context=anything,
+    chat=anything,
+    max_new=numbers,
+    params=st.lists(numbers, min_size=15, max_size=15),
+    task=anything,
+    compress=numbers,
+    compressor=anything,
+    repeats=numbers,
+)
+@example(
+    model="/etc",
+    draft="",
+    method_list=["greedy"],
+    prompt="hi",
+    context="",
+    chat=True,
+    max_new=4,
+    params=[None] * 15,
+    task=None,
+    compress=1,
+    compressor="selfinfo",
+    repeats=1,
+)
+@example(
+    model="smollm2-135m",
+    draft="",
+    method_list=["greedy"],
+    prompt="hi",
+    context="",
+    chat=True,
+    max_new=1e308,
+    params=[None] * 15,
+    task=None,
+    compress=1,
+    compressor="selfinfo",
+    repeats=2**63,
+)
+def test_compare_api(
+    world, model, draft, method_list, prompt, context, chat, max_new, params, task, compress, compressor, repeats
+):
+    outputs = list(
+        world.compare.compare(
+            REQUEST,
+            model,
+            draft,
+            method_list,
+            prompt,
+            context,
+            chat,
+            max_new,
+            *params,
+            task,
+            {},
+            compress,
+            compressor,
+            repeats,
+        )
+    )
     assert outputs
     for out in outputs:
         clear(out[0])
@@ -108,9 +221,28 @@ def test_compare_api(world, model, draft, method_list, prompt, context, chat, ma
 
 # ---------------------------------------------------------------- item 20: the model box in multi-user mode
 
-PATHS = ["/etc", "/etc/passwd", "/nonexistent", "/root/.cache", "./", "../", "~", "~/x", "/tmp/model.gguf", "x.gguf",
-         "/", "a/b/c", "C:\\Windows", "\\\\server\\share", "tests", "workbench", "README.md", "core/../core",
-         "core/models.gguf", "./core/models.py"]
+PATHS = [
+    "/etc",
+    "/etc/passwd",
+    "/nonexistent",
+    "/root/.cache",
+    "./",
+    "../",
+    "~",
+    "~/x",
+    "/tmp/model.gguf",
+    "x.gguf",
+    "/",
+    "a/b/c",
+    "C:\\Windows",
+    "\\\\server\\share",
+    "tests",
+    "workbench",
+    "README.md",
+    "core/../core",
+    "core/models.gguf",
+    "./core/models.py",
+]
 
 
 @pytest.mark.parametrize("spec", PATHS)
@@ -123,7 +255,9 @@ def test_the_model_box_gives_one_answer_for_anything_not_a_preset_or_hub_id(worl
     looked = []
     for name in ("stat", "lstat", "listdir", "scandir"):
         real = getattr(os, name)
-        monkeypatch.setattr(os, name, lambda path, *a, _real=real, **k: looked.append(str(path)) or _real(path, *a, **k))
+        monkeypatch.setattr(
+            os, name, lambda path, *a, _real=real, **k: looked.append(str(path)) or _real(path, *a, **k)
+        )
     with pytest.raises(WorkbenchError) as err:
         world.pool.load(spec)
     monkeypatch.undo()
@@ -166,9 +300,16 @@ REPLAY = ["open", "step_data", "show_step", "active", "advance", "run_figures", 
 
 
 @CASES
-@given(which=st.sampled_from(REPLAY), rid=run_ids, k=numbers, rule=st.one_of(st.sampled_from(
-    ["(the run's own)", "aasd", "aasd-fixed", "csd", "top-k", "hf-generate", "no-such"]), anything),
-    values=st.lists(numbers, min_size=5, max_size=5), other=anything)
+@given(
+    which=st.sampled_from(REPLAY),
+    rid=run_ids,
+    k=numbers,
+    rule=st.one_of(
+        st.sampled_from(["(the run's own)", "aasd", "aasd-fixed", "csd", "top-k", "hf-generate", "no-such"]), anything
+    ),
+    values=st.lists(numbers, min_size=5, max_size=5),
+    other=anything,
+)
 @example(which="open", rid=2**63, k=0, rule=None, values=[None] * 5, other=None)
 @example(which="show_step", rid=1e308, k=float("inf"), rule=None, values=[None] * 5, other=None)
 @example(which="share", rid="1 OR 1=1", k=0, rule=None, values=[None] * 5, other=None)
@@ -204,9 +345,16 @@ def test_replay_api(world, which, rid, k, rule, values, other):
 
 # ---------------------------------------------------------------- diff, export, analytics, memory
 
+
 @CASES
-@given(which=st.sampled_from(["diff", "export", "analytics", "memory"]), a=run_ids, b=run_ids, choice=id_lists,
-       last=id_lists, param=st.one_of(st.sampled_from(["auto", "alpha", "delta", "lam"]), anything))
+@given(
+    which=st.sampled_from(["diff", "export", "analytics", "memory"]),
+    a=run_ids,
+    b=run_ids,
+    choice=id_lists,
+    last=id_lists,
+    param=st.one_of(st.sampled_from(["auto", "alpha", "delta", "lam"]), anything),
+)
 @example(which="diff", a=2**63, b="1 OR 1=1", choice=None, last=None, param="auto")
 @example(which="export", a=1, b=1, choice=[1e308], last=None, param="auto")
 @example(which="memory", a=1, b=1, choice=["9223372036854775808"], last=None, param="auto")

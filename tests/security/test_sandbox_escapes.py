@@ -6,6 +6,7 @@ Without a working bubblewrap these tests skip (.ci/run installs it); the false-p
 the unsafe (plain subprocess) mode, which decides a pass the same way. Nothing here reaches beyond
 this machine: the network test only listens on, and tries, 127.0.0.1.
 """
+
 from __future__ import annotations
 
 import os
@@ -26,7 +27,8 @@ from workbench.evaluation import sandbox as sb
 NO_SANDBOX = sb.sandbox_problem()
 needs_sandbox = pytest.mark.skipif(
     NO_SANDBOX is not None,
-    reason=f"no bubblewrap sandbox here ({NO_SANDBOX}); .ci/run installs it (apt-get install bubblewrap)")
+    reason=f"no bubblewrap sandbox here ({NO_SANDBOX}); .ci/run installs it (apt-get install bubblewrap)",
+)
 
 
 def test_ci_has_the_sandbox():
@@ -128,11 +130,13 @@ ATTACKS = {
         "            except Exception:\n"
         "                pass\n"
         "    posix._exit(0)\n"
-        "posix.waitpid(pid, 0)\n"),
+        "posix.waitpid(pid, 0)\n"
+    ),
     "importlib.reload(subprocess)": lambda folders: (
         "import importlib, subprocess\n"
         "subprocess = importlib.reload(subprocess)\n"
-        f"subprocess.Popen(['/bin/sh', '-c', {_shell_harm(folders)!r}]).wait(timeout=5)\n"),
+        f"subprocess.Popen(['/bin/sh', '-c', {_shell_harm(folders)!r}]).wait(timeout=5)\n"
+    ),
     "open and posix.unlink": lambda folders: (
         "import posix\n"
         f"for f in {[str(f) for f in folders]!r}:\n"
@@ -141,7 +145,8 @@ ATTACKS = {
         "        try:\n"
         "            action()\n"
         "        except Exception:\n"
-        "            pass\n"),
+        "            pass\n"
+    ),
 }
 
 
@@ -169,7 +174,8 @@ def test_the_system_is_read_only_and_only_tmp_is_writable():
         "        open(path, 'w').write('pwned')\n"
         "    except OSError:\n"
         "        continue\n"
-        "    raise AssertionError('wrote ' + path)\n")
+        "    raise AssertionError('wrote ' + path)\n"
+    )
     try:
         result = sb.run_python(program, timeout=10)
         assert result.passed, result.detail
@@ -201,7 +207,8 @@ def test_no_route_to_the_hosts_loopback_not_even_through_setns():
         "    except OSError:\n"
         "        continue\n"
         "    if libc.setns(fd, 0x40000000) == 0:  # CLONE_NEWNET\n"
-        "        reach()\n")
+        "        reach()\n"
+    )
     try:
         result = sb.run_python(program, timeout=10)
         listener.setblocking(False)
@@ -228,10 +235,17 @@ def _in_a_fresh_parent(program: str, tmp_path: Path, env: dict | None = None, ti
         # VmHWM: this interpreter's peak (ru_maxrss would also count the forking parent's peak before exec)
         "peak = next(line.split()[1] for line in open('/proc/self/status') if line.startswith('VmHWM:'))\n"
         "print(result.status, result.passed, len(result.detail), peak)\n"
-        "print(result.detail[-1500:])\n")
+        "print(result.detail[-1500:])\n"
+    )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p), **(env or {})}
-    out = subprocess.run([sys.executable, "-c", driver], capture_output=True, text=True, timeout=timeout + 60,
-                         env=env, cwd=Path(__file__).resolve().parents[2])
+    out = subprocess.run(
+        [sys.executable, "-c", driver],
+        capture_output=True,
+        text=True,
+        timeout=timeout + 60,
+        env=env,
+        cwd=Path(__file__).resolve().parents[2],
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     first, _, detail = out.stdout.partition("\n")
     status, passed, detail_len, peak_kib = first.split()
@@ -249,16 +263,19 @@ def test_the_parents_environment_is_not_readable(tmp_path):
         "        data = open(f'/proc/{pid}/environ', 'rb').read()\n"
         "    except OSError:\n"
         "        continue\n"
-        "    assert b'WB_SANDBOX_SECRET=' not in data, 'read a parent environment in /proc/' + pid + '/environ'\n")
+        "    assert b'WB_SANDBOX_SECRET=' not in data, 'read a parent environment in /proc/' + pid + '/environ'\n"
+    )
     status, passed, _, _, detail = _in_a_fresh_parent(program, tmp_path, {"WB_SANDBOX_SECRET": secrets.token_hex(8)})
     assert passed, detail
 
 
 @needs_sandbox
 def test_the_hosts_processes_are_not_visible():
-    program = ("import os\n"
-               "pids = [p for p in os.listdir('/proc') if p.isdigit()]\n"
-               "assert len(pids) < 10, f'{len(pids)} processes visible'\n")
+    program = (
+        "import os\n"
+        "pids = [p for p in os.listdir('/proc') if p.isdigit()]\n"
+        "assert len(pids) < 10, f'{len(pids)} processes visible'\n"
+    )
     result = sb.run_python(program, timeout=10)
     assert result.passed, result.detail
 
@@ -277,7 +294,8 @@ def test_code_runs_as_nobody_not_as_root():
         "    else:\n"
         "        raise AssertionError('read /etc/shadow')\n"
         "import time\n"
-        "time.sleep(2.5)\n")
+        "time.sleep(2.5)\n"
+    )
     box: dict = {}
     runner = threading.Thread(target=lambda: box.setdefault("result", sb.run_python(program, timeout=15)))
     runner.start()
@@ -307,7 +325,8 @@ def test_a_setsid_child_does_not_outlive_the_timeout():
         "    if posix.fork() == 0:\n"
         f"        posix.execv('/bin/sleep', ['/bin/sleep', {marker!r}])\n"
         "    posix._exit(0)\n"
-        "time.sleep(60)\n")
+        "time.sleep(60)\n"
+    )
     box: dict = {}
     runner = threading.Thread(target=lambda: box.setdefault("result", sb.run_python(program, timeout=2)))
     start = time.monotonic()
@@ -356,7 +375,8 @@ def test_a_fork_bomb_is_held_by_the_process_limit():
         "        time.sleep(5)\n"
         "        posix._exit(0)\n"
         "    n += 1\n"
-        "assert n < 400, f'{n} processes started'\n")
+        "assert n < 400, f'{n} processes started'\n"
+    )
     result = sb.run_python(program, timeout=20)
     assert result.passed, result.detail
 
@@ -385,7 +405,7 @@ def test_exiting_before_the_tests_is_not_a_pass(name, mode):
 # Against a harness that ran the completion in check's own interpreter, each of them did. They all score 0
 # here, in both modes, and the same harness still passes the honest completion.
 
-FRAME_WALK = '''    return a - b
+FRAME_WALK = """    return a - b
 import os, sys
 def_frames = [sys._getframe()]
 try:
@@ -399,18 +419,18 @@ for frame in def_frames:
             os.write(local["result"], local["token"] + b"\\n")
             os._exit(0)
         frame = frame.f_back
-'''
+"""
 
-TRACE_SWAP = '''    return a - b
+TRACE_SWAP = """    return a - b
 import sys
 noop = lambda candidate: None
 swap = lambda frame: "check" in frame.f_globals and setattr(frame.f_globals["check"], "__code__", noop.__code__)
 tracer = lambda frame, event, arg: (swap(frame), tracer)[1]
 sys.settrace(tracer)
 sys._getframe().f_trace = tracer
-'''
+"""
 
-MEMORY_SCAN = '''    return a - b
+MEMORY_SCAN = """    return a - b
 import ctypes, os, re
 found = set()
 for line in open("/proc/self/maps"):
@@ -428,23 +448,27 @@ for fd in range(3, 20):
         os.write(fd, lines)
     except OSError:
         pass
-'''
+"""
 
-ALWAYS_EQUAL = '''    class Anything:
+ALWAYS_EQUAL = """    class Anything:
         __eq__ = lambda self, other: True
         __ne__ = lambda self, other: False
         __hash__ = lambda self: 0
     return Anything()
-'''
+"""
 
-INT_ALWAYS_EQUAL = '''    class Five(int):
+INT_ALWAYS_EQUAL = """    class Five(int):
         __eq__ = lambda self, other: True
     return Five(a - b)
-'''
+"""
 
-FORGERIES = {"frame walk to the harness": FRAME_WALK, "settrace and check.__code__ swap": TRACE_SWAP,
-             "ctypes memory scan for the token": MEMORY_SCAN, "always-equal __eq__ object": ALWAYS_EQUAL,
-             "int subclass with an always-true __eq__": INT_ALWAYS_EQUAL}
+FORGERIES = {
+    "frame walk to the harness": FRAME_WALK,
+    "settrace and check.__code__ swap": TRACE_SWAP,
+    "ctypes memory scan for the token": MEMORY_SCAN,
+    "always-equal __eq__ object": ALWAYS_EQUAL,
+    "int subclass with an always-true __eq__": INT_ALWAYS_EQUAL,
+}
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -460,7 +484,9 @@ def test_the_checker_never_runs_the_completion(monkeypatch):
     """What each side runs: the completion only in the candidate's program, the tests and the token only in the
     checker's."""
     boxes = []
-    monkeypatch.setattr(sb, "_run_boxes", lambda b, token, timeout: boxes.extend(b) or sb.ExecResult(False, "failed", ""))
+    monkeypatch.setattr(
+        sb, "_run_boxes", lambda b, token, timeout: boxes.extend(b) or sb.ExecResult(False, "failed", "")
+    )
     sb._humaneval_in(sb._Runner(bwrap="/usr/bin/bwrap"), PROBLEM, "    return a + b  # MARK-COMPLETION\n", 5)
     checker, candidate = boxes
     assert b"MARK-COMPLETION" not in checker.payload and b"def check" in checker.payload
@@ -471,6 +497,7 @@ def test_the_checker_never_runs_the_completion(monkeypatch):
 
 
 # ---- the narrow sandbox (issue 30, case 5): nothing of the host but Python and the system libraries ----
+
 
 @needs_sandbox
 def test_no_host_socket_is_reachable_not_even_in_a_world_writable_project_folder(tmp_path):
@@ -491,14 +518,16 @@ def test_no_host_socket_is_reachable_not_even_in_a_world_writable_project_folder
         abstract.bind(name)
         abstract.listen(4)
         abstract.setblocking(False)
-        program = ("import socket\n"
-                   f"for address in ({str(path)!r}, {name!r}):\n"
-                   "    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)\n"
-                   "    try:\n"
-                   "        s.connect(address)\n"
-                   "        s.sendall(b'escaped')\n"
-                   "    except OSError:\n"
-                   "        pass\n")
+        program = (
+            "import socket\n"
+            f"for address in ({str(path)!r}, {name!r}):\n"
+            "    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)\n"
+            "    try:\n"
+            "        s.connect(address)\n"
+            "        s.sendall(b'escaped')\n"
+            "    except OSError:\n"
+            "        pass\n"
+        )
         result = sb.run_python(program, timeout=10)
         reached = []
         for sock in (listener, abstract):
@@ -521,8 +550,20 @@ def test_only_python_and_the_system_libraries_are_visible():
     /usr (and its links), /etc's two files, /dev, /proc, a private /tmp and the interpreter's prefix."""
     prefix = os.path.realpath(sys.base_prefix)
     project = str(Path(__file__).resolve().parents[2])
-    allowed_top = {"usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "etc", "dev", "proc", "tmp",
-                   prefix.strip("/").split("/")[0]}
+    allowed_top = {
+        "usr",
+        "bin",
+        "sbin",
+        "lib",
+        "lib32",
+        "lib64",
+        "libx32",
+        "etc",
+        "dev",
+        "proc",
+        "tmp",
+        prefix.strip("/").split("/")[0],
+    }
     program = (
         "import os\n"
         f"top = set(os.listdir('/')) - set({sorted(allowed_top)!r})\n"
@@ -540,7 +581,8 @@ def test_only_python_and_the_system_libraries_are_visible():
         "        open(path.rstrip('/') + '/wb-probe', 'w')\n"
         "    except OSError:\n"
         "        continue\n"
-        "    raise AssertionError('wrote under ' + path)\n")
+        "    raise AssertionError('wrote under ' + path)\n"
+    )
     result = sb.run_python(program, timeout=10)
     assert result.passed, result.detail
 
@@ -562,7 +604,8 @@ def test_the_memory_cap_holds_over_all_the_sandboxes_processes_together():
         "        posix._exit(0)\n"
         "    pids.append(pid)\n"
         "codes = [posix.waitpid(pid, 0)[1] for pid in pids]\n"
-        "assert codes == [0, 0, 0], f'exit statuses {codes}'\n")
+        "assert codes == [0, 0, 0], f'exit statuses {codes}'\n"
+    )
     result = sb.run_python(program, timeout=30)
     assert not result.passed and result.status in ("failed", "error"), result
     assert "exit statuses" in result.detail or "memory" in result.detail, result

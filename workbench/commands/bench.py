@@ -1,5 +1,6 @@
 """`python -m workbench bench --data F --methods M1,M2`: every method on every task, interleaved per
 task, scored by workbench.evaluation.scores.score_task, printed as a table and written as JSON (--out)."""
+
 from __future__ import annotations
 
 import argparse
@@ -12,26 +13,49 @@ from workbench.commands import common
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser("bench", help="run methods over tasks, interleaved, and print a table")
-    p.add_argument("--data", required=True,
-                   help="a task file (JSON Lines: the project's rows, Spec-Bench's question.jsonl, LongBench or HumanEval rows)")
+    p.add_argument(
+        "--data",
+        required=True,
+        help="a task file (JSON Lines: the project's rows, Spec-Bench's question.jsonl, LongBench or HumanEval rows)",
+    )
     p.add_argument("--methods", default="greedy,pld")
     p.add_argument("--categories", help="comma-separated categories (Spec-Bench: summarization,rag,...)")
     p.add_argument("--limit", type=common.integer("limit", 1, 10**9), help="tasks per category")
     p.add_argument("--out", help="write the JSON results here")
-    p.add_argument("--batch-size", type=common.integer("batch_size", 1, 4096), default=1, metavar="B",
-                   help="decode B tasks at once per method (left padding, per-row trees; not for hf-* methods); "
-                        "tokens/s then counts all rows' tokens over each batch's decode time")
-    p.add_argument("--num-processes", type=common.integer("num_processes", 1, 1024), default=1, metavar="N",
-                   help="shard the tasks over N processes on this machine, each with its own model copy and cores / N "
-                        "threads, all writing one store; needs --out (shard checkpoints live beside it; a killed "
-                        "shard resumes when the command runs again). Under `accelerate launch` the launcher's "
-                        "processes are the shards")
-    p.add_argument("--repeats", type=common.integer("repeats", 1, 10_000), default=1, metavar="N",
-                   help="run the whole benchmark N times (methods interleaved per task in each pass) and report, per "
-                        "method, the mean, standard deviation and 95 %% interval of tokens/s and speed-up over the passes")
+    p.add_argument(
+        "--batch-size",
+        type=common.integer("batch_size", 1, 4096),
+        default=1,
+        metavar="B",
+        help="decode B tasks at once per method (left padding, per-row trees; not for hf-* methods); "
+        "tokens/s then counts all rows' tokens over each batch's decode time",
+    )
+    p.add_argument(
+        "--num-processes",
+        type=common.integer("num_processes", 1, 1024),
+        default=1,
+        metavar="N",
+        help="shard the tasks over N processes on this machine, each with its own model copy and cores / N "
+        "threads, all writing one store; needs --out (shard checkpoints live beside it; a killed "
+        "shard resumes when the command runs again). Under `accelerate launch` the launcher's "
+        "processes are the shards",
+    )
+    p.add_argument(
+        "--repeats",
+        type=common.integer("repeats", 1, 10_000),
+        default=1,
+        metavar="N",
+        help="run the whole benchmark N times (methods interleaved per task in each pass) and report, per "
+        "method, the mean, standard deviation and 95 %% interval of tokens/s and speed-up over the passes",
+    )
     p.add_argument("--shard", default=None, help=argparse.SUPPRESS)  # K/N: one shard (set by --num-processes)
-    p.add_argument("--merge-timeout", type=common.number_type(float, "merge_timeout", low=0), default=86400.0, metavar="S",
-                   help="under accelerate launch: how long rank 0 waits for the other shards before merging (default 1 day)")
+    p.add_argument(
+        "--merge-timeout",
+        type=common.number_type(float, "merge_timeout", low=0),
+        default=86400.0,
+        metavar="S",
+        help="under accelerate launch: how long rank 0 waits for the other shards before merging (default 1 day)",
+    )
     common.add_exec_args(p)
     common.add_compress_args(p)
     common.add_decoding_args(p)
@@ -40,9 +64,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def run(args) -> int:
-    from workbench.methods import get_method, parse_method_spec, resolve_params, split_method_list
     from workbench.evaluation.bench import check_compression, load_compressor, repeat_bench
     from workbench.evaluation.tasks import load_tasks
+    from workbench.methods import get_method, parse_method_spec, resolve_params, split_method_list
 
     methods = split_method_list(args.methods)  # variants like aasd[align_graft=1] keep their commas
     if not methods:
@@ -66,7 +90,9 @@ def run(args) -> int:
 
     shard = shards.parse_shard(args.shard) if args.shard else shards.shard_from_env()
     if (args.num_processes > 1 or shard is not None) and not args.out:
-        raise WorkbenchError("many processes need --out: each shard keeps its results beside it, and the merge writes it")
+        raise WorkbenchError(
+            "many processes need --out: each shard keeps its results beside it, and the merge writes it"
+        )
     if args.num_processes > 1 and shard is None:  # the parent: start the shards, wait, merge
         common.open_store(args)  # a bad --db fails here, once, not in every shard
         argv = [a for a in _without(args.argv, "--num-processes") if a != "bench"]
@@ -77,8 +103,15 @@ def run(args) -> int:
     store = common.open_store(args)
     target, draft = common.load_models(args)
     overlap = _fit_overlap(target, methods, common.benchmark_params(args), tasks)
-    compressor = load_compressor(args.compress, args.compressor, args.compressor_model, target, device=args.device,
-                                 dtype=args.dtype, trust_remote_code=args.trust_remote_code)
+    compressor = load_compressor(
+        args.compress,
+        args.compressor,
+        args.compressor_model,
+        target,
+        device=args.device,
+        dtype=args.dtype,
+        trust_remote_code=args.trust_remote_code,
+    )
     params = common.benchmark_params(args)
     timer = _StoreTimer()
 
@@ -86,9 +119,20 @@ def run(args) -> int:
         with timer:
             row["run_id"] = store.save_run(run, tags=["bench", f"task={task.id}", *args.tag])
 
-    result = repeat_bench(target, tasks, methods, params, repeats=args.repeats, draft=draft, max_new_tokens=args.max_new_tokens,
-                          scorer=scorer, on_result=keep if store is not None else None, compress=args.compress,
-                          compressor=compressor, batch_size=args.batch_size)
+    result = repeat_bench(
+        target,
+        tasks,
+        methods,
+        params,
+        repeats=args.repeats,
+        draft=draft,
+        max_new_tokens=args.max_new_tokens,
+        scorer=scorer,
+        on_result=keep if store is not None else None,
+        compress=args.compress,
+        compressor=compressor,
+        batch_size=args.batch_size,
+    )
     result["config"] = _config(args, target, draft, params, len(tasks), compressor)
     if overlap:
         result["fit_overlap"] = overlap
@@ -102,17 +146,31 @@ def _fit_overlap(target, methods, params, tasks) -> dict:
 
     overlap = fit_overlap(target, methods, params, tasks)
     if overlap:
-        print(f"warning: fitted thresholds evaluated on the items they were fitted on, so these results are not held "
-              f"out: {describe_overlap(overlap)} (fit on other items: calibrate --thresholds --held-out-from)", file=sys.stderr)
+        print(
+            f"warning: fitted thresholds evaluated on the items they were fitted on, so these results are not held "
+            f"out: {describe_overlap(overlap)} (fit on other items: calibrate --thresholds --held-out-from)",
+            file=sys.stderr,
+        )
     return overlap
 
 
 def _config(args, target, draft, params, n_tasks: int, compressor=None) -> dict:
-    return {"model": target.name, "draft": draft.name if draft else None, "device": str(target.device),
-            "dtype": str(target.dtype).replace("torch.", ""), "data": str(args.data), "tasks": n_tasks,
-            "categories": args.categories, "params": params, "execute_code": args.execute_code,
-            "compress": args.compress, "compressor": getattr(compressor, "name", None),
-            "compressor_model": args.compressor_model, "batch_size": args.batch_size, "repeats": getattr(args, "repeats", 1)}
+    return {
+        "model": target.name,
+        "draft": draft.name if draft else None,
+        "device": str(target.device),
+        "dtype": str(target.dtype).replace("torch.", ""),
+        "data": str(args.data),
+        "tasks": n_tasks,
+        "categories": args.categories,
+        "params": params,
+        "execute_code": args.execute_code,
+        "compress": args.compress,
+        "compressor": getattr(compressor, "name", None),
+        "compressor_model": args.compressor_model,
+        "batch_size": args.batch_size,
+        "repeats": getattr(args, "repeats", 1),
+    }
 
 
 def _report(args, result: dict, stored: int, store) -> int:
@@ -138,7 +196,10 @@ def _report(args, result: dict, stored: int, store) -> int:
         share = ""
         if result.get("store_seconds") is not None and result.get("wall_seconds"):
             share = f", {result['store_seconds']:.2f} s writing = {100 * result['store_seconds'] / result['wall_seconds']:.1f} % of the run"
-        print(f"stored {stored} runs in {store.where}{share} (python -m workbench store list --tag bench)", file=sys.stderr)
+        print(
+            f"stored {stored} runs in {store.where}{share} (python -m workbench store list --tag bench)",
+            file=sys.stderr,
+        )
     return 0
 
 
@@ -184,13 +245,28 @@ def _run_shard(args, tasks, methods, shard) -> int:
         with timer:
             return store.save_run(run, tags=["bench", f"task={task.id}", *args.tag])
 
-    with Checkpoint(shards.checkpoint_path(args.out, shard), config,
-                    must_match=["model", "dtype", "data", "categories", "params", "batch_size"]) as checkpoint:
-        run_resumable(target, mine, methods, checkpoint, params, store_run=store_run, draft=draft,
-                      max_new_tokens=args.max_new_tokens, scorer=common.task_scorer(args), batch_size=args.batch_size,
-                      progress=shard.rank == 0)
+    with Checkpoint(
+        shards.checkpoint_path(args.out, shard),
+        config,
+        must_match=["model", "dtype", "data", "categories", "params", "batch_size"],
+    ) as checkpoint:
+        run_resumable(
+            target,
+            mine,
+            methods,
+            checkpoint,
+            params,
+            store_run=store_run,
+            draft=draft,
+            max_new_tokens=args.max_new_tokens,
+            scorer=common.task_scorer(args),
+            batch_size=args.batch_size,
+            progress=shard.rank == 0,
+        )
     # the shard's time writing the store beside its wall time: the merge adds them up
-    shards.done_path(args.out, shard).write_text(json.dumps({"store_seconds": timer.seconds, "wall_seconds": timer.wall()}) + "\n")
+    shards.done_path(args.out, shard).write_text(
+        json.dumps({"store_seconds": timer.seconds, "wall_seconds": timer.wall()}) + "\n"
+    )
     if args.shard or shard.rank != 0:  # a child of --num-processes, or a non-zero rank: the merge is not ours
         return 0
     shards.wait_for_shards(args.out, shard.world, args.merge_timeout)
@@ -202,14 +278,18 @@ def _merge(args, tasks, methods, shard) -> int:
     from workbench.evaluation import shards
     from workbench.evaluation.bench import read_checkpoint, summarise_rows
 
-    rows = shards.merge_rows(tasks, methods, [shards.read_shard(args.out, shards.Shard(k, shard.world))
-                                              for k in range(shard.world)])
+    rows = shards.merge_rows(
+        tasks, methods, [shards.read_shard(args.out, shards.Shard(k, shard.world)) for k in range(shard.world)]
+    )
     header, _ = read_checkpoint(shards.checkpoint_path(args.out, shards.Shard(0, shard.world)))
     times = [shards.shard_times(args.out, shards.Shard(k, shard.world)) for k in range(shard.world)]
-    result = {"methods": summarise_rows(rows), "tasks": rows,
-              "config": {**(header or {}).get("config", {}), "processes": shard.world},
-              "store_seconds": sum(t.get("store_seconds", 0.0) for t in times),
-              "wall_seconds": sum(t.get("wall_seconds", 0.0) for t in times)}  # process-seconds, as store_seconds are
+    result = {
+        "methods": summarise_rows(rows),
+        "tasks": rows,
+        "config": {**(header or {}).get("config", {}), "processes": shard.world},
+        "store_seconds": sum(t.get("store_seconds", 0.0) for t in times),
+        "wall_seconds": sum(t.get("wall_seconds", 0.0) for t in times),
+    }  # process-seconds, as store_seconds are
     return _report(args, result, sum(r.get("run_id") is not None for r in rows), common.open_store(args))
 
 

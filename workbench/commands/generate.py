@@ -1,5 +1,6 @@
 """`python -m workbench generate --method M --prompt TEXT`: one generation with one method, streamed
 (or one JSON object with --json), its trace kept in the store unless --no-store."""
+
 from __future__ import annotations
 
 import argparse
@@ -28,17 +29,17 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 def run(args) -> int:
     from core.errors import InvalidInputError
-    from workbench.methods import parse_method_spec, resolve_params, run_method
-    from workbench.store import StoreError
     from core.models import encode_prompt
     from core.stats import run_metrics
+    from workbench.methods import parse_method_spec, resolve_params, run_method
+    from workbench.store import StoreError
 
     # A variant (aasd[align_graft=1]) as bench and the UI take it; its values checked before anything loads
     method, overrides = parse_method_spec(args.method)
     given = {**common.params_from(args), **overrides}
     params = resolve_params(method, given)  # fail on bad parameters before loading anything
     if args.stop is not None and any(not s for s in args.stop):
-        raise InvalidInputError("--stop \"\" would stop before the first token: give each --stop a non-empty string")
+        raise InvalidInputError('--stop "" would stop before the first token: give each --stop a non-empty string')
     prompt = args.prompt
     if args.prompt_file:
         prompt = common.read_text_file(args.prompt_file, "--prompt-file")
@@ -53,14 +54,23 @@ def run(args) -> int:
 
     check_compression(args.compress, args.compressor, args.compressor_model)
     if args.compress is not None and not (context or "").strip():
-        raise InvalidInputError("--compress shortens the context: pass it with --context-file F (the prompt itself stays whole); "
-                                "the context is empty")
+        raise InvalidInputError(
+            "--compress shortens the context: pass it with --context-file F (the prompt itself stays whole); "
+            "the context is empty"
+        )
     store = common.open_store(args)
     target, draft = common.load_models(args)
     chat = None if not args.no_chat else False
     compression, full_ids = None, None
-    compressor = load_compressor(args.compress, args.compressor, args.compressor_model, target, device=args.device,
-                                 dtype=args.dtype, trust_remote_code=args.trust_remote_code)
+    compressor = load_compressor(
+        args.compress,
+        args.compressor,
+        args.compressor_model,
+        target,
+        device=args.device,
+        dtype=args.dtype,
+        trust_remote_code=args.trust_remote_code,
+    )
     if compressor is not None:  # before the store hears of the run: a compressor that fails leaves nothing behind
         full_ids = encode_prompt(target.tokenizer, text, chat=chat)
         compression = compressor.compress(context, args.compress)
@@ -68,7 +78,11 @@ def run(args) -> int:
         params = {**params, **compression.record()}
     ids = encode_prompt(target.tokenizer, text, chat=chat)
     streamed = []
-    recording = store.recording(_header(method, params, target, draft, text, ids, context), tags=args.tag) if store else nullcontext()
+    recording = (
+        store.recording(_header(method, params, target, draft, text, ids, context), tags=args.tag)
+        if store
+        else nullcontext()
+    )
 
     def show(step):
         if store is not None:
@@ -81,8 +95,19 @@ def run(args) -> int:
     stored = store is not None
     with recording:  # a run that raises or is interrupted stays in the store, marked failed or cancelled
         # run_method resolves `given` itself: some resolved defaults (top_k=0) do not pass validation a second time
-        run = run_method(method, target, ids, given, draft=draft, prompt_text=text, context=context,
-                         stop_strings=args.stop or (), on_step=show, compression=compression, uncompressed_ids=full_ids)
+        run = run_method(
+            method,
+            target,
+            ids,
+            given,
+            draft=draft,
+            prompt_text=text,
+            context=context,
+            stop_strings=args.stop or (),
+            on_step=show,
+            compression=compression,
+            uncompressed_ids=full_ids,
+        )
         if store is not None:
             try:
                 recording.finish(run)
@@ -92,22 +117,40 @@ def run(args) -> int:
     run_id = recording.run_id if stored else None
     m = run_metrics(run)
     if args.json:
-        print(json.dumps({
-            "text": run.output_text, "token_ids": run.output_ids, "accept_lengths": run.accept_lengths,
-            "metrics": {k: m[k] for k in ("mal", "tps", "steps", "tokens", "decode_seconds", "prefill_seconds", "accept_rate")},
-            "run_id": run_id, "method": run.method, "params": run.params, "stop_reason": run.stop_reason,
-        }))
+        print(
+            json.dumps(
+                {
+                    "text": run.output_text,
+                    "token_ids": run.output_ids,
+                    "accept_lengths": run.accept_lengths,
+                    "metrics": {
+                        k: m[k]
+                        for k in ("mal", "tps", "steps", "tokens", "decode_seconds", "prefill_seconds", "accept_rate")
+                    },
+                    "run_id": run_id,
+                    "method": run.method,
+                    "params": run.params,
+                    "stop_reason": run.stop_reason,
+                }
+            )
+        )
     else:
         if not streamed:  # transformers' baselines do not stream through our engine
             print(run.output_text, end="")
         print()
         fmt = lambda v: "-" if v is None else f"{v:.2f}"  # noqa: E731
         if compression is not None:
-            print(f"[{compression.compressor}] context {compression.tokens_in} -> {compression.tokens_kept} tokens (rate "
-                  f"{compression.reached:.3f} for {compression.rate:g}) in {compression.seconds:.2f} s; pool "
-                  f"{run.params.get('pool', '-')}", file=sys.stderr)
-        print(f"[{run.method}] {m['tokens']} tokens in {m['steps']} steps, MAL {fmt(m['mal'])}, "
-              f"{fmt(m['tps'])} tok/s, acceptance {fmt(m['accept_rate'])}, stop: {run.stop_reason}", file=sys.stderr)
+            print(
+                f"[{compression.compressor}] context {compression.tokens_in} -> {compression.tokens_kept} tokens (rate "
+                f"{compression.reached:.3f} for {compression.rate:g}) in {compression.seconds:.2f} s; pool "
+                f"{run.params.get('pool', '-')}",
+                file=sys.stderr,
+            )
+        print(
+            f"[{run.method}] {m['tokens']} tokens in {m['steps']} steps, MAL {fmt(m['mal'])}, "
+            f"{fmt(m['tps'])} tok/s, acceptance {fmt(m['accept_rate'])}, stop: {run.stop_reason}",
+            file=sys.stderr,
+        )
         if run_id is not None:
             print(f"stored as run {run_id} in {store.where}", file=sys.stderr)
     return 0
@@ -117,7 +160,16 @@ def _header(method, params, target, draft, prompt, prompt_ids, context):
     """The run as known before decoding: what the store records when the run starts."""
     from core.trace import RunTrace
 
-    return RunTrace(method=method, params=params, model=target.name, draft_model=draft.name if draft else None,
-                    device=str(target.device), dtype=str(target.dtype).replace("torch.", ""), prompt=prompt,
-                    prompt_ids=list(prompt_ids), context=context, model_fingerprint=target.fingerprint,
-                    draft_fingerprint=draft.fingerprint if draft else None)
+    return RunTrace(
+        method=method,
+        params=params,
+        model=target.name,
+        draft_model=draft.name if draft else None,
+        device=str(target.device),
+        dtype=str(target.dtype).replace("torch.", ""),
+        prompt=prompt,
+        prompt_ids=list(prompt_ids),
+        context=context,
+        model_fingerprint=target.fingerprint,
+        draft_fingerprint=draft.fingerprint if draft else None,
+    )

@@ -1,4 +1,5 @@
 """`python -m workbench ...` and the `workbench` console script: the parser and the dispatch."""
+
 from __future__ import annotations
 
 import argparse

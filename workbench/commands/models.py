@@ -1,4 +1,5 @@
 """`python -m workbench models list|fetch NAME...`: the embedded model presets."""
+
 from __future__ import annotations
 
 import argparse
@@ -18,7 +19,11 @@ def run(args) -> int:
 
     if args.action == "list":
         for name in PRESETS:
-            state = f"fetched at {preset_path(name)}" if is_fetched(name) else f"not fetched (python -m workbench models fetch {name})"
+            state = (
+                f"fetched at {preset_path(name)}"
+                if is_fetched(name)
+                else f"not fetched (python -m workbench models fetch {name})"
+            )
             print(f"{name:22s} {state}" + ("  (default)" if name == DEFAULT_MODEL else ""))
         return 0
     for name in args.names or []:

@@ -18,6 +18,7 @@ OUT/frontier.md, OUT/frontier.json and OUT/figures/frontier.html: per setting th
 and per family the mean score change with its paired 95 % bootstrap interval (workbench.evaluation.frontier).
 It is not resumable: keep it small.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -34,34 +35,74 @@ from workbench.commands import common
 CHECKPOINT = "checkpoint.jsonl"
 CHAT_MARGIN = 64  # tokens the chat template may add around a truncated prompt
 # What must be equal for a rerun to add to an existing checkpoint (the rest describes the machine).
-MUST_MATCH = ("model", "model_fingerprint", "draft", "draft_fingerprint", "device", "dtype", "params", "max_prompt_tokens",
-              "execute_code", "compress", "compressor", "compressor_model")
+MUST_MATCH = (
+    "model",
+    "model_fingerprint",
+    "draft",
+    "draft_fingerprint",
+    "device",
+    "dtype",
+    "params",
+    "max_prompt_tokens",
+    "execute_code",
+    "compress",
+    "compressor",
+    "compressor_model",
+)
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     from workbench.evaluation.report import TABLE_SETS
     from workbench.evaluation.tasks import DATASETS
 
-    p = subparsers.add_parser("report", help="the papers' tables (AASD, CASD, CSD) from a resumable benchmark run",
-                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = subparsers.add_parser(
+        "report",
+        help="the papers' tables (AASD, CASD, CSD) from a resumable benchmark run",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--tables", default=None, help=f"comma-separated table sets: {', '.join(TABLE_SETS)} (default aasd)")
-    p.add_argument("--data", action="append", default=None,
-                   help="a dataset (repeatable): " + "; ".join(f"{k}: {v}" for k, v in DATASETS.items())
-                        + "; or a task-file path (default: the tables' own datasets)")
-    p.add_argument("--methods", default=None, help="comma-separated method specs (default: every method the tables need)")
-    p.add_argument("--limit", type=common.integer("limit", 1, 10**9), default=None, help="tasks per dataset (with --seed: a seeded sample, else the first N)")
+    p.add_argument(
+        "--data",
+        action="append",
+        default=None,
+        help="a dataset (repeatable): "
+        + "; ".join(f"{k}: {v}" for k, v in DATASETS.items())
+        + "; or a task-file path (default: the tables' own datasets)",
+    )
+    p.add_argument(
+        "--methods", default=None, help="comma-separated method specs (default: every method the tables need)"
+    )
+    p.add_argument(
+        "--limit",
+        type=common.integer("limit", 1, 10**9),
+        default=None,
+        help="tasks per dataset (with --seed: a seeded sample, else the first N)",
+    )
     p.add_argument("--out", default="results/report", help="folder for the checkpoint, report.md, tables/ and figures/")
     p.add_argument("--fresh", action="store_true", help="delete the folder's checkpoint and start over")
-    p.add_argument("--no-run", action="store_true", help="only rebuild the tables from the folder's checkpoint (no model)")
+    p.add_argument(
+        "--no-run", action="store_true", help="only rebuild the tables from the folder's checkpoint (no model)"
+    )
     common.add_exec_args(p)
-    p.add_argument("--max-prompt-tokens", type=common.integer("max_prompt_tokens", 1, 10**7), default=None,
-                   help="cut longer prompts in the middle, as LongBench does (default: the model's context minus the generation)")
-    p.add_argument("--memory", default=None, help="CSD's calibrated memory file (default: the pair's file under <home>/memory/)")
+    p.add_argument(
+        "--max-prompt-tokens",
+        type=common.integer("max_prompt_tokens", 1, 10**7),
+        default=None,
+        help="cut longer prompts in the middle, as LongBench does (default: the model's context minus the generation)",
+    )
+    p.add_argument(
+        "--memory", default=None, help="CSD's calibrated memory file (default: the pair's file under <home>/memory/)"
+    )
     p.add_argument("--title", default=None, help="heading of report.md")
     f = p.add_argument_group("--frontier: the speed-quality frontier per relaxed rule, on held-out family items")
     f.add_argument("--frontier", action="store_true", help="sweep each relaxed rule's threshold instead of the tables")
-    f.add_argument("--families", default=None, help="comma-separated task families (default docqa,summarization,rag,code,writing)")
-    f.add_argument("--rules", default=None, help="comma-separated rules: casd, mixed, aasd, rescue, typical, fly (default all)")
+    f.add_argument(
+        "--families", default=None, help="comma-separated task families (default docqa,summarization,rag,code,writing)"
+    )
+    f.add_argument(
+        "--rules", default=None, help="comma-separated rules: casd, mixed, aasd, rescue, typical, fly (default all)"
+    )
     common.add_compress_args(p)
     common.add_decoding_args(p)
     p.set_defaults(func=run)
@@ -75,7 +116,9 @@ def _table_sets(text: str | None) -> list[str]:
     sets = [s.strip().lower() for s in (text or "aasd").split(",") if s.strip()]
     unknown = [s for s in sets if s not in TABLE_SETS]
     if unknown or not sets:
-        raise InvalidInputError(f"unknown table set(s) {', '.join(unknown) or '(none)'}; known: {', '.join(TABLE_SETS)}")
+        raise InvalidInputError(
+            f"unknown table set(s) {', '.join(unknown) or '(none)'}; known: {', '.join(TABLE_SETS)}"
+        )
     return sets
 
 
@@ -91,10 +134,17 @@ def _cpu() -> str:
 
 def run(args) -> int:
     from core.errors import InvalidInputError
-    from workbench.methods import get_method, parse_method_spec, resolve_params, split_method_list
-    from workbench.evaluation.bench import Checkpoint, check_compression, check_contexts, load_compressor, read_checkpoint, run_resumable
+    from workbench.evaluation.bench import (
+        Checkpoint,
+        check_compression,
+        check_contexts,
+        load_compressor,
+        read_checkpoint,
+        run_resumable,
+    )
     from workbench.evaluation.report import DEFAULT_DATA, table_methods
     from workbench.evaluation.tasks import load_many
+    from workbench.methods import get_method, parse_method_spec, resolve_params, split_method_list
 
     out = Path(args.out)
     path = out / CHECKPOINT
@@ -105,7 +155,13 @@ def run(args) -> int:
         if header is None:
             raise InvalidInputError(f"no checkpoint at {path}: run the report first (without --no-run)")
         config = header.get("config") or {}
-        write_outputs(list(rows.values()), _table_sets(args.tables or ",".join(config.get("tables") or [])), config, out, args.title)
+        write_outputs(
+            list(rows.values()),
+            _table_sets(args.tables or ",".join(config.get("tables") or [])),
+            config,
+            out,
+            args.title,
+        )
         return 0
 
     sets = _table_sets(args.tables)
@@ -116,8 +172,10 @@ def run(args) -> int:
         resolve_params(name, {k: v for k, v in params.items() if k in get_method(name).params} | overrides)
     need_draft = [m for m in methods if get_method(parse_method_spec(m)[0]).needs_draft]
     if need_draft and not args.draft:
-        raise InvalidInputError(f"{', '.join(need_draft)} need a draft model: pass --draft (e.g. --model qwen2.5-coder-1.5b "
-                                f"--draft qwen2.5-coder-0.5b), or leave out the csd tables")
+        raise InvalidInputError(
+            f"{', '.join(need_draft)} need a draft model: pass --draft (e.g. --model qwen2.5-coder-1.5b "
+            f"--draft qwen2.5-coder-0.5b), or leave out the csd tables"
+        )
     check_compression(args.compress, args.compressor, args.compressor_model)
     scorer = common.task_scorer(args)  # no sandbox for --execute-code fails here, before any model loads
     specs = args.data or list(dict.fromkeys(d for s in sets for d in DEFAULT_DATA[s]))
@@ -131,28 +189,50 @@ def run(args) -> int:
     longest = params.get("max_new_tokens") or max((t.max_new_tokens or 128) for t in tasks)
     budget = args.max_prompt_tokens or target.max_context - longest - CHAT_MARGIN
     if budget < 16:
-        raise InvalidInputError(f"no room for a prompt: the model's context is {target.max_context} tokens and generation takes {longest}")
+        raise InvalidInputError(
+            f"no room for a prompt: the model's context is {target.max_context} tokens and generation takes {longest}"
+        )
     from workbench.evaluation.thresholds import describe_overlap, fit_overlap
 
     overlap = fit_overlap(target, methods, params, tasks)
     if overlap:  # a report's tables are its numbers: thresholds fitted on its own items would not be held out
-        raise InvalidInputError(f"fitted thresholds would be evaluated on the items they were fitted on: "
-                                f"{describe_overlap(overlap)}; fit on other items (calibrate --thresholds "
-                                f"--held-out-from N) or report on others")
+        raise InvalidInputError(
+            f"fitted thresholds would be evaluated on the items they were fitted on: "
+            f"{describe_overlap(overlap)}; fit on other items (calibrate --thresholds "
+            f"--held-out-from N) or report on others"
+        )
     memories, memory_note = _memories(target, draft, methods, tasks, args.memory)
-    compressor = load_compressor(args.compress, args.compressor, args.compressor_model, target, device=args.device,
-                                 dtype=args.dtype, trust_remote_code=args.trust_remote_code)
+    compressor = load_compressor(
+        args.compress,
+        args.compressor,
+        args.compressor_model,
+        target,
+        device=args.device,
+        dtype=args.dtype,
+        trust_remote_code=args.trust_remote_code,
+    )
     import torch
     import transformers
 
     config = {
-        "model": target.name, "model_fingerprint": target.fingerprint,
-        "draft": draft.name if draft is not None else None, "draft_fingerprint": draft.fingerprint if draft is not None else None,
-        "device": str(target.device), "dtype": str(target.dtype).replace("torch.", ""), "params": params,
-        "max_prompt_tokens": budget, "execute_code": bool(args.execute_code),
-        "compress": args.compress, "compressor": getattr(compressor, "name", None), "compressor_model": args.compressor_model,
+        "model": target.name,
+        "model_fingerprint": target.fingerprint,
+        "draft": draft.name if draft is not None else None,
+        "draft_fingerprint": draft.fingerprint if draft is not None else None,
+        "device": str(target.device),
+        "dtype": str(target.dtype).replace("torch.", ""),
+        "params": params,
+        "max_prompt_tokens": budget,
+        "execute_code": bool(args.execute_code),
+        "compress": args.compress,
+        "compressor": getattr(compressor, "name", None),
+        "compressor_model": args.compressor_model,
         # described, not compared: the first run's machine and settings
-        "tables": sets, "data": specs, "limit": args.limit, "methods": methods, "csd_memory": memory_note,
+        "tables": sets,
+        "data": specs,
+        "limit": args.limit,
+        "methods": methods,
+        "csd_memory": memory_note,
         "cpu": f"{_cpu()}, {os.cpu_count()} logical cores, {torch.get_num_threads()} torch threads",
         "software": f"torch {torch.__version__}, transformers {transformers.__version__}, python {platform.python_version()}",
         "started": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
@@ -165,9 +245,21 @@ def run(args) -> int:
         done = len(ckpt.done())
         if done:
             print(f"resuming: {done} runs already in {path}", file=sys.stderr)
-        rows = run_resumable(target, tasks, methods, ckpt, params, draft=draft, max_new_tokens=params.get("max_new_tokens"),
-                             max_prompt_tokens=budget, scorer=scorer, memories=memories,
-                             store_run=keep if store is not None else None, compress=args.compress, compressor=compressor)
+        rows = run_resumable(
+            target,
+            tasks,
+            methods,
+            ckpt,
+            params,
+            draft=draft,
+            max_new_tokens=params.get("max_new_tokens"),
+            max_prompt_tokens=budget,
+            scorer=scorer,
+            memories=memories,
+            store_run=keep if store is not None else None,
+            compress=args.compress,
+            compressor=compressor,
+        )
         config["started"] = ckpt.config.get("started", config["started"])  # when the checkpoint began
     write_outputs(rows, sets, config, out, args.title)
     if store is not None:
@@ -183,8 +275,10 @@ def run_frontier(args, out: Path) -> int:
     from workbench.evaluation.thresholds import family_scorer
 
     if args.no_run or args.tables or args.methods or args.data or args.draft:
-        raise InvalidInputError("--frontier sweeps the relaxed rules on the families' held-out items: drop --no-run, "
-                                "--tables, --methods, --data and --draft (choose with --rules and --families)")
+        raise InvalidInputError(
+            "--frontier sweeps the relaxed rules on the families' held-out items: drop --no-run, "
+            "--tables, --methods, --data and --draft (choose with --rules and --families)"
+        )
     sweeps = parse_rules(args.rules)
     names = parse_families(args.families)
     if args.execute_code:
@@ -195,13 +289,26 @@ def run_frontier(args, out: Path) -> int:
     params = common.benchmark_params(args)
     import torch
 
-    result = sweep(target, tasks, sweeps, params=params, max_new_tokens=params.get("max_new_tokens"),
-                   scorer=family_scorer(bool(args.execute_code), args.unsafe_exec))
-    result["config"] = {"model": target.name, "model_fingerprint": target.fingerprint, "device": str(target.device),
-                        "dtype": str(target.dtype).replace("torch.", ""), "params": params, "families": list(names),
-                        "items_per_family": args.limit or 4, "split": "held_out",
-                        "cpu": f"{_cpu()}, {os.cpu_count()} logical cores, {torch.get_num_threads()} torch threads",
-                        "command": "python -m workbench " + " ".join(getattr(args, "argv", None) or [])}
+    result = sweep(
+        target,
+        tasks,
+        sweeps,
+        params=params,
+        max_new_tokens=params.get("max_new_tokens"),
+        scorer=family_scorer(bool(args.execute_code), args.unsafe_exec),
+    )
+    result["config"] = {
+        "model": target.name,
+        "model_fingerprint": target.fingerprint,
+        "device": str(target.device),
+        "dtype": str(target.dtype).replace("torch.", ""),
+        "params": params,
+        "families": list(names),
+        "items_per_family": args.limit or 4,
+        "split": "held_out",
+        "cpu": f"{_cpu()}, {os.cpu_count()} logical cores, {torch.get_num_threads()} torch threads",
+        "command": "python -m workbench " + " ".join(getattr(args, "argv", None) or []),
+    }
     out.mkdir(parents=True, exist_ok=True)
     md = format_frontier(result)
     (out / "frontier.md").write_text(md + "\n", encoding="utf-8")
@@ -227,12 +334,18 @@ def _memories(target, draft, methods, tasks, path) -> tuple[dict[str, Any], str 
     cal = base.meta.get("calibration")
     forced = base.meta.get("forced_calibration")
     if forced and not cal:  # the shipped memory (core/memories) or calibrate --mode forced
-        note = (f"{len(base)} pairs, {base.total} observations, teacher-forced over {forced.get('sequences')} sequences "
-                f"of {forced.get('corpus')}")
+        note = (
+            f"{len(base)} pairs, {base.total} observations, teacher-forced over {forced.get('sequences')} sequences "
+            f"of {forced.get('corpus')}"
+        )
     elif not cal:
         note = "none calibrated: CSD starts from an empty memory and learns online"
-        print(f"note: {note} (python -m workbench calibrate --model {target.name}"
-              + (f" --draft {draft.name}" if draft is not None else "") + ")", file=sys.stderr)
+        print(
+            f"note: {note} (python -m workbench calibrate --model {target.name}"
+            + (f" --draft {draft.name}" if draft is not None else "")
+            + ")",
+            file=sys.stderr,
+        )
     else:
         note = f"{len(base)} pairs, {base.total} observations from {cal.get('prompts')} prompts of {cal.get('corpus')}"
     return {m: base.copy() for m in readers}, note
@@ -251,16 +364,22 @@ def _setup(config: dict[str, Any], rows: list[dict[str, Any]], out: Path) -> dic
         "software": config.get("software"),
         "data": ", ".join(config.get("data") or []),
         "tasks per dataset": ", ".join(f"{d} {len(ids)}" for d, ids in per.items()),
-        "generation length": (f"{params['max_new_tokens']} tokens" if params.get("max_new_tokens")
-                              else "per dataset (LongBench's lengths; 128 where a dataset has none)"),
+        "generation length": (
+            f"{params['max_new_tokens']} tokens"
+            if params.get("max_new_tokens")
+            else "per dataset (LongBench's lengths; 128 where a dataset has none)"
+        ),
         "prompt budget": f"{config.get('max_prompt_tokens')} tokens (longer prompts lose their middle)",
         "parameters": json.dumps(params) if params else "the methods' defaults",
         "HumanEval execution": "on (sandboxed)" if config.get("execute_code") else "off (pass@1 absent)",
         "CSD memory": config.get("csd_memory"),
-        "prompt compression": (f"{config['compressor']} at rate {config['compress']:g}"
-                               + (f" over {config['compressor_model']}" if config.get("compressor_model") else " over the target")
-                               + " (context-drafting methods draft from the full prompt unless pool=compressed)"
-                               if config.get("compress") is not None else "none"),
+        "prompt compression": (
+            f"{config['compressor']} at rate {config['compress']:g}"
+            + (f" over {config['compressor_model']}" if config.get("compressor_model") else " over the target")
+            + " (context-drafting methods draft from the full prompt unless pool=compressed)"
+            if config.get("compress") is not None
+            else "none"
+        ),
         "started": config.get("started"),
         "checkpoint": shown_path(out / CHECKPOINT),
     }
@@ -275,12 +394,16 @@ def shown_path(path: Path) -> str:
         return str(path)
 
 
-def write_outputs(rows: list[dict[str, Any]], sets: list[str], config: dict[str, Any], out: Path, title: str | None = None) -> Path:
+def write_outputs(
+    rows: list[dict[str, Any]], sets: list[str], config: dict[str, Any], out: Path, title: str | None = None
+) -> Path:
     """report.md, one CSV per table (the papers' too) and the δ-sweep figures, all from `rows`."""
     from workbench.evaluation.report import build_tables, delta_sweep, render_markdown
 
     pairs = build_tables(rows, sets)
-    md = render_markdown(pairs, sets, _setup(config, rows, out), title or f"Report: {', '.join(sets)} on {config.get('model')}")
+    md = render_markdown(
+        pairs, sets, _setup(config, rows, out), title or f"Report: {', '.join(sets)} on {config.get('model')}"
+    )
     out.mkdir(parents=True, exist_ok=True)
     (out / "report.md").write_text(md, encoding="utf-8")
     tables = out / "tables"
@@ -315,6 +438,9 @@ def _figures(sweep: dict[str, Any], folder: Path) -> list[Path]:
             except Exception as e:  # kaleido missing, or no Chrome/Chromium for it to drive
                 png = False
                 reason = next((line.strip() for line in str(e).splitlines() if line.strip()), type(e).__name__)
-                print(f"note: PNG figures skipped ({reason[:200]}); they need kaleido (pip install 'spec-workbench[report]') "
-                      f"and a local Chrome or Chromium", file=sys.stderr)
+                print(
+                    f"note: PNG figures skipped ({reason[:200]}); they need kaleido (pip install 'spec-workbench[report]') "
+                    f"and a local Chrome or Chromium",
+                    file=sys.stderr,
+                )
     return written

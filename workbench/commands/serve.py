@@ -1,4 +1,5 @@
 """`python -m workbench serve`: the Gradio workbench (`python app.py` does the same)."""
+
 from __future__ import annotations
 
 import argparse
@@ -8,19 +9,35 @@ from workbench.commands import common
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser("serve", help="start the Gradio workbench (python app.py does the same)")
-    p.add_argument("--host", default=None, help="address to listen on (default 127.0.0.1; 0.0.0.0 to share on a network)")
-    p.add_argument("--port", type=common.integer("port", 1, 65535), default=None, help="port (default 7860, or $GRADIO_SERVER_PORT)")
-    p.add_argument("--single-user", action="store_true",
-                   help="every run in the store is visible to everyone who reaches the app (for a local, one-person "
-                        "workbench); by default a run made in the app is seen only by the browser session that made "
-                        "it until its owner shares it")
-    p.add_argument("--allow-local-models", action="store_true",
-                   help="let the model boxes load local folders and .gguf files on this server (always so with "
-                        "--single-user); by default a shared app loads presets and Hugging Face hub ids only, so a "
-                        "visitor cannot make it open paths on the server")
-    p.add_argument("--no-warm-up", action="store_true",
-                   help="do not load the default model and measure its forward cost t(n, L) while the page opens "
-                        "(by default the server does, once per machine, so the first comparison does not wait for it)")
+    p.add_argument(
+        "--host", default=None, help="address to listen on (default 127.0.0.1; 0.0.0.0 to share on a network)"
+    )
+    p.add_argument(
+        "--port",
+        type=common.integer("port", 1, 65535),
+        default=None,
+        help="port (default 7860, or $GRADIO_SERVER_PORT)",
+    )
+    p.add_argument(
+        "--single-user",
+        action="store_true",
+        help="every run in the store is visible to everyone who reaches the app (for a local, one-person "
+        "workbench); by default a run made in the app is seen only by the browser session that made "
+        "it until its owner shares it",
+    )
+    p.add_argument(
+        "--allow-local-models",
+        action="store_true",
+        help="let the model boxes load local folders and .gguf files on this server (always so with "
+        "--single-user); by default a shared app loads presets and Hugging Face hub ids only, so a "
+        "visitor cannot make it open paths on the server",
+    )
+    p.add_argument(
+        "--no-warm-up",
+        action="store_true",
+        help="do not load the default model and measure its forward cost t(n, L) while the page opens "
+        "(by default the server does, once per machine, so the first comparison does not wait for it)",
+    )
     common.add_load_args(p)
     common.add_db_arg(p)
     p.set_defaults(func=run)

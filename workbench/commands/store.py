@@ -1,4 +1,5 @@
 """`python -m workbench store list|show|export|import|delete|compare`: the stored runs."""
+
 from __future__ import annotations
 
 import argparse
@@ -24,22 +25,40 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     show.add_argument("id", type=common.RUN_ID)
     show.add_argument("--step", type=common.integer("step", 0))
     show.add_argument("--json", action="store_true")
-    export = actions.add_parser("export", help="write runs.csv, steps.csv and nodes.csv, or OpenInference spans "
-                                                "(JSON Lines, or live over OTLP to Phoenix or a collector)")
+    export = actions.add_parser(
+        "export",
+        help="write runs.csv, steps.csv and nodes.csv, or OpenInference spans "
+        "(JSON Lines, or live over OTLP to Phoenix or a collector)",
+    )
     export.add_argument("--run", type=common.RUN_ID, action="append", help="run id (repeatable)")
     export.add_argument("--all", action="store_true", help="every run in the store")
-    export.add_argument("--format", default="csv", choices=["csv", "openinference"],
-                        help="csv: a folder of runs.csv, steps.csv, nodes.csv (what `store import` reads); "
-                             "openinference: one LLM span per run and one child span per step (docs/OPENINFERENCE.md)")
+    export.add_argument(
+        "--format",
+        default="csv",
+        choices=["csv", "openinference"],
+        help="csv: a folder of runs.csv, steps.csv, nodes.csv (what `store import` reads); "
+        "openinference: one LLM span per run and one child span per step (docs/OPENINFERENCE.md)",
+    )
     export.add_argument("--out", help="csv: the folder for the CSV files; openinference: the .jsonl file")
-    export.add_argument("--otlp-endpoint", metavar="URL",
-                        help="openinference: send the spans over OTLP/HTTP (with or without --out), e.g. "
-                             "http://localhost:6006/v1/traces (Phoenix); a URL without a path gets /v1/traces")
-    export.add_argument("--otlp-timeout", type=common.number_type(float, "otlp_timeout", low=0), default=10.0, metavar="S",
-                        help="seconds to keep retrying one OTLP request (default 10)")
+    export.add_argument(
+        "--otlp-endpoint",
+        metavar="URL",
+        help="openinference: send the spans over OTLP/HTTP (with or without --out), e.g. "
+        "http://localhost:6006/v1/traces (Phoenix); a URL without a path gets /v1/traces",
+    )
+    export.add_argument(
+        "--otlp-timeout",
+        type=common.number_type(float, "otlp_timeout", low=0),
+        default=10.0,
+        metavar="S",
+        help="seconds to keep retrying one OTLP request (default 10)",
+    )
     export.add_argument("--force", action="store_true", help="replace files that already exist at --out")
-    export.add_argument("--project", default=None,
-                        help="openinference: the project the spans are filed under in Phoenix (default spec-workbench)")
+    export.add_argument(
+        "--project",
+        default=None,
+        help="openinference: the project the spans are filed under in Phoenix (default spec-workbench)",
+    )
     imp = actions.add_parser("import", help="read a folder written by `store export`")
     imp.add_argument("folder")
     imp.add_argument("--renumber", action="store_true", help="give the runs new ids (when their ids are taken)")
@@ -75,17 +94,28 @@ def run(args) -> int:
 
     store = Store(args.db)
     if args.action == "list":
-        runs = store.list_runs(method=args.method, model=args.model, tag=args.tag, status=args.status,
-                               since=args.since, until=args.until, limit=args.limit)
+        runs = store.list_runs(
+            method=args.method,
+            model=args.model,
+            tag=args.tag,
+            status=args.status,
+            since=args.since,
+            until=args.until,
+            limit=args.limit,
+        )
         if args.json:
             print(json.dumps([{**vars(r), "created": r.created.isoformat()} for r in runs]))
             return 0
-        print(f"{'id':>6}  {'created (UTC)':19}  {'status':9}  {'method':14}  {'model':24}  {'tokens':>6}  {'steps':>5}  {'MAL':>5}  {'tok/s':>7}  tags")
+        print(
+            f"{'id':>6}  {'created (UTC)':19}  {'status':9}  {'method':14}  {'model':24}  {'tokens':>6}  {'steps':>5}  {'MAL':>5}  {'tok/s':>7}  tags"
+        )
         for r in runs:
             m = r.metrics or {}
-            print(f"{r.id:>6}  {r.created:%Y-%m-%d %H:%M:%S}  {r.status:9}  {r.method:14}  {r.model[-24:]:24}  "
-                  f"{_fmt(m.get('tokens')):>6}  {_fmt(m.get('steps')):>5}  {_fmt(m.get('mal')):>5}  {_fmt(m.get('tps')):>7}  "
-                  f"{','.join(r.tags)}")
+            print(
+                f"{r.id:>6}  {r.created:%Y-%m-%d %H:%M:%S}  {r.status:9}  {r.method:14}  {r.model[-24:]:24}  "
+                f"{_fmt(m.get('tokens')):>6}  {_fmt(m.get('steps')):>5}  {_fmt(m.get('mal')):>5}  {_fmt(m.get('tps')):>7}  "
+                f"{','.join(r.tags)}"
+            )
         return 0
     if args.action == "show":
         return _show(store, args)
@@ -105,8 +135,10 @@ def run(args) -> int:
     if result["identical"]:
         print(f"runs {args.a} and {args.b} emit the same {result['tokens_a']} tokens")
     else:
-        print(f"first divergence at token {result['first_divergence']}: run {args.a} has {result['token_a']} "
-              f"(step {result['step_a']}), run {args.b} has {result['token_b']} (step {result['step_b']})")
+        print(
+            f"first divergence at token {result['first_divergence']}: run {args.a} has {result['token_a']} "
+            f"(step {result['step_a']}), run {args.b} has {result['token_b']} (step {result['step_b']})"
+        )
     la, lb = result["lengths_a"], result["lengths_b"]
     print(f"{'step':>5}  {'run ' + str(args.a):>8}  {'run ' + str(args.b):>8}")
     for i in range(max(len(la), len(lb))):
@@ -134,8 +166,15 @@ def _export(store, args) -> int:
         raise WorkbenchError("--otlp-timeout must be more than 0 seconds")
     exporter = otlp_exporter(args.otlp_endpoint, args.otlp_timeout) if args.otlp_endpoint else None
     try:
-        done = export_openinference(store, runs, args.out, exporter=exporter, where=args.otlp_endpoint,
-                                    project=args.project or DEFAULT_PROJECT, force=args.force)
+        done = export_openinference(
+            store,
+            runs,
+            args.out,
+            exporter=exporter,
+            where=args.otlp_endpoint,
+            project=args.project or DEFAULT_PROJECT,
+            force=args.force,
+        )
     finally:
         if exporter is not None:
             exporter.shutdown()
@@ -148,29 +187,66 @@ def _show(store, args) -> int:
     if args.step is not None:
         step = store.load_step(args.id, args.step)
         if args.json:
-            print(json.dumps({**{k: v for k, v in vars(step).items() if k != "nodes"}, "nodes": [n.to_dict() for n in step.nodes]}))
+            print(
+                json.dumps(
+                    {
+                        **{k: v for k, v in vars(step).items() if k != "nodes"},
+                        "nodes": [n.to_dict() for n in step.nodes],
+                    }
+                )
+            )
             return 0
-        print(f"run {args.id} step {step.index}: cache position {step.cache_pos}, {step.tree_size} draft nodes, "
-              f"{step.accepted} accepted, emitted {step.emitted}, {step.step_ms:.2f} ms")
-        print(f"{'node':>4} {'parent':>6} {'depth':>5} {'token':>7}  {'text':12} {'source':10} {'decision':9} {'p':>7} {'rank':>4}  reason")
+        print(
+            f"run {args.id} step {step.index}: cache position {step.cache_pos}, {step.tree_size} draft nodes, "
+            f"{step.accepted} accepted, emitted {step.emitted}, {step.step_ms:.2f} ms"
+        )
+        print(
+            f"{'node':>4} {'parent':>6} {'depth':>5} {'token':>7}  {'text':12} {'source':10} {'decision':9} {'p':>7} {'rank':>4}  reason"
+        )
         for n in step.nodes:
-            print(f"{n.node:>4} {n.parent:>6} {n.depth:>5} {n.token_id:>7}  {n.token_text[:12]!r:12} {n.source:10} "
-                  f"{n.decision:9} {_fmt(n.p):>7} {_fmt(n.rank):>4}  {n.reason}")
+            print(
+                f"{n.node:>4} {n.parent:>6} {n.depth:>5} {n.token_id:>7}  {n.token_text[:12]!r:12} {n.source:10} "
+                f"{n.decision:9} {_fmt(n.p):>7} {_fmt(n.rank):>4}  {n.reason}"
+            )
         return 0
     stored = store.load_run(args.id, nodes=False)
     run = stored.trace
     if args.json:
-        print(json.dumps({"id": stored.id, "created": stored.created.isoformat(), "tags": stored.tags, "status": run.status,
-                          "error": run.error, "method": run.method, "params": run.params, "model": run.model,
-                          "draft_model": run.draft_model, "text": run.output_text, "token_ids": run.output_ids,
-                          "accept_lengths": run.accept_lengths, "metrics": stored.metrics, "stop_reason": run.stop_reason}))
+        print(
+            json.dumps(
+                {
+                    "id": stored.id,
+                    "created": stored.created.isoformat(),
+                    "tags": stored.tags,
+                    "status": run.status,
+                    "error": run.error,
+                    "method": run.method,
+                    "params": run.params,
+                    "model": run.model,
+                    "draft_model": run.draft_model,
+                    "text": run.output_text,
+                    "token_ids": run.output_ids,
+                    "accept_lengths": run.accept_lengths,
+                    "metrics": stored.metrics,
+                    "stop_reason": run.stop_reason,
+                }
+            )
+        )
         return 0
-    print(f"run {stored.id}: {run.method} on {run.model}" + (f" with draft {run.draft_model}" if run.draft_model else "")
-          + f", {run.device}/{run.dtype}, {run.status}" + (f" ({run.error})" if run.error else ""))
-    print(f"created {stored.created:%Y-%m-%d %H:%M:%S} UTC, tags {','.join(stored.tags) or '-'}, params {json.dumps(run.params)}")
+    print(
+        f"run {stored.id}: {run.method} on {run.model}"
+        + (f" with draft {run.draft_model}" if run.draft_model else "")
+        + f", {run.device}/{run.dtype}, {run.status}"
+        + (f" ({run.error})" if run.error else "")
+    )
+    print(
+        f"created {stored.created:%Y-%m-%d %H:%M:%S} UTC, tags {','.join(stored.tags) or '-'}, params {json.dumps(run.params)}"
+    )
     m = stored.metrics or {}
-    print(f"{len(run.output_ids)} tokens in {len(run.steps)} steps, MAL {_fmt(m.get('mal'))}, {_fmt(m.get('tps'))} tok/s, "
-          f"stop: {run.stop_reason}")
+    print(
+        f"{len(run.output_ids)} tokens in {len(run.steps)} steps, MAL {_fmt(m.get('mal'))}, {_fmt(m.get('tps'))} tok/s, "
+        f"stop: {run.stop_reason}"
+    )
     print(f"output: {run.output_text!r}")
     print(f"accept lengths: {run.accept_lengths}  (store show {stored.id} --step N lists a step's tree)")
     return 0

@@ -13,6 +13,7 @@ admissible, the rule's lossless setting.
 A fit on one family says nothing about another: a threshold that helps summarization can cost two thirds
 of extractive QA's F1. Demanding the bound per family, not on the pooled mean, is what refuses it.
 """
+
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
@@ -62,12 +63,20 @@ class Judgement:
     failing: tuple[str, ...] = ()  # families whose lower bound is below −TOLERANCE
 
 
-def paired_interval(setting: Sequence[float], greedy: Sequence[float], *, confidence: float = CONFIDENCE,
-                    resamples: int = RESAMPLES, seed: int = SEED) -> Interval:
+def paired_interval(
+    setting: Sequence[float],
+    greedy: Sequence[float],
+    *,
+    confidence: float = CONFIDENCE,
+    resamples: int = RESAMPLES,
+    seed: int = SEED,
+) -> Interval:
     """The mean of setting − greedy over paired items and its percentile bootstrap interval (items resampled
     with replacement, `resamples` times, from a generator seeded with `seed`)."""
     if len(setting) != len(greedy):
-        raise InvalidInputError(f"paired scores need as many setting scores as greedy ones ({len(setting)} vs {len(greedy)})")
+        raise InvalidInputError(
+            f"paired scores need as many setting scores as greedy ones ({len(setting)} vs {len(greedy)})"
+        )
     d = np.asarray(setting, dtype=float) - np.asarray(greedy, dtype=float)
     if d.size == 0:
         raise InvalidInputError("no paired scores: a family needs at least one item scored by both")
@@ -86,7 +95,9 @@ def pooled_speedup(outcomes: Sequence[FamilyOutcome]) -> float:
     greedy_seconds = sum(o.greedy_seconds for o in outcomes)
     if seconds <= 0 or greedy_seconds <= 0:
         raise InvalidInputError("a speed-up needs positive decoding seconds for the setting and for greedy")
-    return (sum(o.setting_tokens for o in outcomes) / seconds) / (sum(o.greedy_tokens for o in outcomes) / greedy_seconds)
+    return (sum(o.setting_tokens for o in outcomes) / seconds) / (
+        sum(o.greedy_tokens for o in outcomes) / greedy_seconds
+    )
 
 
 def pooled_mal(outcomes: Sequence[FamilyOutcome]) -> float | None:
@@ -97,9 +108,16 @@ def pooled_mal(outcomes: Sequence[FamilyOutcome]) -> float | None:
     return sum(o.setting_decoded for o in outcomes) / steps if steps else None
 
 
-def judge(setting: str, outcomes: Sequence[FamilyOutcome], families: Sequence[str] | None = None, *,
-          tolerance: float = TOLERANCE, confidence: float = CONFIDENCE, resamples: int = RESAMPLES,
-          seed: int = SEED) -> Judgement:
+def judge(
+    setting: str,
+    outcomes: Sequence[FamilyOutcome],
+    families: Sequence[str] | None = None,
+    *,
+    tolerance: float = TOLERANCE,
+    confidence: float = CONFIDENCE,
+    resamples: int = RESAMPLES,
+    seed: int = SEED,
+) -> Judgement:
     """Admissible when every family's bootstrap lower bound of the mean paired difference is ≥ −tolerance.
     `families` (default: those in `outcomes`) must each have exactly one outcome: a family without evidence
     cannot be passed."""
@@ -111,10 +129,20 @@ def judge(setting: str, outcomes: Sequence[FamilyOutcome], families: Sequence[st
     wanted = list(families) if families is not None else list(by_family)
     missing = [f for f in wanted if f not in by_family]
     if missing or not wanted:
-        raise InvalidInputError(f"{setting} was not measured on famil{'y' if len(missing) == 1 else 'ies'} "
-                                f"{', '.join(missing) or '(none given)'}")
-    intervals = {f: paired_interval(by_family[f].setting_scores, by_family[f].greedy_scores, confidence=confidence,
-                                    resamples=resamples, seed=seed) for f in wanted}
+        raise InvalidInputError(
+            f"{setting} was not measured on famil{'y' if len(missing) == 1 else 'ies'} "
+            f"{', '.join(missing) or '(none given)'}"
+        )
+    intervals = {
+        f: paired_interval(
+            by_family[f].setting_scores,
+            by_family[f].greedy_scores,
+            confidence=confidence,
+            resamples=resamples,
+            seed=seed,
+        )
+        for f in wanted
+    }
     failing = tuple(f for f in wanted if intervals[f].low < -tolerance)
     mine = [by_family[f] for f in wanted]
     return Judgement(setting, not failing, pooled_speedup(mine), pooled_mal(mine), intervals, failing)
@@ -137,9 +165,14 @@ def fastest(judgements: Sequence[Any], by: str = "speedup") -> Any:
     return best
 
 
-def choose_setting(candidates: Mapping[str, Sequence[FamilyOutcome]], lossless: str,
-                   families: Sequence[str] | None = None, *, by: str = "speedup",
-                   **options) -> tuple[str, list[Judgement]]:
+def choose_setting(
+    candidates: Mapping[str, Sequence[FamilyOutcome]],
+    lossless: str,
+    families: Sequence[str] | None = None,
+    *,
+    by: str = "speedup",
+    **options,
+) -> tuple[str, list[Judgement]]:
     """(the setting to keep, every candidate's judgement): the fastest admissible candidate by `by` (the earlier
     one on a tie), else `lossless`. Every candidate is judged on the same `families` (default: the first
     candidate's)."""

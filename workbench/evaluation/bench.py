@@ -2,6 +2,7 @@
 results as plain data (the JSON that `bench` writes), scored by workbench.evaluation.scores.score_task
 as they run or afterwards from saved outputs (`score_results`), and a checkpoint file that makes long
 runs resumable (`run_resumable`: one line per finished run, skipped when the run is repeated)."""
+
 from __future__ import annotations
 
 import json
@@ -11,12 +12,12 @@ from pathlib import Path
 from typing import Any
 
 from core.errors import InvalidInputError
-from workbench.methods import get_method, parse_method_spec, resolve_params, run_batch, run_method
-from core.stats import add_speedups, equal_share, first_divergence, pool, run_metrics, run_totals
 from core.models import encode_prompt
+from core.stats import add_speedups, equal_share, first_divergence, pool, run_metrics, run_totals
 from core.trace import RunTrace
 from workbench.evaluation.scores import score_task
 from workbench.evaluation.tasks import Task, compress_prompt, middle_truncate
+from workbench.methods import get_method, parse_method_spec, resolve_params, run_batch, run_method
 
 Scorer = Callable[[Task, str], float | None]  # (task, generated text) -> score ×100, None = absent
 STREAM_WINDOW = 4  # batches' worth of tasks a method streams before the next method runs the same tasks
@@ -52,11 +53,15 @@ def check_contexts(tasks: Sequence[Task]) -> None:
     empty = [t.id for t in tasks if not prompt_parts(t)[1].strip()]
     if empty:
         shown = ", ".join(empty[:5]) + (f" and {len(empty) - 5} more" if len(empty) > 5 else "")
-        raise InvalidInputError(f"--compress shortens each task's context, but {len(empty)} task(s) have none: {shown} "
-                                f"(choose tasks with a context, e.g. spec-bench:summarization,rag or LongBench rows)")
+        raise InvalidInputError(
+            f"--compress shortens each task's context, but {len(empty)} task(s) have none: {shown} "
+            f"(choose tasks with a context, e.g. spec-bench:summarization,rag or LongBench rows)"
+        )
 
 
-def summarise(runs: Mapping[str, list[RunTrace]], scores: Mapping[str, list[float | None]] | None = None) -> dict[str, dict[str, Any]]:
+def summarise(
+    runs: Mapping[str, list[RunTrace]], scores: Mapping[str, list[float | None]] | None = None
+) -> dict[str, dict[str, Any]]:
     """Per method: MAL and TPS pooled over tasks (total tokens / total steps or seconds), speed-up vs greedy."""
     out = {}
     for name, rs in runs.items():
@@ -73,8 +78,13 @@ def summarise_rows(rows: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any
     summary = add_speedups({m: pool(rs) for m, rs in by.items()})
     greedy = {(r.get("category") or "", r["id"]): r.get("token_ids") for r in by.get("greedy", [])}
     for m, rs in by.items():  # fidelity beside every speed-up: greedy's tokens reproduced before the first divergence
-        pairs = [(greedy[k], r["token_ids"]) for r in rs
-                 if (k := (r.get("category") or "", r["id"])) in greedy and greedy[k] is not None and r.get("token_ids") is not None]
+        pairs = [
+            (greedy[k], r["token_ids"])
+            for r in rs
+            if (k := (r.get("category") or "", r["id"])) in greedy
+            and greedy[k] is not None
+            and r.get("token_ids") is not None
+        ]
         summary[m]["equal_to_greedy"] = equal_share(pairs)
         flips = [r["flip"] for r in rs if r.get("flip")]
         summary[m]["flips"] = len(flips)
@@ -146,8 +156,10 @@ def run_bench(
     if batch_size > 1:
         external = [m for m in methods if get_method(names[m]).external is not None]
         if external:
-            raise InvalidInputError(f"{', '.join(external)} run(s) through transformers' generate, which cannot batch "
-                                    "speculative decoding (transformers#32165): drop them or use --batch-size 1")
+            raise InvalidInputError(
+                f"{', '.join(external)} run(s) through transformers' generate, which cannot batch "
+                "speculative decoding (transformers#32165): drop them or use --batch-size 1"
+            )
         if compress is not None:
             raise InvalidInputError("--compress with --batch-size > 1 is not supported: use --batch-size 1")
     memories = memories or {}
@@ -156,20 +168,36 @@ def run_bench(
     warm = encode_prompt(target.tokenizer, "Hello", chat=False) if pending else []
     for m in methods:  # first calls pay for lazy initialisation; keep that out of the timings
         if m in pending:
-            run_method(names[m], target, warm, {**per_method[m], "max_new_tokens": 4}, draft=draft, memory=memories.get(m))
+            run_method(
+                names[m], target, warm, {**per_method[m], "max_new_tokens": 4}, draft=draft, memory=memories.get(m)
+            )
     from tqdm.auto import tqdm
 
     total = len(tasks) * len(methods)
-    bar = tqdm(total=total, initial=total - sum(len(ms) for _, ms in todo), desc="bench", unit="run", disable=not progress)
+    bar = tqdm(
+        total=total, initial=total - sum(len(ms) for _, ms in todo), desc="bench", unit="run", disable=not progress
+    )
     rows: list[dict[str, Any]] = []
     greedy_ids: dict[tuple[str, str], list[int]] = {}
 
     def record(task: Task, m: str, run: RunTrace, ids: list[int], full_ids, compression, seconds=None) -> None:
         score = scorer(task, run.output_text) if scorer else None
         met = run_metrics(run)
-        row = {"id": task.id, "category": task.category, "method": m, "text": run.output_text, "token_ids": run.output_ids,
-               "score": score, "mal": met["mal"], "tps": met["tps"], "accept_rate": met["accept_rate"], **run_totals(run)}
-        if seconds is not None:  # a batch row: its share of the batch's time, so pooled tokens/s is all rows' tokens over it
+        row = {
+            "id": task.id,
+            "category": task.category,
+            "method": m,
+            "text": run.output_text,
+            "token_ids": run.output_ids,
+            "score": score,
+            "mal": met["mal"],
+            "tps": met["tps"],
+            "accept_rate": met["accept_rate"],
+            **run_totals(run),
+        }
+        if (
+            seconds is not None
+        ):  # a batch row: its share of the batch's time, so pooled tokens/s is all rows' tokens over it
             row["decode_seconds"], row["prefill_seconds"] = seconds
             row["tps"] = met["tokens"] / seconds[0] if seconds[0] > 0 else None
             row["batch_size"] = run.params.get("batch_size")
@@ -183,9 +211,15 @@ def run_bench(
 
                 row["flip"] = flip_report(target, ids, greedy_ids[key], run.output_ids)
         if compression is not None:
-            row.update(prompt_tokens=len(ids), full_prompt_tokens=len(full_ids), compressor=compression.compressor,
-                       compress=compression.rate, compress_reached=compression.reached, compress_seconds=compression.seconds,
-                       pool=run.params.get("pool"))
+            row.update(
+                prompt_tokens=len(ids),
+                full_prompt_tokens=len(full_ids),
+                compressor=compression.compressor,
+                compress=compression.rate,
+                compress_reached=compression.reached,
+                compress_seconds=compression.seconds,
+                pool=run.params.get("pool"),
+            )
         rows.append(row)
         if on_run is not None:
             on_run(task, run)
@@ -217,8 +251,19 @@ def run_bench(
                 continue
             text, ids, compression, full_ids = prompt_of(task)
             for m in task_methods:
-                run = run_method(names[m], target, ids, params_of(m, task), draft=draft, prompt_text=text, context=task.context,
-                                 stop_strings=task.stop, memory=memories.get(m), compression=compression, uncompressed_ids=full_ids)
+                run = run_method(
+                    names[m],
+                    target,
+                    ids,
+                    params_of(m, task),
+                    draft=draft,
+                    prompt_text=text,
+                    context=task.context,
+                    stop_strings=task.stop,
+                    memory=memories.get(m),
+                    compression=compression,
+                    uncompressed_ids=full_ids,
+                )
                 record(task, m, run, ids, full_ids, compression)
     else:
         window = batch_size * STREAM_WINDOW
@@ -229,14 +274,25 @@ def run_bench(
                 if not members:
                     continue
                 p = [params_of(m, c[0]) for c in members]
-                runs = run_batch(names[m], target, [c[3] for c in members], per_method[m], draft=draft,
-                                 prompt_texts=[c[2] for c in members], row_stop_strings=[c[0].stop for c in members],
-                                 memory=memories.get(m), max_new_tokens=[x["max_new_tokens"] for x in p], slots=batch_size)
+                runs = run_batch(
+                    names[m],
+                    target,
+                    [c[3] for c in members],
+                    per_method[m],
+                    draft=draft,
+                    prompt_texts=[c[2] for c in members],
+                    row_stop_strings=[c[0].stop for c in members],
+                    memory=memories.get(m),
+                    max_new_tokens=[x["max_new_tokens"] for x in p],
+                    slots=batch_size,
+                )
                 tokens = sum(len(r.output_ids) for r in runs) or 1
                 batch_decode, batch_prefill = max(r.decode_seconds for r in runs), runs[0].prefill_seconds
                 for (task, _, text, ids, compression, full_ids), run in zip(members, runs):
                     share = len(run.output_ids) / tokens
-                    record(task, m, run, ids, full_ids, compression, seconds=(batch_decode * share, batch_prefill * share))
+                    record(
+                        task, m, run, ids, full_ids, compression, seconds=(batch_decode * share, batch_prefill * share)
+                    )
         order = {(t.category or "", t.id): i for i, t in enumerate(tasks)}
         rank = {m: i for i, m in enumerate(methods)}
         rows.sort(key=lambda r: (order[(r.get("category") or "", r["id"])], rank[r["method"]]))
@@ -245,8 +301,38 @@ def run_bench(
 
 
 # Student's t quantile t(0.975, df) for df = 1..30 (95 % two-sided); beyond 30 the normal's 1.96 is close enough.
-T975 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
-        2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042]
+T975 = [
+    12.706,
+    4.303,
+    3.182,
+    2.776,
+    2.571,
+    2.447,
+    2.365,
+    2.306,
+    2.262,
+    2.228,
+    2.201,
+    2.179,
+    2.160,
+    2.145,
+    2.131,
+    2.120,
+    2.110,
+    2.101,
+    2.093,
+    2.086,
+    2.080,
+    2.074,
+    2.069,
+    2.064,
+    2.060,
+    2.056,
+    2.052,
+    2.048,
+    2.045,
+    2.042,
+]
 
 
 def spread(values: Sequence[float | None]) -> dict[str, float | None]:
@@ -258,11 +344,23 @@ def spread(values: Sequence[float | None]) -> dict[str, float | None]:
         return {"mean": None, "sd": None, "ci95": None, "n": 0}
     sd = statistics.stdev(xs) if len(xs) > 1 else 0.0
     t = T975[len(xs) - 2] if 1 < len(xs) <= 31 else 1.96
-    return {"mean": statistics.fmean(xs), "sd": sd, "ci95": t * sd / len(xs) ** 0.5 if len(xs) > 1 else None, "n": len(xs)}
+    return {
+        "mean": statistics.fmean(xs),
+        "sd": sd,
+        "ci95": t * sd / len(xs) ** 0.5 if len(xs) > 1 else None,
+        "n": len(xs),
+    }
 
 
-def repeat_bench(target, tasks: Sequence[Task], methods: Sequence[str], params: Mapping[str, Any] | None = None, *,
-                 repeats: int = 1, **bench_args: Any) -> dict[str, Any]:
+def repeat_bench(
+    target,
+    tasks: Sequence[Task],
+    methods: Sequence[str],
+    params: Mapping[str, Any] | None = None,
+    *,
+    repeats: int = 1,
+    **bench_args: Any,
+) -> dict[str, Any]:
     """run_bench `repeats` times (each pass interleaves the methods per task, so every pass's speed-ups are
     ratios in one run); the summary pools all passes and adds, per method, the spread of tokens/s and
     speed-up over the passes (`tps_spread`, `speedup_spread`: mean, sd, ci95, n). Rows carry `repeat`."""
@@ -285,7 +383,9 @@ def score_results(result: Mapping[str, Any], tasks: Sequence[Task], scorer: Scor
     rows = result.get("tasks") if isinstance(result, Mapping) else None
     is_row = lambda r: isinstance(r, Mapping) and {"id", "method"} <= r.keys() and isinstance(r.get("text"), str)  # noqa: E731
     if not isinstance(rows, list) or not all(is_row(r) for r in rows):
-        raise InvalidInputError('not bench results: expected {"methods": {...}, "tasks": [{"id", "method", "text", ...}, ...]}')
+        raise InvalidInputError(
+            'not bench results: expected {"methods": {...}, "tasks": [{"id", "method", "text", ...}, ...]}'
+        )
     by_key = {(t.category or "", t.id): t for t in tasks}
     by_id: dict[str, list[Task]] = {}
     for t in tasks:
@@ -301,12 +401,16 @@ def score_results(result: Mapping[str, Any], tasks: Sequence[Task], scorer: Scor
     ambiguous = [i for i in unmatched if len(by_id.get(i, [])) > 1]
     missing = [i for i in unmatched if i not in ambiguous]
     if ambiguous:
-        raise InvalidInputError(f"task id {ambiguous[0]} names {len(by_id[ambiguous[0]])} tasks of the data (categories "
-                                f"{', '.join(str(t.category) for t in by_id[ambiguous[0]])}) and the result rows do not say which")
+        raise InvalidInputError(
+            f"task id {ambiguous[0]} names {len(by_id[ambiguous[0]])} tasks of the data (categories "
+            f"{', '.join(str(t.category) for t in by_id[ambiguous[0]])}) and the result rows do not say which"
+        )
     if missing:
         shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
-        raise InvalidInputError(f"{len(missing)} task id(s) of the results are not in the task data: {shown} "
-                                f"(score with the task file the results were made from)")
+        raise InvalidInputError(
+            f"{len(missing)} task id(s) of the results are not in the task data: {shown} "
+            f"(score with the task file the results were made from)"
+        )
     known: dict[tuple[int, str], float | None] = {}  # lossless methods repeat texts: run HumanEval once per text
     scored = []
     for row, task in matched:
@@ -340,11 +444,15 @@ class Checkpoint:
                 self._write({"checkpoint": self.VERSION, "config": self.config})
             else:
                 self.config = header.get("config") or {}
-                differ = [k for k in (must_match if must_match is not None else config) if self.config.get(k) != config.get(k)]
+                differ = [
+                    k for k in (must_match if must_match is not None else config) if self.config.get(k) != config.get(k)
+                ]
                 if differ:
                     shown = "; ".join(f"{k}: {self.config.get(k)!r} there, {config.get(k)!r} now" for k in differ)
-                    raise InvalidInputError(f"{self.path} holds results of another configuration ({shown}); "
-                                            f"use another --out, or --fresh to start over")
+                    raise InvalidInputError(
+                        f"{self.path} holds results of another configuration ({shown}); "
+                        f"use another --out, or --fresh to start over"
+                    )
         except BaseException:
             self._fh.close()
             raise
@@ -357,7 +465,9 @@ class Checkpoint:
         try:
             fcntl.flock(self._fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise InvalidInputError(f"{self.path} is being written by another run; wait for it or use another --out") from None
+            raise InvalidInputError(
+                f"{self.path} is being written by another run; wait for it or use another --out"
+            ) from None
 
     def _write(self, obj: Mapping[str, Any]) -> None:
         self._fh.write(json.dumps(obj, ensure_ascii=False) + "\n")
@@ -384,7 +494,9 @@ class Checkpoint:
         self.close()
 
 
-def read_checkpoint(path: str | Path, *, repair: bool = False) -> tuple[dict[str, Any] | None, dict[tuple[str, str, str], dict[str, Any]]]:
+def read_checkpoint(
+    path: str | Path, *, repair: bool = False
+) -> tuple[dict[str, Any] | None, dict[tuple[str, str, str], dict[str, Any]]]:
     """(header, rows by key) of a checkpoint file; a later line for the same key replaces an earlier one.
 
     A last line cut short by a kill (no newline, not JSON) is dropped and, with `repair`, cut from the
@@ -403,8 +515,10 @@ def read_checkpoint(path: str | Path, *, repair: bool = False) -> tuple[dict[str
                 obj = json.loads(line)
             except ValueError:
                 if complete:
-                    raise InvalidInputError(f"{path.name} line {number}: not valid JSON; the checkpoint is damaged "
-                                            f"(move it aside, or pass --fresh to start over)") from None
+                    raise InvalidInputError(
+                        f"{path.name} line {number}: not valid JSON; the checkpoint is damaged "
+                        f"(move it aside, or pass --fresh to start over)"
+                    ) from None
                 if repair:
                     with open(path, "r+b") as fh:
                         fh.truncate(offset)
@@ -446,25 +560,47 @@ def run_resumable(
             row["run_id"] = store_run(task, run)
         checkpoint.append(row)
 
-    run_bench(target, tasks, methods, params, skip=lambda t, m: task_key(t, m) in done, on_result=finished, **bench_args)
+    run_bench(
+        target, tasks, methods, params, skip=lambda t, m: task_key(t, m) in done, on_result=finished, **bench_args
+    )
     wanted = {task_key(t, m) for t in tasks for m in dict.fromkeys(["greedy", *methods])}
     return [r for r in checkpoint.rows() if row_key(r) in wanted]
 
 
 def format_table(summary: Mapping[str, Mapping[str, Any]]) -> str:
-    cols = ["mal", "tps", "e2e_tps", "speedup", "equal_to_greedy", "accept_rate", "rescued_share", "score", "step_ms", "forward_share", "draft_ms_per_step",
-            "verify_ms_per_step", "bookkeeping_ms_per_step", "tokens"]
+    cols = [
+        "mal",
+        "tps",
+        "e2e_tps",
+        "speedup",
+        "equal_to_greedy",
+        "accept_rate",
+        "rescued_share",
+        "score",
+        "step_ms",
+        "forward_share",
+        "draft_ms_per_step",
+        "verify_ms_per_step",
+        "bookkeeping_ms_per_step",
+        "tokens",
+    ]
+
     def fmt(v):
         if v is None:
             return "-"
         return f"{v:.3f}" if isinstance(v, float) else str(v)
+
     repeated = any((row.get("speedup_spread") or {}).get("n", 0) > 1 for row in summary.values())
     if repeated:  # repeats: the spread over the passes beside the pooled values
-        cols[cols.index("speedup") + 1:cols.index("speedup") + 1] = ["speedup_sd", "speedup_ci95", "tps_sd"]
+        cols[cols.index("speedup") + 1 : cols.index("speedup") + 1] = ["speedup_sd", "speedup_ci95", "tps_sd"]
     lines = ["| method | " + " | ".join(cols) + " |", "|---" * (len(cols) + 1) + "|"]
     for name, row in summary.items():
         if repeated:
-            row = {**row, "speedup_sd": (row.get("speedup_spread") or {}).get("sd"),
-                   "speedup_ci95": (row.get("speedup_spread") or {}).get("ci95"), "tps_sd": (row.get("tps_spread") or {}).get("sd")}
+            row = {
+                **row,
+                "speedup_sd": (row.get("speedup_spread") or {}).get("sd"),
+                "speedup_ci95": (row.get("speedup_spread") or {}).get("ci95"),
+                "tps_sd": (row.get("tps_spread") or {}).get("sd"),
+            }
         lines.append(f"| {name} | " + " | ".join(fmt(row.get(c)) for c in cols) + " |")
     return "\n".join(lines)

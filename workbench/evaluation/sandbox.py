@@ -34,6 +34,7 @@ subprocesses with the same limits where they apply, an empty environment and no 
 works, which only guards against a model's mistakes. As root that is refused unless `unsafe="root"`
 (`--unsafe-exec=root`), and the programs then drop to the user nobody. A warning says so when it happens.
 """
+
 from __future__ import annotations
 
 import functools
@@ -63,9 +64,14 @@ TMP_SIZE = 64 << 20  # bytes of the sandbox's private /tmp (bubblewrap only)
 PROCESS_MARGIN = 64  # processes the sandbox user may start beyond those it already has
 SANDBOX_UID = SANDBOX_GID = 65534  # nobody / nogroup
 UNSAFE_ROOT = "root"  # unsafe="root" (--unsafe-exec=root): allowed as root, dropping to nobody
-SYSTEM_FILES = ("/etc/ld.so.cache", "/etc/localtime")  # what the dynamic linker and `time` read, and nothing else of /etc
-INSTALL_HINT = ("install bubblewrap (Debian/Ubuntu: `apt-get install bubblewrap`, Fedora: `dnf install bubblewrap`, "
-                "Arch: `pacman -S bubblewrap`)")
+SYSTEM_FILES = (
+    "/etc/ld.so.cache",
+    "/etc/localtime",
+)  # what the dynamic linker and `time` read, and nothing else of /etc
+INSTALL_HINT = (
+    "install bubblewrap (Debian/Ubuntu: `apt-get install bubblewrap`, Fedora: `dnf install bubblewrap`, "
+    "Arch: `pacman -S bubblewrap`)"
+)
 INSIDE = Path(__file__).with_name("inside.py")  # the code the sandboxed interpreter runs (stdlib only)
 
 
@@ -115,6 +121,7 @@ def _count_processes(uid: int) -> int:
 
 # ---- a memory cap over all of a sandbox's processes ---------------------------------------------------
 
+
 def _own_cgroup() -> tuple[Path, int] | None:
     """(this process's memory cgroup folder, cgroup version) where a child cgroup can be made, or None."""
     try:
@@ -134,7 +141,9 @@ def _own_cgroup() -> tuple[Path, int] | None:
             if sep < 0 or len(fields) < sep + 3:
                 continue
             fstype, options = fields[sep + 1], fields[sep + 3] if len(fields) > sep + 3 else ""
-            if (version == 2 and fstype == "cgroup2") or (version == 1 and fstype == "cgroup" and "memory" in options.split(",")):
+            if (version == 2 and fstype == "cgroup2") or (
+                version == 1 and fstype == "cgroup" and "memory" in options.split(",")
+            ):
                 folder = Path(fields[4]) / path.lstrip("/")
                 if version == 2:
                     try:
@@ -170,8 +179,11 @@ class _Cgroup:
         except OSError:
             return None
         group = cls(folder, version)
-        files = ({"memory.limit_in_bytes": limit, "memory.memsw.limit_in_bytes": limit} if version == 1
-                 else {"memory.max": limit, "memory.swap.max": 0})
+        files = (
+            {"memory.limit_in_bytes": limit, "memory.memsw.limit_in_bytes": limit}
+            if version == 1
+            else {"memory.max": limit, "memory.swap.max": 0}
+        )
         try:
             for name, value in files.items():
                 if (folder / name).exists() or name in ("memory.limit_in_bytes", "memory.max"):
@@ -220,7 +232,7 @@ def _remove_stale(parent: Path) -> None:
     except OSError:
         return
     for folder in names:
-        pid = folder.name[len(_Cgroup.PREFIX):].split("-")[0]
+        pid = folder.name[len(_Cgroup.PREFIX) :].split("-")[0]
         if pid.isdigit() and not os.path.exists(f"/proc/{pid}"):
             try:
                 folder.rmdir()
@@ -257,6 +269,7 @@ def _tree_rss(roots: list[int]) -> list[int]:
 
 
 # ---- running sandboxes ------------------------------------------------------------------------------
+
 
 def _limits(timeout: float, nproc: int | None, cgroup_procs: str | None) -> None:  # in the child, between fork and exec
     import resource
@@ -307,13 +320,40 @@ def _bwrap_command(bwrap: str, python: str) -> list[str]:
         for step in reversed(parents):
             cmd += ["--perms", "0755", "--dir", step]
         cmd += ["--ro-bind", path, path]
-    cmd += ["--dev", "/dev", "--proc", "/proc", "--perms", "1777", "--size", str(TMP_SIZE), "--tmpfs", "/tmp",
-            "--remount-ro", "/", "--chdir", "/tmp", "--die-with-parent", "--new-session"]
+    cmd += [
+        "--dev",
+        "/dev",
+        "--proc",
+        "/proc",
+        "--perms",
+        "1777",
+        "--size",
+        str(TMP_SIZE),
+        "--tmpfs",
+        "/tmp",
+        "--remount-ro",
+        "/",
+        "--chdir",
+        "/tmp",
+        "--die-with-parent",
+        "--new-session",
+    ]
     if os.geteuid() == 0:
         # No user namespace (its uid 65534 would be the host's root outside): real root sets up the
         # mounts and the harness drops to 65534 with the only two capabilities kept for that.
-        cmd += ["--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
-                "--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+        cmd += [
+            "--unshare-pid",
+            "--unshare-net",
+            "--unshare-ipc",
+            "--unshare-uts",
+            "--unshare-cgroup-try",
+            "--cap-drop",
+            "ALL",
+            "--cap-add",
+            "CAP_SETUID",
+            "--cap-add",
+            "CAP_SETGID",
+        ]
     else:
         cmd += ["--unshare-all", "--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_GID)]
     return cmd
@@ -356,9 +396,16 @@ class _Box:
             cmd = [cmd[0], "--info-fd", str(info_w), *cmd[1:]]
         try:
             self.proc = subprocess.Popen(
-                cmd, cwd=self.cwd, env=self.env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                close_fds=True, pass_fds=(*self.pass_fds, *((info_w,) if info_w is not None else ())),
-                preexec_fn=functools.partial(_limits, timeout, self.nproc, self.cgroup.procs if self.cgroup else None))
+                cmd,
+                cwd=self.cwd,
+                env=self.env,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                close_fds=True,
+                pass_fds=(*self.pass_fds, *((info_w,) if info_w is not None else ())),
+                preexec_fn=functools.partial(_limits, timeout, self.nproc, self.cgroup.procs if self.cgroup else None),
+            )
         finally:
             if info_w is not None:
                 os.close(info_w)
@@ -539,12 +586,14 @@ def check_sandbox(unsafe: bool | str = False) -> None:
     if not unsafe:
         raise SandboxUnavailable(
             f"HumanEval execution runs model-written code and needs a sandbox, but {problem}: {INSTALL_HINT}; "
-            "or pass --unsafe-exec to run it without a sandbox (only for code you trust).")
+            "or pass --unsafe-exec to run it without a sandbox (only for code you trust)."
+        )
     if os.geteuid() == 0 and unsafe != UNSAFE_ROOT:
         raise SandboxUnavailable(
             f"--unsafe-exec would run model-written code outside a sandbox ({problem}) from a root process; "
             f"{INSTALL_HINT}, run as an ordinary user, or pass --unsafe-exec=root to run it anyway as the user "
-            f"nobody (only for code you trust).")
+            f"nobody (only for code you trust)."
+        )
     _unsafe_interpreter()  # as root: one that the user nobody can run, or say so now
 
 
@@ -555,8 +604,11 @@ def _warn_unsafe(problem: str) -> None:
     if not _warned.is_set():
         _warned.set()
         who = "the user nobody" if os.geteuid() == 0 else "your user"
-        print(f"warning: --unsafe-exec: {problem}, so model-written code runs in plain subprocesses as {who}, with an "
-              f"empty environment and resource limits but no isolation: only for code you trust", file=sys.stderr)
+        print(
+            f"warning: --unsafe-exec: {problem}, so model-written code runs in plain subprocesses as {who}, with an "
+            f"empty environment and resource limits but no isolation: only for code you trust",
+            file=sys.stderr,
+        )
 
 
 @dataclass
@@ -565,18 +617,34 @@ class _Runner:
 
     bwrap: str | None = None
 
-    def box(self, name: str, entry: str, header: dict, program: str, pass_fds: tuple[int, ...] = (),
-            tmp: str | None = None) -> _Box:
+    def box(
+        self, name: str, entry: str, header: dict, program: str, pass_fds: tuple[int, ...] = (), tmp: str | None = None
+    ) -> _Box:
         payload = json.dumps(header).encode() + b"\n" + program.encode("utf-8", "surrogateescape")
         if self.bwrap:
             python = _interpreter()
-            cmd = [*_bwrap_command(self.bwrap, python), python, "-I", "-S", "-B", "-c", _harness(entry, SANDBOX_UID, False)]
+            cmd = [
+                *_bwrap_command(self.bwrap, python),
+                python,
+                "-I",
+                "-S",
+                "-B",
+                "-c",
+                _harness(entry, SANDBOX_UID, False),
+            ]
             env = {"PATH": "/usr/bin:/bin", "HOME": "/tmp", "TMPDIR": "/tmp", "LANG": "C.UTF-8", "PYTHONHASHSEED": "0"}
             nproc = _count_processes(SANDBOX_UID if os.geteuid() == 0 else os.getuid()) + PROCESS_MARGIN
             return _Box(name, cmd, payload, env, "/", nproc, True, pass_fds)
         root = os.geteuid() == 0
-        cmd = [*_no_network_prefix(), _unsafe_interpreter(), "-I", "-S", "-B", "-c",
-               _harness(entry, SANDBOX_UID if root else None, True)]
+        cmd = [
+            *_no_network_prefix(),
+            _unsafe_interpreter(),
+            "-I",
+            "-S",
+            "-B",
+            "-c",
+            _harness(entry, SANDBOX_UID if root else None, True),
+        ]
         env = {"PATH": "/usr/bin:/bin", "HOME": tmp, "TMPDIR": tmp, "LANG": "C.UTF-8", "PYTHONHASHSEED": "0"}
         nproc = _count_processes(SANDBOX_UID) + PROCESS_MARGIN if root else None
         return _Box(name, cmd, payload, env, tmp, nproc, False, pass_fds)
@@ -596,8 +664,9 @@ def _program_in(runner: _Runner, program: str, timeout: float) -> ExecResult:
     token = secrets.token_hex(16)
     with contextlib.ExitStack() as stack:
         tmp = None if runner.bwrap else _private_folder(stack)
-        return _run_boxes([runner.box("program", "run_program", {"token": token}, program, tmp=tmp)],
-                          token.encode(), timeout)
+        return _run_boxes(
+            [runner.box("program", "run_program", {"token": token}, program, tmp=tmp)], token.encode(), timeout
+        )
 
 
 def _humaneval_in(runner: _Runner, problem: dict, completion: str, timeout: float) -> ExecResult:
@@ -611,13 +680,28 @@ def _humaneval_in(runner: _Runner, problem: dict, completion: str, timeout: floa
     entry = str(problem["entry_point"])
     with contextlib.ExitStack() as stack:
         tmp = (None, None) if runner.bwrap else (_private_folder(stack), _private_folder(stack))
-        checker = runner.box("checker", "run_checker",
-                             {"token": token, "entry_point": entry, "requests": requests_w, "responses": answers_r,
-                              "prompt": str(problem["prompt"])},
-                             f"{problem['test']}\n", (requests_w, answers_r), tmp[0])
-        candidate = runner.box("candidate", "serve_candidate",
-                               {"entry_point": entry, "requests": requests_r, "responses": answers_w},
-                               f"{problem['prompt']}{truncate_completion(completion)}\n", (requests_r, answers_w), tmp[1])
+        checker = runner.box(
+            "checker",
+            "run_checker",
+            {
+                "token": token,
+                "entry_point": entry,
+                "requests": requests_w,
+                "responses": answers_r,
+                "prompt": str(problem["prompt"]),
+            },
+            f"{problem['test']}\n",
+            (requests_w, answers_r),
+            tmp[0],
+        )
+        candidate = runner.box(
+            "candidate",
+            "serve_candidate",
+            {"entry_point": entry, "requests": requests_r, "responses": answers_w},
+            f"{problem['prompt']}{truncate_completion(completion)}\n",
+            (requests_r, answers_w),
+            tmp[1],
+        )
         return _run_boxes([checker, candidate], token.encode(), timeout)
 
 
@@ -652,7 +736,8 @@ def _unsafe_interpreter() -> str:
             return candidate
     raise SandboxUnavailable(
         f"--unsafe-exec=root runs model-written code as the user nobody, who cannot read this Python ({python}) or "
-        f"its standard library, and there is no {version} under /usr/bin: {INSTALL_HINT}, or run as an ordinary user")
+        f"its standard library, and there is no {version} under /usr/bin: {INSTALL_HINT}, or run as an ordinary user"
+    )
 
 
 @functools.lru_cache(maxsize=1)
@@ -719,14 +804,20 @@ def _to_number(text: str) -> float | None:
 def gsm8k_reference(reference: str) -> float | None:
     """The number after '####' in a GSM8K solution (the last number when there is no '####')."""
     if "####" in reference:
-        return _to_number(reference.split("####")[-1].strip().split()[0]) if reference.split("####")[-1].strip() else None
+        return (
+            _to_number(reference.split("####")[-1].strip().split()[0]) if reference.split("####")[-1].strip() else None
+        )
     found = re.findall(_NUMBER, reference)
     return _to_number(found[-1]) if found else None
 
 
 def gsm8k_prediction(text: str) -> float | None:
     """The model's final number: after 'answer is', '####' or in \\boxed{}, else the last number in the text."""
-    for pattern in (r"\\boxed\{\s*(" + _NUMBER + r")", r"answer is[:\s]*\**\s*(" + _NUMBER + ")", r"####\s*(" + _NUMBER + ")"):
+    for pattern in (
+        r"\\boxed\{\s*(" + _NUMBER + r")",
+        r"answer is[:\s]*\**\s*(" + _NUMBER + ")",
+        r"####\s*(" + _NUMBER + ")",
+    ):
         found = re.findall(pattern, text, flags=re.IGNORECASE)
         if found:
             return _to_number(found[-1])

@@ -1,4 +1,5 @@
 """Task scores as LongBench's metrics.py, GSM8K and HumanEval define them (×100 applied by `score_task`)."""
+
 from __future__ import annotations
 
 import re
@@ -16,6 +17,7 @@ _PUNCTUATION = frozenset(string.punctuation)
 
 
 # ---- Task scores, as LongBench's metrics.py defines them (×100 is applied by `score`) ----
+
 
 def normalize_answer(text: str) -> str:
     """LongBench / SQuAD normalisation: lower-case, drop punctuation and the articles a/an/the, collapse spaces."""
@@ -95,25 +97,32 @@ def mean_target_probability(steps) -> float | None:
     rule that accepts unlikely tokens lowers it. None for a run without recorded probabilities."""
     probs: list[float] = []
     for step in steps:
-        path = sorted((n for n in step.nodes if n.parent != -1 and n.decision in ("accepted", "rescued")),
-                      key=lambda n: n.depth)
+        path = sorted(
+            (n for n in step.nodes if n.parent != -1 and n.decision in ("accepted", "rescued")), key=lambda n: n.depth
+        )
         bonus = [n for n in step.nodes if n.decision == "bonus"]
-        emitted = (path + bonus)[:len(step.emitted)]  # a stop string can cut the step's tokens short
+        emitted = (path + bonus)[: len(step.emitted)]  # a stop string can cut the step's tokens short
         probs += [n.p for n in emitted if n.p is not None]
     return 100 * sum(probs) / len(probs) if probs else None
 
 
 # Metric names as task files, LongBench sets and reports use them; each returns 0..1 for one reference.
 METRICS: dict[str, Callable[..., float]] = {
-    "qa_f1": qa_f1, "rouge_l": rouge_l, "code_sim": code_edit_similarity, "classification": classification_score,
-    "retrieval": retrieval_score, "count": count_score, "gsm8k": gsm8k_accuracy,
+    "qa_f1": qa_f1,
+    "rouge_l": rouge_l,
+    "code_sim": code_edit_similarity,
+    "classification": classification_score,
+    "retrieval": retrieval_score,
+    "count": count_score,
+    "gsm8k": gsm8k_accuracy,
 }
 KIND_METRIC = {"qa": "qa_f1", "summarization": "rouge_l", "code": "code_sim", "math": "gsm8k"}
 PASS_AT_1 = "pass@1"  # HumanEval: executed, not compared with a reference
 
 
-def score_task(task: "Task", prediction: str, *, execute_code: bool = False, timeout: float = 10.0,
-               unsafe_exec: bool = False) -> float | None:
+def score_task(
+    task: "Task", prediction: str, *, execute_code: bool = False, timeout: float = 10.0, unsafe_exec: bool = False
+) -> float | None:
     """A task's score ×100 as LongBench's eval.py computes it (first line only where it says so, max
     over the references), GSM8K final-number accuracy, or HumanEval pass@1 run in the sandbox.
 
@@ -130,10 +139,10 @@ def score_task(task: "Task", prediction: str, *, execute_code: bool = False, tim
     if name is None or not task.answers:
         return None
     if name not in METRICS:
-        raise InvalidInputError(f"unknown metric {name!r} for task {task.id}; known: {', '.join([*METRICS, PASS_AT_1])}")
+        raise InvalidInputError(
+            f"unknown metric {name!r} for task {task.id}; known: {', '.join([*METRICS, PASS_AT_1])}"
+        )
     if task.first_line:
         prediction = prediction.lstrip("\n").split("\n")[0]
     extra = {"all_classes": task.all_classes} if name == "classification" else {}
     return 100 * max(METRICS[name](prediction, a, **extra) for a in task.answers)
-
-

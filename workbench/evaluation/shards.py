@@ -8,6 +8,7 @@ writing one trace store, their results merged into the JSON one process would wr
   killed shard resumes where it stopped when the same command runs again; a `.done` file marks it
   finished. Merging orders rows as one process orders them (task by task, methods in order).
 """
+
 from __future__ import annotations
 
 import os
@@ -67,17 +68,23 @@ def done_path(out: str | Path, shard: Shard) -> Path:
     return shard_dir(out) / f"{shard.label}.done"
 
 
-def merge_rows(tasks: Sequence[Any], methods: Sequence[str], shard_rows: Sequence[Sequence[Mapping[str, Any]]],
-               key=lambda row: (row.get("category") or "", row["id"], row["method"]),
-               task_key=lambda task, method: (task.category or "", task.id, method)) -> list[dict[str, Any]]:
+def merge_rows(
+    tasks: Sequence[Any],
+    methods: Sequence[str],
+    shard_rows: Sequence[Sequence[Mapping[str, Any]]],
+    key=lambda row: (row.get("category") or "", row["id"], row["method"]),
+    task_key=lambda task, method: (task.category or "", task.id, method),
+) -> list[dict[str, Any]]:
     """The shards' rows in the order one process writes them: task by task, methods in order (greedy first).
     Missing rows are an error: a merge of unfinished shards would give a table no single run gives."""
     by_key = {key(r): dict(r) for rows in shard_rows for r in rows}
     order = list(dict.fromkeys(["greedy", *methods]))
     missing = [task_key(t, m) for t in tasks for m in order if task_key(t, m) not in by_key]
     if missing:
-        raise WorkbenchError(f"{len(missing)} result(s) missing from the shards (first: {missing[0]}): "
-                             "run the same command again to finish them")
+        raise WorkbenchError(
+            f"{len(missing)} result(s) missing from the shards (first: {missing[0]}): "
+            "run the same command again to finish them"
+        )
     return [by_key[task_key(t, m)] for t in tasks for m in order]
 
 
@@ -91,8 +98,12 @@ def launch(argv: Sequence[str], processes: int, out: str | Path, threads: int | 
     groups = core_groups(cores, processes)
     children = []
     for k in range(processes):
-        env = {**os.environ, "OMP_NUM_THREADS": str(per), "WORKBENCH_SHARD_THREADS": str(per),
-               "WORKBENCH_SHARD_CPUS": ",".join(map(str, groups[k]))}
+        env = {
+            **os.environ,
+            "OMP_NUM_THREADS": str(per),
+            "WORKBENCH_SHARD_THREADS": str(per),
+            "WORKBENCH_SHARD_CPUS": ",".join(map(str, groups[k])),
+        }
         env.pop("WORLD_SIZE", None)
         env.pop("RANK", None)
         cmd = [sys.executable, "-m", "workbench", "bench", *argv, "--shard", f"{k}/{processes}"]
@@ -105,9 +116,11 @@ def launch(argv: Sequence[str], processes: int, out: str | Path, threads: int | 
         raise
     failed = [k for k, code in enumerate(codes) if code != 0]
     if failed:
-        raise WorkbenchError(f"shard(s) {', '.join(map(str, failed))} of {processes} failed (exit codes "
-                             f"{', '.join(str(codes[k]) for k in failed)}); their finished results are kept in "
-                             f"{shard_dir(out)}: run the same command again to resume")
+        raise WorkbenchError(
+            f"shard(s) {', '.join(map(str, failed))} of {processes} failed (exit codes "
+            f"{', '.join(str(codes[k]) for k in failed)}); their finished results are kept in "
+            f"{shard_dir(out)}: run the same command again to resume"
+        )
 
 
 def core_groups(cores: Sequence[int], processes: int) -> list[list[int]]:
@@ -135,8 +148,10 @@ def wait_for_shards(out: str | Path, world: int, timeout: float, poll: float = 2
         if not pending:
             return
         if time.monotonic() > deadline:
-            raise WorkbenchError(f"shard(s) {pending} did not finish within {timeout:.0f} s; their results stay in "
-                                 f"{shard_dir(out)}: run the command again, or merge later with --merge")
+            raise WorkbenchError(
+                f"shard(s) {pending} did not finish within {timeout:.0f} s; their results stay in "
+                f"{shard_dir(out)}: run the command again, or merge later with --merge"
+            )
         time.sleep(poll)
 
 

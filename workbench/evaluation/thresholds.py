@@ -16,6 +16,7 @@ lossless setting (core.thresholds.LOSSLESS: aasd[auto] then verifies like aasd-s
 The fit is stored per model, device and dtype (core.thresholds.save_fit) with the item ids it used per
 family; `aasd[auto]` reads it, and bench / report check evaluated items against those ids (`fit_overlap`).
 """
+
 from __future__ import annotations
 
 import itertools
@@ -24,7 +25,6 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from core.errors import InvalidInputError
-from workbench.methods import resolve_params
 from core.thresholds import FITTED_PARAMS, LOSSLESS, stored_fit
 from workbench.evaluation.admissibility import SPEED_MEASURES, FamilyOutcome, fastest, judge
 from workbench.evaluation.bench import run_bench, summarise_rows
@@ -32,6 +32,7 @@ from workbench.evaluation.calibration import BENCHMARK_ITEMS
 from workbench.evaluation.families import family_score
 from workbench.evaluation.scores import score_task
 from workbench.evaluation.tasks import Task
+from workbench.methods import resolve_params
 
 # Small on purpose: every setting decodes every item. α = 0 is the fixed threshold β.
 DEFAULT_GRIDS: dict[str, dict[str, tuple[float, ...]]] = {
@@ -58,11 +59,14 @@ class Trial:
     speedup: float | None  # TPS over greedy's on the same items, in the same interleaved run, pooled over families
     mal: float | None  # tokens per verification step, pooled over families
     admissible: bool = False
-    families: dict[str, dict[str, float]] = field(default_factory=dict)  # family -> mean, low, high (score − greedy's), items
+    families: dict[str, dict[str, float]] = field(
+        default_factory=dict
+    )  # family -> mean, low, high (score − greedy's), items
     failing: tuple[str, ...] = ()  # families whose lower bound is below −1 point
 
 
 # ---------------------------------------------------------------- the grid
+
 
 def parse_grid(text: str | None, method: str) -> Grid:
     """`"alpha=0,0.05;beta=0.01,0.1"` -> {"alpha": (0.0, 0.05), "beta": (0.01, 0.1)}; parameters not named
@@ -74,8 +78,10 @@ def parse_grid(text: str | None, method: str) -> Grid:
         name, eq, values = part.partition("=")
         name = name.strip()
         if not eq or name not in grid:
-            raise InvalidInputError(f"bad --grid part {part!r}: write NAME=v1,v2,... joined by ';' with NAME one of "
-                                    f"{', '.join(grid)} (e.g. \"{_example(method)}\")")
+            raise InvalidInputError(
+                f"bad --grid part {part!r}: write NAME=v1,v2,... joined by ';' with NAME one of "
+                f'{", ".join(grid)} (e.g. "{_example(method)}")'
+            )
         try:
             numbers = tuple(dict.fromkeys(float(v) for v in values.split(",") if v.strip()))
         except ValueError:
@@ -114,6 +120,7 @@ def _shared_values(method: str, setting: Mapping[str, float]) -> dict[str, float
 
 # ---------------------------------------------------------------- the items
 
+
 def held_out_tasks(tasks: Sequence[Task], skip: int = BENCHMARK_ITEMS, per_category: int | None = None) -> list[Task]:
     """The items after the first `skip` of each category (those benchmarks draw, as calibration.held_out_prompts
     leaves them), at most `per_category` of each; none left is an InvalidInputError."""
@@ -126,12 +133,15 @@ def held_out_tasks(tasks: Sequence[Task], skip: int = BENCHMARK_ITEMS, per_categ
     out = [t for column in columns.values() for t in column[skip:end]]
     if not out:
         most = max((len(c) for c in columns.values()), default=0)
-        raise InvalidInputError(f"no held-out items: the categories have at most {most} items and the first {skip} "
-                                f"are the benchmarks' (lower --held-out-from, or use a larger --data)")
+        raise InvalidInputError(
+            f"no held-out items: the categories have at most {most} items and the first {skip} "
+            f"are the benchmarks' (lower --held-out-from, or use a larger --data)"
+        )
     return out
 
 
 # ---------------------------------------------------------------- fitting
+
 
 def outcomes_by_family(rows: Sequence[Mapping[str, Any]], spec: str) -> list[FamilyOutcome]:
     """run_bench's rows of `spec` and greedy, paired per item within each family (the row's category): the scores
@@ -144,22 +154,40 @@ def outcomes_by_family(rows: Sequence[Mapping[str, Any]], spec: str) -> list[Fam
             by_family.setdefault(r.get("category") or "", []).append((r, g))
     out = []
     for family, pairs in by_family.items():
-        scored = [(r["score"], g["score"]) for r, g in pairs if r.get("score") is not None and g.get("score") is not None]
-        out.append(FamilyOutcome(family, [a for a, _ in scored], [b for _, b in scored],
-                                 sum(r["tokens"] for r, _ in pairs), sum(r["decode_seconds"] for r, _ in pairs),
-                                 sum(g["tokens"] for _, g in pairs), sum(g["decode_seconds"] for _, g in pairs),
-                                 setting_decoded=sum(r["decoded"] for r, _ in pairs),
-                                 setting_steps=sum(r["steps"] for r, _ in pairs)))
+        scored = [
+            (r["score"], g["score"]) for r, g in pairs if r.get("score") is not None and g.get("score") is not None
+        ]
+        out.append(
+            FamilyOutcome(
+                family,
+                [a for a, _ in scored],
+                [b for _, b in scored],
+                sum(r["tokens"] for r, _ in pairs),
+                sum(r["decode_seconds"] for r, _ in pairs),
+                sum(g["tokens"] for _, g in pairs),
+                sum(g["decode_seconds"] for _, g in pairs),
+                setting_decoded=sum(r["decoded"] for r, _ in pairs),
+                setting_steps=sum(r["steps"] for r, _ in pairs),
+            )
+        )
     return out
 
 
-def trial_of(stage: str, spec: str, values: Mapping[str, float], outcomes: Sequence[FamilyOutcome],
-             families: Sequence[str]) -> Trial:
+def trial_of(
+    stage: str, spec: str, values: Mapping[str, float], outcomes: Sequence[FamilyOutcome], families: Sequence[str]
+) -> Trial:
     """A setting's trial: its admissibility judgement over `families`, flattened for storing."""
     j = judge(spec, outcomes, families)
-    return Trial(stage, dict(values), spec, j.speedup, j.mal, j.admissible,
-                 {f: {"mean": i.mean, "low": i.low, "high": i.high, "items": i.items} for f, i in j.intervals.items()},
-                 j.failing)
+    return Trial(
+        stage,
+        dict(values),
+        spec,
+        j.speedup,
+        j.mal,
+        j.admissible,
+        {f: {"mean": i.mean, "low": i.low, "high": i.high, "items": i.items} for f, i in j.intervals.items()},
+        j.failing,
+    )
 
 
 def family_scorer(execute_code: bool = False, unsafe_exec: bool | str = False) -> FamilyScorer:
@@ -167,9 +195,16 @@ def family_scorer(execute_code: bool = False, unsafe_exec: bool | str = False) -
     return lambda task, text, steps: family_score(task, text, steps, execute_code=execute_code, unsafe_exec=unsafe_exec)
 
 
-def measure_settings(target, tasks: Sequence[Task], specs: Sequence[str], *, params: Mapping[str, Any] | None = None,
-                     max_new_tokens: int | None = None, scorer: FamilyScorer | None = None,
-                     progress: bool = True) -> dict[str, Any]:
+def measure_settings(
+    target,
+    tasks: Sequence[Task],
+    specs: Sequence[str],
+    *,
+    params: Mapping[str, Any] | None = None,
+    max_new_tokens: int | None = None,
+    scorer: FamilyScorer | None = None,
+    progress: bool = True,
+) -> dict[str, Any]:
     """Greedy and every spec on every task, interleaved per item, each output scored in its family's metric:
     {"rows": run_bench's rows, "greedy": greedy's pooled summary, "outcomes": {spec: [FamilyOutcome]}}."""
     scorer = scorer or family_scorer()
@@ -177,16 +212,35 @@ def measure_settings(target, tasks: Sequence[Task], specs: Sequence[str], *, par
     def score(row, task, run):  # writing needs the run's steps, which run_bench's text scorer does not see
         row["score"] = scorer(task, run.output_text, run.steps)
 
-    result = run_bench(target, tasks, list(specs), params, max_new_tokens=max_new_tokens, scorer=None, on_result=score,
-                       progress=progress)
+    result = run_bench(
+        target,
+        tasks,
+        list(specs),
+        params,
+        max_new_tokens=max_new_tokens,
+        scorer=None,
+        on_result=score,
+        progress=progress,
+    )
     rows = result["tasks"]
     summary = summarise_rows(rows)  # run_bench summarised before on_result's scores were all in
-    return {"rows": rows, "greedy": summary["greedy"], "summary": summary,
-            "outcomes": {spec: outcomes_by_family(rows, spec) for spec in specs}}
+    return {
+        "rows": rows,
+        "greedy": summary["greedy"],
+        "summary": summary,
+        "outcomes": {spec: outcomes_by_family(rows, spec) for spec in specs},
+    }
 
 
-def _measure(target, tasks, stage: str, method: str, settings: Sequence[tuple[dict[str, float], dict[str, float]]],
-             families: Sequence[str], **measure) -> tuple[dict[str, Any], list[Trial]]:
+def _measure(
+    target,
+    tasks,
+    stage: str,
+    method: str,
+    settings: Sequence[tuple[dict[str, float], dict[str, float]]],
+    families: Sequence[str],
+    **measure,
+) -> tuple[dict[str, Any], list[Trial]]:
     """Greedy and every setting, interleaved per item: (greedy's summary, one Trial per setting). A setting is
     (the parameters its spec writes, every fitted parameter it verifies with)."""
     specs = {method_spec(method, written): values for written, values in settings}
@@ -200,13 +254,25 @@ def _check_greedy_scored(outcomes: Sequence[FamilyOutcome], families: Sequence[s
     scored = {o.family for o in outcomes if o.greedy_scores}
     missing = [f for f in families if f not in scored]
     if missing:
-        raise InvalidInputError(f"greedy's outputs got no score on famil{'y' if len(missing) == 1 else 'ies'} "
-                                f"{', '.join(missing)} (no references, or code not executed): fit on families with a score")
+        raise InvalidInputError(
+            f"greedy's outputs got no score on famil{'y' if len(missing) == 1 else 'ies'} "
+            f"{', '.join(missing)} (no references, or code not executed): fit on families with a score"
+        )
 
 
-def fit_thresholds(target, tasks: Sequence[Task], method: str = "aasd", grid: Grid | None = None, *,
-                   params: Mapping[str, Any] | None = None, max_new_tokens: int | None = None, per_source: bool = True,
-                   by: str = "mal", scorer: FamilyScorer | None = None, progress: bool = True) -> dict[str, Any]:
+def fit_thresholds(
+    target,
+    tasks: Sequence[Task],
+    method: str = "aasd",
+    grid: Grid | None = None,
+    *,
+    params: Mapping[str, Any] | None = None,
+    max_new_tokens: int | None = None,
+    per_source: bool = True,
+    by: str = "mal",
+    scorer: FamilyScorer | None = None,
+    progress: bool = True,
+) -> dict[str, Any]:
     """Fit `method`'s thresholds on `tasks` (held-out items; each task's category is its family, and every family
     must hold: the admissibility rule); returns the fit as core.thresholds.save_fit stores it: `values` (what
     `method[auto]` verifies with), `relaxed` (False: no setting was admissible, the lossless setting is stored),
@@ -218,14 +284,21 @@ def fit_thresholds(target, tasks: Sequence[Task], method: str = "aasd", grid: Gr
     if not tasks:
         raise InvalidInputError("no items to fit on")
     families = list(dict.fromkeys(t.category or "" for t in tasks))
-    unscored = [f for f in families if f != "writing" and all(score_task(t, "") is None for t in tasks if (t.category or "") == f)]
+    unscored = [
+        f
+        for f in families
+        if f != "writing" and all(score_task(t, "") is None for t in tasks if (t.category or "") == f)
+    ]
     if unscored:  # None = no score for this task at all (score_task's contract); writing is scored from the run
-        raise InvalidInputError(f"no item of {', '.join(unscored)} has a task score (no references, or no metric for its "
-                                f"kind): fit on families that have one (calibrate --thresholds --families)")
+        raise InvalidInputError(
+            f"no item of {', '.join(unscored)} has a task score (no references, or no metric for its "
+            f"kind): fit on families that have one (calibrate --thresholds --families)"
+        )
     measure = dict(params=params, max_new_tokens=max_new_tokens, scorer=scorer, progress=progress)
     shared = grid_settings(grid)
-    greedy_shared, trials = _measure(target, tasks, "shared", method, [(s, _shared_values(method, s)) for s in shared],
-                                     families, **measure)
+    greedy_shared, trials = _measure(
+        target, tasks, "shared", method, [(s, _shared_values(method, s)) for s in shared], families, **measure
+    )
     best = fastest(trials, by)
     values = dict(best.values) if best is not None else dict(LOSSLESS[method])
     greedy = {"shared": _greedy_row(greedy_shared)}
@@ -234,20 +307,34 @@ def fit_thresholds(target, tasks: Sequence[Task], method: str = "aasd", grid: Gr
     if per_source:
         # Context nodes keep the first pass's values; alignment nodes try the grid. The first pass's choice
         # runs again (first), so this pass's speed-ups are all against the same greedy runs.
-        candidates = [values] + [{**values, **{ALIGNMENT_OF[k]: v for k, v in s.items()}} for s in shared
-                                 if any(values[ALIGNMENT_OF[k]] != v for k, v in s.items())]
-        greedy_alignment, second = _measure(target, tasks, "alignment", method, [(c, c) for c in candidates], families,
-                                            **measure)
+        candidates = [values] + [
+            {**values, **{ALIGNMENT_OF[k]: v for k, v in s.items()}}
+            for s in shared
+            if any(values[ALIGNMENT_OF[k]] != v for k, v in s.items())
+        ]
+        greedy_alignment, second = _measure(
+            target, tasks, "alignment", method, [(c, c) for c in candidates], families, **measure
+        )
         trials += second
         best = fastest(second, by)
         values = dict(best.values) if best is not None else dict(LOSSLESS[method])
         greedy["alignment"] = _greedy_row(greedy_alignment)
         chosen["alignment"] = best.spec if best is not None else None
     values = {k: values[k] for k in FITTED_PARAMS[method]}
-    return {"method": method, "values": values, "relaxed": values != LOSSLESS[method], "chosen": chosen, "by": by,
-            "families": families, "greedy": greedy, "grid": {k: list(v) for k, v in grid.items()},
-            "per_source": per_source, "params": dict(params or {}), "max_new_tokens": max_new_tokens,
-            "trials": [asdict(t) for t in trials]}
+    return {
+        "method": method,
+        "values": values,
+        "relaxed": values != LOSSLESS[method],
+        "chosen": chosen,
+        "by": by,
+        "families": families,
+        "greedy": greedy,
+        "grid": {k: list(v) for k, v in grid.items()},
+        "per_source": per_source,
+        "params": dict(params or {}),
+        "max_new_tokens": max_new_tokens,
+        "trials": [asdict(t) for t in trials],
+    }
 
 
 def _greedy_row(summary: Mapping[str, Any]) -> dict[str, Any]:
@@ -269,7 +356,9 @@ def item_id(task: Task) -> str:
     return f"{task.category}/{task.id}"
 
 
-def fit_overlap(target, methods: Sequence[str], params: Mapping[str, Any] | None, tasks: Sequence[Task]) -> dict[str, list[str]]:
+def fit_overlap(
+    target, methods: Sequence[str], params: Mapping[str, Any] | None, tasks: Sequence[Task]
+) -> dict[str, list[str]]:
     """For each method spec that verifies with fitted thresholds (`aasd[auto]`, or `fitted=1` among `params`), the
     evaluated items (`category/id`) that the stored fit was made on: an evaluation on them is not held out. Empty
     when none is (or no fitted method runs, or the fit recorded no items)."""
@@ -292,27 +381,39 @@ def fit_overlap(target, methods: Sequence[str], params: Mapping[str, Any] | None
 
 def describe_overlap(overlap: Mapping[str, Sequence[str]]) -> str:
     """One line per method: how many evaluated items its fit was made on, and the first few."""
-    return "; ".join(f"{spec}: {len(ids)} item{'s' * (len(ids) != 1)} ({', '.join(ids[:5])}{', ...' if len(ids) > 5 else ''})"
-                     for spec, ids in overlap.items())
+    return "; ".join(
+        f"{spec}: {len(ids)} item{'s' * (len(ids) != 1)} ({', '.join(ids[:5])}{', ...' if len(ids) > 5 else ''})"
+        for spec, ids in overlap.items()
+    )
 
 
 def format_fit(fit: Mapping[str, Any]) -> str:
     """The grid as a Markdown table, greedy's row first in each pass, each pass's choice marked: per family the
     mean score change against greedy's and its 95 % interval, in points."""
+
     def fmt(v, f="{:.3f}"):
         return "-" if v is None else f.format(v)
 
     families = list(fit.get("families") or [])
-    head = "| pass | setting | speed-up | MAL | " + " | ".join(f"{f} Δ [95 % CI]" for f in families) + " | admissible | chosen |"
+    head = (
+        "| pass | setting | speed-up | MAL | "
+        + " | ".join(f"{f} Δ [95 % CI]" for f in families)
+        + " | admissible | chosen |"
+    )
     lines = [head, "|---" * (len(families) + 6) + "|"]
     for stage, greedy in fit["greedy"].items():
-        lines.append(f"| {stage} | greedy | 1.000 | {fmt(greedy['mal'])} | " + " | ".join("0" for _ in families) + " | | |")
+        lines.append(
+            f"| {stage} | greedy | 1.000 | {fmt(greedy['mal'])} | " + " | ".join("0" for _ in families) + " | | |"
+        )
         for t in (t for t in fit["trials"] if t["stage"] == stage):
             cells = []
             for f in families:
                 i = (t.get("families") or {}).get(f)
                 cells.append("-" if i is None else f"{i['mean']:+.1f} [{i['low']:+.1f}, {i['high']:+.1f}]")
             mark = "←" if t["spec"] == fit["chosen"].get(stage) else ""
-            lines.append(f"| {stage} | {t['spec']} | {fmt(t['speedup'])} | {fmt(t['mal'])} | " + " | ".join(cells)
-                         + f" | {'yes' if t['admissible'] else 'no: ' + ', '.join(t['failing'])} | {mark} |")
+            lines.append(
+                f"| {stage} | {t['spec']} | {fmt(t['speedup'])} | {fmt(t['mal'])} | "
+                + " | ".join(cells)
+                + f" | {'yes' if t['admissible'] else 'no: ' + ', '.join(t['failing'])} | {mark} |"
+            )
     return "\n".join(lines)

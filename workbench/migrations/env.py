@@ -7,6 +7,7 @@ c.set_main_option('sqlalchemy.url', 'sqlite:///schema.db'); command.upgrade(c, '
 command.revision(c, 'what changed', autogenerate=True)"
 then read the new file under versions/ (batch mode is on, so SQLite can alter tables).
 """
+
 from alembic import context
 from sqlalchemy import create_engine
 

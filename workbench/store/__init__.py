@@ -14,16 +14,39 @@
 
 Import from here: `from workbench.store import Store`.
 """
+
 from workbench.store.compare import compare_traces
 from workbench.store.connection import resolve_url
-from workbench.store.errors import (CorruptStoreError, CsvFormatError, RunNotFoundError, SchemaVersionError, StoreError,
-                                    StoreLockedError, StoreUnavailableError)
+from workbench.store.errors import (
+    CorruptStoreError,
+    CsvFormatError,
+    RunNotFoundError,
+    SchemaVersionError,
+    StoreError,
+    StoreLockedError,
+    StoreUnavailableError,
+)
 from workbench.store.recording import Recording
 from workbench.store.repository import RunSummary, Store, StoredRun
 from workbench.store.schema import Base, Node, Run, RunTag, Step
 
 __all__ = [
-    "Base", "CorruptStoreError", "CsvFormatError", "Node", "Recording", "Run", "RunNotFoundError", "RunSummary",
-    "RunTag", "SchemaVersionError", "Step", "Store", "StoreError", "StoreLockedError", "StoreUnavailableError",
-    "StoredRun", "compare_traces", "resolve_url",
+    "Base",
+    "CorruptStoreError",
+    "CsvFormatError",
+    "Node",
+    "Recording",
+    "Run",
+    "RunNotFoundError",
+    "RunSummary",
+    "RunTag",
+    "SchemaVersionError",
+    "Step",
+    "Store",
+    "StoreError",
+    "StoreLockedError",
+    "StoreUnavailableError",
+    "StoredRun",
+    "compare_traces",
+    "resolve_url",
 ]

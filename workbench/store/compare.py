@@ -1,4 +1,5 @@
 """Where two runs' outputs part: the first differing token and the step of each run that emitted it."""
+
 from __future__ import annotations
 
 from bisect import bisect_right
@@ -28,8 +29,12 @@ def compare_traces(a: RunTrace, b: RunTrace) -> dict[str, Any]:
     return {
         "identical": first is None,
         "first_divergence": first,
-        "token_a": _token_at(a.output_ids, first), "token_b": _token_at(b.output_ids, first),
-        "step_a": _step_of(a, first), "step_b": _step_of(b, first),
-        "tokens_a": len(a.output_ids), "tokens_b": len(b.output_ids),
-        "lengths_a": a.accept_lengths, "lengths_b": b.accept_lengths,
+        "token_a": _token_at(a.output_ids, first),
+        "token_b": _token_at(b.output_ids, first),
+        "step_a": _step_of(a, first),
+        "step_b": _step_of(b, first),
+        "tokens_a": len(a.output_ids),
+        "tokens_b": len(b.output_ids),
+        "lengths_a": a.accept_lengths,
+        "lengths_b": b.accept_lengths,
     }

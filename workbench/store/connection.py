@@ -3,6 +3,7 @@
 SQLite gets WAL, a busy timeout and writes that take the lock up front (BEGIN IMMEDIATE), so two
 writers wait for each other instead of failing mid-transaction; PostgreSQL gets a lock timeout.
 """
+
 from __future__ import annotations
 
 import os
@@ -55,7 +56,9 @@ def check_sqlite_file(path: Path) -> None:
     if path.is_dir():
         raise CorruptStoreError(f"{path} is a folder, not a trace store: pass a file path (or a database URL) as --db")
     if path.parent.exists() and not path.parent.is_dir():
-        raise CorruptStoreError(f"{path.parent} is a file, so {path.name} cannot be created inside it: pass another --db")
+        raise CorruptStoreError(
+            f"{path.parent} is a file, so {path.name} cannot be created inside it: pass another --db"
+        )
     if not path.exists() or path.stat().st_size == 0:
         return
     try:
@@ -63,10 +66,11 @@ def check_sqlite_file(path: Path) -> None:
             head = f.read(100)
     except OSError as e:
         raise CorruptStoreError(f"cannot read {path}: {e.strerror or type(e).__name__}; pass another --db") from None
-    if head[:len(SQLITE_MAGIC)] != SQLITE_MAGIC:
+    if head[: len(SQLITE_MAGIC)] != SQLITE_MAGIC:
         raise CorruptStoreError(
             f"{path} is not a SQLite database (corrupt, or another kind of file); it was left untouched: "
-            f"move it aside or pass another --db (or WORKBENCH_DB)")
+            f"move it aside or pass another --db (or WORKBENCH_DB)"
+        )
     _check_foreign_tables(path)
 
 
@@ -109,20 +113,24 @@ def _check_foreign_tables(path: Path) -> None:
         if marked:
             raise SchemaVersionError(
                 f"{path} is a SQLite database of another application (no tables, but "
-                f"{', '.join(f'{k} {v}' for k, v in marked.items())}), not a trace store; {untouched}")
+                f"{', '.join(f'{k} {v}' for k, v in marked.items())}), not a trace store; {untouched}"
+            )
         return
     if "alembic_version" not in tables:  # what schema_state refuses, refused before any write
         raise SchemaVersionError(
             f"{path} holds tables ({', '.join(sorted(tables)[:5])}) but no spec-workbench schema version: it is not a "
-            f"trace store and {untouched}")
+            f"trace store and {untouched}"
+        )
     if revision is not None and not known_revision(revision):
         if STORE_TABLES <= tables:
             raise SchemaVersionError(
                 f"{path} was written by a newer spec-workbench (schema revision {revision!r}, unknown to this one); "
-                f"it was left untouched: upgrade spec-workbench or pass another --db")
+                f"it was left untouched: upgrade spec-workbench or pass another --db"
+            )
         raise SchemaVersionError(
             f"{path} is another application's database (Alembic revision {revision!r}, tables "
-            f"{', '.join(sorted(tables - {'alembic_version'})[:5])}), not a trace store; {untouched}")
+            f"{', '.join(sorted(tables - {'alembic_version'})[:5])}), not a trace store; {untouched}"
+        )
 
 
 SUPPORTED_BACKENDS = ("sqlite", "postgresql")
@@ -167,11 +175,15 @@ def parse_url(url: str):
     try:
         parsed = make_url(url)
     except (ArgumentError, ValueError):
-        raise InvalidInputError(f"{_redacted(url)} is not a database URL or path: pass a SQLite file path or a URL such as "
-                                f"postgresql://user@host/db") from None
+        raise InvalidInputError(
+            f"{_redacted(url)} is not a database URL or path: pass a SQLite file path or a URL such as "
+            f"postgresql://user@host/db"
+        ) from None
     if parsed.get_backend_name() not in SUPPORTED_BACKENDS:
-        raise InvalidInputError(f"{parsed.render_as_string(hide_password=True)}: the trace store supports SQLite files and "
-                                f"PostgreSQL URLs ({', '.join(SUPPORTED_BACKENDS)}), not {parsed.get_backend_name()!r}")
+        raise InvalidInputError(
+            f"{parsed.render_as_string(hide_password=True)}: the trace store supports SQLite files and "
+            f"PostgreSQL URLs ({', '.join(SUPPORTED_BACKENDS)}), not {parsed.get_backend_name()!r}"
+        )
     return parsed
 
 
@@ -188,7 +200,9 @@ def _create(url: str, parsed, **kwargs) -> Engine:
     try:
         return create_engine(url, **kwargs)
     except (NoSuchModuleError, ModuleNotFoundError, ImportError) as e:
-        raise InvalidInputError(f"cannot open {parsed.render_as_string(hide_password=True)}: its database driver is not "
-                                f"installed ({type(e).__name__}); the trace store supports SQLite files and PostgreSQL URLs") from None
+        raise InvalidInputError(
+            f"cannot open {parsed.render_as_string(hide_password=True)}: its database driver is not "
+            f"installed ({type(e).__name__}); the trace store supports SQLite files and PostgreSQL URLs"
+        ) from None
     except (ArgumentError, TypeError, ValueError) as e:
         raise InvalidInputError(f"cannot open {parsed.render_as_string(hide_password=True)}: {e}") from None

@@ -6,6 +6,7 @@ stops as soon as the bound is reached. Runs that repeat an output already taken 
 default: the store holds the same item under many methods (every lossless method reproduces greedy's
 output), and counting each copy would weigh a continuation by how many methods were benchmarked.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -23,17 +24,28 @@ from workbench.store.schema import Run
 BATCH = 2000  # rows fetched at a time
 
 
-def stored_outputs(store: Store, fingerprint: str, max_tokens: int = DEFAULT_MAX_TOKENS, *, dedupe: bool = True,
-                   before_run: int | None = None, after_run: int | None = None) -> list[tuple[int, list[int]]]:
+def stored_outputs(
+    store: Store,
+    fingerprint: str,
+    max_tokens: int = DEFAULT_MAX_TOKENS,
+    *,
+    dedupe: bool = True,
+    before_run: int | None = None,
+    after_run: int | None = None,
+) -> list[tuple[int, list[int]]]:
     """(run id, output ids) of the complete runs of `fingerprint`, newest first, while their tokens
     fit in `max_tokens` (the first run that does not fit ends the list). `before_run` keeps only
     runs with a smaller id (a corpus that predates a run), `after_run` only runs with a larger one
     (what a saved corpus has not seen); empty outputs are skipped."""
     if not fingerprint:
-        raise InvalidInputError("a model fingerprint is needed to load a suffix corpus (the loaded model's fingerprint)")
-    q = (select(Run.id, Run.output_ids)
-         .where(Run.model_fingerprint == fingerprint, Run.status == "complete")
-         .order_by(Run.id.desc()))
+        raise InvalidInputError(
+            "a model fingerprint is needed to load a suffix corpus (the loaded model's fingerprint)"
+        )
+    q = (
+        select(Run.id, Run.output_ids)
+        .where(Run.model_fingerprint == fingerprint, Run.status == "complete")
+        .order_by(Run.id.desc())
+    )
     if before_run is not None:
         q = q.where(Run.id < int(before_run))
     if after_run is not None:
@@ -61,8 +73,15 @@ def stored_outputs(store: Store, fingerprint: str, max_tokens: int = DEFAULT_MAX
     return out
 
 
-def load_corpus(store: Store, fingerprint: str, max_tokens: int = DEFAULT_MAX_TOKENS, *, frozen: bool = True,
-                dedupe: bool = True, before_run: int | None = None) -> SuffixCorpus:
+def load_corpus(
+    store: Store,
+    fingerprint: str,
+    max_tokens: int = DEFAULT_MAX_TOKENS,
+    *,
+    frozen: bool = True,
+    dedupe: bool = True,
+    before_run: int | None = None,
+) -> SuffixCorpus:
     """The corpus of `fingerprint` built from the store (keys: run ids; the newest run is the most
     recently used). Frozen by default: a rerun over the same store drafts alike."""
     rows = stored_outputs(store, fingerprint, max_tokens, dedupe=dedupe, before_run=before_run)

@@ -4,6 +4,7 @@ Values are written so they read back to the same value (floats by repr, JSON sor
 datetimes to the microsecond); an empty field is null. Reading checks every value, and every step and
 node against its run and step, before the store writes anything.
 """
+
 from __future__ import annotations
 
 import csv
@@ -28,13 +29,26 @@ from workbench.store.schema import Node, Run, Step
 CSV_TABLES = {"runs": Run.__table__, "steps": Step.__table__, "nodes": Node.__table__}
 # Values a column must take, checked on import.
 CSV_CHOICES = {("runs", "status"): STATUSES, ("nodes", "source"): SOURCES, ("nodes", "decision"): DECISIONS}
-CSV_JSON_KINDS = {("runs", "params"): dict, ("runs", "tags"): list, ("runs", "prompt_ids"): list,
-                  ("runs", "output_ids"): list, ("steps", "emitted"): list, ("runs", "metrics"): dict,
-                  ("runs", "attributes"): dict, ("steps", "attributes"): dict, ("nodes", "attributes"): dict,
-                  ("runs", "external_accept_lengths"): list}
+CSV_JSON_KINDS = {
+    ("runs", "params"): dict,
+    ("runs", "tags"): list,
+    ("runs", "prompt_ids"): list,
+    ("runs", "output_ids"): list,
+    ("steps", "emitted"): list,
+    ("runs", "metrics"): dict,
+    ("runs", "attributes"): dict,
+    ("steps", "attributes"): dict,
+    ("nodes", "attributes"): dict,
+    ("runs", "external_accept_lengths"): list,
+}
 # JSON lists whose items must be integers (token ids, lengths) or strings (tags).
-CSV_LIST_ITEMS = {("runs", "prompt_ids"): int, ("runs", "output_ids"): int, ("steps", "emitted"): int,
-                  ("runs", "external_accept_lengths"): int, ("runs", "tags"): str}
+CSV_LIST_ITEMS = {
+    ("runs", "prompt_ids"): int,
+    ("runs", "output_ids"): int,
+    ("steps", "emitted"): int,
+    ("runs", "external_accept_lengths"): int,
+    ("runs", "tags"): str,
+}
 INT64 = (-(2**63), 2**63 - 1)  # what SQLite and PostgreSQL's BIGINT hold
 MAX_JSON_DEPTH = 32
 # A spreadsheet runs a cell that starts with one of these as a formula (CSV injection): text cells that
@@ -159,8 +173,10 @@ def _check_json(value: Any, depth: int = 0) -> None:
 
 # ---------------------------------------------------------------- writing
 
-def write_csv(session: Session, run_ids: Sequence[int], tags: Mapping[int, list[str]], out: Path, *,
-              force: bool = False) -> dict[str, Path]:
+
+def write_csv(
+    session: Session, run_ids: Sequence[int], tags: Mapping[int, list[str]], out: Path, *, force: bool = False
+) -> dict[str, Path]:
     """Write runs.csv, steps.csv and nodes.csv for these (existing) runs into `out`: all three checked first
     (an existing file is replaced only with `force`; a symbolic link, FIFO or device never), each written
     beside its name and renamed when complete (core.files.replacing)."""
@@ -205,12 +221,15 @@ def _read_table(path: Path, name: str) -> list[dict[str, Any]]:
     except InvalidInputError as e:  # core.files: a folder, FIFO, device, or over the cap
         raise CsvFormatError(f"{e}; nothing was imported") from None
     except UnicodeDecodeError as e:
-        raise CsvFormatError(f"{path.name} is not UTF-8 text (byte {e.start}): export again, or save it as UTF-8; "
-                             f"nothing was imported") from None
+        raise CsvFormatError(
+            f"{path.name} is not UTF-8 text (byte {e.start}): export again, or save it as UTF-8; nothing was imported"
+        ) from None
     except csv.Error as e:
         raise CsvFormatError(f"{path.name}: not a readable CSV file ({e}); nothing was imported") from None
     except OSError as e:
-        raise CsvFormatError(f"cannot read {path.name}: {e.strerror or type(e).__name__}; nothing was imported") from None
+        raise CsvFormatError(
+            f"cannot read {path.name}: {e.strerror or type(e).__name__}; nothing was imported"
+        ) from None
 
 
 def _read_rows(path: Path, name: str) -> list[dict[str, Any]]:
@@ -226,17 +245,28 @@ def _read_rows(path: Path, name: str) -> list[dict[str, Any]]:
             # Unknown column names are shown only when they look like column names: the "header" may be
             # the first line of any file, and its contents are not repeated back.
             named = all(len(c) <= 40 and c.replace("_", "").isalnum() and c.isascii() for c in extra)
-            raise CsvFormatError(f"{path.name}: the header does not match this schema"
-                                 + (f"; missing columns {missing}" if missing else "")
-                                 + ((f"; unknown columns {extra}" if named else f"; {len(extra)} unknown columns") if extra else "")
-                                 + ("; columns out of order" if not missing and not extra else ""))
+            raise CsvFormatError(
+                f"{path.name}: the header does not match this schema"
+                + (f"; missing columns {missing}" if missing else "")
+                + ((f"; unknown columns {extra}" if named else f"; {len(extra)} unknown columns") if extra else "")
+                + ("; columns out of order" if not missing and not extra else "")
+            )
         # What each column takes, worked out once per file rather than once per cell.
         specs = []
         for col in cols:
             db_col = "id" if (name == "runs" and col == "run_id") else col
             nullable = col != "tags" and table.c[db_col].nullable and not table.c[db_col].primary_key
-            specs.append((col, db_col, table_type(name, col), nullable, CSV_CHOICES.get((name, col)),
-                          CSV_JSON_KINDS.get((name, col)), CSV_LIST_ITEMS.get((name, col))))
+            specs.append(
+                (
+                    col,
+                    db_col,
+                    table_type(name, col),
+                    nullable,
+                    CSV_CHOICES.get((name, col)),
+                    CSV_JSON_KINDS.get((name, col)),
+                    CSV_LIST_ITEMS.get((name, col)),
+                )
+            )
         # Rows are counted as a spreadsheet shows them (the header is row 1); a quoted field may span lines.
         for line, values in enumerate(reader, start=2):
             if len(values) != len(cols):
@@ -252,8 +282,10 @@ def _read_rows(path: Path, name: str) -> list[dict[str, Any]]:
                     if item and value and not all(isinstance(v, item) and not isinstance(v, bool) for v in value):
                         raise ValueError(f"must be a JSON list of {'integers' if item is int else 'strings'}")
                 except ValueError as e:  # the value itself is not echoed: the file may be anything
-                    raise CsvFormatError(f"{path.name} row {line}, column {col!r}: {e} (a value of {len(raw):,} "
-                                         f"characters, not repeated here); nothing was imported") from None
+                    raise CsvFormatError(
+                        f"{path.name} row {line}, column {col!r}: {e} (a value of {len(raw):,} "
+                        f"characters, not repeated here); nothing was imported"
+                    ) from None
                 row[db_col] = value
             row["_line"] = line
             rows.append(row)
@@ -280,11 +312,15 @@ def read_csv_dir(folder: Path) -> tuple[list[dict], list[dict], list[dict]]:
     unique(nodes, "nodes.csv", lambda r: (r["run_id"], r["step"], r["node"]))
     for r in steps:
         if r["run_id"] not in run_ids:
-            raise CsvFormatError(f"steps.csv row {r['_line']}, column 'run_id': run {r['run_id']} is not in runs.csv; nothing was imported")
+            raise CsvFormatError(
+                f"steps.csv row {r['_line']}, column 'run_id': run {r['run_id']} is not in runs.csv; nothing was imported"
+            )
     for r in nodes:
         if (r["run_id"], r["step"]) not in step_keys:
-            raise CsvFormatError(f"nodes.csv row {r['_line']}, column 'step': run {r['run_id']} has no step {r['step']} "
-                                 f"in steps.csv; nothing was imported")
+            raise CsvFormatError(
+                f"nodes.csv row {r['_line']}, column 'step': run {r['run_id']} has no step {r['step']} "
+                f"in steps.csv; nothing was imported"
+            )
     for rows in (runs, steps, nodes):
         for r in rows:
             del r["_line"]

@@ -1,4 +1,5 @@
 """What can go wrong in the trace store, as errors whose messages say why and what to do."""
+
 from __future__ import annotations
 
 from core.errors import InvalidInputError, WorkbenchError

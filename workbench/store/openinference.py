@@ -11,6 +11,7 @@ ids are derived from the run (its id and creation time) and the step index, so e
 again gives the same ids. The store keeps a run's creation and finish times and each step's phase
 durations, not each step's wall-clock time: step spans are laid end to end after the prefill.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -59,7 +60,7 @@ WORKBENCH_ATTRIBUTES = {
     "workbench.step.rescued_count": "draft nodes decided `rescued` (CSD's memory accepted a rejection)",
     "workbench.step.unreached_count": "draft nodes never judged (an ancestor failed)",
     "workbench.step.nodes": "the tree: a JSON list of node records (node, parent, depth, token_id, token_text, "
-                            "source, decision, reason, p, threshold, ...)",
+    "source, decision, reason, p, threshold, ...)",
     "workbench.step.draft_ms": "time drafting the tree (ms)",
     "workbench.step.forward_ms": "time of the target's forward over the tree (ms)",
     "workbench.step.verify_ms": "time of the verification walk (ms)",
@@ -73,6 +74,7 @@ class ExportError(StoreError):
 
 
 # ---------------------------------------------------------------- building spans
+
 
 class _RunIds(IdGenerator):
     """Ids hashed from `key` (set before each span starts): the same run gives the same ids every export."""
@@ -156,11 +158,22 @@ def _run_attributes(stored: StoredRun) -> dict[str, Any]:
         SpanAttributes.INPUT_MIME_TYPE: text,
         SpanAttributes.OUTPUT_VALUE: run.output_text,
         SpanAttributes.OUTPUT_MIME_TYPE: text,
-        SpanAttributes.METADATA: _json({
-            "run_id": stored.id, "method": run.method, "draft_model": run.draft_model, "device": run.device,
-            "dtype": run.dtype, "status": run.status, "error": run.error, "stop_reason": run.stop_reason,
-            "model_fingerprint": run.model_fingerprint, "draft_fingerprint": run.draft_fingerprint,
-            "prefill_seconds": run.prefill_seconds, "decode_seconds": run.decode_seconds}),
+        SpanAttributes.METADATA: _json(
+            {
+                "run_id": stored.id,
+                "method": run.method,
+                "draft_model": run.draft_model,
+                "device": run.device,
+                "dtype": run.dtype,
+                "status": run.status,
+                "error": run.error,
+                "stop_reason": run.stop_reason,
+                "model_fingerprint": run.model_fingerprint,
+                "draft_fingerprint": run.draft_fingerprint,
+                "prefill_seconds": run.prefill_seconds,
+                "decode_seconds": run.decode_seconds,
+            }
+        ),
         "workbench.run_id": stored.id,
         "workbench.accept_lengths": list(run.accept_lengths),
     }
@@ -213,10 +226,13 @@ class SpanBuilder:
         self._collect = _Collect()
         unlimited = SpanLimits.UNSET
         self._provider = TracerProvider(
-            sampler=ALWAYS_ON, id_generator=self._ids,
+            sampler=ALWAYS_ON,
+            id_generator=self._ids,
             resource=Resource({SERVICE_NAME: SERVICE, ResourceAttributes.PROJECT_NAME: project}),
-            span_limits=SpanLimits(max_span_attributes=unlimited, max_attribute_length=unlimited,
-                                   max_span_attribute_length=unlimited))
+            span_limits=SpanLimits(
+                max_span_attributes=unlimited, max_attribute_length=unlimited, max_span_attribute_length=unlimited
+            ),
+        )
         self._provider.add_span_processor(self._collect)
         self._tracer = self._provider.get_tracer("workbench.store.openinference")
 
@@ -238,8 +254,9 @@ class SpanBuilder:
         t = start + round(run.prefill_seconds * 1e9)
         for step in run.steps:
             self._ids.key = key + f" step {step.index}".encode()
-            span = self._tracer.start_span(f"step {step.index}", context=parent, start_time=t,
-                                           attributes=_step_attributes(stored.id, step))
+            span = self._tracer.start_span(
+                f"step {step.index}", context=parent, start_time=t, attributes=_step_attributes(stored.id, step)
+            )
             t += round(step.step_ms * 1e6)
             span.set_status(trace_api.Status(trace_api.StatusCode.OK))
             span.end(end_time=t)
@@ -256,6 +273,7 @@ def span_line(span: ReadableSpan) -> str:
 
 # ---------------------------------------------------------------- sending and writing
 
+
 def otlp_exporter(endpoint: str, timeout: float = 10.0) -> SpanExporter:
     """An OTLP/HTTP (protobuf) exporter for `endpoint`; a URL without a path gets /v1/traces."""
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
@@ -266,8 +284,10 @@ def otlp_exporter(endpoint: str, timeout: float = 10.0) -> SpanExporter:
     except ValueError:
         parts = parts._replace(netloc="")
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise InvalidInputError(f"--otlp-endpoint {endpoint!r} is not an http(s) URL: pass e.g. "
-                                f"http://localhost:6006/v1/traces (Phoenix) or http://localhost:4318 (a collector)")
+        raise InvalidInputError(
+            f"--otlp-endpoint {endpoint!r} is not an http(s) URL: pass e.g. "
+            f"http://localhost:6006/v1/traces (Phoenix) or http://localhost:4318 (a collector)"
+        )
     if parts.path in ("", "/"):
         endpoint = endpoint.rstrip("/") + OTLP_TRACES_PATH
     return OTLPSpanExporter(endpoint=endpoint, timeout=timeout)
@@ -299,7 +319,7 @@ def send_spans(spans: Sequence[ReadableSpan], exporter: SpanExporter, where: str
     with otlp_exporter(URL); tests pass the SDK's InMemorySpanExporter."""
     with _exporter_messages() as log:
         for i in range(0, len(spans), BATCH_SPANS):
-            batch = spans[i:i + BATCH_SPANS]
+            batch = spans[i : i + BATCH_SPANS]
             try:
                 result = exporter.export(batch)
             except Exception as e:  # an exporter that raises instead of returning FAILURE
@@ -322,8 +342,10 @@ def _unreachable(url: str) -> str | None:
     try:
         socket.create_connection((parts.hostname, port), timeout=3).close()
     except OSError as e:
-        return (f"nothing answers at {parts.hostname}:{port} ({e.strerror or type(e).__name__}); "
-                f"is Phoenix or the collector running, and is that its OTLP/HTTP port?")
+        return (
+            f"nothing answers at {parts.hostname}:{port} ({e.strerror or type(e).__name__}); "
+            f"is Phoenix or the collector running, and is that its OTLP/HTTP port?"
+        )
     return None
 
 
@@ -342,9 +364,16 @@ def _run_ids(store: Store, run_ids: Sequence[int] | None) -> list[int]:
     return ids
 
 
-def export_openinference(store: Store, run_ids: Sequence[int] | None, out: str | Path | None = None, *,
-                         exporter: SpanExporter | None = None, where: str | None = None,
-                         project: str = DEFAULT_PROJECT, force: bool = False) -> dict[str, int]:
+def export_openinference(
+    store: Store,
+    run_ids: Sequence[int] | None,
+    out: str | Path | None = None,
+    *,
+    exporter: SpanExporter | None = None,
+    where: str | None = None,
+    project: str = DEFAULT_PROJECT,
+    force: bool = False,
+) -> dict[str, int]:
     """Write these runs' spans (all runs when None) to `out` as JSON Lines and/or hand them to `exporter`.
 
     The file appears whole or not at all (written beside `out`, then renamed: core.files.replacing); an
@@ -361,7 +390,7 @@ def export_openinference(store: Store, run_ids: Sequence[int] | None, out: str |
     builder = SpanBuilder(project)
     count = sent = 0
     try:
-        with (replacing(out, what="--out", force=force) if out is not None else nullcontext()) as f:
+        with replacing(out, what="--out", force=force) if out is not None else nullcontext() as f:
             for rid in ids:
                 spans = builder.spans(store.load_run(rid))
                 count += len(spans)

@@ -10,6 +10,7 @@ Filters narrow "the same method" where the method name alone does not say how it
 matches run parameters (e.g. aasd's thresholds), `draft_fingerprint` the draft model, `tag` the runs that
 carry a tag (e.g. only calibration runs, so a benchmark's prior never comes from its own items).
 """
+
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -40,17 +41,30 @@ def _param_condition(name: str, value: Any):
     raise InvalidInputError(f"a prior's parameter filter {name}={value!r} must be a number, a string or a boolean")
 
 
-def stored_counts(store: Store, method: str, model_fingerprint: str, *, draft_fingerprint: str | None = None,
-                  params: Mapping[str, Any] | None = None, tag: str | None = None) -> list[tuple[str, int, int, int]]:
+def stored_counts(
+    store: Store,
+    method: str,
+    model_fingerprint: str,
+    *,
+    draft_fingerprint: str | None = None,
+    params: Mapping[str, Any] | None = None,
+    tag: str | None = None,
+) -> list[tuple[str, int, int, int]]:
     """(source, depth, accepted, verified) per source and depth over the matching runs' draft nodes."""
     if not method or not model_fingerprint:
         raise InvalidInputError("a stored acceptance prior needs a method and a model fingerprint")
     accepted = func.sum(case((Node.decision.in_(ACCEPTED), 1), else_=0))
-    query = (select(Node.source, Node.depth, accepted, func.count())
-             .join(Run, Run.id == Node.run_id)
-             .where(Run.method == method, Run.model_fingerprint == model_fingerprint,
-                    Node.parent != -1, Node.decision.in_(JUDGED))
-             .group_by(Node.source, Node.depth))
+    query = (
+        select(Node.source, Node.depth, accepted, func.count())
+        .join(Run, Run.id == Node.run_id)
+        .where(
+            Run.method == method,
+            Run.model_fingerprint == model_fingerprint,
+            Node.parent != -1,
+            Node.decision.in_(JUDGED),
+        )
+        .group_by(Node.source, Node.depth)
+    )
     if draft_fingerprint is not None:
         query = query.where(Run.draft_fingerprint == draft_fingerprint)
     for name, value in (params or {}).items():
@@ -65,10 +79,24 @@ def stored_counts(store: Store, method: str, model_fingerprint: str, *, draft_fi
     return [(str(source), int(depth), int(acc or 0), int(ver)) for source, depth, acc, ver in rows]
 
 
-def acceptance_prior(store: Store, method: str, model_fingerprint: str, *, weight: float = PRIOR_WEIGHT,
-                     default: float = DEFAULT_RATE, **filters: Any) -> AcceptancePrior:
+def acceptance_prior(
+    store: Store,
+    method: str,
+    model_fingerprint: str,
+    *,
+    weight: float = PRIOR_WEIGHT,
+    default: float = DEFAULT_RATE,
+    **filters: Any,
+) -> AcceptancePrior:
     """The prior a request of `method` on this model starts from (the default rate where the store has nothing);
     its `source` names the query, so a run that records it says where its trees started from."""
-    label = " ".join([f"store:{method}", f"model={model_fingerprint}",
-                      *(f"{k}={v}" for k, v in sorted(filters.items()) if v is not None)])
-    return AcceptancePrior.from_counts(stored_counts(store, method, model_fingerprint, **filters), weight, default, label)
+    label = " ".join(
+        [
+            f"store:{method}",
+            f"model={model_fingerprint}",
+            *(f"{k}={v}" for k, v in sorted(filters.items()) if v is not None),
+        ]
+    )
+    return AcceptancePrior.from_counts(
+        stored_counts(store, method, model_fingerprint, **filters), weight, default, label
+    )

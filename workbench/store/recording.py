@@ -4,6 +4,7 @@ The run is inserted as `running` first; its steps follow in batches; the final b
 change (`complete`, `cancelled`, `failed`) share one transaction, so a `complete` run always has all
 its steps.
 """
+
 from __future__ import annotations
 
 import time

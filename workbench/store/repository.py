@@ -4,6 +4,7 @@ One engine per process and database, a session per unit of work, bulk inserts of
 one writer per Store (a lock). A writer that dies leaves its run `running`; the next Store opened on
 the same host marks it `failed` (its pid is gone) and keeps the steps it had.
 """
+
 from __future__ import annotations
 
 import functools
@@ -27,8 +28,13 @@ from core.trace import NodeTrace, RunTrace, StepTrace
 from workbench.store.compare import compare_traces
 from workbench.store.connection import check_sqlite_file, lock_timeout, make_engine, parse_url, resolve_url
 from workbench.store.csv_io import read_csv_dir, write_csv
-from workbench.store.errors import (CorruptStoreError, RunNotFoundError, StoreError, StoreLockedError,
-                                    StoreUnavailableError)
+from workbench.store.errors import (
+    CorruptStoreError,
+    RunNotFoundError,
+    StoreError,
+    StoreLockedError,
+    StoreUnavailableError,
+)
 from workbench.store.recording import Recording
 from workbench.store.rows import chunks, node_from_row, run_from_row, run_row, step_from_row, step_rows, utcnow
 from workbench.store.schema import Node, Run, RunTag, Step
@@ -72,12 +78,14 @@ def _pid_alive(pid: int) -> bool:
 
 def _translating(fn):
     """Turn driver errors into StoreErrors that say what happened and what to do."""
+
     @functools.wraps(fn)
     def wrapper(self, *args, **kwargs):
         try:
             return fn(self, *args, **kwargs)
         except sa_exc.DBAPIError as e:
             raise self._explain(e) from e
+
     return wrapper
 
 
@@ -97,8 +105,10 @@ class Store:
             try:
                 path.parent.mkdir(parents=True, exist_ok=True)
             except OSError as e:
-                raise StoreUnavailableError(f"cannot create the folder of the trace store {path}: "
-                                            f"{e.strerror or type(e).__name__}; pass another --db") from None
+                raise StoreUnavailableError(
+                    f"cannot create the folder of the trace store {path}: "
+                    f"{e.strerror or type(e).__name__}; pass another --db"
+                ) from None
         self.engine = make_engine(self.url, self.timeout)
         self._write_engine = self.engine.execution_options(writing=True)
         self._lock = threading.Lock()  # one writer per Store
@@ -117,7 +127,11 @@ class Store:
         if not self.is_sqlite:
             return True
         path = make_url(self.url).database
-        return not path or path == ":memory:" or (os.access(path, os.W_OK) and os.access(os.path.dirname(path) or ".", os.W_OK))
+        return (
+            not path
+            or path == ":memory:"
+            or (os.access(path, os.W_OK) and os.access(os.path.dirname(path) or ".", os.W_OK))
+        )
 
     def close(self) -> None:
         self.engine.dispose()
@@ -134,15 +148,18 @@ class Store:
         if "locked" in low or "busy" in low or "lock timeout" in low:
             return StoreLockedError(
                 f"the trace store {self.where} is locked by another writer and stayed locked for {self.timeout:g} s; "
-                f"try again when it is done (WORKBENCH_DB_TIMEOUT sets the wait)")
+                f"try again when it is done (WORKBENCH_DB_TIMEOUT sets the wait)"
+            )
         if "readonly" in low or "read-only" in low or "unable to open" in low:
             return StoreUnavailableError(
                 f"the trace store {self.where} cannot be written here ({msg.strip()}); listing and showing runs work, "
-                f"but to store runs pass a writable --db (or WORKBENCH_DB)")
+                f"but to store runs pass a writable --db (or WORKBENCH_DB)"
+            )
         if "not a database" in low or "malformed" in low or "corrupt" in low:
             return CorruptStoreError(
                 f"the trace store {self.where} is damaged ({msg.strip()}); it was left as it is: move it aside "
-                f"or pass another --db (or WORKBENCH_DB)")
+                f"or pass another --db (or WORKBENCH_DB)"
+            )
         if isinstance(e, (sa_exc.OperationalError, sa_exc.InterfaceError)) and not self.is_sqlite:
             return StoreUnavailableError(f"cannot use the trace store {self.where}: {msg.strip()}")
         return StoreError(f"the trace store {self.where} failed: {msg.strip()}")
@@ -179,16 +196,24 @@ class Store:
         """Mark `failed` the runs still `running` whose writer process on this host is gone (killed or crashed)."""
         host = socket.gethostname()
         with self._read() as s:
-            rows = s.execute(select(Run.id, Run.writer_pid).where(Run.status == "running", Run.writer_host == host)).all()
+            rows = s.execute(
+                select(Run.id, Run.writer_pid).where(Run.status == "running", Run.writer_host == host)
+            ).all()
         dead = [(rid, pid) for rid, pid in rows if pid is not None and pid != os.getpid() and not _pid_alive(pid)]
         if not dead:
             return []
         with self._write() as s:
             for rid, pid in dead:
-                s.execute(update(Run).where(Run.id == rid, Run.status == "running").values(
-                    status="failed", finished=utcnow(),
-                    error=f"abandoned: writer process {pid} on {host} ended before the run finished (killed or crashed); "
-                          f"the steps it had written are kept"))
+                s.execute(
+                    update(Run)
+                    .where(Run.id == rid, Run.status == "running")
+                    .values(
+                        status="failed",
+                        finished=utcnow(),
+                        error=f"abandoned: writer process {pid} on {host} ended before the run finished (killed or crashed); "
+                        f"the steps it had written are kept",
+                    )
+                )
         return [rid for rid, _ in dead]
 
     def _insert_run(self, s: Session, row: dict, tags: Sequence[str]) -> int:
@@ -225,8 +250,14 @@ class Store:
 
     @_translating
     def _begin_run(self, header: RunTrace, tags: Sequence[str]) -> int:
-        row = {**run_row(header), "created": utcnow(), "status": "running", "metrics": None,
-               "writer_pid": os.getpid(), "writer_host": socket.gethostname()}
+        row = {
+            **run_row(header),
+            "created": utcnow(),
+            "status": "running",
+            "metrics": None,
+            "writer_pid": os.getpid(),
+            "writer_host": socket.gethostname(),
+        }
         with self._write() as s:
             return self._insert_run(s, row, tags)
 
@@ -248,9 +279,18 @@ class Store:
     # -------- reading
 
     @_translating
-    def list_runs(self, *, method: str | None = None, model: str | None = None, tag: str | None = None,
-                  status: str | None = None, since: datetime | None = None, until: datetime | None = None,
-                  limit: int | None = 100, any_tag: Sequence[str] | None = None) -> list[RunSummary]:
+    def list_runs(
+        self,
+        *,
+        method: str | None = None,
+        model: str | None = None,
+        tag: str | None = None,
+        status: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        limit: int | None = 100,
+        any_tag: Sequence[str] | None = None,
+    ) -> list[RunSummary]:
         """Newest first. `model` matches the target or the draft model; `any_tag` keeps the runs that carry
         at least one of these tags (the app's visibility: the session's owner tag or `shared`)."""
         q = select(Run.id, Run.created, Run.status, Run.method, Run.model, Run.draft_model, Run.metrics, Run.error)
@@ -272,15 +312,21 @@ class Store:
         with self._read() as s:
             rows = s.execute(q).all()
             tags = self._tags(s, [r.id for r in rows])
-        return [RunSummary(r.id, r.created, r.status, r.method, r.model, r.draft_model, tags.get(r.id, []), r.metrics, r.error)
-                for r in rows]
+        return [
+            RunSummary(
+                r.id, r.created, r.status, r.method, r.model, r.draft_model, tags.get(r.id, []), r.metrics, r.error
+            )
+            for r in rows
+        ]
 
     @_translating
     def run_tags(self, run_id: int) -> list[str]:
         """The tags of one run; RunNotFoundError when there is no such run."""
         with self._read() as s:
             if s.get(Run, int(run_id)) is None:
-                raise RunNotFoundError(f"no run {run_id} in {self.where} (python -m workbench store list shows the runs)")
+                raise RunNotFoundError(
+                    f"no run {run_id} in {self.where} (python -m workbench store list shows the runs)"
+                )
             return self._tags(s, [int(run_id)]).get(int(run_id), [])
 
     @_translating
@@ -295,7 +341,9 @@ class Store:
     def _tags(self, s: Session, run_ids: list[int]) -> dict[int, list[str]]:
         out: dict[int, list[str]] = {}
         if run_ids:
-            for rid, tag in s.execute(select(RunTag.run_id, RunTag.tag).where(RunTag.run_id.in_(run_ids)).order_by(RunTag.tag)):
+            for rid, tag in s.execute(
+                select(RunTag.run_id, RunTag.tag).where(RunTag.run_id.in_(run_ids)).order_by(RunTag.tag)
+            ):
                 out.setdefault(rid, []).append(tag)
         return out
 
@@ -305,16 +353,30 @@ class Store:
         with self._read() as s:
             run = s.get(Run, int(run_id))
             if run is None:
-                raise RunNotFoundError(f"no run {run_id} in {self.where} (python -m workbench store list shows the runs)")
+                raise RunNotFoundError(
+                    f"no run {run_id} in {self.where} (python -m workbench store list shows the runs)"
+                )
             by_step: dict[int, list[NodeTrace]] = {}
             if nodes:
-                for row in s.execute(select(Node.__table__).where(Node.run_id == run.id).order_by(Node.step, Node.node)):
+                for row in s.execute(
+                    select(Node.__table__).where(Node.run_id == run.id).order_by(Node.step, Node.node)
+                ):
                     by_step.setdefault(row.step, []).append(node_from_row(row))
-            steps = [step_from_row(r, by_step.get(r.step, []))
-                     for r in s.execute(select(Step.__table__).where(Step.run_id == run.id).order_by(Step.step))]
+            steps = [
+                step_from_row(r, by_step.get(r.step, []))
+                for r in s.execute(select(Step.__table__).where(Step.run_id == run.id).order_by(Step.step))
+            ]
             tags = self._tags(s, [run.id]).get(run.id, [])
-            return StoredRun(run.id, run.created, run.finished, tags, run.metrics, run.writer_pid, run.writer_host,
-                             run_from_row(run, steps))
+            return StoredRun(
+                run.id,
+                run.created,
+                run.finished,
+                tags,
+                run.metrics,
+                run.writer_pid,
+                run.writer_host,
+                run_from_row(run, steps),
+            )
 
     @_translating
     def load_step(self, run_id: int, step: int) -> StepTrace:
@@ -323,12 +385,20 @@ class Store:
             row = s.execute(select(Step.__table__).where(Step.run_id == run_id, Step.step == step)).first()
             if row is None:
                 raise RunNotFoundError(f"run {run_id} has no step {step} in {self.where}")
-            nodes = [node_from_row(r) for r in s.execute(
-                select(Node.__table__).where(Node.run_id == run_id, Node.step == step).order_by(Node.node))]
+            nodes = [
+                node_from_row(r)
+                for r in s.execute(
+                    select(Node.__table__).where(Node.run_id == run_id, Node.step == step).order_by(Node.node)
+                )
+            ]
             return step_from_row(row, nodes)
 
     def compare(self, a: int, b: int) -> dict[str, Any]:
-        return {"run_a": a, "run_b": b, **compare_traces(self.load_run(a, nodes=False).trace, self.load_run(b, nodes=False).trace)}
+        return {
+            "run_a": a,
+            "run_b": b,
+            **compare_traces(self.load_run(a, nodes=False).trace, self.load_run(b, nodes=False).trace),
+        }
 
     # -------- CSV (the format is csv_io's)
 
@@ -338,7 +408,9 @@ class Store:
         `out_dir` are replaced only with `force` (csv_io.write_csv)."""
         out = Path(out_dir)
         if out.exists() and not out.is_dir():
-            raise InvalidInputError(f"{out} is a file; --out names the folder the CSV files go into: pass a new or existing folder")
+            raise InvalidInputError(
+                f"{out} is a file; --out names the folder the CSV files go into: pass a new or existing folder"
+            )
         try:
             out.mkdir(parents=True, exist_ok=True)
         except OSError as e:
@@ -361,13 +433,19 @@ class Store:
         runs, steps, nodes = read_csv_dir(Path(in_dir))
         with self._write() as s:
             ids = [r["id"] for r in runs]
-            taken = [] if renumber else sorted(  # in bounded IN lists: SQLite takes at most 32,766 variables
-                rid for chunk in chunks(ids, 10_000) for rid in s.scalars(select(Run.id).where(Run.id.in_(chunk))))
+            taken = (
+                []
+                if renumber
+                else sorted(  # in bounded IN lists: SQLite takes at most 32,766 variables
+                    rid for chunk in chunks(ids, 10_000) for rid in s.scalars(select(Run.id).where(Run.id.in_(chunk)))
+                )
+            )
             if taken:
                 more = f" and {len(taken) - 20} more" if len(taken) > 20 else ""
                 raise InvalidInputError(
                     f"runs {', '.join(map(str, taken[:20]))}{more} are already in {self.where}; nothing was imported "
-                    f"(pass --renumber to give the imported runs new ids)")
+                    f"(pass --renumber to give the imported runs new ids)"
+                )
             new_id: dict[int, int] = {}
             for chunk in chunks(runs, 2_000):  # one executemany per chunk, not one statement per run
                 rows = [{k: v for k, v in r.items() if k != "tags" and not (renumber and k == "id")} for r in chunk]

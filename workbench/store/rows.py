@@ -3,6 +3,7 @@
 Fields without a column go to the table's `attributes` JSON on the way in and come back from it on
 the way out, so a trace field added before the schema grows a column survives a round trip.
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
@@ -89,4 +90,4 @@ def run_from_row(run: Run, steps: list[StepTrace]) -> RunTrace:
 def chunks(items: Sequence, size: int) -> Iterator[Sequence]:
     """Consecutive slices of at most `size` items (bounded IN lists and executemany batches)."""
     for i in range(0, len(items), size):
-        yield items[i:i + size]
+        yield items[i : i + size]

@@ -5,6 +5,7 @@ Modelled on Phoenix's spans table: `runs` (one per generation), `steps` keyed by
 no column yet land in each table's `attributes` JSON, so nothing is lost when core/trace.py grows a
 field before the schema does.
 """
+
 from __future__ import annotations
 
 from datetime import datetime
@@ -15,12 +16,14 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 class Base(DeclarativeBase):
     # Named constraints, so Alembic's batch mode can find them again on SQLite.
-    metadata = MetaData(naming_convention={
-        "ix": "ix_%(table_name)s_%(column_0_N_name)s",
-        "uq": "uq_%(table_name)s_%(column_0_N_name)s",
-        "fk": "fk_%(table_name)s_%(column_0_N_name)s_%(referred_table_name)s",
-        "pk": "pk_%(table_name)s",
-    })
+    metadata = MetaData(
+        naming_convention={
+            "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+            "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+            "fk": "fk_%(table_name)s_%(column_0_N_name)s_%(referred_table_name)s",
+            "pk": "pk_%(table_name)s",
+        }
+    )
 
 
 class Run(Base):

@@ -1,4 +1,5 @@
 """The schema revision of a database and the Alembic upgrade to this code's head (workbench/migrations/)."""
+
 from __future__ import annotations
 
 from functools import lru_cache
@@ -35,7 +36,7 @@ def current_revision(conn: Connection) -> str | None:
 
 
 def schema_state(conn: Connection, where: str) -> str:
-    """"current", "empty" (no tables yet) or "old" (an earlier revision, to upgrade); anything else
+    """ "current", "empty" (no tables yet) or "old" (an earlier revision, to upgrade); anything else
     (foreign tables, a newer revision) is a SchemaVersionError naming `where`."""
     from alembic.util import CommandError
 
@@ -48,14 +49,16 @@ def schema_state(conn: Connection, where: str) -> str:
         if tables:
             raise SchemaVersionError(
                 f"{where} holds tables ({', '.join(sorted(tables)[:5])}) but no spec-workbench schema version: "
-                f"it is not a trace store; pass another --db (or WORKBENCH_DB)")
+                f"it is not a trace store; pass another --db (or WORKBENCH_DB)"
+            )
         return "empty"
     try:
         scripts.get_revision(current)
     except CommandError:
         raise SchemaVersionError(
             f"{where} was written by a newer spec-workbench (schema revision {current}, this one knows up "
-            f"to {scripts.get_current_head()}); upgrade spec-workbench or pass another --db") from None
+            f"to {scripts.get_current_head()}); upgrade spec-workbench or pass another --db"
+        ) from None
     return "old"
 
 

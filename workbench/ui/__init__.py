@@ -15,6 +15,7 @@ catch the project's errors and show them in a status line, so bad input never st
     export_tab.py     CSV zip of stored runs
     shared.py         run cache, run lists, labels and the metrics line
 """
+
 from workbench.ui.builder import CSS, build_app, launch
 
 __all__ = ["CSS", "build_app", "launch"]

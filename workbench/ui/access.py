@@ -8,6 +8,7 @@ line stored, is invisible to it, exactly as if it did not exist. Single-user mod
 `build_app(single_user=True)`) is the local workbench: every run in the store is visible to everyone who
 can reach the app, so use it only on 127.0.0.1 or a trusted network.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -53,8 +54,10 @@ NOBODY = Viewer(OWNER_PREFIX + "-")  # what a page shows before a session asks: 
 
 def not_visible(run_id) -> RunNotFoundError:
     """The same answer as for a run that does not exist: another session's run is not revealed."""
-    return RunNotFoundError(f"no run {run_id} among this session's runs and the shared ones (runs made in the app "
-                            f"belong to the browser session that made them until their owner shares them)")
+    return RunNotFoundError(
+        f"no run {run_id} among this session's runs and the shared ones (runs made in the app "
+        f"belong to the browser session that made them until their owner shares them)"
+    )
 
 
 def owner_tag(session: str) -> str:

@@ -1,5 +1,6 @@
 """The Analytics tab: step lengths, acceptance by depth and by source, MAL and tokens/s, and a
 parameter sweep, over chosen stored runs (by default the last comparison)."""
+
 from __future__ import annotations
 
 import gradio as gr
@@ -10,7 +11,7 @@ from core.trace import RunTrace
 from workbench.store import Store
 from workbench.ui.access import NOBODY
 from workbench.ui.figures import analytics as af
-from workbench.ui.shared import TUNABLE, RunCache, parse_run_ids, public_message, run_choices, method_colors
+from workbench.ui.shared import TUNABLE, RunCache, method_colors, parse_run_ids, public_message, run_choices
 
 AUTO_SWEEP = "auto"
 
@@ -50,16 +51,26 @@ def figures_of(pairs, param_choice) -> tuple[go.Figure, ...]:
     colors = method_colors([label for label, _ in pairs])
     param = sweep_param(param_choice, [t for _, t in pairs])
     sweep = af.sweep_figure(pairs, param)
-    return (af.restyled(af.shares(af.accept_hist_figure(pairs)), colors), af.restyled(af.accept_by_depth_figure(pairs), colors),
-            af.restyled(af.accept_by_source_figure(pairs), colors), af.restyled(af.runs_bar_figure(pairs), colors),
-            af.restyled(sweep, method_colors([t.method for _, t in pairs])))
+    return (
+        af.restyled(af.shares(af.accept_hist_figure(pairs)), colors),
+        af.restyled(af.accept_by_depth_figure(pairs), colors),
+        af.restyled(af.accept_by_source_figure(pairs), colors),
+        af.restyled(af.runs_bar_figure(pairs), colors),
+        af.restyled(sweep, method_colors([t.method for _, t in pairs])),
+    )
 
 
 def analytics_tab(store: Store, cache: RunCache, compare_ids: gr.State, who) -> gr.Dropdown:
     """Build the tab; returns the run picker (refreshed when the tab opens)."""
     with gr.Row():
-        chosen = gr.Dropdown(run_choices(store, NOBODY), multiselect=True, allow_custom_value=True,
-                             label="Runs (empty: the last comparison)", scale=4, elem_id="analytics-runs")
+        chosen = gr.Dropdown(
+            run_choices(store, NOBODY),
+            multiselect=True,
+            allow_custom_value=True,
+            label="Runs (empty: the last comparison)",
+            scale=4,
+            elem_id="analytics-runs",
+        )
         refresh = gr.Button("Refresh list", scale=1)
         draw = gr.Button("Draw", variant="primary", scale=1, elem_id="analytics-draw")
     # The figures carry their own titles: Gradio's label chip would sit on top of them.
@@ -70,8 +81,13 @@ def analytics_tab(store: Store, cache: RunCache, compare_ids: gr.State, who) -> 
         by_source = gr.Plot(show_label=False, elem_id="analytics-source")
         bars = gr.Plot(show_label=False, elem_id="analytics-bars")
     with gr.Row():
-        param = gr.Dropdown([AUTO_SWEEP, *TUNABLE], value=AUTO_SWEEP, elem_id="analytics-sweep-param", scale=1,
-                            label="Sweep parameter (auto: the one the runs vary, else the first their methods take)")
+        param = gr.Dropdown(
+            [AUTO_SWEEP, *TUNABLE],
+            value=AUTO_SWEEP,
+            elem_id="analytics-sweep-param",
+            scale=1,
+            label="Sweep parameter (auto: the one the runs vary, else the first their methods take)",
+        )
         sweep = gr.Plot(show_label=False, elem_id="analytics-sweep", scale=4)
 
     def figures(request: gr.Request, choice, last_comparison, param_choice):

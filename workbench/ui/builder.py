@@ -1,4 +1,5 @@
 """The app: the tabs in one gr.Blocks, over one store, one model pool and one run cache."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -7,13 +8,13 @@ import gradio as gr
 
 from workbench import service
 from workbench.store import Store
+from workbench.ui.access import Viewer, viewer_of
 from workbench.ui.analytics_tab import analytics_tab
 from workbench.ui.compare_tab import compare_tab
 from workbench.ui.diff_tab import diff_tab
 from workbench.ui.export_tab import export_tab
 from workbench.ui.memory_tab import csd_choices, memory_tab
 from workbench.ui.replay_tab import replay_tab
-from workbench.ui.access import Viewer, viewer_of
 from workbench.ui.shared import RunCache, run_choices, runs_frame
 
 CSS = """
@@ -24,8 +25,13 @@ input:disabled, textarea:disabled { opacity: 0.45; cursor: not-allowed; }  /* a 
 """
 
 
-def build_app(db: str | None = None, pool: service.ModelPool | None = None, queue_size: int = 32,
-              single_user: bool = False, allow_local_models: bool = False) -> gr.Blocks:
+def build_app(
+    db: str | None = None,
+    pool: service.ModelPool | None = None,
+    queue_size: int = 32,
+    single_user: bool = False,
+    allow_local_models: bool = False,
+) -> gr.Blocks:
     """The workbench on the store at `db` (see workbench.store.resolve_url); `demo.store` is that store.
 
     Runs made in the app belong to the browser session that made them and are seen by others only once
@@ -42,9 +48,15 @@ def build_app(db: str | None = None, pool: service.ModelPool | None = None, queu
 
     where = store.where if single_user else "this server's trace store"
     with gr.Blocks(title="Speculative decoding workbench") as demo:
-        gr.Markdown("## Speculative decoding workbench\nGreedy, AASD, CSD and friends side by side; every step kept, "
-                    "replayable and re-scorable. Runs are stored in " + (f"`{where}`." if single_user else
-                    f"{where}; yours are visible only to this browser session until you share them (Replay & tune)."))
+        gr.Markdown(
+            "## Speculative decoding workbench\nGreedy, AASD, CSD and friends side by side; every step kept, "
+            "replayable and re-scorable. Runs are stored in "
+            + (
+                f"`{where}`."
+                if single_user
+                else f"{where}; yours are visible only to this browser session until you share them (Replay & tune)."
+            )
+        )
         compare_ids = gr.State([])  # the run ids of this session's last comparison: the only session state
         with gr.Tabs():
             with gr.Tab("Compare"):
@@ -67,8 +79,9 @@ def build_app(db: str | None = None, pool: service.ModelPool | None = None, queu
                     frontier_family = gr.Textbox(WORST, label="family on the x axis (or 'worst family')", scale=2)
                     frontier_draw = gr.Button("Draw", scale=1)
                 frontier_plot, frontier_table = gr.Plot(), gr.Markdown()
-                frontier_draw.click(frontier_view, [frontier_path, frontier_family], [frontier_plot, frontier_table],
-                                    api_name=False)
+                frontier_draw.click(
+                    frontier_view, [frontier_path, frontier_family], [frontier_plot, frontier_table], api_name=False
+                )
 
         # Lists of stored runs are read when their tab opens, so they include the runs made since.
         def listed(f, rid, request: gr.Request):
@@ -81,8 +94,9 @@ def build_app(db: str | None = None, pool: service.ModelPool | None = None, queu
             return gr.Dropdown(choices=run_choices(store, who(request)))
 
         # Opening the tab lists the runs, fills in the newest and draws it (unless it is the run shown already).
-        event = replay.select(listed, [replay_parts.filt, replay_parts.run_id], [replay_parts.runs, replay_parts.run_id],
-                              api_name=False)
+        event = replay.select(
+            listed, [replay_parts.filt, replay_parts.run_id], [replay_parts.runs, replay_parts.run_id], api_name=False
+        )
         for step in replay_parts.open_new:
             event = event.then(**step, api_name=False)
 

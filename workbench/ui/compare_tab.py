@@ -4,6 +4,7 @@ optionally repeated N times (interleaved), with the mean tokens/s and speed-up a
 The components are one CompareForm; the handlers are the methods of CompareHandlers (named parameters, the
 API's too); a comparison is a Comparison, which checks its inputs (`prepare`), runs the passes and yields one
 ColumnsView per update. Pure helpers (task fields, repeats, speeds, the status lines) are plain functions."""
+
 from __future__ import annotations
 
 import threading
@@ -14,50 +15,76 @@ from typing import Any
 import gradio as gr
 import pandas as pd
 
-from core.methods.build import sizes_trees
-from core.step import check_prompt
-from core.timing import cost_model
 from core.errors import InvalidInputError, WorkbenchError
-from workbench.methods import get_method, parse_method_spec, resolve_params
+from core.methods.build import sizes_trees
 from core.params import PARAMS
 from core.stats import first_divergence, run_metrics
+from core.step import check_prompt
+from core.timing import cost_model
 from workbench import service
 from workbench.evaluation.bench import spread
 from workbench.evaluation.fidelity import flip_report
 from workbench.evaluation.scores import KIND_METRIC, score_task
 from workbench.evaluation.tasks import Task, fill_template
+from workbench.methods import get_method, parse_method_spec, resolve_params
 from workbench.store import Store
 from workbench.ui import tokens
 from workbench.ui.components import lenient
 from workbench.ui.figures.common import empty_figure
 from workbench.ui.figures.compare import plus_minus, speed_figure
-from workbench.ui.shared import (TUNABLE, check_model_source, error_md, gpu, method_colors, metrics_md, param_label,
-                                 public_message)
+from workbench.ui.shared import (
+    TUNABLE,
+    check_model_source,
+    error_md,
+    gpu,
+    method_colors,
+    metrics_md,
+    param_label,
+    public_message,
+)
 
 SLOTS = service.MAX_METHODS  # columns
 FREE_TEXT = "(free text)"
 FITTED_VARIANTS = ("aasd[auto]", "casd[auto]")  # verify with the thresholds fitted to the model (core.thresholds)
 FLIP_CLASS = "tok-flip"  # a lossless method's first token that is not greedy's
-UPLOAD_HINT = ("JSON Lines, one task a line: `{\"id\": \"q1\", \"task\": \"qa\", \"input\": \"the question\", "
-               "\"context\": \"the document (optional)\", \"answers\": [\"a reference\"]}`; optional `template` "
-               "(with `{context}` / `{input}`) and `max_new_tokens`. Spec-Bench's question.jsonl and LongBench rows load as they are.")
-MORE_PARAMS = ("key_len", "ngram", "align_m", "align_graft", "max_nodes", "gamma", "top_k", "temperature", "top_p", "seed")
+UPLOAD_HINT = (
+    'JSON Lines, one task a line: `{"id": "q1", "task": "qa", "input": "the question", '
+    '"context": "the document (optional)", "answers": ["a reference"]}`; optional `template` '
+    "(with `{context}` / `{input}`) and `max_new_tokens`. Spec-Bench's question.jsonl and LongBench rows load as they are."
+)
+MORE_PARAMS = (
+    "key_len",
+    "ngram",
+    "align_m",
+    "align_graft",
+    "max_nodes",
+    "gamma",
+    "top_k",
+    "temperature",
+    "top_p",
+    "seed",
+)
 PARAM_FIELDS = TUNABLE + MORE_PARAMS  # the parameter fields, in the order of the API's parameters
 MAX_REPEATS = 10  # a comparison repeated more often belongs to `bench --repeats`
 SPEED_COLUMNS = ["method", "runs", "tok/s", "speed-up", "MAL"]  # tok/s, speed-up: mean ± 95 % interval
-MAX_NEW_LABEL = "max_new_tokens: the most tokens each method writes (1–1024); a task fills in its cap until you set yours"
+MAX_NEW_LABEL = (
+    "max_new_tokens: the most tokens each method writes (1–1024); a task fills in its cap until you set yours"
+)
 METRIC_NAMES = {"qa_f1": "F1", "rouge_l": "ROUGE-L", "code_sim": "code similarity", "gsm8k": "answer accuracy"}
 COMPRESSORS = ["selfinfo", "selfinfo[layers=8]", "selfinfo[unit=sentence]", "llmlingua", "llmlingua2"]
 
 
 # ---------------------------------------------------------------- tasks and inputs
 
+
 def task_fields(t: Task) -> tuple[str, str, int, bool]:
     """(context, prompt, max_new_tokens, chat) a task fills in; a template shows with its context left out
     (the context box holds it), substituted by name like every template. The token cap is the task's, but at
     least the default (128): a task's cap is sized for benchmarks, and the tab shows whole answers (the first
     sample's 48 cut its answer 5 tokens short)."""
-    text_in = fill_template(t.template, context="", input=t.input, where=f"task {t.id}").strip() if t.template else t.input
+    text_in = (
+        fill_template(t.template, context="", input=t.input, where=f"task {t.id}").strip() if t.template else t.input
+    )
     return t.context or "", text_in, max(t.max_new_tokens or 0, PARAMS["max_new_tokens"].default), t.chat
 
 
@@ -89,8 +116,10 @@ def check_repeats(value) -> int:
     except (TypeError, ValueError, OverflowError):
         raise InvalidInputError(f"repeats must be a whole number from 1 to {MAX_REPEATS}, got {value!r}") from None
     if not 1 <= n <= MAX_REPEATS or n != float(value if value not in (None, "") else 1):
-        raise InvalidInputError(f"repeats must be a whole number from 1 to {MAX_REPEATS}, got {value!r} "
-                                f"(for more, use `python -m workbench bench --repeats N`)")
+        raise InvalidInputError(
+            f"repeats must be a whole number from 1 to {MAX_REPEATS}, got {value!r} "
+            f"(for more, use `python -m workbench bench --repeats N`)"
+        )
     return n
 
 
@@ -109,8 +138,10 @@ def check_max_new_tokens(value) -> int:
 def prompt_note(n_tokens: int, estimate: tuple[float, str] | None, methods: int, max_context: int) -> str:
     """The line under the prompt: its length in tokens and how long reading it will take, before Run."""
     if n_tokens >= max_context:
-        return (f"**⚠ the prompt is {n_tokens:,} tokens; the model reads at most {max_context:,}**: shorten the context "
-                "(or compress it, under Parameters)")
+        return (
+            f"**⚠ the prompt is {n_tokens:,} tokens; the model reads at most {max_context:,}**: shorten the context "
+            "(or compress it, under Parameters)"
+        )
     text = f"prompt: **{n_tokens:,} tokens**"
     if estimate is None:
         return text + " · the time to read it is estimated after the first run on this server"
@@ -125,8 +156,9 @@ def _duration(seconds: float) -> str:
     return f"{seconds:.1f} s" if seconds < 10 else f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.1f} min"
 
 
-def running_status(name: str, position: int, count: int, rep: int, repeats: int, prog: service.Progress,
-                   max_new_tokens: int) -> str:
+def running_status(
+    name: str, position: int, count: int, rep: int, repeats: int, prog: service.Progress, max_new_tokens: int
+) -> str:
     """The status line while a method runs: which one, and how far it is (reading the prompt, or tokens written)."""
     where = f"method {position} of {count}" + (f", pass {rep} of {repeats}" if repeats > 1 else "")
     if not prog.steps and prog.prefill is not None:
@@ -146,15 +178,21 @@ def running_metrics(prog: service.Progress, max_new_tokens: int) -> str:
 
 def closing_status(run_ids, where: str, stopped: bool, compression) -> str:
     stored = ", ".join(f"#{r}" for r in run_ids) or "none"
-    head = (f"**stopped**: the run in progress is stored as cancelled; runs {stored} stored ({where})" if stopped
-            else f"done: runs {stored} stored ({where})")
+    head = (
+        f"**stopped**: the run in progress is stored as cancelled; runs {stored} stored ({where})"
+        if stopped
+        else f"done: runs {stored} stored ({where})"
+    )
     if compression is None:
         return head
-    return head + (f"; context compressed by {compression.compressor} to {compression.reached:.2f} "
-                   f"({compression.tokens_kept}/{compression.tokens_in} tokens) in {compression.seconds:.1f} s")
+    return head + (
+        f"; context compressed by {compression.compressor} to {compression.reached:.2f} "
+        f"({compression.tokens_kept}/{compression.tokens_in} tokens) in {compression.seconds:.1f} s"
+    )
 
 
 # ---------------------------------------------------------------- speeds over repeats
+
 
 def speed_summary(names: list[str], tps: list[list[float]], speedups: list[list[float]], mals: list[list[float]]):
     """Per method, the spread (workbench.evaluation.bench.spread, as `bench --repeats` computes it) of
@@ -192,12 +230,21 @@ class Speeds:
 
 
 def speed_frame(summary) -> pd.DataFrame:
-    rows = [{"method": n, "runs": t["n"], SPEED_COLUMNS[2]: plus_minus(t, "{:.1f}"), SPEED_COLUMNS[3]: plus_minus(s, "{:.2f}×"),
-             "MAL": None if mal is None else round(mal, 2)} for n, t, s, mal in summary]
+    rows = [
+        {
+            "method": n,
+            "runs": t["n"],
+            SPEED_COLUMNS[2]: plus_minus(t, "{:.1f}"),
+            SPEED_COLUMNS[3]: plus_minus(s, "{:.2f}×"),
+            "MAL": None if mal is None else round(mal, 2),
+        }
+        for n, t, s, mal in summary
+    ]
     return pd.DataFrame(rows, columns=SPEED_COLUMNS)
 
 
 # ---------------------------------------------------------------- lossless flips
+
 
 def _lossless(name: str) -> bool:
     try:
@@ -230,9 +277,11 @@ def flip_texts(pool, model_name, models, ids, greedy_ids, run, div) -> str:
 
 # ---------------------------------------------------------------- the components
 
+
 @dataclass
 class CompareForm:
     """The tab's components. `inputs` is the order of the compare handler's (and the API's) parameters."""
+
     model: gr.Dropdown
     draft: gr.Dropdown
     methods: gr.Dropdown
@@ -263,20 +312,34 @@ class CompareForm:
 
     @property
     def inputs(self) -> list:
-        return ([self.model, self.draft, self.methods, self.prompt, self.context, self.chat, self.max_new]
-                + [self.controls[n] for n in PARAM_FIELDS]
-                + [self.task, self.uploaded, self.compress_rate, self.compressor, self.repeats, self.upload_error])
+        return (
+            [self.model, self.draft, self.methods, self.prompt, self.context, self.chat, self.max_new]
+            + [self.controls[n] for n in PARAM_FIELDS]
+            + [self.task, self.uploaded, self.compress_rate, self.compressor, self.repeats, self.upload_error]
+        )
 
     def outputs(self, compare_ids: gr.State) -> list:
-        return ([self.status, compare_ids] + self.heads + self.stats + self.bodies
-                + [self.speed_plot, self.speed_table, self.speed_note])
+        return (
+            [self.status, compare_ids]
+            + self.heads
+            + self.stats
+            + self.bodies
+            + [self.speed_plot, self.speed_table, self.speed_note]
+        )
 
 
 def _number(name: str, active: bool) -> gr.Number:
     # No min/max on the field: core.params checks ranges and says what the parameter means.
     spec = PARAMS[name]
-    return lenient(gr.Number(spec.default, label=param_label(name), precision=0 if spec.kind is int else None,
-                             elem_id=f"param-{name}", interactive=active))
+    return lenient(
+        gr.Number(
+            spec.default,
+            label=param_label(name),
+            precision=0 if spec.kind is int else None,
+            elem_id=f"param-{name}",
+            interactive=active,
+        )
+    )
 
 
 def build_form(tasks: Mapping[str, Task], allow_local: bool = True) -> CompareForm:
@@ -284,47 +347,103 @@ def build_form(tasks: Mapping[str, Task], allow_local: bool = True) -> CompareFo
     where = "preset, hub id or local folder" if allow_local else "preset or Hugging Face hub id"
     taken = params_taken(service.DEFAULT_METHODS)
     with gr.Row():
-        model = gr.Dropdown(service.model_choices(), value=service.default_model(), allow_custom_value=True,
-                            label=f"Model ({where})", scale=3, elem_id="compare-model")
-        draft = gr.Dropdown([""] + [p for p in service.PRESETS if service.is_fetched(p)], value="", allow_custom_value=True,
-                            label="Draft model (for sd / csd with a draft; optional)", scale=2)
-        methods = gr.Dropdown(service.UI_METHODS + list(FITTED_VARIANTS), value=list(service.DEFAULT_METHODS), multiselect=True,
-                              max_choices=SLOTS, allow_custom_value=True,
-                              label=f"Methods (up to {SLOTS}; greedy: the speed-up reference; variants: aasd[align_graft=1], "
-                                    "aasd[auto] = fitted thresholds)", scale=3,
-                              elem_id="compare-methods")
+        model = gr.Dropdown(
+            service.model_choices(),
+            value=service.default_model(),
+            allow_custom_value=True,
+            label=f"Model ({where})",
+            scale=3,
+            elem_id="compare-model",
+        )
+        draft = gr.Dropdown(
+            [""] + [p for p in service.PRESETS if service.is_fetched(p)],
+            value="",
+            allow_custom_value=True,
+            label="Draft model (for sd / csd with a draft; optional)",
+            scale=2,
+        )
+        methods = gr.Dropdown(
+            service.UI_METHODS + list(FITTED_VARIANTS),
+            value=list(service.DEFAULT_METHODS),
+            multiselect=True,
+            max_choices=SLOTS,
+            allow_custom_value=True,
+            label=f"Methods (up to {SLOTS}; greedy: the speed-up reference; variants: aasd[align_graft=1], "
+            "aasd[auto] = fitted thresholds)",
+            scale=3,
+            elem_id="compare-methods",
+        )
     with gr.Row():
-        task = gr.Dropdown([FREE_TEXT] + list(tasks), value=first.id, label="Task (bundled samples)", scale=2,
-                           elem_id="compare-task")
+        task = gr.Dropdown(
+            [FREE_TEXT] + list(tasks), value=first.id, label="Task (bundled samples)", scale=2, elem_id="compare-task"
+        )
         with gr.Column(scale=2):  # collapsed beside the task: the page keeps its height until a file is wanted
             with gr.Accordion("…or upload a task file (JSON Lines, one task a line)", open=False, elem_id="upload-box"):
-                task_file = gr.File(label="task file (.jsonl or .json)", file_types=[".jsonl", ".json"], elem_id="task-file")
+                task_file = gr.File(
+                    label="task file (.jsonl or .json)", file_types=[".jsonl", ".json"], elem_id="task-file"
+                )
                 gr.Markdown(UPLOAD_HINT, elem_id="upload-hint")
         chat = gr.Checkbox(first.chat, label="apply the chat template", scale=1)
-        repeats = lenient(gr.Number(1, precision=0, minimum=1, maximum=MAX_REPEATS, scale=1, elem_id="compare-repeats",
-                                    label=f"Repeats (1–{MAX_REPEATS}; interleaved; error bars)"))
+        repeats = lenient(
+            gr.Number(
+                1,
+                precision=0,
+                minimum=1,
+                maximum=MAX_REPEATS,
+                scale=1,
+                elem_id="compare-repeats",
+                label=f"Repeats (1–{MAX_REPEATS}; interleaved; error bars)",
+            )
+        )
     with gr.Row():
-        context = gr.Textbox(first.context or "", label="Context (the draft pool; optional)", lines=4, max_lines=12, scale=3,
-                             elem_id="compare-context")
-        prompt = gr.Textbox(task_fields(first)[1], label="Prompt", lines=4, max_lines=12, scale=2, elem_id="compare-prompt")
-    with gr.Accordion("Parameters (every method reads the ones it takes; the fields the chosen methods ignore are greyed out)",
-                      open=False):
+        context = gr.Textbox(
+            first.context or "",
+            label="Context (the draft pool; optional)",
+            lines=4,
+            max_lines=12,
+            scale=3,
+            elem_id="compare-context",
+        )
+        prompt = gr.Textbox(
+            task_fields(first)[1], label="Prompt", lines=4, max_lines=12, scale=2, elem_id="compare-prompt"
+        )
+    with gr.Accordion(
+        "Parameters (every method reads the ones it takes; the fields the chosen methods ignore are greyed out)",
+        open=False,
+    ):
         with gr.Row():
-            max_new = lenient(gr.Slider(1, 1024, value=task_fields(first)[2], step=1, elem_id="compare-max-new",
-                                        label=MAX_NEW_LABEL, scale=2))
+            max_new = lenient(
+                gr.Slider(
+                    1,
+                    1024,
+                    value=task_fields(first)[2],
+                    step=1,
+                    elem_id="compare-max-new",
+                    label=MAX_NEW_LABEL,
+                    scale=2,
+                )
+            )
             controls = {name: _number(name, name in taken) for name in TUNABLE}
         with gr.Row():
             controls.update({name: _number(name, name in taken) for name in MORE_PARAMS})
         with gr.Row():
-            compress_rate = lenient(gr.Number(1.0, label="compress: the fraction of the context's tokens the model reads "
-                                                         "(0 < rate ≤ 1; 1 = off). casd / aasd still draft from the full "
-                                                         "context (method[pool=compressed]: not)"))
-            compressor = gr.Dropdown(COMPRESSORS, value="selfinfo",
-                                     label="compressor (selfinfo: built in, offline; [layers=8]: scored by the first 8 "
-                                           "layers, cheaper; [unit=sentence]: keeps whole sentences; llmlingua: the "
-                                           "llmlingua package, needs network once; llmlingua2: LLMLingua-2's token classifier, "
-                                           "needs network once (tiktoken's BPE file, the classifier from the hub) or a local "
-                                           "classifier folder in WORKBENCH_LLMLINGUA2_MODEL)")
+            compress_rate = lenient(
+                gr.Number(
+                    1.0,
+                    label="compress: the fraction of the context's tokens the model reads "
+                    "(0 < rate ≤ 1; 1 = off). casd / aasd still draft from the full "
+                    "context (method[pool=compressed]: not)",
+                )
+            )
+            compressor = gr.Dropdown(
+                COMPRESSORS,
+                value="selfinfo",
+                label="compressor (selfinfo: built in, offline; [layers=8]: scored by the first 8 "
+                "layers, cheaper; [unit=sentence]: keeps whole sentences; llmlingua: the "
+                "llmlingua package, needs network once; llmlingua2: LLMLingua-2's token classifier, "
+                "needs network once (tiktoken's BPE file, the classifier from the hub) or a local "
+                "classifier folder in WORKBENCH_LLMLINGUA2_MODEL)",
+            )
     with gr.Row():
         run = gr.Button("Run", variant="primary")
         stop = gr.Button("Stop", variant="stop")
@@ -340,19 +459,52 @@ def build_form(tasks: Mapping[str, Task], allow_local: bool = True) -> CompareFo
                 bodies.append(gr.HTML("", elem_id=f"col-text-{i}", elem_classes=["tokens"]))
     with gr.Row(equal_height=False):
         speed_plot = gr.Plot(show_label=False, elem_id="compare-speed", scale=1)
-        speed_table = gr.Dataframe(speed_frame([]), headers=SPEED_COLUMNS, interactive=False, elem_id="compare-speed-table",
-                                   label="Speed per method: tok/s and speed-up as mean ± 95 % interval over the repeats", scale=1)
+        speed_table = gr.Dataframe(
+            speed_frame([]),
+            headers=SPEED_COLUMNS,
+            interactive=False,
+            elem_id="compare-speed-table",
+            label="Speed per method: tok/s and speed-up as mean ± 95 % interval over the repeats",
+            scale=1,
+        )
     speed_note = gr.Markdown("", elem_id="compare-speed-note")
-    return CompareForm(model, draft, methods, task, task_file, chat, repeats, context, prompt, prompt_info, max_new, controls,
-                       compress_rate, compressor, run, stop, status, heads, stats, bodies, speed_plot, speed_table,
-                       speed_note, gr.State({}), gr.State(""), gr.State(task_fields(first)[2]))
+    return CompareForm(
+        model,
+        draft,
+        methods,
+        task,
+        task_file,
+        chat,
+        repeats,
+        context,
+        prompt,
+        prompt_info,
+        max_new,
+        controls,
+        compress_rate,
+        compressor,
+        run,
+        stop,
+        status,
+        heads,
+        stats,
+        bodies,
+        speed_plot,
+        speed_table,
+        speed_note,
+        gr.State({}),
+        gr.State(""),
+        gr.State(task_fields(first)[2]),
+    )
 
 
 # ---------------------------------------------------------------- one comparison
 
+
 @dataclass
 class ColumnsView:
     """What one update of the tab shows; `values()` in CompareForm.outputs' order."""
+
     status: str
     run_ids: list[int] = field(default_factory=list)
     heads: list = field(default_factory=lambda: [gr.update()] * SLOTS)
@@ -392,6 +544,7 @@ def _number_or_none(value, what: str):
 @dataclass
 class CompareRequest:
     """A comparison's inputs as the form (or the API) gives them; `checked` refuses values of the wrong kind."""
+
     model: str
     draft: str | None
     methods: Sequence[str]
@@ -414,22 +567,32 @@ class CompareRequest:
         if methods is None or isinstance(methods, str):
             methods = [methods] if methods else []
         if not isinstance(methods, (list, tuple)) or not all(isinstance(m, str) for m in methods):
-            raise InvalidInputError("methods must be a list of method names, e.g. [\"greedy\", \"aasd\"]")
+            raise InvalidInputError('methods must be a list of method names, e.g. ["greedy", "aasd"]')
         if self.chat is not None and not isinstance(self.chat, bool):
             raise InvalidInputError(f"use_chat must be true or false, got {str(self.chat)[:40]!r}")
         params = {n: _number_or_none(v, n) for n, v in self.params.items()}
         return CompareRequest(
-            _text(self.model, "the model").strip(), _text(self.draft, "the draft model").strip() or None, list(methods),
-            _text(self.prompt, "the prompt"), _text(self.context, "the context"), self.chat is not False,
-            self.max_new_tokens, params, self.task_choice if isinstance(self.task_choice, str) else None,
+            _text(self.model, "the model").strip(),
+            _text(self.draft, "the draft model").strip() or None,
+            list(methods),
+            _text(self.prompt, "the prompt"),
+            _text(self.context, "the context"),
+            self.chat is not False,
+            self.max_new_tokens,
+            params,
+            self.task_choice if isinstance(self.task_choice, str) else None,
             self.uploaded if isinstance(self.uploaded, dict) else None,
-            _number_or_none(self.compress_rate, "compress_rate"), _text(self.compressor, "the compressor") or None,
-            self.repeats, self.upload_error if isinstance(self.upload_error, str) else "")
+            _number_or_none(self.compress_rate, "compress_rate"),
+            _text(self.compressor, "the compressor") or None,
+            self.repeats,
+            self.upload_error if isinstance(self.upload_error, str) else "",
+        )
 
 
 @dataclass
 class Reference:
     """A pass's greedy run: the tokens a lossless method should emit and the speed every speed-up is against."""
+
     ids: list[int] | None = None
     tps: float | None = None
 
@@ -437,6 +600,7 @@ class Reference:
 @dataclass(frozen=True)
 class Place:
     """Where a method's run stands: method `position` of `of`, in pass `rep`."""
+
     position: int
     of: int
     rep: int
@@ -446,8 +610,17 @@ class Comparison:
     """One comparison: `prepare` checks everything and loads the model (raising WorkbenchError with the reason),
     then iterating yields a ColumnsView per update while the methods run, pass after pass."""
 
-    def __init__(self, req: CompareRequest, store: Store, pool: service.ModelPool, tasks: Mapping[str, Task],
-                 stop: threading.Event, run_stop, owner_tags: Sequence[str], where: str):
+    def __init__(
+        self,
+        req: CompareRequest,
+        store: Store,
+        pool: service.ModelPool,
+        tasks: Mapping[str, Task],
+        stop: threading.Event,
+        run_stop,
+        owner_tags: Sequence[str],
+        where: str,
+    ):
         self.req, self.store, self.pool, self.tasks = req, store, pool, tasks
         self.stop, self.run_stop, self.owner_tags, self.where = stop, run_stop, tuple(owner_tags), where
 
@@ -464,8 +637,10 @@ class Comparison:
         """Everything that can be refused before a model loads."""
         r = self.req
         if r.upload_error:
-            raise InvalidInputError(f"the uploaded task file could not be read ({r.upload_error}): fix it and upload it "
-                                    "again, or remove it (✕) to run the bundled samples")
+            raise InvalidInputError(
+                f"the uploaded task file could not be read ({r.upload_error}): fix it and upload it "
+                "again, or remove it (✕) to run the bundled samples"
+            )
         self.n_repeats = check_repeats(r.repeats)
         self.specs = service.check_methods(r.methods or [], r.model, r.draft)
         chosen = {n: v for n, v in r.params.items() if v is not None and v != PARAMS[n].default}
@@ -487,11 +662,12 @@ class Comparison:
             yield message_view(f"compressing the context to {r.compress_rate:g} of its tokens…")
             with self.pool.slot(r.model):
                 self.text, self.ids, self.compression, self.full_ids = service.compress_context(
-                    self.models.target, r.prompt, r.context, r.compress_rate, r.compressor, bool(r.chat))
+                    self.models.target, r.prompt, r.context, r.compress_rate, r.compressor, bool(r.chat)
+                )
         check_prompt(self.ids, self.models.target.max_context)
 
     def wait_note(self) -> str | None:
-        """"waiting…" when another generation holds the model now (one per model at a time), else None."""
+        """ "waiting…" when another generation holds the model now (one per model at a time), else None."""
         try:
             with self.pool.slot(self.req.model, should_stop=lambda: True, poll=0.01):
                 return None
@@ -499,14 +675,18 @@ class Comparison:
             busy = self.pool.busy.get(self.req.model)
             if busy:
                 return f"waiting for {self.req.model}: the server is {busy}; your comparison starts when it is done"
-            return (f"waiting for {self.req.model}: another comparison is using it (one generation per model at a time); "
-                    "yours starts when it is done")
+            return (
+                f"waiting for {self.req.model}: another comparison is using it (one generation per model at a time); "
+                "yours starts when it is done"
+            )
 
     def __iter__(self) -> Iterator[ColumnsView]:
         names = [self.req.methods[i] for i in range(len(self.specs))]
         view = ColumnsView("", heads=[f"### {names[i]}" if i < len(names) else "" for i in range(SLOTS)])
         self.speeds, self.task = Speeds(names), self.chosen_task()
-        order = sorted(range(len(self.specs)), key=lambda i: self.specs[i][0] != "greedy")  # greedy first: the reference
+        order = sorted(
+            range(len(self.specs)), key=lambda i: self.specs[i][0] != "greedy"
+        )  # greedy first: the reference
         note = self.wait_note()
         if note:
             view.status = note
@@ -524,8 +704,12 @@ class Comparison:
                     break
                 summary = self.speeds.summary()
                 view.figure, view.table = speed_figure(summary, method_colors(names)), speed_frame(summary)
-                view.note = service.speed_note(self.models.target, self.speeds.tree_sizes(), self.speeds.mean_mals(),
-                                               len(self.ids)) or ""
+                view.note = (
+                    service.speed_note(
+                        self.models.target, self.speeds.tree_sizes(), self.speeds.mean_mals(), len(self.ids)
+                    )
+                    or ""
+                )
         view.status = closing_status(view.run_ids, self.where, stopped, self.compression)
         yield view
 
@@ -535,11 +719,14 @@ class Comparison:
         otherwise show as that method reading its prompt."""
         target, draft = self.models.target, self.models.draft
         if service.cached_curve(target) is not None or not any(
-                sizes_trees(get_method(name), resolve_params(name, params), draft)
-                for (name, _), params in zip(self.specs, self.per_method)):
+            sizes_trees(get_method(name), resolve_params(name, params), draft)
+            for (name, _), params in zip(self.specs, self.per_method)
+        ):
             return
-        view.status = (f"measuring how long a forward over a draft tree takes on this machine for {self.req.model} "
-                       "(once per model and machine, about a minute or more on a CPU; max_nodes=auto sizes the trees by it)…")
+        view.status = (
+            f"measuring how long a forward over a draft tree takes on this machine for {self.req.model} "
+            "(once per model and machine, about a minute or more on a CPU; max_nodes=auto sizes the trees by it)…"
+        )
         yield view
         try:
             with self.pool.slot(self.req.model, should_stop=self.stop.is_set):
@@ -561,14 +748,20 @@ class Comparison:
                 if name == "greedy":
                     reference.ids, reference.tps = run.output_ids, run_metrics(run)["tps"]
                 self.speeds.add(slot, run, reference.tps)
-                div = first_divergence(reference.ids, run.output_ids) if reference.ids is not None and name != "greedy" else None
+                div = (
+                    first_divergence(reference.ids, run.output_ids)
+                    if reference.ids is not None and name != "greedy"
+                    else None
+                )
                 flip = flip_applies(name, self.per_method[slot], div)
                 view.texts[slot] = tokens.run_html(run, first_divergence=div, **flip_mark(div, None) if flip else {})
                 view.metrics[slot] = self._metrics(run, prog.run_id, reference.tps, place)
             else:
                 view.texts[slot] = tokens.tokens_html(tokens.step_origins(prog.steps, self.models.target.tokenizer))
                 view.metrics[slot] = running_metrics(prog, self.max_new_tokens)
-            view.status = running_status(name, place.position, place.of, place.rep, self.n_repeats, prog, self.max_new_tokens)
+            view.status = running_status(
+                name, place.position, place.of, place.rep, self.n_repeats, prog, self.max_new_tokens
+            )
             yield view
         if flip and div is not None and not self.stop.is_set() and div < min(len(reference.ids), len(run.output_ids)):
             view.texts[slot] = flip_texts(self.pool, self.req.model, self.models, self.ids, reference.ids, run, div)
@@ -577,20 +770,35 @@ class Comparison:
         """The column's metrics line; with repeats, which pass it shows."""
         task = self.task
         score = score_task(task, run.output_text) if task is not None else None
-        shown = (f"pass {place.rep} of {self.n_repeats} (the last shown; the chart and table: all passes) · "
-                 if self.n_repeats > 1 else "")
+        shown = (
+            f"pass {place.rep} of {self.n_repeats} (the last shown; the chart and table: all passes) · "
+            if self.n_repeats > 1
+            else ""
+        )
         return shown + metrics_md(run, run_id, greedy_tps, score, score_label(task) if task is not None else None)
 
     def _stream(self, name: str, slot: int) -> Iterator[service.Progress]:
         # The worker holds the model's slot, so a client that goes away gives it back (service.stream_run)
         context = (self.req.context or "").strip() or None
-        return service.stream_run(name, self.models, self.ids, self.per_method[slot], prompt_text=self.text, context=context,
-                                  store=self.store, tags=("workbench", *self.owner_tags), idle_cancel=self.pool.idle_cancel,
-                                  compression=self.compression, uncompressed_ids=self.full_ids, stop=self.run_stop(),
-                                  slot=lambda should_stop: self.pool.slot(self.req.model, should_stop))
+        return service.stream_run(
+            name,
+            self.models,
+            self.ids,
+            self.per_method[slot],
+            prompt_text=self.text,
+            context=context,
+            store=self.store,
+            tags=("workbench", *self.owner_tags),
+            idle_cancel=self.pool.idle_cancel,
+            compression=self.compression,
+            uncompressed_ids=self.full_ids,
+            stop=self.run_stop(),
+            slot=lambda should_stop: self.pool.slot(self.req.model, should_stop),
+        )
 
 
 # ---------------------------------------------------------------- Stop
+
 
 class StopFlags:
     """Stop, per browser session: the comparison ends at its running method's next step, that run is stored as
@@ -640,6 +848,7 @@ class StopFlags:
 
 # ---------------------------------------------------------------- the handlers
 
+
 class CompareHandlers:
     """The tab's event handlers. Project errors come back as a status message, never as an exception."""
 
@@ -669,8 +878,12 @@ class CompareHandlers:
             loaded = {f"upload:{t.id}": t for t in service.sample_tasks(path)}
         except WorkbenchError as e:
             return {}, gr.update(), error_md(e), public_message(str(e))
-        return (loaded, gr.update(choices=[FREE_TEXT] + list(self.tasks) + list(loaded), value=next(iter(loaded), FREE_TEXT)),
-                f"loaded {len(loaded)} task(s) from the file", "")
+        return (
+            loaded,
+            gr.update(choices=[FREE_TEXT] + list(self.tasks) + list(loaded), value=next(iter(loaded), FREE_TEXT)),
+            f"loaded {len(loaded)} task(s) from the file",
+            "",
+        )
 
     def active_fields(self, method_list):
         taken = params_taken(method_list)
@@ -690,26 +903,96 @@ class CompareHandlers:
         except WorkbenchError as e:
             return error_md(e)
         target = models.target
-        return prompt_note(len(ids), self.pool.prefill_clock.estimate(target, len(ids)), len(method_list or []),
-                           target.max_context)
+        return prompt_note(
+            len(ids), self.pool.prefill_clock.estimate(target, len(ids)), len(method_list or []), target.max_context
+        )
 
     @gpu
-    def compare(self, request: gr.Request, model_name, draft_name, method_list, prompt_text, context_text, use_chat,
-                max_new_tokens, delta, alpha, beta, tau, lam, key_len, ngram, align_m, align_graft, max_nodes, gamma, top_k,
-                temperature, top_p, seed, task_choice, uploaded_tasks, compress_rate, compressor, repeats,
-                upload_error=""):
-        params = dict(zip(PARAM_FIELDS, (delta, alpha, beta, tau, lam, key_len, ngram, align_m, align_graft, max_nodes, gamma,
-                                         top_k, temperature, top_p, seed)))
-        req = CompareRequest(model_name, draft_name, method_list, prompt_text, context_text, use_chat, max_new_tokens, params,
-                             task_choice, uploaded_tasks, compress_rate, compressor, repeats, upload_error or "")
+    def compare(
+        self,
+        request: gr.Request,
+        model_name,
+        draft_name,
+        method_list,
+        prompt_text,
+        context_text,
+        use_chat,
+        max_new_tokens,
+        delta,
+        alpha,
+        beta,
+        tau,
+        lam,
+        key_len,
+        ngram,
+        align_m,
+        align_graft,
+        max_nodes,
+        gamma,
+        top_k,
+        temperature,
+        top_p,
+        seed,
+        task_choice,
+        uploaded_tasks,
+        compress_rate,
+        compressor,
+        repeats,
+        upload_error="",
+    ):
+        params = dict(
+            zip(
+                PARAM_FIELDS,
+                (
+                    delta,
+                    alpha,
+                    beta,
+                    tau,
+                    lam,
+                    key_len,
+                    ngram,
+                    align_m,
+                    align_graft,
+                    max_nodes,
+                    gamma,
+                    top_k,
+                    temperature,
+                    top_p,
+                    seed,
+                ),
+            )
+        )
+        req = CompareRequest(
+            model_name,
+            draft_name,
+            method_list,
+            prompt_text,
+            context_text,
+            use_chat,
+            max_new_tokens,
+            params,
+            task_choice,
+            uploaded_tasks,
+            compress_rate,
+            compressor,
+            repeats,
+            upload_error or "",
+        )
         viewer = self.who(request)
         where = self.store.where if viewer is None or viewer.owner is None else "yours until you share them"
         stop = self.stops.begin(request)
         try:
             try:
-                comparison = Comparison(req.checked(), self.store, self.pool, self.tasks, stop,
-                                        lambda: self.stops.for_run(request), viewer.run_tags if viewer is not None else (),
-                                        where)
+                comparison = Comparison(
+                    req.checked(),
+                    self.store,
+                    self.pool,
+                    self.tasks,
+                    stop,
+                    lambda: self.stops.for_run(request),
+                    viewer.run_tags if viewer is not None else (),
+                    where,
+                )
                 for view in comparison.prepare():
                     yield view.values()
             except WorkbenchError as e:
@@ -724,8 +1007,10 @@ class CompareHandlers:
         # The comparison itself writes "stopped" in the status line (it ends within a step); a toast says the click
         # was heard. Writing the status here too would race the comparison's last update and could win.
         if self.stops.stop(request):
-            gr.Info("Stopping: the method running now ends at its next step (or its next prompt chunk) and is stored "
-                    "as cancelled.")
+            gr.Info(
+                "Stopping: the method running now ends at its next step (or its next prompt chunk) and is stored "
+                "as cancelled."
+            )
 
 
 def compare_tab(store: Store, pool: service.ModelPool, compare_ids: gr.State, who=lambda request: None) -> CompareForm:
@@ -733,12 +1018,24 @@ def compare_tab(store: Store, pool: service.ModelPool, compare_ids: gr.State, wh
     tasks = {t.id: t for t in service.sample_tasks()}
     form = build_form(tasks, pool.allow_local)
     h = CompareHandlers(store, pool, tasks, who)
-    form.task.change(h.pick_task, [form.task, form.uploaded, form.max_new, form.task_cap],
-                     [form.context, form.prompt, form.max_new, form.chat, form.task_cap], api_name=False)
-    form.task_file.change(h.upload, [form.task_file], [form.uploaded, form.task, form.status, form.upload_error], api_name=False)
+    form.task.change(
+        h.pick_task,
+        [form.task, form.uploaded, form.max_new, form.task_cap],
+        [form.context, form.prompt, form.max_new, form.chat, form.task_cap],
+        api_name=False,
+    )
+    form.task_file.change(
+        h.upload, [form.task_file], [form.uploaded, form.task, form.status, form.upload_error], api_name=False
+    )
     form.methods.change(h.active_fields, [form.methods], [form.controls[n] for n in PARAM_FIELDS], api_name=False)
-    info = dict(fn=h.prompt_info, inputs=[form.model, form.prompt, form.context, form.chat, form.methods],
-                outputs=[form.prompt_info], api_name=False, trigger_mode="always_last", show_progress="hidden")
+    info = dict(
+        fn=h.prompt_info,
+        inputs=[form.model, form.prompt, form.context, form.chat, form.methods],
+        outputs=[form.prompt_info],
+        api_name=False,
+        trigger_mode="always_last",
+        show_progress="hidden",
+    )
     for component in (form.model, form.prompt, form.context, form.chat, form.methods):
         component.change(**info)
     form.run.click(h.compare, form.inputs, form.outputs(compare_ids), api_name="compare", concurrency_id="generate")

@@ -3,6 +3,7 @@ runs, so text, inf or nan posted to an endpoint ("1 OR 1=1" as a run id) failed 
 traceback (issue 30, item 19). `lenient` makes such a component hand a value it cannot read to the handler as it
 came; the handler refuses it by name in one line (workbench.ui.shared.run_id_of, core.params). The component
 itself is Gradio's (a subclass would make Gradio write a .pyi stub beside this file at import)."""
+
 from __future__ import annotations
 
 from typing import TypeVar

@@ -1,5 +1,6 @@
 """The suffix corpus at a glance (issue 35): its size and state, and the continuations it holds most often,
 as plain data and Markdown (pure: no Gradio here; a tab shows `corpus_markdown`)."""
+
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
@@ -30,11 +31,15 @@ def most_reused(corpus: SuffixCorpus, length: int = 8, top: int = 10) -> list[tu
     return [(tuple(int(t) for t in uniq[j]), int(counts[j]), int(requests[j])) for j in order]
 
 
-def corpus_markdown(corpus: SuffixCorpus, decode: Callable[[Sequence[int]], str], length: int = 8, top: int = 10) -> str:
+def corpus_markdown(
+    corpus: SuffixCorpus, decode: Callable[[Sequence[int]], str], length: int = 8, top: int = 10
+) -> str:
     """Size, state and the most reused continuations of a corpus, as Markdown."""
     st = corpus.state()
-    head = (f"**Suffix corpus** ({st['mode']}): {st['requests']:,} requests, {st['tokens']:,} of at most "
-            f"{st['max_tokens']:,} tokens, hash `{st['hash']}`")
+    head = (
+        f"**Suffix corpus** ({st['mode']}): {st['requests']:,} requests, {st['tokens']:,} of at most "
+        f"{st['max_tokens']:,} tokens, hash `{st['hash']}`"
+    )
     rows = most_reused(corpus, length, top)
     if not rows:
         return head + f"\n\nNo {length}-token string occurs in two requests yet."

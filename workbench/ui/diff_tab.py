@@ -1,6 +1,7 @@
 """The Diff tab: two stored runs' outputs aligned token by token by sequence matching (an inserted or dropped
 token shows as such, the rest stays aligned), what differs highlighted and the first divergence stated (workbench.store.compare.compare_traces, which calls
 core.stats.first_divergence). Only runs this session may see are offered and read."""
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -28,7 +29,9 @@ def _known(trace: RunTrace, origins: Sequence[tuple[str, str]]) -> dict[int, str
 
 
 def _show(token: int | None, texts: Sequence[str], at: int | None) -> str:
-    return "(its output ends here)" if token is None or at is None or at >= len(texts) else f"`{texts[at]!r}` (id {token})"
+    return (
+        "(its output ends here)" if token is None or at is None or at >= len(texts) else f"`{texts[at]!r}` (id {token})"
+    )
 
 
 def diff_outputs(a_id: int, a: RunTrace, a_origins, b_id: int, b: RunTrace, b_origins) -> tuple[str, str]:
@@ -43,10 +46,12 @@ def diff_outputs(a_id: int, a: RunTrace, a_origins, b_id: int, b: RunTrace, b_or
     else:
         j = c["first_divergence"]
         step = lambda s: "–" if s is None else s  # noqa: E731
-        head = (f"**first divergence at token {j}** ({j} equal tokens before it): {la} {_show(c['token_a'], ta, j)} "
-                f"at its step {step(c['step_a'])} · {lb} {_show(c['token_b'], tb, j)} at its step {step(c['step_b'])} · "
-                f"aligned: {counts['replaced']} tokens replaced, {counts['deleted']} only in {la}, "
-                f"{counts['inserted']} only in {lb}")
+        head = (
+            f"**first divergence at token {j}** ({j} equal tokens before it): {la} {_show(c['token_a'], ta, j)} "
+            f"at its step {step(c['step_a'])} · {lb} {_show(c['token_b'], tb, j)} at its step {step(c['step_b'])} · "
+            f"aligned: {counts['replaced']} tokens replaced, {counts['deleted']} only in {la}, "
+            f"{counts['inserted']} only in {lb}"
+        )
     if a.prompt_ids != b.prompt_ids:
         head += " · ⚠ the two runs had different prompts"
     head += f" · {la}: {c['tokens_a']} tokens, {lb}: {c['tokens_b']} tokens"
@@ -68,11 +73,15 @@ def diff_runs(cache: RunCache, a, b, viewer=None) -> tuple[str, str]:
 
 def diff_tab(store, cache: RunCache, who) -> tuple[gr.Dropdown, gr.Dropdown]:
     """Build the tab; returns its two run pickers (refreshed when the tab opens)."""
-    gr.Markdown("Two stored runs' outputs aligned token by token (sequence matching: a token one run adds or drops "
-                "shows as an insertion or deletion): where they part and what each emitted there (e.g. greedy against "
-                "a relaxed method on the same prompt).")
+    gr.Markdown(
+        "Two stored runs' outputs aligned token by token (sequence matching: a token one run adds or drops "
+        "shows as an insertion or deletion): where they part and what each emitted there (e.g. greedy against "
+        "a relaxed method on the same prompt)."
+    )
     with gr.Row():
-        a = gr.Dropdown(run_choices(store, NOBODY), allow_custom_value=True, label="Run A (e.g. greedy)", elem_id="diff-a", scale=3)
+        a = gr.Dropdown(
+            run_choices(store, NOBODY), allow_custom_value=True, label="Run A (e.g. greedy)", elem_id="diff-a", scale=3
+        )
         b = gr.Dropdown(run_choices(store, NOBODY), allow_custom_value=True, label="Run B", elem_id="diff-b", scale=3)
         go = gr.Button("Diff", variant="primary", scale=1, elem_id="diff-go")
     summary = gr.Markdown("", elem_id="diff-summary")

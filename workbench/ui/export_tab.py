@@ -1,5 +1,6 @@
 """The Export tab: chosen stored runs (by default the last comparison) as runs.csv, steps.csv and
 nodes.csv in one zip."""
+
 from __future__ import annotations
 
 import tempfile
@@ -59,8 +60,14 @@ def zip_name(ids) -> str:
 def export_tab(store: Store, cache, compare_ids: gr.State, who) -> gr.Dropdown:
     """Build the tab; returns the run picker (refreshed when the tab opens)."""
     with gr.Row():
-        chosen = gr.Dropdown(run_choices(store, NOBODY), multiselect=True, allow_custom_value=True,
-                             label="Runs to export (empty: the last comparison)", scale=4, elem_id="export-runs")
+        chosen = gr.Dropdown(
+            run_choices(store, NOBODY),
+            multiselect=True,
+            allow_custom_value=True,
+            label="Runs to export (empty: the last comparison)",
+            scale=4,
+            elem_id="export-runs",
+        )
         refresh = gr.Button("Refresh list", scale=1)
         export_btn = gr.Button("Export CSV (zip)", variant="primary", scale=1)
     file = gr.File(label="runs.csv, steps.csv and nodes.csv", elem_id="export-file")

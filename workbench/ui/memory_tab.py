@@ -1,6 +1,7 @@
 """The CSD memory tab: the correction memory a CSD run read (core/memory.py), its fingerprint, mode and
 entries (draft token → the target's correction, with counts), and how often each pair rescued a token in
 the chosen runs (the steps' `rescued` decisions, core.memory.rescues)."""
+
 from __future__ import annotations
 
 from collections import Counter
@@ -13,12 +14,20 @@ import pandas as pd
 from core.errors import InvalidInputError, WorkbenchError
 from core.memory import CorrectionMemory, calibrated_path, pair_fingerprint, rescues, shared_memory
 from core.rules import fired_key
-from workbench.methods import get_method
 from core.trace import RunTrace
+from workbench.methods import get_method
 from workbench.ui.access import NOBODY
 from workbench.ui.shared import RunCache, decoder_for, error_md, parse_run_ids
 
-ENTRY_COLUMNS = ["draft token", "draft id", "correction", "correction id", "count", "rescued in the runs", "rescued by key"]
+ENTRY_COLUMNS = [
+    "draft token",
+    "draft id",
+    "correction",
+    "correction id",
+    "count",
+    "rescued in the runs",
+    "rescued by key",
+]
 SHOWN_ENTRIES = 300  # the most frequent pairs; pairs that rescued in the chosen runs are always listed
 MODES = {0: "online (every rejection adds to it)", 1: "frozen (read only)"}
 
@@ -33,7 +42,11 @@ def memory_now(trace: RunTrace) -> CorrectionMemory:
     home copy, else the shipped table, with this process's unsaved updates). shared_memory reads only the models'
     names and fingerprints, which the run recorded."""
     target = SimpleNamespace(name=trace.model, fingerprint=trace.model_fingerprint)
-    draft = SimpleNamespace(name=trace.draft_model, fingerprint=trace.draft_fingerprint) if trace.draft_fingerprint else None
+    draft = (
+        SimpleNamespace(name=trace.draft_model, fingerprint=trace.draft_fingerprint)
+        if trace.draft_fingerprint
+        else None
+    )
     return shared_memory(target, draft)
 
 
@@ -64,20 +77,35 @@ def token_texts(traces: Sequence[RunTrace], decode=None):
             except Exception:  # noqa: BLE001 - an id outside the vocabulary: shown by id
                 pass
         return known.get(token_id, f"⟨{token_id}⟩")
+
     return text
 
 
-def entries_frame(memory: CorrectionMemory, rescued: Counter, text, limit: int = SHOWN_ENTRIES,
-                  by_key: dict[tuple[int, int], Counter] | None = None) -> pd.DataFrame:
+def entries_frame(
+    memory: CorrectionMemory,
+    rescued: Counter,
+    text,
+    limit: int = SHOWN_ENTRIES,
+    by_key: dict[tuple[int, int], Counter] | None = None,
+) -> pd.DataFrame:
     """The memory's pairs by count, most frequent first (ties by id), and every pair that rescued in the runs, with
     the key kinds that rescued it (`by_key`, rescue_keys: a text or prefix key rescues pairs whose own count is below λ)."""
     counts = memory.snapshot()
     top = sorted(counts, key=lambda k: (-counts[k], k))[:limit]
     pairs = top + sorted(set(rescued) - set(top), key=lambda k: (-counts.get(k, 0), k))
     keys = by_key or {}
-    rows = [{"draft token": repr(text(d)), "draft id": d, "correction": repr(text(c)), "correction id": c,
-             "count": counts.get((d, c), 0), "rescued in the runs": rescued.get((d, c), 0),
-             "rescued by key": ", ".join(f"{k} {n}" for k, n in sorted(keys.get((d, c), {}).items()))} for d, c in pairs]
+    rows = [
+        {
+            "draft token": repr(text(d)),
+            "draft id": d,
+            "correction": repr(text(c)),
+            "correction id": c,
+            "count": counts.get((d, c), 0),
+            "rescued in the runs": rescued.get((d, c), 0),
+            "rescued by key": ", ".join(f"{k} {n}" for k, n in sorted(keys.get((d, c), {}).items())),
+        }
+        for d, c in pairs
+    ]
     frame = pd.DataFrame(rows, columns=ENTRY_COLUMNS)
     return frame.sort_values(["count", "rescued in the runs"], ascending=False, kind="stable").reset_index(drop=True)
 
@@ -87,18 +115,26 @@ def summary_md(run_labels: list[str], trace: RunTrace, memory: CorrectionMemory,
     p = trace.params
     fingerprint = memory.fingerprint()
     started = p.get("memory_sha")
-    start = "the same table as now" if started == fingerprint else (
-        f"`{started}`, {p.get('memory_pairs')} entries, {p.get('memory_observations')} observations "
-        "(the table has changed since: online runs add every rejection)")
+    start = (
+        "the same table as now"
+        if started == fingerprint
+        else (
+            f"`{started}`, {p.get('memory_pairs')} entries, {p.get('memory_observations')} observations "
+            "(the table has changed since: online runs add every rejection)"
+        )
+    )
     mode = MODES.get(int(p.get("memory_mode", 0) or 0), str(p.get("memory_mode")))
     runs = ", ".join(run_labels)
-    return "\n".join([
-        f"- **fingerprint** `{fingerprint}` · **{len(memory)} entries** · {memory.total} observations · read from {source}",
-        f"- **model pair** {trace.model} + {trace.draft_model or 'context drafts (no draft model)'}",
-        f"- **mode** of run {runs}: {mode}",
-        f"- **at the start of run {run_labels[0]}**: {start}",
-        f"- **rescued in run {runs}**: {sum(rescued.values())} tokens by {len(rescued)} pairs (λ = {p.get('lam')}: "
-        "a pair rescues a rejected draft token once its count reaches λ and the logit gate passes)"])
+    return "\n".join(
+        [
+            f"- **fingerprint** `{fingerprint}` · **{len(memory)} entries** · {memory.total} observations · read from {source}",
+            f"- **model pair** {trace.model} + {trace.draft_model or 'context drafts (no draft model)'}",
+            f"- **mode** of run {runs}: {mode}",
+            f"- **at the start of run {run_labels[0]}**: {start}",
+            f"- **rescued in run {runs}**: {sum(rescued.values())} tokens by {len(rescued)} pairs (λ = {p.get('lam')}: "
+            "a pair rescues a rejected draft token once its count reaches λ and the logit gate passes)",
+        ]
+    )
 
 
 def memory_view(cache: RunCache, choice, last_comparison, viewer=None, decode_for=None) -> tuple[str, pd.DataFrame]:
@@ -111,14 +147,21 @@ def memory_view(cache: RunCache, choice, last_comparison, viewer=None, decode_fo
         return error_md(e), empty
     csd = [s for s in stored if reads_memory(s.trace)]
     if not csd:
-        return error_md(InvalidInputError("choose a CSD run (csd, sd-memory-only, …): the runs chosen read no correction "
-                                          "memory" if stored else "choose CSD runs (or run a comparison with csd first)")), empty
+        return error_md(
+            InvalidInputError(
+                "choose a CSD run (csd, sd-memory-only, …): the runs chosen read no correction memory"
+                if stored
+                else "choose CSD runs (or run a comparison with csd first)"
+            )
+        ), empty
     first = csd[0].trace
     key = pair_fingerprint(first.model_fingerprint, first.draft_fingerprint)
     same_pair = [s for s in csd if pair_fingerprint(s.trace.model_fingerprint, s.trace.draft_fingerprint) == key]
     traces = [s.trace for s in same_pair]
     memory = memory_now(first)
-    source = {"home": "your home copy", "shipped": "the table shipped with the package", "none": "an empty table"}[calibrated_path(key)[1]]
+    source = {"home": "your home copy", "shipped": "the table shipped with the package", "none": "an empty table"}[
+        calibrated_path(key)[1]
+    ]
     rescued = rescue_counts(traces)
     decode = decode_for(first) if decode_for is not None else None
     md = summary_md([f"#{s.id}" for s in same_pair], first, memory, source, rescued)
@@ -142,15 +185,29 @@ def csd_choices(store, viewer) -> list[tuple[str, int]]:
 
 def memory_tab(store, cache: RunCache, compare_ids: gr.State, who) -> gr.Dropdown:
     """Build the tab; returns its run picker (refreshed when the tab opens)."""
-    gr.Markdown("The correction memory a CSD run read: (draft token, the target's correction) pairs with how often the "
-                "target made that correction, and how often each pair rescued a token in the chosen runs.")
+    gr.Markdown(
+        "The correction memory a CSD run read: (draft token, the target's correction) pairs with how often the "
+        "target made that correction, and how often each pair rescued a token in the chosen runs."
+    )
     with gr.Row():
-        chosen = gr.Dropdown(csd_choices(store, NOBODY), multiselect=True, allow_custom_value=True, scale=4,
-                             label="CSD runs (empty: the last comparison's)", elem_id="memory-runs")
+        chosen = gr.Dropdown(
+            csd_choices(store, NOBODY),
+            multiselect=True,
+            allow_custom_value=True,
+            scale=4,
+            label="CSD runs (empty: the last comparison's)",
+            elem_id="memory-runs",
+        )
         show = gr.Button("Show memory", variant="primary", scale=1, elem_id="memory-show")
     summary = gr.Markdown("", elem_id="memory-summary")
-    entries = gr.Dataframe(pd.DataFrame(columns=ENTRY_COLUMNS), headers=ENTRY_COLUMNS, interactive=False, max_height=420,
-                           label="Entries, most frequent first", elem_id="memory-entries")
+    entries = gr.Dataframe(
+        pd.DataFrame(columns=ENTRY_COLUMNS),
+        headers=ENTRY_COLUMNS,
+        interactive=False,
+        max_height=420,
+        label="Entries, most frequent first",
+        elem_id="memory-entries",
+    )
 
     def view(request: gr.Request, choice, last):
         return memory_view(cache, choice, last, who(request), lambda trace: decoder_for(trace.model))

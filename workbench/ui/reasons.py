@@ -1,5 +1,6 @@
 """What a verification rule's reason reads like in the UI: AASD's per-node threshold under its own name, and a
 correction token by its text, not its id (the engine's reasons say "δ" for both thresholds and give ids)."""
+
 from __future__ import annotations
 
 import re
@@ -39,4 +40,5 @@ def known_texts(trace: RunTrace, decode: Callable[[list[int]], str] | None = Non
             except Exception:  # noqa: BLE001 - an id outside the vocabulary: shown by id
                 pass
         return f"⟨{token_id}⟩"
+
     return text_of

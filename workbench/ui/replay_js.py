@@ -12,6 +12,7 @@ there; an SVG string is drawn in a few. What is drawn mirrors figures.replay.tre
 the headers and the titles are computed in Python (replay_view.step_data), so only painting lives here.
 Every string from the trace is escaped before it reaches the page.
 """
+
 from __future__ import annotations
 
 import json

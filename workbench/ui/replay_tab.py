@@ -12,6 +12,7 @@ Switching steps makes no round trip: the slider's change runs replay_js.STEP_JS 
 the step's header, text cut, draft tree, threshold figure and node table from the step data
 (benchmarks/bench_replay_browser.py times it). The API keeps /replay_step, answered by the server (Plotly
 figures, a node table)."""
+
 from __future__ import annotations
 
 import threading
@@ -27,14 +28,13 @@ from workbench.rescore import prepare_run, rescore_run
 from workbench.store import Store
 from workbench.ui import replay_view as rv
 from workbench.ui import tokens
+from workbench.ui.access import NOBODY, SHARED_TAG, not_visible
 from workbench.ui.components import lenient
 from workbench.ui.figures import analytics, replay
 from workbench.ui.figures.common import TITLE_BELOW_TOOLBAR
 from workbench.ui.reasons import known_texts
-from workbench.ui.access import NOBODY, SHARED_TAG, not_visible
 from workbench.ui.replay_js import STEP_JS
 from workbench.ui.shared import TUNABLE, RunCache, decoder_for, error_md, run_id_of, runs_frame
-
 
 OPEN_OUTPUTS = len(TUNABLE) + 11  # ReplayHandlers.open's outputs: see replay_tab's open_outputs
 # Heights (px) of the step's figure slots and node table, and of the run's figures: the tab fits in ~2,000 px.
@@ -44,6 +44,7 @@ STEP_FIGURE_HEIGHT, NODES_HEIGHT, RUN_FIGURE_HEIGHT = 440, 200, 300
 @dataclass
 class RunPicker:
     """The stored runs, the run id and the step player."""
+
     filt: gr.Textbox
     refresh: gr.Button
     runs: gr.Dataframe
@@ -63,6 +64,7 @@ class StepPanel:
     draws the figures and the table into the slots of `tree`, `thresholds` and `nodes` (the server never
     updates those), and cuts `text`, the run's whole text, at the step. /replay_step answers through
     `api_outputs` (step_outputs' order): hidden Plotly figures and node table, for API clients."""
+
     info: gr.Markdown
     text: gr.HTML
     tree: gr.HTML
@@ -84,6 +86,7 @@ class StepPanel:
 @dataclass
 class RunPanel:
     """The whole run's acceptance: by source and per draft position (drawn when a run loads)."""
+
     by_source: gr.Plot
     positions: gr.Plot
 
@@ -113,12 +116,22 @@ def run_picker(store: Store) -> RunPicker:
     with gr.Row():
         filt = gr.Textbox("", label="Filter runs (method, model, tag, status)", scale=3)
         refresh = gr.Button("Refresh", scale=1)
-    runs = gr.Dataframe(runs_frame(store, viewer=NOBODY), interactive=False, max_height=240, label="Stored runs (click a row to replay)")
+    runs = gr.Dataframe(
+        runs_frame(store, viewer=NOBODY), interactive=False, max_height=240, label="Stored runs (click a row to replay)"
+    )
     with gr.Row():
         # Filled when the tab opens with the newest run this session may see (builder.newest_run_id)
-        run_id = lenient(gr.Number(None, label="Run id", precision=0, scale=1, elem_id="replay-run-id",
-                                   placeholder="no run yet: run a comparison, or type an id",
-                                   info="opens on your newest run; click a row of the table to pick another"))
+        run_id = lenient(
+            gr.Number(
+                None,
+                label="Run id",
+                precision=0,
+                scale=1,
+                elem_id="replay-run-id",
+                placeholder="no run yet: run a comparison, or type an id",
+                info="opens on your newest run; click a row of the table to pick another",
+            )
+        )
         with gr.Column(scale=4):  # the buttons over the step slider, beside the run id: a shorter page
             with gr.Row():
                 load = gr.Button("Load run", scale=1)
@@ -136,12 +149,21 @@ def step_panel() -> StepPanel:
     info = gr.Markdown("", elem_id="replay-info")
     text = gr.HTML("", elem_classes=["tokens"], elem_id="replay-text")
     with gr.Row():  # the figures carry their own titles: no component labels over them
-        tree = gr.HTML(rv.slot_html(STEP_FIGURE_HEIGHT), label="Draft tree of this step", show_label=False,
-                       elem_id="replay-tree")
-        thresholds = gr.HTML(rv.slot_html(STEP_FIGURE_HEIGHT), label="p against the threshold (and the CSD gate)",
-                             show_label=False, elem_id="replay-thresholds")
-    nodes = gr.HTML(rv.slot_html(NODES_HEIGHT, rv.nodes_html_empty()), label="Nodes of this step", show_label=False,
-                    elem_id="replay-nodes")
+        tree = gr.HTML(
+            rv.slot_html(STEP_FIGURE_HEIGHT), label="Draft tree of this step", show_label=False, elem_id="replay-tree"
+        )
+        thresholds = gr.HTML(
+            rv.slot_html(STEP_FIGURE_HEIGHT),
+            label="p against the threshold (and the CSD gate)",
+            show_label=False,
+            elem_id="replay-thresholds",
+        )
+    nodes = gr.HTML(
+        rv.slot_html(NODES_HEIGHT, rv.nodes_html_empty()),
+        label="Nodes of this step",
+        show_label=False,
+        elem_id="replay-nodes",
+    )
     data = gr.JSON(None, visible=False, elem_id="replay-data")
     api_figures = gr.Plot(visible=False), gr.Plot(visible=False)
     api_nodes = gr.Dataframe(rv.nodes_frame_empty(), headers=list(rv.NODE_COLUMNS), visible=False)
@@ -151,8 +173,9 @@ def step_panel() -> StepPanel:
 def run_panel() -> RunPanel:
     with gr.Row(elem_id="replay-run-figures"):  # the figures carry their own titles: no label chips over them
         by_source = gr.Plot(label="This run: acceptance by source", show_label=False, elem_id="replay-by-source")
-        positions = gr.Plot(label="This run: acceptance per draft position", show_label=False,
-                            elem_id="replay-positions")
+        positions = gr.Plot(
+            label="This run: acceptance per draft position", show_label=False, elem_id="replay-positions"
+        )
     return RunPanel(by_source, positions)
 
 
@@ -162,16 +185,34 @@ def tuning_panel() -> TuningPanel:
         sliders = {}
         for name in TUNABLE:
             low, high, step = rv.slider_range(name)
-            sliders[name] = lenient(gr.Slider(low, high, value=PARAMS[name].default, step=step,
-                                              label=rv.slider_label(name), elem_id=f"tune-{name}"))
+            sliders[name] = lenient(
+                gr.Slider(
+                    low,
+                    high,
+                    value=PARAMS[name].default,
+                    step=step,
+                    label=rv.slider_label(name),
+                    elem_id=f"tune-{name}",
+                )
+            )
     with gr.Row(equal_height=True):
-        rule = gr.Dropdown(rv.rule_choices(), value=rv.OWN_RULE, scale=4,
-                           label="Judge with the rule of (same drafts; e.g. aasd-fixed to try CASD's δ on an AASD run)",
-                           elem_id="tune-rule")
+        rule = gr.Dropdown(
+            rv.rule_choices(),
+            value=rv.OWN_RULE,
+            scale=4,
+            label="Judge with the rule of (same drafts; e.g. aasd-fixed to try CASD's δ on an AASD run)",
+            elem_id="tune-rule",
+        )
         rerun = gr.Button("Re-run with these settings", scale=1)
     summary = gr.Markdown("", elem_id="tune-summary")
-    flips = gr.Dataframe(rv.flips_frame(None), headers=list(rv.FLIP_COLUMNS), interactive=False, max_height=260,
-                         label="Decisions that flip (step, node, why)", elem_id="tune-flips")
+    flips = gr.Dataframe(
+        rv.flips_frame(None),
+        headers=list(rv.FLIP_COLUMNS),
+        interactive=False,
+        max_height=260,
+        label="Decisions that flip (step, node, why)",
+        elem_id="tune-flips",
+    )
     with gr.Row():
         original_text = gr.HTML("", elem_classes=["tokens"], elem_id="rerun-original")
         rerun_text = gr.HTML("", elem_classes=["tokens"], elem_id="rerun-new")
@@ -190,12 +231,14 @@ class ReplayHandlers:
     def _text_of(self, trace):
         """id -> text for the run's model: the node records' texts, else its tokenizer (the loaded model's, else one
         read from disk the first time an id needs it: a tokenizer takes a second or two to load)."""
+
         def decode(ids):
             models = self.pool.loaded(trace.model)
             fn = models.target.tokenizer.decode if models is not None else decoder_for(trace.model)
             if fn is None:
                 raise LookupError(trace.model)  # no tokenizer here: known_texts shows the id
             return fn(ids)
+
         return known_texts(trace, decode)
 
     def _memo(self, rid: int, stored, what: str, build):
@@ -215,7 +258,9 @@ class ReplayHandlers:
 
     def _step_data(self, rid: int, stored, ends) -> dict:
         """The run's step data (replay_view.step_data)."""
-        return self._memo(rid, stored, "data", lambda: rv.step_data(rid, stored.trace, ends, self._text_of(stored.trace)))
+        return self._memo(
+            rid, stored, "data", lambda: rv.step_data(rid, stored.trace, ends, self._text_of(stored.trace))
+        )
 
     def open(self, request: gr.Request, rid):
         """Everything a newly chosen run shows, in one answer (open_outputs' order): the step slider sized to it, the
@@ -236,12 +281,24 @@ class ReplayHandlers:
             flags = rv.tuning_active(trace.method)
         except WorkbenchError:  # a method this server does not know: nothing to grey out
             flags = [True] * len(TUNABLE)
-        sliders = [gr.update(interactive=on) if v is None else gr.update(value=v, interactive=on)
-                   for v, on in zip(rv.tuning_values(trace), flags)]
+        sliders = [
+            gr.update(interactive=on) if v is None else gr.update(value=v, interactive=on)
+            for v, on in zip(rv.tuning_values(trace), flags)
+        ]
         steps = len(trace.steps)  # fewer than two: no slider (Gradio refuses a slider whose maximum is its minimum)
-        step = gr.update(maximum=steps - 1, value=0, visible=True) if steps > 1 else gr.update(value=0, visible="hidden")
-        return (step, f"loaded run #{rid}", *sliders, rv.OWN_RULE,
-                self._step_data(rid, stored, ends), tokens.tokens_html(origins), *cleared, rid)
+        step = (
+            gr.update(maximum=steps - 1, value=0, visible=True) if steps > 1 else gr.update(value=0, visible="hidden")
+        )
+        return (
+            step,
+            f"loaded run #{rid}",
+            *sliders,
+            rv.OWN_RULE,
+            self._step_data(rid, stored, ends),
+            tokens.tokens_html(origins),
+            *cleared,
+            rid,
+        )
 
     def open_if_new(self, request: gr.Request, rid, opened):
         """The tab opening: the run id (the newest run, filled in by builder.newest_run_id) drawn unless it is the
@@ -305,7 +362,10 @@ class ReplayHandlers:
         except WorkbenchError:
             return None, None
         label = f"#{rid} {stored.trace.method}"
-        figures = analytics.accept_by_source_figure([(label, stored.trace)]), replay.position_figure(stored.trace, label)
+        figures = (
+            analytics.accept_by_source_figure([(label, stored.trace)]),
+            replay.position_figure(stored.trace, label),
+        )
         for fig in figures:  # secondary to the step above: kept short; titles under Plotly's toolbar
             fig.update_layout(height=RUN_FIGURE_HEIGHT, margin={"t": 75, "b": 45}, title=TITLE_BELOW_TOOLBAR)
         return figures
@@ -342,16 +402,26 @@ class ReplayHandlers:
             params = rv.rerun_params(trace, method, values)
             models = self.pool.load(trace.model, trace.draft_model)
             last = None
-            for prog in service.stream_run(method, models, trace.prompt_ids, params, prompt_text=trace.prompt,
-                                           context=trace.context, store=self.store,
-                                           tags=("workbench", f"rerun-of-{rid}", *(viewer.run_tags if viewer else ())),
-                                           slot=lambda should_stop: self.pool.slot(trace.model, should_stop)):
+            for prog in service.stream_run(
+                method,
+                models,
+                trace.prompt_ids,
+                params,
+                prompt_text=trace.prompt,
+                context=trace.context,
+                store=self.store,
+                tags=("workbench", f"rerun-of-{rid}", *(viewer.run_tags if viewer else ())),
+                slot=lambda should_stop: self.pool.slot(trace.model, should_stop),
+            ):
                 last = prog
         except WorkbenchError as e:
             return "", "", error_md(e), listed
         if last is None or last.error:
             return "", "", error_md(last.error if last else "the run produced nothing"), listed
-        return (*rv.rerun_outputs(rid, trace, last.run, last.run_id), runs_frame(self.store, filter_text, viewer=viewer))
+        return (
+            *rv.rerun_outputs(rid, trace, last.run, last.run_id),
+            runs_frame(self.store, filter_text, viewer=viewer),
+        )
 
     def share(self, request: gr.Request, rid):
         """Tag the run `shared` (its owner only): every session can then list, replay and export it."""
@@ -383,6 +453,7 @@ class ReplayTab:
     """What the app wires from outside the tab: the runs table, its filter, the run id, and `open_new`, the
     chain of event arguments (`.then` after `.then`) that draws the run id's run when it is not the one shown
     (the tab's select)."""
+
     runs: gr.Dataframe
     filt: gr.Textbox
     run_id: gr.Number
@@ -392,18 +463,33 @@ class ReplayTab:
 def replay_tab(store: Store, pool: service.ModelPool, cache: RunCache, who=lambda request: None) -> ReplayTab:
     """Build the tab and wire it."""
     picker = run_picker(store)
-    with gr.Column(elem_id="replay-body"):  # shown once a step is drawn (builder.CSS): no empty page before a run is open
+    with gr.Column(
+        elem_id="replay-body"
+    ):  # shown once a step is drawn (builder.CSS): no empty page before a run is open
         panel = step_panel()
         whole = run_panel()
         tuning = tuning_panel()
     opened = gr.State(None)  # the run id shown now
     h = ReplayHandlers(store, pool, cache, who)
-    open_outputs = [picker.step, panel.info, *tuning.sliders.values(), tuning.rule, panel.data, panel.text, tuning.summary,
-                    tuning.flips, tuning.original_text, tuning.rerun_text, tuning.rerun_md, opened]
+    open_outputs = [
+        picker.step,
+        panel.info,
+        *tuning.sliders.values(),
+        tuning.rule,
+        panel.data,
+        panel.text,
+        tuning.summary,
+        tuning.flips,
+        tuning.original_text,
+        tuning.rerun_text,
+        tuning.rerun_md,
+        opened,
+    ]
     assert len(open_outputs) == OPEN_OUTPUTS
     # Drawn in the browser, never a progress overlay over the header it writes
-    drawn = dict(fn=None, js=STEP_JS, inputs=[panel.data, picker.step, panel.info], outputs=panel.outputs,
-                 show_progress="hidden")
+    drawn = dict(
+        fn=None, js=STEP_JS, inputs=[panel.data, picker.step, panel.info], outputs=panel.outputs, show_progress="hidden"
+    )
     figures = dict(fn=h.run_figures, inputs=[picker.run_id], outputs=whole.outputs)
 
     def listed(request: gr.Request, f):
@@ -413,17 +499,22 @@ def replay_tab(store: Store, pool: service.ModelPool, cache: RunCache, who=lambd
     picker.filt.submit(listed, [picker.filt], [picker.runs], api_name=False)
     picker.share.click(h.share, [picker.run_id], [picker.shared_md], api_name="share_run")
     picker.runs.select(pick_row, [picker.runs], [picker.run_id], api_name=False).then(
-        h.open, [picker.run_id], open_outputs, api_name=False, show_progress="hidden").then(**drawn, api_name=False).then(
-        **figures, api_name=False)
+        h.open, [picker.run_id], open_outputs, api_name=False, show_progress="hidden"
+    ).then(**drawn, api_name=False).then(**figures, api_name=False)
     for start in (picker.load.click, picker.run_id.submit):
-        start(h.open, [picker.run_id], open_outputs, api_name="load_run" if start == picker.load.click else False,
-              show_progress="hidden").then(
-            **drawn, api_name=False).then(**figures, api_name=False)
+        start(
+            h.open,
+            [picker.run_id],
+            open_outputs,
+            api_name="load_run" if start == picker.load.click else False,
+            show_progress="hidden",
+        ).then(**drawn, api_name=False).then(**figures, api_name=False)
     gr.Button("Run figures", visible=False).click(**figures, api_name="run_figures")
     picker.step.change(**drawn, api_name=False, trigger_mode="always_last")  # in the browser: no round trip
     api_step = lenient(gr.Number(0, precision=0, visible=False))  # any step: the slider's range is the browser's run
-    gr.Button("Replay step", visible=False).click(h.show_step, [picker.run_id, api_step], panel.api_outputs,
-                                                   api_name="replay_step")
+    gr.Button("Replay step", visible=False).click(
+        h.show_step, [picker.run_id, api_step], panel.api_outputs, api_name="replay_step"
+    )
     picker.play.click(lambda: gr.Timer(active=True), None, [picker.timer], api_name=False)
     picker.pause.click(lambda: gr.Timer(active=False), None, [picker.timer], api_name=False)
     picker.timer.tick(h.advance, [picker.step, picker.run_id], [picker.step, picker.timer], api_name=False)
@@ -436,10 +527,17 @@ def replay_tab(store: Store, pool: service.ModelPool, cache: RunCache, who=lambd
     tuning.rule.input(**tune_io, api_name=False)
     tuning.rule.input(**active, api_name=False)
     gr.Button("Re-score", visible=False).click(**tune_io, api_name="rescore")
-    tuning.rerun.click(h.rerun, [picker.run_id, *tuning.inputs, picker.filt],
-                       [tuning.original_text, tuning.rerun_text, tuning.rerun_md, picker.runs], api_name="rerun",
-                       concurrency_id="generate")
+    tuning.rerun.click(
+        h.rerun,
+        [picker.run_id, *tuning.inputs, picker.filt],
+        [tuning.original_text, tuning.rerun_text, tuning.rerun_md, picker.runs],
+        api_name="rerun",
+        concurrency_id="generate",
+    )
     # No progress overlay: it would write its timer into the step's header (an output) while the run opens
-    open_new = [dict(fn=h.open_if_new, inputs=[picker.run_id, opened], outputs=open_outputs, show_progress="hidden"),
-                drawn, figures]
+    open_new = [
+        dict(fn=h.open_if_new, inputs=[picker.run_id, opened], outputs=open_outputs, show_progress="hidden"),
+        drawn,
+        figures,
+    ]
     return ReplayTab(picker.runs, picker.filt, picker.run_id, open_new)

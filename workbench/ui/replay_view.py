@@ -1,6 +1,7 @@
 """What the Replay & tune tab shows, as pure functions of a stored run (no Gradio, no events):
 the step header and node table, the run's step data the browser draws steps from, the tuning sliders'
 ranges and values, the re-scoring summary and the re-run's comparison. replay_tab.py wires them to components."""
+
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
@@ -9,22 +10,32 @@ from typing import Any
 import pandas as pd
 
 from core.errors import InvalidInputError, WorkbenchError
-from workbench.methods import METHODS, get_method, resolve_params
 from core.params import PARAMS
 from core.stats import first_divergence
 from core.trace import RunTrace, StepTrace
+from workbench.methods import METHODS, get_method, resolve_params
 from workbench.rescore import RunRescore, flips_table
 from workbench.ui import tokens
-from workbench.ui.reasons import TokenText, known_texts, readable_reason
 from workbench.ui.figures import replay as figures
 from workbench.ui.figures.common import DECISION_COLORS, SOURCE_SYMBOLS
+from workbench.ui.reasons import TokenText, known_texts, readable_reason
 from workbench.ui.shared import SYMBOL, TUNABLE, fitted_md, metrics_md, sig, step_of
 
 OWN_RULE = "(the run's own)"
 FLIPS_SHOWN = 200  # rows of the flips table: a lenient threshold flips thousands, and the browser draws each row
 NODE_COLUMNS = ("node", "parent", "depth", "token", "source", "p", "threshold", "entropy", "rank", "decision", "reason")
-FLIP_COLUMNS = ("step", "node", "token", "source", "p", "old_threshold", "new_threshold", "old_decision", "new_decision",
-                "reason")  # workbench.rescore.flips_table's keys, so an empty table still has its headers
+FLIP_COLUMNS = (
+    "step",
+    "node",
+    "token",
+    "source",
+    "p",
+    "old_threshold",
+    "new_threshold",
+    "old_decision",
+    "new_decision",
+    "reason",
+)  # workbench.rescore.flips_table's keys, so an empty table still has its headers
 
 
 def gated(trace: RunTrace) -> bool:
@@ -36,12 +47,15 @@ def gated(trace: RunTrace) -> bool:
         return False
     defaults = resolve_params(method.name)
     try:
-        return method.rescue_of({**defaults, **{k: v for k, v in trace.params.items() if k in method.params}}) is not None
+        return (
+            method.rescue_of({**defaults, **{k: v for k, v in trace.params.items() if k in method.params}}) is not None
+        )
     except Exception:  # noqa: BLE001 - stored values the rule cannot read: the method's defaults decide
         return method.rescue_of(defaults) is not None
 
 
 # ---------------------------------------------------------------- one step
+
 
 def clamp_step(trace: RunTrace, k: Any) -> int:
     """A step index the run has (the slider may hold one from another run)."""
@@ -51,21 +65,41 @@ def clamp_step(trace: RunTrace, k: Any) -> int:
 def step_info(run_id: int, trace: RunTrace, k: int) -> str:
     """The header above the replay: where we are and what the step cost."""
     if not trace.steps:
-        why = ("it was stopped before its first step" if trace.status in ("cancelled", "failed")
-               else "transformers' baselines keep none")
+        why = (
+            "it was stopped before its first step"
+            if trace.status in ("cancelled", "failed")
+            else "transformers' baselines keep none"
+        )
         return f"run #{run_id} ({trace.method}) has no steps to replay ({why})"
     s = trace.steps[k]
-    return (f"run #{run_id} · {trace.method} · step {k} of 0–{len(trace.steps) - 1} · tree {s.tree_size} nodes · "
-            f"accepted {s.accepted} + bonus · {s.step_ms:.1f} ms (draft {s.draft_ms:.1f}, forward {s.forward_ms:.1f})"
-            + fitted_md(trace.params))
+    return (
+        f"run #{run_id} · {trace.method} · step {k} of 0–{len(trace.steps) - 1} · tree {s.tree_size} nodes · "
+        f"accepted {s.accepted} + bonus · {s.step_ms:.1f} ms (draft {s.draft_ms:.1f}, forward {s.forward_ms:.1f})"
+        + fitted_md(trace.params)
+    )
 
 
 def nodes_frame(step: StepTrace, text_of: TokenText | None = None) -> pd.DataFrame:
     """One row per node record: what the rule saw and what it decided."""
-    return pd.DataFrame([{"node": n.node, "parent": n.parent, "depth": n.depth, "token": n.token_text, "source": n.source,
-                          "p": sig(n.p), "threshold": sig(n.threshold), "entropy": sig(n.entropy), "rank": n.rank,
-                          "decision": n.decision, "reason": readable_reason(n.reason, text_of)} for n in step.nodes],
-                        columns=NODE_COLUMNS)
+    return pd.DataFrame(
+        [
+            {
+                "node": n.node,
+                "parent": n.parent,
+                "depth": n.depth,
+                "token": n.token_text,
+                "source": n.source,
+                "p": sig(n.p),
+                "threshold": sig(n.threshold),
+                "entropy": sig(n.entropy),
+                "rank": n.rank,
+                "decision": n.decision,
+                "reason": readable_reason(n.reason, text_of),
+            }
+            for n in step.nodes
+        ],
+        columns=NODE_COLUMNS,
+    )
 
 
 def nodes_frame_empty() -> pd.DataFrame:
@@ -76,8 +110,10 @@ def nodes_frame_empty() -> pd.DataFrame:
 def nodes_html_empty() -> str:
     """The browser's node table (replay_js draws it per step) before a run is loaded: its headers, no rows."""
     heads = "".join(f'<th style="text-align:left;padding:2px 6px">{c}</th>' for c in NODE_COLUMNS)
-    return (f'<div class="replay-nodes-table"><table style="border-collapse:collapse;font-size:0.85em;width:100%">'
-            f"<thead><tr>{heads}</tr></thead><tbody></tbody></table></div>")
+    return (
+        f'<div class="replay-nodes-table"><table style="border-collapse:collapse;font-size:0.85em;width:100%">'
+        f"<thead><tr>{heads}</tr></thead><tbody></tbody></table></div>"
+    )
 
 
 def slot_html(height: int, inner: str = "") -> str:
@@ -94,23 +130,58 @@ def step_outputs(run_id: int, trace: RunTrace, origins: Sequence[tuple[str, str]
     k = clamp_step(trace, k)
     s = trace.steps[k]
     text_of = known_texts(trace)
-    return (step_info(run_id, trace, k), tokens.tokens_html(origins, upto=ends[k]), figures.tree_figure(s, text_of),
-            figures.threshold_figure(s, gate=gated(trace), text_of=text_of), nodes_frame(s, text_of))
+    return (
+        step_info(run_id, trace, k),
+        tokens.tokens_html(origins, upto=ends[k]),
+        figures.tree_figure(s, text_of),
+        figures.threshold_figure(s, gate=gated(trace), text_of=text_of),
+        nodes_frame(s, text_of),
+    )
 
 
 # The fields of one node in step_data, in order (the browser's drawing, replay_js.STEP_JS, reads them by name):
 # the node table's columns, then what the figures need besides: y in the tree layout, on the emitted path,
 # judged by CSD's gate, and the rest of figures.node_hover's numbers.
-NODE_FIELDS = NODE_COLUMNS + ("y", "path", "gate", "logit_gap", "max_p", "p_eos", "token_id", "draft_p", "mem_count",
-                              "correction_id")
+NODE_FIELDS = NODE_COLUMNS + (
+    "y",
+    "path",
+    "gate",
+    "logit_gap",
+    "max_p",
+    "p_eos",
+    "token_id",
+    "draft_p",
+    "mem_count",
+    "correction_id",
+)
 
 
 def node_row(n, y: float, path: bool, gate: bool = True, text_of: TokenText | None = None) -> list:
     """One node of step_data: NODE_FIELDS' values, numbers to four significant digits; `gate`: whether the run's
     method has CSD's gate (figures.is_gate_node then says which nodes it judged)."""
-    return [n.node, n.parent, n.depth, n.token_text, n.source, sig(n.p), sig(n.threshold), sig(n.entropy), n.rank,
-            n.decision, readable_reason(n.reason, text_of), y, int(path), int(gate and figures.is_gate_node(n)),
-            sig(n.logit_gap), sig(n.max_p), sig(n.p_eos), n.token_id, sig(n.draft_p), n.mem_count, n.correction_id]
+    return [
+        n.node,
+        n.parent,
+        n.depth,
+        n.token_text,
+        n.source,
+        sig(n.p),
+        sig(n.threshold),
+        sig(n.entropy),
+        n.rank,
+        n.decision,
+        readable_reason(n.reason, text_of),
+        y,
+        int(path),
+        int(gate and figures.is_gate_node(n)),
+        sig(n.logit_gap),
+        sig(n.max_p),
+        sig(n.p_eos),
+        n.token_id,
+        sig(n.draft_p),
+        n.mem_count,
+        n.correction_id,
+    ]
 
 
 def step_data(run_id: int, trace: RunTrace, ends: Sequence[int], text_of: TokenText | None = None) -> dict[str, Any]:
@@ -126,12 +197,23 @@ def step_data(run_id: int, trace: RunTrace, ends: Sequence[int], text_of: TokenT
         pos = figures.tree_layout(s.nodes)
         path = {n.node for n in tokens.emitted_nodes(s)} | {n.node for n in s.nodes if n.parent == -1}
         rows = [node_row(n, pos[n.node][1] if n.node in pos else None, n.node in path, gate, text_of) for n in s.nodes]
-        steps.append({"info": step_info(run_id, trace, k), "title": figures.tree_title(s), "index": s.index, "nodes": rows})
+        steps.append(
+            {"info": step_info(run_id, trace, k), "title": figures.tree_title(s), "index": s.index, "nodes": rows}
+        )
         tallest_tree = max(tallest_tree, figures.tree_height(len({y for _, y in pos.values()})))
-        tallest_thresholds = max(tallest_thresholds, figures.threshold_height(any(r[NODE_FIELDS.index("gate")] for r in rows)))
-    return {"run": run_id, "fields": list(NODE_FIELDS), "ends": list(ends), "steps": steps,
-            "info": step_info(run_id, trace, 0), "colors": DECISION_COLORS, "symbols": SOURCE_SYMBOLS,
-            "heights": {"tree": tallest_tree, "thresholds": tallest_thresholds}}
+        tallest_thresholds = max(
+            tallest_thresholds, figures.threshold_height(any(r[NODE_FIELDS.index("gate")] for r in rows))
+        )
+    return {
+        "run": run_id,
+        "fields": list(NODE_FIELDS),
+        "ends": list(ends),
+        "steps": steps,
+        "info": step_info(run_id, trace, 0),
+        "colors": DECISION_COLORS,
+        "symbols": SOURCE_SYMBOLS,
+        "heights": {"tree": tallest_tree, "thresholds": tallest_thresholds},
+    }
 
 
 def next_step(trace: RunTrace, k: Any) -> int | None:
@@ -141,6 +223,7 @@ def next_step(trace: RunTrace, k: Any) -> int | None:
 
 
 # ---------------------------------------------------------------- live tuning
+
 
 def slider_range(name: str) -> tuple[float, float, float]:
     """(low, high, step) of a tuning slider: the parameter's range, kept to where it is worth sliding."""
@@ -162,8 +245,9 @@ def rule_choices() -> list[str]:
     """The rule dropdown: the run's own, or any method of our engine that can re-score (same drafts, another
     rule). Sampling methods (top-k, nucleus: default temperature > 0) verify by random draws, not thresholds,
     so workbench.rescore refuses them: they are not offered."""
-    return [OWN_RULE] + [name for name, m in METHODS.items()
-                         if m.in_engine and not (m.params.get("temperature") or 0) > 0]
+    return [OWN_RULE] + [
+        name for name, m in METHODS.items() if m.in_engine and not (m.params.get("temperature") or 0) > 0
+    ]
 
 
 def tuning_active(method: str) -> list[bool]:
@@ -204,18 +288,26 @@ def rescore_summary(result: RunRescore, params: Mapping[str, Any]) -> str:
     """One line: the rule and values tried, the first changed step, and the MAL they predict up to it (after it the
     text would differ, so nothing is predicted there), beside the whole run's MAL."""
     used = {n: getattr(result, "params", {}).get(n, v) for n, v in params.items()}  # what was re-scored with
-    shown = ", ".join(f"{SYMBOL[n]} = {v:g}" for n, v in used.items() if isinstance(v, (int, float))) \
+    shown = (
+        ", ".join(f"{SYMBOL[n]} = {v:g}" for n, v in used.items() if isinstance(v, (int, float)))
         or f"{result.method} takes none of δ α β τ λ"
+    )
     bound = "at least " if result.predicted_is_lower_bound else ""
     if result.first_divergence is None:
-        return (f"{result.method}: {shown}: no decision changes; predicted MAL = the run's MAL, {result.run_mal:.2f} "
-                f"over all {len(result.steps)} steps")
+        return (
+            f"{result.method}: {shown}: no decision changes; predicted MAL = the run's MAL, {result.run_mal:.2f} "
+            f"over all {len(result.steps)} steps"
+        )
     last = result.steps[result.window - 1].step
     flips = sum(getattr(result, "flip_counts", {}).values())
-    table = f"; {flips:,} decisions flip" + (f" (the table lists the first {FLIPS_SHOWN})" if flips > FLIPS_SHOWN else "")
-    return (f"{result.method}: {shown}: first change at step {result.first_divergence}; MAL up to step {last}: "
-            f"{result.original_mal:.2f} → predicted **{bound}{result.predicted_mal:.2f}** (after step {last} the text "
-            f"would differ, so the rest is not predicted; the whole run's MAL: {result.run_mal:.2f}){table}")
+    table = f"; {flips:,} decisions flip" + (
+        f" (the table lists the first {FLIPS_SHOWN})" if flips > FLIPS_SHOWN else ""
+    )
+    return (
+        f"{result.method}: {shown}: first change at step {result.first_divergence}; MAL up to step {last}: "
+        f"{result.original_mal:.2f} → predicted **{bound}{result.predicted_mal:.2f}** (after step {last} the text "
+        f"would differ, so the rest is not predicted; the whole run's MAL: {result.run_mal:.2f}){table}"
+    )
 
 
 def flips_frame(result: RunRescore | None, text_of: TokenText | None = None) -> pd.DataFrame:
@@ -224,12 +316,20 @@ def flips_frame(result: RunRescore | None, text_of: TokenText | None = None) -> 
     was re-scored yet."""
     rounded = ("p", "old_threshold", "new_threshold")
     rows = flips_table(result)[:FLIPS_SHOWN] if result is not None else []
-    return pd.DataFrame([{k: sig(v) if k in rounded else readable_reason(v, text_of) if k == "reason" else v
-                          for k, v in row.items()} for row in rows], columns=FLIP_COLUMNS)
+    return pd.DataFrame(
+        [
+            {k: sig(v) if k in rounded else readable_reason(v, text_of) if k == "reason" else v for k, v in row.items()}
+            for row in rows
+        ],
+        columns=FLIP_COLUMNS,
+    )
 
 
 def rerun_outputs(run_id: int, trace: RunTrace, new: RunTrace, new_id: int | None):
     """(original text, re-run text with its first divergence marked, both runs' metrics)."""
     div = first_divergence(trace.output_ids, new.output_ids)
-    return (tokens.run_html(trace), tokens.run_html(new, first_divergence=div),
-            f"original #{run_id}: {metrics_md(trace, run_id, None)}  \nre-run #{new_id}: {metrics_md(new, new_id, None)}")
+    return (
+        tokens.run_html(trace),
+        tokens.run_html(new, first_divergence=div),
+        f"original #{run_id}: {metrics_md(trace, run_id, None)}  \nre-run #{new_id}: {metrics_md(new, new_id, None)}",
+    )

@@ -1,4 +1,5 @@
 """What the tabs share: parameter labels, the run cache, run lists and the metrics line. No Gradio here."""
+
 from __future__ import annotations
 
 import functools
@@ -33,6 +34,7 @@ try:  # ZeroGPU on Hugging Face Spaces: request a GPU per generation; a no-op el
 
     gpu = spaces.GPU
 except ImportError:
+
     def gpu(fn):
         return fn
 
@@ -58,7 +60,7 @@ UNBOUNDED = 2**31  # an upper bound this large (the seed's 2⁶³ − 1) is show
 
 
 def param_label(name: str) -> str:
-    """"δ delta: default 0.1, range (0, 1]": symbol (for the Greek-letter parameters only, so no name shows
+    """ "δ delta: default 0.1, range (0, 1]": symbol (for the Greek-letter parameters only, so no name shows
     twice), name, default and range from core.params; a practically unbounded range reads "any integer ≥ 0"."""
     spec = PARAMS[name]
     shown = f"{SYMBOL[name]} {name}" if name in SYMBOL else name
@@ -119,15 +121,20 @@ def step_ends(run: RunTrace) -> list[int]:
 
 
 def fitted_md(params) -> str:
-    """" · fitted thresholds: context α 0.05, β 0.03 · alignment …" for a run that verified with the
+    """ " · fitted thresholds: context α 0.05, β 0.03 · alignment …" for a run that verified with the
     thresholds fitted to its model (`aasd[auto]`); "" for any other run."""
     if not params.get("fitted"):
         return ""
     return f" · fitted thresholds: {describe_values(params)}"
 
 
-def metrics_md(run: RunTrace, run_id: int | None, greedy_tps: float | None, score: float | None = None,
-               score_name: str | None = None) -> str:
+def metrics_md(
+    run: RunTrace,
+    run_id: int | None,
+    greedy_tps: float | None,
+    score: float | None = None,
+    score_name: str | None = None,
+) -> str:
     """One line of a run's metrics; the speed-up is against `greedy_tps` when given; `score` is the task's
     score against its references (workbench.evaluation.scores.score_task, as bench computes it), said what it
     is by `score_name` (e.g. "F1 against the task's reference answers, 0–100"); a run with fitted thresholds
@@ -136,10 +143,13 @@ def metrics_md(run: RunTrace, run_id: int | None, greedy_tps: float | None, scor
     fmt = lambda v, f="{:.2f}": "–" if v is None else f.format(v)  # noqa: E731
     speed = f"{m['tps'] / greedy_tps:.2f}×" if greedy_tps and m.get("tps") else "–"
     state = "" if run.status == "complete" else f" · **{run.status}**"
-    return (f"MAL **{fmt(m['mal'])}** · {fmt(m['tps'], '{:.1f}')} tok/s · speed-up {speed} · "
-            f"acceptance {fmt(m['accept_rate'], '{:.0%}')} · {m['steps']} steps · {m['tokens']} tokens"
-            + (f" · score **{score:.1f}**" + (f" ({score_name})" if score_name else "") if score is not None else "")
-            + fitted_md(run.params) + f" · run #{run_id if run_id is not None else '–'}{state}")
+    return (
+        f"MAL **{fmt(m['mal'])}** · {fmt(m['tps'], '{:.1f}')} tok/s · speed-up {speed} · "
+        f"acceptance {fmt(m['accept_rate'], '{:.0%}')} · {m['steps']} steps · {m['tokens']} tokens"
+        + (f" · score **{score:.1f}**" + (f" ({score_name})" if score_name else "") if score is not None else "")
+        + fitted_md(run.params)
+        + f" · run #{run_id if run_id is not None else '–'}{state}"
+    )
 
 
 def runs_frame(store: Store, filter_text: str = "", limit: int = 200, viewer: Viewer | None = None) -> pd.DataFrame:
@@ -149,9 +159,17 @@ def runs_frame(store: Store, filter_text: str = "", limit: int = 200, viewer: Vi
     rows = []
     for r in store.list_runs(limit=limit, any_tag=viewer.visible_tags if viewer is not None else None):
         m = r.metrics or {}
-        row = {"id": r.id, "method": r.method, "model": r.model, "status": r.status, "tokens": m.get("tokens"),
-               "MAL": round(m["mal"], 2) if m.get("mal") else None, "tok/s": round(m["tps"], 1) if m.get("tps") else None,
-               "tags": ", ".join(shown_tags(r.tags)), "created": r.created.strftime("%Y-%m-%d %H:%M:%S")}
+        row = {
+            "id": r.id,
+            "method": r.method,
+            "model": r.model,
+            "status": r.status,
+            "tokens": m.get("tokens"),
+            "MAL": round(m["mal"], 2) if m.get("mal") else None,
+            "tok/s": round(m["tps"], 1) if m.get("tps") else None,
+            "tags": ", ".join(shown_tags(r.tags)),
+            "created": r.created.strftime("%Y-%m-%d %H:%M:%S"),
+        }
         if not text or any(text.lower() in str(row[k]).lower() for k in ("method", "model", "tags", "status", "id")):
             rows.append(row)
     return pd.DataFrame(rows, columns=RUN_COLUMNS)
@@ -181,8 +199,10 @@ def run_id_of(value) -> int:
         m = _RUN_ID_TEXT.fullmatch(value.strip())
         number = int(m.group(1) or m.group(2)) if m else None
     if number is None or not 1 <= number <= MAX_RUN_ID:
-        raise InvalidInputError(f"{_shown(value)} is not a run id: run ids are whole numbers from 1 to {MAX_RUN_ID} "
-                                "(pick a run from the list, or type its number)")
+        raise InvalidInputError(
+            f"{_shown(value)} is not a run id: run ids are whole numbers from 1 to {MAX_RUN_ID} "
+            "(pick a run from the list, or type its number)"
+        )
     return number
 
 
@@ -309,11 +329,20 @@ def check_model_source(*specs: str | None, allow_local: bool = True) -> None:
     up on the server's disk: the answer must not depend on what is there (service.check_model_access)."""
     for spec in specs:
         spec = (spec or "").strip()
-        if not spec or spec in PRESETS or spec.startswith((".", "/", "~")) or spec.count("/") > 1 \
-                or spec.endswith(".gguf") or (allow_local and Path(spec).expanduser().exists()) or _in_hub_cache(spec):
+        if (
+            not spec
+            or spec in PRESETS
+            or spec.startswith((".", "/", "~"))
+            or spec.count("/") > 1
+            or spec.endswith(".gguf")
+            or (allow_local and Path(spec).expanduser().exists())
+            or _in_hub_cache(spec)
+        ):
             continue
         if not hub_reachable():
             fetched = ", ".join(fetched_presets()) or "none: `python -m workbench models fetch smollm2-135m`"
-            raise InvalidInputError(f"{spec!r} is not a fetched preset or a folder on this server, and the Hugging Face hub "
-                                    f"is not reachable from it (offline), so it cannot be downloaded. Fetched presets: "
-                                    f"{fetched}; or give a local model folder.")
+            raise InvalidInputError(
+                f"{spec!r} is not a fetched preset or a folder on this server, and the Hugging Face hub "
+                f"is not reachable from it (offline), so it cannot be downloaded. Fetched presets: "
+                f"{fetched}; or give a local model folder."
+            )

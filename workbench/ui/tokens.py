@@ -2,6 +2,7 @@
 
 The Compare columns, the replay's text, the re-run panel and the Diff tab draw tokens with these functions;
 every string from a trace is escaped before it reaches the page."""
+
 from __future__ import annotations
 
 import difflib
@@ -130,8 +131,7 @@ def _span(text: str, origin: str, marked: bool, marker_title: str, marker_class:
         if marker_class:
             classes += f" {html.escape(marker_class)}"
             style += f";outline:2px dashed {DIVERGENCE_COLOR}"
-    return (f'<span class="{classes}" style="{style}" '
-            f'title="{html.escape(title)}">{html.escape(text)}</span>')
+    return f'<span class="{classes}" style="{style}" title="{html.escape(title)}">{html.escape(text)}</span>'
 
 
 def tokens_html(
@@ -146,14 +146,20 @@ def tokens_html(
     `first_divergence` (with the CSS class `marker_class` too, when given: the compare tab's lossless
     flips); `upto` shows only the first `upto` tokens (replay)."""
     shown = origins[:upto] if upto is not None else origins
-    parts = [_span(text, origin, i == first_divergence, marker_title, marker_class) for i, (text, origin) in enumerate(shown)]
+    parts = [
+        _span(text, origin, i == first_divergence, marker_title, marker_class) for i, (text, origin) in enumerate(shown)
+    ]
     # The shorter of two runs diverges at its own end: mark the end so the reader still sees it.
     if first_divergence is not None and first_divergence == len(origins) and len(shown) == len(origins):
         extra = f" {html.escape(marker_class)}" if marker_class else ""
-        parts.append(f'<span class="tok-divergence{extra}" style="border-left:3px solid {DIVERGENCE_COLOR}" '
-                     f'title="{html.escape(marker_title)} (output ends here)">&#8203;</span>')
-    return ('<div class="tokens" style="white-space:pre-wrap;font-family:ui-monospace,monospace;'
-            f'line-height:1.6">{"".join(parts)}{ending}</div>')
+        parts.append(
+            f'<span class="tok-divergence{extra}" style="border-left:3px solid {DIVERGENCE_COLOR}" '
+            f'title="{html.escape(marker_title)} (output ends here)">&#8203;</span>'
+        )
+    return (
+        '<div class="tokens" style="white-space:pre-wrap;font-family:ui-monospace,monospace;'
+        f'line-height:1.6">{"".join(parts)}{ending}</div>'
+    )
 
 
 def ending_html(run: RunTrace) -> str:
@@ -161,9 +167,11 @@ def ending_html(run: RunTrace) -> str:
     (its answer may be cut), or Stop. "" for a run that ended on its end-of-text token or a stop string."""
     if run.stop_reason == "max_new_tokens":
         cap = run.params.get("max_new_tokens", len(run.output_ids))
-        return (f'<span class="tok-cut" style="{END_STYLE};color:#9a3412;border-color:#fdba74" title="the run wrote '
-                f'max_new_tokens = {cap} tokens and was cut there; raise max_new_tokens (Parameters) for the rest">'
-                f"✂ cut at max_new_tokens ({cap})</span>")
+        return (
+            f'<span class="tok-cut" style="{END_STYLE};color:#9a3412;border-color:#fdba74" title="the run wrote '
+            f'max_new_tokens = {cap} tokens and was cut there; raise max_new_tokens (Parameters) for the rest">'
+            f"✂ cut at max_new_tokens ({cap})</span>"
+        )
     if run.stop_reason in ("cancelled", "context_full"):
         why = "stopped (Stop)" if run.stop_reason == "cancelled" else "the model's context is full"
         return f'<span class="tok-cut" style="{END_STYLE}" title="{html.escape(why)}">■ {html.escape(why)}</span>'
@@ -190,6 +198,7 @@ def flip_title(position: int, report: Mapping[str, Any] | None = None) -> str:
 class Span:
     """One stretch of an alignment of run A's tokens against run B's: A's [a0, a1) against B's [b0, b1), tagged
     equal, replace (both have tokens there, different ones), delete (only A has tokens) or insert (only B has)."""
+
     tag: str
     a0: int
     a1: int
@@ -230,8 +239,13 @@ def diff_counts(spans: Sequence[Span]) -> dict[str, int]:
 DIFF_STYLE = {"same": "#ffffff", "differ": "#ffd6d6", "deleted": "#ffe4c7", "inserted": "#d9f7e3"}
 
 
-def token_diff_html(a: Sequence[str], b: Sequence[str], first: int | None, labels: tuple[str, str] = ("A", "B"),
-                    ids: tuple[Sequence[int], Sequence[int]] | None = None) -> str:
+def token_diff_html(
+    a: Sequence[str],
+    b: Sequence[str],
+    first: int | None,
+    labels: tuple[str, str] = ("A", "B"),
+    ids: tuple[Sequence[int], Sequence[int]] | None = None,
+) -> str:
     """Two outputs aligned by sequence matching (align; by id when `ids` are given, else by text): one cell per
     aligned pair with run A's token above run B's. Equal cells are white (class `same`); a token replaced by
     another is red (`differ`); a token only A has shows over a gap (`deleted`, orange) and one only B has under a
@@ -247,10 +261,15 @@ def token_diff_html(a: Sequence[str], b: Sequence[str], first: int | None, label
         tb = b[ib] if ib is not None and ib < len(b) else None
         is_first = not marked[0] and first is not None and (ia == first or ib == first)
         marked[0] = marked[0] or is_first
-        where = " · ".join(p for p in (f"{la} token {ia}" if ia is not None else "",
-                                       f"{lb} token {ib}" if ib is not None else "") if p)
-        what = {"same": "", "differ": f": {la} {ta!r} · {lb} {tb!r}", "deleted": f": only {la} has {ta!r}",
-                "inserted": f": only {lb} has {tb!r}"}[kind]
+        where = " · ".join(
+            p for p in (f"{la} token {ia}" if ia is not None else "", f"{lb} token {ib}" if ib is not None else "") if p
+        )
+        what = {
+            "same": "",
+            "differ": f": {la} {ta!r} · {lb} {tb!r}",
+            "deleted": f": only {la} has {ta!r}",
+            "inserted": f": only {lb} has {tb!r}",
+        }[kind]
         title = where + what + (" (first divergence)" if is_first else "")
         border = f"2px solid {DIVERGENCE_COLOR}" if is_first else "1px solid #e3e3e3"
         cls = f"pair {kind}" + (" first" if is_first else "")
@@ -258,9 +277,11 @@ def token_diff_html(a: Sequence[str], b: Sequence[str], first: int | None, label
         def side(t: str | None, who: str) -> str:
             return f'<span class="side {who}" style="display:block">{"·" if t is None else show_token(t, 24)}</span>'
 
-        return (f'<span class="{cls}" title="{html.escape(title)}" style="display:inline-block;vertical-align:top;'
-                f'margin:1px;padding:0 2px;background:{DIFF_STYLE[kind]};border:{border};border-radius:3px">'
-                f'{side(ta, "a")}{side(tb, "b")}</span>')
+        return (
+            f'<span class="{cls}" title="{html.escape(title)}" style="display:inline-block;vertical-align:top;'
+            f'margin:1px;padding:0 2px;background:{DIFF_STYLE[kind]};border:{border};border-radius:3px">'
+            f"{side(ta, 'a')}{side(tb, 'b')}</span>"
+        )
 
     for s in align(key_a, key_b):
         if s.tag == "equal":
@@ -278,13 +299,19 @@ def token_diff_html(a: Sequence[str], b: Sequence[str], first: int | None, label
                     cells.append(cell(s.a0 + k, None, "deleted"))
                 else:
                     cells.append(cell(None, s.b0 + k, "inserted"))
-    head = (f'<div class="tokdiff-key" style="font-size:0.85em;color:#555;margin-bottom:4px">each cell: top {la}, '
-            f'bottom {lb}, aligned by sequence matching; <span style="background:{DIFF_STYLE["differ"]}">red</span>: '
-            f'a token replaced by another; <span style="background:{DIFF_STYLE["deleted"]}">orange</span>: only {la} '
-            f'has it; <span style="background:{DIFF_STYLE["inserted"]}">green</span>: only {lb} has it; outlined: the '
-            "first divergence; ␣ a space, ↵ a newline</div>")
-    return ('<div class="tokdiff" style="font-family:ui-monospace,monospace;font-size:0.9em;line-height:1.4">'
-            + head + "".join(cells) + "</div>")
+    head = (
+        f'<div class="tokdiff-key" style="font-size:0.85em;color:#555;margin-bottom:4px">each cell: top {la}, '
+        f'bottom {lb}, aligned by sequence matching; <span style="background:{DIFF_STYLE["differ"]}">red</span>: '
+        f'a token replaced by another; <span style="background:{DIFF_STYLE["deleted"]}">orange</span>: only {la} '
+        f'has it; <span style="background:{DIFF_STYLE["inserted"]}">green</span>: only {lb} has it; outlined: the '
+        "first divergence; ␣ a space, ↵ a newline</div>"
+    )
+    return (
+        '<div class="tokdiff" style="font-family:ui-monospace,monospace;font-size:0.9em;line-height:1.4">'
+        + head
+        + "".join(cells)
+        + "</div>"
+    )
 
 
 CHIP = "display:inline-block;white-space:nowrap;line-height:1.5;padding:0 6px;border-radius:3px;margin:2px 6px 2px 0"
@@ -292,12 +319,20 @@ CHIP = "display:inline-block;white-space:nowrap;line-height:1.5;padding:0 6px;bo
 
 def legend_html() -> str:
     """A one-line key to the origin colours (chips that wrap as a whole and draw their marks inside their own box)."""
-    items = [f'<span class="legend-chip" style="{CHIP};background:{color};color:#111" '
-             f'title="{html.escape(ORIGIN_DESCRIPTIONS[origin])}">{origin}</span>'
-             for origin, color in ORIGIN_COLORS.items()]
-    items.append(f'<span class="legend-chip" style="{CHIP};border-left:3px solid {DIVERGENCE_COLOR}">first divergence</span>')
-    items.append(f'<span class="legend-chip" style="{CHIP};border:2px dashed {DIVERGENCE_COLOR};border-left:3px solid '
-                 f'{DIVERGENCE_COLOR}" title="a lossless method should emit greedy\'s tokens; hover the marked token for the '
-                 f'position and the target\'s logit gap there">lossless method left greedy</span>')
-    items.append(f'<span class="legend-chip" style="{CHIP};{END_STYLE}" title="the model\'s end-of-text token">⏹ end of text</span>')
+    items = [
+        f'<span class="legend-chip" style="{CHIP};background:{color};color:#111" '
+        f'title="{html.escape(ORIGIN_DESCRIPTIONS[origin])}">{origin}</span>'
+        for origin, color in ORIGIN_COLORS.items()
+    ]
+    items.append(
+        f'<span class="legend-chip" style="{CHIP};border-left:3px solid {DIVERGENCE_COLOR}">first divergence</span>'
+    )
+    items.append(
+        f'<span class="legend-chip" style="{CHIP};border:2px dashed {DIVERGENCE_COLOR};border-left:3px solid '
+        f'{DIVERGENCE_COLOR}" title="a lossless method should emit greedy\'s tokens; hover the marked token for the '
+        f"position and the target's logit gap there\">lossless method left greedy</span>"
+    )
+    items.append(
+        f'<span class="legend-chip" style="{CHIP};{END_STYLE}" title="the model\'s end-of-text token">⏹ end of text</span>'
+    )
     return f'<div class="token-legend" style="font-size:0.9em;display:flex;flex-wrap:wrap;align-items:center">{"".join(items)}</div>'

@@ -1,5 +1,6 @@
 """The one entry point that names datasets: a --data value `NAME[:SELECT][@PATH]` (`spec-bench:summarization,rag`,
 `longbench:hotpotqa`, `humaneval`, `gsm8k@PATH`, `samples`) or a task-file path, loaded by its dataset's module."""
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -39,8 +40,11 @@ def parse_data_spec(spec: str) -> tuple[str, list[str], str | None]:
     if name not in DATASETS:
         if Path(spec).exists() or _looks_like_path(spec):
             return "file", [], spec
-        raise InvalidInputError(f"unknown dataset {name!r}; known: " + "; ".join(f"{k} ({v})" for k, v in DATASETS.items())
-                                + "; or a task-file path")
+        raise InvalidInputError(
+            f"unknown dataset {name!r}; known: "
+            + "; ".join(f"{k} ({v})" for k, v in DATASETS.items())
+            + "; or a task-file path"
+        )
     if not at and _looks_like_path(select):  # longbench:/path/file.jsonl
         select, path = "", select
     items = [s.strip() for s in select.split(",") if s.strip()]
@@ -62,7 +66,9 @@ def load_dataset_tasks(spec: str, *, limit: int | None = None, seed: int | None 
         elif select:
             tasks = load_longbench_hub(select)
         else:
-            raise InvalidInputError("name the LongBench datasets (longbench:hotpotqa,lcc) or give a local file (longbench@PATH)")
+            raise InvalidInputError(
+                "name the LongBench datasets (longbench:hotpotqa,lcc) or give a local file (longbench@PATH)"
+            )
     else:
         if select:
             raise InvalidInputError(f"{name} takes no selection; use --limit (and --seed) to take a subset")
@@ -80,7 +86,9 @@ def load_many(specs: Sequence[str], *, limit: int | None = None, seed: int | Non
         for t in load_dataset_tasks(spec, limit=limit, seed=seed):
             key = (t.category, t.id)
             if key in seen:
-                raise InvalidInputError(f"task {t.id!r} of {t.category!r} comes from both {seen[key]} and {spec}; load it once")
+                raise InvalidInputError(
+                    f"task {t.id!r} of {t.category!r} comes from both {seen[key]} and {spec}; load it once"
+                )
             seen[key] = spec
             tasks.append(t)
     return tasks

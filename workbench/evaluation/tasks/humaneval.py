@@ -1,4 +1,5 @@
 """HumanEval: raw completion of each problem's prompt, no chat template, pass@1 in the sandbox."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -16,9 +17,17 @@ def humaneval_task(row: Row) -> Task:
     keys = ("task_id", "prompt", "test", "entry_point")
     row.require_text(*keys, nonblank=True)
     problem = {key: row.text(key) for key in keys}
-    return Task(id=problem["task_id"], task="code", input=problem["prompt"], chat=False, category="humaneval",
-                metric="pass@1", problem={**row.data, **problem}, stop=HUMANEVAL_STOP,
-                max_new_tokens=HUMANEVAL_MAX_NEW_TOKENS)
+    return Task(
+        id=problem["task_id"],
+        task="code",
+        input=problem["prompt"],
+        chat=False,
+        category="humaneval",
+        metric="pass@1",
+        problem={**row.data, **problem},
+        stop=HUMANEVAL_STOP,
+        max_new_tokens=HUMANEVAL_MAX_NEW_TOKENS,
+    )
 
 
 def load_humaneval(path: str | Path | None = None) -> list[Task]:

@@ -5,6 +5,7 @@ a category a string, answers strings, a flag a boolean), that text is valid Unic
 JSON's "\\ud800" parses, but no tokenizer takes it) and no longer than a prompt may be, and names the file
 and line in every error. Nothing from a row reaches a tokenizer, a hash table or the store unchecked.
 """
+
 from __future__ import annotations
 
 import random
@@ -131,8 +132,14 @@ class Row:
 
 
 def _kind(value: Any) -> str:
-    return {dict: "an object", list: "a list", bool: "true/false", int: "a number", float: "a number",
-            str: "a string"}.get(type(value), type(value).__name__)
+    return {
+        dict: "an object",
+        list: "a list",
+        bool: "true/false",
+        int: "a number",
+        float: "a number",
+        str: "a string",
+    }.get(type(value), type(value).__name__)
 
 
 def read_rows(path: str | Path, *, what: str = "task file", gunzip: bool = False) -> Iterator[Row]:
@@ -160,8 +167,10 @@ def select_categories(tasks: list, categories: Sequence[str] | None, source: str
     known = sorted({t.category for t in tasks if t.category})
     unknown = [c for c in categories if c not in known]
     if unknown:
-        raise InvalidInputError(f"unknown categor{'y' if len(unknown) == 1 else 'ies'} {', '.join(unknown)} in {source}; "
-                                f"known: {', '.join(known)}")
+        raise InvalidInputError(
+            f"unknown categor{'y' if len(unknown) == 1 else 'ies'} {', '.join(unknown)} in {source}; "
+            f"known: {', '.join(known)}"
+        )
     return [t for t in tasks if t.category in categories]
 
 

@@ -1,4 +1,5 @@
 """The sample tasks bundled with the project (assets/samples.jsonl), in the project's task-file format."""
+
 from __future__ import annotations
 
 from pathlib import Path

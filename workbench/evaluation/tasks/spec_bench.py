@@ -1,4 +1,5 @@
 """Spec-Bench's question.jsonl: one task per question (its first turn), categories as in the paper."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -8,7 +9,13 @@ from workbench.evaluation.tasks.task import Task
 
 ROOT = Path(__file__).resolve().parents[3]  # the project folder
 SPEC_BENCH = ROOT.parent / "shared" / "data" / "spec_bench" / "question.jsonl"  # never copied into the project
-SPEC_BENCH_TASK = {"summarization": "summarization", "rag": "qa", "qa": "qa", "math_reasoning": "math", "translation": "translation"}
+SPEC_BENCH_TASK = {
+    "summarization": "summarization",
+    "rag": "qa",
+    "qa": "qa",
+    "math_reasoning": "math",
+    "translation": "translation",
+}
 
 
 def spec_bench_task(row: Row) -> Task:
@@ -19,8 +26,13 @@ def spec_bench_task(row: Row) -> Task:
     category = row.name("category", "other")
     # Only the first turn: the second of an MT-bench pair needs the model's own first answer.
     first = Row({"turns": turns[0]}, row.where).text("turns")
-    return Task(id=row.ident("question_id"), task=SPEC_BENCH_TASK.get(category, "chat"), input=first,
-                answers=row.references("reference"), category=category)
+    return Task(
+        id=row.ident("question_id"),
+        task=SPEC_BENCH_TASK.get(category, "chat"),
+        input=first,
+        answers=row.references("reference"),
+        category=category,
+    )
 
 
 def load_spec_bench(path: str | Path | None = None) -> list[Task]:

@@ -1,5 +1,6 @@
 """The one Task type every loader returns, its prompt templates (filled by name only) and the parts of a
 prompt that compression may shorten."""
+
 from __future__ import annotations
 
 import re
@@ -53,8 +54,10 @@ def check_template(template: str, where: str) -> None:
     fields = _BRACED.findall(template)
     bad = [f for f in fields if f not in TEMPLATE_FIELDS and _FORMAT_FIELD.fullmatch(f)]
     if bad:
-        raise InvalidInputError(f"{where}: template field {{{bad[0][:40]}}} is not supported: only {{context}} and {{input}} "
-                                f"are substituted, by name (nothing in a template is evaluated; other braces stay as written)")
+        raise InvalidInputError(
+            f"{where}: template field {{{bad[0][:40]}}} is not supported: only {{context}} and {{input}} "
+            f"are substituted, by name (nothing in a template is evaluated; other braces stay as written)"
+        )
     if not any(f in TEMPLATE_FIELDS for f in fields):
         raise InvalidInputError(f"{where}: 'template' must contain {{context}} or {{input}}")
 
@@ -73,7 +76,9 @@ def middle_truncate(text: str, tokenizer, max_tokens: int) -> str:
     if len(ids) <= max_tokens:
         return text
     half = max_tokens // 2
-    return tokenizer.decode(ids[:half], skip_special_tokens=True) + tokenizer.decode(ids[-half:], skip_special_tokens=True)
+    return tokenizer.decode(ids[:half], skip_special_tokens=True) + tokenizer.decode(
+        ids[-half:], skip_special_tokens=True
+    )
 
 
 # ---- the context inside a prompt (prompt compression) ---------------------------------------
@@ -94,12 +99,12 @@ def prompt_parts(task: Task) -> tuple[str, str, str]:
         return "", task.context, f"\n\n{task.input}"
     text = task.prompt()
     if task.category == "summarization" and text.startswith("Summarize:"):
-        body = text[len("Summarize:"):]
+        body = text[len("Summarize:") :]
         lead = body[: len(body) - len(body.lstrip())]
-        return "Summarize:" + lead, body[len(lead):], ""
+        return "Summarize:" + lead, body[len(lead) :], ""
     if task.category == "rag" and "\n" in text.strip():
         head, _, question = text.rstrip().rpartition("\n")
-        return "", head, "\n" + question + text[len(text.rstrip()):]
+        return "", head, "\n" + question + text[len(text.rstrip()) :]
     return text, "", ""
 
 
@@ -108,7 +113,9 @@ def compress_prompt(task: Task, compressor, rate: float):
     whole. A task without a context is an InvalidInputError (there is nothing to compress)."""
     before, context, after = prompt_parts(task)
     if not context.strip():
-        raise InvalidInputError(f"task {task.id}: nothing to compress: it has no context (compression shortens the context "
-                                f"only; the instruction and question stay whole)")
+        raise InvalidInputError(
+            f"task {task.id}: nothing to compress: it has no context (compression shortens the context "
+            f"only; the instruction and question stay whole)"
+        )
     done = compressor.compress(context, rate)
     return before + done.text + after, done

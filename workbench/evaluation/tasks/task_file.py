@@ -1,5 +1,6 @@
 """The project's task files (JSON Lines): its own rows (id, task, input, context, answers, template, ...)
 and, line by line, rows in Spec-Bench's, HumanEval's or LongBench's own format."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -15,7 +16,9 @@ from workbench.evaluation.tasks.task import Task, check_template
 
 def project_task(row: Row) -> Task:
     """A row of the project's own format: id, task and input required; a HumanEval-style row adds test and entry_point."""
-    missing = [k for k in ("id", "task") if not row.data.get(k)] + ([] if isinstance(row.data.get("input"), str) else ["input"])
+    missing = [k for k in ("id", "task") if not row.data.get(k)] + (
+        [] if isinstance(row.data.get("input"), str) else ["input"]
+    )
     if missing:
         raise row.error(f"missing field(s) {', '.join(missing)} (a task needs id, task and input)")
     text, context = row.text("input"), row.text("context", required=False)
@@ -25,15 +28,30 @@ def project_task(row: Row) -> Task:
     if template is not None:
         check_template(template, row.where)
     kind = row.name("task")
-    task = Task(id=row.ident("id"), task=kind, input=text, context=context, answers=row.strings("answers"),
-                template=template, max_new_tokens=row.count("max_new_tokens", PARAMS["max_new_tokens"].high),
-                chat=row.flag("chat", True), category=row.name("category", kind))
+    task = Task(
+        id=row.ident("id"),
+        task=kind,
+        input=text,
+        context=context,
+        answers=row.strings("answers"),
+        template=template,
+        max_new_tokens=row.count("max_new_tokens", PARAMS["max_new_tokens"].high),
+        chat=row.flag("chat", True),
+        category=row.name("category", kind),
+    )
     if row.given("test") or row.given("entry_point"):  # a HumanEval problem: `input` is its prompt
-        missing = [k for k in ("test", "entry_point") if not isinstance(row.data.get(k), str) or not row.data[k].strip()]
+        missing = [
+            k for k in ("test", "entry_point") if not isinstance(row.data.get(k), str) or not row.data[k].strip()
+        ]
         if missing:
             raise row.error(f"a HumanEval-style task needs both test and entry_point (missing {', '.join(missing)})")
         task.metric, task.chat, task.stop = "pass@1", row.flag("chat", False), HUMANEVAL_STOP
-        task.problem = {"task_id": task.id, "prompt": text, "test": row.text("test"), "entry_point": row.text("entry_point")}
+        task.problem = {
+            "task_id": task.id,
+            "prompt": text,
+            "test": row.text("test"),
+            "entry_point": row.text("entry_point"),
+        }
         task.max_new_tokens = task.max_new_tokens or HUMANEVAL_MAX_NEW_TOKENS
     return task
 

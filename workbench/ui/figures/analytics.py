@@ -1,5 +1,6 @@
 """The Analytics tab's figures over stored runs: tokens per step, acceptance by depth and by source, MAL and
 tokens/s per run, MAL against a parameter. Runs come as RunTrace, (label, trace) pairs, stored runs or dicts."""
+
 from __future__ import annotations
 
 import html
@@ -14,6 +15,7 @@ from plotly.subplots import make_subplots
 from core.stats import acceptance_by, run_metrics
 from core.trace import NodeTrace, RunTrace
 from workbench.ui.figures.common import NO_RUNS, TITLE_BELOW_TOOLBAR, empty_figure, is_pair, num, run_label
+
 
 @dataclass
 class _Run:
@@ -63,19 +65,30 @@ def accept_hist_figure(runs: Sequence[Any]) -> go.Figure:
     fig = go.Figure()
     for label, lengths in collected:
         counts = Counter(lengths)
-        fig.add_trace(go.Bar(
-            x=xs, y=[counts[x] for x in xs], name=label,
-            customdata=[100 * counts[x] / len(lengths) for x in xs],
-            hovertemplate=f"{html.escape(label)}<br>%{{x}} tokens: %{{y}} steps (%{{customdata:.1f}}%)<extra></extra>",
-        ))
-    fig.update_layout(barmode="group", template="plotly_white", title="tokens per step",
-                      xaxis={"title": "tokens emitted in the step", "dtick": 1}, yaxis={"title": "steps"},
-                      height=360, margin={"t": 50})
+        fig.add_trace(
+            go.Bar(
+                x=xs,
+                y=[counts[x] for x in xs],
+                name=label,
+                customdata=[100 * counts[x] / len(lengths) for x in xs],
+                hovertemplate=f"{html.escape(label)}<br>%{{x}} tokens: %{{y}} steps (%{{customdata:.1f}}%)<extra></extra>",
+            )
+        )
+    fig.update_layout(
+        barmode="group",
+        template="plotly_white",
+        title="tokens per step",
+        xaxis={"title": "tokens emitted in the step", "dtick": 1},
+        yaxis={"title": "steps"},
+        height=360,
+        margin={"t": 50},
+    )
     return fig
 
 
-def _rate_figure(runs: Sequence[Any], key: Callable[[NodeTrace], Any], title: str, x_title: str,
-                 kind: str) -> go.Figure:
+def _rate_figure(
+    runs: Sequence[Any], key: Callable[[NodeTrace], Any], title: str, x_title: str, kind: str
+) -> go.Figure:
     # core.stats.acceptance_by is the one per-source / per-depth acceptance: accepted ÷ verified nodes.
     collected = [(r.label, acceptance_by(r.trace, key)) for r in _collect(runs) if r.trace is not None]
     collected = [(label, table) for label, table in collected if table]
@@ -85,15 +98,25 @@ def _rate_figure(runs: Sequence[Any], key: Callable[[NodeTrace], Any], title: st
     for label, table in collected:
         keys = list(table)
         common = dict(
-            x=keys, y=[table[k][0] / table[k][1] for k in keys], name=label,
+            x=keys,
+            y=[table[k][0] / table[k][1] for k in keys],
+            name=label,
             customdata=[list(table[k]) for k in keys],
-            hovertemplate=(f"{html.escape(label)}<br>{x_title} %{{x}}: %{{y:.1%}} "
-                           "(%{customdata[0]} of %{customdata[1]})<extra></extra>"),
+            hovertemplate=(
+                f"{html.escape(label)}<br>{x_title} %{{x}}: %{{y:.1%}} "
+                "(%{customdata[0]} of %{customdata[1]})<extra></extra>"
+            ),
         )
         fig.add_trace(go.Scatter(mode="lines+markers", **common) if kind == "line" else go.Bar(**common))
-    fig.update_layout(template="plotly_white", title=title, barmode="group", height=360, margin={"t": 50},
-                      xaxis={"title": x_title, **({"dtick": 1} if kind == "line" else {})},
-                      yaxis={"title": "accepted / verified", "range": [0, 1.05], "tickformat": ".0%"})
+    fig.update_layout(
+        template="plotly_white",
+        title=title,
+        barmode="group",
+        height=360,
+        margin={"t": 50},
+        xaxis={"title": x_title, **({"dtick": 1} if kind == "line" else {})},
+        yaxis={"title": "accepted / verified", "range": [0, 1.05], "tickformat": ".0%"},
+    )
     return fig
 
 
@@ -131,9 +154,19 @@ def runs_bar_figure(rows: Sequence[Any]) -> go.Figure:
     fig = make_subplots(rows=1, cols=2, subplot_titles=("MAL (tokens per step)", "tokens / s"))
     for col, (name, color) in enumerate((("mal", "#1f77b4"), ("tps", "#2ca02c")), start=1):
         values = [_metric(r.record, name) for r in collected]
-        fig.add_trace(go.Bar(x=labels, y=values, name=name, marker_color=color, showlegend=False,
-                             text=[num(float(v)) if v is not None else "" for v in values], textposition="outside"),
-                      row=1, col=col)
+        fig.add_trace(
+            go.Bar(
+                x=labels,
+                y=values,
+                name=name,
+                marker_color=color,
+                showlegend=False,
+                text=[num(float(v)) if v is not None else "" for v in values],
+                textposition="outside",
+            ),
+            row=1,
+            col=col,
+        )
     fig.update_layout(template="plotly_white", height=360, margin={"t": 50})
     return fig
 
@@ -161,19 +194,32 @@ def sweep_figure(runs: Sequence[Any], param: str) -> go.Figure:
         return empty_figure(f"no selected run has the parameter {param!r}")
     values = sorted({v for by_value in pooled.values() for v in by_value})
     if len(values) < 2:  # one point on an axis Plotly would stretch around it: say what a sweep needs instead
-        return empty_figure(f"MAL against {param}: every chosen run used {param} = {values[0]:g}.<br>Choose runs made at two "
-                            f"or more values<br>(e.g. method variants such as aasd[{param}=…] in one comparison).")
+        return empty_figure(
+            f"MAL against {param}: every chosen run used {param} = {values[0]:g}.<br>Choose runs made at two "
+            f"or more values<br>(e.g. method variants such as aasd[{param}=…] in one comparison)."
+        )
     fig = go.Figure()
     for method, by_value in pooled.items():
         xs = sorted(by_value)
-        fig.add_trace(go.Scatter(
-            x=xs, y=[by_value[x][0] / by_value[x][1] for x in xs], mode="lines+markers", name=method,
-            customdata=[by_value[x][2] for x in xs],
-            hovertemplate=f"{html.escape(method)}<br>{html.escape(param)} %{{x}}: MAL %{{y:.3f}} "
-                          "(%{customdata} runs)<extra></extra>",
-        ))
-    fig.update_layout(template="plotly_white", title=f"MAL against {param}", height=360, margin={"t": 50},
-                      xaxis={"title": param}, yaxis={"title": "MAL (tokens per step)"})
+        fig.add_trace(
+            go.Scatter(
+                x=xs,
+                y=[by_value[x][0] / by_value[x][1] for x in xs],
+                mode="lines+markers",
+                name=method,
+                customdata=[by_value[x][2] for x in xs],
+                hovertemplate=f"{html.escape(method)}<br>{html.escape(param)} %{{x}}: MAL %{{y:.3f}} "
+                "(%{customdata} runs)<extra></extra>",
+            )
+        )
+    fig.update_layout(
+        template="plotly_white",
+        title=f"MAL against {param}",
+        height=360,
+        margin={"t": 50},
+        xaxis={"title": param},
+        yaxis={"title": "MAL (tokens per step)"},
+    )
     return fig
 
 
@@ -183,8 +229,11 @@ def shares(fig: go.Figure) -> go.Figure:
     for trace in fig.data:
         if trace.type == "bar" and trace.customdata is not None:
             counts = trace.y
-            trace.update(y=[c / 100 for c in trace.customdata], customdata=counts,
-                         hovertemplate=f"{trace.name}<br>%{{x}} tokens: %{{y:.1%}} of its steps (%{{customdata}} steps)<extra></extra>")
+            trace.update(
+                y=[c / 100 for c in trace.customdata],
+                customdata=counts,
+                hovertemplate=f"{trace.name}<br>%{{x}} tokens: %{{y:.1%}} of its steps (%{{customdata}} steps)<extra></extra>",
+            )
     fig.update_layout(yaxis={"title": "share of the run's steps", "tickformat": ".0%"})
     return fig
 
@@ -202,12 +251,19 @@ def restyled(fig: go.Figure, colors: dict[str, str]) -> go.Figure:
         if trace.type == "bar" and trace.text is not None:
             trace.update(cliponaxis=False)
     # the title under Plotly's toolbar, the legend in a row between the title and the plot
-    fig.update_layout(legend={"orientation": "h", "yanchor": "bottom", "y": 1.02, "xanchor": "left", "x": 0},
-                      margin={"l": 60, "r": 20, "t": 100, "b": 60}, title=TITLE_BELOW_TOOLBAR)
+    fig.update_layout(
+        legend={"orientation": "h", "yanchor": "bottom", "y": 1.02, "xanchor": "left", "x": 0},
+        margin={"l": 60, "r": 20, "t": 100, "b": 60},
+        title=TITLE_BELOW_TOOLBAR,
+    )
     fig.update_yaxes(automargin=True)
     fig.update_xaxes(automargin=True)
     for axis in ("yaxis", "yaxis2"):  # headroom over the tallest labelled bar
-        bars = [t for t in fig.data if t.type == "bar" and t.text is not None and (t.yaxis or "y") == axis.replace("axis", "")]
+        bars = [
+            t
+            for t in fig.data
+            if t.type == "bar" and t.text is not None and (t.yaxis or "y") == axis.replace("axis", "")
+        ]
         tops = [v for t in bars for v in (t.y or ()) if v is not None]
         if tops:
             fig.update_layout({axis: {"range": [0, max(tops) * 1.18]}})

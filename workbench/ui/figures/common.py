@@ -1,5 +1,6 @@
 """What every figure shares: decision colours and source shapes, the blank figure that says why it is blank,
 run labels, and Plotly figures built from plain dicts without validation (for figures redrawn per step)."""
+
 from __future__ import annotations
 
 import functools
@@ -33,23 +34,42 @@ SOURCE_SYMBOLS: dict[str, str] = {
 NO_RUNS = "no runs selected"
 # A figure title under Plotly's toolbar (the mode bar, ~30 px at the top right, shown on hover), left-aligned
 # with the plot: centred titles ran under the toolbar. Figures that use it keep a top margin of ≥ 70 px.
-TITLE_BELOW_TOOLBAR = {"x": 0, "xref": "paper", "xanchor": "left", "y": 1, "yref": "container", "yanchor": "top",
-                       "pad": {"t": 34}}
+TITLE_BELOW_TOOLBAR = {
+    "x": 0,
+    "xref": "paper",
+    "xanchor": "left",
+    "y": 1,
+    "yref": "container",
+    "yanchor": "top",
+    "pad": {"t": 34},
+}
 
 
 def empty_figure(message: str = NO_RUNS) -> go.Figure:
     """A blank figure that says why it is blank (the UI shows it instead of raising)."""
     fig = go.Figure()
     fig.update_layout(
-        xaxis={"visible": False}, yaxis={"visible": False}, height=260, template="plotly_white",
-        annotations=[{"text": message, "xref": "paper", "yref": "paper", "x": 0.5, "y": 0.5,
-                      "showarrow": False, "font": {"size": 16, "color": "#777"}}],
+        xaxis={"visible": False},
+        yaxis={"visible": False},
+        height=260,
+        template="plotly_white",
+        annotations=[
+            {
+                "text": message,
+                "xref": "paper",
+                "yref": "paper",
+                "x": 0.5,
+                "y": 0.5,
+                "showarrow": False,
+                "font": {"size": 16, "color": "#777"},
+            }
+        ],
     )
     return fig
 
 
 def run_label(run: Any) -> str:
-    """"#12 aasd" for stored runs and summaries, the method alone for a bare RunTrace; a dict's
+    """ "#12 aasd" for stored runs and summaries, the method alone for a bare RunTrace; a dict's
     explicit "label" wins, as does the label of a (label, trace) pair."""
     if is_pair(run):
         return str(run[0])

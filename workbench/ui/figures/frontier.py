@@ -1,5 +1,6 @@
 """The speed-quality frontier (`report --frontier`, the Frontier tab): speed-up against score change per relaxed
 rule, one line per rule through its swept settings, with each point's 95 % interval of the score change."""
+
 from __future__ import annotations
 
 import html
@@ -43,27 +44,59 @@ def frontier_figure(result: Mapping[str, Any] | None, family: str = WORST, toler
             ys.append(p["speedup"])
             lo.append(c["mean"] - c["low"])
             hi.append(c["high"] - c["mean"])
-            per = "<br>".join(f"{html.escape(f)}: {i['mean']:+.1f} [{i['low']:+.1f}, {i['high']:+.1f}]"
-                              for f, i in (p.get("families") or {}).items())
+            per = "<br>".join(
+                f"{html.escape(f)}: {i['mean']:+.1f} [{i['low']:+.1f}, {i['high']:+.1f}]"
+                for f, i in (p.get("families") or {}).items()
+            )
             verdict = "admissible" if p.get("admissible") else "not admissible: " + ", ".join(p.get("failing") or ())
-            text.append(f"{html.escape(p['spec'])}<br>{p['speedup']:.2f}x greedy, MAL {p.get('mal') or 0:.2f}<br>{per}<br>{verdict}")
+            text.append(
+                f"{html.escape(p['spec'])}<br>{p['speedup']:.2f}x greedy, MAL {p.get('mal') or 0:.2f}<br>{per}<br>{verdict}"
+            )
         if not xs:
             continue
         order = sorted(range(len(xs)), key=lambda i: ys[i])
-        fig.add_trace(go.Scatter(
-            x=[xs[i] for i in order], y=[ys[i] for i in order], mode="lines+markers", name=rule,
-            error_x={"type": "data", "symmetric": False, "array": [hi[i] for i in order], "arrayminus": [lo[i] for i in order],
-                     "thickness": 1},
-            marker={"color": palette[k % len(palette)], "size": 9}, line={"color": palette[k % len(palette)]},
-            text=[text[i] for i in order], hovertemplate="%{text}<extra></extra>"))
-    fig.add_trace(go.Scatter(x=[0], y=[1], mode="markers", name="greedy", marker={"color": "#000000", "symbol": "x", "size": 10},
-                             hovertemplate="greedy<extra></extra>"))
+        fig.add_trace(
+            go.Scatter(
+                x=[xs[i] for i in order],
+                y=[ys[i] for i in order],
+                mode="lines+markers",
+                name=rule,
+                error_x={
+                    "type": "data",
+                    "symmetric": False,
+                    "array": [hi[i] for i in order],
+                    "arrayminus": [lo[i] for i in order],
+                    "thickness": 1,
+                },
+                marker={"color": palette[k % len(palette)], "size": 9},
+                line={"color": palette[k % len(palette)]},
+                text=[text[i] for i in order],
+                hovertemplate="%{text}<extra></extra>",
+            )
+        )
+    fig.add_trace(
+        go.Scatter(
+            x=[0],
+            y=[1],
+            mode="markers",
+            name="greedy",
+            marker={"color": "#000000", "symbol": "x", "size": 10},
+            hovertemplate="greedy<extra></extra>",
+        )
+    )
     fig.add_vline(x=-tolerance, line_dash="dot", line_color="#888888")
     axis = "worst family's" if family == WORST else f"{family}'s"
-    fig.update_layout(template="plotly_white", height=480, margin={"t": 80},
-                      title={"text": f"Speed-up vs {axis} score change (95 % intervals); dotted: the −{tolerance:g} point bound",
-                             **TITLE_BELOW_TOOLBAR},
-                      xaxis_title="score change against greedy (points)", yaxis_title="speed-up against greedy (same run)")
+    fig.update_layout(
+        template="plotly_white",
+        height=480,
+        margin={"t": 80},
+        title={
+            "text": f"Speed-up vs {axis} score change (95 % intervals); dotted: the −{tolerance:g} point bound",
+            **TITLE_BELOW_TOOLBAR,
+        },
+        xaxis_title="score change against greedy (points)",
+        yaxis_title="speed-up against greedy (same run)",
+    )
     return fig
 
 
@@ -85,6 +118,8 @@ def frontier_view(path: str, family: str = WORST) -> tuple[go.Figure, str]:
         result = json.loads(file.read_text(encoding="utf-8"))
         result["points"], result["families"], result["greedy"]  # noqa: B018 - the keys the view reads
     except (OSError, ValueError, KeyError, TypeError):
-        message = f"no frontier at {file}: run `python -m workbench report --frontier --out FOLDER` and give FOLDER here"
+        message = (
+            f"no frontier at {file}: run `python -m workbench report --frontier --out FOLDER` and give FOLDER here"
+        )
         return empty_figure(message), message
     return frontier_figure(result, family), format_frontier(result)

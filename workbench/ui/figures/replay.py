@@ -1,5 +1,6 @@
 """The Replay & tune tab's figures, server side: one step's draft tree and its p against thresholds (the API's
 /replay_step; the browser draws the same from workbench/ui/replay_js.py), and a run's acceptance per draft position."""
+
 from __future__ import annotations
 
 import html
@@ -10,10 +11,19 @@ import plotly.graph_objects as go
 
 from core.stats import position_acceptance
 from core.trace import NodeTrace, RunTrace, StepTrace
-from workbench.ui.figures.common import (DECISION_COLORS, NO_RUNS, SOURCE_SYMBOLS, TITLE_BELOW_TOOLBAR, empty_figure,
-                                         fast_figure, num, run_label)
+from workbench.ui.figures.common import (
+    DECISION_COLORS,
+    NO_RUNS,
+    SOURCE_SYMBOLS,
+    TITLE_BELOW_TOOLBAR,
+    empty_figure,
+    fast_figure,
+    num,
+    run_label,
+)
 from workbench.ui.reasons import readable_reason
 from workbench.ui.tokens import emitted_nodes, show_token
+
 
 def _decision_key(node: NodeTrace) -> str:
     return "root" if node.parent == -1 else node.decision
@@ -98,10 +108,24 @@ def tree_figure(step: StepTrace, text_of: Callable[[int], str] | None = None) ->
             xs += [x0, x1, None]
             ys += [y0, y1, None]
     traces = [
-        {"type": "scatter", "x": edges[False][0], "y": edges[False][1], "mode": "lines",
-         "line": {"color": "#c8c8c8", "width": 1}, "hoverinfo": "skip", "showlegend": False},
-        {"type": "scatter", "x": edges[True][0], "y": edges[True][1], "mode": "lines",
-         "line": {"color": DECISION_COLORS["accepted"], "width": 3}, "hoverinfo": "skip", "name": "emitted path"},
+        {
+            "type": "scatter",
+            "x": edges[False][0],
+            "y": edges[False][1],
+            "mode": "lines",
+            "line": {"color": "#c8c8c8", "width": 1},
+            "hoverinfo": "skip",
+            "showlegend": False,
+        },
+        {
+            "type": "scatter",
+            "x": edges[True][0],
+            "y": edges[True][1],
+            "mode": "lines",
+            "line": {"color": DECISION_COLORS["accepted"], "width": 3},
+            "hoverinfo": "skip",
+            "name": "emitted path",
+        },
     ]
     by_decision: dict[str, list[NodeTrace]] = {}
     for n in step.nodes:
@@ -111,27 +135,53 @@ def tree_figure(step: StepTrace, text_of: Callable[[int], str] | None = None) ->
         group = by_decision.get(decision)
         if not group:
             continue
-        traces.append({
-            "type": "scatter", "x": [pos[n.node][0] for n in group], "y": [pos[n.node][1] for n in group],
-            "mode": "markers+text", "name": decision,
-            "marker": {"color": color, "size": 13, "line": {"color": "#ffffff", "width": 1},
-                       "symbol": [SOURCE_SYMBOLS.get(n.source, "circle") for n in group]},
-            "text": [show_token(n.token_text) for n in group], "textposition": "middle right", "textfont": {"size": 11},
-            "hovertext": [node_hover(n, text_of) for n in group], "hoverinfo": "text", "customdata": [n.node for n in group],
-        })
+        traces.append(
+            {
+                "type": "scatter",
+                "x": [pos[n.node][0] for n in group],
+                "y": [pos[n.node][1] for n in group],
+                "mode": "markers+text",
+                "name": decision,
+                "marker": {
+                    "color": color,
+                    "size": 13,
+                    "line": {"color": "#ffffff", "width": 1},
+                    "symbol": [SOURCE_SYMBOLS.get(n.source, "circle") for n in group],
+                },
+                "text": [show_token(n.token_text) for n in group],
+                "textposition": "middle right",
+                "textfont": {"size": 11},
+                "hovertext": [node_hover(n, text_of) for n in group],
+                "hoverinfo": "text",
+                "customdata": [n.node for n in group],
+            }
+        )
     # Legend keys for the marker shapes: empty traces, cheap, only for sources present.
     for source in dict.fromkeys(n.source for n in step.nodes):
-        traces.append({"type": "scatter", "x": [None], "y": [None], "mode": "markers", "name": f"source: {source}",
-                       "marker": {"symbol": SOURCE_SYMBOLS.get(source, "circle"), "color": "#666", "size": 10},
-                       "legendgroup": "sources"})
+        traces.append(
+            {
+                "type": "scatter",
+                "x": [None],
+                "y": [None],
+                "mode": "markers",
+                "name": f"source: {source}",
+                "marker": {"symbol": SOURCE_SYMBOLS.get(source, "circle"), "color": "#666", "size": 10},
+                "legendgroup": "sources",
+            }
+        )
 
     leaves = len({y for _, y in pos.values()})
-    return fast_figure(traces, {
-        "title": {"text": tree_title(step), "font": {"size": 14}, **TITLE_BELOW_TOOLBAR},
-        "height": tree_height(leaves), "margin": {"l": 20, "r": 20, "t": 70, "b": 40},
-        "xaxis": {"title": {"text": "depth"}, "dtick": 1, "zeroline": False},
-        "yaxis": {"visible": False}, "hovermode": "closest",
-    })
+    return fast_figure(
+        traces,
+        {
+            "title": {"text": tree_title(step), "font": {"size": 14}, **TITLE_BELOW_TOOLBAR},
+            "height": tree_height(leaves),
+            "margin": {"l": 20, "r": 20, "t": 70, "b": 40},
+            "xaxis": {"title": {"text": "depth"}, "dtick": 1, "zeroline": False},
+            "yaxis": {"visible": False},
+            "hovermode": "closest",
+        },
+    )
 
 
 def tree_title(step: StepTrace) -> str:
@@ -144,8 +194,9 @@ def is_gate_node(node: NodeTrace) -> bool:
     return node.correction_id is not None or node.mem_count is not None or node.source == "draft"
 
 
-def threshold_figure(step: StepTrace, tau: float | None = None, gate: bool = True,
-                     text_of: Callable[[int], str] | None = None) -> go.Figure:
+def threshold_figure(
+    step: StepTrace, tau: float | None = None, gate: bool = True, text_of: Callable[[int], str] | None = None
+) -> go.Figure:
     """Per draft node (root and bonus left out): p against the threshold its rule used, coloured by
     decision, with the parent's entropy on a second axis. A method with CSD's gate (`gate`; not AASD, whose
     rejections record a correction too) gets a second panel for the nodes the gate judged: logit gap
@@ -162,18 +213,55 @@ def threshold_figure(step: StepTrace, tau: float | None = None, gate: bool = Tru
     for decision in ("accepted", "rescued", "rejected", "unreached"):
         idx = [i for i, n in enumerate(nodes) if n.decision == decision]
         if idx:
-            data.append({"type": "bar", "x": [cats[i] for i in idx], "y": [nodes[i].p for i in idx], "name": decision,
-                         "marker": {"color": DECISION_COLORS[decision]}, "hovertext": [hover[i] for i in idx],
-                         "hoverinfo": "text", "legendgroup": decision, "xaxis": "x", "yaxis": "y"})
+            data.append(
+                {
+                    "type": "bar",
+                    "x": [cats[i] for i in idx],
+                    "y": [nodes[i].p for i in idx],
+                    "name": decision,
+                    "marker": {"color": DECISION_COLORS[decision]},
+                    "hovertext": [hover[i] for i in idx],
+                    "hoverinfo": "text",
+                    "legendgroup": decision,
+                    "xaxis": "x",
+                    "yaxis": "y",
+                }
+            )
     prob = [i for i, n in enumerate(nodes) if not gates[i] and n.threshold is not None]
     if prob:
-        data.append({"type": "scatter", "x": [cats[i] for i in prob], "y": [nodes[i].threshold for i in prob],
-                     "mode": "markers", "name": "threshold",
-                     "marker": {"symbol": "line-ew", "size": 26, "color": "#000000", "line": {"width": 3, "color": "#000000"}},
-                     "hovertext": [hover[i] for i in prob], "hoverinfo": "text", "xaxis": "x", "yaxis": "y"})
-    data.append({"type": "scatter", "x": cats, "y": [n.entropy for n in nodes], "mode": "lines+markers",
-                 "name": "entropy (nats)", "line": {"color": "#7f7f7f", "dash": "dot"}, "marker": {"size": 5},
-                 "hoverinfo": "skip", "xaxis": "x", "yaxis": "y2"})
+        data.append(
+            {
+                "type": "scatter",
+                "x": [cats[i] for i in prob],
+                "y": [nodes[i].threshold for i in prob],
+                "mode": "markers",
+                "name": "threshold",
+                "marker": {
+                    "symbol": "line-ew",
+                    "size": 26,
+                    "color": "#000000",
+                    "line": {"width": 3, "color": "#000000"},
+                },
+                "hovertext": [hover[i] for i in prob],
+                "hoverinfo": "text",
+                "xaxis": "x",
+                "yaxis": "y",
+            }
+        )
+    data.append(
+        {
+            "type": "scatter",
+            "x": cats,
+            "y": [n.entropy for n in nodes],
+            "mode": "lines+markers",
+            "name": "entropy (nats)",
+            "line": {"color": "#7f7f7f", "dash": "dot"},
+            "marker": {"size": 5},
+            "hoverinfo": "skip",
+            "xaxis": "x",
+            "yaxis": "y2",
+        }
+    )
     # Subplots laid out by hand (make_subplots validates every property: ~30 ms per step switch).
     top = [0.45, 1.0] if rows == 2 else [0.0, 1.0]
     xaxis = {"categoryorder": "array", "categoryarray": cats, "tickangle": -45, "anchor": "y"}
@@ -185,30 +273,69 @@ def threshold_figure(step: StepTrace, tau: float | None = None, gate: bool = Tru
     }
     if rows == 2:
         gated = [i for i, g in enumerate(gates) if g]
-        data.append({"type": "bar", "x": [cats[i] for i in gated], "y": [nodes[i].logit_gap for i in gated],
-                     "name": "logit gap", "marker": {"color": [DECISION_COLORS.get(nodes[i].decision, "#999") for i in gated]},
-                     "hovertext": [hover[i] for i in gated], "hoverinfo": "text", "showlegend": False,
-                     "xaxis": "x2", "yaxis": "y3"})
+        data.append(
+            {
+                "type": "bar",
+                "x": [cats[i] for i in gated],
+                "y": [nodes[i].logit_gap for i in gated],
+                "name": "logit gap",
+                "marker": {"color": [DECISION_COLORS.get(nodes[i].decision, "#999") for i in gated]},
+                "hovertext": [hover[i] for i in gated],
+                "hoverinfo": "text",
+                "showlegend": False,
+                "xaxis": "x2",
+                "yaxis": "y3",
+            }
+        )
         limits = [(i, nodes[i].threshold if nodes[i].threshold is not None else tau) for i in gated]
         limits = [(i, t) for i, t in limits if t is not None and 0 < t <= 1]
         if limits:
-            data.append({"type": "scatter", "x": [cats[i] for i, _ in limits], "y": [-math.log(t) for _, t in limits],
-                         "mode": "markers", "name": "−ln τ",
-                         "marker": {"symbol": "line-ew", "size": 26, "color": "#000000", "line": {"width": 3, "color": "#ff7f0e"}},
-                         "hovertext": [f"τ {t:.4g}, −ln τ {-math.log(t):.4g}" for _, t in limits], "hoverinfo": "text",
-                         "xaxis": "x2", "yaxis": "y3"})
+            data.append(
+                {
+                    "type": "scatter",
+                    "x": [cats[i] for i, _ in limits],
+                    "y": [-math.log(t) for _, t in limits],
+                    "mode": "markers",
+                    "name": "−ln τ",
+                    "marker": {
+                        "symbol": "line-ew",
+                        "size": 26,
+                        "color": "#000000",
+                        "line": {"width": 3, "color": "#ff7f0e"},
+                    },
+                    "hovertext": [f"τ {t:.4g}, −ln τ {-math.log(t):.4g}" for _, t in limits],
+                    "hoverinfo": "text",
+                    "xaxis": "x2",
+                    "yaxis": "y3",
+                }
+            )
         layout["xaxis2"] = {**xaxis, "anchor": "y3", "matches": "x"}
         layout["yaxis3"] = {"title": {"text": "logit gap"}, "domain": [0.0, 0.31], "anchor": "x2"}
         layout["annotations"].append(_subplot_title("CSD gate: logit gap vs −ln τ", 0.31))
-    layout.update({"barmode": "overlay", "height": threshold_height(rows == 2),
-                   "title": {"text": f"step {step.index}: thresholds", "font": {"size": 14}, **TITLE_BELOW_TOOLBAR},
-                   "margin": {"l": 50, "r": 50, "t": 80, "b": 90}, "hovermode": "closest"})
+    layout.update(
+        {
+            "barmode": "overlay",
+            "height": threshold_height(rows == 2),
+            "title": {"text": f"step {step.index}: thresholds", "font": {"size": 14}, **TITLE_BELOW_TOOLBAR},
+            "margin": {"l": 50, "r": 50, "t": 80, "b": 90},
+            "hovermode": "closest",
+        }
+    )
     return fast_figure(data, layout)
 
 
 def _subplot_title(text: str, top: float) -> dict:
-    return {"text": text, "x": 0.5, "xref": "paper", "xanchor": "center", "y": top, "yref": "paper",
-            "yanchor": "bottom", "showarrow": False, "font": {"size": 13}}
+    return {
+        "text": text,
+        "x": 0.5,
+        "xref": "paper",
+        "xanchor": "center",
+        "y": top,
+        "yref": "paper",
+        "yanchor": "bottom",
+        "showarrow": False,
+        "font": {"size": 13},
+    }
 
 
 def position_figure(run: RunTrace, label: str | None = None) -> go.Figure:
@@ -220,15 +347,34 @@ def position_figure(run: RunTrace, label: str | None = None) -> go.Figure:
     depths = list(table)
     rates = [table[d][0] / table[d][1] if table[d][1] else 0.0 for d in depths]
     name = label or run_label(run)
-    data = [{"type": "bar", "x": depths, "y": rates, "name": name, "marker": {"color": DECISION_COLORS["accepted"]},
-             "text": [f"{table[d][0]}/{table[d][1]}" for d in depths], "textposition": "outside",
-             "customdata": [list(table[d]) for d in depths],
-             "hovertemplate": (f"{html.escape(name)}<br>position %{{x}}: %{{y:.1%}} "
-                               "(%{customdata[0]} of %{customdata[1]} steps)<extra></extra>")}]
-    return fast_figure(data, {
-        "title": {"text": f"{html.escape(name)}: acceptance per draft position (given the positions before it accepted)",
-                  "font": {"size": 14}, **TITLE_BELOW_TOOLBAR},
-        "height": 360, "margin": {"l": 50, "r": 20, "t": 75, "b": 50}, "showlegend": False,
-        "xaxis": {"title": {"text": "draft position d (1 = first token after the root)"}, "dtick": 1},
-        "yaxis": {"title": {"text": "accepted / offered"}, "range": [0, 1.12], "tickformat": ".0%"},
-    })
+    data = [
+        {
+            "type": "bar",
+            "x": depths,
+            "y": rates,
+            "name": name,
+            "marker": {"color": DECISION_COLORS["accepted"]},
+            "text": [f"{table[d][0]}/{table[d][1]}" for d in depths],
+            "textposition": "outside",
+            "customdata": [list(table[d]) for d in depths],
+            "hovertemplate": (
+                f"{html.escape(name)}<br>position %{{x}}: %{{y:.1%}} "
+                "(%{customdata[0]} of %{customdata[1]} steps)<extra></extra>"
+            ),
+        }
+    ]
+    return fast_figure(
+        data,
+        {
+            "title": {
+                "text": f"{html.escape(name)}: acceptance per draft position (given the positions before it accepted)",
+                "font": {"size": 14},
+                **TITLE_BELOW_TOOLBAR,
+            },
+            "height": 360,
+            "margin": {"l": 50, "r": 20, "t": 75, "b": 50},
+            "showlegend": False,
+            "xaxis": {"title": {"text": "draft position d (1 = first token after the root)"}, "dtick": 1},
+            "yaxis": {"title": {"text": "accepted / offered"}, "range": [0, 1.12], "tickformat": ".0%"},
+        },
+    )

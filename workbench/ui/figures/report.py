@@ -1,4 +1,5 @@
 """The report's figures (`python -m workbench report`): CASD's threshold curves over δ."""
+
 from __future__ import annotations
 
 import html
@@ -9,6 +10,7 @@ import plotly.graph_objects as go
 import plotly.io as pio
 
 from workbench.ui.figures.common import empty_figure
+
 
 def delta_sweep_figure(sweep: Mapping[str, Any], metric: str = "score") -> go.Figure:
     """CASD's threshold curves (Figure 2: score, Figure 4: MAL): a line per dataset over δ, falling to the
@@ -25,14 +27,41 @@ def delta_sweep_figure(sweep: Mapping[str, Any], metric: str = "score") -> go.Fi
         ys = data.get(metric) or []
         if all(y is None for y in ys):
             continue
-        fig.add_trace(go.Scatter(x=deltas, y=ys, mode="lines+markers", name=dataset, line={"color": color},
-                                 hovertemplate=f"{html.escape(dataset)}<br>δ %{{x:g}}: %{{y:.2f}}<extra></extra>"))
+        fig.add_trace(
+            go.Scatter(
+                x=deltas,
+                y=ys,
+                mode="lines+markers",
+                name=dataset,
+                line={"color": color},
+                hovertemplate=f"{html.escape(dataset)}<br>δ %{{x:g}}: %{{y:.2f}}<extra></extra>",
+            )
+        )
         base = data.get(f"greedy_{metric}")
         if base is not None:
-            fig.add_trace(go.Scatter(x=[deltas[0], deltas[-1]], y=[base, base], mode="lines", name=f"{dataset} greedy",
-                                     line={"color": color, "dash": "dot"}, showlegend=False,
-                                     hovertemplate=f"{html.escape(dataset)} greedy: %{{y:.2f}}<extra></extra>"))
-    fig.update_layout(template="plotly_white", title=f"CASD: {name} against the threshold δ (dotted: greedy)", height=420,
-                      margin={"t": 60}, yaxis={"title": name},
-                      xaxis={"title": "δ", "type": "log", "autorange": "reversed", "tickvals": deltas, "ticktext": [f"{d:g}" for d in deltas]})
+            fig.add_trace(
+                go.Scatter(
+                    x=[deltas[0], deltas[-1]],
+                    y=[base, base],
+                    mode="lines",
+                    name=f"{dataset} greedy",
+                    line={"color": color, "dash": "dot"},
+                    showlegend=False,
+                    hovertemplate=f"{html.escape(dataset)} greedy: %{{y:.2f}}<extra></extra>",
+                )
+            )
+    fig.update_layout(
+        template="plotly_white",
+        title=f"CASD: {name} against the threshold δ (dotted: greedy)",
+        height=420,
+        margin={"t": 60},
+        yaxis={"title": name},
+        xaxis={
+            "title": "δ",
+            "type": "log",
+            "autorange": "reversed",
+            "tickvals": deltas,
+            "ticktext": [f"{d:g}" for d in deltas],
+        },
+    )
     return fig
