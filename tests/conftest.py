@@ -31,6 +31,44 @@ hypothesis_settings.register_profile(
 hypothesis_settings.register_profile("fuzz-quick", parent=hypothesis_settings.get_profile("fuzz"), max_examples=100)
 FUZZ_PROFILE = os.environ.get("WORKBENCH_FUZZ_PROFILE", "fuzz")
 
+# Machines differ: on one CPU a draft node costs almost nothing, on another (AVX2 only, emulated bf16) nearly a
+# whole forward, so max_nodes=auto drafts big trees on the first and none on the second. A test must pass on both:
+# `pytest --cost-curve steep` (or flat) replaces the measured t(n, L) by such a machine's, for every model.
+COST_CURVES = {"flat": 0.002, "steep": 0.9}  # extra cost of one draft node, as a share of the forward at n = 0
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--cost-curve",
+        default="measured",
+        choices=("measured", *COST_CURVES),
+        help="t(n, L) for max_nodes=auto: this machine's (measured), or a simulated flat or steep machine's",
+    )
+
+
+@pytest.fixture(autouse=True, scope="session")
+def simulated_cost_curve(request):
+    kind = request.config.getoption("--cost-curve")
+    if kind == "measured":
+        yield None
+        return
+    from core import timing
+
+    per_node = COST_CURVES[kind]
+
+    def grid(target, sizes=timing.SIZES, lengths=None, repeats=0, trees=None):
+        lengths = timing.practical_lengths(target, sizes=sizes) if lengths is None else tuple(lengths)
+        return [[0.01 * (1 + length / 2048) * (1 + per_node * n) for n in sizes] for length in lengths]
+
+    mp = pytest.MonkeyPatch()
+    mp.setattr(timing, "measure_grid", grid)
+    mp.setattr(timing, "load", lambda path, machine=None: None)  # never this machine's saved curve
+    mp.setattr(timing, "save", lambda *a, **k: None)  # and never overwrite it
+    timing._models.clear()
+    yield kind
+    timing._models.clear()
+    mp.undo()
+
 
 @dataclass
 class TinyModel:

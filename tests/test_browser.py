@@ -33,9 +33,12 @@ def test_compare_replay_tune_and_download(app, page, tmp_path):
     demo = app[0]
     from playwright.sync_api import expect
 
-    # Compare: the default comparison (greedy, aasd, csd) on the first bundled sample, 48 tokens of its answer
+    # Compare: the default comparison (greedy, aasd, csd) on the first bundled sample, 48 tokens of its answer, with
+    # 16-node trees: under max_nodes=auto a machine where a tree costs nearly a forward drafts nothing, and the
+    # re-scoring below needs drafts to judge
     open_parameters(page)
     fill_number(page, "#compare-max-new", 48)
+    fill_number(page, "#param-max_nodes", 16)
     page.get_by_role("button", name="Run", exact=True).click()
     expect(page.locator("#compare-status")).to_contain_text("done", timeout=900_000)
     for i in range(3):
@@ -173,7 +176,7 @@ def test_diff_of_two_runs_and_acceptance_per_position(app, page):
     from core.stats import first_divergence
 
     demo = app[0]
-    ids = shared_runs(app, ["greedy", "casd[delta=0.001]"])  # a lenient δ takes copied tokens greedy would not
+    ids = shared_runs(app, ["greedy", "casd[delta=0.001,max_nodes=16]"])  # a lenient δ takes copied tokens greedy would not
     greedy, casd = ids["greedy"], ids["casd"]
     j = first_divergence(*(demo.store.load_run(i).trace.output_ids for i in (greedy, casd)))
 
@@ -421,7 +424,7 @@ def test_csd_memory_shows_its_entries_and_what_rescued(app, page):
     from workbench.ui.memory_tab import memory_now
 
     demo = app[0]
-    rid = shared_runs(app, ["csd[lam=0]"], max_new_tokens=48)["csd"]  # λ = 0: any pair the gate passes rescues
+    rid = shared_runs(app, ["csd[lam=0,max_nodes=16]"], max_new_tokens=48)["csd"]  # λ = 0: any pair the gate passes rescues
     trace = demo.store.load_run(rid).trace
     page.get_by_role("tab", name="CSD memory").click()
     pick(page, "#memory-runs", f"#{rid} csd")
