@@ -80,16 +80,19 @@ def mixed(delta: float, k: int) -> Rule:
 
 
 def adaptive(alpha: float, beta: float) -> Rule:
-    """AASD Eq. 4-6: δ = min(α·H + β, max p); accept iff p ≥ δ.
+    """AASD Eq. 4-6: θ = min(α·H + β, max p); accept iff p ≥ θ (the paper writes δ; θ here, so it is not read as
+    CASD's fixed δ).
 
-    Higher entropy means a stricter threshold; the cap by max p always lets the argmax through.
+    Higher entropy means a stricter threshold; the cap by max p always lets the argmax through. The argmax is
+    accepted by its rank, not by comparing p with max p: the two come from different reductions of the same row
+    and can differ in the last bits, which would reject the target's own token (and "correct" it to itself).
     """
 
     def rule(n: NodeStats) -> RuleResult:
         threshold = min(alpha * n.entropy + beta, n.max_p)
-        if n.p >= threshold:
-            return RuleResult(True, threshold, f"p {n.p:.4g} ≥ δ {threshold:.4g} = min(α·H + β, max p)")
-        return RuleResult(False, threshold, f"p {n.p:.4g} < δ {threshold:.4g} = min(α·H + β, max p)")
+        if n.p >= threshold or n.rank == 0:
+            return RuleResult(True, threshold, f"p {n.p:.4g} ≥ θ {threshold:.4g} = min(α·H + β, max p)")
+        return RuleResult(False, threshold, f"p {n.p:.4g} < θ {threshold:.4g} = min(α·H + β, max p)")
 
     return rule
 

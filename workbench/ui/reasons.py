@@ -1,5 +1,6 @@
 """What a verification rule's reason reads like in the UI: AASD's per-node threshold under its own name, and a
-correction token by its text, not its id (the engine's reasons say "δ" for both thresholds and give ids)."""
+correction token by its text, not its id (the engine's reasons give ids; runs stored before the engine named AASD's
+threshold θ say "δ" for both thresholds)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ TokenText = Callable[[int], str]
 
 
 def readable_reason(reason: str | None, text_of: TokenText | None = None) -> str:
-    """A rule's reason as the replay shows it: AASD's per-node threshold named θ (the engine's words call it δ,
+    """A rule's reason as the replay shows it: AASD's per-node threshold named θ (older runs' reasons call it δ,
     CASD's fixed threshold's name), and the correction t* as its token text instead of its id."""
     if not reason:
         return reason or ""
