@@ -93,7 +93,11 @@ class DraftTree:
             # Parents come before children, so a dropped parent drops its whole subtree.
             if self.depths[i] <= max_depth and self.tokens[i] not in stops and self.parents[i] in new_index:
                 new_index[i] = out.add(
-                    new_index[self.parents[i]], self.tokens[i], self.sources[i], self.draft_probs[i], self.confidence_of(i)
+                    new_index[self.parents[i]],
+                    self.tokens[i],
+                    self.sources[i],
+                    self.draft_probs[i],
+                    self.confidence_of(i),
                 )
         return out
 
@@ -109,7 +113,11 @@ class DraftTree:
                 if self.parents[i] not in new_index:
                     raise ValueError(f"node {i} is kept without its parent {self.parents[i]}")
                 new_index[i] = out.add(
-                    new_index[self.parents[i]], self.tokens[i], self.sources[i], self.draft_probs[i], self.confidence_of(i)
+                    new_index[self.parents[i]],
+                    self.tokens[i],
+                    self.sources[i],
+                    self.draft_probs[i],
+                    self.confidence_of(i),
                 )
         return out
 

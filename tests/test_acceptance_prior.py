@@ -263,7 +263,9 @@ def test_a_scored_node_starts_at_its_confidence_and_its_bucket_learns_apart_from
     assert est.rate("history", 1, 0.25) < 0.05  # their bucket has learned it
     assert est.rate("history", 1, 0.3) == pytest.approx((0 + 20 * 0.3) / (100 + 20))  # one bucket, own centre
     assert est.rate("history", 1, 0.97) == pytest.approx(0.97)  # a long repeat's bucket is untouched
-    assert est.rate("history", 1) == pytest.approx(20 * 0.3 / 120)  # the (source, depth) count saw the rejections too (unscored nodes)
+    assert est.rate("history", 1) == pytest.approx(
+        20 * 0.3 / 120
+    )  # the (source, depth) count saw the rejections too (unscored nodes)
     strong = scored_chain([0.97, 0.97])
     for _ in range(20):
         est.observe(strong, [0, 1])  # first accepted, second rejected: 1 of 2 judged per step
@@ -290,7 +292,9 @@ def test_stored_calibration_counts_move_the_confidence_and_round_trip():
     calibrated = AcceptancePrior(prior.counts, calibration={("history", 7): (50, 100)})
     assert calibrated.calibrated("history", 0.99) == pytest.approx((50 + 20 * 0.99) / (100 + 20))
     assert calibrated.calibrated("history", 0.5) == 0.5 and calibrated.calibrated("context", 0.99) == 0.99
-    assert AcceptanceEstimate(calibrated).rate("history", 3, 0.99) == pytest.approx(calibrated.calibrated("history", 0.99))
+    assert AcceptanceEstimate(calibrated).rate("history", 3, 0.99) == pytest.approx(
+        calibrated.calibrated("history", 0.99)
+    )
     back = AcceptancePrior.from_dict(json.loads(json.dumps(calibrated.to_dict())))
     assert back.calibration == {("history", 7): (50, 100)} and back.fingerprint() == calibrated.fingerprint()
     assert prior.fingerprint() != calibrated.fingerprint()

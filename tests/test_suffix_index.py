@@ -318,7 +318,9 @@ def test_node_confidence_is_the_continuation_probability_discounted_by_the_match
     d = spec.propose()
     assert d.match_len == 2 and d.tokens[:3] == [12, 13, 20]
     assert d.conditionals()[:3] == pytest.approx([1.0, 0.5, 0.5])
-    assert d.confidences()[:3] == pytest.approx([node_confidence(1.0, 2), node_confidence(0.5, 3), node_confidence(0.5, 3)])
+    assert d.confidences()[:3] == pytest.approx(
+        [node_confidence(1.0, 2), node_confidence(0.5, 3), node_confidence(0.5, 3)]
+    )
     assert d.as_tree(11, half=None).confidence == []  # no confidence: the sizer prices it by source and depth
 
 

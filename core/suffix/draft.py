@@ -93,9 +93,7 @@ class SuffixDraft:
 
     def confidences(self, half: float = MATCH_HALF) -> list[float]:
         """node_confidence of every node (its string above it: the match and its ancestors)."""
-        return [
-            node_confidence(q, self.match_len + d - 1, half) for q, d in zip(self.conditionals(), self.depths())
-        ]
+        return [node_confidence(q, self.match_len + d - 1, half) for q, d in zip(self.conditionals(), self.depths())]
 
     def as_tree(self, root_token: int, with_probs: bool = True, half: float | None = MATCH_HALF) -> DraftTree:
         """The draft as a DraftTree rooted at `root_token`; `with_probs` puts each node's probability
