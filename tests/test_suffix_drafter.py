@@ -252,3 +252,25 @@ def test_history_tokens_are_coloured_and_in_the_legend():
         'title="from the model&#x27;s previous outputs' in legend_html() and ORIGIN_COLORS["history"] in legend_html()
     )
     assert len(set(ORIGIN_COLORS.values())) == len(ORIGIN_COLORS)  # its own colour
+
+
+@pytest.mark.real_model
+def test_auto_sized_suffix_on_smollm2_is_greedy_and_drafts_repeats_from_the_corpus(smollm2, monkeypatch):
+    """max_nodes=auto in float32 on a cost curve like this CPU's (a node costs 0.65 of a forward): every request
+    greedy's token for token, first sight and repeat; the repeats' trees are priced by the drafter's confidence,
+    so they draft their answers from the corpus in far fewer steps than tokens."""
+    from core import timing
+    from core.cost_model import CostModel
+    from core.models import encode_prompt
+
+    ratios = (1.0, 1.65, 1.66, 1.66, 1.88, 2.38, 3.5, 5.4)
+    cost = CostModel((0, 1, 2, 4, 8, 16, 32, 64), (256,), (tuple(0.03 * r for r in ratios),))
+    monkeypatch.setattr(timing, "cost_model", lambda target, remeasure=False: cost)
+    rows = spec_bench_rows(("coding", "summarization"), 1)
+    corpus = SuffixCorpus(fingerprint=smollm2.fingerprint)
+    prompts = [encode_prompt(smollm2.tokenizer, r["turns"][0]) for r in rows]
+    refs = [run_method("greedy", smollm2, ids, {"max_new_tokens": 24}).output_ids for ids in prompts]
+    runs = [run_method("suffix", smollm2, ids, {"max_new_tokens": 24}, corpus=corpus) for ids in prompts + prompts]
+    assert [r.output_ids for r in runs] == refs + refs
+    for run in runs[len(rows) :]:  # the repeats: 24 tokens in at most 10 steps
+        assert judged(run, "history", "accepted") >= 12 and len(run.steps) <= 10, len(run.steps)
