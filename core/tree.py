@@ -81,6 +81,12 @@ class DraftTree:
             node = self.parents[node]
         return path[::-1]
 
+    def _copy_node(self, out: "DraftTree", new_index: dict[int, int], i: int) -> int:
+        """Node i added to `out` under the copy of its parent (`new_index`: this tree's ids -> out's)."""
+        return out.add(
+            new_index[self.parents[i]], self.tokens[i], self.sources[i], self.draft_probs[i], self.confidence_of(i)
+        )
+
     def pruned(self, max_depth: int, stop_tokens: Collection[int] = ()) -> "DraftTree":
         """A copy without the nodes deeper than `max_depth` (the root has depth 0), and without any
         draft node whose token is in `stop_tokens` or that lies below one."""
@@ -92,13 +98,7 @@ class DraftTree:
         for i in range(1, len(self.tokens)):
             # Parents come before children, so a dropped parent drops its whole subtree.
             if self.depths[i] <= max_depth and self.tokens[i] not in stops and self.parents[i] in new_index:
-                new_index[i] = out.add(
-                    new_index[self.parents[i]],
-                    self.tokens[i],
-                    self.sources[i],
-                    self.draft_probs[i],
-                    self.confidence_of(i),
-                )
+                new_index[i] = self._copy_node(out, new_index, i)
         return out
 
     def subset(self, keep: Collection[int]) -> "DraftTree":
@@ -112,13 +112,7 @@ class DraftTree:
             if i in keep:
                 if self.parents[i] not in new_index:
                     raise ValueError(f"node {i} is kept without its parent {self.parents[i]}")
-                new_index[i] = out.add(
-                    new_index[self.parents[i]],
-                    self.tokens[i],
-                    self.sources[i],
-                    self.draft_probs[i],
-                    self.confidence_of(i),
-                )
+                new_index[i] = self._copy_node(out, new_index, i)
         return out
 
     def add_chain(

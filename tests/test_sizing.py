@@ -8,6 +8,7 @@ import json
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_acceptance_prior import scored_chain
 
 from core.acceptance_prior import AcceptancePrior
 from core.cost_model import CostModel
@@ -355,22 +356,15 @@ def fp32_like() -> CostModel:
     return CostModel(SIZES, (256,), (tuple(0.030 * r for r in ratios),))
 
 
-def scored(confidences, source: str = "history") -> DraftTree:
-    tree = DraftTree.root_only(0)
-    for i, c in enumerate(confidences):
-        tree.add(i, 100 + i, source, confidence=c)
-    return tree
-
-
 def test_a_long_repeat_keeps_its_tree_after_weak_short_matches_were_rejected():
     """The failure on repeated requests: a request's first history drafts (one- or two-token matches) are
     rejected. Priced per (source, depth), the history rate falls and a later long repeat gets no tree; priced by
     the drafter's confidence, only the weak matches' bucket falls and the repeat keeps (nearly) all its 16 nodes."""
     sizer = TreeSizer(fp32_like())
-    weak = scored([0.2, 0.33, 0.43, 0.5])
+    weak = scored_chain([0.2, 0.33, 0.43, 0.5])
     for _ in range(8):
         sizer.observe(weak, ["accepted", "rejected", "unreached", "unreached", "unreached"])
-    repeat = scored([0.95] * 16)
+    repeat = scored_chain([0.95] * 16)
     assert sizer.choose(repeat, 300).num_draft >= 12
     assert sizer.choose(weak, 300).num_draft == 0  # a weak match alone does not pay for a node
     unscored = chain(16, "history")  # the same repeat without the drafter's evidence: the old behaviour
@@ -379,7 +373,7 @@ def test_a_long_repeat_keeps_its_tree_after_weak_short_matches_were_rejected():
 
 def test_confidence_prices_nodes_and_observed_rejections_in_its_bucket_cut_them():
     sizer = TreeSizer(fp32_like())
-    repeat = scored([0.95] * 16)
+    repeat = scored_chain([0.95] * 16)
     assert sizer.choose(repeat, 300).num_draft >= 12
     for _ in range(60):  # the drafter is overconfident in this request: its 0.95 nodes are all rejected
         sizer.observe(repeat, ["accepted", "rejected"] + ["unreached"] * 15)
@@ -387,7 +381,7 @@ def test_confidence_prices_nodes_and_observed_rejections_in_its_bucket_cut_them(
 
 
 def test_subset_and_pruning_keep_each_nodes_confidence():
-    tree = scored([0.9, 0.8, 0.7])
+    tree = scored_chain([0.9, 0.8, 0.7])
     tree.add(0, 7, "context")  # unscored
     assert tree.confidence == [None, 0.9, 0.8, 0.7, None]
     assert tree.subset([1, 2, 4]).confidence == [None, 0.9, 0.8, None]
