@@ -68,11 +68,10 @@ def speedup_interval(greedy: list[tuple[float, int]], method: list[tuple[float, 
     return point, float(res.confidence_interval.low), float(res.confidence_interval.high)
 
 
-def timed_run(name, target, ids, params, prior, task):
-    """run_method plus the thread's CPU seconds of decoding: from the first step (the first stop check after
-    the prefill and the drafter's setup, which the engine counts as prefill) to the end of the run."""
-    from workbench.methods import run_method
-
+def decode_cpu_clock():
+    """(on_prefill, should_stop, seconds) for one run_method call: the callbacks mark the thread's CPU time at
+    the first step (the first stop check after the prefill and the drafter's setup, which the engine counts as
+    prefill); seconds() is the CPU time since (call it when the run has ended)."""
     mark = {}
 
     def prefilled(done, total):
@@ -83,6 +82,14 @@ def timed_run(name, target, ids, params, prior, task):
             mark["t"] = time.thread_time()
         return False
 
+    return prefilled, first_step, lambda: time.thread_time() - mark.get("t", time.thread_time())
+
+
+def timed_run(name, target, ids, params, prior, task):
+    """run_method plus the thread's CPU seconds of decoding, from the first step to the end of the run."""
+    from workbench.methods import run_method
+
+    prefilled, first_step, seconds = decode_cpu_clock()
     run = run_method(
         name,
         target,
@@ -94,7 +101,7 @@ def timed_run(name, target, ids, params, prior, task):
         on_prefill=prefilled,
         should_stop=first_step,
     )
-    return run, time.thread_time() - mark["t"]
+    return run, seconds()
 
 
 def online_switch(target) -> dict:

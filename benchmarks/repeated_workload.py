@@ -83,13 +83,17 @@ def build_workload(
     code: int = 6,
     seed: int = 0,
     categories: list[str] | None = None,
+    code_offset: int = 0,
 ) -> list[dict]:
     """Round 1 (first sight) then round 2 (repeats, edits), each in its own random order; `categories`
-    keeps only those Spec-Bench categories (None: all 13)."""
+    keeps only those Spec-Bench categories (None: all 13); the code edits are CODE_FUNCTIONS[code_offset:][:code]
+    (an offset gives items disjoint from a reported run's, for fitting)."""
     rng = random.Random(seed)
     first = [dict(r, round=1, id=f"{r['item']}@1") for r in spec_bench_rows(spec_bench, per_category, categories)]
     second = [dict(r, round=2, id=f"{r['item']}@2") for r in first]
-    for i, path in enumerate(CODE_FUNCTIONS[:code]):
+    if not 0 <= code_offset <= len(CODE_FUNCTIONS):
+        raise ValueError(f"code_offset must lie in 0..{len(CODE_FUNCTIONS)} (got {code_offset})")
+    for i, path in enumerate(CODE_FUNCTIONS[code_offset:][:code], start=code_offset):
         name, stub = function_stub(path)
         item = f"code-{path}"
         first.append(

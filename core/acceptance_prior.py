@@ -12,6 +12,14 @@ acceptance prior").
   (accepted + w·centre) / (verified + w). Early in a request it stays near the stored rate, so a lucky
   first step does not inflate the next tree; after many steps the request's own rate wins.
 
+Drafters that score their own nodes (a DraftTree's `confidence`: the suffix drafter's continuation
+frequency and match length) are priced by that score instead of by depth: their nodes are counted per
+(source, confidence bucket), and a node's rate is the Beta posterior of its bucket centred on its own
+confidence (moved first by the prior's stored calibration counts for the bucket, if any, then by the
+request's): a calibration of the drafter's confidence learned from what verification did with it. A long
+exact repeat the drafter is sure of is then priced as nearly certain from its first step, while rejected
+short matches lower only their own bucket. Nodes without a confidence are priced as before.
+
 A node is *verified* when its parent was accepted (the walk judged it), and *accepted* when it is on the
 accepted path; rescued nodes count as accepted, as in core.stats.acceptance_by. Depths beyond MAX_DEPTH
 share MAX_DEPTH's estimate. Pure: no store, no torch.
@@ -30,6 +38,10 @@ from core.tree import DraftTree
 PRIOR_WEIGHT = 20.0  # pseudo-observations behind the prior
 DEFAULT_RATE = 0.3  # the centre where no stored trace says anything
 MAX_DEPTH = 16  # deeper nodes share the estimate of this depth
+# Upper edges of the confidence buckets a drafter's per-node confidence is calibrated in (the last bucket: above
+# the last edge). Finer where the sizer's choice is most sensitive: near certainty a chain of 16 nodes at 0.9
+# is worth half the tokens of one at 0.97.
+CONFIDENCE_EDGES = (0.2, 0.4, 0.6, 0.8, 0.9, 0.95, 0.98)
 
 Key = tuple[str, int]  # (source, depth capped at MAX_DEPTH)
 
@@ -40,6 +52,20 @@ def key_of(source: str, depth: int) -> Key:
 
 def _smoothed(accepted: float, verified: float, centre: float, weight: float) -> float:
     return (accepted + weight * centre) / (verified + weight)
+
+
+def confidence_bucket(confidence: float) -> int:
+    """The calibration bucket of a drafter's confidence: 0 .. len(CONFIDENCE_EDGES)."""
+    for i, edge in enumerate(CONFIDENCE_EDGES):
+        if confidence < edge:
+            return i
+    return len(CONFIDENCE_EDGES)
+
+
+def calibrated_rate(confidence: float, accepted: float, verified: float, weight: float = PRIOR_WEIGHT) -> float:
+    """A node's acceptance from its drafter's `confidence` and the counts of its bucket: the Beta posterior
+    centred on the confidence with `weight` pseudo-observations. Pure."""
+    return _smoothed(accepted, verified, min(max(float(confidence), 0.0), 1.0), weight)
 
 
 @dataclass(frozen=True)
@@ -53,10 +79,13 @@ class AcceptancePrior:
         ""  # where the counts came from (e.g. the store query's method, model and filters), for the run's record
     )
 
+    # (accepted, verified) per (source, confidence bucket) of nodes whose drafter gave a confidence
+    calibration: Mapping[Key, tuple[int, int]] = field(default_factory=dict)
+
     def __post_init__(self):
         if not self.weight > 0 or not 0.0 <= self.default <= 1.0:
             raise ValueError("an acceptance prior needs a positive weight and a default rate in [0, 1]")
-        for key, (accepted, verified) in self.counts.items():
+        for key, (accepted, verified) in [*self.counts.items(), *self.calibration.items()]:
             if not 0 <= accepted <= verified:
                 raise ValueError(f"stored counts for {key}: accepted {accepted} must lie in [0, verified {verified}]")
         by_source: dict[str, list[int]] = {}
@@ -85,6 +114,12 @@ class AcceptancePrior:
             counts[key] = (a + int(accepted), v + int(verified))
         return cls(counts, weight, default, source)
 
+    def calibrated(self, source: str, confidence: float) -> float:
+        """The prior's rate for a node its drafter gave `confidence`: the confidence, moved by the stored
+        counts of its (source, bucket) if there are any."""
+        accepted, verified = self.calibration.get((source, confidence_bucket(confidence)), (0, 0))
+        return calibrated_rate(confidence, accepted, verified, self.weight)
+
     def centre(self, source: str, depth: int) -> float:
         """The prior's rate for (source, depth): the smoothed stored rate, else the source's, else the default."""
         key = key_of(source, depth)
@@ -99,21 +134,26 @@ class AcceptancePrior:
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-friendly record (a run stores what its sizer started from: `record`)."""
-        return {
+        out: dict[str, Any] = {
             "weight": self.weight,
             "default": self.default,
             "source": self.source,
             "counts": [[s, d, a, v] for (s, d), (a, v) in sorted(self.counts.items())],
         }
+        if self.calibration:  # absent when empty: priors without one keep their fingerprints
+            out["calibration"] = [[s, b, a, v] for (s, b), (a, v) in sorted(self.calibration.items())]
+        return out
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> AcceptancePrior:
-        return cls.from_counts(
+        prior = cls.from_counts(
             (tuple(row) for row in data.get("counts", [])),
             float(data.get("weight", PRIOR_WEIGHT)),
             float(data.get("default", DEFAULT_RATE)),
             str(data.get("source", "")),
         )
+        calibration = {(str(s), int(b)): (int(a), int(v)) for s, b, a, v in data.get("calibration", [])}
+        return cls(prior.counts, prior.weight, prior.default, prior.source, calibration) if calibration else prior
 
     def fingerprint(self) -> str:
         """A short hash of what the estimates read (counts, weight, default; not the `source` label): two runs
@@ -140,9 +180,21 @@ class AcceptanceEstimate:
         self.prior = prior if prior is not None else AcceptancePrior()
         self.verified: dict[Key, int] = {}
         self.accepted: dict[Key, int] = {}
+        self.bucket_verified: dict[Key, int] = {}  # per (source, confidence bucket)
+        self.bucket_accepted: dict[Key, int] = {}
 
-    def rate(self, source: str, depth: int) -> float:
-        """The posterior mean (accepted + w·centre) / (verified + w)."""
+    def rate(self, source: str, depth: int, confidence: float | None = None) -> float:
+        """The posterior mean (accepted + w·centre) / (verified + w): per (source, depth) centred on the prior's
+        rate, or, for a node its drafter gave a `confidence`, per (source, confidence bucket) centred on the
+        prior's calibration of that confidence."""
+        if confidence is not None:
+            key = (source, confidence_bucket(confidence))
+            return calibrated_rate(
+                self.prior.calibrated(source, confidence),
+                self.bucket_accepted.get(key, 0),
+                self.bucket_verified.get(key, 0),
+                self.prior.weight,
+            )
         key = key_of(source, depth)
         return _smoothed(
             self.accepted.get(key, 0), self.verified.get(key, 0), self.prior.centre(source, depth), self.prior.weight
@@ -157,3 +209,9 @@ class AcceptanceEstimate:
                 self.verified[key] = self.verified.get(key, 0) + 1
                 if i in on_path:
                     self.accepted[key] = self.accepted.get(key, 0) + 1
+                confidence = tree.confidence_of(i)
+                if confidence is not None:
+                    bucket = (tree.sources[i], confidence_bucket(confidence))
+                    self.bucket_verified[bucket] = self.bucket_verified.get(bucket, 0) + 1
+                    if i in on_path:
+                        self.bucket_accepted[bucket] = self.bucket_accepted.get(bucket, 0) + 1

@@ -9,7 +9,8 @@ that maximises expected tokens per second of verification at the request's curre
 - a(source, depth), the chance a node is accepted once its parent was: core.acceptance_prior's
   AcceptanceEstimate, which starts from the prior the caller passes (learned from stored traces of the
   same method and model; the default rate without one) and moves toward the request's own counts as they
-  accumulate, so a lucky first step does not inflate the next trees;
+  accumulate, so a lucky first step does not inflate the next trees; a node whose drafter scored it (the
+  tree's `confidence`) is priced by that score, calibrated per confidence bucket the same way;
 - `choose_nodes` (pure): each node's path product Π a(u) is the chance it is accepted; nodes are added
   in order of that product (a parent never after its child), and a longer prefix of that order replaces
   the current choice only when its expected tokens per second, E(S) / t(|S|, L) with
@@ -236,8 +237,11 @@ class TreeSizer:
         return ranked_nodes(tree, self.node_rates(tree))
 
     def node_rates(self, tree: DraftTree) -> list[float]:
-        """Each node's estimated acceptance given its parent's (the root: 1)."""
-        return [1.0] + [self.rates.rate(tree.sources[i], tree.depths[i]) for i in range(1, len(tree))]
+        """Each node's estimated acceptance given its parent's (the root: 1); a node its drafter gave a confidence
+        is priced from it (AcceptanceEstimate.rate)."""
+        return [1.0] + [
+            self.rates.rate(tree.sources[i], tree.depths[i], tree.confidence_of(i)) for i in range(1, len(tree))
+        ]
 
     def observe(self, tree: DraftTree, decisions: Sequence[Decision | str]) -> None:
         """Learn from one step's verdict (its decision per node, the root first): the accepted path is the root

@@ -23,6 +23,9 @@ class DraftTree:
     depths: list[int]
     sources: list[Source]
     draft_probs: list[float | None] = field(default_factory=list)
+    # The drafter's own estimate that a node is accepted once its parent was (None: it gives none); the sizer
+    # prices such nodes with it (core.acceptance_prior). Empty: no node has one.
+    confidence: list[float | None] = field(default_factory=list)
     _child_index: dict[tuple[int, int], int] = field(default_factory=dict, repr=False)
 
     @classmethod
@@ -36,7 +39,9 @@ class DraftTree:
     def num_draft(self) -> int:
         return len(self.tokens) - 1
 
-    def add(self, parent: int, token: int, source: Source, draft_p: float | None = None) -> int:
+    def add(
+        self, parent: int, token: int, source: Source, draft_p: float | None = None, confidence: float | None = None
+    ) -> int:
         """Add `token` under `parent`; if that child exists already, return it unchanged."""
         key = (parent, int(token))
         existing = self._child_index.get(key)
@@ -49,8 +54,15 @@ class DraftTree:
         self.depths.append(self.depths[parent] + 1)
         self.sources.append(source)
         self.draft_probs.append(draft_p)
+        if confidence is not None or self.confidence:
+            self.confidence.extend([None] * (len(self.tokens) - 1 - len(self.confidence)))
+            self.confidence.append(confidence)
         self._child_index[key] = len(self.tokens) - 1
         return len(self.tokens) - 1
+
+    def confidence_of(self, node: int) -> float | None:
+        """The drafter's confidence in `node` (None: none given)."""
+        return self.confidence[node] if node < len(self.confidence) else None
 
     def child(self, parent: int, token: int) -> int | None:
         return self._child_index.get((parent, int(token)))
@@ -69,6 +81,12 @@ class DraftTree:
             node = self.parents[node]
         return path[::-1]
 
+    def _copy_node(self, out: "DraftTree", new_index: dict[int, int], i: int) -> int:
+        """Node i added to `out` under the copy of its parent (`new_index`: this tree's ids -> out's)."""
+        return out.add(
+            new_index[self.parents[i]], self.tokens[i], self.sources[i], self.draft_probs[i], self.confidence_of(i)
+        )
+
     def pruned(self, max_depth: int, stop_tokens: Collection[int] = ()) -> "DraftTree":
         """A copy without the nodes deeper than `max_depth` (the root has depth 0), and without any
         draft node whose token is in `stop_tokens` or that lies below one."""
@@ -80,7 +98,7 @@ class DraftTree:
         for i in range(1, len(self.tokens)):
             # Parents come before children, so a dropped parent drops its whole subtree.
             if self.depths[i] <= max_depth and self.tokens[i] not in stops and self.parents[i] in new_index:
-                new_index[i] = out.add(new_index[self.parents[i]], self.tokens[i], self.sources[i], self.draft_probs[i])
+                new_index[i] = self._copy_node(out, new_index, i)
         return out
 
     def subset(self, keep: Collection[int]) -> "DraftTree":
@@ -94,7 +112,7 @@ class DraftTree:
             if i in keep:
                 if self.parents[i] not in new_index:
                     raise ValueError(f"node {i} is kept without its parent {self.parents[i]}")
-                new_index[i] = out.add(new_index[self.parents[i]], self.tokens[i], self.sources[i], self.draft_probs[i])
+                new_index[i] = self._copy_node(out, new_index, i)
         return out
 
     def add_chain(

@@ -237,3 +237,67 @@ def test_a_prior_from_smollm2_runs_is_their_acceptance(smollm2, store):
     assert prior.counts == expected and prior.observations > 0
     (a, v) = expected[("context", 1)]
     assert prior.centre("context", 1) == pytest.approx((a + 20 * prior.centre("context", 99)) / (v + 20))
+
+
+# ---- nodes their drafter scored (a DraftTree's confidence) ------------------------------------------
+
+
+def scored_chain(confidences, source: str = "history") -> DraftTree:
+    tree = DraftTree.root_only(1)
+    for i, c in enumerate(confidences):
+        tree.add(i, 100 + i, source, confidence=c)
+    return tree
+
+
+def test_a_scored_node_starts_at_its_confidence_and_its_bucket_learns_apart_from_the_others():
+    from core.acceptance_prior import CONFIDENCE_EDGES, confidence_bucket
+
+    assert confidence_bucket(0.0) == 0 and confidence_bucket(0.97) == 6 and confidence_bucket(0.99) == 7
+    assert confidence_bucket(1.0) == len(CONFIDENCE_EDGES)
+    est = AcceptanceEstimate()  # no stored traces: the default 0.3 for unscored nodes
+    assert est.rate("history", 5, 0.97) == pytest.approx(0.97)
+    assert est.rate("history", 5) == DEFAULT_RATE
+    weak = scored_chain([0.25])
+    for _ in range(100):
+        est.observe(weak, [0])  # weak one-token matches, rejected every time
+    assert est.rate("history", 1, 0.25) < 0.05  # their bucket has learned it
+    assert est.rate("history", 1, 0.3) == pytest.approx((0 + 20 * 0.3) / (100 + 20))  # one bucket, own centre
+    assert est.rate("history", 1, 0.97) == pytest.approx(0.97)  # a long repeat's bucket is untouched
+    assert est.rate("history", 1) == pytest.approx(
+        20 * 0.3 / 120
+    )  # the (source, depth) count saw the rejections too (unscored nodes)
+    strong = scored_chain([0.97, 0.97])
+    for _ in range(20):
+        est.observe(strong, [0, 1])  # first accepted, second rejected: 1 of 2 judged per step
+    assert est.rate("history", 1, 0.97) == pytest.approx((20 + 20 * 0.97) / (40 + 20))
+
+
+def test_unscored_nodes_are_priced_exactly_as_before():
+    prior = AcceptancePrior.from_counts([("context", 1, 600, 1000), ("context", 2, 30, 100)])
+    plain, scored = AcceptanceEstimate(prior), AcceptanceEstimate(prior)
+    tree = DraftTree.root_only(1)
+    tree.add(0, 5, "context")
+    tree.add(1, 6, "context")
+    other = scored_chain([0.9, 0.9], "context")
+    for _ in range(7):
+        plain.observe(tree, [0, 1])
+        scored.observe(tree, [0, 1])
+        scored.observe(other, [0])  # scored nodes change only (source, depth) and their bucket counts
+    assert plain.rate("context", 1) > scored.rate("context", 1)  # the rejected scored nodes counted per depth
+    assert AcceptanceEstimate(prior).rate("context", 2, None) == AcceptanceEstimate(prior).rate("context", 2)
+
+
+def test_stored_calibration_counts_move_the_confidence_and_round_trip():
+    prior = AcceptancePrior.from_counts([("context", 1, 5, 10)])
+    calibrated = AcceptancePrior(prior.counts, calibration={("history", 7): (50, 100)})
+    assert calibrated.calibrated("history", 0.99) == pytest.approx((50 + 20 * 0.99) / (100 + 20))
+    assert calibrated.calibrated("history", 0.5) == 0.5 and calibrated.calibrated("context", 0.99) == 0.99
+    assert AcceptanceEstimate(calibrated).rate("history", 3, 0.99) == pytest.approx(
+        calibrated.calibrated("history", 0.99)
+    )
+    back = AcceptancePrior.from_dict(json.loads(json.dumps(calibrated.to_dict())))
+    assert back.calibration == {("history", 7): (50, 100)} and back.fingerprint() == calibrated.fingerprint()
+    assert prior.fingerprint() != calibrated.fingerprint()
+    assert "calibration" not in prior.to_dict()  # priors without one keep the fingerprint they had
+    with pytest.raises(ValueError):
+        AcceptancePrior(calibration={("history", 7): (5, 4)})

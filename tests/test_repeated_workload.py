@@ -81,3 +81,20 @@ def test_the_summary_pools_each_round_against_greedy_of_that_round():
     assert by["overall"]["suffix"]["accept_rate_by_source"] == {"history": 0.5}
     met = {what: ok for what, _, _, ok in bench_suffix.targets(by)}
     assert met["suffix / greedy on round 2"] is True
+    assert by["overall"]["suffix"]["cpu_speedup"] is None  # rows without CPU times: none claimed
+    for r in rows:  # CPU time of decoding: suffix's round-2 row took a third of greedy's
+        r["cpu_seconds"] = 0.3 if (r["method"], r["round"]) == ("suffix", 2) else 0.9
+    by = bench_suffix.summarise(rows, ["greedy", "suffix"])
+    assert by["round 2"]["suffix"]["cpu_speedup"] == pytest.approx(3.0)
+    assert by["round 1"]["suffix"]["cpu_speedup"] == pytest.approx(1.0)
+    cpu = {what: value for what, value, _, _ in bench_suffix.targets(by, "cpu_speedup")}
+    assert cpu["suffix / greedy on round 2"] == pytest.approx(3.0)
+
+
+def test_code_edits_can_start_after_a_reported_runs_items(rows):
+    held_out = rw.build_workload(SPEC_BENCH, per_category=0, code=3, seed=3, code_offset=3)
+    reported = rw.build_workload(SPEC_BENCH, per_category=0, code=3, seed=3)
+    assert {r["item"] for r in held_out}.isdisjoint(r["item"] for r in reported)
+    assert sorted({r["item"] for r in held_out}) == sorted(f"code-{f}" for f in rw.CODE_FUNCTIONS[3:6])
+    with pytest.raises(ValueError, match="code_offset"):
+        rw.build_workload(SPEC_BENCH, per_category=0, code=1, code_offset=99)

@@ -8,6 +8,7 @@ import json
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_acceptance_prior import scored_chain
 
 from core.acceptance_prior import AcceptancePrior
 from core.cost_model import CostModel
@@ -344,3 +345,45 @@ def test_the_online_check_switches_trees_off_when_measured_steps_lose_and_keeps_
     assert sum(n == 0 for n in sizes) <= 80 // StepClock.PROBE_EVERY + 1 and sum(n > 0 for n in sizes) >= 70
     without = TreeSizer(flat(), prior)  # no clock: the model's choice alone
     assert all(n > 0 for n in run_steps(without, FakeClock(), 40, lambda n: 3.0 if n else 1.0))
+
+
+# ---- nodes priced by their drafter's confidence ----------------------------------------------------
+
+
+def fp32_like() -> CostModel:
+    """SmolLM2 float32 on one EPYC thread (the cached curve, rounded): t(1) ≈ 1.65 t(0), t(16) ≈ 2.4 t(0)."""
+    ratios = (1.0, 1.65, 1.66, 1.66, 1.88, 2.38, 3.5, 5.4)
+    return CostModel(SIZES, (256,), (tuple(0.030 * r for r in ratios),))
+
+
+def test_a_long_repeat_keeps_its_tree_after_weak_short_matches_were_rejected():
+    """The failure on repeated requests: a request's first history drafts (one- or two-token matches) are
+    rejected. Priced per (source, depth), the history rate falls and a later long repeat gets no tree; priced by
+    the drafter's confidence, only the weak matches' bucket falls and the repeat keeps (nearly) all its 16 nodes."""
+    sizer = TreeSizer(fp32_like())
+    weak = scored_chain([0.2, 0.33, 0.43, 0.5])
+    for _ in range(8):
+        sizer.observe(weak, ["accepted", "rejected", "unreached", "unreached", "unreached"])
+    repeat = scored_chain([0.95] * 16)
+    assert sizer.choose(repeat, 300).num_draft >= 12
+    assert sizer.choose(weak, 300).num_draft == 0  # a weak match alone does not pay for a node
+    unscored = chain(16, "history")  # the same repeat without the drafter's evidence: the old behaviour
+    assert sizer.choose(unscored, 300).num_draft == 0
+
+
+def test_confidence_prices_nodes_and_observed_rejections_in_its_bucket_cut_them():
+    sizer = TreeSizer(fp32_like())
+    repeat = scored_chain([0.95] * 16)
+    assert sizer.choose(repeat, 300).num_draft >= 12
+    for _ in range(60):  # the drafter is overconfident in this request: its 0.95 nodes are all rejected
+        sizer.observe(repeat, ["accepted", "rejected"] + ["unreached"] * 15)
+    assert sizer.choose(repeat, 300).num_draft == 0
+
+
+def test_subset_and_pruning_keep_each_nodes_confidence():
+    tree = scored_chain([0.9, 0.8, 0.7])
+    tree.add(0, 7, "context")  # unscored
+    assert tree.confidence == [None, 0.9, 0.8, 0.7, None]
+    assert tree.subset([1, 2, 4]).confidence == [None, 0.9, 0.8, None]
+    assert tree.pruned(1).confidence == [None, 0.9, None]
+    assert chain(3).confidence == [] and chain(3).confidence_of(2) is None

@@ -61,6 +61,37 @@ def test_auto_size_is_greedy_and_records_the_cost_model():
     assert run.params["max_nodes"] == 0 and "cost_model_ms" in run.params and "prior_sha" in run.params
 
 
+def test_auto_size_drafts_a_repeat_from_the_corpus_where_a_node_costs_most_of_a_forward(monkeypatch):
+    """Under max_nodes=auto on a machine where one node costs 0.65 of a forward (SmolLM2 float32 on one EPYC
+    thread), the sizer prices suffix nodes by the drafter's confidence: a repeated request drafts its answer
+    from the corpus in far fewer steps than tokens, and stays greedy's. Priced by source and depth alone (the
+    same run without the drafter's confidences), the repeat gets almost no tree: the failure this guards."""
+    from core.cost_model import CostModel
+    from core.methods import run as methods_run
+    from core.sizing import TreeSizer
+    from core.suffix import draft as draft_module
+
+    ratios = (1.0, 1.65, 1.66, 1.66, 1.88, 2.38, 3.5, 5.4)
+    cost = CostModel((0, 1, 2, 4, 8, 16, 32, 64), (256,), (tuple(0.03 * r for r in ratios),))
+    monkeypatch.setattr(methods_run, "tree_sizer", lambda *a: TreeSizer(cost))
+    model = make_tiny(1)
+    p = prompt(7)
+    ref = run_method("greedy", model, p, {"max_new_tokens": 48}).output_ids
+
+    def repeat() -> tuple[int, int]:
+        corpus = SuffixCorpus(fingerprint="tiny")
+        runs = [run_method("suffix", model, p, {"max_new_tokens": 48}, corpus=corpus) for _ in range(2)]
+        assert [r.output_ids for r in runs] == [ref, ref]
+        return len(runs[1].steps), judged(runs[1], "history", "accepted")
+
+    steps, accepted = repeat()
+    assert steps <= 10 and accepted >= 36  # 48 tokens (measured: 5 steps, 43 accepted)
+    as_tree = draft_module.SuffixDraft.as_tree
+    monkeypatch.setattr(draft_module.SuffixDraft, "as_tree", lambda self, root, **kw: as_tree(self, root, half=None))
+    steps_unscored, accepted_unscored = repeat()
+    assert steps_unscored > 3 * steps and accepted_unscored < accepted / 4  # (46 steps, 2)
+
+
 # ---------------------------------------------------------------- the corpus's state
 def test_each_run_records_the_corpus_it_drafted_from_and_online_runs_add_once():
     model = make_tiny(0)
@@ -221,3 +252,25 @@ def test_history_tokens_are_coloured_and_in_the_legend():
         'title="from the model&#x27;s previous outputs' in legend_html() and ORIGIN_COLORS["history"] in legend_html()
     )
     assert len(set(ORIGIN_COLORS.values())) == len(ORIGIN_COLORS)  # its own colour
+
+
+@pytest.mark.real_model
+def test_auto_sized_suffix_on_smollm2_is_greedy_and_drafts_repeats_from_the_corpus(smollm2, monkeypatch):
+    """max_nodes=auto in float32 on a cost curve like this CPU's (a node costs 0.65 of a forward): every request
+    greedy's token for token, first sight and repeat; the repeats' trees are priced by the drafter's confidence,
+    so they draft their answers from the corpus in far fewer steps than tokens."""
+    from core import timing
+    from core.cost_model import CostModel
+    from core.models import encode_prompt
+
+    ratios = (1.0, 1.65, 1.66, 1.66, 1.88, 2.38, 3.5, 5.4)
+    cost = CostModel((0, 1, 2, 4, 8, 16, 32, 64), (256,), (tuple(0.03 * r for r in ratios),))
+    monkeypatch.setattr(timing, "cost_model", lambda target, remeasure=False: cost)
+    rows = spec_bench_rows(("coding", "summarization"), 1)
+    corpus = SuffixCorpus(fingerprint=smollm2.fingerprint)
+    prompts = [encode_prompt(smollm2.tokenizer, r["turns"][0]) for r in rows]
+    refs = [run_method("greedy", smollm2, ids, {"max_new_tokens": 24}).output_ids for ids in prompts]
+    runs = [run_method("suffix", smollm2, ids, {"max_new_tokens": 24}, corpus=corpus) for ids in prompts + prompts]
+    assert [r.output_ids for r in runs] == refs + refs
+    for run in runs[len(rows) :]:  # the repeats: 24 tokens in at most 10 steps
+        assert judged(run, "history", "accepted") >= 12 and len(run.steps) <= 10, len(run.steps)

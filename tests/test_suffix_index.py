@@ -294,6 +294,36 @@ def test_history_and_context_sources_and_the_budget():
     assert d3.sources[0] == CONTEXT and d3.context_counts[0] == 1
 
 
+def test_node_confidence_is_the_continuation_probability_discounted_by_the_matched_length():
+    """A continuation every occurrence shares after a long match is nearly certain; after one token it is an
+    even bet; a child seen after half its parent's occurrences counts half (the draft's confidences, which the
+    tree carries for the sizer)."""
+    from core.suffix.draft import MATCH_HALF, node_confidence
+
+    assert node_confidence(1.0, 40, 1.0) == pytest.approx(40 / 41)
+    assert node_confidence(1.0, 1, 1.0) == 0.5 and node_confidence(0.5, 1, 1.0) == 0.25
+    assert node_confidence(1.0, 0) == 0.0
+    assert node_confidence(1.0, 3, 4.0) < node_confidence(1.0, 6, 4.0) < node_confidence(1.0, 6, 2.0)
+    repeat = list(range(100, 160))
+    corpus = SuffixCorpus([("a", repeat), ("b", [10, 11, 12, 13, 14, 15]), ("c", [10, 11, 12, 20])])
+    spec = SuffixSpeculator(corpus, alpha=4.0, max_nodes=16, min_prob=0.0)
+    spec.begin([1, 2] + repeat[:30])  # a repeat 30 tokens in: a long match, one occurrence
+    d = spec.propose()
+    assert d.match_len == 30 and d.tokens == repeat[30:46]
+    conf = d.confidences()
+    assert conf == pytest.approx([node_confidence(1.0, 30 + i, MATCH_HALF) for i in range(16)])
+    assert min(conf) > 0.95
+    assert d.as_tree(repeat[29]).confidence[1:] == conf
+    spec.begin([1, 10, 11])  # "10 11" twice in the corpus, then 12; 13 and 20 once each after "10 11 12"
+    d = spec.propose()
+    assert d.match_len == 2 and d.tokens[:3] == [12, 13, 20]
+    assert d.conditionals()[:3] == pytest.approx([1.0, 0.5, 0.5])
+    assert d.confidences()[:3] == pytest.approx(
+        [node_confidence(1.0, 2), node_confidence(0.5, 3), node_confidence(0.5, 3)]
+    )
+    assert d.as_tree(11, half=None).confidence == []  # no confidence: the sizer prices it by source and depth
+
+
 def test_a_child_rare_in_the_corpus_but_common_in_the_request_is_counted_in_both():
     """'2' follows '7 8' in 2 of the corpus's 10 occurrences (below min_prob there) and in all 3 of the
     request's: 5 of 13 in the union, above min_prob 0.3; the corpus's 2 must be counted too."""

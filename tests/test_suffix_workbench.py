@@ -132,3 +132,63 @@ def test_the_corpus_view_lists_strings_reused_across_requests():
     text = corpus_markdown(corpus, lambda ids: " ".join(f"t{i}" for i in ids), length=3)
     assert "3 requests" in text and "`t7 t8 t9` | 2 | 2" in text and corpus.content_hash() in text
     assert "No 3-token string" in corpus_markdown(SuffixCorpus(), str, length=3)
+
+
+# ---------------------------------------------------------------- the CLI's bench and report
+def test_bench_installs_the_stores_corpus_for_suffix_methods_and_says_when_it_is_cold(store, model):
+    from core.suffix import shared_corpus
+
+    note, state = sc.install_for_bench(store, "tiny-wb", ["greedy", "pld"], {})
+    assert note is None and state is None  # no method drafts from a corpus: nothing installed or said
+    assert len(shared_corpus("tiny-wb")) == 0
+    note, state = sc.install_for_bench(store, "tiny-wb", ["greedy", "aasd[fallback=suffix]", "suffix"], {})
+    assert state["requests"] == 3 and "3 stored outputs" in note and "suffix" in note
+    assert shared_corpus("tiny-wb") is sc._OPENED["tiny-wb"][0] and len(shared_corpus("tiny-wb")) == 3
+    note, state = sc.install_for_bench(None, "other", ["suffix"], {})
+    assert note.startswith("suffix corpus: cold: no trace store") and state["requests"] == 0
+    note, state = sc.install_for_bench(store, "tiny-wb", ["suffix"], {"cold": 1})
+    assert note.startswith("suffix corpus: cold:") and "cold=1" in note and state is None
+    note, _ = sc.install_for_bench(store, "no-runs-of-this-model", ["suffix"], {})
+    assert note.startswith("suffix corpus: cold:") and "holds no output of this model" in note
+
+
+def test_the_bench_command_drafts_suffix_from_the_stores_corpus(store, model, tmp_path, monkeypatch, capsys):
+    """`python -m workbench bench --methods suffix` on a store holding the model's outputs: the note on stderr, the
+    corpus's state in --out's config, and the suffix run's params record the stored corpus it started from."""
+    import json
+
+    import workbench.evaluation.bench as bench
+    from workbench.commands import common
+    from workbench.commands.main import main
+
+    monkeypatch.setattr(common, "load_models", lambda args: (model, None))
+    monkeypatch.setattr(bench, "encode_prompt", lambda tok, text, chat=None: [3 + (ord(c) % 60) for c in text][:40])
+    data = tmp_path / "tasks.jsonl"
+    data.write_text(json.dumps({"id": "t1", "task": "qa", "input": "abc abc abc", "answers": ["x"]}) + "\n")
+    out = tmp_path / "bench.json"
+    db = f"sqlite:///{tmp_path / 'runs.db'}"
+    code = main(
+        [
+            "bench",
+            "--db",
+            db,
+            "--data",
+            str(data),
+            "--methods",
+            "greedy,suffix",
+            "--max-new-tokens",
+            "8",
+            "--out",
+            str(out),
+        ]
+    )
+    assert code == 0
+    err = capsys.readouterr().err
+    assert "suffix corpus: 3 stored outputs" in err
+    result = json.loads(out.read_text())
+    assert result["config"]["suffix_corpus"]["requests"] == 3
+    runs = Store(db).list_runs(tag="bench", limit=None)
+    suffix_runs = [Store(db).load_run(r.id, nodes=False).trace for r in runs if r.method == "suffix"]
+    assert suffix_runs and suffix_runs[0].params["corpus_requests"] == 3
+    code = main(["bench", "--no-store", "--data", str(data), "--methods", "suffix", "--max-new-tokens", "8"])
+    assert code == 0 and "suffix corpus: cold: no trace store" in capsys.readouterr().err

@@ -14,9 +14,18 @@ import atexit
 import logging
 import threading
 import warnings
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
-from core.suffix import DEFAULT_MAX_TOKENS, CorruptCorpusError, SuffixCorpus, corpus_path, install_shared
+from core.suffix import (
+    DEFAULT_MAX_TOKENS,
+    CorruptCorpusError,
+    SuffixCorpus,
+    corpus_path,
+    install_shared,
+    shared_corpus,
+)
 from workbench.store.corpus import load_corpus, stored_outputs
 
 log = logging.getLogger(__name__)
@@ -70,6 +79,54 @@ def corpus_for(store, fingerprint: str, max_tokens: int = DEFAULT_MAX_TOKENS) ->
             log.warning(note)
         _OPENED[fingerprint] = (install_shared(corpus), corpus_path(fingerprint))
         return corpus
+
+
+def corpus_users(specs: Sequence[str], params: Mapping[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """The method specs (with their resolved params, `params` applied where the method takes them) that draft
+    from a suffix corpus."""
+    from core.methods.build import uses_corpus
+    from workbench.methods import get_method, parse_method_spec, resolve_params
+
+    out = []
+    for spec in specs:
+        name, overrides = parse_method_spec(spec)
+        method = get_method(name)
+        resolved = resolve_params(name, {k: v for k, v in params.items() if k in method.params} | overrides)
+        if uses_corpus(method, resolved):
+            out.append((spec, resolved))
+    return out
+
+
+def install_for_bench(
+    store, fingerprint: str, specs: Sequence[str], params: Mapping[str, Any]
+) -> tuple[str | None, dict[str, Any] | None]:
+    """For the CLI's bench and report: when a benchmarked method drafts from a suffix corpus, the store's corpus
+    installed as the model's shared one (as the app does on a model's first run), and (one line saying which
+    corpus those runs start from, or that it is cold; its state). (None, None) when no method uses a corpus.
+    Unlike the app, the other methods' outputs do not join it during the run, so greedy's answer to an item
+    never reaches a suffix run of the same item; the suffix methods' own online runs do join it."""
+    users = corpus_users(specs, params)
+    if not users:
+        return None, None
+    warm = [spec for spec, p in users if not p.get("cold", 0)]
+    if not warm:
+        return f"suffix corpus: cold: {', '.join(s for s, _ in users)} run with cold=1 (an empty corpus each)", None
+    if store is None:
+        state = shared_corpus(fingerprint).state()
+        return (
+            f"suffix corpus: cold: no trace store (--no-store), so {', '.join(warm)} start from an empty corpus "
+            f"that only their own outputs fill",
+            state,
+        )
+    state = corpus_for(store, fingerprint).state()
+    if not state["requests"]:
+        return f"suffix corpus: cold: {store.where} holds no output of this model yet ({', '.join(warm)})", state
+    return (
+        f"suffix corpus: {state['requests']} stored outputs of this model ({state['tokens']} tokens, hash "
+        f"{state['hash']}) from {store.where}, for {', '.join(warm)}: they draft from earlier runs' outputs, these "
+        f"items' included if they ran before (cold=1: an empty corpus)",
+        state,
+    )
 
 
 def joins_corpus(params) -> bool:

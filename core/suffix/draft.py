@@ -29,6 +29,9 @@ CONTEXT = "context"  # the current request's text holds the node's string
 HISTORY = "history"  # only the corpus of previous outputs does
 
 _SMALL_GROUP = 24  # context occurrence sets up to this size are grouped in Python
+# The matched length at which a continuation every occurrence shares counts as even odds (node_confidence).
+# Fitted on held-out requests (benchmarks/fit_suffix_confidence.py; docs/SUFFIX.md, "Pricing each node").
+MATCH_HALF = 1.0
 
 
 @dataclass
@@ -78,13 +81,41 @@ class SuffixDraft:
             node, n = nxt, n + 1
         return n
 
-    def as_tree(self, root_token: int, with_probs: bool = True) -> DraftTree:
+    def conditionals(self) -> list[float]:
+        """Each node's empirical probability given its parent's string: count(u + t) / count(u)."""
+        return [p / (self.probs[parent] if parent >= 0 else 1.0) for p, parent in zip(self.probs, self.parents)]
+
+    def depths(self) -> list[int]:
+        out: list[int] = []
+        for parent in self.parents:
+            out.append(out[parent] + 1 if parent >= 0 else 1)
+        return out
+
+    def confidences(self, half: float = MATCH_HALF) -> list[float]:
+        """node_confidence of every node (its string above it: the match and its ancestors)."""
+        return [node_confidence(q, self.match_len + d - 1, half) for q, d in zip(self.conditionals(), self.depths())]
+
+    def as_tree(self, root_token: int, with_probs: bool = True, half: float | None = MATCH_HALF) -> DraftTree:
         """The draft as a DraftTree rooted at `root_token`; `with_probs` puts each node's probability
-        in `draft_probs` (recorded in traces as draft_p)."""
+        in `draft_probs` (recorded in traces as draft_p); each node carries its `confidences(half)` for
+        the tree sizer (half None: none)."""
         tree = DraftTree.root_only(root_token)
-        for tok, parent, src, p in zip(self.tokens, self.parents, self.sources, self.probs):
-            tree.add(parent + 1, tok, src, p if with_probs else None)
+        conf = self.confidences(half) if half is not None else [None] * len(self)
+        for tok, parent, src, p, c in zip(self.tokens, self.parents, self.sources, self.probs, conf):
+            tree.add(parent + 1, tok, src, p if with_probs else None, c)
         return tree
+
+
+def node_confidence(conditional: float, matched: int, half: float = MATCH_HALF) -> float:
+    """The chance a node is accepted once its parent was, from the suffix structure's evidence alone: the
+    empirical conditional probability of its token after the string above it (SuffixDecoding's node score),
+    discounted by how much text that string is: `matched` tokens (the match plus the node's ancestors), at
+    `half` tokens an even bet, ~1 for a long exact repeat. A continuation seen after one or two tokens says
+    little (short strings recur everywhere and go on in many ways); one seen after forty says the text is
+    repeating. Pure."""
+    if matched <= 0:
+        return 0.0
+    return float(conditional) * matched / (matched + half)
 
 
 @dataclass

@@ -102,6 +102,7 @@ def run(args) -> int:
         return _run_shard(args, tasks, methods, shard)
     store = common.open_store(args)
     target, draft = common.load_models(args)
+    corpus_state = _suffix_corpus(store, target, methods, common.benchmark_params(args))
     overlap = _fit_overlap(target, methods, common.benchmark_params(args), tasks)
     compressor = load_compressor(
         args.compress,
@@ -134,10 +135,22 @@ def run(args) -> int:
         batch_size=args.batch_size,
     )
     result["config"] = _config(args, target, draft, params, len(tasks), compressor)
+    if corpus_state is not None:
+        result["config"]["suffix_corpus"] = corpus_state
     if overlap:
         result["fit_overlap"] = overlap
     result["store_seconds"], result["wall_seconds"] = timer.seconds, timer.wall()
     return _report(args, result, timer.count, store)
+
+
+def _suffix_corpus(store, target, methods, params, say: bool = True) -> dict | None:
+    """The store's suffix corpus installed when a method drafts from one; says which (or that it is cold)."""
+    from workbench.suffix_corpus import install_for_bench
+
+    note, state = install_for_bench(store, target.fingerprint, methods, params)
+    if note and say:
+        print(note, file=sys.stderr)
+    return state
 
 
 def _fit_overlap(target, methods, params, tasks) -> dict:
@@ -232,6 +245,7 @@ def _run_shard(args, tasks, methods, shard) -> int:
     store = common.open_store(args)
     target, draft = common.load_models(args)
     params = common.benchmark_params(args)
+    _suffix_corpus(store, target, methods, params, say=shard.rank == 0)
     if shard.rank == 0:
         _fit_overlap(target, methods, params, tasks)
     config = _config(args, target, draft, params, len(tasks))

@@ -186,6 +186,11 @@ def run(args) -> int:
         path.unlink()
     store = common.open_store(args)
     target, draft = common.load_models(args)
+    from workbench.suffix_corpus import install_for_bench
+
+    corpus_note, corpus_state = install_for_bench(store, target.fingerprint, methods, params)
+    if corpus_note:  # which corpus the suffix methods draft from: the store's (as in the app), or none
+        print(corpus_note, file=sys.stderr)
     longest = params.get("max_new_tokens") or max((t.max_new_tokens or 128) for t in tasks)
     budget = args.max_prompt_tokens or target.max_context - longest - CHAT_MARGIN
     if budget < 16:
@@ -233,6 +238,7 @@ def run(args) -> int:
         "limit": args.limit,
         "methods": methods,
         "csd_memory": memory_note,
+        "suffix_corpus": corpus_state,
         "cpu": f"{_cpu()}, {os.cpu_count()} logical cores, {torch.get_num_threads()} torch threads",
         "software": f"torch {torch.__version__}, transformers {transformers.__version__}, python {platform.python_version()}",
         "started": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),

@@ -14,6 +14,7 @@ from typing import Any
 from core.errors import InvalidInputError
 from core.models import encode_prompt
 from core.stats import add_speedups, equal_share, first_divergence, pool, run_metrics, run_totals
+from core.suffix import SuffixCorpus
 from core.trace import RunTrace
 from workbench.evaluation.scores import score_task
 from workbench.evaluation.tasks import Task, compress_prompt, middle_truncate
@@ -167,9 +168,15 @@ def run_bench(
     pending = {m for _, ms in todo for m in ms}
     warm = encode_prompt(target.tokenizer, "Hello", chat=False) if pending else []
     for m in methods:  # first calls pay for lazy initialisation; keep that out of the timings
-        if m in pending:
+        if m in pending:  # (a throwaway suffix corpus: the warm-up's output must not join the model's)
             run_method(
-                names[m], target, warm, {**per_method[m], "max_new_tokens": 4}, draft=draft, memory=memories.get(m)
+                names[m],
+                target,
+                warm,
+                {**per_method[m], "max_new_tokens": 4},
+                draft=draft,
+                memory=memories.get(m),
+                corpus=SuffixCorpus(),
             )
     from tqdm.auto import tqdm
 
