@@ -176,7 +176,9 @@ def test_diff_of_two_runs_and_acceptance_per_position(app, page):
     from core.stats import first_divergence
 
     demo = app[0]
-    ids = shared_runs(app, ["greedy", "casd[delta=0.001,max_nodes=16]"])  # a lenient δ takes copied tokens greedy would not
+    ids = shared_runs(
+        app, ["greedy", "casd[delta=0.001,max_nodes=16]"]
+    )  # a lenient δ takes copied tokens greedy would not
     greedy, casd = ids["greedy"], ids["casd"]
     j = first_divergence(*(demo.store.load_run(i).trace.output_ids for i in (greedy, casd)))
 
@@ -424,7 +426,9 @@ def test_csd_memory_shows_its_entries_and_what_rescued(app, page):
     from workbench.ui.memory_tab import memory_now
 
     demo = app[0]
-    rid = shared_runs(app, ["csd[lam=0,max_nodes=16]"], max_new_tokens=48)["csd"]  # λ = 0: any pair the gate passes rescues
+    rid = shared_runs(app, ["csd[lam=0,max_nodes=16]"], max_new_tokens=48)[
+        "csd"
+    ]  # λ = 0: any pair the gate passes rescues
     trace = demo.store.load_run(rid).trace
     page.get_by_role("tab", name="CSD memory").click()
     pick(page, "#memory-runs", f"#{rid} csd")
