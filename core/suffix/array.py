@@ -88,15 +88,15 @@ class SuffixArray:
             text[np.arange(len(joined)) + np.repeat(np.arange(len(arrays)), self.lengths)] = joined
         self.text = text
         self.sa = sort_suffixes(text)
-        self._t = memoryview(text)  # scalar reads as Python ints
-        self._sa = memoryview(self.sa)
+        self._t = text.data  # a memoryview: scalar reads as Python ints
+        self._sa = self.sa.data
         self._bytes = text.astype(">u4").tobytes()
         self._first: memoryview | None = None
         if len(text) and int(self.lengths.sum()) and int(text[text != SEPARATOR].max()) < _DENSE_FIRST_LIMIT:
             first_tokens = text[self.sa]
             top = int(first_tokens[first_tokens != SEPARATOR].max()) + 2
             table = np.searchsorted(first_tokens, np.arange(top, dtype=np.uint32), side="left").astype(np.int32)
-            self._first = memoryview(table)
+            self._first = table.data
         self.live = np.ones(len(arrays), dtype=bool)
         self._live_prefix: memoryview | None = None  # None while every sequence is live
         self._live_prefix_np: np.ndarray | None = None
@@ -137,7 +137,7 @@ class SuffixArray:
             prefix = np.zeros(len(self.sa) + 1, dtype=np.int32)
             np.cumsum(live_pos[self.sa], out=prefix[1:])
             out._live_prefix_np = prefix
-            out._live_prefix = memoryview(prefix)
+            out._live_prefix = prefix.data
         return out
 
     def count(self, lo: int, hi: int) -> int:

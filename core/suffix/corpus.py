@@ -196,8 +196,10 @@ class SuffixCorpus:
         if where is not None:
             part, index = where
             if part == "sealed":
+                assert self._sealed is not None  # _where names only parts that exist
                 self._sealed = self._sealed.without([index])
             else:
+                assert self._fresh is not None
                 self._fresh = self._fresh.without([index])
 
     def _fit(self, what: str) -> list[Key]:
@@ -304,7 +306,11 @@ class SuffixCorpus:
         head = json.dumps(header, separators=(",", ":")).encode("utf-8")
         payload = MAGIC + struct.pack("<IQ", FORMAT, len(head)) + head + body
         path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(path, lambda fh: fh.write(payload + hashlib.sha256(payload).digest()))
+
+        def write(fh) -> None:
+            fh.write(payload + hashlib.sha256(payload).digest())
+
+        atomic_write(path, write)
         return path
 
     @classmethod

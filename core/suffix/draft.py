@@ -24,9 +24,10 @@ import numpy as np
 
 from core.suffix.array import SORT_DEPTH, SuffixArray
 from core.tree import DraftTree
+from core.types import Source
 
-CONTEXT = "context"  # the current request's text holds the node's string
-HISTORY = "history"  # only the corpus of previous outputs does
+CONTEXT: Source = "context"  # the current request's text holds the node's string
+HISTORY: Source = "history"  # only the corpus of previous outputs does
 
 _SMALL_GROUP = 24  # context occurrence sets up to this size are grouped in Python
 # The matched length at which a continuation every occurrence shares counts as even odds (node_confidence).
@@ -44,7 +45,7 @@ class SuffixDraft:
     probs: list[float] = field(default_factory=list)  # product of the conditionals from the root
     counts: list[int] = field(default_factory=list)  # occurrences of the node's string, corpus + context
     context_counts: list[int] = field(default_factory=list)  # of which in the current request's text
-    sources: list[str] = field(default_factory=list)
+    sources: list[Source] = field(default_factory=list)
     match_len: int = 0  # tokens of the matched suffix (0: no match, no draft)
     match_count: int = 0  # occurrences of the matched suffix
     budget: int = 0  # the node budget this speculation had
@@ -181,8 +182,8 @@ def _children(parts, occ, offset: int, total: int, threshold: float):
                 if c:
                     child_parts[pi] = (arr, a, b, c)
                     count += c
-        ends = groups.get(tok)
-        ctx = 0 if ends is None else int(ends.size)
+        tok_ends = groups.get(tok)
+        ctx = 0 if tok_ends is None else int(tok_ends.size)
         count += ctx
         if count >= threshold - 1e-9 * max(1.0, threshold):
             out.append(
@@ -191,7 +192,7 @@ def _children(parts, occ, offset: int, total: int, threshold: float):
                     count,
                     ctx,
                     [child_parts[pi] for pi in sorted(child_parts)],
-                    ContextOccurrences(occ.text, ends) if ctx else None,
+                    ContextOccurrences(occ.text, tok_ends) if ctx and tok_ends is not None else None,
                 )
             )
     return out

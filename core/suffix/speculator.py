@@ -107,7 +107,9 @@ class SuffixSpeculator:
         if k == 0:
             return SuffixDraft()
         parts = [(arr, lo, hi) for arr, (mk, lo, hi) in zip(arrays, matches) if mk == k]
-        occ = ContextOccurrences(self.context.tokens, ctx_ends) if ctx_k == k else None
+        occ = None
+        if ctx_k == k and self.context is not None and ctx_ends is not None:  # k > 0: the context matched
+            occ = ContextOccurrences(self.context.tokens, ctx_ends)
         budget = node_budget(k, self.alpha, budget_cap)
         return grow_tree(k, parts, occ, budget, self.min_prob, self.max_depth)
 
