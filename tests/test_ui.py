@@ -297,6 +297,15 @@ def test_tuning_takes_only_the_parameters_of_the_judging_method(replay_run):
     # a re-run keeps the run's own parameters the method takes and puts the sliders' values over them
     assert rv.rerun_params(replay_run, "aasd", list(values.values())) == {"alpha": 0.5, "beta": 0.2, "max_nodes": 16}
     assert rv.rerun_params(replay_run, "casd", list(values.values())) == {"delta": 0.01, "max_nodes": 16}
+    # a greedy or csd run records top_k = 0 ("no top-k sampling"), below what a user may give: the re-run leaves it
+    # to the default instead of passing it back and being refused (the newcomer pass's "top_k = 0 is out of range")
+    from workbench.methods import resolve_params
+
+    for method in ("greedy", "csd"):
+        recorded = RunTrace(method, {**resolve_params(method), "max_nodes": 16}, "m", None, "cpu", "float32", "p", [1])
+        assert recorded.params["top_k"] == 0
+        again = rv.rerun_params(recorded, method, [None] * len(TUNABLE))
+        assert "top_k" not in again and resolve_params(method, again)["top_k"] == 0
     assert rv.rule_choices()[0] == rv.OWN_RULE and "aasd-fixed" in rv.rule_choices()
     assert rv.slider_range("tau")[0] == 1e-4 and rv.slider_range("lam")[2] == 1
 

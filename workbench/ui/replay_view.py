@@ -277,8 +277,11 @@ def tuned_params(method: str, values: Sequence[Any]) -> dict[str, Any]:
 def rerun_params(trace: RunTrace, method: str, values: Sequence[Any]) -> dict[str, Any]:
     """The run's parameters that `method` takes, with the sliders' values over them. A run with fitted
     thresholds re-runs with the values it recorded (given, not read from the fit again: the sliders move them)."""
-    takes = get_method(method).params
-    params = {**{k: v for k, v in trace.params.items() if k in takes}, **tuned_params(method, values)}
+    takes, defaults = get_method(method).params, resolve_params(method)
+    # A value equal to the method's default is left to the default: some defaults lie outside what a user may give
+    # (greedy's top_k = 0, "no top-k sampling") and would be refused if passed back as given
+    recorded = {k: v for k, v in trace.params.items() if k in takes and v != defaults.get(k)}
+    params = {**recorded, **tuned_params(method, values)}
     if params.get("fitted"):
         params["fitted"] = 0
     return params
