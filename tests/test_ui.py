@@ -766,10 +766,19 @@ def test_the_speed_note_prices_trees_with_the_measured_cost_curve(monkeypatch):
     note = service.speed_note(
         target, {"greedy": 0.0, "aasd": 4.0, "csd": 0.4}, {"greedy": 1.0, "aasd": 2.4, "csd": 1.0}
     )
-    assert note.startswith("Why these speed-ups on this CPU: a forward over 16 draft tokens costs t(16)/t(0) = 2.0×")
-    assert "aasd: trees of 4 nodes, t(4)/t(0) = 1.2×, MAL 2.40 → ≈ 2.00× greedy" in note
+    assert note.startswith(
+        "What bounds the speed-ups on this CPU: a forward over 16 draft tokens costs t(16)/t(0) = 2.0×"
+    )
+    assert "aasd: trees of 4 nodes, t(4)/t(0) = 1.2×, MAL 2.40 → the forwards allow ≈ 2.00× greedy" in note
     assert "csd drafted almost nothing" in note and "greedy:" not in note and "greedy drafted" not in note  # by design
-    assert note.endswith("approach their MAL.")
+    assert note.endswith("approach their MAL.") and "measured speed-ups fall below these" in note
+    # a measured speed-up above the MAL (csd measured 4.11× at MAL 2.22 in the newcomer pass) is called noise
+    sizes, mals = {"aasd": 4.0, "csd": 3.0}, {"aasd": 2.4, "csd": 2.22}
+    noisy = service.speed_note(target, sizes, mals, measured={"aasd": 1.9, "csd": 4.11})
+    assert (
+        "other work slowed the greedy pass (csd measured 4.11× with MAL 2.22)" in noisy and "aasd measured" not in noisy
+    )
+    assert "slowed" not in service.speed_note(target, sizes, mals, measured={"aasd": 1.9, "csd": 2.0})
     monkeypatch.setattr(service, "cached_curve", lambda target, length=None: None)
     assert service.speed_note(target, {"aasd": 4.0}, {"aasd": 2.4}) is None  # no curve measured here: no claim
 
@@ -828,3 +837,12 @@ def test_the_diff_outlines_one_cell_when_an_insertion_comes_before_the_shifted_r
 
     body = token_diff_html(list("abcdef"), list("abXcdef"), 2)
     assert body.count(' first"') == 1 and 'class="pair inserted first"' in body
+
+
+def test_a_column_says_when_csd_drafts_from_the_context_for_want_of_a_draft_model():
+    from workbench.ui.compare_tab import column_head
+
+    assert column_head("csd", "") == "### csd\n*no draft model: drafts from the prompt's context (as AASD does)*"
+    assert column_head("csd[lam=2]", None).startswith("### csd[lam=2]\n*no draft model")
+    assert column_head("csd", "qwen2.5-coder-0.5b") == "### csd"  # with a draft model: the paper's CSD
+    assert column_head("aasd", "") == "### aasd" and column_head("greedy", "") == "### greedy"

@@ -194,6 +194,15 @@ def closing_status(run_ids, where: str, stopped: bool, compression) -> str:
 # ---------------------------------------------------------------- speeds over repeats
 
 
+def column_head(method: str, draft_name: str | None) -> str:
+    """A column's title: the method, and for a method that falls back to another drafter without a draft model
+    (csd drafts from the context then) a line that says so, since its paper's version drafts with a model."""
+    m = get_method(parse_method_spec(method)[0])
+    if not (draft_name or "").strip() and m.drafter_without_draft is not None:
+        return f"### {method}\n*no draft model: drafts from the prompt's context (as AASD does)*"
+    return f"### {method}"
+
+
 def speed_summary(names: list[str], tps: list[list[float]], speedups: list[list[float]], mals: list[list[float]]):
     """Per method, the spread (workbench.evaluation.bench.spread, as `bench --repeats` computes it) of
     its tokens/s and speed-up over the passes: a list of (name, tps spread, speed-up spread, mean MAL)."""
@@ -224,6 +233,9 @@ class Speeds:
 
     def tree_sizes(self) -> dict[str, float]:
         return {n: sum(t) / len(t) for n, t in zip(self.names, self.trees) if t}
+
+    def mean_speedups(self) -> dict[str, float]:
+        return {n: sum(s) / len(s) for n, s in zip(self.names, self.speedups) if s}
 
     def mean_mals(self) -> dict[str, float]:
         return {n: sum(m) / len(m) for n, m in zip(self.names, self.mals) if m and None not in m}
@@ -682,7 +694,9 @@ class Comparison:
 
     def __iter__(self) -> Iterator[ColumnsView]:
         names = [self.req.methods[i] for i in range(len(self.specs))]
-        view = ColumnsView("", heads=[f"### {names[i]}" if i < len(names) else "" for i in range(SLOTS)])
+        view = ColumnsView(
+            "", heads=[column_head(names[i], self.req.draft) if i < len(names) else "" for i in range(SLOTS)]
+        )
         self.speeds, self.task = Speeds(names), self.chosen_task()
         order = sorted(
             range(len(self.specs)), key=lambda i: self.specs[i][0] != "greedy"
@@ -706,7 +720,11 @@ class Comparison:
                 view.figure, view.table = speed_figure(summary, method_colors(names)), speed_frame(summary)
                 view.note = (
                     service.speed_note(
-                        self.models.target, self.speeds.tree_sizes(), self.speeds.mean_mals(), len(self.ids)
+                        self.models.target,
+                        self.speeds.tree_sizes(),
+                        self.speeds.mean_mals(),
+                        len(self.ids),
+                        self.speeds.mean_speedups(),
                     )
                     or ""
                 )
