@@ -168,11 +168,20 @@ def spec_bench_rows(categories: tuple[str, ...], limit: int) -> list[dict]:
 
 
 @pytest.fixture(scope="module")
-def app(smollm2, tmp_path_factory):
-    """The workbench on a free port with its own store and home, and a gradio_client on it (one per test module)."""
+def app(smollm2, tmp_path_factory, request):
+    """The workbench on a free port with its own store and home, and a gradio_client on it (one per test module).
+
+    The home starts with the t(n, L) an earlier module's app measured in this session (the same machine and
+    threads: the app would measure the same curve again, a minute or more a module); a module that sets
+    `FRESH_TIMING = True` gets a home without it, to watch the first comparison measure it."""
+    import shutil
+
     from core.models import models_dir
 
     home = tmp_path_factory.mktemp("home")
+    measured = tmp_path_factory.getbasetemp() / "measured-timing"
+    if measured.is_dir() and not getattr(request.module, "FRESH_TIMING", False):
+        shutil.copytree(measured, home / "timing")
     mp = pytest.MonkeyPatch()
     mp.setenv("WORKBENCH_MODELS", str(models_dir()))  # keep the fetched models while the home moves
     mp.setenv("WORKBENCH_HOME", str(home))  # the CSD memory and anything else the app writes
@@ -188,6 +197,8 @@ def app(smollm2, tmp_path_factory):
     yield demo, client
     demo.close()
     mp.undo()
+    if (home / "timing").is_dir():
+        shutil.copytree(home / "timing", measured, dirs_exist_ok=True)
 
 
 # ---- the target's own numbers, from a fresh forward (not from the trace) --------------------------------
