@@ -26,12 +26,14 @@ class Saved(Protocol):
 
 
 T = TypeVar("T")
+K = TypeVar("K", bound=Hashable)
+S = TypeVar("S", bound=Saved)
 _LOCK = threading.Lock()  # held only to find or make a table (and warm it once), never while decoding
 
 
 def process_table(
-    tables: MutableMapping[Hashable, T],
-    key: Hashable,
+    tables: MutableMapping[K, T],
+    key: K,
     make: Callable[[], T],
     prepare: Callable[[T], None] | None = None,
 ) -> T:
@@ -46,7 +48,7 @@ def process_table(
         return table
 
 
-def save_tables(tables: Iterable[Saved], needs_save: Callable[[Saved], bool], what: str) -> None:
+def save_tables(tables: Iterable[S], needs_save: Callable[[S], bool], what: str) -> None:
     """Save every table of `tables` that `needs_save`; print a warning for one that cannot be written."""
     for table in list(tables):
         if needs_save(table):

@@ -185,6 +185,7 @@ class Rescue:
     lam: int | None = None  # memory: rescue needs count ≥ λ (None: not checked)
     tau: float | None = None  # gate: rescue needs p(x)/p(t*) ≥ τ at T = 1 (None: not checked)
     exempt: frozenset[int] = frozenset()  # t* here: never rescued (rescue_eos=no: the target's EOS ids)
+    keys: tuple[str, ...] = ("exact",)  # the memory key kinds the run reads (csd[keys=…]), exact first
 
     def __post_init__(self):
         if self.lam is None and self.tau is None:
@@ -271,6 +272,8 @@ def rescue_decision(
         if isinstance(count, KeyCounts):
             kind, count = key_lookup(count, rule.lam)
             key = f" ({kind} key)" if kind is not None else " (largest of the keys)"
+        elif len(rule.keys) > 1:  # a recorded count (re-scoring): the largest over the run's key kinds
+            key = f" (largest of the {', '.join(rule.keys)} keys)"
         else:
             key = ""
         is_freq = count >= rule.lam

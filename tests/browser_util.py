@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -27,6 +28,23 @@ def browser(pw):
     if not Path(CHROMIUM).exists():
         pytest.skip(f"{CHROMIUM} not found: apt-get install chromium (.ci/run does)")
     return pw.chromium.launch(executable_path=CHROMIUM, args=FLAGS, headless=True)
+
+
+@contextmanager
+def open_page(url: str, viewport=(1500, 1100)):
+    """A headless Chromium page on the app at `url`, returned once the app has finished loading: its components
+    hydrated and its load event answered (the prompt line under Run has text). Acting earlier races the page: a
+    value typed before hydration can be replaced by the component's initial one."""
+    sync_api = pytest.importorskip("playwright.sync_api")
+    with sync_api.sync_playwright() as pw:
+        chromium = browser(pw)
+        context = chromium.new_context(viewport={"width": viewport[0], "height": viewport[1]}, accept_downloads=True)
+        pg = context.new_page()
+        pg.set_default_timeout(60_000)
+        pg.goto(url)
+        sync_api.expect(pg.locator("#compare-prompt-info")).not_to_be_empty(timeout=300_000)
+        yield pg
+        chromium.close()
 
 
 def shot(page, name, selector: str | None = None):
@@ -58,9 +76,19 @@ def shot_between(page, name, top: str, bottom: str, margin: int = 12):
 
 
 def fill_number(page, selector, value):
+    """Type `value` into a number field and wait until the field holds it. An accordion's fields mount when it
+    first opens (Gradio loads them lazily) and a field typed into while it mounts takes its initial value back,
+    so a value that did not stay is typed again (up to three times) before the check."""
+    from playwright.sync_api import expect
+
     box = page.locator(f"{selector} input[type=number]").first
-    box.fill(str(value))
-    box.press("Enter")
+    for _ in range(3):
+        box.fill(str(value))
+        box.press("Enter")
+        page.wait_for_timeout(250)
+        if box.input_value() == str(value):
+            break
+    expect(box).to_have_value(str(value))
 
 
 def pick(page, selector, text):
@@ -85,6 +113,7 @@ def open_parameters(page):
     page.get_by_role("tab", name="Compare").click()
     if not page.locator("#param-key_len").is_visible():
         page.get_by_text("Parameters (every method").click()
+        page.locator("#compare-max-new input[type=number]").wait_for(state="visible")
 
 
 def plotly(page, selector, what="data"):

@@ -4,45 +4,29 @@ flip, download the CSV. Screenshots go to $WORKBENCH_SCREENSHOTS (default result
 
 from __future__ import annotations
 
-import os
 import re
 import zipfile
-from pathlib import Path
 
 import pytest
+from browser_util import (
+    choose_methods,
+    clipped_texts,
+    fill_number,
+    open_page,
+    open_parameters,
+    pick,
+    plotly,
+    shot,
+    table_rows,
+)
 
 pytestmark = pytest.mark.real_model
-CHROMIUM = "/usr/bin/chromium"
-FLAGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
-SHOTS = Path(os.environ.get("WORKBENCH_SCREENSHOTS", Path(__file__).resolve().parents[1] / "results" / "screenshots"))
 
 
 @pytest.fixture(scope="module")
 def page(app):
-    if not Path(CHROMIUM).exists():
-        pytest.skip(f"{CHROMIUM} not found: apt-get install chromium (.ci/run does)")
-    sync_api = pytest.importorskip("playwright.sync_api")
-    with sync_api.sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=FLAGS, headless=True)
-        context = browser.new_context(viewport={"width": 1500, "height": 1100}, accept_downloads=True)
-        pg = context.new_page()
-        pg.set_default_timeout(60_000)
-        pg.goto(app[0].local_url)
+    with open_page(app[0].local_url) as pg:
         yield pg
-        browser.close()
-
-
-def shot(page, name):
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
 
 
 def test_compare_replay_tune_and_download(app, page, tmp_path):
@@ -104,18 +88,6 @@ def test_compare_replay_tune_and_download(app, page, tmp_path):
 
 
 # ---------------------------------------------------------------- issue 23: a UI that tells the truth
-
-
-def fill_number(page, selector, value):
-    box = page.locator(f"{selector} input[type=number]").first
-    box.fill(str(value))
-    box.press("Enter")
-
-
-def open_parameters(page):
-    page.get_by_role("tab", name="Compare").click()
-    if not page.locator("#param-key_len").is_visible():
-        page.get_by_text("Parameters (every method").click()
 
 
 def test_parameter_labels_name_each_parameter_once(app, page):
@@ -195,13 +167,6 @@ def shared_runs(app, methods, max_new_tokens: int | None = 48):
     return {r.method: rid for rid, r in new.items()}
 
 
-def pick(page, selector, text):
-    box = page.locator(f"{selector} input").first
-    box.click()
-    box.fill(text)
-    box.press("Enter")
-
-
 def test_diff_of_two_runs_and_acceptance_per_position(app, page):
     from playwright.sync_api import expect
 
@@ -226,8 +191,7 @@ def test_diff_of_two_runs_and_acceptance_per_position(app, page):
         title = first.get_attribute("title")  # the first cell at token j of either run (a replacement or an insertion)
         assert f"token {j}" in title and title.endswith("(first divergence)"), title
     assert page.locator("#diff-tokens .pair").count() >= 48
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    page.locator("#tab-diff").screenshot(path=str(SHOTS / "diff.png"))
+    shot(page, "diff", "#tab-diff")
 
     page.get_by_role("tab", name="Replay & tune").click()
     fill_number(page, "#replay-run-id", casd)
@@ -240,30 +204,14 @@ def test_diff_of_two_runs_and_acceptance_per_position(app, page):
         raise
     expect(page.locator("#replay-positions")).to_contain_text("acceptance per draft position")
     expect(page.locator("#replay-by-source .js-plotly-plot")).to_be_visible()
-    page.locator("#replay-run-figures").screenshot(path=str(SHOTS / "positions.png"))
+    shot(page, "positions", "#replay-run-figures")
 
 
 # ---------------------------------------------------------------- issue 23, items 1, 5 and 7: repeats, memory, defects
 
 
-def choose_methods(page, names):
-    page.get_by_role("tab", name="Compare").click()
-    page.locator("#compare-methods .remove-all").click()
-    box = page.locator("#compare-methods input").first
-    for name in names:
-        box.click()
-        box.fill(name)
-        box.press("Enter")
-    box.press("Escape")
-
-
 def choose_task(page, name):
     pick(page, "#compare-task", name)
-
-
-def plotly(page, selector, what="data"):
-    """The figure Plotly drew in a gr.Plot (its `data` or `layout`), as the browser holds it."""
-    return page.locator(f"{selector} .js-plotly-plot").first.evaluate(f"el => JSON.parse(JSON.stringify(el.{what}))")
 
 
 def run_and_wait(page, status_pattern, timeout=900_000):
@@ -297,7 +245,6 @@ def test_compare_repeats_show_mean_and_95_interval(app, page):
     assert [c[0] for c in bars["customdata"]] == ["greedy", "pld"] and abs(bars["y"][1] - pld["mean"]) < 1e-6
     assert bars["error_y"]["visible"] and abs(bars["error_y"]["array"][1] - pld["ci95"]) < 1e-6
     expect(page.locator("#compare-speed .errorbar")).to_have_count(2)
-    SHOTS.mkdir(parents=True, exist_ok=True)
     shot(page, "compare-repeats")
     fill_number(page, "#compare-repeats", 1)
     choose_methods(page, ["greedy", "aasd", "csd"])
@@ -426,17 +373,6 @@ def test_a_tab_waiting_for_the_model_says_so(app, page):
     restore_defaults(page)
 
 
-def clipped_texts(page, selector):
-    """Texts inside `selector` cut off by their box (content taller or wider than a box that hides overflow)."""
-    return page.locator(selector).first.evaluate("""root => [root, ...root.querySelectorAll('*')].filter(el => {
-        const s = getComputedStyle(el);
-        const hides = v => v === 'hidden' || v === 'clip';
-        return el.innerText && el.innerText.trim() && el.offsetParent !== null &&
-               ((hides(s.overflowY) && el.scrollHeight > el.clientHeight + 1) ||
-                (hides(s.overflowX) && el.scrollWidth > el.clientWidth + 1));
-    }).map(el => el.innerText.trim().slice(0, 60))""")
-
-
 def test_the_upload_box_text_is_whole_and_the_page_compact(app, page):
     from playwright.sync_api import expect
 
@@ -478,22 +414,6 @@ def test_analytics_plots_keep_run_colours_show_shares_and_legends_clear(app, pag
     shot(page, "analytics")
 
 
-def table_rows(page, selector, timeout=30.0):
-    """The cells of a gr.Dataframe's rows, once it has drawn them (its grid rows: the <tbody> is only for sizing)."""
-    import time
-
-    end = time.monotonic() + timeout
-    while True:
-        rows = [
-            [c.strip() for c in r.locator("[role=gridcell]").all_inner_texts()]
-            for r in page.locator(f"{selector} [role=row]").all()
-        ]
-        rows = [r for r in rows if any(r)]
-        if rows or time.monotonic() > end:
-            return rows
-        page.wait_for_timeout(250)
-
-
 def test_csd_memory_shows_its_entries_and_what_rescued(app, page):
     from playwright.sync_api import expect
 
@@ -525,4 +445,4 @@ def test_csd_memory_shows_its_entries_and_what_rescued(app, page):
     counts = [int(r[4]) for r in rows]
     assert rows and counts == sorted(counts, reverse=True)
     assert sum(int(r[5]) for r in rows) == len(rescues(trace.steps))
-    page.locator("#tab-memory").screenshot(path=str(SHOTS / "memory.png"))
+    shot(page, "memory", "#tab-memory")

@@ -11,10 +11,10 @@ import zipfile
 import pytest
 from browser_util import (
     boxes,
-    browser,
     choose_methods,
     clipped_texts,
     fill_number,
+    open_page,
     open_parameters,
     overlap,
     pick,
@@ -34,15 +34,8 @@ DONE = 900_000  # ms a comparison may take on a loaded 2-core machine (other job
 
 @pytest.fixture(scope="module")
 def page(app):
-    sync_api = pytest.importorskip("playwright.sync_api")
-    with sync_api.sync_playwright() as pw:
-        chromium = browser(pw)
-        context = chromium.new_context(viewport={"width": 1500, "height": 1100}, accept_downloads=True)
-        pg = context.new_page()
-        pg.set_default_timeout(60_000)
-        pg.goto(app[0].local_url)
+    with open_page(app[0].local_url) as pg:
         yield pg
-        chromium.close()
 
 
 FIRST_STATUSES: list[str] = []  # what the status line said during the module's first default comparison

@@ -5,23 +5,12 @@ table and the text so far. Behaviour only; benchmarks/bench_replay_browser.py ti
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
+from browser_util import open_page
 
 from core.trace import NodeTrace, RunTrace, StepTrace
 
 pytestmark = pytest.mark.real_model  # the `app` fixture loads the SmolLM2 preset's pool
-CHROMIUM = "/usr/bin/chromium"
-FLAGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 STEPS = 30
 
 
@@ -146,23 +135,16 @@ def make_run() -> RunTrace:
 @pytest.fixture(scope="module")
 def replay(app):
     """The app with the synthetic run stored and shared, and a page on its Replay tab with the run loaded."""
-    if not Path(CHROMIUM).exists():
-        pytest.skip(f"{CHROMIUM} not found: apt-get install chromium (.ci/run does)")
     sync_api = pytest.importorskip("playwright.sync_api")
     demo = app[0]
     run = make_run()
     rid = demo.store.save_run(run, tags=["shared"])
-    with sync_api.sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=FLAGS, headless=True)
-        page = browser.new_page(viewport={"width": 1500, "height": 1100})
-        page.set_default_timeout(30_000)
-        page.goto(demo.local_url)
+    with open_page(demo.local_url) as page:
         page.get_by_role("tab", name="Replay & tune").click()
         page.locator("#replay-run-id input").fill(str(rid))
         page.get_by_role("button", name="Load run").click()
         sync_api.expect(page.locator("#replay-info")).to_contain_text(f"run #{rid} · csd · step 0 of 0–{STEPS - 1}")
         yield page, rid, demo.store.load_run(rid).trace
-        browser.close()
 
 
 def slide(page, k):

@@ -269,6 +269,9 @@ def test_a_text_key_rescues_what_the_exact_pair_never_saw_on_a_tiny_pair():
     assert all(n.decision == n.old_decision for n in judged) and not again.flip_counts
     assert sum(n.decision == "rescued" for n in judged) == len(rescued(text))
     assert all("(text key)" in n.old_reason for n in judged if n.decision == "rescued")  # the stored reason names it
+    # and the re-score's own reason says its count is the largest over the run's keys (it cannot know which fired)
+    assert all("(largest of the exact, text keys)" in n.reason for n in judged if n.decision == "rescued")
+    assert all("key" not in n.reason for n in rescore_run(exact).steps for n in [*n.nodes] if n.reason)
     # The memory view lists, for every rescuing pair, the key kind that rescued it.
     from workbench.ui.memory_tab import entries_frame, rescue_counts, rescue_keys
 

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 from core.errors import InvalidInputError
 from core.params import AUTO, PARAMS
 from core.rules import (
+    KEY_ORDERS,
     Deferred,
     Rescue,
     Rules,
@@ -129,11 +130,11 @@ def _adaptive_all(p) -> Rules:
 
 # CSD's rescue rules (docs/ALGORITHMS.md): the methods differ only in which conditions a rescue needs.
 def _csd_rule(p) -> Rescue:
-    return Rescue(lam=p["lam"], tau=p["tau"])
+    return Rescue(lam=p["lam"], tau=p["tau"], keys=KEY_ORDERS[p.get("keys", 0)])
 
 
 def _memory_rule(p) -> Rescue:
-    return Rescue(lam=p["lam"])
+    return Rescue(lam=p["lam"], keys=KEY_ORDERS[p.get("keys", 0)])
 
 
 def _gate_rule(p) -> Rescue:
