@@ -7,21 +7,15 @@ from __future__ import annotations
 import re
 
 import pytest
-from browser_util import browser, choose_methods, fill_number, open_parameters
+from browser_util import choose_methods, fill_number, open_page, open_parameters
 
 from core.trace import RunTrace
 
 
 @pytest.fixture(scope="module")
 def page(app):
-    sync_api = pytest.importorskip("playwright.sync_api")
-    with sync_api.sync_playwright() as pw:
-        chromium = browser(pw)
-        pg = chromium.new_page(viewport={"width": 1500, "height": 1100})
-        pg.set_default_timeout(60_000)
-        pg.goto(app[0].local_url)
+    with open_page(app[0].local_url) as pg:
         yield pg
-        chromium.close()
 
 
 def run_and_wait(page, demo, methods, tokens) -> list[int]:
@@ -36,7 +30,8 @@ def run_and_wait(page, demo, methods, tokens) -> list[int]:
     return [r.id for r in demo.store.list_runs() if r.id >= first]
 
 
-def shown_corpus(page, model: str | None = None) -> str:
+def show_corpus(page, expected: str, model: str | None = None) -> str:
+    """Show the corpus (of `model`, else the newest run's) and wait until the view contains `expected`."""
     from playwright.sync_api import expect
 
     page.get_by_role("tab", name="CSD memory").click()
@@ -44,11 +39,9 @@ def shown_corpus(page, model: str | None = None) -> str:
         box = page.locator("#corpus-model input")
         box.fill(model)
         box.press("Enter")
-    summary = page.locator("#corpus-summary")
-    before = summary.inner_text()
     page.locator("#corpus-show").click()
-    expect(summary).not_to_have_text(before or "\u2063")  # the new answer, not the last one
-    expect(summary).to_contain_text("Suffix corpus of")
+    summary = page.locator("#corpus-summary")
+    expect(summary).to_contain_text(expected, timeout=60_000)
     return summary.inner_text()
 
 
@@ -65,10 +58,10 @@ def test_the_corpus_view_shows_the_requests_and_tokens_a_suffix_run_joined(app, 
     # is not counted twice)
     assert any(list(corpus.sequence(k)) == trace.output_ids for k in corpus.keys())
     before = corpus.state()
-    text = shown_corpus(page)
-    assert f"Suffix corpus of {trace.model}" in text, text
     n = before["requests"]
-    assert f"{n:,} request{'' if n == 1 else 's'}, {before['tokens']:,} of at most" in text, text
+    size = f"{n:,} request{'' if n == 1 else 's'}, {before['tokens']:,} of at most"
+    text = show_corpus(page, size)
+    assert f"Suffix corpus of {trace.model}" in text, text
     assert before["hash"] in text, text
     assert "listed in single-user mode only" in text, text  # the test app is shared: no other session's text
     # The next run of the model joins it: the view says so (not a copy made when the tab was first drawn)
@@ -76,8 +69,7 @@ def test_the_corpus_view_shows_the_requests_and_tokens_a_suffix_run_joined(app, 
     added = len(demo.store.load_run(rid2, nodes=False).trace.output_ids)
     after = corpus.state()
     assert after["requests"] == n + 1 and after["tokens"] == before["tokens"] + added
-    text = shown_corpus(page, trace.model)
-    assert f"{n + 1:,} requests, {after['tokens']:,} of at most" in text, text
+    show_corpus(page, f"{n + 1:,} requests, {after['tokens']:,} of at most", trace.model)
 
 
 def _run(model: str, fingerprint: str | None, out: list[int]) -> RunTrace:
