@@ -181,8 +181,11 @@ def bench_first(args, page, demo) -> bool:
     if args.warm_up is not None:  # what `serve` does: the default model's t(n, L) measured while the page opens
         from workbench.service import default_model
 
-        demo.pool.warm_up(default_model())
-        time.sleep(args.warm_up)  # a newcomer reading the page before pressing Run
+        warming = demo.pool.warm_up(default_model())
+        time.sleep(args.warm_up)
+        print(
+            f"  warm-up {'still measuring' if warming.is_alive() else 'done'} after {args.warm_up:g} s"
+        )  # a newcomer reading the page before pressing Run
     page.goto(demo.local_url)
     open_parameters(page)
     fill_number(page, "#compare-max-new", 64)
@@ -200,6 +203,11 @@ def bench_first(args, page, demo) -> bool:
             f"  {r.method}: {m['tokens']} tokens, MAL {m['mal']:.2f}, {m['tps']:.1f} tok/s, prefill {trace.prefill_seconds:.2f} s, "
             f"decode {trace.decode_seconds:.2f} s"
         )
+    import json
+
+    for timing_file in (Path(os.environ["WORKBENCH_HOME"]) / "timing").glob("*.json"):  # measured on the way, or before
+        took = json.loads(timing_file.read_text()).get("measure_seconds")
+        print(f"  t(n, L) of {timing_file.name}: measured in {took} s")
     target = (args.budget or 60_000) / 1000
     ok = seconds <= target
     print(

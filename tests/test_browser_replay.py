@@ -341,3 +341,28 @@ def test_the_tab_is_shorter_and_no_label_chip_covers_a_figure_title(replay):
         assert page.locator(f"{fig} [data-testid=block-label]").filter(visible=True).count() == 0, fig
     slide(page, 3)  # the step switch still draws into its slots
     expect(page.locator("#replay-tree .fig-title")).to_contain_text("step 3:")
+
+
+def test_a_row_click_answers_with_its_run_id_and_the_run_opened(tmp_path):
+    """The runs table's select opens the run in the same answer as its id (one round trip, not two); a click on a
+    row the table no longer has changes nothing."""
+    import gradio as gr
+
+    from workbench.store import Store
+    from workbench.ui.replay_tab import OPEN_OUTPUTS, ReplayHandlers
+    from workbench.ui.shared import TUNABLE, RunCache, runs_frame
+
+    store = Store(str(tmp_path / "t.db"))
+    rids = [store.save_run(make_run(), tags=["shared"]) for _ in range(2)]
+    h = ReplayHandlers(store, None, RunCache(store))
+    frame = runs_frame(store)  # newest first
+    out = h.open_row(None, frame, gr.SelectData(None, {"index": [1, 0], "value": rids[0]}))
+    assert len(out) == 1 + OPEN_OUTPUTS and out[0] == rids[0] and out[-1] == rids[0]
+    assert out[2] == f"loaded run #{rids[0]}"
+    data = out[2 + len(TUNABLE) + 2]  # after the id, the slider, the status, the tuning sliders and the rule
+    assert data["run"] == rids[0] and len(data["steps"]) == STEPS
+    same = h.open(None, rids[0])  # what Load run answers for the id
+    assert [type(o) for o in out[1:]] == [type(o) for o in same] and out[1 + len(TUNABLE) + 4] == same[len(TUNABLE) + 4]
+    assert h.open_row(None, frame, gr.SelectData(None, {"index": [5, 0], "value": None})) == (gr.update(),) * (
+        1 + OPEN_OUTPUTS
+    )

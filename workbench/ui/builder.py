@@ -11,6 +11,7 @@ from workbench.store import Store
 from workbench.ui.access import Viewer, viewer_of
 from workbench.ui.analytics_tab import analytics_tab
 from workbench.ui.compare_tab import compare_tab
+from workbench.ui.corpus_view import corpus_models
 from workbench.ui.diff_tab import diff_tab
 from workbench.ui.export_tab import export_tab
 from workbench.ui.memory_tab import csd_choices, memory_tab
@@ -66,7 +67,7 @@ def build_app(
             with gr.Tab("Diff", elem_id="tab-diff") as diff:
                 diff_a, diff_b = diff_tab(store, cache, who)
             with gr.Tab("CSD memory", elem_id="tab-memory") as memory:
-                memory_pick = memory_tab(store, cache, compare_ids, who)
+                memory_pick, corpus_pick = memory_tab(store, cache, compare_ids, who)
             with gr.Tab("Analytics") as analytics:
                 analytics_pick = analytics_tab(store, cache, compare_ids, who)
             with gr.Tab("Export") as export:
@@ -106,9 +107,10 @@ def build_app(
         diff.select(two_picks, None, [diff_a, diff_b], api_name=False)
 
         def memory_picks(request: gr.Request):
-            return gr.Dropdown(choices=csd_choices(store, who(request)))
+            viewer = who(request)
+            return gr.Dropdown(choices=csd_choices(store, viewer)), gr.Dropdown(choices=corpus_models(store, viewer))
 
-        memory.select(memory_picks, None, [memory_pick], api_name=False)
+        memory.select(memory_picks, None, [memory_pick, corpus_pick], api_name=False)
         for tab, pick in ((analytics, analytics_pick), (export, export_pick)):
             tab.select(picks, None, [pick], api_name=False)
         demo.load(**compare.on_load)  # the default sample's token count and reading time

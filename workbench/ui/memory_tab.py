@@ -17,6 +17,7 @@ from core.rules import fired_key
 from core.trace import RunTrace
 from workbench.methods import get_method
 from workbench.ui.access import NOBODY
+from workbench.ui.corpus_view import corpus_models, corpus_view
 from workbench.ui.shared import RunCache, decoder_for, error_md, parse_run_ids
 
 ENTRY_COLUMNS = [
@@ -183,8 +184,9 @@ def csd_choices(store, viewer) -> list[tuple[str, int]]:
     return [(f"#{r.id} {r.method} · {r.model}", r.id) for r in runs if _reads_memory_method(r.method)]
 
 
-def memory_tab(store, cache: RunCache, compare_ids: gr.State, who) -> gr.Dropdown:
-    """Build the tab; returns its run picker (refreshed when the tab opens)."""
+def memory_tab(store, cache: RunCache, compare_ids: gr.State, who) -> tuple[gr.Dropdown, gr.Dropdown]:
+    """Build the tab (the correction memory, then the suffix corpus); returns its run picker and the corpus's model
+    picker (both refreshed when the tab opens)."""
     gr.Markdown(
         "The correction memory a CSD run read: (draft token, the target's correction) pairs with how often the "
         "target made that correction, and how often each pair rescued a token in the chosen runs."
@@ -213,4 +215,31 @@ def memory_tab(store, cache: RunCache, compare_ids: gr.State, who) -> gr.Dropdow
         return memory_view(cache, choice, last, who(request), lambda trace: decoder_for(trace.model))
 
     show.click(view, [chosen, compare_ids], [summary, entries], api_name="memory")
-    return chosen
+    corpus_model = suffix_corpus_panel(store, who)
+    return chosen, corpus_model
+
+
+def suffix_corpus_panel(store, who) -> gr.Dropdown:
+    """The suffix corpus beside the correction memory: the other store of past outputs a method drafts from (suffix
+    runs). Returns its model picker (refreshed when the tab opens)."""
+    gr.Markdown(
+        "### Suffix corpus\nThe previous outputs of a model that `suffix` runs draft from (every completed run of the "
+        "model joins it): its size, and the continuations it holds most often."
+    )
+    with gr.Row():
+        model = gr.Dropdown(
+            corpus_models(store, NOBODY),
+            value=None,
+            allow_custom_value=True,
+            scale=4,
+            label="Model (empty: the newest run's)",
+            elem_id="corpus-model",
+        )
+        show = gr.Button("Show corpus", scale=1, elem_id="corpus-show")
+    summary = gr.Markdown("", elem_id="corpus-summary")
+
+    def view(request: gr.Request, chosen):
+        return corpus_view(store, chosen, who(request), decode_for=decoder_for)
+
+    show.click(view, [model], [summary], api_name="suffix_corpus")
+    return model
