@@ -19,7 +19,7 @@ from workbench.ui import tokens
 from workbench.ui.figures import replay as figures
 from workbench.ui.figures.common import DECISION_COLORS, SOURCE_SYMBOLS
 from workbench.ui.reasons import TokenText, known_texts, readable_reason
-from workbench.ui.shared import SYMBOL, TUNABLE, fitted_md, metrics_md, sig, step_of
+from workbench.ui.shared import SYMBOL, TUNABLE, asked_as, fitted_md, metrics_md, sig, step_of
 
 OWN_RULE = "(the run's own)"
 FLIPS_SHOWN = 200  # rows of the flips table: a lenient threshold flips thousands, and the browser draws each row
@@ -70,10 +70,10 @@ def step_info(run_id: int, trace: RunTrace, k: int) -> str:
             if trace.status in ("cancelled", "failed")
             else "transformers' baselines keep none"
         )
-        return f"run #{run_id} ({trace.method}) has no steps to replay ({why})"
+        return f"run #{run_id} ({asked_as(trace.method, trace.params)}) has no steps to replay ({why})"
     s = trace.steps[k]
     return (
-        f"run #{run_id} · {trace.method} · step {k} of 0–{len(trace.steps) - 1} · tree {s.tree_size} nodes · "
+        f"run #{run_id} · {asked_as(trace.method, trace.params)} · step {k} of 0–{len(trace.steps) - 1} · tree {s.tree_size} nodes · "
         f"accepted {s.accepted} + bonus · {s.step_ms:.1f} ms (draft {s.draft_ms:.1f}, forward {s.forward_ms:.1f})"
         + fitted_md(trace.params)
     )
