@@ -100,7 +100,7 @@ def test_rescoring_with_own_params_changes_nothing_and_a_lower_threshold_flips(a
     lenient = client.predict(rid, own, 0.1, 0.0, 0.001, 0.01, 6, api_name="/rescore")  # α = 0, β = 0.001
     assert "first change at step" in lenient[0], lenient[0]
     rows = lenient[1]["data"]
-    assert rows and {r[lenient[1]["headers"].index("new_decision")] for r in rows} & {"accepted"}
+    assert rows and {r[lenient[1]["headers"].index("new decision")] for r in rows} & {"accepted"}
     # CASD's fixed δ on the same drafts: a tiny δ accepts copied tokens the adaptive rule refused
     fixed = client.predict(rid, "aasd-fixed", 0.001, 0.1, 0.1, 0.01, 6, api_name="/rescore")
     assert fixed[0].startswith("aasd-fixed: δ = 0.001") and "first change at step" in fixed[0], fixed[0]

@@ -30,12 +30,12 @@ FLIP_COLUMNS = (
     "token",
     "source",
     "p",
-    "old_threshold",
-    "new_threshold",
-    "old_decision",
-    "new_decision",
+    "old threshold",
+    "new threshold",
+    "old decision",
+    "new decision",
     "reason",
-)  # workbench.rescore.flips_table's keys, so an empty table still has its headers
+)  # workbench.rescore.flips_table's keys with spaces: a header wraps at its space, so the reason gets the width
 
 
 def gated(trace: RunTrace) -> bool:
@@ -321,7 +321,10 @@ def flips_frame(result: RunRescore | None, text_of: TokenText | None = None) -> 
     rows = flips_table(result)[:FLIPS_SHOWN] if result is not None else []
     return pd.DataFrame(
         [
-            {k: sig(v) if k in rounded else readable_reason(v, text_of) if k == "reason" else v for k, v in row.items()}
+            {
+                k.replace("_", " "): sig(v) if k in rounded else readable_reason(v, text_of) if k == "reason" else v
+                for k, v in row.items()
+            }
             for row in rows
         ],
         columns=FLIP_COLUMNS,
