@@ -154,7 +154,7 @@ def test_empty_tables_show_their_headers_not_1_2_3(app, page):
 
     page.get_by_role("tab", name="Replay & tune").click()
     expect(page.locator("#replay-nodes")).to_contain_text("decision")
-    expect(page.locator("#tune-flips")).to_contain_text("new_decision")
+    expect(page.locator("#tune-flips")).to_contain_text("new decision")
 
 
 def shared_runs(app, methods, max_new_tokens: int | None = 48):

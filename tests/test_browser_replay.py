@@ -366,3 +366,180 @@ def test_a_row_click_answers_with_its_run_id_and_the_run_opened(tmp_path):
     assert h.open_row(None, frame, gr.SelectData(None, {"index": [5, 0], "value": None})) == (gr.update(),) * (
         1 + OPEN_OUTPUTS
     )
+
+
+def test_the_step_figures_fill_their_boxes_with_no_blank_band_above_the_node_table(replay):
+    """The figure boxes are as tall as the run's tallest figure (a CSD gate panel, 220 px, on a few steps); a step
+    without the gate, or with no drafts, drew a shorter figure and left 250-340 px blank above the node table."""
+    from browser_util import boxes, shot_between
+    from playwright.sync_api import expect
+
+    page, _, _ = replay
+    for k in (1, 7, 10):  # no gate node; no drafts at all; a gate node
+        slide(page, k)
+        expect(page.locator("#replay-tree .fig-title")).to_contain_text(f"step {k}:")
+        figs = boxes(page, "#replay-tree svg.replay-fig") + boxes(page, "#replay-thresholds svg.replay-fig")
+        slots = boxes(page, "#replay-tree .replay-slot") + boxes(page, "#replay-thresholds .replay-slot")
+        table = boxes(page, "#replay-nodes")[0]
+        for fig, slot in zip(figs, slots):
+            views = page.evaluate(
+                "() => Array.from(document.querySelectorAll('svg.replay-fig')).map((e) => e.getAttribute('viewBox'))"
+            )
+            assert slot["h"] - fig["h"] < 12, (k, fig, slot, views)  # each figure fills its box
+        blank = table["y"] - max(f["y"] + f["h"] for f in figs)
+        assert blank < 50, (k, blank)  # Gradio's gap between rows, not a band
+        shot_between(page, f"replay-figures-fill-step{k}", "#replay-info", "#replay-nodes")
+
+
+def synthetic_run(method: str, steps: list[StepTrace]) -> RunTrace:
+    """A complete run of `method` made of `steps` (its output: what they emitted)."""
+    return RunTrace(
+        method=method,
+        params={},
+        model="synthetic",
+        draft_model=None,
+        device="cpu",
+        dtype="float32",
+        prompt="p",
+        prompt_ids=list(range(10)),
+        steps=steps,
+        output_ids=[t for s in steps for t in s.emitted],
+        status="complete",
+        decode_seconds=1.0,
+    )
+
+
+def long_text_run(steps: int = 20) -> RunTrace:
+    """Steps that each emit one 40-character token (a root and a bonus only): ~800 characters, several lines."""
+    out = []
+    for i in range(steps):
+        nodes = [
+            NodeTrace(i, 10 + i, 0, -1, 0, 100, "x", "root", "accepted", "root"),
+            NodeTrace(i, 10 + i, 1, 0, 1, 1000 + i, f" word{i:02d}" + "-abcdefgh" * 4, "model", "bonus", "own", p=0.7),
+        ]
+        out.append(StepTrace(i, 10 + i, 0, 0, [1000 + i], draft_ms=0.5, forward_ms=10.0, nodes=nodes))
+    return synthetic_run("greedy", out)
+
+
+def load(page, rid, method):
+    from playwright.sync_api import expect
+
+    page.locator("#replay-run-id input").fill(str(rid))
+    page.get_by_role("button", name="Load run").click()
+    expect(page.locator("#replay-info")).to_contain_text(f"run #{rid} · {method} · step 0")
+
+
+def test_the_text_box_is_as_tall_as_the_text_shown_so_far(app, replay):
+    """At step 0 the box held one line of text over the height of the whole run's text (~100 px blank)."""
+    from browser_util import shot_between
+    from playwright.sync_api import expect
+
+    page, rid, _ = replay
+    long = app[0].store.save_run(long_text_run(), tags=["shared"])
+
+    def blank():  # px of the text box under its last shown token, and the line height
+        return page.evaluate("""() => { const shown = document.querySelector('#replay-text span.replay-shown');
+            const box = shown.parentElement, toks = shown.querySelectorAll('span.tok');
+            const last = toks[toks.length - 1].getBoundingClientRect();
+            return [box.getBoundingClientRect().bottom - last.bottom, parseFloat(getComputedStyle(box).lineHeight),
+                    box.getBoundingClientRect().height]; }""")
+
+    try:
+        load(page, long, "greedy")
+        under, line, h0 = blank()
+        shot_between(page, "replay-text-step0", "#replay-info", "#replay-tree")
+        slide(page, 19)
+        expect(page.locator("#replay-info")).to_contain_text("step 19 of")
+        under_end, _, h_end = blank()
+        assert h_end > 3 * line, (h_end, line)  # the whole text takes several lines here: the test can fail
+        assert under < line, (under, line, h0)  # step 0: no blank lines under its one line
+        assert under_end < line, (under_end, line, h_end)
+    finally:
+        load(page, rid, "csd")
+
+
+def test_the_flips_table_shows_each_reason_whole(app, replay):
+    """The reason column ran past the table's right edge and was cut off (a 1400 px wide window)."""
+    from browser_util import fill_number, shot, table_rows
+
+    from workbench.ui import replay_view as rv
+    from workbench.ui.shared import PARAMS
+
+    page, rid, _ = replay
+    chain = app[0].store.save_run(long_chain_run(), tags=["shared"])
+    page.set_viewport_size({"width": 1400, "height": 1100})  # the newcomer's window
+    try:
+        load(page, chain, "pld")
+        choose_rule(page, "aasd")
+        fill_number(page, "#tune-alpha", 0)
+        fill_number(page, "#tune-beta", 0.001234)  # θ = 0.001234 < p = 0.01234: the chain's nodes flip
+        rows = table_rows(page, "#tune-flips")
+        assert rows and any("θ 0.001234" in " ".join(r) for r in rows), rows
+        cut = page.evaluate("""() => { const table = document.querySelector('#tune-flips').getBoundingClientRect();
+            return Array.from(document.querySelectorAll('#tune-flips [role=gridcell]')).filter((c) => {
+              const r = c.getBoundingClientRect();
+              return c.textContent.trim() && (r.right > table.right + 1 || c.scrollWidth > c.clientWidth + 1);
+            }).map((c) => c.textContent.trim()); }""")
+        shot(page, "replay-flips-reason", "#tune-flips")
+        assert cut == [], cut
+    finally:
+        fill_number(page, "#tune-alpha", PARAMS["alpha"].default)
+        fill_number(page, "#tune-beta", PARAMS["beta"].default)
+        choose_rule(page, rv.OWN_RULE)
+        page.set_viewport_size({"width": 1500, "height": 1100})
+        load(page, rid, "csd")
+
+
+def long_chain_run() -> RunTrace:
+    """One step drafting a 10-token chain copied from a system prompt, all rejected (the tree of 40-crop-tree.png)."""
+    words = ["You", " are", " a", " helpful", " AI", " assistant", " named", " Sm", "ol", "LM"]
+    nodes = [NodeTrace(0, 10, 0, -1, 0, 100, "\n", "root", "accepted", "root")]
+    for d, w in enumerate(words, start=1):
+        decision = "rejected" if d == 1 else "unreached"
+        nodes.append(
+            NodeTrace(
+                0,
+                10,
+                d,
+                d - 1,
+                d,
+                200 + d,
+                w,
+                "context",
+                decision,
+                "p < δ",
+                p=0.01234,
+                threshold=0.1077,
+                entropy=1.5,
+                max_p=0.9,
+                p_eos=0.001,
+                rank=3,
+                logit_gap=2.0,
+            )
+        )
+    nodes.append(NodeTrace(0, 10, len(nodes), 0, 1, 300, "The", "model", "bonus", "the target's own token", p=0.7))
+    step = StepTrace(0, 10, len(words), 0, [300], draft_ms=0.5, forward_ms=10.0, nodes=nodes)
+    return synthetic_run("pld", [step])
+
+
+def test_labels_on_a_long_chain_do_not_run_into_each_other(app, replay):
+    """On a 10-deep chain each label had 14 characters and ran into the next node's ("assist|t name")."""
+    from browser_util import overlap, shot
+
+    page, rid, _ = replay
+    chain = app[0].store.save_run(long_chain_run(), tags=["shared"])
+    try:
+        load(page, chain, "pld")
+        nodes = page.evaluate("""() => Array.from(document.querySelectorAll('#replay-tree g.node')).map((g) => {
+            const r = (e) => { const b = e.getBoundingClientRect(); return {x: b.x, y: b.y, w: b.width, h: b.height}; };
+            return {text: r(g.querySelector('text')), mark: r(g.querySelector('polygon, circle'))}; })""")
+        assert len(nodes) == 12
+        for i, a in enumerate(nodes):
+            for j, b in enumerate(nodes):
+                if i < j:
+                    assert not overlap(a["text"], b["text"]), (i, j, a, b)
+                if i != j:
+                    assert not overlap(a["text"], b["mark"]), (i, j, a, b)
+        shot(page, "replay-long-chain-tree", "#replay-tree")
+    finally:
+        load(page, rid, "csd")

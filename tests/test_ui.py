@@ -103,7 +103,7 @@ def test_rescoring_with_own_params_changes_nothing_and_a_lower_threshold_flips(a
     lenient = client.predict(rid, own, 0.1, 0.0, 0.001, 0.01, 6, api_name="/rescore")  # α = 0, β = 0.001
     assert "first change at step" in lenient[0], lenient[0]
     rows = lenient[1]["data"]
-    assert rows and {r[lenient[1]["headers"].index("new_decision")] for r in rows} & {"accepted"}
+    assert rows and {r[lenient[1]["headers"].index("new decision")] for r in rows} & {"accepted"}
     # CASD's fixed δ on the same drafts: a tiny δ accepts copied tokens the adaptive rule refused
     fixed = client.predict(rid, "aasd-fixed", 0.001, 0.1, 0.1, 0.01, 6, api_name="/rescore")
     assert fixed[0].startswith("aasd-fixed: δ = 0.001") and "first change at step" in fixed[0], fixed[0]
@@ -400,6 +400,25 @@ def test_replay_run_id_defaults_to_the_newest_visible_run_or_stays_empty(tmp_pat
     assert newest_run_id(frame, 4) == 4  # a chosen run stays chosen
 
 
+def test_runs_with_fitted_thresholds_are_named_as_asked_in_the_runs_list_and_the_replay_header(tmp_path, replay_run):
+    """The compare column says aasd[auto]; the runs table, the run pickers and the replay header say the same,
+    so a run with fitted thresholds can be told from one with the paper's α, β."""
+    from dataclasses import replace
+
+    from workbench.store import Store
+    from workbench.ui.shared import run_choices
+
+    store = Store(f"sqlite:///{tmp_path / 'fitted.db'}")
+    paper = store.save_run(replay_run)
+    fitted_run = replace(replay_run, params={**replay_run.params, "fitted": 1})
+    fitted = store.save_run(fitted_run)
+    methods = dict(zip(runs_frame(store)["id"], runs_frame(store)["method"]))
+    assert methods == {paper: "aasd", fitted: "aasd[auto]"}
+    assert dict((i, label) for label, i in run_choices(store))[fitted].startswith(f"#{fitted} aasd[auto] ·")
+    assert rv.step_info(fitted, fitted_run, 0).startswith(f"run #{fitted} · aasd[auto] · step 0")
+    assert rv.step_info(paper, replay_run, 0).startswith(f"run #{paper} · aasd · step 0")
+
+
 def test_a_lossless_method_that_leaves_greedy_gets_the_flip_mark():
     assert flip_applies("pld", {}, 3) and flip_applies("aasd-strict", {"temperature": 0}, 0)
     assert not flip_applies("aasd", {}, 3)  # relaxed: leaving greedy is its trade, not a flip
@@ -679,10 +698,10 @@ def test_an_output_shows_how_it_ended():
     )
     assert token_origins(run)[-1] == ("<|im_end|>", END_ORIGIN)
     html_eos = run_html(run)
-    assert "&lt;|im_end|&gt;</span>" not in html_eos and "⏹ end of text" in html_eos and "tok-cut" not in html_eos
+    assert "&lt;|im_end|&gt;</span>" not in html_eos and "■ end of text" in html_eos and "tok-cut" not in html_eos
     run.stop_reason = "max_new_tokens"
     cut = run_html(run)
-    assert "✂ cut at max_new_tokens (64)" in cut and "⏹ end of text" not in cut
+    assert "✂ cut at max_new_tokens (64)" in cut and "■ end of text" not in cut
 
 
 def test_the_model_box_of_a_shared_app_takes_presets_and_hub_ids_only():
@@ -849,3 +868,21 @@ def test_a_column_says_when_csd_drafts_from_the_context_for_want_of_a_draft_mode
     assert column_head("csd[lam=2]", None).startswith("### csd[lam=2]\n*no draft model")
     assert column_head("csd", "qwen2.5-coder-0.5b") == "### csd"  # with a draft model: the paper's CSD
     assert column_head("aasd", "") == "### aasd" and column_head("greedy", "") == "### greedy"
+
+
+def test_the_end_and_cut_marks_use_glyphs_debians_default_fonts_have():
+    """⏹ (U+23F9) is in no font Debian installs by default and drew as a tofu box; the marks must be in
+    DejaVu Sans or Liberation Sans (what Debian's Chromium falls back to)."""
+    import shutil
+    import subprocess
+
+    from workbench.ui.tokens import END_TEXT
+
+    if not shutil.which("fc-list"):
+        pytest.skip("fc-list (fontconfig) not installed")
+    families = subprocess.run(["fc-list", ":", "family"], capture_output=True, text=True).stdout
+    if "DejaVu Sans" not in families and "Liberation Sans" not in families:
+        pytest.skip("neither DejaVu Sans nor Liberation Sans is installed")
+    for ch in {c for c in END_TEXT + "✂" if ord(c) > 127}:
+        covering = subprocess.run(["fc-list", f":charset={ord(ch):x}", "family"], capture_output=True, text=True).stdout
+        assert "DejaVu Sans" in covering or "Liberation Sans" in covering, f"{ch!r} (U+{ord(ch):04X}) has no font"

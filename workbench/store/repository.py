@@ -52,6 +52,7 @@ class RunSummary:
     tags: list[str]
     metrics: dict | None
     error: str | None
+    params: dict | None = None  # what it ran with: the runs list marks a run with fitted thresholds (`aasd[auto]`)
 
 
 @dataclass
@@ -293,7 +294,9 @@ class Store:
     ) -> list[RunSummary]:
         """Newest first. `model` matches the target or the draft model; `any_tag` keeps the runs that carry
         at least one of these tags (the app's visibility: the session's owner tag or `shared`)."""
-        q = select(Run.id, Run.created, Run.status, Run.method, Run.model, Run.draft_model, Run.metrics, Run.error)
+        q = select(
+            Run.id, Run.created, Run.status, Run.method, Run.model, Run.draft_model, Run.metrics, Run.error, Run.params
+        )
         if any_tag is not None:
             q = q.where(Run.id.in_(select(RunTag.run_id).where(RunTag.tag.in_(list(any_tag)))))
         if method:
@@ -314,7 +317,16 @@ class Store:
             tags = self._tags(s, [r.id for r in rows])
         return [
             RunSummary(
-                r.id, r.created, r.status, r.method, r.model, r.draft_model, tags.get(r.id, []), r.metrics, r.error
+                r.id,
+                r.created,
+                r.status,
+                r.method,
+                r.model,
+                r.draft_model,
+                tags.get(r.id, []),
+                r.metrics,
+                r.error,
+                r.params,
             )
             for r in rows
         ]

@@ -38,8 +38,14 @@ _JS = r"""
   const svg = (k, w, h, body) => `<svg class="replay-fig" data-step="${k}" viewBox="0 0 ${w} ${h}" width="100%" `
     + `style="max-width:${w}px;font-family:sans-serif;background:#fff" xmlns="http://www.w3.org/2000/svg">${body}</svg>`;
   const title = (w, text) => `<text class="fig-title" x="${w / 2}" y="22" text-anchor="middle" font-size="14">${E(text)}</text>`;
-  const empty = (k, head, text) => svg(k, 640, 120, title(640, head)
-    + `<text x="320" y="75" text-anchor="middle" font-size="15" fill="#777">${E(text)}</text>`);
+  // Each figure is drawn as tall as its box (fit: the run's tallest figure, data.heights) and stretched into it:
+  // a step with a smaller tree, no CSD gate panel or no drafts leaves no blank band above the node table.
+  const tall = (name, H) => Math.max(H, (data && data.heights && data.heights[name]) || 0);
+  const empty = (k, head, text, name) => {
+    const H = tall(name, 120);
+    return svg(k, 640, H, title(640, head)
+      + `<text x="320" y="${Math.round(H / 2) + 15}" text-anchor="middle" font-size="15" fill="#777">${E(text)}</text>`);
+  };
   // The run's text (#replay-text, all of it) split in a shown and a hidden part. Gradio renders a new text
   // (the next run's) whenever it likes, so an observer on #replay-text cuts it again at the current step.
   // Gradio morphs a new text into the old elements, so the split is recognised by its two parts, not by a flag.
@@ -82,18 +88,27 @@ _JS = r"""
       range.setEndAfter(shown.lastChild);
       hidden.insertBefore(range.extractContents(), hidden.firstChild);
     }
+    if (box.style.height) {  // as tall as the text shown so far (up to 16 lines): no blank lines under step 0's text
+      const line = box.__line || (box.__line = parseFloat(getComputedStyle(box).lineHeight) || 22);
+      const lines = Math.min(16, Math.max(1, Math.ceil(shown.getBoundingClientRect().height / line)));
+      const h = `${lines * line + 2}px`;
+      if (box.style.height !== h) box.style.height = h;
+    }
     box.scrollTop = box.scrollHeight;  // the step's own tokens in view
   };
   // The figures and the table go straight into their slots (replay_view.slot_html): one parse, no diff
   // against the last step's elements, and each slot is a box of fixed height the page is not laid out around.
   const put = (id, html) => { const slot = document.querySelector(`#${id} .replay-slot`); if (slot) slot.innerHTML = html; };
-  // Each figure box is made as tall as the run's tallest figure once per run (data.heights, replay_view.step_data),
-  // at the width it is drawn at: no step's figure is cut, and switching steps never changes the page's layout.
-  const fit = (id, h) => {
-    const slot = document.querySelector(`#${id} .replay-slot`);
-    if (!slot || !h || slot.__run === data.run) return;
+  // Each figure box is made as tall as the run's tallest figure once per run: every step's figure is drawn at least
+  // that tall (tall: data.heights, replay_view.step_data), so the box takes the drawn figure's height at the width
+  // it is shown at. No step's figure is cut, and switching steps never changes the page's layout.
+  const fit = (id) => {
+    const slot = document.querySelector(`#${id} .replay-slot`), fig = slot && slot.querySelector('svg');
+    if (!fig || slot.__run === data.run) return;
+    const h = fig.getBoundingClientRect().height;
+    if (!h) return;  // not laid out (another tab is shown): fitted at a later step
     slot.__run = data.run;
-    slot.style.height = `${Math.ceil(h * Math.min(1, (slot.clientWidth || 640) / 640)) + 4}px`;
+    slot.style.height = `${Math.ceil(h) + 4}px`;
   };
   if (!data || !Array.isArray(data.steps)) return [info];
   if (!data.steps.length) {
@@ -143,7 +158,7 @@ _JS = r"""
   // ---- the draft tree (figures.replay.tree_figure): x = depth, y from figures.replay.tree_layout, markers by decision and source
   const drawTree = () => {
     const placed = nodes.filter((n) => n.y !== null && n.y !== undefined);
-    if (!placed.length) return empty(k, st.title, 'no node records for this step');
+    if (!placed.length) return empty(k, st.title, 'no node records for this step', 'tree');
     const seen = [...new Set(placed.map(key))], sources = [...new Set(nodes.map((n) => n.source))];
     const items = Object.keys(C).filter((d) => seen.includes(d)).map((d) => [d, marker('circle', 0, 0, 5, C[d], '#fff')])
       .concat([['emitted path', `<line x1="-6" y1="0" x2="6" y2="0" stroke="${C.accepted}" stroke-width="3"/>`]])
@@ -151,10 +166,13 @@ _JS = r"""
     const W = 640, [keys, last] = legend(W, 44, items);
     const ys = placed.map((n) => n.y), top = Math.max(...ys), bottom = Math.min(...ys);
     const maxD = Math.max(...placed.map((n) => n.depth)), leaves = new Set(ys).size;
-    const T = last + 22, B = 40, L = 24, R = 120, H = Math.max(320, 26 * leaves + 120) + (last - 44);
+    const T = last + 22, B = 40, L = 24, R = 120, H = tall('tree', Math.max(320, 26 * leaves + 120) + (last - 44));
     const sx = (d) => L + (maxD ? d / maxD : 0.5) * (W - L - R);
     const sy = (y) => T + (top === bottom ? 0.5 : (top - y) / (top - bottom)) * (H - T - B);
     const by = new Map(placed.map((n) => [n.node, n]));
+    // A label gets the room to the next depth's marker (~7 px a character at 11 px): on a long chain the full 14 characters
+    // ran into the next node's label; the hover and the node table keep the whole token.
+    const room = maxD ? Math.max(3, Math.min(14, Math.floor(((W - L - R) / maxD - 20) / 7))) : 14;
     let grey = '', green = '', marks = '', ticks = '';
     for (const n of placed) {
       const p = by.get(n.parent);
@@ -167,7 +185,7 @@ _JS = r"""
       const x = sx(n.depth), y = sy(n.y);
       marks += `<g class="node" data-node="${n.node}"><title>${E(hover(n))}</title>`
         + marker(S[n.source] || 'circle', x, y, 7, C[key(n)] || '#999', '#fff')
-        + `<text x="${(x + 10).toFixed(1)}" y="${(y + 4).toFixed(1)}" font-size="11">${E(show(n.token, 14))}</text></g>`;
+        + `<text x="${(x + 10).toFixed(1)}" y="${(y + 4).toFixed(1)}" font-size="11">${E(show(n.token, room))}</text></g>`;
     }
     for (let d = 0; d <= maxD; d++) ticks += `<text x="${sx(d).toFixed(1)}" y="${H - B + 18}" text-anchor="middle" font-size="11" fill="#444">${d}</text>`;
     ticks += `<text x="${(W - R + L) / 2}" y="${H - 4}" text-anchor="middle" font-size="12" fill="#444">depth</text>`;
@@ -178,14 +196,14 @@ _JS = r"""
   const drawThresholds = () => {
     const head = `step ${st.index}: thresholds`;
     const ns = nodes.filter((n) => n.parent !== -1 && n.decision !== 'bonus');
-    if (!ns.length) return empty(k, head, 'this step drafted no tokens');
+    if (!ns.length) return empty(k, head, 'this step drafted no tokens', 'thresholds');
     const gated = ns.some((n) => n.gate);
     const decisions = ['accepted', 'rescued', 'rejected', 'unreached'].filter((d) => ns.some((n) => n.decision === d));
     const items = decisions.map((d) => [d, `<rect x="-5" y="-5" width="10" height="10" fill="${C[d]}"/>`])
       .concat([['threshold', '<line x1="-7" y1="0" x2="7" y2="0" stroke="#000" stroke-width="3"/>'],
                ['entropy (nats)', '<line x1="-7" y1="0" x2="7" y2="0" stroke="#7f7f7f" stroke-dasharray="2,2"/>']]);
     const W = 640, [keys, last] = legend(W, 44, items);
-    const T = last + 34, B = 90, L = 50, R = 50, H = 340 + (gated ? 220 : 0) + (last - 44);
+    const T = last + 34, B = 90, L = 50, R = 50, H = tall('thresholds', 340 + (gated ? 220 : 0) + (last - 44));
     const PH = H - T - B, bw = (W - L - R) / ns.length, cx = (i) => L + bw * (i + 0.5);
     const p1 = [T, T + (gated ? 0.55 : 1) * PH], p2 = [T + 0.69 * PH, T + PH];
     const yv = (panel, top, v) => panel[1] - Math.max(0, Math.min(1, (v ?? 0) / top)) * (panel[1] - panel[0]);
@@ -244,9 +262,10 @@ _JS = r"""
   };
 
   cutText(data.ends[k]);
-  if (data.heights) { fit('replay-tree', data.heights.tree); fit('replay-thresholds', data.heights.thresholds); }
   put('replay-tree', drawTree());
   put('replay-thresholds', drawThresholds());
+  fit('replay-tree');
+  fit('replay-thresholds');
   put('replay-nodes', table(st.nodes.map((r) => r.slice(0, COLUMNS.length))));
   return [st.info];
 }

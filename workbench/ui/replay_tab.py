@@ -210,6 +210,9 @@ def tuning_panel() -> TuningPanel:
         headers=list(rv.FLIP_COLUMNS),
         interactive=False,
         max_height=260,
+        # headers wrap at their spaces and the reason (a sentence) gets a third of the width: it ran off the table
+        wrap=True,
+        column_widths=["5%", "5%", "9%", "8%", "7%", "8%", "8%", "9%", "9%", "32%"],
         label="Decisions that flip (step, node, why)",
         elem_id="tune-flips",
     )

@@ -19,7 +19,7 @@ from workbench.ui import tokens
 from workbench.ui.figures import replay as figures
 from workbench.ui.figures.common import DECISION_COLORS, SOURCE_SYMBOLS
 from workbench.ui.reasons import TokenText, known_texts, readable_reason
-from workbench.ui.shared import SYMBOL, TUNABLE, fitted_md, metrics_md, sig, step_of
+from workbench.ui.shared import SYMBOL, TUNABLE, asked_as, fitted_md, metrics_md, sig, step_of
 
 OWN_RULE = "(the run's own)"
 FLIPS_SHOWN = 200  # rows of the flips table: a lenient threshold flips thousands, and the browser draws each row
@@ -30,12 +30,12 @@ FLIP_COLUMNS = (
     "token",
     "source",
     "p",
-    "old_threshold",
-    "new_threshold",
-    "old_decision",
-    "new_decision",
+    "old threshold",
+    "new threshold",
+    "old decision",
+    "new decision",
     "reason",
-)  # workbench.rescore.flips_table's keys, so an empty table still has its headers
+)  # workbench.rescore.flips_table's keys with spaces: a header wraps at its space, so the reason gets the width
 
 
 def gated(trace: RunTrace) -> bool:
@@ -70,10 +70,10 @@ def step_info(run_id: int, trace: RunTrace, k: int) -> str:
             if trace.status in ("cancelled", "failed")
             else "transformers' baselines keep none"
         )
-        return f"run #{run_id} ({trace.method}) has no steps to replay ({why})"
+        return f"run #{run_id} ({asked_as(trace.method, trace.params)}) has no steps to replay ({why})"
     s = trace.steps[k]
     return (
-        f"run #{run_id} · {trace.method} · step {k} of 0–{len(trace.steps) - 1} · tree {s.tree_size} nodes · "
+        f"run #{run_id} · {asked_as(trace.method, trace.params)} · step {k} of 0–{len(trace.steps) - 1} · tree {s.tree_size} nodes · "
         f"accepted {s.accepted} + bonus · {s.step_ms:.1f} ms (draft {s.draft_ms:.1f}, forward {s.forward_ms:.1f})"
         + fitted_md(trace.params)
     )
@@ -321,7 +321,10 @@ def flips_frame(result: RunRescore | None, text_of: TokenText | None = None) -> 
     rows = flips_table(result)[:FLIPS_SHOWN] if result is not None else []
     return pd.DataFrame(
         [
-            {k: sig(v) if k in rounded else readable_reason(v, text_of) if k == "reason" else v for k, v in row.items()}
+            {
+                k.replace("_", " "): sig(v) if k in rounded else readable_reason(v, text_of) if k == "reason" else v
+                for k, v in row.items()
+            }
             for row in rows
         ],
         columns=FLIP_COLUMNS,

@@ -120,6 +120,12 @@ def step_ends(run: RunTrace) -> list[int]:
     return list(accumulate(len(s.emitted) for s in run.steps))
 
 
+def asked_as(method: str, params) -> str:
+    """The method as the run was asked for: `aasd[auto]` for a run with fitted thresholds (as the compare columns
+    name it), else the method, so the runs list, the replay header and the columns agree."""
+    return f"{method}[auto]" if (params or {}).get("fitted") else method
+
+
 def fitted_md(params) -> str:
     """ " · fitted thresholds: context α 0.05, β 0.03 · alignment …" for a run that verified with the
     thresholds fitted to its model (`aasd[auto]`); "" for any other run."""
@@ -161,7 +167,7 @@ def runs_frame(store: Store, filter_text: str = "", limit: int = 200, viewer: Vi
         m = r.metrics or {}
         row = {
             "id": r.id,
-            "method": r.method,
+            "method": asked_as(r.method, r.params),
             "model": r.model,
             "status": r.status,
             "tokens": m.get("tokens"),
@@ -232,7 +238,7 @@ def parse_run_ids(values) -> list[int]:
 def run_choices(store: Store, viewer: Viewer | None = None) -> list[tuple[str, int]]:
     """(label, id) of the latest runs `viewer` may see, for the run dropdowns."""
     runs = store.list_runs(limit=200, any_tag=viewer.visible_tags if viewer is not None else None)
-    return [(f"#{r.id} {r.method} · {r.model}", r.id) for r in runs]
+    return [(f"#{r.id} {asked_as(r.method, r.params)} · {r.model}", r.id) for r in runs]
 
 
 # ---------------------------------------------------------------- colours and models

@@ -119,12 +119,16 @@ def token_origins(run: RunTrace, decode: Any = None) -> list[tuple[str, str]]:
     return origins
 
 
+# U+25A0, in DejaVu Sans and Liberation (Debian's default fonts): ⏹ (U+23F9) drew as a tofu box in Debian's Chromium
+END_TEXT = "■ end of text"
+
+
 def _span(text: str, origin: str, marked: bool, marker_title: str, marker_class: str | None = None) -> str:
     style = f"background:{ORIGIN_COLORS.get(origin, '#ffffff')};color:#111;border-radius:2px"
     title, classes = origin, f"tok tok-{html.escape(origin)}"
     if origin == END_ORIGIN:  # one span like any token (the replay cuts the text by counting them)
         style, title = END_STYLE, f"the model's end-of-text token {text!r}: it chose to stop here"
-        text = "⏹ end of text"
+        text = END_TEXT
     if marked:
         style += f";border-left:3px solid {DIVERGENCE_COLOR}"
         title = f"{marker_title} ({origin})"
@@ -333,6 +337,6 @@ def legend_html() -> str:
         f"position and the target's logit gap there\">lossless method left greedy</span>"
     )
     items.append(
-        f'<span class="legend-chip" style="{CHIP};{END_STYLE}" title="the model\'s end-of-text token">⏹ end of text</span>'
+        f'<span class="legend-chip" style="{CHIP};{END_STYLE}" title="the model\'s end-of-text token">{END_TEXT}</span>'
     )
     return f'<div class="token-legend" style="font-size:0.9em;display:flex;flex-wrap:wrap;align-items:center">{"".join(items)}</div>'
