@@ -105,6 +105,32 @@ def common_size(
     return best_k
 
 
+def tree_may_pay(
+    cost: Cost,
+    context_len: int,
+    best_rate: float,
+    max_nodes: int,
+    margin: float = MARGIN,
+    sizes: Sequence[int] | None = None,
+) -> bool:
+    """Whether any tree of at most `max_nodes` draft nodes could be chosen over the empty tree after `context_len`
+    cached tokens, when no node is priced above `best_rate` (a node's path product is at most its depth-1
+    ancestor's rate): a k-node tree expects at most 1 + k·best_rate tokens, so it is chosen only if
+    (1 + k·best_rate) / t(k, L) beats 1 / t(0, L) by the margin for some k. False: the step can skip the drafter.
+
+    `sizes`: the sizes where t is measured (a CostModel's), between which t is linear in k; on such a segment
+    (1 + k·r) / (a + b·k) is monotone, so its ends are the only k to check. None: every k. Pure."""
+    if max_nodes < 1:
+        return False
+    ks = (
+        range(1, max_nodes + 1)
+        if sizes is None
+        else sorted({1, max_nodes} | {int(s) for s in sizes if 0 < s <= max_nodes})
+    )
+    empty = (1.0 + margin) / cost(0, context_len)
+    return any((1.0 + k * best_rate) / cost(k, context_len) > empty for k in ks)
+
+
 def choose_nodes(
     tree: DraftTree,
     rates: Sequence[float],
@@ -214,6 +240,8 @@ class TreeSizer:
         self.cost, self.margin = cost, margin
         self.rates = AcceptanceEstimate(prior)
         self.clock = StepClock(clock) if clock is not None else None
+        self.sources: set[str] = set()  # draft sources this request's proposals have shown
+        self.scored = False  # whether a proposal carried drafter confidences (priced up to certainty)
 
     @property
     def prior(self) -> AcceptancePrior:
@@ -223,6 +251,8 @@ class TreeSizer:
         """`tree` cut to the size that pays most after `context_len` cached tokens (the root's position)."""
         if self.clock is not None:
             self.clock.tick()
+        self.sources.update(tree.sources[1:])
+        self.scored = self.scored or any(c is not None for c in tree.confidence)
         kept: list[int] = []
         if tree.num_draft:
             kept, _ = choose_nodes(tree, self.node_rates(tree), self.cost, context_len, margin=self.margin)
@@ -231,6 +261,26 @@ class TreeSizer:
                 kept = []
             self.clock.chose(len(kept))
         return tree.subset(kept) if tree.num_draft else tree
+
+    def best_rate(self) -> float | None:
+        """The highest rate any depth-1 node could be priced at now (bounds every node's path product), over the
+        sources the prior and this request's proposals have shown; None until a proposal was seen, and 1.0 once
+        nodes carry drafter confidences (a confident node may be priced near certainty)."""
+        if not self.sources:
+            return None
+        if self.scored or self.rates.prior.calibration:
+            return 1.0
+        sources = self.sources | {source for source, _ in self.rates.prior.counts}
+        return max(self.rates.rate(source, 1) for source in sources)
+
+    def drafts(self, context_len: int, max_nodes: int = AUTO_CANDIDATES) -> bool:
+        """Whether this step should ask the drafter at all: False when no tree of up to `max_nodes` nodes could pay
+        at this context length, whatever the drafter proposes (tree_may_pay); the step is then greedy's. The
+        online check's clock still ticks (choose on the root-only tree)."""
+        best = self.best_rate()
+        if best is None:
+            return True
+        return tree_may_pay(self.cost, context_len, best, max_nodes, self.margin, getattr(self.cost, "sizes", None))
 
     def ranked(self, tree: DraftTree) -> tuple[list[int], list[float]]:
         """This request's ranking of `tree`'s nodes (for a batch's common size: common_size)."""
