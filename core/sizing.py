@@ -34,6 +34,9 @@ from core.types import ACCEPTED, Decision
 
 AUTO_CANDIDATES = 64  # draft nodes a drafter proposes under max_nodes=auto, for the sizer to choose from
 MARGIN = 0.02  # a larger tree must promise this much more tokens per second than the current choice
+# Posterior standard deviations taken off each node's estimated rate before sizing (0: the posterior mean). Not on
+# by default: an option measured in docs/AUTOMATIC_SETTINGS.md ("Empty steps and cautious rates").
+CAUTION = 0.0
 
 Cost = Callable[[float, float], float]  # t(n, L) in seconds: a core.cost_model.CostModel
 
@@ -234,10 +237,12 @@ class TreeSizer:
         prior: AcceptancePrior | None = None,
         margin: float = MARGIN,
         clock: Callable[[], float] | None = None,
+        caution: float | None = None,
     ):
         if not margin >= 0:
             raise ValueError(f"the sizer's margin must be ≥ 0, got {margin}")
         self.cost, self.margin = cost, margin
+        self.caution = CAUTION if caution is None else caution  # read when built, so a caller may set CAUTION
         self.rates = AcceptanceEstimate(prior)
         self.clock = StepClock(clock) if clock is not None else None
         self.sources: set[str] = set()  # draft sources this request's proposals have shown
@@ -271,7 +276,7 @@ class TreeSizer:
         if self.scored or self.rates.prior.calibration:
             return 1.0
         sources = self.sources | {source for source, _ in self.rates.prior.counts}
-        return max(self.rates.rate(source, 1) for source in sources)
+        return max(self.rates.rate(source, 1, caution=self.caution) for source in sources)
 
     def drafts(self, context_len: int, max_nodes: int = AUTO_CANDIDATES) -> bool:
         """Whether this step should ask the drafter at all: False when no tree of up to `max_nodes` nodes could pay
@@ -290,7 +295,8 @@ class TreeSizer:
         """Each node's estimated acceptance given its parent's (the root: 1); a node its drafter gave a confidence
         is priced from it (AcceptanceEstimate.rate)."""
         return [1.0] + [
-            self.rates.rate(tree.sources[i], tree.depths[i], tree.confidence_of(i)) for i in range(1, len(tree))
+            self.rates.rate(tree.sources[i], tree.depths[i], tree.confidence_of(i), self.caution)
+            for i in range(1, len(tree))
         ]
 
     def observe(self, tree: DraftTree, decisions: Sequence[Decision | str]) -> None:

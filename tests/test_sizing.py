@@ -477,3 +477,11 @@ def test_a_step_where_no_tree_pays_skips_the_drafter_and_forwards_the_root_alone
     assert calls["propose"] == 1  # the first step shows the sizer the drafter's sources; none after it
     assert calls["mask"] == 0 and set(calls["forwarded"]) == {1}
     assert len(run.steps) == len(greedy.steps) and all(s.tree_size == 0 for s in run.steps)
+
+
+def test_a_cautious_sizer_keeps_smaller_trees_while_its_rates_rest_on_little_evidence():
+    prior = AcceptancePrior.from_counts([("context", d, 6, 10) for d in range(1, 9)])
+    cost = flat(0.02)  # a node costs 2 % of a step
+    plain, cautious = TreeSizer(cost, prior), TreeSizer(cost, prior, caution=1.0)
+    tree = bushy(32)
+    assert 0 < cautious.choose(tree, 256).num_draft < plain.choose(tree, 256).num_draft
