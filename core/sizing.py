@@ -15,7 +15,9 @@ that maximises expected tokens per second of verification at the request's curre
   in order of that product (a parent never after its child), and a longer prefix of that order replaces
   the current choice only when its expected tokens per second, E(S) / t(|S|, L) with
   E(S) = 1 + Σ_{v ∈ S} Π a(u), beat the current choice's by more than `margin` (2 %): a tree has to pay
-  for itself with room to spare, and the empty tree (greedy's step) is always a candidate.
+  for itself with room to spare, and the empty tree (greedy's step) is always a candidate;
+- `tree_may_pay` (pure): whether any tree could be chosen at this L given the highest rate a node could get; when
+  none could, the step does not ask the drafter at all (`TreeSizer.drafts`, core.step.draft) and is greedy's.
 
 A run's trees depend on the prior it starts from and on the cost model, not on the runs before it: a
 relaxed run gives the same output however many runs came before it (a resumed benchmark equals an
