@@ -181,6 +181,12 @@ def main(argv=None) -> int:
         default=None,
         help="start no new item after this many minutes of the timed part (items go round the families)",
     )
+    ap.add_argument(
+        "--caution",
+        type=float,
+        default=None,
+        help="size trees from rates this many posterior standard deviations below their means (core.sizing.CAUTION)",
+    )
     ap.add_argument("--remeasure", action="store_true", help="measure t(n, L) again first (under the bench lock)")
     ap.add_argument(
         "--priors-only",
@@ -190,6 +196,10 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
 
     torch.set_num_threads(args.threads)
+    if args.caution is not None:
+        import core.sizing
+
+        core.sizing.CAUTION = args.caution
     from core import timing
     from core.methods import split_method_list
     from core.models import encode_prompt, load_model
@@ -291,7 +301,7 @@ def main(argv=None) -> int:
     )
     print(
         f"\n{args.model} {machine['dtype']}, {machine['cpu']} ({' '.join(machine['cpu_flags'])}), "
-        f"{machine['threads']} thread(s); {args.items} evaluation items per family, {args.max_new_tokens} new tokens; "
+        f"{machine['threads']} thread(s); sizer caution {args.caution or 0}; {args.items} evaluation items per family, {args.max_new_tokens} new tokens; "
         f"timed part {minutes:.1f} min\n"
     )
     print(

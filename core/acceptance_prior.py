@@ -54,6 +54,12 @@ def _smoothed(accepted: float, verified: float, centre: float, weight: float) ->
     return (accepted + weight * centre) / (verified + weight)
 
 
+def lower_rate(mean: float, evidence: float, caution: float) -> float:
+    """`caution` standard deviations below the mean of a Beta posterior with `evidence` (= α + β) observations
+    behind it, at least 0. Pure."""
+    return max(0.0, mean - caution * (mean * (1.0 - mean) / (evidence + 1.0)) ** 0.5)
+
+
 def confidence_bucket(confidence: float) -> int:
     """The calibration bucket of a drafter's confidence: 0 .. len(CONFIDENCE_EDGES)."""
     for i, edge in enumerate(CONFIDENCE_EDGES):
@@ -183,22 +189,25 @@ class AcceptanceEstimate:
         self.bucket_verified: dict[Key, int] = {}  # per (source, confidence bucket)
         self.bucket_accepted: dict[Key, int] = {}
 
-    def rate(self, source: str, depth: int, confidence: float | None = None) -> float:
+    def rate(self, source: str, depth: int, confidence: float | None = None, caution: float = 0.0) -> float:
         """The posterior mean (accepted + w·centre) / (verified + w): per (source, depth) centred on the prior's
         rate, or, for a node its drafter gave a `confidence`, per (source, confidence bucket) centred on the
-        prior's calibration of that confidence."""
+        prior's calibration of that confidence. With `caution` > 0, that many posterior standard deviations
+        below the mean (at least 0): a rate resting on few observations promises less (lower_rate)."""
         if confidence is not None:
             key = (source, confidence_bucket(confidence))
-            return calibrated_rate(
+            verified = self.bucket_verified.get(key, 0)
+            mean = calibrated_rate(
                 self.prior.calibrated(source, confidence),
                 self.bucket_accepted.get(key, 0),
-                self.bucket_verified.get(key, 0),
+                verified,
                 self.prior.weight,
             )
-        key = key_of(source, depth)
-        return _smoothed(
-            self.accepted.get(key, 0), self.verified.get(key, 0), self.prior.centre(source, depth), self.prior.weight
-        )
+        else:
+            key = key_of(source, depth)
+            verified = self.verified.get(key, 0)
+            mean = _smoothed(self.accepted.get(key, 0), verified, self.prior.centre(source, depth), self.prior.weight)
+        return lower_rate(mean, verified + self.prior.weight, caution) if caution else mean
 
     def observe(self, tree: DraftTree, path: Sequence[int]) -> None:
         """Count one step: every node whose parent lies on the accepted `path`, and which of them are on it."""

@@ -15,7 +15,9 @@ that maximises expected tokens per second of verification at the request's curre
   in order of that product (a parent never after its child), and a longer prefix of that order replaces
   the current choice only when its expected tokens per second, E(S) / t(|S|, L) with
   E(S) = 1 + Σ_{v ∈ S} Π a(u), beat the current choice's by more than `margin` (2 %): a tree has to pay
-  for itself with room to spare, and the empty tree (greedy's step) is always a candidate.
+  for itself with room to spare, and the empty tree (greedy's step) is always a candidate;
+- `tree_may_pay` (pure): whether any tree could be chosen at this L given the highest rate a node could get; when
+  none could, the step does not ask the drafter at all (`TreeSizer.drafts`, core.step.draft) and is greedy's.
 
 A run's trees depend on the prior it starts from and on the cost model, not on the runs before it: a
 relaxed run gives the same output however many runs came before it (a resumed benchmark equals an
@@ -34,6 +36,9 @@ from core.types import ACCEPTED, Decision
 
 AUTO_CANDIDATES = 64  # draft nodes a drafter proposes under max_nodes=auto, for the sizer to choose from
 MARGIN = 0.02  # a larger tree must promise this much more tokens per second than the current choice
+# Posterior standard deviations taken off each node's estimated rate before sizing (0: the posterior mean). Not on
+# by default: an option measured in docs/AUTOMATIC_SETTINGS.md ("Empty steps and cautious rates").
+CAUTION = 0.0
 
 Cost = Callable[[float, float], float]  # t(n, L) in seconds: a core.cost_model.CostModel
 
@@ -103,6 +108,32 @@ def common_size(
         if _better(rate, best_rate, margin):
             best_k, best_rate = k, rate
     return best_k
+
+
+def tree_may_pay(
+    cost: Cost,
+    context_len: int,
+    best_rate: float,
+    max_nodes: int,
+    margin: float = MARGIN,
+    sizes: Sequence[int] | None = None,
+) -> bool:
+    """Whether any tree of at most `max_nodes` draft nodes could be chosen over the empty tree after `context_len`
+    cached tokens, when no node is priced above `best_rate` (a node's path product is at most its depth-1
+    ancestor's rate): a k-node tree expects at most 1 + k·best_rate tokens, so it is chosen only if
+    (1 + k·best_rate) / t(k, L) beats 1 / t(0, L) by the margin for some k. False: the step can skip the drafter.
+
+    `sizes`: the sizes where t is measured (a CostModel's), between which t is linear in k; on such a segment
+    (1 + k·r) / (a + b·k) is monotone, so its ends are the only k to check. None: every k. Pure."""
+    if max_nodes < 1:
+        return False
+    ks = (
+        range(1, max_nodes + 1)
+        if sizes is None
+        else sorted({1, max_nodes} | {int(s) for s in sizes if 0 < s <= max_nodes})
+    )
+    empty = (1.0 + margin) / cost(0, context_len)
+    return any((1.0 + k * best_rate) / cost(k, context_len) > empty for k in ks)
 
 
 def choose_nodes(
@@ -208,12 +239,16 @@ class TreeSizer:
         prior: AcceptancePrior | None = None,
         margin: float = MARGIN,
         clock: Callable[[], float] | None = None,
+        caution: float | None = None,
     ):
         if not margin >= 0:
             raise ValueError(f"the sizer's margin must be ≥ 0, got {margin}")
         self.cost, self.margin = cost, margin
+        self.caution = CAUTION if caution is None else caution  # read when built, so a caller may set CAUTION
         self.rates = AcceptanceEstimate(prior)
         self.clock = StepClock(clock) if clock is not None else None
+        self.sources: set[str] = set()  # draft sources this request's proposals have shown
+        self.scored = False  # whether a proposal carried drafter confidences (priced up to certainty)
 
     @property
     def prior(self) -> AcceptancePrior:
@@ -223,6 +258,8 @@ class TreeSizer:
         """`tree` cut to the size that pays most after `context_len` cached tokens (the root's position)."""
         if self.clock is not None:
             self.clock.tick()
+        self.sources.update(tree.sources[1:])
+        self.scored = self.scored or any(c is not None for c in tree.confidence)
         kept: list[int] = []
         if tree.num_draft:
             kept, _ = choose_nodes(tree, self.node_rates(tree), self.cost, context_len, margin=self.margin)
@@ -232,6 +269,26 @@ class TreeSizer:
             self.clock.chose(len(kept))
         return tree.subset(kept) if tree.num_draft else tree
 
+    def best_rate(self) -> float | None:
+        """The highest rate any depth-1 node could be priced at now (bounds every node's path product), over the
+        sources the prior and this request's proposals have shown; None until a proposal was seen, and 1.0 once
+        nodes carry drafter confidences (a confident node may be priced near certainty)."""
+        if not self.sources:
+            return None
+        if self.scored or self.rates.prior.calibration:
+            return 1.0
+        sources = self.sources | {source for source, _ in self.rates.prior.counts}
+        return max(self.rates.rate(source, 1, caution=self.caution) for source in sources)
+
+    def drafts(self, context_len: int, max_nodes: int = AUTO_CANDIDATES) -> bool:
+        """Whether this step should ask the drafter at all: False when no tree of up to `max_nodes` nodes could pay
+        at this context length, whatever the drafter proposes (tree_may_pay); the step is then greedy's. The
+        online check's clock still ticks (choose on the root-only tree)."""
+        best = self.best_rate()
+        if best is None:
+            return True
+        return tree_may_pay(self.cost, context_len, best, max_nodes, self.margin, getattr(self.cost, "sizes", None))
+
     def ranked(self, tree: DraftTree) -> tuple[list[int], list[float]]:
         """This request's ranking of `tree`'s nodes (for a batch's common size: common_size)."""
         return ranked_nodes(tree, self.node_rates(tree))
@@ -240,7 +297,8 @@ class TreeSizer:
         """Each node's estimated acceptance given its parent's (the root: 1); a node its drafter gave a confidence
         is priced from it (AcceptanceEstimate.rate)."""
         return [1.0] + [
-            self.rates.rate(tree.sources[i], tree.depths[i], tree.confidence_of(i)) for i in range(1, len(tree))
+            self.rates.rate(tree.sources[i], tree.depths[i], tree.confidence_of(i), self.caution)
+            for i in range(1, len(tree))
         ]
 
     def observe(self, tree: DraftTree, decisions: Sequence[Decision | str]) -> None:

@@ -161,7 +161,10 @@ def step(rows: Rows, requests: Sequence[Request], env: StepEnv) -> list[StepTrac
 def draft(request: Request, env: StepEnv) -> Proposal:
     """The drafter's proposal, pruned: nothing deeper than the tokens still wanted, nor past the model's
     context; no draft of EOS or past it, as in transformers' prompt lookup (if the target wants to stop,
-    its bonus token is EOS)."""
+    its bonus token is EOS). Under max_nodes=auto, a step where no tree could pay (TreeSizer.drafts) does not ask
+    the drafter: its tree is the root alone, greedy's step."""
+    if request.sizer is not None and not request.sizer.drafts(request.length):
+        return Proposal(DraftTree.root_only(request.sequence[-1]))
     proposal = request.drafter.propose(request.sequence)
     depth = min(request.cfg.max_new_tokens - len(request.generated) - 1, env.max_context - request.length - 2)
     return Proposal(

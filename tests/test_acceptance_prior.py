@@ -301,3 +301,14 @@ def test_stored_calibration_counts_move_the_confidence_and_round_trip():
     assert "calibration" not in prior.to_dict()  # priors without one keep the fingerprint they had
     with pytest.raises(ValueError):
         AcceptancePrior(calibration={("history", 7): (5, 4)})
+
+
+def test_a_cautious_rate_is_below_the_mean_by_less_the_more_evidence_it_rests_on():
+    from core.acceptance_prior import AcceptanceEstimate, lower_rate
+
+    assert lower_rate(0.3, 20, 0.0) == 0.3
+    assert lower_rate(0.3, 20, 1.0) < lower_rate(0.3, 2000, 1.0) < 0.3
+    assert lower_rate(0.3, 20, 1.0) == pytest.approx(0.3 - (0.3 * 0.7 / 21) ** 0.5)
+    assert lower_rate(0.02, 1, 5.0) == 0.0
+    estimate = AcceptanceEstimate(AcceptancePrior.from_counts([("context", 1, 30, 100)]))
+    assert estimate.rate("context", 1, caution=1.0) < estimate.rate("context", 1)

@@ -12,7 +12,7 @@ from test_acceptance_prior import scored_chain
 
 from core.acceptance_prior import AcceptancePrior
 from core.cost_model import CostModel
-from core.sizing import MARGIN, CostCurve, TreeSizer, choose_nodes, path_products
+from core.sizing import MARGIN, CostCurve, TreeSizer, choose_nodes, path_products, tree_may_pay
 from core.tree import DraftTree
 
 SIZES = (0, 1, 2, 4, 8, 16, 32, 64)
@@ -387,3 +387,101 @@ def test_subset_and_pruning_keep_each_nodes_confidence():
     assert tree.subset([1, 2, 4]).confidence == [None, 0.9, 0.8, None]
     assert tree.pruned(1).confidence == [None, 0.9, None]
     assert chain(3).confidence == [] and chain(3).confidence_of(2) is None
+
+
+def each_node_a_forward() -> CostModel:
+    """t(n, L) = t(0, L)·(1 + n): every draft node costs a whole single-token step (float32 on one core, roughly)."""
+    return CostModel(SIZES, (256, 4096), tuple(tuple(0.04 * (1 + n) for n in SIZES) for _ in range(2)))
+
+
+def test_no_tree_pays_when_each_node_costs_a_forward_and_any_may_pay_on_a_flat_cost():
+    assert not tree_may_pay(each_node_a_forward(), 1000, 0.9, 64)  # (1 + 0.9k) / (1 + k) < 1
+    assert tree_may_pay(flat(0.01), 1000, 0.1, 64)
+    assert not tree_may_pay(flat(0.01), 1000, 0.0, 64)  # nothing can be accepted: nothing pays
+    assert not tree_may_pay(flat(0.01), 1000, 0.9, 0)  # no nodes allowed
+    # one node costs a whole step, 64 cost three: only the large tree can pay, and it may
+    float32_like = CostModel(SIZES, (256,), ((0.04, 0.08, 0.082, 0.084, 0.088, 0.096, 0.104, 0.12),))
+    assert tree_may_pay(float32_like, 256, 0.1, 64, sizes=SIZES) and tree_may_pay(float32_like, 256, 0.1, 64)
+    assert not tree_may_pay(float32_like, 256, 0.1, 8, sizes=SIZES)
+    # the steep-long shape: trees may pay at 256 tokens, none at 4,096
+    assert tree_may_pay(flat_short_steep_long(), 256, 0.3, 64)
+    assert not tree_may_pay(flat_short_steep_long(), 4096, 0.3, 64)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.floats(0.0, 0.3), min_size=7, max_size=7),
+    st.floats(0.0, 1.0),
+    st.integers(0, 100),
+    st.sampled_from((300, 2000, 5000)),
+)
+def test_checking_the_measured_sizes_decides_as_checking_every_size(steps, rate, max_nodes, length):
+    """t is linear in n between measured sizes, where (1 + k·r) / t(k) is monotone: the ends decide."""
+    seconds = [0.02]
+    for step in steps:
+        seconds.append(seconds[-1] + step * 0.02)
+    cost = CostModel(SIZES, (256, 4096), (tuple(seconds), tuple(2 * t for t in seconds)))
+    assert tree_may_pay(cost, length, rate, max_nodes, sizes=cost.sizes) == tree_may_pay(cost, length, rate, max_nodes)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.integers(0, 10), min_size=1, max_size=40),
+    st.lists(st.floats(0.0, 1.0), min_size=40, max_size=40),
+    st.floats(0.0, 2.0),
+    st.sampled_from((300, 5000)),
+)
+def test_when_no_tree_may_pay_the_sizer_would_keep_none_of_any_tree(parents, rates, scale, length):
+    """The bound is sound for the sizer's own choice: below it, choose_nodes keeps the empty tree."""
+    tree = DraftTree.root_only(0)
+    for i, p in enumerate(parents):
+        tree.add(min(p, i), 100 + i, "context")
+    node_rates = [1.0] + rates[: tree.num_draft]
+    cost = CostModel(SIZES, (256, 4096), tuple(tuple(0.04 * (1 + scale * n) for n in SIZES) for _ in range(2)))
+    if not tree_may_pay(cost, length, max(node_rates[1:]), tree.num_draft, sizes=cost.sizes):
+        assert choose_nodes(tree, node_rates, cost, length)[0] == []
+
+
+def test_a_step_where_no_tree_pays_skips_the_drafter_and_forwards_the_root_alone(tiny, monkeypatch):
+    """Under max_nodes=auto, once the sizer has seen the drafter's sources, a step where no tree could pay is
+    greedy's step: the drafter is not asked, no tree mask is built, one token goes through the model; the output is
+    greedy's and the trace records an empty tree."""
+    from core import engine
+    from core.drafters.context import ContextDrafter
+    from core.methods import run as methods_run
+    from core.methods import run_method
+
+    prompt = [5, 6, 7, 8, 9, 10, 5, 6, 7, 8, 9, 10, 5, 6, 7]
+    greedy = run_method("greedy", tiny, prompt, {"max_new_tokens": 12})
+    calls = {"propose": 0, "mask": 0, "forwarded": []}
+    propose, mask, forward_tree = ContextDrafter.propose, engine.tree_attention_mask, engine.forward_tree
+
+    def counted_propose(self, sequence):
+        calls["propose"] += 1
+        return propose(self, sequence)
+
+    def counted_mask(*args, **kwargs):
+        calls["mask"] += 1
+        return mask(*args, **kwargs)
+
+    def recorded_forward(model, tree, *args, **kwargs):
+        calls["forwarded"].append(len(tree))
+        return forward_tree(model, tree, *args, **kwargs)
+
+    monkeypatch.setattr(ContextDrafter, "propose", counted_propose)
+    monkeypatch.setattr(engine, "tree_attention_mask", counted_mask)
+    monkeypatch.setattr(engine, "forward_tree", recorded_forward)
+    monkeypatch.setattr(methods_run, "tree_sizer", lambda *a: TreeSizer(each_node_a_forward()))
+    run = run_method("aasd-strict", tiny, prompt, {"max_new_tokens": 12})
+    assert run.output_ids == greedy.output_ids
+    assert calls["propose"] == 1  # the first step shows the sizer the drafter's sources; none after it
+    assert calls["mask"] == 0 and set(calls["forwarded"]) == {1}
+    assert len(run.steps) == len(greedy.steps) and all(s.tree_size == 0 for s in run.steps)
+
+
+def test_a_cautious_sizer_keeps_smaller_trees_while_its_rates_rest_on_little_evidence():
+    prior = AcceptancePrior.from_counts([("context", d, 6, 10) for d in range(1, 9)])
+    cost = flat(0.02)  # a node costs 2 % of a step
+    plain, cautious = TreeSizer(cost, prior), TreeSizer(cost, prior, caution=1.0)
+    tree = bushy(32)
+    assert 0 < cautious.choose(tree, 256).num_draft < plain.choose(tree, 256).num_draft

@@ -259,6 +259,8 @@ def _decoding_parts(
     if sizer is not None:  # what the tree sizes were chosen from: the run is reproducible from it
         p["cost_model_ms"] = cost_grid_text(sizer.cost)
         p.update(sizer.prior.record())
+        if sizer.caution:
+            p["sizer_caution"] = sizer.caution
     return _DecodingParts(
         drafter,
         verifier,

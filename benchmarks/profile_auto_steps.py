@@ -1,0 +1,120 @@
+"""Where a max_nodes=auto step's time goes beside greedy's (issue 32): per-phase CPU time of each step function
+(draft, size_trees, forward_tree, step_stats, verify, emit, ...; the calling thread's time, so other load on the
+core inflates it little), the per-step phase clocks of the steps whose sized tree is empty, and every step that
+kept a tree (its size, accepted nodes and sources). One evaluation item of a family; greedy and each method on it.
+
+    OMP_NUM_THREADS=1 taskset -c 0 python benchmarks/profile_auto_steps.py --family writing --dtype float32 \\
+        --prior results/auto_size/prior.db
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", default="smollm2-135m")
+    ap.add_argument("--dtype", default="float32")
+    ap.add_argument("--family", default="summarization")
+    ap.add_argument("--methods", default="aasd-strict;recycle;casd[delta=0.5];aasd")
+    ap.add_argument("--prior", default="results/auto_size/prior.db", help="bench_auto_size's prior store")
+    ap.add_argument("--caution", type=float, default=0.0, help="core.sizing.CAUTION")
+    ap.add_argument("--max-new-tokens", type=int, default=64)
+    args = ap.parse_args(argv)
+    torch.set_num_threads(1)
+    import core.sizing
+    import core.step as step_module
+    from core import cache as kv
+    from core import engine
+    from core.models import encode_prompt, load_model
+    from workbench.evaluation.families import family_tasks
+    from workbench.methods import parse_method_spec, run_method
+    from workbench.store.priors import acceptance_prior
+    from workbench.store.repository import Store
+
+    core.sizing.CAUTION = args.caution
+    seconds: dict[str, float] = collections.defaultdict(float)
+    calls: dict[str, int] = collections.defaultdict(int)
+
+    def timed(module, name):
+        inner = getattr(module, name)
+
+        def wrapper(*a, **k):
+            t = time.thread_time()
+            out = inner(*a, **k)
+            seconds[name] += time.thread_time() - t
+            calls[name] += 1
+            return out
+
+        setattr(module, name, wrapper)
+
+    for name in ("draft", "size_trees", "verify", "emit", "step_stats", "node_traces", "step_predictions"):
+        timed(step_module, name)
+    timed(engine, "forward_tree")
+    timed(kv, "keep_path")
+
+    target = load_model(args.model, device="cpu", dtype=args.dtype)
+    store = Store(f"sqlite:///{args.prior}")
+    tag = f"auto-size-prior:{str(target.dtype).replace('torch.', '')}"
+    task = family_tasks(args.family, "evaluation", 1)[0]
+    ids = encode_prompt(target.tokenizer, task.prompt(), chat=task.chat)
+    methods = ["greedy", *args.methods.split(";")]
+    warm = encode_prompt(target.tokenizer, "Hello", chat=False)
+    for label in methods:
+        run_method(label.split("[")[0], target, warm, {"max_new_tokens": 4})
+    print(f"{args.family} {task.id}: {len(ids)} prompt tokens; {args.dtype}, 1 thread, caution {args.caution}")
+    for label in methods:
+        name, overrides = parse_method_spec(label)
+        params = {**overrides, "max_new_tokens": args.max_new_tokens}
+        prior = None
+        if label != "greedy":
+            params["max_nodes"] = "auto"
+            prior = acceptance_prior(store, name, target.fingerprint, params=overrides or None, tag=tag)
+        seconds.clear()
+        calls.clear()
+        t0 = time.thread_time()
+        run = run_method(name, target, ids, params, prompt_text=task.input, stop_strings=task.stop, prior=prior)
+        total = time.thread_time() - t0
+        steps = run.steps
+        per_call = " ".join(f"{k} {seconds[k] * 1e3 / max(calls[k], 1):.3f}" for k in sorted(seconds))
+        print(f"{label}: {len(steps)} steps, {len(run.output_ids)} tokens, {total:.3f} s thread time of the run")
+        print(f"  ms per call: {per_call}")
+        print(
+            "  steps with a tree (index, context length, nodes, accepted, forward ms, sources):",
+            [
+                (
+                    s.index,
+                    s.cache_pos,
+                    s.tree_size,
+                    s.accepted,
+                    round(s.forward_ms, 1),
+                    sorted({x.source for x in s.nodes[1:-1]}),
+                )
+                for s in steps
+                if s.tree_size
+            ],
+        )
+        empty = [s for s in steps if s.tree_size == 0]
+        if empty:
+            phases = {
+                k: float(np.mean([getattr(s, k) for s in empty]))
+                for k in ("draft_ms", "forward_ms", "verify_ms", "bookkeeping_ms")
+            }
+            print("  empty steps, mean wall ms per phase:", {k: round(v, 3) for k, v in phases.items()})
+    store.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
