@@ -54,6 +54,8 @@ def simulated_cost_curve(request):
         return
     from core import timing
 
+    _MEASURED.update(measure_grid=timing.measure_grid, load=timing.load, save=timing.save)
+
     per_node = COST_CURVES[kind]
 
     def grid(target, sizes=timing.SIZES, lengths=None, repeats=0, trees=None):
@@ -68,6 +70,21 @@ def simulated_cost_curve(request):
     yield kind
     timing._models.clear()
     mp.undo()
+
+
+_MEASURED: dict = {}  # core.timing's own measure_grid, load and save while a curve is simulated
+
+
+@pytest.fixture(autouse=True)
+def measured_cost(request, simulated_cost_curve, monkeypatch):
+    """Tests marked `measured_cost` test the measurement itself: they get core.timing's own functions back."""
+    if simulated_cost_curve is None or request.node.get_closest_marker("measured_cost") is None:
+        return
+    from core import timing
+
+    for name, function in _MEASURED.items():
+        monkeypatch.setattr(timing, name, function)
+    monkeypatch.setattr(timing, "_models", {})  # neither the simulated models nor these outlive the test
 
 
 @dataclass
