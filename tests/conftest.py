@@ -299,7 +299,10 @@ def fresh_node_stats(target, prompt_ids, run, *, steps=None, sample: int = 6, se
             where = f"step {k} node {n.node} ({n.source}, {n.decision})"
             for name in ("p", "max_p", "p_eos", "entropy", "logit_gap"):
                 got, want = getattr(n, name), getattr(fresh, name)
-                assert abs(got - want) <= 1e-5 + 2e-3 * abs(want), (
+                # The recorded entropy is a float32 sum over the whole vocabulary of a tree forward's row: near
+                # zero (a peaked row) its tail's rounding is ~4e-5 on SmolLM2 (a casd step with 16 nodes).
+                floor = 1e-4 if name == "entropy" else 1e-5
+                assert abs(got - want) <= floor + 2e-3 * abs(want), (
                     f"{where}: recorded {name} {got!r}, the target says {want!r}"
                 )
             near_tie = int((abs(z - z[tok]) < 1e-4).sum()) > 1
