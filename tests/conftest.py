@@ -54,6 +54,8 @@ def simulated_cost_curve(request):
         return
     from core import timing
 
+    _MEASURED.update(measure_grid=timing.measure_grid, load=timing.load, save=timing.save)
+
     per_node = COST_CURVES[kind]
 
     def grid(target, sizes=timing.SIZES, lengths=None, repeats=0, trees=None):
@@ -68,6 +70,21 @@ def simulated_cost_curve(request):
     yield kind
     timing._models.clear()
     mp.undo()
+
+
+_MEASURED: dict = {}  # core.timing's own measure_grid, load and save while a curve is simulated
+
+
+@pytest.fixture(autouse=True)
+def measured_cost(request, simulated_cost_curve, monkeypatch):
+    """Tests marked `measured_cost` test the measurement itself: they get core.timing's own functions back."""
+    if simulated_cost_curve is None or request.node.get_closest_marker("measured_cost") is None:
+        return
+    from core import timing
+
+    for name, function in _MEASURED.items():
+        monkeypatch.setattr(timing, name, function)
+    monkeypatch.setattr(timing, "_models", {})  # neither the simulated models nor these outlive the test
 
 
 @dataclass
@@ -282,7 +299,10 @@ def fresh_node_stats(target, prompt_ids, run, *, steps=None, sample: int = 6, se
             where = f"step {k} node {n.node} ({n.source}, {n.decision})"
             for name in ("p", "max_p", "p_eos", "entropy", "logit_gap"):
                 got, want = getattr(n, name), getattr(fresh, name)
-                assert abs(got - want) <= 1e-5 + 2e-3 * abs(want), (
+                # The recorded entropy is a float32 sum over the whole vocabulary of a tree forward's row: near
+                # zero (a peaked row) its tail's rounding is ~4e-5 on SmolLM2 (a casd step with 16 nodes).
+                floor = 1e-4 if name == "entropy" else 1e-5
+                assert abs(got - want) <= floor + 2e-3 * abs(want), (
                     f"{where}: recorded {name} {got!r}, the target says {want!r}"
                 )
             near_tie = int((abs(z - z[tok]) < 1e-4).sum()) > 1

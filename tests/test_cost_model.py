@@ -131,6 +131,7 @@ def test_the_grid_of_lengths_fits_the_model_context(tiny):
         practical_lengths(type(tiny)(model=None, tokenizer=None, max_context=40))
 
 
+@pytest.mark.measured_cost
 def test_cost_model_is_measured_once_per_machine_and_read_back(tiny, home, monkeypatch):
     from core import timing
 
@@ -170,6 +171,7 @@ def test_cost_curve_is_the_slice_at_its_length(tiny, home):
     assert curve.seconds == pytest.approx([model(n, timing.CURVE_LENGTH) for n in model.sizes])
 
 
+@pytest.mark.measured_cost
 @pytest.mark.real_model
 def test_on_smollm2_more_context_makes_each_node_cost_more(smollm2):
     """The measurement on a real model: t grows with L, and the extra cost of 32 nodes over a single token
@@ -188,6 +190,7 @@ def test_on_smollm2_more_context_makes_each_node_cost_more(smollm2):
     assert m(32, 4096) - m(0, 4096) > m(32, 256) - m(0, 256) > 0
 
 
+@pytest.mark.measured_cost
 @pytest.mark.real_model
 def test_calibrate_timing_prints_the_grid_and_its_ratios_and_saves_it(smollm2, tmp_path, monkeypatch, capsys):
     from core import timing

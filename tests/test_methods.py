@@ -250,7 +250,10 @@ def test_per_source_acceptance_is_one_number_in_bench_run_metrics_and_the_ui(tin
     for _ in range(2):
         words = [rng.randrange(2, 96) for _ in range(12)]
         prompts.append(words * 2 + [rng.randrange(2, 96) for _ in range(3)] + words[:4])
-    runs = [run_method("aasd", tiny, p, {"max_new_tokens": 24, "alpha": 0.0, "beta": 0.02}) for p in prompts]
+    runs = [
+        run_method("aasd", tiny, p, {"max_new_tokens": 24, "alpha": 0.0, "beta": 0.02, "max_nodes": 16})
+        for p in prompts
+    ]
     pooled: dict = {}
     for run in runs:
         for source, (a, n) in acceptance_by(run, lambda node: node.source).items():

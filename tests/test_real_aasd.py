@@ -76,7 +76,7 @@ def test_aasd_accepts_non_argmax_tokens_only_by_its_rule(smollm2, prompts):
 
 
 def test_casd_fixed_threshold_with_eos_guard_from_traces(smollm2, prompts):
-    runs = [run_method("casd", smollm2, p, {"max_new_tokens": 32, "delta": 0.05}) for p in prompts[:2]]
+    runs = [run_method("casd", smollm2, p, {"max_new_tokens": 32, "delta": 0.05, "max_nodes": 16}) for p in prompts[:2]]
     relaxed = accepted_non_argmax(runs)
     assert relaxed
     for n in relaxed:

@@ -88,7 +88,9 @@ def test_single_model_csd_rescues_only_when_both_conditions_hold(smollm2):
     for row in rows:
         prompt = encode_prompt(smollm2.tokenizer, row["turns"][0])
         for _ in range(2):  # the second pass finds the pairs the first one counted
-            run = run_method("csd", smollm2, prompt, {"max_new_tokens": 48, "lam": lam, "tau": tau}, memory=memory)
+            run = run_method(
+                "csd", smollm2, prompt, {"max_new_tokens": 48, "lam": lam, "tau": tau, "max_nodes": 16}, memory=memory
+            )
             assert run.draft_model is None
             for step in run.steps:
                 for n in step.nodes:
@@ -115,7 +117,7 @@ def test_single_model_csd_rescues_only_when_both_conditions_hold(smollm2):
 def test_calibration_pairs_of_a_lossless_run_on_smollm2(smollm2):
     """The calibration reads rejections from plain traces; on a strict run they are (rejected child, bonus)."""
     prompt = encode_prompt(smollm2.tokenizer, spec_bench_rows(("summarization",), 1)[0]["turns"][0])
-    run = run_method("aasd-strict", smollm2, prompt, {"max_new_tokens": 32})
+    run = run_method("aasd-strict", smollm2, prompt, {"max_new_tokens": 32, "max_nodes": 16})  # drafts to reject
     pairs = rejections(run.steps)
     assert pairs
     for step in run.steps:

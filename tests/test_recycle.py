@@ -170,16 +170,19 @@ def test_the_table_persists_across_requests_and_is_recorded(tmp_path, monkeypatc
     assert np.array_equal(np.load(saved)[:, 0] >= 0, rc._SHARED[("tiny-persist", 8)].ids[:, 0] >= 0)
 
 
-def test_aasd_falls_back_to_the_recycled_table_where_the_pool_has_no_match():
+def test_aasd_falls_back_to_the_recycled_table_where_the_pool_has_no_match(monkeypatch):
+    # The tiny models share one fingerprint, so an earlier test's table would fill the fallback: a fresh one.
+    monkeypatch.setattr(rc, "_SHARED", {})
     model = make_tiny(0)
-    p = prompt(11, 30)  # random tokens: few pool hits
+    p = prompt(12, 30)  # random tokens: few pool hits (prompt 11's output ends at its first token: one step)
     assert resolve_params("aasd", {"fallback": "recycle"})["fallback"] == 1
     with pytest.raises(InvalidInputError):
         resolve_params("aasd", {"fallback": "bogus"})
     ref = run_method("greedy", model, p, {"max_new_tokens": 40}).output_ids
-    off = run_method("aasd-strict", model, p, {"max_new_tokens": 40, "fallback": "none"})
+    # Fixed trees: under max_nodes=auto a steep machine drafts nothing, recycled or not.
+    off = run_method("aasd-strict", model, p, {"max_new_tokens": 40, "fallback": "none", "max_nodes": 16})
     on = run_method(
-        "aasd-strict", model, p, {"max_new_tokens": 40, "fallback": "recycle"}
+        "aasd-strict", model, p, {"max_new_tokens": 40, "fallback": "recycle", "max_nodes": 16}
     )  # off by default (RESULTS.md says why)
     assert on.output_ids == off.output_ids == ref
     assert "recycled" in {n.source for s in on.steps for n in s.nodes}
@@ -200,7 +203,7 @@ def test_recycled_nodes_rescore_and_round_trip_through_csv(tmp_path):
             name,
             model,
             prompt(5) * 2,
-            {"max_new_tokens": 32, "cold": 1} if name != "aasd" else {"max_new_tokens": 32, "fallback": 1},
+            {"max_new_tokens": 32, "max_nodes": 16} | ({"cold": 1} if name != "aasd" else {"fallback": 1}),
         )
         stored = store.load_run(store.save_run(run)).trace
         again = rescore_run(stored)

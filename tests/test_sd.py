@@ -208,7 +208,8 @@ def test_baselines_use_one_condition_each(target, drafts):
 def test_csd_without_a_draft_runs_over_context_drafts(target, tmp_path, monkeypatch):
     monkeypatch.setenv("WORKBENCH_HOME", str(tmp_path))
     prompt = [5, 9, 14, 5, 9, 22, 31, 5, 9, 14, 5, 9, 22, 40, 41, 5, 9]
-    run = run_method("csd", target, prompt, {"max_new_tokens": 40, "lam": 0, "tau": 0.05})
+    # Fixed trees: under max_nodes=auto a steep machine drafts nothing from the context.
+    run = run_method("csd", target, prompt, {"max_new_tokens": 40, "lam": 0, "tau": 0.05, "max_nodes": 16})
     sources = {n.source for s in run.steps for n in s.nodes if 0 < n.node and n.decision != "bonus"}
     assert sources and "draft" not in sources and sources <= {"context", "generated", "alignment"}
     assert run.draft_model is None
@@ -225,7 +226,7 @@ def test_csd_without_a_draft_runs_over_context_drafts(target, tmp_path, monkeypa
         "csd-context",
         target,
         prompt,
-        {"max_new_tokens": 40, "lam": 0, "tau": 0.05},
+        {"max_new_tokens": 40, "lam": 0, "tau": 0.05, "max_nodes": 16},
         draft=make_tiny(1),
         memory=CorrectionMemory(),
     )
