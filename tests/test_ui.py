@@ -332,6 +332,10 @@ def test_rescore_summary_says_up_to_which_step_the_mal_is_predicted():
     assert "the whole run's MAL: 1.29" in text
     result.predicted_is_lower_bound = True
     assert "predicted **at least 3.00**" in rv.rescore_summary(result, {"delta": 0.001})
+    result.flip_counts = {"accepted→rejected": 1}
+    assert rv.rescore_summary(result, {"delta": 0.001}).endswith("; 1 decision flips")  # not "1 decisions flip"
+    result.flip_counts = {"accepted→rejected": 2, "rejected→accepted": 1}
+    assert rv.rescore_summary(result, {"delta": 0.001}).endswith("; 3 decisions flip")
     result.first_divergence = None
     assert "takes none of" in rv.rescore_summary(
         result, {}
@@ -636,6 +640,8 @@ def test_the_status_names_the_method_running_and_its_progress():
     step = StepTrace(0, 0, 2, 1, [5, 6], nodes=[])
     writing = running_status("csd", 3, 3, 2, 3, Progress("csd", [step, step]), 64)
     assert writing == "running **csd** (method 3 of 3, pass 2 of 3): 4 of 64 tokens written in 2 steps…"
+    one = running_status("csd", 3, 3, 1, 1, Progress("csd", [step]), 64)
+    assert one.endswith("2 of 64 tokens written in 1 step…")  # not "1 steps"
 
 
 def test_the_score_says_what_it_measures():
@@ -801,6 +807,9 @@ def test_the_speed_note_prices_trees_with_the_measured_cost_curve(monkeypatch):
         "other work slowed the greedy pass (csd measured 4.11× with MAL 2.22)" in noisy and "aasd measured" not in noisy
     )
     assert "slowed" not in service.speed_note(target, sizes, mals, measured={"aasd": 1.9, "csd": 2.0})
+    # after three passes the table above has the intervals: the note points at them instead of asking for Repeats
+    three = service.speed_note(target, sizes, mals, measured={"csd": 4.11}, measured_passes=3)
+    assert "see the intervals above" in three and "run with Repeats" not in three and "run with Repeats" in noisy
     monkeypatch.setattr(service, "cached_curve", lambda target, length=None: None)
     assert service.speed_note(target, {"aasd": 4.0}, {"aasd": 2.4}) is None  # no curve measured here: no claim
 

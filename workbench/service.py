@@ -301,13 +301,15 @@ def speed_note(
     mals: Mapping[str, float],
     length: int | None = None,
     measured: Mapping[str, float] | None = None,
+    measured_passes: int = 1,
 ) -> str | None:
     """One line under the speed-ups: what a verification forward over a tree costs here, t(n)/t(0) from the model's
     measured cost curve (core.timing), for a 16-node tree and for the trees each method drafted, and so the speed-up
     the forwards alone allow on this hardware (MAL ÷ t(n)/t(0): drafting and bookkeeping come on top, and one pass on
     a busy machine may land either side of it), against a GPU, where a forward over a few dozen tokens costs about as
     much as over one (the speed-up approaches the MAL). The curve is read at `length` cached tokens (the prompt's).
-    `measured` (method -> mean speed-up) flags a speed-up above the method's MAL, which only noise explains.
+    `measured` (method -> mean speed-up over `measured_passes` passes) flags a speed-up above the method's MAL, which
+    only noise explains.
     None before the curve is measured."""
     curve = cached_curve(target, length)
     if curve is None:
@@ -338,7 +340,12 @@ def speed_note(
     warning = (
         " A speed-up above its MAL cannot come from the method: other work slowed the greedy pass ("
         + "; ".join(noisy)
-        + "); run with Repeats for intervals."
+        + ")"
+        + (
+            "; run with Repeats for intervals."
+            if not (measured_passes and measured_passes > 1)
+            else "; see the intervals above."
+        )
         if noisy
         else ""
     )

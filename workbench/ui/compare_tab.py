@@ -165,7 +165,11 @@ def running_status(
         done, total = prog.prefill
         read = f"{done:,} of {total:,} prompt tokens read" if done else f"reading the prompt ({total:,} tokens)"
         return f"running **{name}** ({where}): {read}…"
-    return f"running **{name}** ({where}): {prog.tokens} of {max_new_tokens} tokens written in {len(prog.steps)} steps…"
+    steps = len(prog.steps)
+    return (
+        f"running **{name}** ({where}): {prog.tokens} of {max_new_tokens} tokens written in {steps} "
+        f"step{'' if steps == 1 else 's'}…"
+    )
 
 
 def running_metrics(prog: service.Progress, max_new_tokens: int) -> str:
@@ -725,6 +729,7 @@ class Comparison:
                         self.speeds.mean_mals(),
                         len(self.ids),
                         self.speeds.mean_speedups(),
+                        rep,
                     )
                     or ""
                 )

@@ -303,7 +303,7 @@ def rescore_summary(result: RunRescore, params: Mapping[str, Any]) -> str:
         )
     last = result.steps[result.window - 1].step
     flips = sum(getattr(result, "flip_counts", {}).values())
-    table = f"; {flips:,} decisions flip" + (
+    table = f"; {flips:,} decision{' flips' if flips == 1 else 's flip'}" + (
         f" (the table lists the first {FLIPS_SHOWN})" if flips > FLIPS_SHOWN else ""
     )
     return (
