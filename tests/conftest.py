@@ -203,6 +203,11 @@ def app(smollm2, tmp_path_factory, request):
     mp.setenv("WORKBENCH_MODELS", str(models_dir()))  # keep the fetched models while the home moves
     mp.setenv("WORKBENCH_HOME", str(home))  # the CSD memory and anything else the app writes
     mp.setenv("HF_HUB_OFFLINE", "1")
+    from workbench import suffix_corpus
+
+    # A model's suffix corpus is held per process and keyed by the store's run ids: this module's app has its own
+    # store and home, so it starts without the corpus an earlier module's app opened (its run #2 is not ours)
+    mp.setattr(suffix_corpus, "_OPENED", {})
     from gradio_client import Client
 
     from workbench.service import ModelPool

@@ -895,3 +895,13 @@ def test_the_end_and_cut_marks_use_glyphs_debians_default_fonts_have():
     for ch in {c for c in END_TEXT + "✂" if ord(c) > 127}:
         covering = subprocess.run(["fc-list", f":charset={ord(ch):x}", "family"], capture_output=True, text=True).stdout
         assert "DejaVu Sans" in covering or "Liberation Sans" in covering, f"{ch!r} (U+{ord(ch):04X}) has no font"
+
+
+def test_fitted_methods_grey_out_the_thresholds_they_read_from_their_fit_and_labels_say_what_0_means():
+    from workbench.ui.compare_tab import params_taken
+    from workbench.ui.shared import param_label
+
+    assert {"alpha", "beta"} <= params_taken(["greedy", "aasd", "csd"])
+    assert not {"alpha", "beta"} & params_taken(["greedy", "aasd[auto]", "csd"])  # refused beside the fit at Run
+    assert {"alpha", "beta"} <= params_taken(["aasd[auto]", "aasd"])  # another method in the list still reads them
+    assert param_label("max_nodes") == "max_nodes: default 0, range [0, 256]; 0 = auto"

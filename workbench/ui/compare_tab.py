@@ -20,6 +20,7 @@ from core.methods.build import sizes_trees
 from core.params import PARAMS
 from core.stats import first_divergence, run_metrics
 from core.step import check_prompt
+from core.thresholds import FITTED_PARAMS
 from core.timing import cost_model
 from workbench import service
 from workbench.evaluation.bench import spread
@@ -100,13 +101,18 @@ def score_label(task: Task) -> str:
 
 
 def params_taken(method_list) -> set[str]:
-    """The parameters any of the chosen methods reads (unknown names take none: they fail at Run with a reason)."""
+    """The parameters any of the chosen methods reads (unknown names take none: they fail at Run with a reason). A
+    method with fitted thresholds (`aasd[auto]`) reads its fit, not the fields: giving them is refused at Run."""
     taken = set()
     for spec in method_list or []:
         try:
-            taken |= set(get_method(parse_method_spec(spec)[0]).params)
+            name, overrides = parse_method_spec(spec)
         except WorkbenchError:
             continue
+        params = set(get_method(name).params)
+        if overrides.get("fitted", "0") not in ("0", 0):
+            params -= set(FITTED_PARAMS.get(name, ()))
+        taken |= params
     return taken
 
 

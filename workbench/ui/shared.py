@@ -68,7 +68,8 @@ def param_label(name: str) -> str:
         kind = "integer" if spec.kind is int else "number"
         return f"{shown}: default {spec.default}, any {kind} {'>' if spec.low_open else '≥'} {spec.low}"
     bracket = "(" if spec.low_open else "["
-    return f"{shown}: default {spec.default}, range {bracket}{spec.low}, {spec.high}]"
+    words = f"; {', '.join(f'{v} = {k}' for k, v in spec.names.items())}" if spec.names else ""  # max_nodes: 0 = auto
+    return f"{shown}: default {spec.default}, range {bracket}{spec.low}, {spec.high}]{words}"
 
 
 def sig(x: float | None) -> float | None:
