@@ -10,6 +10,8 @@ from core.errors import InvalidInputError
 from core.rules import KEY_NAMES
 from core.spec import shown, to_number
 
+MEMORY_MODES = {"online": 0, "frozen": 1, "shipped": 2}  # CSD's memory_mode values by name
+SHIPPED_MEMORY = MEMORY_MODES["shipped"]
 AUTO = 0  # what `auto` stands for in the parameters that take it (max_nodes, gamma): a size chosen while decoding
 
 
@@ -85,12 +87,14 @@ PARAMS: dict[str, ParamSpec] = {
             "memory_mode",
             0,
             0,
-            1,
+            2,
             int,
             "CSD's correction memory: online (0) = every rejection adds to it as the run "
-            "goes (the paper); frozen (1) = read only, so a run leaves it as it was and repeats exactly "
-            "(bench and report default to frozen)",
-            names={"online": 0, "frozen": 1},
+            "goes (the paper); frozen (1) = read only, so a run leaves it as it was (bench and report default to "
+            "frozen); shipped (2) = read only, and the table shipped with the package (empty for a pair without "
+            "one) rather than the one online runs have grown, so a run repeats exactly on any machine (the app's "
+            "default)",
+            names=MEMORY_MODES,
         ),
         ParamSpec(
             "rescue_eos",

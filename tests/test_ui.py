@@ -873,9 +873,11 @@ def test_the_diff_outlines_one_cell_when_an_insertion_comes_before_the_shifted_r
 def test_a_column_says_when_csd_drafts_from_the_context_for_want_of_a_draft_model():
     from workbench.ui.compare_tab import column_head
 
-    assert column_head("csd", "") == "### csd\n*no draft model: drafts from the prompt's context (as AASD does)*"
+    assert column_head("csd", "").startswith(
+        "### csd\n*no draft model: drafts from the prompt's context (as AASD does)*"
+    )
     assert column_head("csd[lam=2]", None).startswith("### csd[lam=2]\n*no draft model")
-    assert column_head("csd", "qwen2.5-coder-0.5b") == "### csd"  # with a draft model: the paper's CSD
+    assert "no draft model" not in column_head("csd", "qwen2.5-coder-0.5b")  # with a draft model: the paper's CSD
     assert column_head("aasd", "") == "### aasd" and column_head("greedy", "") == "### greedy"
 
 

@@ -16,8 +16,9 @@ import gradio as gr
 import pandas as pd
 
 from core.errors import InvalidInputError, WorkbenchError
+from core.memory import memory_path, pair_fingerprint, shipped_memory
 from core.methods.build import sizes_trees
-from core.params import PARAMS
+from core.params import MEMORY_MODES, PARAMS, SHIPPED_MEMORY
 from core.stats import first_divergence, run_metrics
 from core.step import check_prompt
 from core.thresholds import FITTED_PARAMS
@@ -47,6 +48,7 @@ from workbench.ui.shared import (
 SLOTS = service.MAX_METHODS  # columns
 FREE_TEXT = "(free text)"
 FITTED_VARIANTS = ("aasd[auto]", "casd[auto]")  # verify with the thresholds fitted to the model (core.thresholds)
+ONLINE_VARIANTS = ("csd[memory_mode=online]",)  # the paper's CSD: its memory learns (plain csd reads the shipped one)
 FLIP_CLASS = "tok-flip"  # a lossless method's first token that is not greedy's
 UPLOAD_HINT = (
     'JSON Lines, one task a line: `{"id": "q1", "task": "qa", "input": "the question", '
@@ -206,11 +208,55 @@ def closing_status(run_ids, where: str, stopped: bool, compression) -> str:
 
 def column_head(method: str, draft_name: str | None) -> str:
     """A column's title: the method, and for a method that falls back to another drafter without a draft model
-    (csd drafts from the context then) a line that says so, since its paper's version drafts with a model."""
-    m = get_method(parse_method_spec(method)[0])
+    (csd drafts from the context then) a line that says so, since its paper's version drafts with a model; a
+    method that reads CSD's correction memory says which memory (memory_head)."""
+    name, overrides = parse_method_spec(method)
+    m = get_method(name)
+    lines = [f"### {method}"]
     if not (draft_name or "").strip() and m.drafter_without_draft is not None:
-        return f"### {method}\n*no draft model: drafts from the prompt's context (as AASD does)*"
-    return f"### {method}"
+        lines.append("*no draft model: drafts from the prompt's context (as AASD does)*")
+    if m.reads_memory:
+        lines.append(memory_head(app_memory_mode(name, overrides)))
+    return "\n".join(lines)
+
+
+def app_memory_mode(name: str, overrides: Mapping[str, Any]) -> int:
+    """The memory_mode a run of the app reads: the one the spec names (`csd[memory_mode=online]`), else `shipped`:
+    the package's table read only, so the default comparison gives the same answer every time (an online memory
+    grows with every rejection, and after a few runs a pair's count reaches λ and changes the answer)."""
+    given = overrides.get("memory_mode")
+    return SHIPPED_MEMORY if given is None else resolve_params(name, {"memory_mode": given})["memory_mode"]
+
+
+def memory_head(mode: int) -> str:
+    """The column's line on the memory it reads."""
+    if mode == SHIPPED_MEMORY:
+        return "*memory: the shipped table, read only (the same answer every run; `csd[memory_mode=online]` learns)*"
+    if mode == MEMORY_MODES["online"]:
+        return "*memory: online: every rejection adds to it, so its answers change as it grows*"
+    return "*memory: this server's table, read only (online runs grow it)*"
+
+
+def memory_note(params: Mapping[str, Any], shipped_total: int, shipped_sha: str, home_file: str) -> str:
+    """For a run that read a memory other than the shipped table (online or frozen), what it read beside the shipped
+    one: " · ⚠ memory: 1,234 observations added since the shipped table …" with how to go back; "" for a run that
+    read the shipped table (or read no memory)."""
+    if "memory_sha" not in params or int(params.get("memory_mode", 0) or 0) == SHIPPED_MEMORY:
+        return ""
+    if params["memory_sha"] == shipped_sha:
+        return " · memory: the shipped table as shipped (nothing added yet)"
+    added = int(params.get("memory_observations") or 0) - shipped_total
+    grown = (
+        f"**{added:,} observations added since the shipped table**"
+        if added > 0
+        else f"**not the shipped table** ({int(params.get('memory_observations') or 0):,} observations)"
+    )
+    return (
+        f" · ⚠ memory: {grown} by online runs on this server, so this answer can differ from a fresh install's; "
+        "plain `csd` reads the shipped table; to reset, stop the app and delete "
+        f"`memory/{home_file}` in the workbench home (WORKBENCH_HOME, "
+        "default ~/.cache/spec-workbench)"
+    )
 
 
 def speed_summary(names: list[str], tps: list[list[float]], speedups: list[list[float]], mals: list[list[float]]):
@@ -385,13 +431,13 @@ def build_form(tasks: Mapping[str, Task], allow_local: bool = True) -> CompareFo
             scale=2,
         )
         methods = gr.Dropdown(
-            service.UI_METHODS + list(FITTED_VARIANTS),
+            service.UI_METHODS + list(FITTED_VARIANTS) + list(ONLINE_VARIANTS),
             value=list(service.DEFAULT_METHODS),
             multiselect=True,
             max_choices=SLOTS,
             allow_custom_value=True,
             label=f"Methods (up to {SLOTS}; greedy: the speed-up reference; variants: aasd[align_graft=1], "
-            "aasd[auto] = fitted thresholds)",
+            "aasd[auto] = fitted thresholds; csd reads the shipped memory, csd[memory_mode=online] adds to it)",
             scale=3,
             elem_id="compare-methods",
         )
@@ -667,7 +713,12 @@ class Comparison:
         self.specs = service.check_methods(r.methods or [], r.model, r.draft)
         chosen = {n: v for n, v in r.params.items() if v is not None and v != PARAMS[n].default}
         self.max_new_tokens = chosen["max_new_tokens"] = check_max_new_tokens(r.max_new_tokens)
-        self.per_method = [service.method_params(name, chosen, over) for name, over in self.specs]
+        self.per_method = [
+            service.method_params(name, chosen, {"memory_mode": app_memory_mode(name, over), **over})
+            if get_method(name).reads_memory
+            else service.method_params(name, chosen, over)
+            for name, over in self.specs
+        ]
         for spec in (r.model, r.draft):
             service.check_model_access(spec, self.pool.allow_local)
         check_model_source(r.model, r.draft, allow_local=self.pool.allow_local)
@@ -804,7 +855,20 @@ class Comparison:
             if self.n_repeats > 1
             else ""
         )
-        return shown + metrics_md(run, run_id, greedy_tps, score, score_label(task) if task is not None else None)
+        return (
+            shown
+            + metrics_md(run, run_id, greedy_tps, score, score_label(task) if task is not None else None)
+            + self._memory_note(run)
+        )
+
+    def _memory_note(self, run) -> str:
+        """memory_note for a run that read CSD's memory, against this model pair's shipped table."""
+        if "memory_sha" not in run.params:
+            return ""
+        target, draft = self.models.target, self.models.draft if run.draft_model else None
+        shipped = shipped_memory(target, draft)
+        pair = pair_fingerprint(target.fingerprint, draft.fingerprint if draft is not None else None)
+        return memory_note(run.params, shipped.total, shipped.fingerprint(), memory_path(pair).name)
 
     def _stream(self, name: str, slot: int) -> Iterator[service.Progress]:
         # The worker holds the model's slot, so a client that goes away gives it back (service.stream_run)

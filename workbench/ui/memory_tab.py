@@ -12,7 +12,8 @@ import gradio as gr
 import pandas as pd
 
 from core.errors import InvalidInputError, WorkbenchError
-from core.memory import CorrectionMemory, calibrated_path, pair_fingerprint, rescues, shared_memory
+from core.memory import CorrectionMemory, calibrated_path, pair_fingerprint, rescues, shared_memory, shipped_memory
+from core.params import SHIPPED_MEMORY
 from core.rules import fired_key
 from core.trace import RunTrace
 from workbench.methods import get_method
@@ -30,7 +31,11 @@ ENTRY_COLUMNS = [
     "rescued by key",
 ]
 SHOWN_ENTRIES = 300  # the most frequent pairs; pairs that rescued in the chosen runs are always listed
-MODES = {0: "online (every rejection adds to it)", 1: "frozen (read only)"}
+MODES = {
+    0: "online (every rejection adds to it)",
+    1: "frozen (read only)",
+    SHIPPED_MEMORY: "shipped (the package's table, read only)",
+}
 
 
 def reads_memory(trace: RunTrace) -> bool:
@@ -48,6 +53,8 @@ def memory_now(trace: RunTrace) -> CorrectionMemory:
         if trace.draft_fingerprint
         else None
     )
+    if int(trace.params.get("memory_mode", 0) or 0) == SHIPPED_MEMORY:
+        return shipped_memory(target, draft)
     return shared_memory(target, draft)
 
 
@@ -161,7 +168,7 @@ def memory_view(cache: RunCache, choice, last_comparison, viewer=None, decode_fo
     traces = [s.trace for s in same_pair]
     memory = memory_now(first)
     source = {"home": "your home copy", "shipped": "the table shipped with the package", "none": "an empty table"}[
-        calibrated_path(key)[1]
+        "shipped" if int(first.params.get("memory_mode", 0) or 0) == SHIPPED_MEMORY else calibrated_path(key)[1]
     ]
     rescued = rescue_counts(traces)
     decode = decode_for(first) if decode_for is not None else None
