@@ -120,10 +120,34 @@ PARAMS: dict[str, ParamSpec] = {
             "reason names it",
             names=KEY_NAMES,
         ),
-        ParamSpec("key_len", 6, 1, 32, int, "longest n-gram key of the draft pool (l)"),
-        ParamSpec("ngram", 6, 1, 64, int, "tokens per retrieved continuation (n)"),
-        ParamSpec("align_m", 2, 0, 16, int, "alignment siblings per misaligned context token (m)"),
-        ParamSpec("align_graft", 0, 0, 1, int, "1 = graft the retrieved continuation under alignment siblings too"),
+        ParamSpec(
+            "key_len",
+            6,
+            1,
+            32,
+            int,
+            "the longest run of last tokens looked up in the context (l): a draft copies what followed its match there",
+        ),
+        ParamSpec("ngram", 6, 1, 64, int, "tokens copied after each match (n): how long each drafted continuation is"),
+        ParamSpec(
+            "align_m",
+            2,
+            0,
+            16,
+            int,
+            "alignment alternatives (m): where a copied token is not what the model predicted there while reading "
+            "the prompt, up to m of its own top predictions are drafted beside it; 0 = none",
+        ),
+        ParamSpec(
+            "align_graft",
+            0,
+            0,
+            1,
+            int,
+            "whether each alignment alternative also gets the copied continuation under it: "
+            "no (0) = it stays one token, yes (1) = the continuation follows it too",
+            names={"no": 0, "yes": 1},
+        ),
         ParamSpec("align_generated", 0, 0, 1, int, "1 = alignment sampling also covers generated text (extension)"),
         ParamSpec(
             "max_nodes",
@@ -132,7 +156,7 @@ PARAMS: dict[str, ParamSpec] = {
             256,
             int,
             "draft-node budget per tree (root excluded); auto (0) = the size that "
-            "maximises expected tokens per second of this model's measured forward time (core.sizing)",
+            "maximises expected tokens per second, from this model's measured forward times",
             names={"auto": AUTO},
         ),
         ParamSpec(
@@ -141,8 +165,8 @@ PARAMS: dict[str, ParamSpec] = {
             0,
             64,
             int,
-            "draft-model tokens per step (γ); auto (0) = up to 16, drafting stops after a "
-            "token whose draft probability is under a confidence threshold tuned online (transformers' dynamic "
+            "tokens the draft model proposes per step (γ); auto (0) = up to 16, stopping after a token the draft "
+            "model gives a probability under a confidence threshold tuned as it runs (transformers' dynamic "
             "speculation)",
             names={"auto": AUTO},
         ),

@@ -403,6 +403,7 @@ def _number(name: str, active: bool) -> gr.Number:
         gr.Number(
             spec.default,
             label=param_label(name),
+            info=spec.help,  # what the parameter is, in words (core.params' one description of it)
             precision=0 if spec.kind is int else None,
             elem_id=f"param-{name}",
             interactive=active,
