@@ -15,6 +15,7 @@ from core.errors import InvalidInputError, WorkbenchError
 from core.memory import CorrectionMemory, calibrated_path, pair_fingerprint, rescues, shared_memory, shipped_memory
 from core.params import SHIPPED_MEMORY
 from core.rules import fired_key
+from core.token_text import visible_token
 from core.trace import RunTrace
 from workbench.methods import get_method
 from workbench.ui.access import NOBODY
@@ -104,9 +105,9 @@ def entries_frame(
     keys = by_key or {}
     rows = [
         {
-            "draft token": repr(text(d)),
+            "draft token": visible_token(text(d)),
             "draft id": d,
-            "correction": repr(text(c)),
+            "correction": visible_token(text(c)),
             "correction id": c,
             "count": counts.get((d, c), 0),
             "rescued in the runs": rescued.get((d, c), 0),
