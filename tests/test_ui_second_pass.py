@@ -3,6 +3,9 @@ tests/test_browser_second_pass.py)."""
 
 from __future__ import annotations
 
+import re
+from dataclasses import replace
+
 from core.params import MEMORY_MODES, SHIPPED_MEMORY
 
 # ---------------------------------------------------------------- item 1: a reproducible default csd
@@ -49,3 +52,98 @@ def test_memory_mode_shipped_reads_the_packaged_table_not_the_grown_one(tmp_path
     shipped = correction_memory(csd, target, None, None, {"memory_mode": SHIPPED_MEMORY})
     assert shipped is shipped_memory(target) and shipped.count(5, 7) == 0 and shipped.path is None
     assert shipped_memory_path(pair_fingerprint(target.fingerprint, None)) is None and len(shipped) == 0
+
+
+# ---------------------------------------------------------------- item 2: the Diff tab starts on the last comparison
+
+
+def test_the_diff_pickers_take_the_last_comparisons_first_two_runs():
+    from workbench.ui.diff_tab import last_pair, picks_for
+
+    assert last_pair([7, 8, 9]) == (7, 8) and last_pair([7]) is None and last_pair(None) is None
+    a, b = picks_for([("#7", 7), ("#8", 8)], [7, 8, 9])
+    assert (a["value"], b["value"]) == (7, 8)
+    a, b = picks_for([("#7", 7)], [7, 8, 9], 3, 4)  # the user's own choice stays on reopening the tab
+    assert "value" not in a and "value" not in b and a["choices"] == [("#7", 7)]
+    a, b = picks_for([("#7", 7)], [10, 11], 3, 4, follow=True)  # a new comparison: follow it
+    assert (a["value"], b["value"]) == (10, 11)
+
+
+# ---------------------------------------------------------------- items 4, 5: tokens shown visibly, reasons by text
+
+
+def test_a_tokens_whitespace_is_visible_in_every_view():
+    import pandas as pd
+
+    from core.token_text import visible_token
+    from core.trace import NodeTrace, StepTrace
+    from workbench.ui.replay_view import nodes_frame
+    from workbench.ui.tokens import show_token
+
+    assert visible_token("\n") == "↵" and visible_token("\t") == "⇥" and visible_token("  x") == "␣␣x"
+    assert visible_token("") == "∅" and show_token("\n\n") == "↵↵"  # the figures' labels: the same signs
+    root = NodeTrace(0, 3, 0, -1, 0, 5, "x", "root", "accepted", "root")
+    node = NodeTrace(0, 3, 1, 0, 1, 198, "\n", "context", "accepted", "p ≥ δ", p=0.9)
+    frame = nodes_frame(StepTrace(0, 3, 1, 1, [198], nodes=[root, node]))
+    assert isinstance(frame, pd.DataFrame) and list(frame["token"]) == ["x", "↵"]
+
+
+def test_a_reason_names_its_correction_by_text_in_the_cli_and_the_csv(tmp_path, capsys):
+    import csv
+
+    from browser_util import synthetic_run
+
+    from core.token_text import spoken_reason
+    from core.trace import NodeTrace, StepTrace
+    from workbench.commands.main import main
+    from workbench.store import Store
+
+    assert spoken_reason("gap ok; correction 504", {504: " the"}.get) == "gap ok; correction '␣the'"
+    nodes = [
+        NodeTrace(0, 3, 0, -1, 0, 5, "x", "root", "accepted", "root"),
+        NodeTrace(0, 3, 1, 0, 1, 7, " a", "context", "rescued", "count 6 ≥ λ 6; correction 504", correction_id=504),
+        NodeTrace(0, 3, 2, 0, 1, 504, " the", "context", "bonus", "own"),
+    ]
+    run = synthetic_run("csd", [StepTrace(0, 3, 2, 1, [7, 504], nodes=nodes)])
+    url = f"sqlite:///{tmp_path / 'db.sqlite'}"
+    rid = Store(url).save_run(run)
+    capsys.readouterr()
+    assert main(["store", "show", str(rid), "--step", "0", "--db", url]) == 0
+    out = capsys.readouterr().out
+    assert "correction '␣the'" in out and "correction 504" not in out
+    assert main(["store", "export", "--run", str(rid), "--out", str(tmp_path / "csv"), "--db", url]) == 0
+    rows = list(csv.DictReader((tmp_path / "csv" / "nodes.csv").open(encoding="utf-8")))
+    rescued = next(r for r in rows if r["decision"] == "rescued")
+    assert rescued["reason_text"] == "count 6 ≥ λ 6; correction '␣the'"
+    assert rescued["correction_id"] == "504" and rescued["reason"].endswith("correction 504")  # for machines
+    copy = Store(f"sqlite:///{tmp_path / 'copy.sqlite'}")
+    assert copy.import_csv(tmp_path / "csv") == [rid]
+    assert copy.load_run(rid).trace.steps[0].nodes[1].reason == "count 6 ≥ λ 6; correction 504"
+
+
+# ---------------------------------------------------------------- item 6: analytics names runs as they were asked
+
+
+def test_analytics_legends_name_a_fitted_run_aasd_auto(tmp_path):
+    from browser_util import synthetic_run
+
+    from core.trace import NodeTrace, StepTrace
+    from workbench.store import Store
+    from workbench.ui.analytics_tab import figures_of, labelled_traces
+    from workbench.ui.figures.common import run_label
+    from workbench.ui.shared import RunCache
+
+    nodes = [
+        NodeTrace(0, 3, 0, -1, 0, 5, "x", "root", "accepted", "root"),
+        NodeTrace(0, 3, 1, 0, 1, 7, " a", "context", "accepted", "p ≥ θ", p=0.9),
+        NodeTrace(0, 3, 2, 1, 2, 8, " b", "model", "bonus", "own"),
+    ]
+    fitted = synthetic_run("aasd", [StepTrace(0, 3, 1, 1, [7, 8], nodes=nodes)], params={"fitted": 1, "alpha": 0.2})
+    store = Store(f"sqlite:///{tmp_path / 'db.sqlite'}")
+    rid = store.save_run(fitted)
+    other = store.save_run(replace(fitted, params={"fitted": 1, "alpha": 0.3}))  # two values: the sweep has a line
+    pairs = labelled_traces(RunCache(store), [rid, other], [])
+    assert [label for label, _ in pairs] == [f"#{rid} aasd[auto]", f"#{other} aasd[auto]"]
+    assert run_label({"id": rid, "trace": fitted}) == f"#{rid} aasd[auto]" and run_label(fitted) == "aasd[auto]"
+    names = {t.name for fig in figures_of(pairs, "alpha") for t in fig.data if t.name} - {"mal", "tps"}
+    assert "aasd[auto]" in names and not any(re.search(r"aasd(?!\[auto\])", n) for n in names), names
