@@ -147,3 +147,22 @@ def test_analytics_legends_name_a_fitted_run_aasd_auto(tmp_path):
     assert run_label({"id": rid, "trace": fitted}) == f"#{rid} aasd[auto]" and run_label(fitted) == "aasd[auto]"
     names = {t.name for fig in figures_of(pairs, "alpha") for t in fig.data if t.name} - {"mal", "tps"}
     assert "aasd[auto]" in names and not any(re.search(r"aasd(?!\[auto\])", n) for n in names), names
+
+
+# ---------------------------------------------------------------- item 7: an unknown run id in single-user mode
+
+
+def test_an_unknown_run_id_speaks_of_sessions_only_where_there_are_sessions(tmp_path):
+    import pytest
+
+    from workbench.store import RunNotFoundError, Store
+    from workbench.ui.access import Viewer, owner_tag
+    from workbench.ui.shared import RunCache
+
+    cache = RunCache(Store(f"sqlite:///{tmp_path / 'db.sqlite'}"))
+    with pytest.raises(RunNotFoundError) as single:
+        cache.get(999, Viewer(None))  # single-user mode: every run is everyone's
+    assert "session" not in str(single.value) and "no run 999 in this app's store" in str(single.value)
+    with pytest.raises(RunNotFoundError) as multi:
+        cache.get(999, Viewer(owner_tag("s")))
+    assert "among this session's runs and the shared ones" in str(multi.value)
