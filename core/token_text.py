@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable
 
-# A token's whitespace as a sign (the app's browser-drawn figures use the same signs: workbench/ui/replay_js.py).
+# A token's whitespace as a sign (the replay's browser-drawn figures get this table: workbench/ui/replay_js.py).
 WHITESPACE_SIGNS = {" ": "␣", "\n": "↵", "\t": "⇥", "\r": "␍"}
 EMPTY = "∅"  # a token with no text (an incomplete UTF-8 piece decodes to U+FFFD instead)
 _WHITESPACE = re.compile("[" + "".join(WHITESPACE_SIGNS) + "]")

@@ -164,7 +164,7 @@ def node_row(n, y: float, path: bool, gate: bool = True, text_of: TokenText | No
         n.node,
         n.parent,
         n.depth,
-        n.token_text,
+        visible_token(n.token_text),  # the node table shows it as every view does (a newline is not a blank cell)
         n.source,
         sig(n.p),
         sig(n.threshold),
