@@ -91,6 +91,18 @@ def task_fields(t: Task) -> tuple[str, str, int, bool]:
     return t.context or "", text_in, max(t.max_new_tokens or 0, PARAMS["max_new_tokens"].default), t.chat
 
 
+def upload_refusal(reason: str) -> str:
+    """Why nothing runs while a task file that could not be read is uploaded: what is wrong, and what to do."""
+    return (
+        f"the uploaded task file could not be read ({reason}): nothing runs until you fix it and upload it again, "
+        "or remove it (✕) to run the bundled samples"
+    )
+
+
+def upload_error_md(reason: str) -> str:
+    return error_md(upload_refusal(reason))
+
+
 def free_text_fields() -> tuple[str, str, int, bool]:
     """What "(free text)" starts from: empty boxes and the default token cap, not the last sample's."""
     return "", "", PARAMS["max_new_tokens"].default, True
@@ -376,6 +388,7 @@ class CompareForm:
     uploaded: gr.State  # the tasks of the uploaded file, by choice label
     upload_error: gr.State  # why the uploaded file could not be read ("" when it could, or there is none)
     task_cap: gr.State  # the token cap the last task filled in: a different value in the field is the user's own
+    upload_note: gr.Markdown  # under the upload control: what the file gave, or why it could not be read
     on_load: dict = field(default_factory=dict)  # event arguments the app runs when the page loads (the prompt line)
 
     @property
@@ -448,9 +461,10 @@ def build_form(tasks: Mapping[str, Task], allow_local: bool = True) -> CompareFo
         )
         with gr.Column(scale=2):  # collapsed beside the task: the page keeps its height until a file is wanted
             with gr.Accordion("…or upload a task file (JSON Lines, one task a line)", open=False, elem_id="upload-box"):
-                task_file = gr.File(
-                    label="task file (.jsonl or .json)", file_types=[".jsonl", ".json"], elem_id="task-file"
-                )
+                # Any file is taken and read by the handler: Gradio's own type filter answered a .png with a bare
+                # "Error" on the control, where the handler says what is wrong beside it (upload_note).
+                task_file = gr.File(label="task file (.jsonl or .json)", elem_id="task-file")
+                upload_note = gr.Markdown("", elem_id="upload-note")
                 gr.Markdown(UPLOAD_HINT, elem_id="upload-hint")
         chat = gr.Checkbox(first.chat, label="apply the chat template", scale=1)
         repeats = lenient(
@@ -564,6 +578,7 @@ def build_form(tasks: Mapping[str, Task], allow_local: bool = True) -> CompareFo
         gr.State({}),
         gr.State(""),
         gr.State(task_fields(first)[2]),
+        upload_note,
     )
 
 
@@ -706,10 +721,7 @@ class Comparison:
         """Everything that can be refused before a model loads."""
         r = self.req
         if r.upload_error:
-            raise InvalidInputError(
-                f"the uploaded task file could not be read ({r.upload_error}): fix it and upload it "
-                "again, or remove it (✕) to run the bundled samples"
-            )
+            raise InvalidInputError(upload_refusal(r.upload_error))
         self.n_repeats = check_repeats(r.repeats)
         self.specs = service.check_methods(r.methods or [], r.model, r.draft)
         chosen = {n: v for n, v in r.params.items() if v is not None and v != PARAMS[n].default}
@@ -964,19 +976,23 @@ class CompareHandlers:
         return fields[0], fields[1], gr.update() if users else fields[2], fields[3], task_cap if users else fields[2]
 
     def upload(self, path):
-        """(tasks, task dropdown, status line, the file's error): a file that cannot be read is remembered, so Run
-        says so instead of running the sample still chosen."""
+        """(tasks, task dropdown, status line, the file's error, the note under the upload control): a file that
+        cannot be read is said so at once beside the control, and remembered, so Run refuses instead of running the
+        sample still chosen."""
         if not path:
-            return {}, gr.update(choices=[FREE_TEXT] + list(self.tasks)), "", ""
+            return {}, gr.update(choices=[FREE_TEXT] + list(self.tasks)), "", "", ""
         try:
             loaded = {f"upload:{t.id}": t for t in service.sample_tasks(path)}
         except WorkbenchError as e:
-            return {}, gr.update(), error_md(e), public_message(str(e))
+            note = upload_error_md(public_message(str(e)))
+            return {}, gr.update(), note, public_message(str(e)), note
+        done = f"loaded {len(loaded)} task(s) from the file: the first is chosen under Task"
         return (
             loaded,
             gr.update(choices=[FREE_TEXT] + list(self.tasks) + list(loaded), value=next(iter(loaded), FREE_TEXT)),
-            f"loaded {len(loaded)} task(s) from the file",
+            done,
             "",
+            done,
         )
 
     def active_fields(self, method_list):
@@ -1034,28 +1050,10 @@ class CompareHandlers:
         repeats,
         upload_error="",
     ):
-        params = dict(
-            zip(
-                PARAM_FIELDS,
-                (
-                    delta,
-                    alpha,
-                    beta,
-                    tau,
-                    lam,
-                    key_len,
-                    ngram,
-                    align_m,
-                    align_graft,
-                    max_nodes,
-                    gamma,
-                    top_k,
-                    temperature,
-                    top_p,
-                    seed,
-                ),
-            )
-        )
+        # The signature is the API's list of named parameters; the parameter fields among them are read by name, in
+        # PARAM_FIELDS (the one list of them: CompareForm.inputs' order, checked against this signature by a test).
+        given = locals()
+        params = {name: given[name] for name in PARAM_FIELDS}
         req = CompareRequest(
             model_name,
             draft_name,
@@ -1119,7 +1117,10 @@ def compare_tab(store: Store, pool: service.ModelPool, compare_ids: gr.State, wh
         api_name=False,
     )
     form.task_file.change(
-        h.upload, [form.task_file], [form.uploaded, form.task, form.status, form.upload_error], api_name=False
+        h.upload,
+        [form.task_file],
+        [form.uploaded, form.task, form.status, form.upload_error, form.upload_note],
+        api_name=False,
     )
     form.methods.change(h.active_fields, [form.methods], [form.controls[n] for n in PARAM_FIELDS], api_name=False)
     info = dict(
