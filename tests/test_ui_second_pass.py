@@ -166,3 +166,26 @@ def test_an_unknown_run_id_speaks_of_sessions_only_where_there_are_sessions(tmp_
     with pytest.raises(RunNotFoundError) as multi:
         cache.get(999, Viewer(owner_tag("s")))
     assert "among this session's runs and the shared ones" in str(multi.value)
+
+
+# ---------------------------------------------------------------- the compare handler's parameters: one list
+
+
+def test_the_compare_handlers_parameters_are_the_forms_inputs_in_order():
+    """CompareHandlers.compare reads the parameter fields by name (PARAM_FIELDS): its signature, which names the API's
+    parameters, must list them where CompareForm.inputs puts the fields."""
+    import inspect
+
+    from workbench.ui.compare_tab import PARAM_FIELDS, CompareHandlers
+
+    names = list(inspect.signature(CompareHandlers.compare).parameters)[2:]  # after self, request
+    assert names[7 : 7 + len(PARAM_FIELDS)] == list(PARAM_FIELDS)
+    assert names[:7] == [
+        "model_name",
+        "draft_name",
+        "method_list",
+        "prompt_text",
+        "context_text",
+        "use_chat",
+        "max_new_tokens",
+    ]
