@@ -229,7 +229,8 @@ def column_head(method: str, draft_name: str | None) -> str:
         lines.append("*no draft model: drafts from the prompt's context (as AASD does)*")
     if m.reads_memory:
         lines.append(memory_head(app_memory_mode(name, overrides)))
-    return "\n".join(lines)
+    head, notes = lines[0], lines[1:]
+    return head + ("\n" + "  \n".join(notes) if notes else "")  # "  \n": a Markdown line break between notes
 
 
 def app_memory_mode(name: str, overrides: Mapping[str, Any]) -> int:
@@ -264,10 +265,9 @@ def memory_note(params: Mapping[str, Any], shipped_total: int, shipped_sha: str,
         else f"**not the shipped table** ({int(params.get('memory_observations') or 0):,} observations)"
     )
     return (
-        f" · ⚠ memory: {grown} by online runs on this server, so this answer can differ from a fresh install's; "
-        "plain `csd` reads the shipped table; to reset, stop the app and delete "
-        f"`memory/{home_file}` in the workbench home (WORKBENCH_HOME, "
-        "default ~/.cache/spec-workbench)"
+        f" · ⚠ memory: {grown} (online runs here), so this answer can differ from a fresh install's; plain `csd` "
+        f"reads the shipped table; to reset, stop the app and delete `memory/{home_file}` in the workbench home "
+        "(WORKBENCH_HOME, default ~/.cache/spec-workbench)"
     )
 
 
