@@ -30,6 +30,8 @@ def test_a_run_on_a_grown_memory_says_by_how_much_and_how_to_reset():
     assert "250 observations added since the shipped table" in note and "memory/e945.json" in note
     assert "reset" in note
     assert memory_note({**grown, "memory_mode": SHIPPED_MEMORY}, 10_000, "a" * 16, "e945.json") == ""
+    empty = memory_note({**grown, "memory_mode": SHIPPED_MEMORY}, 0, "a" * 16, "e945.json")  # none shipped
+    assert "no table is shipped for this model pair" in empty and "λ = 0" in empty
     assert "nothing added" in memory_note({**grown, "memory_sha": "a" * 16}, 10_000, "a" * 16, "e945.json")
     assert memory_note({"tau": 0.1}, 10_000, "a" * 16, "e945.json") == ""  # a run that read no memory
 

@@ -252,10 +252,18 @@ def memory_head(mode: int) -> str:
 
 def memory_note(params: Mapping[str, Any], shipped_total: int, shipped_sha: str, home_file: str) -> str:
     """For a run that read a memory other than the shipped table (online or frozen), what it read beside the shipped
-    one: " · ⚠ memory: 1,234 observations added since the shipped table …" with how to go back; "" for a run that
-    read the shipped table (or read no memory)."""
-    if "memory_sha" not in params or int(params.get("memory_mode", 0) or 0) == SHIPPED_MEMORY:
+    one: " · ⚠ memory: 1,234 observations added since the shipped table …" with how to go back; for a run that read
+    the shipped table, "" (or, when the package ships none for the pair, that its memory was empty); "" for a run
+    that read no memory."""
+    if "memory_sha" not in params:
         return ""
+    if int(params.get("memory_mode", 0) or 0) == SHIPPED_MEMORY:
+        if shipped_total:
+            return ""
+        return (
+            " · memory: no table is shipped for this model pair, so it was empty (a rejected token is rescued only "
+            "at λ = 0); `csd[memory_mode=online]` learns from its rejections"
+        )
     if params["memory_sha"] == shipped_sha:
         return " · memory: the shipped table as shipped (nothing added yet)"
     added = int(params.get("memory_observations") or 0) - shipped_total

@@ -12,7 +12,15 @@ import gradio as gr
 import pandas as pd
 
 from core.errors import InvalidInputError, WorkbenchError
-from core.memory import CorrectionMemory, calibrated_path, pair_fingerprint, rescues, shared_memory, shipped_memory
+from core.memory import (
+    CorrectionMemory,
+    calibrated_path,
+    pair_fingerprint,
+    rescues,
+    shared_memory,
+    shipped_memory,
+    shipped_memory_path,
+)
 from core.params import SHIPPED_MEMORY
 from core.rules import fired_key
 from core.token_text import visible_token
@@ -169,8 +177,11 @@ def memory_view(cache: RunCache, choice, last_comparison, viewer=None, decode_fo
     traces = [s.trace for s in same_pair]
     memory = memory_now(first)
     source = {"home": "your home copy", "shipped": "the table shipped with the package", "none": "an empty table"}[
-        "shipped" if int(first.params.get("memory_mode", 0) or 0) == SHIPPED_MEMORY else calibrated_path(key)[1]
+        calibrated_path(key)[1]
     ]
+    if int(first.params.get("memory_mode", 0) or 0) == SHIPPED_MEMORY:  # the package's table, whatever the home holds
+        shipped = shipped_memory_path(key) is not None
+        source = "the table shipped with the package" if shipped else "none: no table is shipped for this model pair"
     rescued = rescue_counts(traces)
     decode = decode_for(first) if decode_for is not None else None
     md = summary_md([f"#{s.id}" for s in same_pair], first, memory, source, rescued)
