@@ -88,6 +88,13 @@ def test_a_tokens_whitespace_is_visible_in_every_view():
     node = NodeTrace(0, 3, 1, 0, 1, 198, "\n", "context", "accepted", "p ≥ δ", p=0.9)
     frame = nodes_frame(StepTrace(0, 3, 1, 1, [198], nodes=[root, node]))
     assert isinstance(frame, pd.DataFrame) and list(frame["token"]) == ["x", "↵"]
+    from browser_util import synthetic_run
+
+    from workbench.ui.diff_tab import diff_outputs
+
+    a, b = synthetic_run("greedy", output_ids=[1, 2]), synthetic_run("pld", output_ids=[1, 3])
+    summary, _ = diff_outputs(1, a, [("x", "model"), ("\n", "model")], 2, b, [("x", "model"), ("\t", "model")])
+    assert "`'↵'` (id 2)" in summary and "`'⇥'` (id 3)" in summary, summary  # the diff's summary: the same signs
 
 
 def test_a_reason_names_its_correction_by_text_in_the_cli_and_the_csv(tmp_path, capsys):

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 import gradio as gr
 
 from core.errors import InvalidInputError, WorkbenchError
+from core.token_text import visible_token
 from core.trace import RunTrace
 from workbench.store.compare import compare_traces
 from workbench.ui import tokens
@@ -30,7 +31,9 @@ def _known(trace: RunTrace, origins: Sequence[tuple[str, str]]) -> dict[int, str
 
 def _show(token: int | None, texts: Sequence[str], at: int | None) -> str:
     return (
-        "(its output ends here)" if token is None or at is None or at >= len(texts) else f"`{texts[at]!r}` (id {token})"
+        "(its output ends here)"
+        if token is None or at is None or at >= len(texts)
+        else f"`'{visible_token(texts[at])}'` (id {token})"
     )
 
 
