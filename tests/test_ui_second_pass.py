@@ -128,6 +128,14 @@ def test_a_reason_names_its_correction_by_text_in_the_cli_and_the_csv(tmp_path, 
     copy = Store(f"sqlite:///{tmp_path / 'copy.sqlite'}")
     assert copy.import_csv(tmp_path / "csv") == [rid]
     assert copy.load_run(rid).trace.steps[0].nodes[1].reason == "count 6 ≥ λ 6; correction 504"
+    # an export made before reason_text existed still imports
+    with (tmp_path / "csv" / "nodes.csv").open(encoding="utf-8", newline="") as f:
+        table = list(csv.reader(f))
+    drop = table[0].index("reason_text")
+    with (tmp_path / "csv" / "nodes.csv").open("w", encoding="utf-8", newline="") as f:
+        csv.writer(f, lineterminator="\n").writerows([r[:drop] + r[drop + 1 :] for r in table])
+    older = Store(f"sqlite:///{tmp_path / 'older.sqlite'}")
+    assert older.import_csv(tmp_path / "csv") == [rid] and older.load_run(rid).trace == copy.load_run(rid).trace
 
 
 # ---------------------------------------------------------------- item 6: analytics names runs as they were asked
