@@ -508,6 +508,25 @@ def shared_memory(target, draft=None) -> CorrectionMemory:
     )
 
 
+_SHIPPED: dict[str, CorrectionMemory] = {}
+_SHIPPED_LOCK = threading.Lock()
+
+
+def shipped_memory(target, draft=None) -> CorrectionMemory:
+    """The table shipped with the package for a model pair, read only and never saved (no file): what
+    `memory_mode=shipped` reads, so a run's rescues do not depend on what online runs added since. Empty for a
+    pair the package ships no table for."""
+    fingerprint = pair_fingerprint(target.fingerprint, draft.fingerprint if draft is not None else None)
+    with _SHIPPED_LOCK:
+        mem = _SHIPPED.get(fingerprint)
+        if mem is None:
+            path = shipped_memory_path(fingerprint)
+            counts, meta = _read(path) if path is not None else ({}, {})
+            mem = _SHIPPED[fingerprint] = CorrectionMemory(counts, meta=meta)
+            mem._pending.clear()  # nothing to save: the package's file is the table
+        return mem
+
+
 @atexit.register
 def _save_shared() -> None:
     save_tables(_SHARED.values(), lambda mem: mem.unsaved > 0, "correction memory")

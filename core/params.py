@@ -10,6 +10,8 @@ from core.errors import InvalidInputError
 from core.rules import KEY_NAMES
 from core.spec import shown, to_number
 
+MEMORY_MODES = {"online": 0, "frozen": 1, "shipped": 2}  # CSD's memory_mode values by name
+SHIPPED_MEMORY = MEMORY_MODES["shipped"]
 AUTO = 0  # what `auto` stands for in the parameters that take it (max_nodes, gamma): a size chosen while decoding
 
 
@@ -85,12 +87,14 @@ PARAMS: dict[str, ParamSpec] = {
             "memory_mode",
             0,
             0,
-            1,
+            2,
             int,
             "CSD's correction memory: online (0) = every rejection adds to it as the run "
-            "goes (the paper); frozen (1) = read only, so a run leaves it as it was and repeats exactly "
-            "(bench and report default to frozen)",
-            names={"online": 0, "frozen": 1},
+            "goes (the paper); frozen (1) = read only, so a run leaves it as it was (bench and report default to "
+            "frozen); shipped (2) = read only, and the table shipped with the package (empty for a pair without "
+            "one) rather than the one online runs have grown, so a run repeats exactly on any machine (the app's "
+            "default)",
+            names=MEMORY_MODES,
         ),
         ParamSpec(
             "rescue_eos",
@@ -116,10 +120,34 @@ PARAMS: dict[str, ParamSpec] = {
             "reason names it",
             names=KEY_NAMES,
         ),
-        ParamSpec("key_len", 6, 1, 32, int, "longest n-gram key of the draft pool (l)"),
-        ParamSpec("ngram", 6, 1, 64, int, "tokens per retrieved continuation (n)"),
-        ParamSpec("align_m", 2, 0, 16, int, "alignment siblings per misaligned context token (m)"),
-        ParamSpec("align_graft", 0, 0, 1, int, "1 = graft the retrieved continuation under alignment siblings too"),
+        ParamSpec(
+            "key_len",
+            6,
+            1,
+            32,
+            int,
+            "the longest run of last tokens looked up in the context (l): a draft copies what followed its match there",
+        ),
+        ParamSpec("ngram", 6, 1, 64, int, "tokens copied after each match (n): how long each drafted continuation is"),
+        ParamSpec(
+            "align_m",
+            2,
+            0,
+            16,
+            int,
+            "alignment alternatives (m): where a copied token is not what the model predicted there while reading "
+            "the prompt, up to m of its own top predictions are drafted beside it; 0 = none",
+        ),
+        ParamSpec(
+            "align_graft",
+            0,
+            0,
+            1,
+            int,
+            "whether each alignment alternative also gets the copied continuation under it: "
+            "no (0) = it stays one token, yes (1) = the continuation follows it too",
+            names={"no": 0, "yes": 1},
+        ),
         ParamSpec("align_generated", 0, 0, 1, int, "1 = alignment sampling also covers generated text (extension)"),
         ParamSpec(
             "max_nodes",
@@ -128,7 +156,7 @@ PARAMS: dict[str, ParamSpec] = {
             256,
             int,
             "draft-node budget per tree (root excluded); auto (0) = the size that "
-            "maximises expected tokens per second of this model's measured forward time (core.sizing)",
+            "maximises expected tokens per second, from this model's measured forward times",
             names={"auto": AUTO},
         ),
         ParamSpec(
@@ -137,8 +165,8 @@ PARAMS: dict[str, ParamSpec] = {
             0,
             64,
             int,
-            "draft-model tokens per step (γ); auto (0) = up to 16, drafting stops after a "
-            "token whose draft probability is under a confidence threshold tuned online (transformers' dynamic "
+            "tokens the draft model proposes per step (γ); auto (0) = up to 16, stopping after a token the draft "
+            "model gives a probability under a confidence threshold tuned as it runs (transformers' dynamic "
             "speculation)",
             names={"auto": AUTO},
         ),

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from core.trace import RunTrace, StepTrace
+
 CHROMIUM = "/usr/bin/chromium"
 FLAGS = [
     "--headless",
@@ -174,3 +176,24 @@ def watch_status(page, selector="#compare-status"):
 
 def statuses(page) -> list[str]:
     return page.evaluate("() => window.__statuses || []")
+
+
+def synthetic_run(method: str, steps: list[StepTrace] = (), **fields) -> RunTrace:
+    """A stored-run-shaped trace built by hand: a complete run of `method` on the default model made of `steps`
+    (its output: what they emitted), any field overridden by `fields` (params, model, output_ids, status, …)."""
+    steps = list(steps)
+    values = dict(
+        method=method,
+        params={},
+        model="smollm2-135m",
+        draft_model=None,
+        device="cpu",
+        dtype="float32",
+        prompt="p",
+        prompt_ids=list(range(10)),
+        steps=steps,
+        output_ids=[t for s in steps for t in s.emitted],
+        status="complete",
+        decode_seconds=1.0,
+    )
+    return RunTrace(**{**values, **fields})

@@ -442,7 +442,7 @@ def test_csd_memory_shows_its_entries_and_what_rescued(app, page):
     memory = memory_now(trace)
     expect(summary).to_contain_text(f"fingerprint {memory.fingerprint()}", timeout=60_000)
     expect(summary).to_contain_text(f"{len(memory)} entries")
-    expect(summary).to_contain_text("online")
+    expect(summary).to_contain_text("shipped (the package's table, read only)")  # the app's csd: reproducible
     expect(summary).to_contain_text(f"rescued in run #{rid}: {len(rescues(trace.steps))} tokens")
     headers = page.locator("#memory-entries thead th").all_inner_texts()
     assert [h.strip() for h in headers][:6] == [

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from browser_util import choose_methods, fill_number, open_page, open_parameters
+from browser_util import choose_methods, fill_number, open_page, open_parameters, synthetic_run
 
 from core.trace import RunTrace
 
@@ -73,10 +73,7 @@ def test_the_corpus_view_shows_the_requests_and_tokens_a_suffix_run_joined(app, 
 
 
 def _run(model: str, fingerprint: str | None, out: list[int]) -> RunTrace:
-    return RunTrace(
-        method="greedy", model=model, draft_model=None, device="cpu", dtype="float32", params={}, prompt="p",
-        prompt_ids=[1, 2], output_ids=out, model_fingerprint=fingerprint, status="complete",
-    )  # fmt: skip
+    return synthetic_run("greedy", model=model, prompt_ids=[1, 2], output_ids=out, model_fingerprint=fingerprint)
 
 
 @pytest.fixture

@@ -22,6 +22,7 @@ from browser_util import (
     shot,
     shot_between,
     statuses,
+    synthetic_run,
     table_rows,
     watch_status,
 )
@@ -324,20 +325,7 @@ def test_replay_opens_on_the_newest_run_already_drawn(app, page, default_runs):
     steps = [big_tree_step(i, 10 + 2 * i) for i in range(5)]
     newest = shared(
         demo,
-        RunTrace(
-            method="aasd",
-            params={"alpha": 0.1, "beta": 0.1},
-            model="smollm2-135m",
-            draft_model=None,
-            device="cpu",
-            dtype="float32",
-            prompt="p",
-            prompt_ids=list(range(10)),
-            steps=steps,
-            output_ids=[t for s in steps for t in s.emitted],
-            status="complete",
-            decode_seconds=1.0,
-        ),
+        synthetic_run("aasd", steps, params={"alpha": 0.1, "beta": 0.1}),
     )
     page.get_by_role("tab", name="Compare").click()
     page.get_by_role("tab", name="Replay & tune").click()
@@ -353,20 +341,7 @@ def test_a_run_without_steps_opens_without_an_error_or_a_0_to_0_slider(app, page
     demo = app[0]
     rid = shared(
         demo,
-        RunTrace(
-            method="greedy",
-            params={},
-            model="smollm2-135m",
-            draft_model=None,
-            device="cpu",
-            dtype="float32",
-            prompt="p",
-            prompt_ids=[1, 2],
-            output_ids=[],
-            steps=[],
-            status="cancelled",
-            decode_seconds=0.0,
-        ),
+        synthetic_run("greedy", prompt_ids=[1, 2], status="cancelled", decode_seconds=0.0, output_ids=[]),
     )
     page.get_by_role("tab", name="Replay & tune").click()
     open_run(page, rid)
@@ -398,9 +373,19 @@ def test_replay_with_no_runs_shows_no_empty_panels(app, page, tmp_path):
 
 
 def open_run(page, rid):
-    """Type the run id and press Load run."""
-    page.locator("#replay-run-id input").fill(str(rid))
-    page.get_by_role("button", name="Load run").click()
+    """Type the run id and press Load run, until the run is drawn: a Load pressed while the tab's own opening (the
+    newest run, when no run was chosen) is still under way can be drawn over by it."""
+    from playwright.sync_api import expect
+
+    for attempt in range(3):
+        page.locator("#replay-run-id input").fill(str(rid))
+        page.get_by_role("button", name="Load run").click()
+        try:
+            expect(page.locator("#replay-info")).to_contain_text(re.compile(rf"run #{rid}\b"), timeout=20_000)
+            return
+        except AssertionError:
+            if attempt == 2:
+                raise
 
 
 def run_row(page, rid, timeout=30.0):
@@ -482,20 +467,7 @@ def test_replay_figures_are_whole_and_the_csd_gate_is_drawn_for_csd_only(app, pa
 
     demo = app[0]
     steps = [big_tree_step(i, 10 + 2 * i) for i in range(3)]
-    run = RunTrace(
-        method="aasd",
-        params={"alpha": 0.1, "beta": 0.1},
-        model="smollm2-135m",
-        draft_model=None,
-        device="cpu",
-        dtype="float32",
-        prompt="p",
-        prompt_ids=list(range(10)),
-        steps=steps,
-        output_ids=[t for s in steps for t in s.emitted],
-        status="complete",
-        decode_seconds=1.0,
-    )
+    run = synthetic_run("aasd", steps, params={"alpha": 0.1, "beta": 0.1})
     rid = shared(demo, run)
     page.get_by_role("tab", name="Replay & tune").click()
     open_run(page, rid)
@@ -526,20 +498,7 @@ def test_a_csd_runs_gate_chart_is_drawn_whole_with_its_labels(app, page):
         s.nodes[:] = [
             replace(n, source="draft", mem_count=3, threshold=0.3) if n.source == "context" else n for n in s.nodes
         ]
-    run = RunTrace(
-        method="csd",
-        params={"tau": 0.3, "lam": 2},
-        model="smollm2-135m",
-        draft_model="smollm2-135m",
-        device="cpu",
-        dtype="float32",
-        prompt="p",
-        prompt_ids=list(range(10)),
-        steps=steps,
-        output_ids=[t for s in steps for t in s.emitted],
-        status="complete",
-        decode_seconds=1.0,
-    )
+    run = synthetic_run("csd", steps, params={"tau": 0.3, "lam": 2}, draft_model="smollm2-135m")
     rid = shared(demo, run)
     page.get_by_role("tab", name="Replay & tune").click()
     open_run(page, rid)
@@ -600,23 +559,7 @@ def test_the_diff_shows_a_dropped_line_as_one_deletion(app, page):
     demo = app[0]
     a_ids = list(range(1000, 1064))
     b_ids = a_ids[:20] + a_ids[26:] + [1999] * 6  # six tokens (a line) dropped, as many others at the end
-    runs = [
-        RunTrace(
-            method=m,
-            params={},
-            model="smollm2-135m",
-            draft_model=None,
-            device="cpu",
-            dtype="float32",
-            prompt="p",
-            prompt_ids=[1, 2],
-            output_ids=ids,
-            steps=[],
-            status="complete",
-            decode_seconds=1.0,
-        )
-        for m, ids in (("greedy", a_ids), ("casd", b_ids))
-    ]
+    runs = [synthetic_run(m, prompt_ids=[1, 2], output_ids=ids) for m, ids in (("greedy", a_ids), ("casd", b_ids))]
     ra, rb = (shared(demo, r) for r in runs)
     page.get_by_role("tab", name="Diff").click()
     pick(page, "#diff-a", f"#{ra} greedy")
@@ -637,20 +580,7 @@ def test_the_export_zip_is_named_for_the_runs_it_holds(app, page):
     from playwright.sync_api import expect
 
     demo = app[0]
-    run = RunTrace(
-        method="greedy",
-        params={},
-        model="smollm2-135m",
-        draft_model=None,
-        device="cpu",
-        dtype="float32",
-        prompt="p",
-        prompt_ids=[1],
-        output_ids=[5],
-        steps=[],
-        status="complete",
-        decode_seconds=1.0,
-    )
+    run = synthetic_run("greedy", prompt_ids=[1], output_ids=[5])
     ids = [shared(demo, run) for _ in range(9)]
     page.get_by_role("tab", name="Export").click()
     for i in ids:

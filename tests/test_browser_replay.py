@@ -6,7 +6,7 @@ table and the text so far. Behaviour only; benchmarks/bench_replay_browser.py ti
 from __future__ import annotations
 
 import pytest
-from browser_util import open_page
+from browser_util import open_page, synthetic_run
 
 from core.trace import NodeTrace, RunTrace, StepTrace
 
@@ -116,20 +116,7 @@ def make_run() -> RunTrace:
     for i in range(STEPS):
         steps.append(make_step(i, pos))
         pos += len(steps[-1].emitted)
-    return RunTrace(
-        method="csd",
-        params={"tau": 0.3},
-        model="synthetic",
-        draft_model=None,
-        device="cpu",
-        dtype="float32",
-        prompt="p",
-        prompt_ids=list(range(10)),
-        steps=steps,
-        output_ids=[t for s in steps for t in s.emitted],
-        status="complete",
-        decode_seconds=1.0,
-    )
+    return synthetic_run("csd", steps, params={"tau": 0.3}, model="synthetic")
 
 
 @pytest.fixture(scope="module")
@@ -391,22 +378,9 @@ def test_the_step_figures_fill_their_boxes_with_no_blank_band_above_the_node_tab
         shot_between(page, f"replay-figures-fill-step{k}", "#replay-info", "#replay-nodes")
 
 
-def synthetic_run(method: str, steps: list[StepTrace]) -> RunTrace:
-    """A complete run of `method` made of `steps` (its output: what they emitted)."""
-    return RunTrace(
-        method=method,
-        params={},
-        model="synthetic",
-        draft_model=None,
-        device="cpu",
-        dtype="float32",
-        prompt="p",
-        prompt_ids=list(range(10)),
-        steps=steps,
-        output_ids=[t for s in steps for t in s.emitted],
-        status="complete",
-        decode_seconds=1.0,
-    )
+def local_run(method: str, steps: list[StepTrace]) -> RunTrace:
+    """A complete run of `method` made of `steps`, on a model this server does not have (browser_util.synthetic_run)."""
+    return synthetic_run(method, steps, model="synthetic")
 
 
 def long_text_run(steps: int = 20) -> RunTrace:
@@ -418,7 +392,7 @@ def long_text_run(steps: int = 20) -> RunTrace:
             NodeTrace(i, 10 + i, 1, 0, 1, 1000 + i, f" word{i:02d}" + "-abcdefgh" * 4, "model", "bonus", "own", p=0.7),
         ]
         out.append(StepTrace(i, 10 + i, 0, 0, [1000 + i], draft_ms=0.5, forward_ms=10.0, nodes=nodes))
-    return synthetic_run("greedy", out)
+    return local_run("greedy", out)
 
 
 def load(page, rid, method):
@@ -519,7 +493,7 @@ def long_chain_run() -> RunTrace:
         )
     nodes.append(NodeTrace(0, 10, len(nodes), 0, 1, 300, "The", "model", "bonus", "the target's own token", p=0.7))
     step = StepTrace(0, 10, len(words), 0, [300], draft_ms=0.5, forward_ms=10.0, nodes=nodes)
-    return synthetic_run("pld", [step])
+    return local_run("pld", [step])
 
 
 def test_labels_on_a_long_chain_do_not_run_into_each_other(app, replay):

@@ -346,7 +346,9 @@ def test_reasons_name_aasds_threshold_theta_and_corrections_by_their_text():
     from workbench.ui.reasons import readable_reason
 
     aasd = "p 0.05 < δ 0.2 = min(α·H + β, max p); correction 504"
-    assert readable_reason(aasd, {504: " the"}.get) == "p 0.05 < θ 0.2 = min(α·H + β, max p); correction ' the'"
+    assert (
+        readable_reason(aasd, {504: " the"}.get) == "p 0.05 < θ 0.2 = min(α·H + β, max p); correction '␣the'"
+    )  # whitespace shown as everywhere (core.token_text)
     casd = "p 0.05 ≤ max(δ, p_eos) 0.1"  # CASD's fixed δ keeps its name
     assert readable_reason(casd) == casd
 
@@ -533,7 +535,7 @@ def test_memory_entries_sorted_by_count_with_every_rescuing_pair():
     frame = entries_frame(memory, Counter({(5, 6): 2, (7, 8): 1}), lambda i: f"t{i}", limit=2)
     assert list(frame.columns) == ENTRY_COLUMNS
     assert list(frame["count"]) == [9, 5, 1, 0]  # the top 2, then the pairs that rescued although not in the top
-    assert list(frame["rescued in the runs"]) == [0, 0, 2, 1] and frame["draft token"].iloc[0] == "'t3'"
+    assert list(frame["rescued in the runs"]) == [0, 0, 2, 1] and frame["draft token"].iloc[0] == "t3"
 
 
 def test_replay_offers_only_rules_that_re_score_and_labels_its_sliders_with_their_range():
@@ -873,9 +875,11 @@ def test_the_diff_outlines_one_cell_when_an_insertion_comes_before_the_shifted_r
 def test_a_column_says_when_csd_drafts_from_the_context_for_want_of_a_draft_model():
     from workbench.ui.compare_tab import column_head
 
-    assert column_head("csd", "") == "### csd\n*no draft model: drafts from the prompt's context (as AASD does)*"
+    assert column_head("csd", "").startswith(
+        "### csd\n*no draft model: drafts from the prompt's context (as AASD does)*"
+    )
     assert column_head("csd[lam=2]", None).startswith("### csd[lam=2]\n*no draft model")
-    assert column_head("csd", "qwen2.5-coder-0.5b") == "### csd"  # with a draft model: the paper's CSD
+    assert "no draft model" not in column_head("csd", "qwen2.5-coder-0.5b")  # with a draft model: the paper's CSD
     assert column_head("aasd", "") == "### aasd" and column_head("greedy", "") == "### greedy"
 
 

@@ -15,7 +15,7 @@ from core.drafters import DraftEnv, Drafter, RecycleTable, make_drafter
 from core.drafters.recycle import shared_table
 from core.errors import InvalidInputError
 from core.methods.registry import Method
-from core.params import is_auto
+from core.params import SHIPPED_MEMORY, is_auto
 from core.rules import Rescue
 from core.sizing import TreeSizer
 from core.step import Verifier
@@ -90,9 +90,14 @@ def make_verifier(
     return verify_sampled
 
 
-def correction_memory(method: Method, target, draft=None, memory=None):
-    """The correction memory a run reads and updates: `memory` when given, else for the methods that read one
+def correction_memory(method: Method, target, draft=None, memory=None, params: Mapping[str, Any] | None = None):
+    """The correction memory a run reads and updates: for `memory_mode=shipped` the pair's table shipped with the
+    package (core.memory.shipped_memory, read only); else `memory` when given, else for the methods that read one
     the model pair's shared, persisted table (core.memory.shared_memory), else None."""
+    if method.reads_memory and int((params or {}).get("memory_mode", 0) or 0) == SHIPPED_MEMORY:
+        from core.memory import shipped_memory
+
+        return shipped_memory(target, draft)
     if method.reads_memory and memory is None:
         from core.memory import shared_memory
 
@@ -167,7 +172,7 @@ def build(
     (`suffix`, `fallback=suffix`) unless `corpus` is given."""
     if method.external is not None:
         raise InvalidInputError(f"method {method.name!r} runs outside our engine (transformers' generate)")
-    memory = correction_memory(method, target, draft, memory)
+    memory = correction_memory(method, target, draft, memory, params)
     if table is None:
         table = recycle_table(method, params, target)
     if corpus is None:

@@ -236,7 +236,7 @@ def _decoding_parts(
 ) -> _DecodingParts:
     """The drafter, verifier and tree sizer of one request; what they start from goes into the run's params."""
     p = run.params
-    memory = correction_memory(method, target, draft, memory)
+    memory = correction_memory(method, target, draft, memory, p)
     if method.reads_memory:  # which memory the run read, and how: a stored run says what made it
         p.update(memory_sha=memory.fingerprint(), memory_pairs=len(memory), memory_observations=memory.total)
         if p.get("keys", 0):  # generalised keys: derived from the exact pairs and the target's token texts

@@ -6,6 +6,7 @@ import argparse
 import json
 
 from core.errors import WorkbenchError
+from core.token_text import spoken_reason, texts_by_id, visible_token
 from workbench.commands import common
 
 
@@ -203,10 +204,12 @@ def _show(store, args) -> int:
         print(
             f"{'node':>4} {'parent':>6} {'depth':>5} {'token':>7}  {'text':12} {'source':10} {'decision':9} {'p':>7} {'rank':>4}  reason"
         )
+        # Reasons name a correction by its text (core.token_text); its id stays in --json's correction_id.
+        text_of = texts_by_id((n.token_id, n.token_text) for n in step.nodes)
         for n in step.nodes:
             print(
-                f"{n.node:>4} {n.parent:>6} {n.depth:>5} {n.token_id:>7}  {n.token_text[:12]!r:12} {n.source:10} "
-                f"{n.decision:9} {_fmt(n.p):>7} {_fmt(n.rank):>4}  {n.reason}"
+                f"{n.node:>4} {n.parent:>6} {n.depth:>5} {n.token_id:>7}  {visible_token(n.token_text)[:12]:12} "
+                f"{n.source:10} {n.decision:9} {_fmt(n.p):>7} {_fmt(n.rank):>4}  {spoken_reason(n.reason, text_of)}"
             )
         return 0
     stored = store.load_run(args.id, nodes=False)

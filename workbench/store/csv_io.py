@@ -21,6 +21,7 @@ from sqlalchemy.orm import Session
 
 from core.errors import InvalidInputError
 from core.files import open_text
+from core.token_text import spoken_reason
 from core.trace import DECISIONS, SOURCES, STATUSES
 from workbench.store.errors import CsvFormatError
 from workbench.store.rows import chunks
@@ -58,17 +59,40 @@ FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 csv.field_size_limit(min(sys.maxsize, 2**31 - 1))
 
 
-def csv_columns(name: str) -> list[str]:
-    """The header of `name`.csv: the table's columns, `id` written as `run_id`, and `tags` for runs."""
+# Columns written for a person and ignored on import (an export without them imports too): a node's reason with
+# its correction token named by text (core.token_text), beside `reason` as stored ("correction 504") and the id in
+# `correction_id`, which a re-import keeps byte for byte.
+DERIVED = {"nodes": {"reason_text": "reason"}}  # column -> the stored column it is written after
+
+
+def csv_columns(name: str, derived: bool = True) -> list[str]:
+    """The header of `name`.csv: the table's columns, `id` written as `run_id`, and `tags` for runs; with `derived`,
+    the DERIVED columns after the ones they read."""
     cols = [c.name for c in CSV_TABLES[name].columns]
     if name == "runs":
         cols = ["run_id" if c == "id" else c for c in cols] + ["tags"]
+    if derived:
+        for col, after in DERIVED.get(name, {}).items():
+            cols.insert(cols.index(after) + 1, col)
     return cols
+
+
+def _token_texts(session: Session, run_ids: Sequence[int]) -> dict[int, dict[int, str]]:
+    """run id -> {token id: text} from the runs' node records: what a reason's correction id is named by."""
+    out: dict[int, dict[int, str]] = {}
+    rows = session.execute(
+        select(Node.run_id, Node.token_id, Node.token_text).where(Node.run_id.in_(run_ids)).distinct()
+    )
+    for run_id, token_id, text in rows:
+        out.setdefault(run_id, {})[token_id] = text
+    return out
 
 
 def table_type(name: str, column: str) -> str:
     if name == "runs" and column in ("run_id", "tags"):
         return "int" if column == "run_id" else "json"
+    if column in DERIVED.get(name, {}):
+        return "text"
     t = CSV_TABLES[name].c[column].type
     if isinstance(t, JSON):
         return "json"
@@ -196,11 +220,15 @@ def write_csv(
             key = table.c.id if name == "runs" else table.c.run_id
             order = list(table.primary_key.columns)
             for chunk in chunks(run_ids, 500):
+                texts = _token_texts(session, chunk) if name == "nodes" else {}
                 for row in session.execute(select(table).where(key.in_(chunk)).order_by(*order)):
                     m = dict(row._mapping)
                     if name == "runs":
                         m["run_id"] = m.pop("id")
                         m["tags"] = tags.get(m["run_id"], [])
+                    if name == "nodes":
+                        known = texts.get(m["run_id"], {})
+                        m["reason_text"] = spoken_reason(m["reason"], lambda t: known.get(t, f"⟨{t}⟩"))
                     values = [_format(table_type(name, c), m[c]) for c in cols]
                     (quoted if any("\r" in v for v in values) else w).writerow(values)
     return paths
@@ -239,6 +267,8 @@ def _read_rows(path: Path, name: str) -> list[dict[str, Any]]:
     with open_text(path, what=f"{name}.csv", max_bytes=CSV_BYTES, newline="") as f:
         reader = csv.reader(f)
         header = next(reader, None)
+        if header == csv_columns(name, derived=False):  # written before the derived columns were
+            cols = header
         if header != cols:
             missing = [c for c in cols if c not in (header or [])]
             extra = [c for c in (header or []) if c not in cols]
@@ -254,6 +284,9 @@ def _read_rows(path: Path, name: str) -> list[dict[str, Any]]:
         # What each column takes, worked out once per file rather than once per cell.
         specs = []
         for col in cols:
+            if col in DERIVED.get(name, {}):
+                specs.append((col, None, "text", True, None, None, None))
+                continue
             db_col = "id" if (name == "runs" and col == "run_id") else col
             nullable = col != "tags" and table.c[db_col].nullable and not table.c[db_col].primary_key
             specs.append(
@@ -286,7 +319,8 @@ def _read_rows(path: Path, name: str) -> list[dict[str, Any]]:
                         f"{path.name} row {line}, column {col!r}: {e} (a value of {len(raw):,} "
                         f"characters, not repeated here); nothing was imported"
                     ) from None
-                row[db_col] = value
+                if db_col is not None:  # a derived column is not stored
+                    row[db_col] = value
             row["_line"] = line
             rows.append(row)
     return rows

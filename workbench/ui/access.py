@@ -46,14 +46,20 @@ class Viewer:
 
     def check(self, run_id: int, tags: Sequence[str]) -> None:
         if not self.can_see(tags):
-            raise not_visible(run_id)
+            raise not_visible(run_id, self)
 
 
 NOBODY = Viewer(OWNER_PREFIX + "-")  # what a page shows before a session asks: the shared runs only
 
 
-def not_visible(run_id) -> RunNotFoundError:
-    """The same answer as for a run that does not exist: another session's run is not revealed."""
+def not_visible(run_id, viewer: Viewer | None = None) -> RunNotFoundError:
+    """The same answer as for a run that does not exist: another session's run is not revealed. In single-user mode
+    (`viewer.owner` None) every run is everyone's, so the answer speaks of the store, not of sessions."""
+    if viewer is not None and viewer.owner is None:
+        return RunNotFoundError(
+            f"no run {run_id} in this app's store (the Replay & tune tab lists every run it holds; "
+            "a deleted run is gone)"
+        )
     return RunNotFoundError(
         f"no run {run_id} among this session's runs and the shared ones (runs made in the app "
         f"belong to the browser session that made them until their owner shares them)"

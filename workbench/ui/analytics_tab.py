@@ -11,13 +11,13 @@ from core.trace import RunTrace
 from workbench.store import Store
 from workbench.ui.access import NOBODY
 from workbench.ui.figures import analytics as af
-from workbench.ui.shared import TUNABLE, RunCache, method_colors, parse_run_ids, public_message, run_choices
+from workbench.ui.shared import TUNABLE, RunCache, asked_as, method_colors, parse_run_ids, public_message, run_choices
 
 AUTO_SWEEP = "auto"
 
 
 def labelled_traces(cache: RunCache, choice, last_comparison, viewer=None) -> list[tuple[str, RunTrace]]:
-    """("#12 aasd", trace) of the chosen runs, or of the last comparison when none is chosen; a run that
+    """("#12 aasd", trace) of the chosen runs (the method as the run was asked for: "#13 aasd[auto]"), or of the last comparison when none is chosen; a run that
     cannot be read is left out with a warning."""
     try:
         ids = parse_run_ids(choice or last_comparison)
@@ -31,7 +31,7 @@ def labelled_traces(cache: RunCache, choice, last_comparison, viewer=None) -> li
         except WorkbenchError as e:
             gr.Warning(public_message(str(e)))
             continue
-        pairs.append((f"#{stored.id} {stored.trace.method}", stored.trace))
+        pairs.append((f"#{stored.id} {asked_as(stored.trace.method, stored.trace.params)}", stored.trace))
     return pairs
 
 
@@ -56,7 +56,7 @@ def figures_of(pairs, param_choice) -> tuple[go.Figure, ...]:
         af.restyled(af.accept_by_depth_figure(pairs), colors),
         af.restyled(af.accept_by_source_figure(pairs), colors),
         af.restyled(af.runs_bar_figure(pairs), colors),
-        af.restyled(sweep, method_colors([t.method for _, t in pairs])),
+        af.restyled(sweep, method_colors([asked_as(t.method, t.params) for _, t in pairs])),
     )
 
 

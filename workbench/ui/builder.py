@@ -12,7 +12,7 @@ from workbench.ui.access import Viewer, viewer_of
 from workbench.ui.analytics_tab import analytics_tab
 from workbench.ui.compare_tab import compare_tab
 from workbench.ui.corpus_view import corpus_models
-from workbench.ui.diff_tab import diff_tab
+from workbench.ui.diff_tab import diff_tab, picks_for
 from workbench.ui.export_tab import export_tab
 from workbench.ui.memory_tab import csd_choices, memory_tab
 from workbench.ui.replay_tab import replay_tab
@@ -65,7 +65,7 @@ def build_app(
             with gr.Tab("Replay & tune") as replay:
                 replay_parts = replay_tab(store, pool, cache, who)
             with gr.Tab("Diff", elem_id="tab-diff") as diff:
-                diff_a, diff_b = diff_tab(store, cache, who)
+                diff_a, diff_b = diff_tab(store, cache, who, compare_ids)
             with gr.Tab("CSD memory", elem_id="tab-memory") as memory:
                 memory_pick, corpus_pick = memory_tab(store, cache, compare_ids, who)
             with gr.Tab("Analytics") as analytics:
@@ -101,10 +101,10 @@ def build_app(
         for step in replay_parts.open_new:
             event = event.then(**step, api_name=False)
 
-        def two_picks(request: gr.Request):
-            return picks(request), picks(request)
+        def two_picks(request: gr.Request, ids, a_now, b_now):
+            return picks_for(run_choices(store, who(request)), ids, a_now, b_now)
 
-        diff.select(two_picks, None, [diff_a, diff_b], api_name=False)
+        diff.select(two_picks, [compare_ids, diff_a, diff_b], [diff_a, diff_b], api_name=False)
 
         def memory_picks(request: gr.Request):
             viewer = who(request)

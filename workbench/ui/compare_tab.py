@@ -16,8 +16,9 @@ import gradio as gr
 import pandas as pd
 
 from core.errors import InvalidInputError, WorkbenchError
+from core.memory import memory_path, pair_fingerprint, shipped_memory
 from core.methods.build import sizes_trees
-from core.params import PARAMS
+from core.params import MEMORY_MODES, PARAMS, SHIPPED_MEMORY
 from core.stats import first_divergence, run_metrics
 from core.step import check_prompt
 from core.thresholds import FITTED_PARAMS
@@ -47,6 +48,7 @@ from workbench.ui.shared import (
 SLOTS = service.MAX_METHODS  # columns
 FREE_TEXT = "(free text)"
 FITTED_VARIANTS = ("aasd[auto]", "casd[auto]")  # verify with the thresholds fitted to the model (core.thresholds)
+ONLINE_VARIANTS = ("csd[memory_mode=online]",)  # the paper's CSD: its memory learns (plain csd reads the shipped one)
 FLIP_CLASS = "tok-flip"  # a lossless method's first token that is not greedy's
 UPLOAD_HINT = (
     'JSON Lines, one task a line: `{"id": "q1", "task": "qa", "input": "the question", '
@@ -87,6 +89,18 @@ def task_fields(t: Task) -> tuple[str, str, int, bool]:
         fill_template(t.template, context="", input=t.input, where=f"task {t.id}").strip() if t.template else t.input
     )
     return t.context or "", text_in, max(t.max_new_tokens or 0, PARAMS["max_new_tokens"].default), t.chat
+
+
+def upload_refusal(reason: str) -> str:
+    """Why nothing runs while a task file that could not be read is uploaded: what is wrong, and what to do."""
+    return (
+        f"the uploaded task file could not be read ({reason}): nothing runs until you fix it and upload it again, "
+        "or remove it (✕) to run the bundled samples"
+    )
+
+
+def upload_error_md(reason: str) -> str:
+    return error_md(upload_refusal(reason))
 
 
 def free_text_fields() -> tuple[str, str, int, bool]:
@@ -206,11 +220,63 @@ def closing_status(run_ids, where: str, stopped: bool, compression) -> str:
 
 def column_head(method: str, draft_name: str | None) -> str:
     """A column's title: the method, and for a method that falls back to another drafter without a draft model
-    (csd drafts from the context then) a line that says so, since its paper's version drafts with a model."""
-    m = get_method(parse_method_spec(method)[0])
+    (csd drafts from the context then) a line that says so, since its paper's version drafts with a model; a
+    method that reads CSD's correction memory says which memory (memory_head)."""
+    name, overrides = parse_method_spec(method)
+    m = get_method(name)
+    lines = [f"### {method}"]
     if not (draft_name or "").strip() and m.drafter_without_draft is not None:
-        return f"### {method}\n*no draft model: drafts from the prompt's context (as AASD does)*"
-    return f"### {method}"
+        lines.append("*no draft model: drafts from the prompt's context (as AASD does)*")
+    if m.reads_memory:
+        lines.append(memory_head(app_memory_mode(name, overrides)))
+    head, notes = lines[0], lines[1:]
+    return head + ("\n" + "  \n".join(notes) if notes else "")  # "  \n": a Markdown line break between notes
+
+
+def app_memory_mode(name: str, overrides: Mapping[str, Any]) -> int:
+    """The memory_mode a run of the app reads: the one the spec names (`csd[memory_mode=online]`), else `shipped`:
+    the package's table read only, so the default comparison gives the same answer every time (an online memory
+    grows with every rejection, and after a few runs a pair's count reaches λ and changes the answer)."""
+    given = overrides.get("memory_mode")
+    return SHIPPED_MEMORY if given is None else resolve_params(name, {"memory_mode": given})["memory_mode"]
+
+
+def memory_head(mode: int) -> str:
+    """The column's line on the memory it reads."""
+    if mode == SHIPPED_MEMORY:
+        return "*memory: the shipped table, read only (the same answer every run; `csd[memory_mode=online]` learns)*"
+    if mode == MEMORY_MODES["online"]:
+        return "*memory: online: every rejection adds to it, so its answers change as it grows*"
+    return "*memory: this server's table, read only (online runs grow it)*"
+
+
+def memory_note(params: Mapping[str, Any], shipped_total: int, shipped_sha: str, home_file: str) -> str:
+    """For a run that read a memory other than the shipped table (online or frozen), what it read beside the shipped
+    one: " · ⚠ memory: 1,234 observations added since the shipped table …" with how to go back; for a run that read
+    the shipped table, "" (or, when the package ships none for the pair, that its memory was empty); "" for a run
+    that read no memory."""
+    if "memory_sha" not in params:
+        return ""
+    if int(params.get("memory_mode", 0) or 0) == SHIPPED_MEMORY:
+        if shipped_total:
+            return ""
+        return (
+            " · memory: no table is shipped for this model pair, so it was empty (a rejected token is rescued only "
+            "at λ = 0); `csd[memory_mode=online]` learns from its rejections"
+        )
+    if params["memory_sha"] == shipped_sha:
+        return " · memory: the shipped table as shipped (nothing added yet)"
+    added = int(params.get("memory_observations") or 0) - shipped_total
+    grown = (
+        f"**{added:,} observations added since the shipped table**"
+        if added > 0
+        else f"**not the shipped table** ({int(params.get('memory_observations') or 0):,} observations)"
+    )
+    return (
+        f" · ⚠ memory: {grown} (online runs here), so this answer can differ from a fresh install's; plain `csd` "
+        f"reads the shipped table; to reset, stop the app and delete `memory/{home_file}` in the workbench home "
+        "(WORKBENCH_HOME, default ~/.cache/spec-workbench)"
+    )
 
 
 def speed_summary(names: list[str], tps: list[list[float]], speedups: list[list[float]], mals: list[list[float]]):
@@ -330,6 +396,7 @@ class CompareForm:
     uploaded: gr.State  # the tasks of the uploaded file, by choice label
     upload_error: gr.State  # why the uploaded file could not be read ("" when it could, or there is none)
     task_cap: gr.State  # the token cap the last task filled in: a different value in the field is the user's own
+    upload_note: gr.Markdown  # under the upload control: what the file gave, or why it could not be read
     on_load: dict = field(default_factory=dict)  # event arguments the app runs when the page loads (the prompt line)
 
     @property
@@ -357,6 +424,7 @@ def _number(name: str, active: bool) -> gr.Number:
         gr.Number(
             spec.default,
             label=param_label(name),
+            info=spec.help,  # what the parameter is, in words (core.params' one description of it)
             precision=0 if spec.kind is int else None,
             elem_id=f"param-{name}",
             interactive=active,
@@ -385,13 +453,13 @@ def build_form(tasks: Mapping[str, Task], allow_local: bool = True) -> CompareFo
             scale=2,
         )
         methods = gr.Dropdown(
-            service.UI_METHODS + list(FITTED_VARIANTS),
+            service.UI_METHODS + list(FITTED_VARIANTS) + list(ONLINE_VARIANTS),
             value=list(service.DEFAULT_METHODS),
             multiselect=True,
             max_choices=SLOTS,
             allow_custom_value=True,
             label=f"Methods (up to {SLOTS}; greedy: the speed-up reference; variants: aasd[align_graft=1], "
-            "aasd[auto] = fitted thresholds)",
+            "aasd[auto] = fitted thresholds; csd reads the shipped memory, csd[memory_mode=online] adds to it)",
             scale=3,
             elem_id="compare-methods",
         )
@@ -401,9 +469,10 @@ def build_form(tasks: Mapping[str, Task], allow_local: bool = True) -> CompareFo
         )
         with gr.Column(scale=2):  # collapsed beside the task: the page keeps its height until a file is wanted
             with gr.Accordion("…or upload a task file (JSON Lines, one task a line)", open=False, elem_id="upload-box"):
-                task_file = gr.File(
-                    label="task file (.jsonl or .json)", file_types=[".jsonl", ".json"], elem_id="task-file"
-                )
+                # Any file is taken and read by the handler: Gradio's own type filter answered a .png with a bare
+                # "Error" on the control, where the handler says what is wrong beside it (upload_note).
+                task_file = gr.File(label="task file (.jsonl or .json)", elem_id="task-file")
+                upload_note = gr.Markdown("", elem_id="upload-note")
                 gr.Markdown(UPLOAD_HINT, elem_id="upload-hint")
         chat = gr.Checkbox(first.chat, label="apply the chat template", scale=1)
         repeats = lenient(
@@ -517,6 +586,7 @@ def build_form(tasks: Mapping[str, Task], allow_local: bool = True) -> CompareFo
         gr.State({}),
         gr.State(""),
         gr.State(task_fields(first)[2]),
+        upload_note,
     )
 
 
@@ -659,15 +729,17 @@ class Comparison:
         """Everything that can be refused before a model loads."""
         r = self.req
         if r.upload_error:
-            raise InvalidInputError(
-                f"the uploaded task file could not be read ({r.upload_error}): fix it and upload it "
-                "again, or remove it (✕) to run the bundled samples"
-            )
+            raise InvalidInputError(upload_refusal(r.upload_error))
         self.n_repeats = check_repeats(r.repeats)
         self.specs = service.check_methods(r.methods or [], r.model, r.draft)
         chosen = {n: v for n, v in r.params.items() if v is not None and v != PARAMS[n].default}
         self.max_new_tokens = chosen["max_new_tokens"] = check_max_new_tokens(r.max_new_tokens)
-        self.per_method = [service.method_params(name, chosen, over) for name, over in self.specs]
+        self.per_method = [
+            service.method_params(name, chosen, {"memory_mode": app_memory_mode(name, over), **over})
+            if get_method(name).reads_memory
+            else service.method_params(name, chosen, over)
+            for name, over in self.specs
+        ]
         for spec in (r.model, r.draft):
             service.check_model_access(spec, self.pool.allow_local)
         check_model_source(r.model, r.draft, allow_local=self.pool.allow_local)
@@ -804,7 +876,20 @@ class Comparison:
             if self.n_repeats > 1
             else ""
         )
-        return shown + metrics_md(run, run_id, greedy_tps, score, score_label(task) if task is not None else None)
+        return (
+            shown
+            + metrics_md(run, run_id, greedy_tps, score, score_label(task) if task is not None else None)
+            + self._memory_note(run)
+        )
+
+    def _memory_note(self, run) -> str:
+        """memory_note for a run that read CSD's memory, against this model pair's shipped table."""
+        if "memory_sha" not in run.params:
+            return ""
+        target, draft = self.models.target, self.models.draft if run.draft_model else None
+        shipped = shipped_memory(target, draft)
+        pair = pair_fingerprint(target.fingerprint, draft.fingerprint if draft is not None else None)
+        return memory_note(run.params, shipped.total, shipped.fingerprint(), memory_path(pair).name)
 
     def _stream(self, name: str, slot: int) -> Iterator[service.Progress]:
         # The worker holds the model's slot, so a client that goes away gives it back (service.stream_run)
@@ -899,19 +984,23 @@ class CompareHandlers:
         return fields[0], fields[1], gr.update() if users else fields[2], fields[3], task_cap if users else fields[2]
 
     def upload(self, path):
-        """(tasks, task dropdown, status line, the file's error): a file that cannot be read is remembered, so Run
-        says so instead of running the sample still chosen."""
+        """(tasks, task dropdown, status line, the file's error, the note under the upload control): a file that
+        cannot be read is said so at once beside the control, and remembered, so Run refuses instead of running the
+        sample still chosen."""
         if not path:
-            return {}, gr.update(choices=[FREE_TEXT] + list(self.tasks)), "", ""
+            return {}, gr.update(choices=[FREE_TEXT] + list(self.tasks)), "", "", ""
         try:
             loaded = {f"upload:{t.id}": t for t in service.sample_tasks(path)}
         except WorkbenchError as e:
-            return {}, gr.update(), error_md(e), public_message(str(e))
+            note = upload_error_md(public_message(str(e)))
+            return {}, gr.update(), note, public_message(str(e)), note
+        done = f"loaded {len(loaded)} task(s) from the file: the first is chosen under Task"
         return (
             loaded,
             gr.update(choices=[FREE_TEXT] + list(self.tasks) + list(loaded), value=next(iter(loaded), FREE_TEXT)),
-            f"loaded {len(loaded)} task(s) from the file",
+            done,
             "",
+            done,
         )
 
     def active_fields(self, method_list):
@@ -969,28 +1058,10 @@ class CompareHandlers:
         repeats,
         upload_error="",
     ):
-        params = dict(
-            zip(
-                PARAM_FIELDS,
-                (
-                    delta,
-                    alpha,
-                    beta,
-                    tau,
-                    lam,
-                    key_len,
-                    ngram,
-                    align_m,
-                    align_graft,
-                    max_nodes,
-                    gamma,
-                    top_k,
-                    temperature,
-                    top_p,
-                    seed,
-                ),
-            )
-        )
+        # The signature is the API's list of named parameters; the parameter fields among them are read by name, in
+        # PARAM_FIELDS (the one list of them: CompareForm.inputs' order, checked against this signature by a test).
+        given = locals()
+        params = {name: given[name] for name in PARAM_FIELDS}
         req = CompareRequest(
             model_name,
             draft_name,
@@ -1054,7 +1125,10 @@ def compare_tab(store: Store, pool: service.ModelPool, compare_ids: gr.State, wh
         api_name=False,
     )
     form.task_file.change(
-        h.upload, [form.task_file], [form.uploaded, form.task, form.status, form.upload_error], api_name=False
+        h.upload,
+        [form.task_file],
+        [form.uploaded, form.task, form.status, form.upload_error, form.upload_note],
+        api_name=False,
     )
     form.methods.change(h.active_fields, [form.methods], [form.controls[n] for n in PARAM_FIELDS], api_name=False)
     info = dict(

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 import gradio as gr
 
 from core.errors import InvalidInputError, WorkbenchError
+from core.token_text import visible_token
 from core.trace import RunTrace
 from workbench.store.compare import compare_traces
 from workbench.ui import tokens
@@ -30,7 +31,9 @@ def _known(trace: RunTrace, origins: Sequence[tuple[str, str]]) -> dict[int, str
 
 def _show(token: int | None, texts: Sequence[str], at: int | None) -> str:
     return (
-        "(its output ends here)" if token is None or at is None or at >= len(texts) else f"`{texts[at]!r}` (id {token})"
+        "(its output ends here)"
+        if token is None or at is None or at >= len(texts)
+        else f"`'{visible_token(texts[at])}'` (id {token})"
     )
 
 
@@ -71,18 +74,43 @@ def diff_runs(cache: RunCache, a, b, viewer=None) -> tuple[str, str]:
     return diff_outputs(ia, sa.trace, oa, ib, sb.trace, ob)
 
 
-def diff_tab(store, cache: RunCache, who) -> tuple[gr.Dropdown, gr.Dropdown]:
-    """Build the tab; returns its two run pickers (refreshed when the tab opens)."""
+def last_pair(compare_ids) -> tuple[int, int] | None:
+    """The runs the Diff tab offers first: the last comparison's first two (its greedy run and the method beside it,
+    e.g. greedy against aasd); None before a comparison has stored two."""
+    ids = list(compare_ids or [])
+    return (ids[0], ids[1]) if len(ids) >= 2 else None
+
+
+def picks_for(choices, compare_ids, a_now=None, b_now=None, follow: bool = False) -> tuple[dict, dict]:
+    """The two pickers with `choices`: on the last comparison's first two runs when `follow` (a new comparison) or
+    when nothing is chosen yet, else as the user left them."""
+    pair = last_pair(compare_ids)
+    if pair is not None and (follow or a_now in (None, "") or b_now in (None, "")):
+        return gr.update(choices=choices, value=pair[0]), gr.update(choices=choices, value=pair[1])
+    return gr.update(choices=choices), gr.update(choices=choices)
+
+
+def diff_tab(store, cache: RunCache, who, compare_ids: gr.State | None = None) -> tuple[gr.Dropdown, gr.Dropdown]:
+    """Build the tab; returns its two run pickers (refreshed when the tab opens). With `compare_ids` (the session's
+    last comparison) the pickers start on its first two runs and follow each new comparison."""
     gr.Markdown(
         "Two stored runs' outputs aligned token by token (sequence matching: a token one run adds or drops "
         "shows as an insertion or deletion): where they part and what each emitted there (e.g. greedy against "
         "a relaxed method on the same prompt)."
     )
     with gr.Row():
+        # No value until there is a pair to show: Gradio's default, the first choice, put one run in both pickers.
         a = gr.Dropdown(
-            run_choices(store, NOBODY), allow_custom_value=True, label="Run A (e.g. greedy)", elem_id="diff-a", scale=3
+            run_choices(store, NOBODY),
+            value=None,
+            allow_custom_value=True,
+            label="Run A (e.g. greedy)",
+            elem_id="diff-a",
+            scale=3,
         )
-        b = gr.Dropdown(run_choices(store, NOBODY), allow_custom_value=True, label="Run B", elem_id="diff-b", scale=3)
+        b = gr.Dropdown(
+            run_choices(store, NOBODY), value=None, allow_custom_value=True, label="Run B", elem_id="diff-b", scale=3
+        )
         go = gr.Button("Diff", variant="primary", scale=1, elem_id="diff-go")
     summary = gr.Markdown("", elem_id="diff-summary")
     tokens = gr.HTML("", elem_id="diff-tokens")
@@ -91,4 +119,12 @@ def diff_tab(store, cache: RunCache, who) -> tuple[gr.Dropdown, gr.Dropdown]:
         return diff_runs(cache, x, y, who(request))
 
     go.click(run, [a, b], [summary, tokens], api_name="diff")
+    if compare_ids is not None:
+
+        def follow(request: gr.Request, ids):
+            if last_pair(ids) is None:
+                return gr.update(), gr.update()
+            return picks_for(run_choices(store, who(request)), ids, follow=True)
+
+        compare_ids.change(follow, [compare_ids], [a, b], api_name=False, show_progress="hidden")
     return a, b

@@ -24,7 +24,7 @@ def export_zip(store: Store, choice, last_comparison, viewer: Viewer | None = No
                 try:
                     viewer.check(i, store.run_tags(i))
                 except RunNotFoundError:
-                    raise not_visible(i) from None
+                    raise not_visible(i, viewer) from None
     except WorkbenchError as e:
         return None, error_md(e)
     if not ids:

@@ -12,8 +12,18 @@ import gradio as gr
 import pandas as pd
 
 from core.errors import InvalidInputError, WorkbenchError
-from core.memory import CorrectionMemory, calibrated_path, pair_fingerprint, rescues, shared_memory
+from core.memory import (
+    CorrectionMemory,
+    calibrated_path,
+    pair_fingerprint,
+    rescues,
+    shared_memory,
+    shipped_memory,
+    shipped_memory_path,
+)
+from core.params import SHIPPED_MEMORY
 from core.rules import fired_key
+from core.token_text import visible_token
 from core.trace import RunTrace
 from workbench.methods import get_method
 from workbench.ui.access import NOBODY
@@ -30,7 +40,11 @@ ENTRY_COLUMNS = [
     "rescued by key",
 ]
 SHOWN_ENTRIES = 300  # the most frequent pairs; pairs that rescued in the chosen runs are always listed
-MODES = {0: "online (every rejection adds to it)", 1: "frozen (read only)"}
+MODES = {
+    0: "online (every rejection adds to it)",
+    1: "frozen (read only)",
+    SHIPPED_MEMORY: "shipped (the package's table, read only)",
+}
 
 
 def reads_memory(trace: RunTrace) -> bool:
@@ -48,6 +62,8 @@ def memory_now(trace: RunTrace) -> CorrectionMemory:
         if trace.draft_fingerprint
         else None
     )
+    if int(trace.params.get("memory_mode", 0) or 0) == SHIPPED_MEMORY:
+        return shipped_memory(target, draft)
     return shared_memory(target, draft)
 
 
@@ -97,9 +113,9 @@ def entries_frame(
     keys = by_key or {}
     rows = [
         {
-            "draft token": repr(text(d)),
+            "draft token": visible_token(text(d)),
             "draft id": d,
-            "correction": repr(text(c)),
+            "correction": visible_token(text(c)),
             "correction id": c,
             "count": counts.get((d, c), 0),
             "rescued in the runs": rescued.get((d, c), 0),
@@ -163,6 +179,9 @@ def memory_view(cache: RunCache, choice, last_comparison, viewer=None, decode_fo
     source = {"home": "your home copy", "shipped": "the table shipped with the package", "none": "an empty table"}[
         calibrated_path(key)[1]
     ]
+    if int(first.params.get("memory_mode", 0) or 0) == SHIPPED_MEMORY:  # the package's table, whatever the home holds
+        shipped = shipped_memory_path(key) is not None
+        source = "the table shipped with the package" if shipped else "none: no table is shipped for this model pair"
     rescued = rescue_counts(traces)
     decode = decode_for(first) if decode_for is not None else None
     md = summary_md([f"#{s.id}" for s in same_pair], first, memory, source, rescued)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 
+from core.token_text import WHITESPACE_SIGNS
 from workbench.ui.replay_view import NODE_COLUMNS
 
 _JS = r"""
@@ -24,8 +25,9 @@ _JS = r"""
   const COLUMNS = __COLUMNS__;
   const E = (s) => String(s ?? '').replace(/[&<>"']/g, (c) => ({'&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;'}[c]));
   const num = (v) => (v === null || v === undefined) ? '–' : String(v);
+  const SIGNS = __SIGNS__;  // core.token_text.WHITESPACE_SIGNS: the node rows' tokens carry them already
   const show = (t, limit) => {
-    let s = String(t ?? '').replace(/ /g, '␣').replace(/\n/g, '↵').replace(/\t/g, '⇥');
+    let s = String(t ?? '').replace(/[ \n\t\r]/g, (c) => SIGNS[c] || c);
     if (s.length > limit) s = s.slice(0, limit - 1) + '…';
     return s || '∅';
   };
@@ -271,4 +273,6 @@ _JS = r"""
 }
 """
 
-STEP_JS = _JS.replace("__COLUMNS__", json.dumps(list(NODE_COLUMNS)))
+STEP_JS = _JS.replace("__COLUMNS__", json.dumps(list(NODE_COLUMNS))).replace(
+    "__SIGNS__", json.dumps(WHITESPACE_SIGNS, ensure_ascii=False)
+)

@@ -446,7 +446,7 @@ class ReplayHandlers:
             if viewer is not None and not viewer.owns(tags):
                 if viewer.can_see(tags):
                     return error_md(f"run #{rid} is someone else's: only its owner can share it")
-                raise not_visible(rid)
+                raise not_visible(rid, viewer)
             self.store.add_tags(rid, [SHARED_TAG])
         except WorkbenchError as e:
             return error_md(e)

@@ -12,6 +12,7 @@ import pandas as pd
 from core.errors import InvalidInputError, WorkbenchError
 from core.params import PARAMS
 from core.stats import first_divergence
+from core.token_text import visible_token
 from core.trace import RunTrace, StepTrace
 from workbench.methods import METHODS, get_method, resolve_params
 from workbench.rescore import RunRescore, flips_table
@@ -87,7 +88,7 @@ def nodes_frame(step: StepTrace, text_of: TokenText | None = None) -> pd.DataFra
                 "node": n.node,
                 "parent": n.parent,
                 "depth": n.depth,
-                "token": n.token_text,
+                "token": visible_token(n.token_text),
                 "source": n.source,
                 "p": sig(n.p),
                 "threshold": sig(n.threshold),
@@ -163,7 +164,7 @@ def node_row(n, y: float, path: bool, gate: bool = True, text_of: TokenText | No
         n.node,
         n.parent,
         n.depth,
-        n.token_text,
+        visible_token(n.token_text),  # the node table shows it as every view does (a newline is not a blank cell)
         n.source,
         sig(n.p),
         sig(n.threshold),
@@ -322,7 +323,13 @@ def flips_frame(result: RunRescore | None, text_of: TokenText | None = None) -> 
     return pd.DataFrame(
         [
             {
-                k.replace("_", " "): sig(v) if k in rounded else readable_reason(v, text_of) if k == "reason" else v
+                k.replace("_", " "): sig(v)
+                if k in rounded
+                else readable_reason(v, text_of)
+                if k == "reason"
+                else visible_token(v)
+                if k == "token"
+                else v
                 for k, v in row.items()
             }
             for row in rows

@@ -100,7 +100,7 @@ class RunCache:
             try:
                 viewer.check(run_id, self.store.run_tags(run_id))
             except RunNotFoundError:
-                raise not_visible(run_id) from None
+                raise not_visible(run_id, viewer) from None
         stored = self.store.load_run(run_id)
         entry = (stored, tokens.token_origins(stored.trace), step_ends(stored.trace))
         if stored.trace.status != "running":

@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from core.token_text import visible_token
 from core.trace import NodeTrace, RunTrace, StepTrace
 
 # Background colours of emitted tokens by where they came from (light, so dark text stays readable).
@@ -44,11 +45,12 @@ END_STYLE = "background:#f4f4f5;color:#555;border:1px solid #d4d4d8;border-radiu
 
 
 def show_token(text: str, limit: int = 14) -> str:
-    """A token as a short visible label: spaces and newlines made visible, HTML-escaped for Plotly."""
-    shown = text.replace(" ", "␣").replace("\n", "↵").replace("\t", "⇥")
+    """A token as a short visible label: its whitespace visible (core.token_text.visible_token), HTML-escaped for
+    Plotly."""
+    shown = visible_token(text)
     if len(shown) > limit:
         shown = shown[: limit - 1] + "…"
-    return html.escape(shown or "∅")
+    return html.escape(shown)
 
 
 def _origin(node: NodeTrace) -> str:

@@ -15,6 +15,7 @@ from plotly.subplots import make_subplots
 from core.stats import acceptance_by, run_metrics
 from core.trace import NodeTrace, RunTrace
 from workbench.ui.figures.common import NO_RUNS, TITLE_BELOW_TOOLBAR, empty_figure, is_pair, num, run_label
+from workbench.ui.shared import asked_as
 
 
 @dataclass
@@ -186,7 +187,7 @@ def sweep_figure(runs: Sequence[Any], param: str) -> go.Figure:
         lengths = _accept_lengths(r)
         if not isinstance(value, (int, float)) or isinstance(value, bool) or not lengths:
             continue
-        acc = pooled.setdefault(r.trace.method, {}).setdefault(float(value), [0, 0, 0])
+        acc = pooled.setdefault(asked_as(r.trace.method, r.trace.params), {}).setdefault(float(value), [0, 0, 0])
         acc[0] += sum(lengths)
         acc[1] += len(lengths)
         acc[2] += 1

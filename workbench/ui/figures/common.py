@@ -10,6 +10,8 @@ from typing import Any
 import plotly.graph_objects as go
 import plotly.io as pio
 
+from workbench.ui.shared import asked_as
+
 DECISION_COLORS: dict[str, str] = {
     "root": "#000000",
     "accepted": "#2ca02c",
@@ -79,10 +81,12 @@ def run_label(run: Any) -> str:
         run_id = run.get("id", run.get("run_id"))
         trace = run.get("trace")
         method = run.get("method") or getattr(trace, "method", None)
+        params = run.get("params") or getattr(trace, "params", None)
     else:
         run_id = getattr(run, "id", None)
-        method = getattr(run, "method", None) or getattr(getattr(run, "trace", None), "method", None)
-    method = method or "run"
+        trace = run if isinstance(getattr(run, "method", None), str) else getattr(run, "trace", None)
+        method, params = getattr(trace, "method", None), getattr(trace, "params", None)
+    method = asked_as(method, params) if method else "run"  # as the run was asked for: aasd[auto]
     return f"#{run_id} {method}" if run_id is not None else str(method)
 
 

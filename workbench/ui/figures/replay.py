@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 import plotly.graph_objects as go
 
 from core.stats import position_acceptance
+from core.token_text import visible_token
 from core.trace import NodeTrace, RunTrace, StepTrace
 from workbench.ui.figures.common import (
     DECISION_COLORS,
@@ -33,7 +34,7 @@ def node_hover(node: NodeTrace, text_of: Callable[[int], str] | None = None) -> 
     """Everything a verification rule looked at for this node, as Plotly hover text (the reason in words:
     workbench.ui.replay_view.readable_reason, with `text_of` naming the correction token)."""
     lines = [
-        f"<b>#{node.node} {html.escape(repr(node.token_text))}</b>  id {node.token_id}",
+        f"<b>#{node.node} {html.escape(repr(visible_token(node.token_text)))}</b>  id {node.token_id}",
         f"source {node.source} · depth {node.depth} · parent {node.parent}",
         f"<b>{_decision_key(node)}</b>: {html.escape(readable_reason(node.reason, text_of))}",
         f"p {num(node.p)} · threshold {num(node.threshold)}",
