@@ -8,7 +8,7 @@ from test_store import new_url, stores  # noqa: F401  (fixtures: every backend t
 from core.errors import InvalidInputError
 from core.suffix import SuffixSpeculator
 from core.trace import RunTrace
-from workbench.store.corpus import load_corpus, stored_outputs
+from workbench.store.corpus import load_corpus, run_id_of, run_key, store_id, stored_outputs
 
 
 def run(output_ids, fingerprint="fp-a", status="complete", method="greedy") -> RunTrace:
@@ -55,7 +55,9 @@ def test_outputs_of_one_fingerprint_newest_first_within_the_bound(new_url, store
     assert stored_outputs(store, "nobody") == []
 
     corpus = load_corpus(store, "fp-a")
-    assert corpus.keys() == [ids["tiny"], ids["mid"], ids["repeat"], ids["new"]]  # least recently used first
+    # least recently used first; keyed by the store's id and the run id (run ids repeat across stores)
+    assert corpus.keys() == [run_key(store, ids[k]) for k in ("tiny", "mid", "repeat", "new")]
+    assert [run_id_of(k, store) for k in corpus.keys()] == [ids["tiny"], ids["mid"], ids["repeat"], ids["new"]]
     assert corpus.frozen and corpus.fingerprint == "fp-a" and corpus.tokens == 10
     spec = SuffixSpeculator(corpus)
     spec.begin([0, 9, 10])
@@ -65,3 +67,16 @@ def test_outputs_of_one_fingerprint_newest_first_within_the_bound(new_url, store
 def test_loading_needs_a_fingerprint(new_url, stores):  # noqa: F811
     with pytest.raises(InvalidInputError, match="fingerprint"):
         stored_outputs(stores(new_url()), "")
+
+
+def test_a_store_id_names_the_database_not_the_object(tmp_path):
+    from workbench.store import Store
+
+    a = Store(f"sqlite:///{tmp_path / 'a.db'}")
+    assert store_id(a) == store_id(Store(a.url))  # two handles on one database
+    assert store_id(a) == store_id(Store(f"sqlite:///{tmp_path / '.' / 'a.db'}"))  # one file, two spellings
+    b = Store(f"sqlite:///{tmp_path / 'b.db'}")
+    assert store_id(a) != store_id(b)  # another database
+    memory = Store("sqlite://")
+    assert store_id(memory) == store_id(memory) != store_id(Store("sqlite://"))  # each in-memory store is its own
+    assert run_id_of(run_key(a, 7), a) == 7 and run_id_of(run_key(a, 7), b) is None and run_id_of("local-1", a) is None
