@@ -172,6 +172,15 @@ PARAMS: dict[str, ParamSpec] = {
             names={"none": 0, "recycle": 1, "suffix": 2},
         ),
         ParamSpec(
+            "fallback_margin",
+            1,
+            0,
+            64,
+            int,
+            "fallback=suffix: the corpus drafts instead of the context pool only where its match is at least this "
+            "many tokens longer than the pool's key (1 = wherever it is longer)",
+        ),
+        ParamSpec(
             "corpus_mode",
             0,
             0,
