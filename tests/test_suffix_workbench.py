@@ -235,3 +235,35 @@ def test_the_bench_command_drafts_suffix_from_the_stores_corpus(store, model, tm
     assert suffix_runs and suffix_runs[0].params["corpus_requests"] == 3
     code = main(["bench", "--no-store", "--data", str(data), "--methods", "suffix", "--max-new-tokens", "8"])
     assert code == 0 and "suffix corpus: cold: no trace store" in capsys.readouterr().err
+
+
+def test_the_bench_command_starts_suffix_from_the_stores_confidence_calibration(store, model, tmp_path, monkeypatch):
+    """A store holding suffix runs calibrates the next suffix runs' confidence: confidence_priors reads it per method
+    that drafts from a corpus, and `bench` passes it to the run, whose params record it."""
+    import json
+
+    import workbench.evaluation.bench as bench
+    from workbench.commands import common
+    from workbench.commands.main import main
+    from workbench.store.priors import stored_calibration
+
+    assert sc.confidence_priors(store, "tiny-wb", ["greedy", "suffix"], {}) == {}  # greedy runs only: no calibration
+    corpus = SuffixCorpus(fingerprint="tiny-wb")
+    for seed in (3, 4, 3, 4):  # repeats: history nodes with confidences, some rejected, some accepted
+        store.save_run(run_method("suffix", model, prompt(seed), {"max_new_tokens": 24, "max_nodes": 8}, corpus=corpus))
+    calibration = stored_calibration(store, "suffix", "tiny-wb")
+    assert calibration
+    priors = sc.confidence_priors(store, "tiny-wb", ["greedy", "suffix", "aasd[fallback=suffix]", "pld"], {})
+    assert list(priors) == ["suffix"]  # aasd has no scored nodes stored; greedy and pld draft from no corpus
+    assert dict(priors["suffix"].calibration) == calibration and priors["suffix"].counts == {}
+    assert sc.confidence_priors(store, "tiny-wb", ["suffix"], {"cold": 1}) != {}  # cold: an empty corpus, calibrated
+
+    monkeypatch.setattr(common, "load_models", lambda args: (model, None))
+    monkeypatch.setattr(bench, "encode_prompt", lambda tok, text, chat=None: [3 + (ord(c) % 60) for c in text][:40])
+    data = tmp_path / "tasks.jsonl"
+    data.write_text(json.dumps({"id": "t1", "task": "qa", "input": "abc abc abc", "answers": ["x"]}) + "\n")
+    args = ["bench", "--db", store.url, "--data", str(data), "--methods", "suffix", "--max-new-tokens", "8"]
+    assert main([*args, "--out", str(tmp_path / "b.json")]) == 0
+    runs = [r for r in store.list_runs(tag="bench", limit=None) if r.method == "suffix"]
+    recorded = json.loads(store.load_run(runs[0].id, nodes=False).trace.params["prior"])
+    assert recorded["calibration"] == [[s, b, a, v] for (s, b), (a, v) in sorted(calibration.items())]

@@ -152,6 +152,25 @@ def install_for_bench(
     )
 
 
+def confidence_priors(store, fingerprint: str, specs: Sequence[str], params: Mapping[str, Any]) -> dict[str, Any]:
+    """{method spec: the acceptance prior its sizer starts from} for the specs that draft from a suffix corpus and
+    whose method's stored runs on this model hold nodes with a drafter confidence: a prior holding only the store's
+    calibration of that confidence (workbench.store.priors.stored_calibration), so the first trees are priced by what
+    verification did with each confidence level before rather than by the bare confidence."""
+    from core.acceptance_prior import AcceptancePrior
+    from workbench.methods import parse_method_spec
+    from workbench.store.priors import stored_calibration
+
+    out = {}
+    for spec, _ in corpus_users(specs, params):
+        name = parse_method_spec(spec)[0]
+        calibration = stored_calibration(store, name, fingerprint)
+        if calibration:
+            source = f"store:{name} model={fingerprint} confidence calibration"
+            out[spec] = AcceptancePrior(calibration=calibration, source=source)
+    return out
+
+
 def joins_corpus(params) -> bool:
     """Whether a completed run's output joins the model's corpus: not when it asked for a frozen or a cold one."""
     return not params.get("corpus_mode", 0) and not params.get("cold", 0)
