@@ -74,20 +74,21 @@ def choose(results: dict, margins: list[int]) -> int:
 
 
 def hand_over_table(steps: list[dict]) -> list[dict]:
-    """Per round and by how much the corpus's match exceeds the pool's key (steps where it does): steps, how
-    often the corpus tree drafted, and mean strict-accepted tokens of the corpus's tree and of the pool's."""
+    """Per round and by how much the corpus's match exceeds the pool's key (steps where it is at least as long):
+    steps, mean strict-accepted tokens of the corpus's tree and of the pool's continuations, and the share of steps
+    where the corpus tree would have had at least one token accepted."""
     cells: dict[tuple[int, str], list[float]] = {}
     for s in steps:
-        if s["corpus_match"] == 0 or s["corpus_match"] <= s["key"]:
+        if s["corpus_match"] == 0 or s["corpus_match"] < s["key"]:
             continue
         excess = s["corpus_match"] - s["key"]
-        band = "1" if excess == 1 else "2" if excess == 2 else "3-4" if excess <= 4 else "5-8" if excess <= 8 else ">8"
+        band = str(excess) if excess <= 2 else "3-4" if excess <= 4 else "5-8" if excess <= 8 else ">8"
         c = cells.setdefault((s["round"], band), [0, 0.0, 0.0, 0])
         c[0] += 1
         c[1] += s["corpus_accepted"]
         c[2] += s["pool_accepted"]
         c[3] += s["corpus_accepted"] > 0
-    order = ["1", "2", "3-4", "5-8", ">8"]
+    order = ["0", "1", "2", "3-4", "5-8", ">8"]
     return [
         {
             "round": r,
@@ -99,6 +100,16 @@ def hand_over_table(steps: list[dict]) -> list[dict]:
         }
         for (r, b), (n, ca, pa, any_) in sorted(cells.items(), key=lambda kv: (kv[0][0], order.index(kv[0][1])))
     ]
+
+
+def print_hand_over(table: list[dict]) -> None:
+    print("| round | match - key | steps | corpus tree accepted | pool accepted | corpus accepted >= 1 |")
+    print("|---|---|---|---|---|---|")
+    for c in table:
+        print(
+            f"| {c['round']} | {c['excess']} | {c['steps']} | {c['corpus_accepted']:.2f} | {c['pool_accepted']:.2f} "
+            f"| {c['corpus_any']:.2f} |"
+        )
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -115,7 +126,14 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--margins", default=",".join(map(str, MARGINS)))
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--out", type=Path, default=ROOT / "results" / "suffix_fallback_fit.json")
+    ap.add_argument("--summarise", type=Path, default=None, help="print the hand-over table of a saved fit (its --out)")
     a = ap.parse_args(argv)
+    if a.summarise:
+        saved = json.loads(a.summarise.read_text())
+        for m, steps_of in saved["steps"].items():
+            print(f"\n{m}: steps where the corpus's match is at least the pool's key, strict-accepted tokens per step")
+            print_hand_over(hand_over_table(steps_of))
+        return
     if a.threads:
         import torch
 
@@ -221,15 +239,10 @@ def main(argv: list[str] | None = None) -> None:
             f"{r['round 1'] / mal['aasd']['round 1']:.3f} | {r['round 2'] / mal['aasd']['round 2']:.3f} | {share or '-'} |"
         )
     print(f"chosen margin: {best} (highest smaller per-round MAL ratio over aasd)")
-    base = methods[1 + margins.index(1)] if 1 in margins else methods[1]
+    base = methods[1 + margins.index(best)]
     table = hand_over_table(steps[base])
-    print(f"\nsteps where the corpus's match is longer than the pool's key ({base}), strict-accepted tokens per step:")
-    print("| round | match - key | steps | corpus tree accepted | pool accepted | corpus accepted >= 1 |")
-    print("|---|---|---|---|---|---|")
-    for c in table:
-        print(
-            f"| {c['round']} | {c['excess']} | {c['steps']} | {c['corpus_accepted']:.2f} | {c['pool_accepted']:.2f} | {c['corpus_any']:.2f} |"
-        )
+    print(f"\n{base}: steps where the corpus's match is at least the pool's key, strict-accepted tokens per step")
+    print_hand_over(table)
     a.out.parent.mkdir(parents=True, exist_ok=True)
     a.out.write_text(
         json.dumps(

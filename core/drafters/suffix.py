@@ -45,7 +45,10 @@ class SuffixDrafter:
         self.speculator.commit(new_tokens)
 
 
-FALLBACK_MARGIN = 1  # the default `fallback_margin` (core.params): the corpus drafts wherever its match is longer
+# The default `fallback_margin` (core.params): the corpus drafts wherever its match is at least as long as the pool's
+# key. Fitted on FIT_ITEMS (benchmarks/fit_suffix_fallback.py: of 0-8, 0 had the highest MAL over aasd on both first
+# sight and repeats); 1 (only where it is longer) was the first rule. docs/SUFFIX.md has the numbers.
+FALLBACK_MARGIN = 0
 # The requests of the repeated workload (benchmarks/repeated_workload.py, seed 1: each issued twice) that the suffix
 # settings were fitted on: MATCH_HALF (benchmarks/fit_suffix_confidence.py) and the fallback margin
 # (benchmarks/fit_suffix_fallback.py). A benchmark reporting on any of them is not clean: bench_suffix.py warns.
