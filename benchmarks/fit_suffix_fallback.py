@@ -21,7 +21,6 @@ longer than the pool's, and how often are those drafts accepted, against what th
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
@@ -32,8 +31,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from fit_suffix_confidence import HELD_OUT  # noqa: E402
-from repeated_workload import SPEC_BENCH, build_workload, prompt_of  # noqa: E402
+from fit_suffix_confidence import held_out_parser  # noqa: E402
+from repeated_workload import build_workload, prompt_of  # noqa: E402
 
 MARGINS = (0, 1, 2, 3, 4, 6, 8, 16)
 
@@ -113,18 +112,8 @@ def print_hand_over(table: list[dict]) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", default="smollm2-135m")
-    ap.add_argument("--dtype", default="float32")
-    ap.add_argument("--threads", type=int, default=None)
-    ap.add_argument("--spec-bench", type=Path, default=SPEC_BENCH)
-    ap.add_argument("--categories", default=HELD_OUT)
-    ap.add_argument("--per-category", type=int, default=1)
-    ap.add_argument("--code", type=int, default=5)
-    ap.add_argument("--code-offset", type=int, default=3)
-    ap.add_argument("--max-new-tokens", type=int, default=32)
+    ap = held_out_parser(__doc__)
     ap.add_argument("--margins", default=",".join(map(str, MARGINS)))
-    ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--out", type=Path, default=ROOT / "results" / "suffix_fallback_fit.json")
     ap.add_argument("--summarise", type=Path, default=None, help="print the hand-over table of a saved fit (its --out)")
     a = ap.parse_args(argv)
