@@ -81,8 +81,9 @@ def calibration_table(records: list[dict], half: float) -> list[dict]:
     ]
 
 
-def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def held_out_parser(doc: str) -> argparse.ArgumentParser:
+    """The options of a fit on held-out items of the repeated workload (core.drafters.suffix.FIT_ITEMS by default)."""
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="smollm2-135m")
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--threads", type=int, default=None)
@@ -92,8 +93,13 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--code", type=int, default=5)
     ap.add_argument("--code-offset", type=int, default=3)
     ap.add_argument("--max-new-tokens", type=int, default=32)
-    ap.add_argument("--max-nodes", type=int, default=32, help="the fixed node cap the judged trees were drafted under")
     ap.add_argument("--seed", type=int, default=1)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = held_out_parser(__doc__)
+    ap.add_argument("--max-nodes", type=int, default=32, help="the fixed node cap the judged trees were drafted under")
     ap.add_argument("--out", type=Path, default=ROOT / "results" / "suffix_confidence.json")
     a = ap.parse_args(argv)
     if a.threads:

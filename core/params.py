@@ -200,6 +200,16 @@ PARAMS: dict[str, ParamSpec] = {
             names={"none": 0, "recycle": 1, "suffix": 2},
         ),
         ParamSpec(
+            "fallback_margin",
+            0,
+            0,
+            64,
+            int,
+            "fallback=suffix: the corpus drafts instead of the context pool only where its match is at least this "
+            "many tokens longer than the pool's key (0 = wherever it is at least as long, fitted on held-out "
+            "items; 1 = only where it is longer)",
+        ),
+        ParamSpec(
             "corpus_mode",
             0,
             0,

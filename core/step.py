@@ -372,6 +372,7 @@ def node_traces(
                 logit_gap=n.logit_gap if n else None,
                 threshold=verdict.thresholds[i],
                 draft_p=tree.draft_probs[i],
+                confidence=tree.confidence_of(i),
                 **extra,
             )
         )

@@ -38,6 +38,7 @@ class NodeTrace:
     draft_p: float | None = None  # draft-model probability (draft-model methods)
     correction_id: int | None = None  # CSD: the target's correction token at a rejection
     mem_count: int | None = None  # CSD: memory count read before the update
+    confidence: float | None = None  # the drafter's own score of the node (suffix: core.suffix.draft.node_confidence)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

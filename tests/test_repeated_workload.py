@@ -98,3 +98,23 @@ def test_code_edits_can_start_after_a_reported_runs_items(rows):
     assert sorted({r["item"] for r in held_out}) == sorted(f"code-{f}" for f in rw.CODE_FUNCTIONS[3:6])
     with pytest.raises(ValueError, match="code_offset"):
         rw.build_workload(SPEC_BENCH, per_category=0, code=1, code_offset=99)
+
+
+def test_the_benchmark_warns_on_items_the_suffix_settings_were_fitted_on(capsys):
+    """The fit scripts' default items are the ones core.drafters.suffix.FIT_ITEMS records; the reported run's
+    default items are disjoint from them, and a workload that reuses one is flagged."""
+    if not SPEC_BENCH.is_file():
+        pytest.skip("Spec-Bench's question.jsonl is not beside the project")
+    import fit_suffix_confidence
+    import fit_suffix_fallback  # noqa: F401  (its defaults are fit_suffix_confidence's)
+
+    from core.drafters.suffix import FIT_ITEMS
+
+    fitted = rw.build_workload(SPEC_BENCH, 1, 5, 1, fit_suffix_confidence.HELD_OUT.split(","), 3)
+    assert sorted({r["item"] for r in fitted}) == sorted(FIT_ITEMS)
+    reported = rw.build_workload(SPEC_BENCH, 1, 3, 0, ["coding", "summarization", "rag", "qa", "writing"])
+    assert bench_suffix.fit_overlap(reported) == []
+    assert bench_suffix.fit_overlap(rw.build_workload(SPEC_BENCH, 1, 4, 0, ["math", "qa"])) == [
+        "code-textwrap.indent",
+        "math-111",
+    ]

@@ -164,6 +164,30 @@ def test_aasd_drafts_from_the_corpus_where_it_matches_more_than_the_pool():
     assert rule_for(by_source(lambda *a: None), "history") is strict  # AASD's split judges history nodes strictly
 
 
+def test_the_corpus_takes_over_only_where_its_match_beats_the_pools_key_by_the_margin():
+    from core.drafters.suffix import FALLBACK_MARGIN, corpus_drafts
+
+    assert corpus_drafts(5, 2, 3) and not corpus_drafts(4, 2, 3)  # 3 longer: yes; 2 longer: no
+    assert corpus_drafts(3, 2, 1) and not corpus_drafts(2, 2, 1)  # margin 1: wherever it is longer
+    assert corpus_drafts(2, 2, 0) and not corpus_drafts(0, 0, 0)  # margin 0: ties too; no match never
+    assert corpus_drafts(4, 0, 4) and not corpus_drafts(3, 0, 4)  # the pool has no match: the margin still holds
+    assert resolve_params("aasd", {"fallback": "suffix"})["fallback_margin"] == FALLBACK_MARGIN
+    with pytest.raises(InvalidInputError, match="fallback_margin"):
+        resolve_params("aasd", {"fallback_margin": -1})
+    # The drafter reads it: a margin no match can reach (the corpus holds 40-token outputs) never hands over, and
+    # every margin keeps aasd-strict greedy's.
+    model = make_tiny(0)
+    p = prompt(7, 30)
+    ref = run_method("greedy", model, p, {"max_new_tokens": 40}).output_ids
+    for margin, hands_over in ((0, True), (1, True), (2, True), (41, False)):
+        corpus = SuffixCorpus(fingerprint="tiny")
+        params = {"max_new_tokens": 40, "max_nodes": 16, "fallback": "suffix", "fallback_margin": margin}
+        runs = [run_method("aasd-strict", model, p, params, corpus=corpus) for _ in range(2)]
+        assert [r.output_ids for r in runs] == [ref, ref]
+        assert ("history" in sources(runs[1])) == hands_over, margin
+        assert runs[1].params["fallback_margin"] == margin
+
+
 def test_suffix_aasd_verifies_every_node_with_the_adaptive_rule():
     method = get_method("suffix-aasd")
     assert not method.lossless and get_method("suffix").lossless
@@ -236,6 +260,31 @@ def test_suffix_equals_greedy_on_smollm2_first_sight_and_repeat(smollm2):
             ok, why = first_divergence_is_near_tie(smollm2, ids, ref, run.output_ids)
             assert ok, f"suffix is not greedy and the difference is no near-tie: {why}"
     assert history > 0
+
+
+@pytest.mark.real_model
+def test_strict_aasd_with_the_corpus_fallback_equals_greedy_on_smollm2(smollm2):
+    """aasd-strict[fallback=suffix] at the default margin and at the first approach's (1): greedy's output token for
+    token in float32, first sight and repeat, with history drafts accepted on the repeat."""
+    from test_real_exactness import first_divergence_is_near_tie
+
+    from core.drafters.suffix import FALLBACK_MARGIN
+    from core.models import encode_prompt
+
+    rows = spec_bench_rows(("coding", "summarization"), 1)
+    for margin in sorted({1, FALLBACK_MARGIN}):
+        corpus = SuffixCorpus(fingerprint=smollm2.fingerprint)
+        history = 0
+        for r in rows + rows:
+            ids = encode_prompt(smollm2.tokenizer, r["turns"][0])
+            ref = run_method("greedy", smollm2, ids, {"max_new_tokens": 24}).output_ids
+            params = {"max_new_tokens": 24, "max_nodes": 16, "fallback": "suffix", "fallback_margin": margin}
+            run = run_method("aasd-strict", smollm2, ids, params, corpus=corpus)
+            history += judged(run, "history", "accepted")
+            if run.output_ids != ref:
+                ok, why = first_divergence_is_near_tie(smollm2, ids, ref, run.output_ids)
+                assert ok, f"aasd-strict[fallback=suffix] is not greedy and the difference is no near-tie: {why}"
+        assert history > 0, margin
 
 
 def test_history_tokens_are_coloured_and_in_the_legend():

@@ -14,6 +14,7 @@ from core.suffix import SuffixCorpus
 from core.suffix import corpus as corpus_module
 from workbench import suffix_corpus as sc
 from workbench.store import Store
+from workbench.store.corpus import run_key, store_id, stored_outputs
 
 
 def prompt(seed: int, n: int = 20) -> list[int]:
@@ -44,8 +45,6 @@ def fresh_registries(monkeypatch, tmp_path):
 
 
 def stored(store, fingerprint="tiny-wb"):
-    from workbench.store.corpus import stored_outputs
-
     return sorted(tuple(ids) for _, ids in stored_outputs(store, fingerprint))
 
 
@@ -89,9 +88,9 @@ def test_stored_runs_join_the_installed_corpus_unless_frozen_or_cold(store, mode
     assert corpus_module.shared_corpus("tiny-wb") is corpus and sc.corpus_for(store, "tiny-wb") is corpus
     before = len(corpus)
     frozen = run_method("suffix", model, prompt(30), {"max_new_tokens": 16, "max_nodes": 8, "corpus_mode": "frozen"})
-    assert not sc.record_output(frozen, store.save_run(frozen)) and len(corpus) == before
+    assert not sc.record_output(frozen, store.save_run(frozen), store) and len(corpus) == before
     cold = run_method("suffix", model, prompt(31), {"max_new_tokens": 16, "max_nodes": 8, "cold": 1})
-    assert not sc.record_output(cold, store.save_run(cold)) and len(corpus) == before
+    assert not sc.record_output(cold, store.save_run(cold), store) and len(corpus) == before
     # a prompt whose answer does not end at once (a tiny random model often says EOS first)
     seed, plain = next(
         (s, r)
@@ -99,11 +98,55 @@ def test_stored_runs_join_the_installed_corpus_unless_frozen_or_cold(store, mode
         if len((r := run_method("greedy", model, prompt(s), {"max_new_tokens": 16})).output_ids) >= 12
     )
     rid = store.save_run(plain)
-    assert sc.record_output(plain, rid) and len(corpus) == before + 1 and corpus.keys()[-1] == rid
+    assert (
+        sc.record_output(plain, rid, store) and len(corpus) == before + 1 and corpus.keys()[-1] == run_key(store, rid)
+    )
     # The suffix run drafts greedy's stored output: history nodes accepted on its first sight of the prompt.
     again = run_method("suffix", model, prompt(seed), {"max_new_tokens": 16, "max_nodes": 8})
     assert again.output_ids == plain.output_ids and again.params["corpus_requests"] == before + 1
     assert any(n.source == "history" and n.decision == "accepted" for s in again.steps for n in s.nodes)
+
+
+def test_run_ids_of_two_stores_never_meet_in_one_corpus(store, model, tmp_path):
+    """Run ids are only unique within one database: a second store (another --db, another test module's) numbers
+    its runs from 1 too. Its runs must not be read from the first store's corpus file or join its corpus under the
+    same id, and the first store's outputs must not draft for it."""
+    other = Store(f"sqlite:///{tmp_path / 'other.db'}")
+    mine = [run_method("greedy", model, prompt(s), {"max_new_tokens": 16}) for s in range(50, 53)]
+    ids = [other.save_run(r) for r in mine]
+    assert set(ids) & {r for r, _ in stored_outputs(store, "tiny-wb")}  # the same run ids in both stores
+    assert store_id(store) != store_id(other) and store_id(store) == store_id(Store(store.url))  # same file, same id
+    first = sc.corpus_for(store, "tiny-wb")
+    second = sc.corpus_for(other, "tiny-wb")  # the user switches --db: the other store's own corpus
+    assert second is not first and corpus_module.shared_corpus("tiny-wb") is second
+    assert sorted(tuple(second.sequence(k)) for k in second.keys()) == stored(other) != stored(store)
+    assert set(first.keys()).isdisjoint(second.keys())
+    # A run stored in `other` never joins the first store's corpus, and vice versa.
+    assert sc.corpus_for(store, "tiny-wb") is not second
+    held = corpus_module.shared_corpus("tiny-wb")
+    before = len(held)
+    extra = next(
+        r
+        for s in range(60, 99)
+        if len((r := run_method("greedy", model, prompt(s), {"max_new_tokens": 16})).output_ids) >= 8
+        and tuple(r.output_ids) not in set(stored(store))
+    )
+    assert not sc.record_output(extra, other.save_run(extra), other) and len(held) == before
+    # Each store's saved file holds its own runs: reopening `other` from disk gives its outputs, not `store`'s.
+    sc._OPENED.clear()
+    reopened, notes = sc.open_corpus(other, "tiny-wb")
+    assert notes == [] and sc.corpus_file("tiny-wb", other) != sc.corpus_file("tiny-wb", store)
+    assert sorted(tuple(reopened.sequence(k)) for k in reopened.keys()) == stored(other)
+
+
+def test_a_corpus_file_of_another_store_is_refused_and_rebuilt(store, model, tmp_path):
+    other = Store(f"sqlite:///{tmp_path / 'other.db'}")
+    other.save_run(run_method("greedy", model, prompt(70), {"max_new_tokens": 16}))
+    path = tmp_path / "c.corpus"
+    sc.open_corpus(store, "tiny-wb", path=path)
+    corpus, notes = sc.open_corpus(other, "tiny-wb", path=path)  # `store`'s file under `other`
+    assert len(notes) == 1 and "not runs of" in notes[0] and "rebuilt" in notes[0]
+    assert sorted(tuple(corpus.sequence(k)) for k in corpus.keys()) == stored(other)
 
 
 def test_stream_run_opens_the_corpus_and_adds_the_stored_run(store, model):
@@ -112,10 +155,10 @@ def test_stream_run_opens_the_corpus_and_adds_the_stored_run(store, model):
     out = list(
         stream_run("greedy", Models(model, None), prompt(40), {"max_new_tokens": 12}, prompt_text="", store=store)
     )
-    run_id = out[-1].run_id
+    key = run_key(store, out[-1].run_id)
     corpus = corpus_module.shared_corpus("tiny-wb")
-    assert run_id in corpus.keys() and len(corpus) == 4
-    assert list(corpus.sequence(run_id)) == out[-1].run.output_ids
+    assert key in corpus.keys() and len(corpus) == 4
+    assert list(corpus.sequence(key)) == out[-1].run.output_ids
 
 
 def test_the_corpus_view_lists_strings_reused_across_requests():
@@ -192,3 +235,35 @@ def test_the_bench_command_drafts_suffix_from_the_stores_corpus(store, model, tm
     assert suffix_runs and suffix_runs[0].params["corpus_requests"] == 3
     code = main(["bench", "--no-store", "--data", str(data), "--methods", "suffix", "--max-new-tokens", "8"])
     assert code == 0 and "suffix corpus: cold: no trace store" in capsys.readouterr().err
+
+
+def test_the_bench_command_starts_suffix_from_the_stores_confidence_calibration(store, model, tmp_path, monkeypatch):
+    """A store holding suffix runs calibrates the next suffix runs' confidence: confidence_priors reads it per method
+    that drafts from a corpus, and `bench` passes it to the run, whose params record it."""
+    import json
+
+    import workbench.evaluation.bench as bench
+    from workbench.commands import common
+    from workbench.commands.main import main
+    from workbench.store.priors import stored_calibration
+
+    assert sc.confidence_priors(store, "tiny-wb", ["greedy", "suffix"], {}) == {}  # greedy runs only: no calibration
+    corpus = SuffixCorpus(fingerprint="tiny-wb")
+    for seed in (3, 4, 3, 4):  # repeats: history nodes with confidences, some rejected, some accepted
+        store.save_run(run_method("suffix", model, prompt(seed), {"max_new_tokens": 24, "max_nodes": 8}, corpus=corpus))
+    calibration = stored_calibration(store, "suffix", "tiny-wb")
+    assert calibration
+    priors = sc.confidence_priors(store, "tiny-wb", ["greedy", "suffix", "aasd[fallback=suffix]", "pld"], {})
+    assert list(priors) == ["suffix"]  # aasd has no scored nodes stored; greedy and pld draft from no corpus
+    assert dict(priors["suffix"].calibration) == calibration and priors["suffix"].counts == {}
+    assert sc.confidence_priors(store, "tiny-wb", ["suffix"], {"cold": 1}) != {}  # cold: an empty corpus, calibrated
+
+    monkeypatch.setattr(common, "load_models", lambda args: (model, None))
+    monkeypatch.setattr(bench, "encode_prompt", lambda tok, text, chat=None: [3 + (ord(c) % 60) for c in text][:40])
+    data = tmp_path / "tasks.jsonl"
+    data.write_text(json.dumps({"id": "t1", "task": "qa", "input": "abc abc abc", "answers": ["x"]}) + "\n")
+    args = ["bench", "--db", store.url, "--data", str(data), "--methods", "suffix", "--max-new-tokens", "8"]
+    assert main([*args, "--out", str(tmp_path / "b.json")]) == 0
+    runs = [r for r in store.list_runs(tag="bench", limit=None) if r.method == "suffix"]
+    recorded = json.loads(store.load_run(runs[0].id, nodes=False).trace.params["prior"])
+    assert recorded["calibration"] == [[s, b, a, v] for (s, b), (a, v) in sorted(calibration.items())]

@@ -503,7 +503,7 @@ def stream_run(
                     )
                     if store is not None:
                         rec.finish(run)
-                        record_output(run, rec.run_id)
+                        record_output(run, rec.run_id, store)
             events.put(("done", (run, rec.run_id if store is not None else None)))
         except WorkbenchError as e:
             events.put(("error", str(e)))

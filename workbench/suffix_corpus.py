@@ -26,10 +26,22 @@ from core.suffix import (
     install_shared,
     shared_corpus,
 )
-from workbench.store.corpus import load_corpus, stored_outputs
+from workbench.store.corpus import load_corpus, run_id_of, run_key, store_id, stored_outputs
 
 log = logging.getLogger(__name__)
-_OPENED: dict[str, tuple[SuffixCorpus, Path]] = {}  # fingerprint -> the installed corpus and its file
+# fingerprint -> the installed corpus, its file and the id of the store it holds the outputs of (one store at a
+# time per model: opening another store's corpus replaces it, so one store's runs never join another's corpus)
+_OPENED: dict[str, tuple[SuffixCorpus, Path, str]] = {}
+
+
+def corpus_file(fingerprint: str, store) -> Path:
+    """Where the corpus of `fingerprint` built from `store` is saved: one file per model and store
+    (`<workbench home>/suffix/<fingerprint>.<store id>.corpus`), so switching --db never reads another
+    database's outputs under its run ids."""
+    base = corpus_path(fingerprint)
+    return base.with_name(f"{base.stem}.{store_id(store)}{base.suffix}")
+
+
 _LOCK = threading.Lock()
 
 
@@ -37,9 +49,10 @@ def open_corpus(
     store, fingerprint: str, max_tokens: int = DEFAULT_MAX_TOKENS, path: Path | None = None
 ) -> tuple[SuffixCorpus, list[str]]:
     """The model's online corpus (not installed) and what was noticed opening it: the file at `path`
-    (default corpus_path(fingerprint)) plus the store's runs newer than its newest, or, with no usable
-    file, the store's newest runs up to `max_tokens`. The result is saved back to `path`."""
-    path = Path(path) if path is not None else corpus_path(fingerprint)
+    (default corpus_file(fingerprint, store)) plus the store's runs newer than its newest, or, with no usable
+    file, the store's newest runs up to `max_tokens`. The result is saved back to `path`. Keys are
+    `run_key(store, run id)`; a file holding another store's keys is refused and rebuilt."""
+    path = Path(path) if path is not None else corpus_file(fingerprint, store)
     notes: list[str] = []
     corpus = None
     if path.is_file():
@@ -51,6 +64,12 @@ def open_corpus(
                 raise CorruptCorpusError(
                     f"the suffix corpus {path} belongs to model {corpus.fingerprint}, not {fingerprint}"
                 )
+            foreign = [k for k in corpus.keys() if run_id_of(k, store) is None and not str(k).startswith("local-")]
+            if foreign:
+                raise CorruptCorpusError(
+                    f"the suffix corpus {path} holds {len(foreign)} outputs that are not runs of {store.where} "
+                    f"(e.g. key {foreign[0]!r}: run ids are only unique within one store)"
+                )
             notes += corpus.notices
         except CorruptCorpusError as e:
             notes.append(f"refused the saved suffix corpus: {e}; rebuilt it from the trace store")
@@ -61,23 +80,27 @@ def open_corpus(
             corpus = load_corpus(store, fingerprint, max_tokens, frozen=False)
         notes += corpus.notices
     else:
-        newest = max((k for k in corpus.keys() if isinstance(k, int)), default=None)
+        newest = max((r for k in corpus.keys() if (r := run_id_of(k, store)) is not None), default=None)
         for run_id, ids in reversed(stored_outputs(store, fingerprint, max_tokens, after_run=newest)):
-            corpus.add(ids, key=run_id, dedupe=True)
+            corpus.add(ids, key=run_key(store, run_id), dedupe=True)
     corpus.save(path)
     return corpus, notes
 
 
 def corpus_for(store, fingerprint: str, max_tokens: int = DEFAULT_MAX_TOKENS) -> SuffixCorpus:
-    """The installed corpus of `fingerprint`, opened from `store` on first use (messages go to the log)."""
+    """The installed corpus of `fingerprint` for `store`, opened from it on first use (messages go to the log).
+    A corpus installed from another store is saved and replaced: each store's runs draft only for that store."""
+    sid = store_id(store)
     with _LOCK:
         held = _OPENED.get(fingerprint)
         if held is not None:
-            return held[0]
+            if held[2] == sid:
+                return held[0]
+            _save(held[0], held[1])
         corpus, notes = open_corpus(store, fingerprint, max_tokens)
         for note in notes:
             log.warning(note)
-        _OPENED[fingerprint] = (install_shared(corpus), corpus_path(fingerprint))
+        _OPENED[fingerprint] = (install_shared(corpus), corpus_file(fingerprint, store), sid)
         return corpus
 
 
@@ -129,24 +152,50 @@ def install_for_bench(
     )
 
 
+def confidence_priors(store, fingerprint: str, specs: Sequence[str], params: Mapping[str, Any]) -> dict[str, Any]:
+    """{method spec: the acceptance prior its sizer starts from} for the specs that draft from a suffix corpus and
+    whose method's stored runs on this model hold nodes with a drafter confidence: a prior holding only the store's
+    calibration of that confidence (workbench.store.priors.stored_calibration), so the first trees are priced by what
+    verification did with each confidence level before rather than by the bare confidence."""
+    from core.acceptance_prior import AcceptancePrior
+    from workbench.methods import parse_method_spec
+    from workbench.store.priors import stored_calibration
+
+    out = {}
+    for spec, _ in corpus_users(specs, params):
+        name = parse_method_spec(spec)[0]
+        calibration = stored_calibration(store, name, fingerprint)
+        if calibration:
+            source = f"store:{name} model={fingerprint} confidence calibration"
+            out[spec] = AcceptancePrior(calibration=calibration, source=source)
+    return out
+
+
 def joins_corpus(params) -> bool:
     """Whether a completed run's output joins the model's corpus: not when it asked for a frozen or a cold one."""
     return not params.get("corpus_mode", 0) and not params.get("cold", 0)
 
 
-def record_output(run, run_id: int | None) -> bool:
-    """Add a completed, stored run's output to its model's installed corpus; True when it joined."""
+def record_output(run, run_id: int | None, store) -> bool:
+    """Add a completed run, stored in `store` as `run_id`, to its model's installed corpus when that corpus is
+    `store`'s (keyed `run_key(store, run_id)`); True when it joined."""
     held = _OPENED.get(run.model_fingerprint or "")
-    if held is None or run.status != "complete" or not run.output_ids or not joins_corpus(run.params):
+    if held is None or run_id is None or held[2] != store_id(store):
         return False
-    held[0].add(run.output_ids, key=run_id, dedupe=True)
+    if run.status != "complete" or not run.output_ids or not joins_corpus(run.params):
+        return False
+    held[0].add(run.output_ids, key=run_key(store, run_id), dedupe=True)
     return True
+
+
+def _save(corpus: SuffixCorpus, path: Path) -> None:
+    try:
+        corpus.save(path)
+    except OSError as e:  # at exit or on a switch of store: say so, never raise
+        log.warning("could not save the suffix corpus %s: %s", path, e)
 
 
 @atexit.register
 def _save_opened() -> None:
-    for corpus, path in list(_OPENED.values()):
-        try:
-            corpus.save(path)
-        except OSError as e:  # at exit: say so, never raise
-            log.warning("could not save the suffix corpus %s: %s", path, e)
+    for corpus, path, _ in list(_OPENED.values()):
+        _save(corpus, path)

@@ -11,7 +11,7 @@ import numpy as np
 
 from core.drafters.base import DraftEnv, Proposal, TopK, TreeObserver, TreeTopK
 from core.drafters.recycle import TEMPLATE, RecycleTable, expand
-from core.drafters.suffix import corpus_fallback
+from core.drafters.suffix import FALLBACK_MARGIN, corpus_drafts, corpus_fallback
 from core.params import auto_or
 from core.pool import DraftPool
 from core.sizing import AUTO_CANDIDATES
@@ -45,6 +45,7 @@ class ContextDrafter(TreeObserver):
         align_generated: bool = False,
         table: RecycleTable | None = None,
         corpus=None,
+        fallback_margin: int = FALLBACK_MARGIN,
     ):
         self.key_len, self.ngram = key_len, ngram
         self.max_nodes = auto_or(
@@ -63,6 +64,7 @@ class ContextDrafter(TreeObserver):
         self.generated_topk = self.prefill_topk if self.align_generated else 0
         self.table = table
         self.suffix = corpus_fallback(corpus, self.max_nodes) if corpus is not None else None  # fallback=suffix
+        self.fallback_margin = fallback_margin
         self.tree_topk = table.k if table is not None else 0
         if table is not None:  # the table learns from the prompt too; alignment reads the first align_m + 1
             self.prefill_topk = max(self.prefill_topk, table.k)
@@ -79,6 +81,7 @@ class ContextDrafter(TreeObserver):
             align_generated=bool(params.get("align_generated", 0)),
             table=env.table if params.get("fallback", 0) == 1 else None,
             corpus=env.corpus if params.get("fallback", 0) == 2 else None,
+            fallback_margin=params.get("fallback_margin", FALLBACK_MARGIN),
         )
 
     def begin(self, prompt_ids: list[int], prefill: TopK | None) -> None:
@@ -120,10 +123,8 @@ class ContextDrafter(TreeObserver):
         if not hits and self.table is not None:
             return Proposal(expand(TEMPLATE, self.table.ids, sequence[-1], self.max_nodes))
         if self.suffix is not None:
-            # The pool matches down to one token, so "no match" alone would almost never hand over: the corpus
-            # drafts wherever its match is longer than the pool's key (a longer match is stronger evidence).
             corpus = self.suffix.propose(sequence)
-            if len(corpus) and corpus.match_len > key:
+            if len(corpus) and corpus_drafts(corpus.match_len, key, self.fallback_margin):
                 return Proposal(corpus.as_tree(sequence[-1]))
         candidates: list[Candidate] = []
         aligned: list[Candidate] = []

@@ -45,6 +45,37 @@ class SuffixDrafter:
         self.speculator.commit(new_tokens)
 
 
+# The default `fallback_margin` (core.params): the corpus drafts wherever its match is at least as long as the pool's
+# key. Fitted on FIT_ITEMS (benchmarks/fit_suffix_fallback.py: of 0-8, 0 had the highest MAL over aasd on both first
+# sight and repeats); 1 (only where it is longer) was the first rule. docs/SUFFIX.md has the numbers.
+FALLBACK_MARGIN = 0
+# The requests of the repeated workload (benchmarks/repeated_workload.py, seed 1: each issued twice) that the suffix
+# settings were fitted on: MATCH_HALF (benchmarks/fit_suffix_confidence.py) and the fallback margin
+# (benchmarks/fit_suffix_fallback.py). A benchmark reporting on any of them is not clean: bench_suffix.py warns.
+FIT_ITEMS = (
+    "math-111",
+    "reasoning-101",
+    "extraction-131",
+    "stem-141",
+    "humanities-151",
+    "roleplay-91",
+    "translation-161",
+    "code-textwrap.indent",
+    "code-calendar.leapdays",
+    "code-string.capwords",
+    "code-statistics.median",
+    "code-html.escape",
+)
+
+
+def corpus_drafts(corpus_match: int, pool_key: int, margin: int = FALLBACK_MARGIN) -> bool:
+    """Whether fallback=suffix drafts from the corpus rather than the context pool: where the corpus's match
+    is at least `margin` tokens longer than the pool's key (a longer match is stronger evidence that the text
+    repeats; the pool matches down to one token, so "where the pool has no match" alone would almost never
+    hand over). No corpus match never drafts from the corpus."""
+    return corpus_match > 0 and corpus_match - pool_key >= margin
+
+
 def corpus_fallback(corpus: SuffixCorpus, max_nodes: int) -> SuffixSpeculator:
     """What a context drafter with fallback=suffix drafts from where its pool has no match: the corpus
     alone (the pool already covers the request's own text), every node `history`."""

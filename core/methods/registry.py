@@ -193,7 +193,18 @@ for m in [
     Method(
         "aasd",
         "context drafting + alignment sampling + entropy-adaptive verification",
-        param_defaults(*COMMON, *POOL, *ALIGN, "alpha", "beta", "alpha_alignment", "beta_alignment", "fitted", *CORPUS),
+        param_defaults(
+            *COMMON,
+            *POOL,
+            *ALIGN,
+            "alpha",
+            "beta",
+            "alpha_alignment",
+            "beta_alignment",
+            "fitted",
+            *CORPUS,
+            "fallback_margin",
+        ),
         False,
         drafter="context",
         rules_of=_adaptive,
@@ -201,7 +212,7 @@ for m in [
     Method(
         "aasd-strict",
         "AASD drafting with strict verification (lossless)",
-        param_defaults(*COMMON, *POOL, *ALIGN),
+        param_defaults(*COMMON, *POOL, *ALIGN, "fallback_margin"),
         True,
         drafter="context",
     ),

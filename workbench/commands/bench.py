@@ -103,6 +103,7 @@ def run(args) -> int:
     store = common.open_store(args)
     target, draft = common.load_models(args)
     corpus_state = _suffix_corpus(store, target, methods, common.benchmark_params(args))
+    priors = _confidence_priors(store, target, methods, common.benchmark_params(args))
     overlap = _fit_overlap(target, methods, common.benchmark_params(args), tasks)
     compressor = load_compressor(
         args.compress,
@@ -133,6 +134,7 @@ def run(args) -> int:
         compress=args.compress,
         compressor=compressor,
         batch_size=args.batch_size,
+        priors=priors,
     )
     result["config"] = _config(args, target, draft, params, len(tasks), compressor)
     if corpus_state is not None:
@@ -151,6 +153,21 @@ def _suffix_corpus(store, target, methods, params, say: bool = True) -> dict | N
     if note and say:
         print(note, file=sys.stderr)
     return state
+
+
+def _confidence_priors(store, target, methods, params, say: bool = True) -> dict:
+    """The stored calibration of the suffix drafter's confidence, per method that drafts from a corpus (none
+    without a store); says how many stored nodes calibrate each."""
+    if store is None:
+        return {}
+    from workbench.suffix_corpus import confidence_priors
+
+    priors = confidence_priors(store, target.fingerprint, methods, params)
+    for spec, prior in priors.items():
+        if say:
+            nodes = sum(v for _, v in prior.calibration.values())
+            print(f"{spec}: node confidences calibrated by {nodes} stored nodes of its method", file=sys.stderr)
+    return priors
 
 
 def _fit_overlap(target, methods, params, tasks) -> dict:
@@ -246,6 +263,7 @@ def _run_shard(args, tasks, methods, shard) -> int:
     target, draft = common.load_models(args)
     params = common.benchmark_params(args)
     _suffix_corpus(store, target, methods, params, say=shard.rank == 0)
+    priors = _confidence_priors(store, target, methods, params, say=shard.rank == 0)
     if shard.rank == 0:
         _fit_overlap(target, methods, params, tasks)
     config = _config(args, target, draft, params, len(tasks))
@@ -276,6 +294,7 @@ def _run_shard(args, tasks, methods, shard) -> int:
             scorer=common.task_scorer(args),
             batch_size=args.batch_size,
             progress=shard.rank == 0,
+            priors=priors,
         )
     # the shard's time writing the store beside its wall time: the merge adds them up
     shards.done_path(args.out, shard).write_text(

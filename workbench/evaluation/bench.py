@@ -113,6 +113,7 @@ def run_bench(
     max_prompt_tokens: int | None = None,
     scorer: Scorer | None = score_task,
     memories: Mapping[str, Any] | None = None,
+    priors: Mapping[str, Any] | None = None,
     skip: Callable[[Task, str], bool] | None = None,
     on_run: Callable[[Task, RunTrace], None] | None = None,
     on_result: Callable[[dict[str, Any], Task, RunTrace], None] | None = None,
@@ -126,7 +127,8 @@ def run_bench(
     A method may carry its own overrides, `aasd[align_graft=1]`; its results are keyed by that label.
     Each output is scored by `scorer` (score_task without running code by default; None: no scores).
     Prompts over `max_prompt_tokens` lose their middle (LongBench's truncation). `memories` maps a
-    method label to the correction memory it reads (CSD). `skip(task, label)` leaves a run out (done
+    method label to the correction memory it reads (CSD), `priors` to the acceptance prior its max_nodes=auto
+    sizer starts from (core.acceptance_prior; e.g. the suffix drafter's stored confidence calibration). `skip(task, label)` leaves a run out (done
     earlier); `on_result(row, task, run)` sees each result row as soon as the run ends.
     With `compress` (a rate in (0, 1]) each task's context is compressed once by `compressor`
     (core.compress) before its methods run; context-drafting methods draft from the full prompt unless
@@ -164,6 +166,7 @@ def run_bench(
         if compress is not None:
             raise InvalidInputError("--compress with --batch-size > 1 is not supported: use --batch-size 1")
     memories = memories or {}
+    priors = priors or {}
     todo = [(task, [m for m in methods if skip is None or not skip(task, m)]) for task in tasks]
     pending = {m for _, ms in todo for m in ms}
     warm = encode_prompt(target.tokenizer, "Hello", chat=False) if pending else []
@@ -270,6 +273,7 @@ def run_bench(
                     memory=memories.get(m),
                     compression=compression,
                     uncompressed_ids=full_ids,
+                    prior=priors.get(m),
                 )
                 record(task, m, run, ids, full_ids, compression)
     else:
@@ -292,6 +296,7 @@ def run_bench(
                     memory=memories.get(m),
                     max_new_tokens=[x["max_new_tokens"] for x in p],
                     slots=batch_size,
+                    prior=priors.get(m),
                 )
                 tokens = sum(len(r.output_ids) for r in runs) or 1
                 batch_decode, batch_prefill = max(r.decode_seconds for r in runs), runs[0].prefill_seconds

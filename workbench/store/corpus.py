@@ -10,10 +10,13 @@ output), and counting each copy would weigh a continuation by how many methods w
 from __future__ import annotations
 
 import hashlib
+import uuid
+import weakref
+from pathlib import Path
 
 import numpy as np
 from sqlalchemy import exc as sa_exc
-from sqlalchemy import select
+from sqlalchemy import make_url, select
 from sqlalchemy.orm import Session
 
 from core.errors import InvalidInputError
@@ -22,6 +25,37 @@ from workbench.store.repository import Store
 from workbench.store.schema import Run
 
 BATCH = 2000  # rows fetched at a time
+_IN_MEMORY: "weakref.WeakKeyDictionary[Store, str]" = weakref.WeakKeyDictionary()  # each in-memory store is its own
+
+
+def store_id(store: Store) -> str:
+    """A short id of the database a store reads (16 hex digits): equal for two Store objects of the same database
+    (an SQLite file by its resolved path, a server database by its URL without the password), different for two
+    databases, and unique to the object for an in-memory SQLite store. Run ids are only unique within one
+    database, so a corpus keys a stored output by this id and the run id together (`run_key`)."""
+    url = make_url(store.url)
+    if url.get_backend_name() == "sqlite":
+        if url.database and url.database != ":memory:":
+            where = f"sqlite:{Path(url.database).expanduser().resolve()}"
+        else:
+            where = f"memory:{_IN_MEMORY.setdefault(store, uuid.uuid4().hex)}"
+    else:
+        where = url.set(password=None).render_as_string(hide_password=False)
+    return hashlib.blake2b(where.encode(), digest_size=8).hexdigest()
+
+
+def run_key(store: Store, run_id: int) -> str:
+    """The corpus key of a stored run's output: `<store id>:<run id>` (run ids collide across databases)."""
+    return f"{store_id(store)}:{int(run_id)}"
+
+
+def run_id_of(key, store: Store) -> int | None:
+    """The run id of a corpus key made by `run_key` for this store; None for any other key (another store's
+    runs, `local-N` requests added online)."""
+    prefix = f"{store_id(store)}:"
+    if isinstance(key, str) and key.startswith(prefix) and key[len(prefix) :].isdigit():
+        return int(key[len(prefix) :])
+    return None
 
 
 def stored_outputs(
@@ -82,7 +116,8 @@ def load_corpus(
     dedupe: bool = True,
     before_run: int | None = None,
 ) -> SuffixCorpus:
-    """The corpus of `fingerprint` built from the store (keys: run ids; the newest run is the most
+    """The corpus of `fingerprint` built from the store (keys: `run_key(store, run id)`; the newest run is the most
     recently used). Frozen by default: a rerun over the same store drafts alike."""
     rows = stored_outputs(store, fingerprint, max_tokens, dedupe=dedupe, before_run=before_run)
-    return SuffixCorpus(reversed(rows), max_tokens=max_tokens, fingerprint=fingerprint, frozen=frozen)
+    keyed = [(run_key(store, run_id), ids) for run_id, ids in reversed(rows)]
+    return SuffixCorpus(keyed, max_tokens=max_tokens, fingerprint=fingerprint, frozen=frozen)
