@@ -203,6 +203,12 @@ def main(argv=None) -> int:
     )
     ap.add_argument("--repeats", type=int, default=1, help="runs of each item's whole set; the fastest kept per method")
     ap.add_argument("--control", action="store_true", help=f"add {CONTROL!r}: greedy again, as a method (A/A)")
+    ap.add_argument(
+        "--pause",
+        choices=("on", "off"),
+        default=None,
+        help="pause drafting after proposals the sizer refused (core.sizing.PAUSE; default: the engine's)",
+    )
     ap.add_argument("--remeasure", action="store_true", help="measure t(n, L) again first (under the bench lock)")
     ap.add_argument(
         "--priors-only",
@@ -216,6 +222,8 @@ def main(argv=None) -> int:
 
     if args.caution is not None:
         core.sizing.CAUTION = args.caution
+    if args.pause is not None:
+        core.sizing.PAUSE = args.pause == "on"
     from core import timing
     from core.methods import split_method_list
     from core.models import encode_prompt, load_model
@@ -330,7 +338,7 @@ def main(argv=None) -> int:
     )
     print(
         f"\n{args.model} {machine['dtype']}, {machine['cpu']} ({' '.join(machine['cpu_flags'])}), "
-        f"{machine['threads']} thread(s); sizer caution {core.sizing.CAUTION}; {args.items} evaluation items per family, "
+        f"{machine['threads']} thread(s); sizer caution {core.sizing.CAUTION}, drafting pause {'on' if core.sizing.PAUSE else 'off'}; {args.items} evaluation items per family, "
         f"{args.max_new_tokens} new tokens, {args.repeats} repeat(s) (fastest kept), order rotated per item; "
         f"timed part {minutes:.1f} min\n"
     )

@@ -30,6 +30,7 @@ def main(argv=None) -> int:
     ap.add_argument("--methods", default="aasd-strict;recycle;casd[delta=0.5];aasd")
     ap.add_argument("--prior", default="results/auto_size/prior.db", help="bench_auto_size's prior store")
     ap.add_argument("--caution", type=float, default=0.0, help="core.sizing.CAUTION")
+    ap.add_argument("--pause", choices=("on", "off"), default="on", help="core.sizing.PAUSE")
     ap.add_argument("--max-new-tokens", type=int, default=64)
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
@@ -44,6 +45,7 @@ def main(argv=None) -> int:
     from workbench.store.repository import Store
 
     core.sizing.CAUTION = args.caution
+    core.sizing.PAUSE = args.pause == "on"
     seconds: dict[str, float] = collections.defaultdict(float)
     calls: dict[str, int] = collections.defaultdict(int)
 
