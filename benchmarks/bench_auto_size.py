@@ -45,6 +45,7 @@ METHODS = (
 )  # every tree method that takes max_nodes (casd δ = 0.5: strict)
 PRIOR_TAG = "auto-size-prior"
 ONLINE = "+online"  # a label ending so runs its sizer with the online check (core.sizing.StepClock)
+PLAIN = "+plain"  # a label ending so runs its sizer without caution and without the drafting pause (the old sizer)
 CONTROL = "greedy-again"  # --control: greedy again, as a method (an A/A test of the measurement's noise)
 PHASES = ("draft_ms", "forward_ms", "verify_ms", "bookkeeping_ms")  # core.trace.StepTrace's per-step clocks (wall)
 PRIOR_NODES = 64  # the prior's runs: a fixed, large tree (what max_nodes=auto chooses from), so every depth is judged
@@ -150,7 +151,7 @@ def collect_priors(target, families, methods, items, max_new_tokens, store_path)
     tag = f"{PRIOR_TAG}:{str(target.dtype).replace('torch.', '')}"
     priors = {}
     for label in methods:
-        if label.endswith(ONLINE) or label == CONTROL:
+        if label.endswith((ONLINE, PLAIN)) or label == CONTROL:
             continue
         name, overrides = parse_method_spec(label)
         prior = acceptance_prior(store, name, target.fingerprint, params=overrides or None, tag=tag)
@@ -235,7 +236,7 @@ def main(argv=None) -> int:
         ap.error(f"--repeats must be at least 1 (got {args.repeats})")
     if args.control:
         methods.append(CONTROL)
-    base = {m: m[: -len(ONLINE)] if m.endswith(ONLINE) else m for m in methods}
+    base = {m: m.removesuffix(ONLINE).removesuffix(PLAIN) for m in methods}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     target = load_model(args.model, device="cpu", dtype=args.dtype)
@@ -269,6 +270,7 @@ def main(argv=None) -> int:
         if m in base and base[m] != m and base[m] in priors:
             priors[m] = priors[base[m]]
     online = online_switch(target)
+    settings = core.sizing.CAUTION, core.sizing.PAUSE  # the run's; a PLAIN label sets the old ones for its runs
     rows = []
     warm = encode_prompt(target.tokenizer, "Hello", chat=False)
     from workbench.methods import parse_method_spec, run_method
@@ -290,6 +292,7 @@ def main(argv=None) -> int:
             for label in rotated(labels, n_item * args.repeats + repeat):
                 name, overrides = parse_method_spec("greedy" if label == CONTROL else base.get(label, label))
                 online["on"] = label.endswith(ONLINE)
+                core.sizing.CAUTION, core.sizing.PAUSE = (0.0, False) if label.endswith(PLAIN) else settings
                 params = {**overrides, "max_new_tokens": args.max_new_tokens}
                 if name != "greedy":
                     params["max_nodes"] = "auto"
@@ -321,6 +324,7 @@ def main(argv=None) -> int:
                 + " ".join(f"{k[:-3]} {v:.2f}" for k, v in rows[-1]["phases_ms"].items()),
                 file=sys.stderr,
             )
+    core.sizing.CAUTION, core.sizing.PAUSE = settings
     minutes = (time.perf_counter() - t_bench) / 60
     (out / "rows.json").write_text(
         json.dumps(
