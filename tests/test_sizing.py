@@ -528,3 +528,15 @@ def test_a_sizer_whose_proposals_are_refused_asks_the_drafter_rarely_and_one_wit
             asked[pause] += drafted
             assert sizer.choose(bushy(8) if drafted else DraftTree.root_only(0), 256).num_draft == 0
     assert asked[False] == 60 and asked[True] <= 15
+
+
+@pytest.mark.parametrize("caution", [0.0, 1.0])
+def test_under_a_flat_cost_a_cautious_pausing_sizer_drafts_every_step_and_keeps_large_trees(caution):
+    """The simulated flat-cost case with the options on: caution lowers the rates but a free node still pays, so
+    no proposal is refused and drafting never pauses, even while every tree is rejected."""
+    sizer = TreeSizer(flat(), caution=caution, pause=True)
+    for step in range(30):
+        assert sizer.drafts(1024)
+        tree = sizer.choose(bushy(64), 1024 + step)
+        assert tree.num_draft >= 48
+        sizer.observe(tree, ["root"] + ["rejected"] * tree.num_draft)
