@@ -46,6 +46,8 @@ METHODS = (
 PRIOR_TAG = "auto-size-prior"
 ONLINE = "+online"  # a label ending so runs its sizer with the online check (core.sizing.StepClock)
 PLAIN = "+plain"  # a label ending so runs its sizer without caution and without the drafting pause (the old sizer)
+PAUSE_ONLY = "+pause"  # a label ending so runs its sizer without caution, with the drafting pause
+SIZER_SETTINGS = {PLAIN: (0.0, False), PAUSE_ONLY: (0.0, True)}  # label ending -> (core.sizing.CAUTION, PAUSE)
 CONTROL = "greedy-again"  # --control: greedy again, as a method (an A/A test of the measurement's noise)
 PHASES = ("draft_ms", "forward_ms", "verify_ms", "bookkeeping_ms")  # core.trace.StepTrace's per-step clocks (wall)
 PRIOR_NODES = 64  # the prior's runs: a fixed, large tree (what max_nodes=auto chooses from), so every depth is judged
@@ -151,7 +153,7 @@ def collect_priors(target, families, methods, items, max_new_tokens, store_path)
     tag = f"{PRIOR_TAG}:{str(target.dtype).replace('torch.', '')}"
     priors = {}
     for label in methods:
-        if label.endswith((ONLINE, PLAIN)) or label == CONTROL:
+        if label.endswith((ONLINE, *SIZER_SETTINGS)) or label == CONTROL:
             continue
         name, overrides = parse_method_spec(label)
         prior = acceptance_prior(store, name, target.fingerprint, params=overrides or None, tag=tag)
@@ -236,7 +238,7 @@ def main(argv=None) -> int:
         ap.error(f"--repeats must be at least 1 (got {args.repeats})")
     if args.control:
         methods.append(CONTROL)
-    base = {m: m.removesuffix(ONLINE).removesuffix(PLAIN) for m in methods}
+    base = {m: m.removesuffix(ONLINE).removesuffix(PLAIN).removesuffix(PAUSE_ONLY) for m in methods}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     target = load_model(args.model, device="cpu", dtype=args.dtype)
@@ -292,7 +294,9 @@ def main(argv=None) -> int:
             for label in rotated(labels, n_item * args.repeats + repeat):
                 name, overrides = parse_method_spec("greedy" if label == CONTROL else base.get(label, label))
                 online["on"] = label.endswith(ONLINE)
-                core.sizing.CAUTION, core.sizing.PAUSE = (0.0, False) if label.endswith(PLAIN) else settings
+                core.sizing.CAUTION, core.sizing.PAUSE = next(
+                    (v for end, v in SIZER_SETTINGS.items() if label.endswith(end)), settings
+                )
                 params = {**overrides, "max_new_tokens": args.max_new_tokens}
                 if name != "greedy":
                     params["max_nodes"] = "auto"

@@ -5,6 +5,11 @@ kept a tree (its size, accepted nodes and sources). One evaluation item of a fam
 
     OMP_NUM_THREADS=1 taskset -c 0 python benchmarks/profile_auto_steps.py --family writing --dtype float32 \\
         --prior results/auto_size/prior.db
+
+`--pause-effect N` times nothing: on the first N evaluation items of every family it decodes each method with the
+drafting pause off and on (core.sizing.PAUSE) and prints the steps each took, the mean tree and whether the outputs
+agree. Steps per token do not depend on the clock, so this says, even on a loaded core, whether the pause gives up
+trees that would have been kept (more steps with it on) where trees pay.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ def main(argv=None) -> int:
     ap.add_argument("--caution", type=float, default=0.0, help="core.sizing.CAUTION")
     ap.add_argument("--pause", choices=("on", "off"), default="on", help="core.sizing.PAUSE")
     ap.add_argument("--max-new-tokens", type=int, default=64)
+    ap.add_argument("--pause-effect", type=int, default=0, metavar="N", help="steps with the pause on and off, N items")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     import core.sizing
@@ -69,6 +75,8 @@ def main(argv=None) -> int:
     target = load_model(args.model, device="cpu", dtype=args.dtype)
     store = Store(f"sqlite:///{args.prior}")
     tag = f"auto-size-prior:{str(target.dtype).replace('torch.', '')}"
+    if args.pause_effect:
+        return pause_effect(target, store, tag, args)
     task = family_tasks(args.family, "evaluation", 1)[0]
     ids = encode_prompt(target.tokenizer, task.prompt(), chat=task.chat)
     methods = ["greedy", *args.methods.split(";")]
@@ -115,6 +123,45 @@ def main(argv=None) -> int:
             }
             print("  empty steps, mean wall ms per phase:", {k: round(v, 3) for k, v in phases.items()})
     store.close()
+    return 0
+
+
+def pause_effect(target, store, tag, args) -> int:
+    """Per family and method: steps with the pause off and on over the first N evaluation items, the mean tree and
+    the outputs that agree."""
+    import core.sizing
+    from core.models import encode_prompt
+    from workbench.evaluation.families import DEFAULT_FAMILIES, family_tasks
+    from workbench.methods import parse_method_spec, run_method
+    from workbench.store.priors import acceptance_prior
+
+    print(f"{args.dtype}, caution {core.sizing.CAUTION}; steps for {args.max_new_tokens} tokens, pause off -> on")
+    print("| family | method | items | steps, pause off | steps, pause on | mean tree off / on | outputs equal |")
+    print("|---|---|---|---|---|---|---|")
+    for family in DEFAULT_FAMILIES:
+        tasks = family_tasks(family, "evaluation", args.pause_effect)
+        for label in args.methods.split(";"):
+            name, overrides = parse_method_spec(label)
+            prior = acceptance_prior(store, name, target.fingerprint, params=overrides or None, tag=tag)
+            params = {**overrides, "max_new_tokens": args.max_new_tokens, "max_nodes": "auto"}
+            steps, trees, equal = {True: 0, False: 0}, {True: [], False: []}, 0
+            for task in tasks:
+                ids = encode_prompt(target.tokenizer, task.prompt(), chat=task.chat)
+                outputs = {}
+                for pause in (False, True):
+                    core.sizing.PAUSE = pause
+                    run = run_method(
+                        name, target, ids, params, prompt_text=task.input, stop_strings=task.stop, prior=prior
+                    )
+                    steps[pause] += len(run.steps)
+                    trees[pause] += [s.tree_size for s in run.steps]
+                    outputs[pause] = run.output_ids
+                equal += outputs[True] == outputs[False]
+            print(
+                f"| {family} | {label} | {len(tasks)} | {steps[False]} | {steps[True]} | "
+                f"{np.mean(trees[False]):.1f} / {np.mean(trees[True]):.1f} | {equal}/{len(tasks)} |",
+                flush=True,
+            )
     return 0
 
 
