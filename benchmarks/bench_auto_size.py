@@ -205,6 +205,7 @@ def main(argv=None) -> int:
         help="size trees from rates this many posterior standard deviations below their means (core.sizing.CAUTION)",
     )
     ap.add_argument("--repeats", type=int, default=1, help="runs of each item's whole set; the fastest kept per method")
+    ap.add_argument("--summarize", metavar="ROWS_JSON", help="print the tables of a finished run's rows.json and stop")
     ap.add_argument("--control", action="store_true", help=f"add {CONTROL!r}: greedy again, as a method (A/A)")
     ap.add_argument(
         "--pause",
@@ -219,6 +220,8 @@ def main(argv=None) -> int:
         help="collect the priors' held-out runs and stop (untimed: needs no bench lock)",
     )
     args = ap.parse_args(argv)
+    if args.summarize:
+        return summarize(args.summarize)
 
     torch.set_num_threads(args.threads)
     import core.sizing
@@ -350,17 +353,26 @@ def main(argv=None) -> int:
         f"{args.max_new_tokens} new tokens, {args.repeats} repeat(s) (fastest kept), order rotated per item; "
         f"timed part {minutes:.1f} min\n"
     )
+    print_table(rows, families, methods)
+    return 0
+
+
+def print_table(rows: list[dict], families: list[str], methods: list[str]) -> None:
+    """The speed-up table per family and method, then each method pooled over every family's items (its interval
+    resamples items of all families together), and the pairs below 0.98x greedy by CPU time."""
     print(
         "| family | method | items | prompt tokens (median) | mean tree | speed-up, CPU time [95 % CI] | "
         "speed-up, wall [95 % CI] | = greedy |"
     )
     print("|---|---|---|---|---|---|---|---|")
     worst = {}
-    for family in families:
-        fam = [r for r in rows if r["family"] == family]
+    for family in [*families, None]:
+        fam = [r for r in rows if family is None or r["family"] == family]
         greedy = {r["id"]: r for r in fam if r["method"] == "greedy"}
         for label in methods:
             mine = [r for r in fam if r["method"] == label]
+            if not mine:
+                continue
             cells = []
             for clock in ("cpu", "wall"):
                 point, lo, hi = speedup_interval(
@@ -368,10 +380,11 @@ def main(argv=None) -> int:
                     [(r[clock], r["tokens"]) for r in mine],
                 )
                 cells.append(f"{point:.3f} [{lo:.2f}, {hi:.2f}]" if lo is not None else f"{point:.3f}")
-                if clock == "cpu":
+                if clock == "cpu" and family is not None:
                     worst[(family, label)] = point
             print(
-                f"| {family} | {label} | {len(mine)} | {int(np.median([r['prompt_tokens'] for r in mine]))} | "
+                f"| {family or 'all families'} | {label} | {len(mine)} | "
+                f"{int(np.median([r['prompt_tokens'] for r in mine]))} | "
                 f"{np.mean([r['tree'] for r in mine]):.1f} | {cells[0]} | {cells[1]} | "
                 f"{sum(r['equal_to_greedy'] for r in mine)}/{len(mine)} |"
             )
@@ -380,6 +393,15 @@ def main(argv=None) -> int:
         f"\nevery method ≥ 0.98× greedy on every family (CPU time): {'yes' if not below else 'no'}"
         + ("" if not below else "; below: " + ", ".join(f"{f}/{m} {v:.3f}" for (f, m), v in below.items()))
     )
+
+
+def summarize(path: str) -> int:
+    """--summarize: the tables of a finished run again, from its rows.json (families and methods as it ran them)."""
+    data = json.loads(Path(path).read_text())
+    rows = data["rows"]
+    families = list(dict.fromkeys(r["family"] for r in rows))
+    methods = [m for m in dict.fromkeys(r["method"] for r in rows) if m != "greedy"]
+    print_table(rows, families, methods)
     return 0
 
 
