@@ -38,6 +38,12 @@ def main(argv=None) -> int:
     ap.add_argument("--pause", choices=("on", "off"), default="on", help="core.sizing.PAUSE")
     ap.add_argument("--max-new-tokens", type=int, default=64)
     ap.add_argument("--pause-effect", type=int, default=0, metavar="N", help="steps with the pause on and off, N items")
+    ap.add_argument("--families", default=None, help="--pause-effect: comma-separated families (default: all five)")
+    ap.add_argument(
+        "--against-plain",
+        action="store_true",
+        help="--pause-effect: compare with the plain sizer (caution 0, no pause) instead of the same caution unpaused",
+    )
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     import core.sizing
@@ -135,10 +141,12 @@ def pause_effect(target, store, tag, args) -> int:
     from workbench.methods import parse_method_spec, run_method
     from workbench.store.priors import acceptance_prior
 
-    print(f"{args.dtype}, caution {core.sizing.CAUTION}; steps for {args.max_new_tokens} tokens, pause off -> on")
-    print("| family | method | items | steps, pause off | steps, pause on | mean tree off / on | outputs equal |")
+    caution = core.sizing.CAUTION
+    configs = {False: (0.0 if args.against_plain else caution, False), True: (caution, True)}  # (CAUTION, PAUSE)
+    print(f"{args.dtype}; steps for {args.max_new_tokens} tokens; (caution, pause) {configs[False]} -> {configs[True]}")
+    print("| family | method | items | steps, before | steps, after | mean tree before / after | outputs equal |")
     print("|---|---|---|---|---|---|---|")
-    for family in DEFAULT_FAMILIES:
+    for family in args.families.split(",") if args.families else DEFAULT_FAMILIES:
         tasks = family_tasks(family, "evaluation", args.pause_effect)
         for label in args.methods.split(";"):
             name, overrides = parse_method_spec(label)
@@ -149,7 +157,7 @@ def pause_effect(target, store, tag, args) -> int:
                 ids = encode_prompt(target.tokenizer, task.prompt(), chat=task.chat)
                 outputs = {}
                 for pause in (False, True):
-                    core.sizing.PAUSE = pause
+                    core.sizing.CAUTION, core.sizing.PAUSE = configs[pause]
                     run = run_method(
                         name, target, ids, params, prompt_text=task.input, stop_strings=task.stop, prior=prior
                     )
