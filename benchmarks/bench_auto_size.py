@@ -8,6 +8,12 @@ under --out, and read back with workbench.store.priors.acceptance_prior, filtere
 method: the speed-up over greedy (tokens per second of decoding, pooled over the family's items) with a
 paired 95 % percentile bootstrap interval over items (scipy.stats.bootstrap), the items and the mean tree size.
 
+The order of the runs on an item is rotated from item to item (greedy first on the first item, second on the next,
+...), so no method always runs in the same place after the others; `--repeats R` runs each item's whole set R times
+(rotated again each time) and keeps each method's fastest run per item, as the cost grid keeps the fastest round;
+`--control` adds `greedy-again`, greedy run a second time and reported as if it were a method: the spread of its
+ratio is what the noise of the measurement alone gives (an A/A test).
+
 Decoding time is measured twice: the run's wall clock (`decode_seconds`) and, with one torch thread, the
 calling thread's CPU time from the first step to the end of the run (not inflated when other processes
 share the core; the machine this was written on ran at a load average of 10-17 from other work, which made
@@ -39,6 +45,11 @@ METHODS = (
 )  # every tree method that takes max_nodes (casd δ = 0.5: strict)
 PRIOR_TAG = "auto-size-prior"
 ONLINE = "+online"  # a label ending so runs its sizer with the online check (core.sizing.StepClock)
+PLAIN = "+plain"  # a label ending so runs its sizer without caution and without the drafting pause (the old sizer)
+PAUSE_ONLY = "+pause"  # a label ending so runs its sizer without caution, with the drafting pause
+SIZER_SETTINGS = {PLAIN: (0.0, False), PAUSE_ONLY: (0.0, True)}  # label ending -> (core.sizing.CAUTION, PAUSE)
+CONTROL = "greedy-again"  # --control: greedy again, as a method (an A/A test of the measurement's noise)
+PHASES = ("draft_ms", "forward_ms", "verify_ms", "bookkeeping_ms")  # core.trace.StepTrace's per-step clocks (wall)
 PRIOR_NODES = 64  # the prior's runs: a fixed, large tree (what max_nodes=auto chooses from), so every depth is judged
 
 
@@ -124,6 +135,12 @@ def online_switch(target) -> dict:
     return state
 
 
+def rotated(labels: tuple[str, ...], shift: int) -> tuple[str, ...]:
+    """`labels` rotated left by `shift`: the run order on one item (each label takes every place in turn)."""
+    k = shift % len(labels)
+    return labels[k:] + labels[:k]
+
+
 def collect_priors(target, families, methods, items, max_new_tokens, store_path) -> dict:
     """The acceptance prior per method label, from the store's tagged runs on held-out items (run now if absent)."""
     from core.models import encode_prompt
@@ -136,7 +153,7 @@ def collect_priors(target, families, methods, items, max_new_tokens, store_path)
     tag = f"{PRIOR_TAG}:{str(target.dtype).replace('torch.', '')}"
     priors = {}
     for label in methods:
-        if label.endswith(ONLINE):
+        if label.endswith((ONLINE, *SIZER_SETTINGS)) or label == CONTROL:
             continue
         name, overrides = parse_method_spec(label)
         prior = acceptance_prior(store, name, target.fingerprint, params=overrides or None, tag=tag)
@@ -187,6 +204,15 @@ def main(argv=None) -> int:
         default=None,
         help="size trees from rates this many posterior standard deviations below their means (core.sizing.CAUTION)",
     )
+    ap.add_argument("--repeats", type=int, default=1, help="runs of each item's whole set; the fastest kept per method")
+    ap.add_argument("--summarize", metavar="ROWS_JSON", help="print the tables of a finished run's rows.json and stop")
+    ap.add_argument("--control", action="store_true", help=f"add {CONTROL!r}: greedy again, as a method (A/A)")
+    ap.add_argument(
+        "--pause",
+        choices=("on", "off"),
+        default=None,
+        help="pause drafting after proposals the sizer refused (core.sizing.PAUSE; default: the engine's)",
+    )
     ap.add_argument("--remeasure", action="store_true", help="measure t(n, L) again first (under the bench lock)")
     ap.add_argument(
         "--priors-only",
@@ -194,12 +220,16 @@ def main(argv=None) -> int:
         help="collect the priors' held-out runs and stop (untimed: needs no bench lock)",
     )
     args = ap.parse_args(argv)
+    if args.summarize:
+        return summarize(args.summarize)
 
     torch.set_num_threads(args.threads)
-    if args.caution is not None:
-        import core.sizing
+    import core.sizing
 
+    if args.caution is not None:
         core.sizing.CAUTION = args.caution
+    if args.pause is not None:
+        core.sizing.PAUSE = args.pause == "on"
     from core import timing
     from core.methods import split_method_list
     from core.models import encode_prompt, load_model
@@ -207,7 +237,11 @@ def main(argv=None) -> int:
 
     families = parse_families(args.families)
     methods = [m.strip() for m in args.methods.split(";")] if ";" in args.methods else split_method_list(args.methods)
-    base = {m: m[: -len(ONLINE)] if m.endswith(ONLINE) else m for m in methods}
+    if args.repeats < 1:
+        ap.error(f"--repeats must be at least 1 (got {args.repeats})")
+    if args.control:
+        methods.append(CONTROL)
+    base = {m: m.removesuffix(ONLINE).removesuffix(PLAIN).removesuffix(PAUSE_ONLY) for m in methods}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     target = load_model(args.model, device="cpu", dtype=args.dtype)
@@ -241,29 +275,38 @@ def main(argv=None) -> int:
         if m in base and base[m] != m and base[m] in priors:
             priors[m] = priors[base[m]]
     online = online_switch(target)
+    settings = core.sizing.CAUTION, core.sizing.PAUSE  # the run's; a PLAIN label sets the old ones for its runs
     rows = []
     warm = encode_prompt(target.tokenizer, "Hello", chat=False)
     from workbench.methods import parse_method_spec, run_method
 
     for label in ("greedy", *methods):  # lazy initialisation out of the timings
-        run_method(base.get(label, label).split("[")[0], target, warm, {"max_new_tokens": 4})
+        name = "greedy" if label == CONTROL else base.get(label, label).split("[")[0]
+        run_method(name, target, warm, {"max_new_tokens": 4})
     t_bench = time.perf_counter()
     queue = {f: family_tasks(f, "evaluation", args.items) for f in families}
     order = [(f, queue[f][i]) for i in range(args.items) for f in families if i < len(queue[f])]  # round the families
-    for family, task in order:
+    labels = ("greedy", *methods)
+    for n_item, (family, task) in enumerate(order):
         if args.max_minutes is not None and time.perf_counter() - t_bench > 60 * args.max_minutes:
             print(f"--max-minutes {args.max_minutes} reached: the remaining items are left out", file=sys.stderr)
             break
         ids = encode_prompt(target.tokenizer, task.prompt(), chat=task.chat)
-        greedy_ids = None
-        for label in ("greedy", *methods):
-            name, overrides = parse_method_spec(base.get(label, label))
-            online["on"] = label.endswith(ONLINE)
-            params = {**overrides, "max_new_tokens": args.max_new_tokens}
-            if label != "greedy":
-                params["max_nodes"] = "auto"
-            run, cpu = timed_run(name, target, ids, params, priors.get(label), task)
-            greedy_ids = run.output_ids if label == "greedy" else greedy_ids
+        runs: dict[str, list] = {label: [] for label in labels}
+        for repeat in range(args.repeats):
+            for label in rotated(labels, n_item * args.repeats + repeat):
+                name, overrides = parse_method_spec("greedy" if label == CONTROL else base.get(label, label))
+                online["on"] = label.endswith(ONLINE)
+                core.sizing.CAUTION, core.sizing.PAUSE = next(
+                    (v for end, v in SIZER_SETTINGS.items() if label.endswith(end)), settings
+                )
+                params = {**overrides, "max_new_tokens": args.max_new_tokens}
+                if name != "greedy":
+                    params["max_nodes"] = "auto"
+                runs[label].append(timed_run(name, target, ids, params, priors.get(label), task))
+        greedy_ids = min(runs["greedy"], key=lambda rc: rc[1])[0].output_ids
+        for label in labels:
+            run, cpu = min(runs[label], key=lambda rc: rc[1])  # the fastest of the repeats, by CPU time
             rows.append(
                 {
                     "family": family,
@@ -271,19 +314,24 @@ def main(argv=None) -> int:
                     "method": label,
                     "prompt_tokens": len(ids),
                     "tokens": len(run.output_ids),
-                    "wall": run.decode_seconds,
+                    "wall": min(r.decode_seconds for r, _ in runs[label]),
                     "cpu": cpu,
+                    "cpu_repeats": [c for _, c in runs[label]],
                     "steps": len(run.steps),
                     "tree": float(np.mean([s.tree_size for s in run.steps] or [0])),
+                    "phases_ms": {k: float(np.mean([getattr(s, k) for s in run.steps] or [0])) for k in PHASES},
                     "equal_to_greedy": run.output_ids == greedy_ids,
                     "prior_sha": run.params.get("prior_sha"),
                 }
             )
             print(
                 f"{family} {task.id} {label}: {len(ids)} prompt tokens, {len(run.output_ids)} tokens, "
-                f"wall {run.decode_seconds:.2f} s, cpu {cpu:.2f} s, mean tree {rows[-1]['tree']:.1f}",
+                f"wall {rows[-1]['wall']:.2f} s, cpu {cpu:.2f} s (repeats {[round(c, 2) for c in rows[-1]['cpu_repeats']]}), "
+                f"mean tree {rows[-1]['tree']:.1f}, ms per step "
+                + " ".join(f"{k[:-3]} {v:.2f}" for k, v in rows[-1]["phases_ms"].items()),
                 file=sys.stderr,
             )
+    core.sizing.CAUTION, core.sizing.PAUSE = settings
     minutes = (time.perf_counter() - t_bench) / 60
     (out / "rows.json").write_text(
         json.dumps(
@@ -301,20 +349,30 @@ def main(argv=None) -> int:
     )
     print(
         f"\n{args.model} {machine['dtype']}, {machine['cpu']} ({' '.join(machine['cpu_flags'])}), "
-        f"{machine['threads']} thread(s); sizer caution {args.caution or 0}; {args.items} evaluation items per family, {args.max_new_tokens} new tokens; "
+        f"{machine['threads']} thread(s); sizer caution {core.sizing.CAUTION}, drafting pause {'on' if core.sizing.PAUSE else 'off'}; {args.items} evaluation items per family, "
+        f"{args.max_new_tokens} new tokens, {args.repeats} repeat(s) (fastest kept), order rotated per item; "
         f"timed part {minutes:.1f} min\n"
     )
+    print_table(rows, families, methods)
+    return 0
+
+
+def print_table(rows: list[dict], families: list[str], methods: list[str]) -> None:
+    """The speed-up table per family and method, then each method pooled over every family's items (its interval
+    resamples items of all families together), and the pairs below 0.98x greedy by CPU time."""
     print(
         "| family | method | items | prompt tokens (median) | mean tree | speed-up, CPU time [95 % CI] | "
         "speed-up, wall [95 % CI] | = greedy |"
     )
     print("|---|---|---|---|---|---|---|---|")
     worst = {}
-    for family in families:
-        fam = [r for r in rows if r["family"] == family]
+    for family in [*families, None]:
+        fam = [r for r in rows if family is None or r["family"] == family]
         greedy = {r["id"]: r for r in fam if r["method"] == "greedy"}
         for label in methods:
             mine = [r for r in fam if r["method"] == label]
+            if not mine:
+                continue
             cells = []
             for clock in ("cpu", "wall"):
                 point, lo, hi = speedup_interval(
@@ -322,18 +380,28 @@ def main(argv=None) -> int:
                     [(r[clock], r["tokens"]) for r in mine],
                 )
                 cells.append(f"{point:.3f} [{lo:.2f}, {hi:.2f}]" if lo is not None else f"{point:.3f}")
-                if clock == "cpu":
+                if clock == "cpu" and family is not None:
                     worst[(family, label)] = point
             print(
-                f"| {family} | {label} | {len(mine)} | {int(np.median([r['prompt_tokens'] for r in mine]))} | "
+                f"| {family or 'all families'} | {label} | {len(mine)} | "
+                f"{int(np.median([r['prompt_tokens'] for r in mine]))} | "
                 f"{np.mean([r['tree'] for r in mine]):.1f} | {cells[0]} | {cells[1]} | "
                 f"{sum(r['equal_to_greedy'] for r in mine)}/{len(mine)} |"
             )
-    below = {k: v for k, v in worst.items() if v < 0.98}
+    below = {k: v for k, v in worst.items() if v < 0.98 and k[1] != CONTROL}
     print(
         f"\nevery method ≥ 0.98× greedy on every family (CPU time): {'yes' if not below else 'no'}"
         + ("" if not below else "; below: " + ", ".join(f"{f}/{m} {v:.3f}" for (f, m), v in below.items()))
     )
+
+
+def summarize(path: str) -> int:
+    """--summarize: the tables of a finished run again, from its rows.json (families and methods as it ran them)."""
+    data = json.loads(Path(path).read_text())
+    rows = data["rows"]
+    families = list(dict.fromkeys(r["family"] for r in rows))
+    methods = [m for m in dict.fromkeys(r["method"] for r in rows) if m != "greedy"]
+    print_table(rows, families, methods)
     return 0
 
 

@@ -5,6 +5,11 @@ kept a tree (its size, accepted nodes and sources). One evaluation item of a fam
 
     OMP_NUM_THREADS=1 taskset -c 0 python benchmarks/profile_auto_steps.py --family writing --dtype float32 \\
         --prior results/auto_size/prior.db
+
+`--pause-effect N` times nothing: on the first N evaluation items of every family it decodes each method with the
+drafting pause off and on (core.sizing.PAUSE) and prints the steps each took, the mean tree and whether the outputs
+agree. Steps per token do not depend on the clock, so this says, even on a loaded core, whether the pause gives up
+trees that would have been kept (more steps with it on) where trees pay.
 """
 
 from __future__ import annotations
@@ -30,7 +35,15 @@ def main(argv=None) -> int:
     ap.add_argument("--methods", default="aasd-strict;recycle;casd[delta=0.5];aasd")
     ap.add_argument("--prior", default="results/auto_size/prior.db", help="bench_auto_size's prior store")
     ap.add_argument("--caution", type=float, default=0.0, help="core.sizing.CAUTION")
+    ap.add_argument("--pause", choices=("on", "off"), default="on", help="core.sizing.PAUSE")
     ap.add_argument("--max-new-tokens", type=int, default=64)
+    ap.add_argument("--pause-effect", type=int, default=0, metavar="N", help="steps with the pause on and off, N items")
+    ap.add_argument("--families", default=None, help="--pause-effect: comma-separated families (default: all five)")
+    ap.add_argument(
+        "--against-plain",
+        action="store_true",
+        help="--pause-effect: compare with the plain sizer (caution 0, no pause) instead of the same caution unpaused",
+    )
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     import core.sizing
@@ -44,6 +57,7 @@ def main(argv=None) -> int:
     from workbench.store.repository import Store
 
     core.sizing.CAUTION = args.caution
+    core.sizing.PAUSE = args.pause == "on"
     seconds: dict[str, float] = collections.defaultdict(float)
     calls: dict[str, int] = collections.defaultdict(int)
 
@@ -67,6 +81,8 @@ def main(argv=None) -> int:
     target = load_model(args.model, device="cpu", dtype=args.dtype)
     store = Store(f"sqlite:///{args.prior}")
     tag = f"auto-size-prior:{str(target.dtype).replace('torch.', '')}"
+    if args.pause_effect:
+        return pause_effect(target, store, tag, args)
     task = family_tasks(args.family, "evaluation", 1)[0]
     ids = encode_prompt(target.tokenizer, task.prompt(), chat=task.chat)
     methods = ["greedy", *args.methods.split(";")]
@@ -113,6 +129,47 @@ def main(argv=None) -> int:
             }
             print("  empty steps, mean wall ms per phase:", {k: round(v, 3) for k, v in phases.items()})
     store.close()
+    return 0
+
+
+def pause_effect(target, store, tag, args) -> int:
+    """Per family and method: steps with the pause off and on over the first N evaluation items, the mean tree and
+    the outputs that agree."""
+    import core.sizing
+    from core.models import encode_prompt
+    from workbench.evaluation.families import DEFAULT_FAMILIES, family_tasks
+    from workbench.methods import parse_method_spec, run_method
+    from workbench.store.priors import acceptance_prior
+
+    caution = core.sizing.CAUTION
+    configs = {False: (0.0 if args.against_plain else caution, False), True: (caution, True)}  # (CAUTION, PAUSE)
+    print(f"{args.dtype}; steps for {args.max_new_tokens} tokens; (caution, pause) {configs[False]} -> {configs[True]}")
+    print("| family | method | items | steps, before | steps, after | mean tree before / after | outputs equal |")
+    print("|---|---|---|---|---|---|---|")
+    for family in args.families.split(",") if args.families else DEFAULT_FAMILIES:
+        tasks = family_tasks(family, "evaluation", args.pause_effect)
+        for label in args.methods.split(";"):
+            name, overrides = parse_method_spec(label)
+            prior = acceptance_prior(store, name, target.fingerprint, params=overrides or None, tag=tag)
+            params = {**overrides, "max_new_tokens": args.max_new_tokens, "max_nodes": "auto"}
+            steps, trees, equal = {True: 0, False: 0}, {True: [], False: []}, 0
+            for task in tasks:
+                ids = encode_prompt(target.tokenizer, task.prompt(), chat=task.chat)
+                outputs = {}
+                for pause in (False, True):
+                    core.sizing.CAUTION, core.sizing.PAUSE = configs[pause]
+                    run = run_method(
+                        name, target, ids, params, prompt_text=task.input, stop_strings=task.stop, prior=prior
+                    )
+                    steps[pause] += len(run.steps)
+                    trees[pause] += [s.tree_size for s in run.steps]
+                    outputs[pause] = run.output_ids
+                equal += outputs[True] == outputs[False]
+            print(
+                f"| {family} | {label} | {len(tasks)} | {steps[False]} | {steps[True]} | "
+                f"{np.mean(trees[False]):.1f} / {np.mean(trees[True]):.1f} | {equal}/{len(tasks)} |",
+                flush=True,
+            )
     return 0
 
 

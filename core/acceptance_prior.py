@@ -133,6 +133,10 @@ class AcceptancePrior:
             return self._centres[key]
         return self._source_rates.get(source, self.default)
 
+    def stored(self, source: str, depth: int) -> int:
+        """Verified stored nodes behind (source, depth)'s own centre (0 where it is the source's or the default)."""
+        return self.counts.get(key_of(source, depth), (0, 0))[1]
+
     @property
     def observations(self) -> int:
         """Verified nodes behind the prior (0: no stored trace, the default everywhere)."""
@@ -192,11 +196,14 @@ class AcceptanceEstimate:
     def rate(self, source: str, depth: int, confidence: float | None = None, caution: float = 0.0) -> float:
         """The posterior mean (accepted + w·centre) / (verified + w): per (source, depth) centred on the prior's
         rate, or, for a node its drafter gave a `confidence`, per (source, confidence bucket) centred on the
-        prior's calibration of that confidence. With `caution` > 0, that many posterior standard deviations
-        below the mean (at least 0): a rate resting on few observations promises less (lower_rate)."""
+        prior's calibration of that confidence. With `caution` > 0, that many standard deviations below the mean
+        (at least 0; lower_rate), the spread of a Beta with the request's own nodes plus the stored nodes behind the
+        centre (at least the prior's weight) observed: a rate resting on few observations promises less, one
+        resting on hundreds of stored nodes nearly its mean."""
         if confidence is not None:
             key = (source, confidence_bucket(confidence))
             verified = self.bucket_verified.get(key, 0)
+            stored = self.prior.calibration.get(key, (0, 0))[1]
             mean = calibrated_rate(
                 self.prior.calibrated(source, confidence),
                 self.bucket_accepted.get(key, 0),
@@ -206,8 +213,13 @@ class AcceptanceEstimate:
         else:
             key = key_of(source, depth)
             verified = self.verified.get(key, 0)
+            stored = self.prior.stored(source, depth)
             mean = _smoothed(self.accepted.get(key, 0), verified, self.prior.centre(source, depth), self.prior.weight)
-        return lower_rate(mean, verified + self.prior.weight, caution) if caution else mean
+        if not caution:
+            return mean
+        # The spread of what is known, not of the prior's weight: a centre resting on 900 stored nodes is known
+        # well although the request may move it as if it were 20; one resting on 38 (or none) is not.
+        return lower_rate(mean, verified + max(self.prior.weight, stored), caution)
 
     def observe(self, tree: DraftTree, path: Sequence[int]) -> None:
         """Count one step: every node whose parent lies on the accepted `path`, and which of them are on it."""

@@ -17,7 +17,10 @@ that maximises expected tokens per second of verification at the request's curre
   E(S) = 1 + Σ_{v ∈ S} Π a(u), beat the current choice's by more than `margin` (2 %): a tree has to pay
   for itself with room to spare, and the empty tree (greedy's step) is always a candidate;
 - `tree_may_pay` (pure): whether any tree could be chosen at this L given the highest rate a node could get; when
-  none could, the step does not ask the drafter at all (`TreeSizer.drafts`, core.step.draft) and is greedy's.
+  none could, the step does not ask the drafter at all (`TreeSizer.drafts`, core.step.draft) and is greedy's;
+- `DraftPause`: after REFUSALS drafted steps in a row whose every candidate the sizer refused, the next steps do not
+  ask the drafter either (1 step, then 2, 4, up to PAUSE_MAX while drafted steps keep being refused; a kept tree
+  ends it), so a request whose trees never pay takes greedy's step, drafting and pricing only now and then.
 
 A run's trees depend on the prior it starts from and on the cost model, not on the runs before it: a
 relaxed run gives the same output however many runs came before it (a resumed benchmark equals an
@@ -36,9 +39,14 @@ from core.types import ACCEPTED, Decision
 
 AUTO_CANDIDATES = 64  # draft nodes a drafter proposes under max_nodes=auto, for the sizer to choose from
 MARGIN = 0.02  # a larger tree must promise this much more tokens per second than the current choice
-# Posterior standard deviations taken off each node's estimated rate before sizing (0: the posterior mean). Not on
-# by default: an option measured in docs/AUTOMATIC_SETTINGS.md ("Empty steps and cautious rates").
+# Standard deviations taken off each node's estimated rate before sizing (0: the posterior mean). Not on by default:
+# in float32 it removes the rejected `generated` trees, in bfloat16 it was not yet timed (docs/AUTOMATIC_SETTINGS.md,
+# "Empty steps and cautious rates").
 CAUTION = 0.0
+# Drafted steps in a row whose candidates were all refused before drafting pauses (DraftPause), and the longest pause.
+REFUSALS = 4
+PAUSE_MAX = 8
+PAUSE = True  # whether a sizer pauses drafting after refusals (DraftPause); measured in docs/AUTOMATIC_SETTINGS.md
 
 Cost = Callable[[float, float], float]  # t(n, L) in seconds: a core.cost_model.CostModel
 
@@ -227,11 +235,47 @@ class StepClock:
             self.pending = (self.pending[0], tokens)
 
 
+@dataclass
+class DraftPause:
+    """Whether to ask the drafter this step, from the sizer's recent verdicts on its proposals: after `refusals`
+    drafted steps in a row whose candidates were all refused, drafting pauses for 1 step, then for twice as long
+    after every further refused step (up to `longest`); a step whose tree is kept ends the pause. What it saves is
+    the drafter's proposal and the sizer's pricing on steps that end as greedy's anyway (about 1 % of a float32
+    step on SmolLM2); what it may cost is a tree that would have paid during a pause."""
+
+    refusals: int = REFUSALS
+    longest: int = PAUSE_MAX
+    refused: int = 0  # drafted steps in a row whose candidates were all refused
+    pause: int = 0  # the length of the last pause (doubles while refusals go on)
+    left: int = 0  # steps of the current pause still to skip
+
+    def drafts(self) -> bool:
+        """Whether this step asks the drafter (False while a pause lasts; each call is one step)."""
+        if self.left > 0:
+            self.left -= 1
+            return False
+        return True
+
+    def chose(self, candidates: int, kept: int) -> None:
+        """A drafted step's outcome: `candidates` draft nodes proposed, `kept` of them kept (an empty proposal
+        says nothing about the sizer's prices and leaves the count as it is)."""
+        if candidates == 0:
+            return
+        if kept:
+            self.refused, self.pause = 0, 0
+            return
+        self.refused += 1
+        if self.refused >= self.refusals:
+            self.pause = min(max(2 * self.pause, 1), self.longest)
+            self.left = self.pause
+
+
 class TreeSizer:
     """`max_nodes=auto` for one request: cuts each proposed tree to its best size at the request's context
     length and learns from each verdict, starting from `prior` (core.acceptance_prior; None: the default rate).
     With a `clock` (seconds; core.timing.step_clock), the online check (StepClock) also times every step and
-    falls back to empty steps while trees do not pay."""
+    falls back to empty steps while trees do not pay. `caution` (CAUTION) prices nodes below their mean rates;
+    `pause` (PAUSE) skips the drafter for a while after its candidates were refused several steps in a row."""
 
     def __init__(
         self,
@@ -240,6 +284,7 @@ class TreeSizer:
         margin: float = MARGIN,
         clock: Callable[[], float] | None = None,
         caution: float | None = None,
+        pause: bool | None = None,
     ):
         if not margin >= 0:
             raise ValueError(f"the sizer's margin must be ≥ 0, got {margin}")
@@ -249,6 +294,8 @@ class TreeSizer:
         self.clock = StepClock(clock) if clock is not None else None
         self.sources: set[str] = set()  # draft sources this request's proposals have shown
         self.scored = False  # whether a proposal carried drafter confidences (priced up to certainty)
+        # Read when built, as CAUTION is; without a pause the drafter is asked whenever a tree may pay.
+        self.pause = DraftPause() if (PAUSE if pause is None else pause) else None
 
     @property
     def prior(self) -> AcceptancePrior:
@@ -263,6 +310,8 @@ class TreeSizer:
         kept: list[int] = []
         if tree.num_draft:
             kept, _ = choose_nodes(tree, self.node_rates(tree), self.cost, context_len, margin=self.margin)
+        if self.pause is not None:
+            self.pause.chose(tree.num_draft, len(kept))
         if self.clock is not None:
             if not self.clock.allow(len(kept), self.margin):
                 kept = []
@@ -282,11 +331,14 @@ class TreeSizer:
 
     def drafts(self, context_len: int, max_nodes: int = AUTO_CANDIDATES) -> bool:
         """Whether this step should ask the drafter at all: False when no tree of up to `max_nodes` nodes could pay
-        at this context length, whatever the drafter proposes (tree_may_pay); the step is then greedy's. The
-        online check's clock still ticks (choose on the root-only tree)."""
+        at this context length, whatever the drafter proposes (tree_may_pay), or while drafting pauses after
+        refused proposals (DraftPause); the step is then greedy's. The online check's clock still ticks (choose on
+        the root-only tree)."""
         best = self.best_rate()
         if best is None:
             return True
+        if self.pause is not None and not self.pause.drafts():
+            return False
         return tree_may_pay(self.cost, context_len, best, max_nodes, self.margin, getattr(self.cost, "sizes", None))
 
     def ranked(self, tree: DraftTree) -> tuple[list[int], list[float]]:

@@ -312,3 +312,25 @@ def test_a_cautious_rate_is_below_the_mean_by_less_the_more_evidence_it_rests_on
     assert lower_rate(0.02, 1, 5.0) == 0.0
     estimate = AcceptanceEstimate(AcceptancePrior.from_counts([("context", 1, 30, 100)]))
     assert estimate.rate("context", 1, caution=1.0) < estimate.rate("context", 1)
+
+
+def test_caution_reads_the_stored_evidence_behind_a_centre_so_a_well_known_low_rate_keeps_most_of_it():
+    """A low rate resting on 938 stored nodes (recycle's depth 1 in bfloat16) loses a tenth of itself, one resting on
+    38 (a `generated` depth) a quarter, one with no stored node (the default) a third: not a spread of 20 pseudo-nodes
+    for all three, which took three quarters of the first and stopped its trees for good."""
+    from core.acceptance_prior import AcceptanceEstimate, lower_rate
+
+    prior = AcceptancePrior.from_counts([("recycled", 1, 75, 938), ("generated", 1, 11, 38)])
+    estimate = AcceptanceEstimate(prior)
+    for source, stored in (("recycled", 938), ("generated", 38), ("alignment", 20)):
+        mean = estimate.rate(source, 1)
+        assert estimate.rate(source, 1, caution=1.0) == pytest.approx(lower_rate(mean, stored, 1.0))
+    assert estimate.rate("recycled", 1, caution=1.0) > 0.85 * estimate.rate("recycled", 1)
+    assert estimate.rate("generated", 1, caution=1.0) < 0.8 * estimate.rate("generated", 1)
+    tree = DraftTree.root_only(0)
+    tree.add(0, 5, "generated")
+    for _ in range(100):  # the request's own rejections add to the evidence and lower the mean
+        estimate.observe(tree, [0])
+    assert estimate.rate("generated", 1, caution=1.0) == pytest.approx(
+        lower_rate(estimate.rate("generated", 1), 100 + 38, 1.0)
+    )

@@ -12,7 +12,7 @@ from test_acceptance_prior import scored_chain
 
 from core.acceptance_prior import AcceptancePrior
 from core.cost_model import CostModel
-from core.sizing import MARGIN, CostCurve, TreeSizer, choose_nodes, path_products, tree_may_pay
+from core.sizing import MARGIN, CostCurve, DraftPause, TreeSizer, choose_nodes, path_products, tree_may_pay
 from core.tree import DraftTree
 
 SIZES = (0, 1, 2, 4, 8, 16, 32, 64)
@@ -494,3 +494,49 @@ def test_a_cautious_sizer_keeps_smaller_trees_while_its_rates_rest_on_little_evi
     plain, cautious = TreeSizer(cost, prior), TreeSizer(cost, prior, caution=1.0)
     tree = bushy(32)
     assert 0 < cautious.choose(tree, 256).num_draft < plain.choose(tree, 256).num_draft
+
+
+def test_drafting_pauses_after_refused_proposals_for_longer_and_longer_and_a_kept_tree_ends_it():
+    pause = DraftPause(refusals=4, longest=8)
+    asked = []
+    for _ in range(40):
+        asked.append(pause.drafts())
+        if asked[-1]:
+            pause.chose(candidates=8, kept=0)
+    # 4 refusals, then pauses of 1, 2, 4, 8, 8 steps, each after one more refused step
+    skipped = [i for i, a in enumerate(asked) if not a]
+    assert asked[:5] == [True, True, True, True, False]
+    assert skipped[: 1 + 2 + 4] == [4, 6, 7, 9, 10, 11, 12] and asked.count(True) == 4 + 5
+    pause.chose(candidates=0, kept=0)  # an empty proposal says nothing about the prices
+    assert pause.refused >= 4
+    pause.left = 0
+    pause.chose(candidates=8, kept=3)  # a kept tree ends it
+    assert pause.refused == 0 and pause.pause == 0 and all(pause.drafts() for _ in range(10))
+
+
+def test_a_sizer_whose_proposals_are_refused_asks_the_drafter_rarely_and_one_without_the_pause_every_step():
+    """Trees may pay by the sizer's bound (64 nodes at the prior's rate could) but every proposal it sees is refused:
+    with the pause the drafter is asked on a fraction of the steps, without it on every step; the choices are the
+    same empty trees either way."""
+    prior = AcceptancePrior.from_counts([("context", d, 5, 100) for d in range(1, 9)])
+    cost = CostModel(SIZES, (256,), ((0.010,) + (0.020,) * (len(SIZES) - 1),))  # a first node doubles the step
+    asked = {}
+    for pause in (True, False):
+        sizer, asked[pause] = TreeSizer(cost, prior, pause=pause), 0
+        for _ in range(60):
+            drafted = sizer.drafts(256)
+            asked[pause] += drafted
+            assert sizer.choose(bushy(8) if drafted else DraftTree.root_only(0), 256).num_draft == 0
+    assert asked[False] == 60 and asked[True] <= 15
+
+
+@pytest.mark.parametrize("caution", [0.0, 1.0])
+def test_under_a_flat_cost_a_cautious_pausing_sizer_drafts_every_step_and_keeps_large_trees(caution):
+    """The simulated flat-cost case with the options on: caution lowers the rates but a free node still pays, so
+    no proposal is refused and drafting never pauses, even while every tree is rejected."""
+    sizer = TreeSizer(flat(), caution=caution, pause=True)
+    for step in range(30):
+        assert sizer.drafts(1024)
+        tree = sizer.choose(bushy(64), 1024 + step)
+        assert tree.num_draft >= 48
+        sizer.observe(tree, ["root"] + ["rejected"] * tree.num_draft)
