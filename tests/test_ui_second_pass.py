@@ -206,3 +206,15 @@ def test_the_compare_handlers_parameters_are_the_forms_inputs_in_order():
         "use_chat",
         "max_new_tokens",
     ]
+
+
+def test_the_diff_names_a_fitted_run_as_it_was_asked():
+    # third newcomer pass: the Diff heading said "#90 aasd" where the runs list says "aasd[auto]"
+    from browser_util import synthetic_run
+
+    from workbench.ui.diff_tab import diff_outputs
+
+    greedy = synthetic_run("greedy", output_ids=[1, 2])
+    fitted = replace(synthetic_run("aasd", output_ids=[1, 3]), params={"fitted": 1})
+    summary, _ = diff_outputs(1, greedy, [("x", "model")] * 2, 2, fitted, [("x", "model")] * 2)
+    assert "#2 aasd[auto]" in summary and "#1 greedy" in summary, summary

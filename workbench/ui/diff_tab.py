@@ -14,7 +14,7 @@ from core.trace import RunTrace
 from workbench.store.compare import compare_traces
 from workbench.ui import tokens
 from workbench.ui.access import NOBODY
-from workbench.ui.shared import RunCache, error_md, parse_run_ids, run_choices
+from workbench.ui.shared import RunCache, asked_as, error_md, parse_run_ids, run_choices
 
 
 def token_texts(trace: RunTrace, origins: Sequence[tuple[str, str]], known: dict[int, str] | None = None) -> list[str]:
@@ -42,7 +42,7 @@ def diff_outputs(a_id: int, a: RunTrace, a_origins, b_id: int, b: RunTrace, b_or
     known = {**_known(a, a_origins), **_known(b, b_origins)}  # texts of ids one run recorded, for the other
     ta, tb = token_texts(a, a_origins, known), token_texts(b, b_origins, known)
     c = compare_traces(a, b)
-    la, lb = f"#{a_id} {a.method}", f"#{b_id} {b.method}"
+    la, lb = f"#{a_id} {asked_as(a.method, a.params)}", f"#{b_id} {asked_as(b.method, b.params)}"
     counts = tokens.diff_counts(tokens.align(a.output_ids, b.output_ids))
     if c["identical"]:
         head = f"**identical**: {la} and {lb} emitted the same {c['tokens_a']} tokens"
