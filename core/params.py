@@ -81,7 +81,15 @@ PARAMS: dict[str, ParamSpec] = {
             "device and dtype (aasd: α, β per source; casd: δ), written `aasd[auto]`; the run records the values "
             "it used in alpha, beta, alpha_alignment, beta_alignment (delta), so it re-scores without the fit",
         ),
-        ParamSpec("tau", 0.01, 0.0, 1.0, float, "CSD gate: accept when the logit gap ≥ log τ", low_open=True),
+        ParamSpec(
+            "tau",
+            0.01,
+            0.0,
+            1.0,
+            float,
+            "CSD gate: a rejected draft token x may be rescued only if the gap to the target's top token t*, z(t*) − z(x) in logits, is at most −ln τ (so x has at least τ times t*'s probability)",
+            low_open=True,
+        ),
         ParamSpec("lam", 6, 0, 1_000_000, int, "CSD memory threshold λ"),
         ParamSpec(
             "memory_mode",

@@ -240,7 +240,7 @@ _JS = r"""
     if (gated) {
       const limit = (n) => (n.threshold > 0 && n.threshold <= 1) ? -Math.log(n.threshold) : null;
       const top = Math.max(1e-9, ...ns.filter((n) => n.gate).map((n) => Math.max(n.logit_gap ?? 0, limit(n) ?? 0))) * 1.1;
-      body += axis(p2, top, 'left', 'logit gap', (v) => v.toFixed(2)) + sub(p2, 'CSD gate: logit gap vs −ln τ');
+      body += axis(p2, top, 'left', 'logit gap', (v) => v.toFixed(2)) + sub(p2, 'CSD gate: logit gap z(t*) − z(x) vs −ln τ');
       ns.forEach((n, i) => {
         if (!n.gate) return;
         const y = yv(p2, top, n.logit_gap);

@@ -312,7 +312,7 @@ def threshold_figure(
             )
         layout["xaxis2"] = {**xaxis, "anchor": "y3", "matches": "x"}
         layout["yaxis3"] = {"title": {"text": "logit gap"}, "domain": [0.0, 0.31], "anchor": "x2"}
-        layout["annotations"].append(_subplot_title("CSD gate: logit gap vs −ln τ", 0.31))
+        layout["annotations"].append(_subplot_title("CSD gate: logit gap z(t*) − z(x) vs −ln τ", 0.31))
     layout.update(
         {
             "barmode": "overlay",
