@@ -268,6 +268,10 @@ def test_parameter_fields_the_chosen_methods_ignore_are_greyed_out(app, page):
     choose_methods(page, ["greedy", "casd"])
     expect(page.locator("#param-delta input")).to_be_enabled()
     expect(page.locator("#param-alpha input")).to_be_disabled()
+    expect(page.locator("#param-alpha")).not_to_contain_text("Greyed")  # no method reads α: nothing to explain
+    choose_methods(page, ["greedy", "aasd[auto]", "csd"])
+    expect(page.locator("#param-alpha input")).to_be_disabled()  # aasd[auto] reads α from its fit, and says so
+    expect(page.locator("#param-alpha")).to_contain_text("Greyed: aasd[auto] reads it from its fit")
     choose_methods(page, ["greedy", "aasd", "csd"])
 
 

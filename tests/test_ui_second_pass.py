@@ -218,3 +218,15 @@ def test_the_diff_names_a_fitted_run_as_it_was_asked():
     fitted = replace(synthetic_run("aasd", output_ids=[1, 3]), params={"fitted": 1})
     summary, _ = diff_outputs(1, greedy, [("x", "model")] * 2, 2, fitted, [("x", "model")] * 2)
     assert "#2 aasd[auto]" in summary and "#1 greedy" in summary, summary
+
+
+def test_a_field_greyed_by_a_fit_says_why_and_how_to_set_it():
+    # third newcomer pass: α and β were greyed for aasd[auto] with no reason beside them
+    from workbench.ui.compare_tab import field_info, params_taken
+
+    greyed = field_info("alpha", ["greedy", "aasd[auto]", "csd"])
+    assert "alpha" not in params_taken(["greedy", "aasd[auto]", "csd"])
+    assert "Greyed: aasd[auto] reads it from its fit" in greyed and "`aasd`" in greyed, greyed
+    assert "Greyed" not in field_info("alpha", ["greedy", "aasd"])  # aasd reads the field: nothing to explain
+    assert "Greyed" not in field_info("alpha", ["aasd[auto]", "aasd"])  # one method reads it: the field is live
+    assert "Greyed" not in field_info("lam", ["greedy", "pld"])  # unused, but not because of a fit

@@ -130,6 +130,22 @@ def params_taken(method_list) -> set[str]:
     return taken
 
 
+def field_info(name: str, method_list) -> str:
+    """A parameter field's info line: what the parameter is, and, where it is greyed because a chosen method reads
+    its fitted value instead (`aasd[auto]`), why and how to set it."""
+    info = PARAMS[name].help
+    if name in params_taken(method_list):
+        return info
+    for spec in method_list or []:
+        try:
+            method, overrides = parse_method_spec(spec)
+        except WorkbenchError:
+            continue
+        if overrides.get("fitted", "0") not in ("0", 0) and name in FITTED_PARAMS.get(method, ()):
+            return f"{info}. Greyed: {spec} reads it from its fit; add `{method}` to the methods to set it here"
+    return info
+
+
 def check_repeats(value) -> int:
     try:
         n = int(value if value not in (None, "") else 1)
@@ -417,14 +433,14 @@ class CompareForm:
         )
 
 
-def _number(name: str, active: bool) -> gr.Number:
+def _number(name: str, active: bool, info: str) -> gr.Number:
     # No min/max on the field: core.params checks ranges and says what the parameter means.
     spec = PARAMS[name]
     return lenient(
         gr.Number(
             spec.default,
             label=param_label(name),
-            info=spec.help,  # what the parameter is, in words (core.params' one description of it)
+            info=info,  # what the parameter is, in words (core.params' one description of it), and why it is greyed
             precision=0 if spec.kind is int else None,
             elem_id=f"param-{name}",
             interactive=active,
@@ -435,7 +451,8 @@ def _number(name: str, active: bool) -> gr.Number:
 def build_form(tasks: Mapping[str, Task], allow_local: bool = True) -> CompareForm:
     first = next(iter(tasks.values()))
     where = "preset, hub id or local folder" if allow_local else "preset or Hugging Face hub id"
-    taken = params_taken(service.DEFAULT_METHODS)
+    defaults = service.DEFAULT_METHODS
+    taken = params_taken(defaults)
     with gr.Row():
         model = gr.Dropdown(
             service.model_choices(),
@@ -514,9 +531,9 @@ def build_form(tasks: Mapping[str, Task], allow_local: bool = True) -> CompareFo
                     scale=2,
                 )
             )
-            controls = {name: _number(name, name in taken) for name in TUNABLE}
+            controls = {name: _number(name, name in taken, field_info(name, defaults)) for name in TUNABLE}
         with gr.Row():
-            controls.update({name: _number(name, name in taken) for name in MORE_PARAMS})
+            controls.update({name: _number(name, name in taken, field_info(name, defaults)) for name in MORE_PARAMS})
         with gr.Row():
             compress_rate = lenient(
                 gr.Number(
@@ -1005,7 +1022,7 @@ class CompareHandlers:
 
     def active_fields(self, method_list):
         taken = params_taken(method_list)
-        return [gr.update(interactive=n in taken) for n in PARAM_FIELDS]
+        return [gr.update(interactive=n in taken, info=field_info(n, method_list)) for n in PARAM_FIELDS]
 
     def prompt_info(self, model_name, prompt_text, context_text, use_chat, method_list):
         """The prompt's length in tokens and the estimated time to read it, before Run (a model this pool has not
