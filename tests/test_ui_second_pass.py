@@ -6,6 +6,8 @@ from __future__ import annotations
 import re
 from dataclasses import replace
 
+import pytest
+
 from core.params import MEMORY_MODES, SHIPPED_MEMORY
 
 # ---------------------------------------------------------------- item 1: a reproducible default csd
@@ -230,3 +232,49 @@ def test_a_field_greyed_by_a_fit_says_why_and_how_to_set_it():
     assert "Greyed" not in field_info("alpha", ["greedy", "aasd"])  # aasd reads the field: nothing to explain
     assert "Greyed" not in field_info("alpha", ["aasd[auto]", "aasd"])  # one method reads it: the field is live
     assert "Greyed" not in field_info("lam", ["greedy", "pld"])  # unused, but not because of a fit
+
+
+def test_a_divergence_note_tells_a_near_tie_from_the_methods_rule():
+    # third newcomer pass: aasd[auto] and csd left greedy at a bfloat16 near-tie (both tokens the model's own top
+    # choice in their forward) and the column let it read as the method's gain
+    from workbench.ui.tokens import divergence_note
+
+    tie = {"position": 8, "greedy_token": 25, "token": 327, "gap": 0.06, "dtype": "bfloat16", "near_tie": True}
+    far = dict(tie, gap=4.2, near_tie=False)
+    decode = {25: ":", 327: " for"}.get
+    note = divergence_note(tie, lossless=False, decode=lambda ids: decode(ids[0]))
+    assert "token 8" in note and "`:`" in note and "`␣for`" in note and "near-tie" in note and "rounding" in note
+    assert "near-tie" not in divergence_note(far, lossless=False) and "rule" in divergence_note(far, lossless=False)
+    assert "should not" in divergence_note(far, lossless=True)
+    assert divergence_note(None, lossless=False) == ""
+
+
+@pytest.mark.real_model
+def test_a_columns_divergence_is_measured_on_smollm2(smollm2):
+    """On the real model: a run that took the model's second choice at a near-tie is said to be a near-tie, one that
+    took a token far down is said to be the rule's."""
+    import torch
+
+    from core.models import encode_prompt
+    from workbench.evaluation.fidelity import NEAR_TIE, flip_report
+    from workbench.ui.tokens import divergence_note
+
+    tok = smollm2.tokenizer
+    prompt = encode_prompt(tok, "List three colours of the rainbow.", chat=True)
+    greedy = []
+    with torch.inference_mode():
+        for _ in range(24):
+            logits = smollm2.model(input_ids=torch.tensor([prompt + greedy])).logits[0, -1]
+            greedy.append(int(logits.argmax()))
+            ranked = logits.topk(2)
+            if len(greedy) > 2 and float(ranked.values[0] - ranked.values[1]) < 1.0:
+                break  # a position where the model's first two choices are close
+    j = len(greedy) - 1
+    second, last = int(ranked.indices[1]), int(logits.argmin())
+    near = flip_report(smollm2, prompt, greedy, greedy[:j] + [second])
+    far = flip_report(smollm2, prompt, greedy, greedy[:j] + [last])
+    assert near["position"] == far["position"] == j and far["near_tie"] is False
+    assert near["near_tie"] == (abs(near["gap"]) <= NEAR_TIE["float32"])
+    far_note = divergence_note(far, lossless=False, decode=tok.decode)
+    assert "the method's rule kept a token the model ranks lower" in far_note and f"token {j}" in far_note
+    assert ("near-tie" in divergence_note(near, lossless=False, decode=tok.decode)) == near["near_tie"]

@@ -357,9 +357,15 @@ def _lossless(name: str) -> bool:
         return False
 
 
+def measured_at_t0(params, div: int | None) -> bool:
+    """At T = 0 greedy's tokens are the reference: a run that left them gets the divergence measured (one forward
+    of the target), a lossless one to show it is a near-tie, a relaxed one to tell rounding from its rule."""
+    return div is not None and not (params.get("temperature") or 0) > 0
+
+
 def flip_applies(name: str, params, div: int | None) -> bool:
     """A lossless method at T = 0 that left greedy's tokens (it should not, except at near-ties)."""
-    return div is not None and not (params.get("temperature") or 0) > 0 and _lossless(name)
+    return measured_at_t0(params, div) and _lossless(name)
 
 
 def flip_mark(div: int, report) -> dict:
@@ -368,15 +374,14 @@ def flip_mark(div: int, report) -> dict:
     return {"marker_title": tokens.flip_title(div, report), "marker_class": FLIP_CLASS}
 
 
-def flip_texts(pool, model_name, models, ids, greedy_ids, run, div) -> str:
-    """The column's tokens with the flip mark measured: one forward of the target (the run is over, its slot given
-    back) finds the target's logit gap there; the mark stands on the position alone when that fails."""
+def measured_divergence(pool, model_name, models, ids, greedy_ids, run) -> dict | None:
+    """fidelity.flip_report at the run's first divergence from greedy (the run is over, its slot given back); None
+    when it cannot be measured: the mark then stands on the position alone."""
     try:
         with pool.slot(model_name):
-            report = flip_report(models.target, ids, greedy_ids, run.output_ids)
+            return flip_report(models.target, ids, greedy_ids, run.output_ids)
     except Exception:  # noqa: BLE001 - the mark stands on the position alone
-        report = None
-    return tokens.run_html(run, first_divergence=div, **flip_mark(div, report))
+        return None
 
 
 # ---------------------------------------------------------------- the components
@@ -881,8 +886,16 @@ class Comparison:
                 name, place.position, place.of, place.rep, self.n_repeats, prog, self.max_new_tokens
             )
             yield view
-        if flip and div is not None and not self.stop.is_set() and div < min(len(reference.ids), len(run.output_ids)):
-            view.texts[slot] = flip_texts(self.pool, self.req.model, self.models, self.ids, reference.ids, run, div)
+        if (
+            measured_at_t0(self.per_method[slot], div)
+            and not self.stop.is_set()
+            and div < min(len(reference.ids), len(run.output_ids))
+        ):
+            report = measured_divergence(self.pool, self.req.model, self.models, self.ids, reference.ids, run)
+            if flip:
+                view.texts[slot] = tokens.run_html(run, first_divergence=div, **flip_mark(div, report))
+            decode = self.models.target.tokenizer.decode
+            view.metrics[slot] += tokens.divergence_note(report, flip, decode)
 
     def _metrics(self, run, run_id, greedy_tps, place: "Place") -> str:
         """The column's metrics line; with repeats, which pass it shows."""

@@ -200,6 +200,28 @@ def flip_title(position: int, report: Mapping[str, Any] | None = None) -> str:
     return text
 
 
+def divergence_note(report: Mapping[str, Any] | None, lossless: bool, decode: Any = None) -> str:
+    """A column's line under its metrics for a run that left greedy's tokens at T = 0, from
+    fidelity.flip_report: at a near-tie the model itself barely prefers one token (rounding of a tree forward
+    against a one-token step decides), so the different text is not the method's doing; otherwise a relaxed
+    method's rule chose it (a lossless method should never get there). "" when nothing was measured."""
+    if not report:
+        return ""
+    show = (lambda t: f"`{visible_token(decode([t]))}`") if decode is not None else (lambda t: f"id {t}")
+    where = (
+        f"parts from greedy at token {report['position']}: greedy's {show(report['greedy_token'])}, "
+        f"here {show(report['token'])}, {abs(report['gap']):.3g} apart in the model's logits ({report['dtype']})"
+    )
+    if report.get("near_tie"):
+        return (
+            f"\n\n≈ {where}, a near-tie: the model all but equally prefers both, and rounding decides. "
+            "The text differs from here on, but not because of the method's rule (float32 removes most of these)"
+        )
+    if lossless:
+        return f"\n\n⚠ {where}, not a near-tie: a lossless method should not do this"
+    return f"\n\n{where}: the method's rule kept a token the model ranks lower"
+
+
 @dataclass(frozen=True)
 class Span:
     """One stretch of an alignment of run A's tokens against run B's: A's [a0, a1) against B's [b0, b1), tagged
