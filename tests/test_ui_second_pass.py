@@ -278,3 +278,15 @@ def test_a_columns_divergence_is_measured_on_smollm2(smollm2):
     far_note = divergence_note(far, lossless=False, decode=tok.decode)
     assert "the method's rule kept a token the model ranks lower" in far_note and f"token {j}" in far_note
     assert ("near-tie" in divergence_note(near, lossless=False, decode=tok.decode)) == near["near_tie"]
+
+
+def test_a_stopped_runs_cut_answer_gets_no_task_score():
+    # third newcomer pass: a greedy run cut by Stop showed "score 31.8 (F1 …) · cancelled"
+    from browser_util import synthetic_run
+
+    from workbench.ui.shared import metrics_md
+
+    done, stopped = synthetic_run("greedy"), synthetic_run("greedy", status="cancelled")
+    assert "score **31.8**" in metrics_md(done, 1, None, 31.8, "F1")
+    line = metrics_md(stopped, 2, None, 31.8, "F1")
+    assert "score" not in line and "**cancelled**" in line, line

@@ -150,6 +150,8 @@ def metrics_md(
     fmt = lambda v, f="{:.2f}": "–" if v is None else f.format(v)  # noqa: E731
     speed = f"{m['tps'] / greedy_tps:.2f}×" if greedy_tps and m.get("tps") else "–"
     state = "" if run.status == "complete" else f" · **{run.status}**"
+    if run.status != "complete":  # a stopped run's answer is cut short: scoring it would grade what Stop left
+        score = None
     return (
         f"MAL **{fmt(m['mal'])}** · {fmt(m['tps'], '{:.1f}')} tok/s · speed-up {speed} · "
         f"acceptance {fmt(m['accept_rate'], '{:.0%}')} · {m['steps']} steps · {m['tokens']} tokens"
