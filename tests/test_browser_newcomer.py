@@ -53,7 +53,7 @@ def run_and_wait(page, demo, timeout=DONE):
 
     first = newest_id(demo) + 1
     page.get_by_role("button", name="Run", exact=True).click()
-    expect(page.locator("#compare-status")).to_contain_text(re.compile(rf"done: runs #{first}\b"), timeout=timeout)
+    expect(page.locator("#compare-status")).to_contain_text(re.compile(rf"done: runs? #{first}\b"), timeout=timeout)
     return [r.id for r in demo.store.list_runs() if r.id >= first]
 
 

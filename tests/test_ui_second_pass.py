@@ -290,3 +290,12 @@ def test_a_stopped_runs_cut_answer_gets_no_task_score():
     assert "score **31.8**" in metrics_md(done, 1, None, 31.8, "F1")
     line = metrics_md(stopped, 2, None, 31.8, "F1")
     assert "score" not in line and "**cancelled**" in line, line
+
+
+def test_the_closing_status_counts_its_runs():
+    # third newcomer pass: "runs #92 stored" for a single run
+    from workbench.ui.compare_tab import closing_status
+
+    assert closing_status([92], "the store", False, None).startswith("done: run #92 stored")
+    assert closing_status([92, 93], "the store", False, None).startswith("done: runs #92, #93 stored")
+    assert "; run #92 stored" in closing_status([92], "the store", True, None)

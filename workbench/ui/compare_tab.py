@@ -218,10 +218,11 @@ def running_metrics(prog: service.Progress, max_new_tokens: int) -> str:
 
 def closing_status(run_ids, where: str, stopped: bool, compression) -> str:
     stored = ", ".join(f"#{r}" for r in run_ids) or "none"
+    runs = "run" if len(run_ids) == 1 else "runs"
     head = (
-        f"**stopped**: the run in progress is stored as cancelled; runs {stored} stored ({where})"
+        f"**stopped**: the run in progress is stored as cancelled; {runs} {stored} stored ({where})"
         if stopped
-        else f"done: runs {stored} stored ({where})"
+        else f"done: {runs} {stored} stored ({where})"
     )
     if compression is None:
         return head
