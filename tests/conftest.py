@@ -184,6 +184,15 @@ def spec_bench_rows(categories: tuple[str, ...], limit: int) -> list[dict]:
     return out
 
 
+def hub_offline(mp: pytest.MonkeyPatch) -> None:
+    """The hub offline at once: huggingface_hub reads HF_HUB_OFFLINE once, at import, so setting the variable
+    alone leaves a hub id to five retries (~23 s) before its error."""
+    import huggingface_hub.constants
+
+    mp.setenv("HF_HUB_OFFLINE", "1")
+    mp.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+
+
 @pytest.fixture(scope="module")
 def app(smollm2, tmp_path_factory, request):
     """The workbench on a free port with its own store and home, and a gradio_client on it (one per test module).
@@ -202,7 +211,7 @@ def app(smollm2, tmp_path_factory, request):
     mp = pytest.MonkeyPatch()
     mp.setenv("WORKBENCH_MODELS", str(models_dir()))  # keep the fetched models while the home moves
     mp.setenv("WORKBENCH_HOME", str(home))  # the CSD memory and anything else the app writes
-    mp.setenv("HF_HUB_OFFLINE", "1")
+    hub_offline(mp)
     from workbench import suffix_corpus
 
     # A model's suffix corpus is held per process and keyed by the store's run ids: this module's app has its own

@@ -11,7 +11,7 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import make_tiny
+from conftest import hub_offline, make_tiny
 
 from core.compress import (
     Compression,
@@ -564,7 +564,7 @@ def test_real_model_compression_generation_and_store(smollm2, tmp_path, monkeypa
     from workbench.commands.main import main
     from workbench.store import Store
 
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    hub_offline(monkeypatch)
     ctx = tmp_path / "doc.txt"
     ctx.write_text(DOC)
     db = tmp_path / "t.db"

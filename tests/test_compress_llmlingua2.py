@@ -10,7 +10,7 @@ import sys
 from types import SimpleNamespace
 
 import pytest
-from conftest import make_tiny
+from conftest import hub_offline, make_tiny
 
 from core.compress import (
     DEFAULT_LLMLINGUA2_MODEL,
@@ -41,11 +41,7 @@ class WordEncoding:
 
 @pytest.fixture
 def offline(monkeypatch):
-    """The hub offline: huggingface_hub reads HF_HUB_OFFLINE once, at import, so its constant is set too."""
-    import huggingface_hub.constants
-
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    hub_offline(monkeypatch)
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 import torch
-from conftest import ROOT
+from conftest import ROOT, hub_offline
 
 from core.errors import WorkbenchError
 from core.models import (
@@ -96,7 +96,7 @@ def test_unknown_and_unfetched_models_name_the_fix(tmp_path, monkeypatch):
         load_model("qwen2.5-coder-1.5b")
     with pytest.raises(WorkbenchError, match="model folder not found"):
         load_model(str(tmp_path / "no-such-folder"))
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    hub_offline(monkeypatch)
     with pytest.raises(WorkbenchError, match="could not load 'no-org/no-such-model'"):
         load_model("no-org/no-such-model")
 

@@ -242,18 +242,22 @@ def test_history_nodes_rescore_and_round_trip_through_csv_and_openinference(tmp_
 
 
 # ---------------------------------------------------------------- the real model (float32)
-@pytest.mark.real_model
-def test_suffix_equals_greedy_on_smollm2_first_sight_and_repeat(smollm2):
-    from test_real_exactness import first_divergence_is_near_tie
-
+@pytest.fixture(scope="module")
+def greedy_24(smollm2):
+    """(prompt ids, greedy's 24 tokens) of a coding and a summarization prompt, shared by the tests below."""
     from core.models import encode_prompt
 
-    rows = spec_bench_rows(("coding", "summarization"), 1)
+    prompts = [encode_prompt(smollm2.tokenizer, r["turns"][0]) for r in spec_bench_rows(("coding", "summarization"), 1)]
+    return [(ids, run_method("greedy", smollm2, ids, {"max_new_tokens": 24}).output_ids) for ids in prompts]
+
+
+@pytest.mark.real_model
+def test_suffix_equals_greedy_on_smollm2_first_sight_and_repeat(smollm2, greedy_24):
+    from test_real_exactness import first_divergence_is_near_tie
+
     corpus = SuffixCorpus(fingerprint=smollm2.fingerprint)
     history = 0
-    for r in rows + rows:  # each prompt twice: first sight, then from the corpus
-        ids = encode_prompt(smollm2.tokenizer, r["turns"][0])
-        ref = run_method("greedy", smollm2, ids, {"max_new_tokens": 24}).output_ids
+    for ids, ref in greedy_24 * 2:  # each prompt twice: first sight, then from the corpus
         run = run_method("suffix", smollm2, ids, {"max_new_tokens": 24, "max_nodes": 16}, corpus=corpus)
         history += judged(run, "history", "accepted")
         if run.output_ids != ref:
@@ -263,21 +267,17 @@ def test_suffix_equals_greedy_on_smollm2_first_sight_and_repeat(smollm2):
 
 
 @pytest.mark.real_model
-def test_strict_aasd_with_the_corpus_fallback_equals_greedy_on_smollm2(smollm2):
+def test_strict_aasd_with_the_corpus_fallback_equals_greedy_on_smollm2(smollm2, greedy_24):
     """aasd-strict[fallback=suffix] at the default margin and at the first approach's (1): greedy's output token for
     token in float32, first sight and repeat, with history drafts accepted on the repeat."""
     from test_real_exactness import first_divergence_is_near_tie
 
     from core.drafters.suffix import FALLBACK_MARGIN
-    from core.models import encode_prompt
 
-    rows = spec_bench_rows(("coding", "summarization"), 1)
     for margin in sorted({1, FALLBACK_MARGIN}):
         corpus = SuffixCorpus(fingerprint=smollm2.fingerprint)
         history = 0
-        for r in rows + rows:
-            ids = encode_prompt(smollm2.tokenizer, r["turns"][0])
-            ref = run_method("greedy", smollm2, ids, {"max_new_tokens": 24}).output_ids
+        for ids, ref in greedy_24 * 2:  # first sight, then the repeat
             params = {"max_new_tokens": 24, "max_nodes": 16, "fallback": "suffix", "fallback_margin": margin}
             run = run_method("aasd-strict", smollm2, ids, params, corpus=corpus)
             history += judged(run, "history", "accepted")

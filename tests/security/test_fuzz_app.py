@@ -1,4 +1,4 @@
-"""The app's API arguments fuzzed (Hypothesis, 1,000 cases per family), calling the handlers directly: no HTTP and
+"""The app's API arguments fuzzed (Hypothesis, 300 cases per family), calling the handlers directly: no HTTP and
 no model (the pool's load is a stub that answers "the model would load here" once every check has passed). Every
 input comes back as a result or a clear one-line message, never an exception (Gradio logged those as tracebacks:
 run ids ≥ 2⁶³, 1e308 or "1 OR 1=1" gave OverflowError, issue 30 item 19). In multi-user mode the model box takes
@@ -10,12 +10,17 @@ import logging
 from types import SimpleNamespace
 
 import pytest
-from hypothesis import HealthCheck, example, given, settings
+from conftest import FUZZ_PROFILE, hub_offline
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from core.errors import WorkbenchError
 
-CASES = settings(max_examples=1000, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+# 300 cases per family, as for the fuzzed commands (tests/security/test_fuzz.py): each case runs a handler, not a
+# parser; the known past failures are pinned as @example cases, which run on top. fuzz-quick runs 100.
+CASES = settings(
+    settings.get_profile(FUZZ_PROFILE), max_examples=min(300, settings.get_profile(FUZZ_PROFILE).max_examples)
+)
 REQUEST = SimpleNamespace(session_hash="fuzz-session")
 STUB = "the model would load here"
 
@@ -85,7 +90,7 @@ def world(tmp_path_factory, tiny):
     from workbench.ui.shared import RunCache
 
     mp = pytest.MonkeyPatch()
-    mp.setenv("HF_HUB_OFFLINE", "1")
+    hub_offline(mp)
     mp.setenv("WORKBENCH_HOME", str(tmp_path_factory.mktemp("home")))
     store = Store(str(tmp_path_factory.mktemp("db") / "traces.db"))
     prompt = [5, 6, 7, 8, 9, 5, 6, 7, 8, 9, 5, 6]
@@ -274,7 +279,7 @@ def test_a_hub_id_that_names_a_path_here_gets_the_answer_of_one_that_does_not(tm
     (tmp_path / "core").mkdir()
     (tmp_path / "core" / "models.py").write_text("x")
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    hub_offline(monkeypatch)
     pool = service.ModelPool("cpu", "float32", allow_local=False)
     answers = {}
     for spec in ("owner/name", "core/models.py", "owner/nothing-here"):
