@@ -8,6 +8,7 @@ import hashlib
 import json
 import os
 import shutil
+import socket
 import struct
 import subprocess
 import sys
@@ -374,7 +375,28 @@ def _source(spec: str) -> tuple[str, dict]:
         return str(path), {}
     if spec.startswith((".", "/", "~")) or spec.count("/") > 1:
         raise WorkbenchError(f"model folder not found: {spec}")
-    return spec, {}  # a hub id
+    return spec, ({} if hub_is_reachable() else {"local_files_only": True})  # a hub id
+
+
+def hub_is_reachable(timeout: float = 2.0) -> bool:
+    """Whether the Hugging Face hub accepts a connection within `timeout` seconds (False when HF_HUB_OFFLINE).
+
+    Unreachable, transformers retries five times (about 23 s) before its error; a hub id is then looked up in the
+    local cache only, which answers at once."""
+    from urllib.parse import urlparse
+
+    import huggingface_hub.constants as hub
+
+    if hub.HF_HUB_OFFLINE:
+        return False
+    if any(os.environ.get(v) for v in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")):
+        return True  # through a proxy a direct connection proves nothing: leave it to the hub client
+    url = urlparse(hub.ENDPOINT)
+    try:
+        with socket.create_connection((url.hostname, url.port or (80 if url.scheme == "http" else 443)), timeout):
+            return True
+    except (OSError, ValueError):
+        return False
 
 
 def _pack_rows(module, args):
@@ -432,9 +454,13 @@ def load_model(
         try:
             config = AutoConfig.from_pretrained(source, trust_remote_code=trust_remote_code, **extra)
         except OSError as e:
+            why = (
+                f"the Hugging Face hub is not reachable from here and {spec!r} is not in the local cache"
+                if extra.get("local_files_only")
+                else _first_line(e, source, spec)
+            )
             raise WorkbenchError(
-                f"could not load {spec!r}: {_first_line(e, source, spec)}. Without network access use "
-                f"{preset_hint()} or a local folder."
+                f"could not load {spec!r}: {why}. Without network access use {preset_hint()} or a local folder."
             ) from None
         except (
             ValueError,

@@ -3,6 +3,7 @@ mismatch, unknown or unfetched models), device and dtype choice, chat templates.
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 
@@ -99,6 +100,42 @@ def test_unknown_and_unfetched_models_name_the_fix(tmp_path, monkeypatch):
     hub_offline(monkeypatch)
     with pytest.raises(WorkbenchError, match="could not load 'no-org/no-such-model'"):
         load_model("no-org/no-such-model")
+
+
+def test_an_unreachable_hub_answers_at_once_from_the_local_cache(tmp_path, monkeypatch):
+    """No network and no HF_HUB_OFFLINE: a hub id is looked up in the local cache only (transformers would retry
+    for ~23 s), and the error says the hub is unreachable; with the hub reachable the id goes to the hub."""
+    import socket
+
+    import huggingface_hub.constants
+
+    from core import models
+
+    monkeypatch.setenv("WORKBENCH_MODELS", str(tmp_path / "empty"))
+    for proxy in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.delenv(proxy, raising=False)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+    tried = []
+
+    def refused(address, timeout):
+        tried.append((address, timeout))
+        raise OSError("no route to host")
+
+    monkeypatch.setattr(socket, "create_connection", refused)
+    assert not models.hub_is_reachable()
+    assert tried and tried[0][0][1] == 443 and tried[0][1] <= 2.0
+    assert models._source("no-org/no-such-model") == ("no-org/no-such-model", {"local_files_only": True})
+    with pytest.raises(WorkbenchError, match="hub is not reachable from here and 'no-org/no-such-model' is not in"):
+        load_model("no-org/no-such-model")
+
+    monkeypatch.setattr(socket, "create_connection", lambda address, timeout: contextlib.nullcontext())
+    assert models._source("no-org/no-such-model") == ("no-org/no-such-model", {})
+    monkeypatch.setattr(socket, "create_connection", refused)
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.example:3128")
+    assert models.hub_is_reachable()  # behind a proxy the probe proves nothing
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    tried.clear()
+    assert not models.hub_is_reachable() and not tried  # offline by choice: no probe at all
 
 
 def test_device_and_dtype_choice():
