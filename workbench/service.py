@@ -132,6 +132,9 @@ class ModelPool:
         self.prefill_clock = PrefillClock()
         self.idle_cancel = IDLE_CANCEL_SECONDS  # see stream_run
         self.busy: dict[str, str] = {}  # model -> what holds its slot when it is not a generation (warm_up)
+        self.warm_up_forward = True  # _warm: False only to measure what it saves (benchmarks/bench_first_pass.py)
+        self._warmed: set[int] = set()  # ids of the loaded models already run once (core.models caches them)
+        self._warm_lock = threading.Lock()
 
     def loaded(self, model: str) -> Models | None:
         """The model as this pool last loaded it (None before that): no loading, for quick looks at it."""
@@ -156,9 +159,25 @@ class ModelPool:
         if draft:
             d = self._load(draft, how)
             check_pair(target, d)
+        for loaded in (target, d):
+            self._warm(loaded)
         with self._lock:
             self._loaded[model] = Models(target, None)
         return Models(target, d)
+
+    def _warm(self, model) -> None:
+        """Run a model once, untimed, the first time this pool hands it out (core.methods.warm_up), so a process's
+        one-off first-forward costs do not land on the first timed run (greedy's: a comparison runs it first).
+        A second request loading the same model meanwhile waits here until the warm-up is done."""
+        if model is None or not self.warm_up_forward:
+            return
+        with self._warm_lock:
+            if id(model) in self._warmed:
+                return
+            from core import methods
+
+            methods.warm_up(model)
+            self._warmed.add(id(model))
 
     def _load(self, spec: str, how: dict):
         if self.allow_local or spec in PRESETS:

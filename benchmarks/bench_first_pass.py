@@ -1,0 +1,81 @@
+"""Is a process's first timed run slower than its later ones? (issue 33, third newcomer pass)
+
+    OMP_NUM_THREADS=1 taskset -c 0 python benchmarks/bench_first_pass.py --threads 1            # with the warm-up
+    OMP_NUM_THREADS=1 taskset -c 0 python benchmarks/bench_first_pass.py --threads 1 --no-warm-up
+
+In a fresh process, as `serve` does: load the model through workbench.service.ModelPool (which runs the
+warm-up forward unless --no-warm-up), then run the app's default sample as a comparison does, greedy and
+aasd interleaved, --passes times, and print each greedy pass's decode tokens/s and its ratio to the median
+of the later greedy passes. The first pass lands on greedy because a comparison always runs it first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def cpu_info() -> str:
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return platform.processor()
+    model = next((ln.split(":", 1)[1].strip() for ln in text.splitlines() if ln.startswith("model name")), "?")
+    flags = next((ln.split(":", 1)[1].split() for ln in text.splitlines() if ln.startswith("flags")), [])
+    return f"{model}; avx512_bf16={'avx512_bf16' in flags}; amx={any(f.startswith('amx') for f in flags)}"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", default="smollm2-135m")
+    ap.add_argument("--passes", type=int, default=4, help="greedy passes (each followed by one aasd pass)")
+    ap.add_argument("--max-new-tokens", type=int, default=64)
+    ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--no-warm-up", action="store_true", help="load without the warm-up forward (the old behaviour)")
+    args = ap.parse_args()
+
+    import torch
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    from core.methods import run_method
+    from core.stats import run_metrics
+    from workbench import service
+
+    pool = service.ModelPool()
+    if args.no_warm_up:
+        pool.warm_up_forward = False
+    t = time.perf_counter()
+    target = pool.load(args.model).target
+    load_s = time.perf_counter() - t
+    task = service.sample_tasks()[0]
+    _, ids = service.build_prompt(target.tokenizer, task.input, task.context, chat=task.chat)
+    rows = []
+    for i in range(args.passes):
+        for method in ("greedy", "aasd"):
+            run = run_method(method, target, ids, {"max_new_tokens": args.max_new_tokens}, prompt_text=task.input)
+            m = run_metrics(run)
+            rows.append({"pass": i + 1, "method": method, "tps": m["tps"], "prefill_s": run.prefill_seconds})
+    greedy = [r["tps"] for r in rows if r["method"] == "greedy"]
+    later = statistics.median(greedy[1:])
+    print(f"machine: {cpu_info()}; torch threads {torch.get_num_threads()}; model {target.name} {target.dtype}")
+    print(f"warm-up forward: {'no' if args.no_warm_up else 'yes'}; load (with warm-up) {load_s:.1f} s")
+    print(f"sample {task.id}: {len(ids)} prompt tokens, {args.max_new_tokens} new tokens")
+    print("| pass | method | decode tok/s | prefill s |")
+    print("|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['pass']} | {r['method']} | {r['tps']:.2f} | {r['prefill_s']:.3f} |")
+    print(f"first greedy pass / median of later greedy passes: {greedy[0] / later:.3f}")
+    print(json.dumps({"first_over_later": greedy[0] / later, "greedy_tps": greedy}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
