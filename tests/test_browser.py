@@ -354,6 +354,11 @@ def test_stop_says_the_run_was_stopped_and_stored_as_cancelled(app, page):
     from playwright.sync_api import expect
 
     long_run(page)
+    # Stop once the page shows tokens streaming in, not at once: on a loaded machine the click could otherwise land
+    # before the run has started, and the test would measure the machine rather than Stop (1,024 tokens take minutes)
+    expect(page.locator("#compare-status")).to_contain_text(
+        re.compile(r"running greedy .*: [1-9][\d,]* of 1024 tokens written"), timeout=300_000
+    )
     page.get_by_role("button", name="Stop").click()
     status = page.locator("#compare-status")
     expect(status).to_contain_text("stopped", timeout=60_000)

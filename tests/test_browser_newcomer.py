@@ -307,6 +307,42 @@ def test_stop_while_a_long_prompt_is_read_ends_it_before_the_rest_is_read(app, p
     restore_sample(page)
 
 
+def test_stop_while_a_long_prompt_is_read_says_stopping_at_once(app, page, monkeypatch):
+    """Third newcomer pass: Stop during a prompt chunk (seconds each) left "reading the prompt…" on screen until the
+    chunk ended; the stream now says "stopping" itself within a poll (a quarter second), not at the chunk's end."""
+    from playwright.sync_api import expect
+
+    from core import cache as kv
+
+    demo = app[0]
+    monkeypatch.setattr(kv, "PREFILL_CHUNK", 2048)  # two chunks of a ~4,000-token prompt, seconds each
+    choose_methods(page, ["greedy"])
+    open_parameters(page)
+    fill_number(page, "#compare-max-new", 3)
+    page.locator("#compare-context textarea").fill(LONG * 100)
+    page.evaluate(
+        """() => { window.__timed = []; const el = document.querySelector('#compare-status');
+        new MutationObserver(() => window.__timed.push([performance.now(), el.innerText.trim()]))
+            .observe(el, {childList: true, subtree: true, characterData: true}); }"""
+    )
+    before = newest_id(demo)
+    page.get_by_role("button", name="Run", exact=True).click()
+    status = page.locator("#compare-status")
+    expect(status).to_contain_text(re.compile(r"running greedy .*: reading the prompt"), timeout=120_000)
+    clicked = page.evaluate("() => performance.now()")
+    page.get_by_role("button", name="Stop").click()
+    expect(status).to_contain_text("stopped", timeout=120_000)
+    seen = [(t - clicked, text) for t, text in page.evaluate("() => window.__timed") if t >= clicked]
+    stopping = [t for t, text in seen if "stopping greedy" in text and "prompt chunk" in text]
+    ended = next(t for t, text in seen if "stopped" in text)
+    assert stopping, seen  # said while the prompt was still being read
+    assert stopping[0] < 3_000, seen  # promptly (a chunk here takes seconds)
+    assert stopping[0] < ended, seen
+    run = demo.store.load_run(newest_id(demo), nodes=False).trace
+    assert newest_id(demo) == before + 1 and run.status == "cancelled" and run.output_ids == []
+    restore_sample(page)
+
+
 def restore_sample(page):
     """The default comparison on the default sample, as the module's other tests expect it."""
     pick(page, "#compare-task", "qa-recipe")

@@ -426,6 +426,7 @@ class Progress:
     run_id: int | None = None
     error: str | None = None
     prefill: tuple[int, int] | None = None  # (prompt tokens read, of) while the prompt is being read
+    stopping: bool = False  # Stop was asked for: the run ends at its next step or prompt chunk
 
     @property
     def tokens(self) -> int:
@@ -531,13 +532,24 @@ def stream_run(
 
     worker = threading.Thread(target=work, daemon=True)
     worker.start()
-    last = 0.0
+    last, started, prefill, told = 0.0, False, None, False
     try:
         while True:
-            kind, item = events.get()
+            try:
+                kind, item = events.get(timeout=every)
+            except queue.Empty:
+                # Stop during a prompt chunk (seconds each) or a slow step: say "stopping" now, from here, rather than
+                # at the chunk's end (the Stop handler cannot write the status: it would race this stream's updates)
+                if started and stop.is_set() and not told:
+                    told = True
+                    suspended[0] = time.monotonic()
+                    yield Progress(method, list(steps), prefill=prefill, stopping=True)
+                    suspended[0] = None
+                continue
             if kind in ("start", "prefill"):  # the slot is ours, or a prompt chunk was read (each takes seconds)
+                started, prefill = True, (0, len(prompt_ids)) if kind == "start" else item
                 suspended[0] = time.monotonic()
-                yield Progress(method, [], prefill=(0, len(prompt_ids)) if kind == "start" else item)
+                yield Progress(method, [], prefill=prefill, stopping=stop.is_set())
                 suspended[0] = None
                 continue
             if kind == "step":
@@ -545,7 +557,7 @@ def stream_run(
                 if time.monotonic() - last >= every:
                     last = time.monotonic()
                     suspended[0] = last
-                    yield Progress(method, list(steps))
+                    yield Progress(method, list(steps), stopping=stop.is_set())
                     suspended[0] = None
                 continue
             if kind == "done":

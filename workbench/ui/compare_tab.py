@@ -197,6 +197,9 @@ def running_status(
 ) -> str:
     """The status line while a method runs: which one, and how far it is (reading the prompt, or tokens written)."""
     where = f"method {position} of {count}" + (f", pass {rep} of {repeats}" if repeats > 1 else "")
+    if prog.stopping:
+        at = "prompt chunk" if not prog.steps else "step"
+        return f"stopping **{name}** ({where}): it ends at its next {at} and is stored as cancelled…"
     if not prog.steps and prog.prefill is not None:
         done, total = prog.prefill
         read = f"{done:,} of {total:,} prompt tokens read" if done else f"reading the prompt ({total:,} tokens)"
