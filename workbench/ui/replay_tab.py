@@ -172,9 +172,9 @@ def step_panel() -> StepPanel:
 
 def run_panel() -> RunPanel:
     with gr.Row(elem_id="replay-run-figures"):  # the figures carry their own titles: no label chips over them
-        by_source = gr.Plot(label="This run: acceptance by source", show_label=False, elem_id="replay-by-source")
+        by_source = gr.Plot(label="This run: node acceptance by source", show_label=False, elem_id="replay-by-source")
         positions = gr.Plot(
-            label="This run: acceptance per draft position", show_label=False, elem_id="replay-positions"
+            label="This run: position acceptance per draft position", show_label=False, elem_id="replay-positions"
         )
     return RunPanel(by_source, positions)
 

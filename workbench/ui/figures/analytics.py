@@ -12,7 +12,7 @@ from typing import Any
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from core.stats import acceptance_by, run_metrics
+from core.stats import ACCEPTANCE_MEANING, NODE_ACCEPTANCE, acceptance_by, run_metrics
 from core.trace import NodeTrace, RunTrace
 from workbench.ui.figures.common import NO_RUNS, TITLE_BELOW_TOOLBAR, empty_figure, is_pair, num, run_label
 from workbench.ui.shared import asked_as
@@ -114,21 +114,26 @@ def _rate_figure(
         title=title,
         barmode="group",
         height=360,
-        margin={"t": 50},
+        margin={"t": 70},
         xaxis={"title": x_title, **({"dtick": 1} if kind == "line" else {})},
         yaxis={"title": "accepted / verified", "range": [0, 1.05], "tickformat": ".0%"},
     )
     return fig
 
 
+def titled(name: str, by: str) -> str:
+    """A figure title: one of core.stats' acceptance names and, under it, what it is (the same words everywhere)."""
+    return f"{html.escape(name)} {by}<br><sup>{html.escape(ACCEPTANCE_MEANING[name])}</sup>"
+
+
 def accept_by_depth_figure(runs: Sequence[Any]) -> go.Figure:
-    """Acceptance by depth in the draft tree: accepted ÷ verified draft nodes (core.stats.acceptance_by)."""
-    return _rate_figure(runs, lambda n: n.depth, "acceptance by depth", "depth", "line")
+    """Node acceptance by depth in the draft tree: accepted ÷ verified draft nodes (core.stats.acceptance_by)."""
+    return _rate_figure(runs, lambda n: n.depth, titled(NODE_ACCEPTANCE, "by depth"), "depth", "line")
 
 
 def accept_by_source_figure(runs: Sequence[Any]) -> go.Figure:
-    """Acceptance by where the drafter took the nodes from: accepted ÷ verified (core.stats.acceptance_by)."""
-    return _rate_figure(runs, lambda n: n.source, "acceptance by source", "source", "bar")
+    """Node acceptance by where the drafter took the nodes from: accepted ÷ verified (core.stats.acceptance_by)."""
+    return _rate_figure(runs, lambda n: n.source, titled(NODE_ACCEPTANCE, "by source"), "source", "bar")
 
 
 def _metric(row: Any, name: str) -> float | None:
