@@ -343,6 +343,33 @@ def test_stop_while_a_long_prompt_is_read_says_stopping_at_once(app, page, monke
     restore_sample(page)
 
 
+def test_the_default_csd_column_names_the_table_it_read_and_token_acceptance_its_meaning(app, page, default_runs):
+    """Third newcomer pass: the csd column's head said "the shipped table" and its metrics "no table is shipped"; the
+    package now ships SmolLM2's context-draft table and the head names it. The metrics call their acceptance by its
+    name (token acceptance), with its meaning on hover."""
+    from playwright.sync_api import expect
+
+    from core.memory import shipped_memory
+    from core.stats import ACCEPTANCE_MEANING, TOKEN_ACCEPTANCE
+
+    demo = app[0]
+    target = demo.pool.loaded("smollm2-135m").target
+    shipped = shipped_memory(target)
+    assert shipped.total > 1000  # the package's SmolLM2 table, not an empty one
+    page.get_by_role("tab", name="Compare").click()
+    head = page.locator("#col-head-2")
+    expect(head).to_contain_text(f"memory: the table shipped for smollm2-135m, context drafts ({shipped.total:,}")
+    csd = demo.store.load_run(default_runs["csd"], nodes=False).trace
+    assert csd.params["memory_sha"] == shipped.fingerprint()  # the run read that table
+    for i in range(3):
+        text = page.locator(f"#col-head-{i}").inner_text() + page.locator(f"#col-metrics-{i}").inner_text()
+        assert "no table is shipped" not in text and "ships no table" not in text, text
+    name = page.locator("#col-metrics-1 .acceptance-name")
+    expect(name).to_have_text(TOKEN_ACCEPTANCE)
+    assert name.get_attribute("title") == ACCEPTANCE_MEANING[TOKEN_ACCEPTANCE]
+    expect(page.locator("#col-metrics-1")).to_contain_text(re.compile(r"token acceptance \d+%"))
+
+
 def restore_sample(page):
     """The default comparison on the default sample, as the module's other tests expect it."""
     pick(page, "#compare-task", "qa-recipe")

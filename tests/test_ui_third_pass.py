@@ -80,3 +80,40 @@ def test_the_status_says_stopping_once_stop_is_asked_for():
     assert writing.startswith("stopping **aasd**") and "next step" in writing
     going = running_status("aasd", 2, 3, 1, 1, Progress("aasd", [step(1, 2)]), 64)
     assert going.startswith("running **aasd**")
+
+
+def test_a_csd_column_without_a_shipped_table_says_so_and_nothing_else():
+    from core.params import SHIPPED_MEMORY
+    from workbench.ui.compare_tab import memory_head
+
+    none = memory_head(SHIPPED_MEMORY, None)
+    assert "ships no table for this model pair" in none and "rescues nothing" in none
+    assert "shipped table" not in none and "table shipped" not in none  # no "shipped table … none shipped"
+    named = memory_head(SHIPPED_MEMORY, "the table shipped for m, context drafts (2,000 observations, `f.json.gz`)")
+    assert named.startswith("*memory: the table shipped for m, context drafts (2,000 observations")
+
+
+@pytest.mark.real_model
+def test_smollm2_ships_a_context_draft_memory_disjoint_from_the_app_samples(smollm2, spec_bench):
+    """The package's SmolLM2 table (built by `calibrate ... --ship`, its .sha256 file beside it) is what csd reads on a
+    fresh install, and it never saw the app's bundled samples (checked by prompt hash and by word 13-grams)."""
+    from core.memory import file_sha256, pair_fingerprint, shipped_memory, shipped_memory_path
+    from workbench import service
+    from workbench.evaluation.calibration import Overlap, check_disjoint, corpus_prompts
+    from workbench.ui.compare_tab import shipped_table
+
+    path = shipped_memory_path(pair_fingerprint(smollm2.fingerprint, None))
+    assert path is not None
+    sha_file = path.with_name(path.name + ".sha256").read_text()
+    assert sha_file.split()[0] == file_sha256(path) and "# rebuild: python -m workbench calibrate" in sha_file
+    memory = shipped_memory(smollm2)
+    assert memory.total > 1000 and memory.meta["calibration"]["method"] == "aasd-strict"
+    assert shipped_table(smollm2) == (
+        f"the table shipped for smollm2-135m, context drafts ({memory.total:,} observations, `{path.name}`)"
+    )
+    samples = [t.prompt() for t in service.sample_tasks()]
+    assert check_disjoint(memory, samples) == []
+    corpus = memory.meta["calibration"]["corpus"].split(", items after")[0]  # the --corpus value
+    prompts, _, _ = corpus_prompts(corpus, 10**6)  # the whole corpus the calibration drew from
+    overlap = Overlap.of(samples)
+    assert prompts and not [p.id for p in prompts if overlap.hits(p.text)]
