@@ -336,8 +336,9 @@ def test_stop_while_a_long_prompt_is_read_says_stopping_at_once(app, page, monke
     stopping = [t for t, text in seen if "stopping greedy" in text and "prompt chunk" in text]
     ended = next(t for t, text in seen if "stopped" in text)
     assert stopping, seen  # said while the prompt was still being read
-    assert stopping[0] < 3_000, seen  # promptly (a chunk here takes seconds)
-    assert stopping[0] < ended, seen
+    read = [t for t, text in seen if "prompt tokens read" in text]  # the chunk in progress at the click ending
+    assert stopping[0] < min(read + [ended]), seen  # before the chunk ended, not at its end (as it was)
+    assert stopping[0] < 10_000, seen  # promptly: a poll is a quarter second (10 s: a loaded shared machine)
     run = demo.store.load_run(newest_id(demo), nodes=False).trace
     assert newest_id(demo) == before + 1 and run.status == "cancelled" and run.output_ids == []
     restore_sample(page)
