@@ -434,6 +434,9 @@ class Progress:
         return sum(len(s.emitted) for s in self.steps)
 
 
+STOP_POLL = 0.25  # seconds between stream_run's looks at the stop flag while the worker is silent (a prompt chunk)
+
+
 def stream_run(
     method: str,
     models: Models,
@@ -532,24 +535,26 @@ def stream_run(
 
     worker = threading.Thread(target=work, daemon=True)
     worker.start()
-    last, started, prefill, told = 0.0, False, None, False
+    last, started, told = 0.0, False, False
     try:
         while True:
             try:
-                kind, item = events.get(timeout=every)
+                kind, item = events.get(timeout=STOP_POLL)
             except queue.Empty:
                 # Stop during a prompt chunk (seconds each) or a slow step: say "stopping" now, from here, rather than
                 # at the chunk's end (the Stop handler cannot write the status: it would race this stream's updates)
                 if started and stop.is_set() and not told:
                     told = True
                     suspended[0] = time.monotonic()
-                    yield Progress(method, list(steps), prefill=prefill, stopping=True)
+                    yield Progress(method, list(steps), stopping=True)  # no prefill: no prompt chunk was read
                     suspended[0] = None
                 continue
             if kind in ("start", "prefill"):  # the slot is ours, or a prompt chunk was read (each takes seconds)
-                started, prefill = True, (0, len(prompt_ids)) if kind == "start" else item
+                started = True
                 suspended[0] = time.monotonic()
-                yield Progress(method, [], prefill=prefill, stopping=stop.is_set())
+                yield Progress(
+                    method, [], prefill=(0, len(prompt_ids)) if kind == "start" else item, stopping=stop.is_set()
+                )
                 suspended[0] = None
                 continue
             if kind == "step":

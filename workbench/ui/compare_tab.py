@@ -213,6 +213,8 @@ def running_status(
 
 def running_metrics(prog: service.Progress, max_new_tokens: int) -> str:
     """The running column's line: the prompt tokens read so far, then the tokens written."""
+    if prog.stopping:
+        return "stopping…"
     if prog.steps:
         return f"running… {prog.tokens} of {max_new_tokens} tokens, {len(prog.steps)} steps"
     done, total = prog.prefill or (0, 0)
