@@ -39,6 +39,11 @@ def main() -> int:
     ap.add_argument("--max-new-tokens", type=int, default=64)
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--no-warm-up", action="store_true", help="load without the warm-up forward (the old behaviour)")
+    ap.add_argument(
+        "--app-path",
+        action="store_true",
+        help="run as a comparison does: service.stream_run, recording into a new trace store, its progress consumed",
+    )
     args = ap.parse_args()
 
     import torch
@@ -53,15 +58,27 @@ def main() -> int:
     if args.no_warm_up:
         pool.warm_up_forward = False
     t = time.perf_counter()
-    target = pool.load(args.model).target
+    models = pool.load(args.model)
+    target = models.target
     load_s = time.perf_counter() - t
+    store = None
+    if args.app_path:
+        import tempfile
+
+        from workbench.store import Store
+
+        store = Store(str(Path(tempfile.mkdtemp()) / "runs.db"))
     task = service.sample_tasks()[0]
     _, ids = service.build_prompt(target.tokenizer, task.input, task.context, chat=task.chat)
     rows = []
     for i in range(args.passes):
         for method in ("greedy", "aasd"):
             cpu = time.process_time()
-            run = run_method(method, target, ids, {"max_new_tokens": args.max_new_tokens}, prompt_text=task.input)
+            params = {"max_new_tokens": args.max_new_tokens}
+            if store is not None:
+                run = list(service.stream_run(method, models, ids, params, prompt_text=task.input, store=store))[-1].run
+            else:
+                run = run_method(method, target, ids, params, prompt_text=task.input)
             cpu = time.process_time() - cpu
             m = run_metrics(run)
             ms = [st.step_ms for st in run.steps]
@@ -80,6 +97,7 @@ def main() -> int:
     later = statistics.median(greedy[1:])
     print(f"machine: {cpu_info()}; torch threads {torch.get_num_threads()}; model {target.name} {target.dtype}")
     print(f"warm-up forward: {'no' if args.no_warm_up else 'yes'}; load (with warm-up) {load_s:.1f} s")
+    print(f"path: {'service.stream_run into a trace store (as the app)' if store is not None else 'run_method'}")
     print(f"sample {task.id}: {len(ids)} prompt tokens, {args.max_new_tokens} new tokens")
     print("| pass | method | decode tok/s | prefill s | first 3 steps ms | median step ms | CPU s (whole run) |")
     print("|---|---|---|---|---|---|---|")

@@ -495,29 +495,21 @@ def write_sd_ship_files(path: Path, memory, args) -> str:
     command that rebuilds it (the same model, dtype, corpus, prompts and answer length); returns the hash."""
     import shlex
 
-    from core.memory import file_sha256
-    from workbench.evaluation.forced_calibration import _atomic_write
-
-    path.chmod(0o644)  # package data: readable by everyone
-    path.with_suffix(path.suffix + ".lock").unlink(missing_ok=True)
-    sha = file_sha256(path)
     cal = memory.meta.get("calibration") or {}
     command = (
         f"python -m workbench calibrate --model {shlex.quote(args.model)} --dtype {args.dtype} "
         f"--corpus {shlex.quote(args.corpus)} --limit {args.limit} --max-new-tokens {args.max_new_tokens} --fresh --ship"
     )
-    text = (
-        f"{sha}  {path.name}\n"
+    return write_sha256_file(
+        path,
         f"# model: {memory.meta.get('target')} over context drafts (single-model CSD), {args.dtype}; SD-based "
-        f"calibration ({cal.get('method')}, {cal.get('max_new_tokens')} new tokens a prompt)\n"
+        f"calibration ({cal.get('method')}, {cal.get('max_new_tokens')} new tokens a prompt)",
         f"# {len(memory)} pairs, {memory.total} observations, {cal.get('prompts')} prompts "
         f"({cal.get('excluded_overlapping')} left out for overlapping the benchmark items); "
-        f"{path.stat().st_size} bytes\n"
-        f"# corpus: {cal.get('corpus')}\n"
-        f"# rebuild: {command}\n"
+        f"{path.stat().st_size} bytes",
+        f"# corpus: {cal.get('corpus')}",
+        f"# rebuild: {command}",
     )
-    _atomic_write(path.with_name(path.name + ".sha256"), text.encode("utf-8"))
-    return sha
 
 
 def run_forced(args) -> int:
@@ -673,21 +665,27 @@ def rebuild_command(info: dict) -> str:
 def write_ship_files(path: Path, memory) -> str:
     """Beside a shipped memory: `<file>.sha256` with its hash, size, corpus and rebuild command (written
     atomically after every save, so it always describes the file next to it); returns the hash."""
+    info = memory.meta.get("forced_calibration") or {}
+    return write_sha256_file(
+        path,
+        f"# pair: {info.get('target')} (target) + {info.get('draft')} (draft), {info.get('dtype')}",
+        f"# {len(memory)} pairs, {memory.total} observations, {info.get('sequences')} sequences, "
+        f"{info.get('documents')} documents, {info.get('tokens')} positions; {path.stat().st_size} bytes",
+        f"# corpus: {info.get('corpus_spec') or info.get('corpus')}",
+        f"# rebuild: {rebuild_command(info)}",
+    )
+
+
+def write_sha256_file(path: Path, *lines: str) -> str:
+    """`<file>.sha256` beside a shipped memory: its hash and name, then `lines` (what it is, how to rebuild it),
+    written atomically; the memory itself made readable by everyone (package data). Returns the hash."""
     from core.memory import file_sha256
     from workbench.evaluation.forced_calibration import _atomic_write
 
     path.chmod(0o644)  # package data: readable by everyone (the memory is written through a private temporary file)
     path.with_suffix(path.suffix + ".lock").unlink(missing_ok=True)
     sha = file_sha256(path)
-    info = memory.meta.get("forced_calibration") or {}
-    text = (
-        f"{sha}  {path.name}\n"
-        f"# pair: {info.get('target')} (target) + {info.get('draft')} (draft), {info.get('dtype')}\n"
-        f"# {len(memory)} pairs, {memory.total} observations, {info.get('sequences')} sequences, "
-        f"{info.get('documents')} documents, {info.get('tokens')} positions; {path.stat().st_size} bytes\n"
-        f"# corpus: {info.get('corpus_spec') or info.get('corpus')}\n"
-        f"# rebuild: {rebuild_command(info)}\n"
-    )
+    text = "".join(f"{line}\n" for line in (f"{sha}  {path.name}", *lines))
     _atomic_write(path.with_name(path.name + ".sha256"), text.encode("utf-8"))
     return sha
 
