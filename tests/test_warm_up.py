@@ -71,3 +71,15 @@ def test_the_warm_up_is_not_inside_the_timed_run(smollm2, calls):
     progress = list(stream_run("greedy", models, [1, 2, 3, 4], {"max_new_tokens": 4}, prompt_text="x"))
     assert progress[-1].run is not None and progress[-1].run.status == "complete"
     assert len(calls) == 1 and warmed < started  # done before the run, never again during it
+
+
+def test_a_failed_warm_up_does_not_stop_the_model_loading(smollm2, monkeypatch, caplog):
+    from core import methods
+    from workbench.service import ModelPool
+
+    def broken(model):
+        raise RuntimeError("no kernel")
+
+    monkeypatch.setattr(methods, "warm_up", broken)
+    assert ModelPool("cpu", "float32").load("smollm2-135m").target is smollm2
+    assert "warm-up forward of smollm2-135m skipped: RuntimeError: no kernel" in caplog.text

@@ -176,7 +176,10 @@ class ModelPool:
                 return
             from core import methods
 
-            methods.warm_up(model)
+            try:
+                methods.warm_up(model)
+            except Exception as e:  # an optimisation only: the comparison's own run reports what is wrong
+                log.warning("warm-up forward of %s skipped: %s: %s", getattr(model, "name", model), type(e).__name__, e)
             self._warmed.add(id(model))
 
     def _load(self, spec: str, how: dict):
