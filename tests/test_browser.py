@@ -211,7 +211,7 @@ def test_diff_of_two_runs_and_acceptance_per_position(app, page):
         raise
     # the three acceptances each by its own name, with its meaning under the title (third newcomer pass)
     expect(page.locator("#replay-positions")).to_contain_text("position acceptance per draft position")
-    expect(page.locator("#replay-positions")).to_contain_text("the chance position d is accepted once d − 1 were")
+    expect(page.locator("#replay-acceptance-help")).to_contain_text("the chance position d is accepted once d − 1 were")
     expect(page.locator("#replay-by-source .js-plotly-plot")).to_be_visible()
     expect(page.locator("#replay-by-source")).to_contain_text("node acceptance by source")
     shot(page, "positions", "#replay-run-figures")
@@ -424,7 +424,7 @@ def test_analytics_plots_keep_run_colours_show_shares_and_legends_clear(app, pag
     hist, depth = plotly(page, "#analytics-hist"), plotly(page, "#analytics-depth")
     expect(page.locator("#analytics-depth")).to_contain_text("node acceptance by depth")
     expect(page.locator("#analytics-source")).to_contain_text("node acceptance by source")
-    expect(page.locator("#analytics-depth")).to_contain_text("accepted ÷ judged draft nodes")
+    expect(page.locator("#analytics-acceptance-help")).to_contain_text("node acceptance: accepted ÷ judged draft nodes")
     color = {t["name"]: t["marker"]["color"] for t in hist}
     assert len(set(color.values())) == 3
     assert all(t["marker"]["color"] == color[t["name"]] for t in depth)  # aasd is not greedy's colour here

@@ -44,18 +44,17 @@ def test_a_columns_metrics_name_token_acceptance_with_its_meaning_on_hover():
     assert not re.search(r"(?<!token )acceptance \d", line)  # no bare "acceptance" left
 
 
-def test_the_figures_name_node_and_position_acceptance_and_say_what_they_are():
-    from workbench.ui.figures.analytics import accept_by_depth_figure, accept_by_source_figure
+def test_the_figures_name_node_and_position_acceptance_and_the_help_lines_say_what_they_are():
+    from workbench.ui.figures.analytics import accept_by_depth_figure, accept_by_source_figure, acceptance_help
     from workbench.ui.figures.replay import position_figure
 
     depth = accept_by_depth_figure([("#1 aasd", RUN)]).layout.title.text
     source = accept_by_source_figure([("#1 aasd", RUN)]).layout.title.text
-    assert depth.startswith("node acceptance by depth") and source.startswith("node acceptance by source")
-    for title in (depth, source):
-        assert ACCEPTANCE_MEANING[NODE_ACCEPTANCE] in title
+    assert depth == "node acceptance by depth" and source == "node acceptance by source"
     position = position_figure(RUN, "#1 aasd").to_plotly_json()["layout"]["title"]["text"]
     assert "position acceptance per draft position" in position
-    assert ACCEPTANCE_MEANING[POSITION_ACCEPTANCE] in position
+    for name in (NODE_ACCEPTANCE, POSITION_ACCEPTANCE):
+        assert acceptance_help(name) == f"**{name}**: {ACCEPTANCE_MEANING[name]}"
 
 
 @pytest.mark.real_model

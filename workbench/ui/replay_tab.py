@@ -23,6 +23,7 @@ import gradio as gr
 
 from core.errors import WorkbenchError
 from core.params import PARAMS
+from core.stats import NODE_ACCEPTANCE, POSITION_ACCEPTANCE
 from workbench import service
 from workbench.rescore import prepare_run, rescore_run
 from workbench.store import Store
@@ -176,6 +177,10 @@ def run_panel() -> RunPanel:
         positions = gr.Plot(
             label="This run: position acceptance per draft position", show_label=False, elem_id="replay-positions"
         )
+    gr.Markdown(
+        "  \n".join(analytics.acceptance_help(n) for n in (NODE_ACCEPTANCE, POSITION_ACCEPTANCE)),
+        elem_id="replay-acceptance-help",
+    )
     return RunPanel(by_source, positions)
 
 

@@ -114,7 +114,7 @@ def _rate_figure(
         title=title,
         barmode="group",
         height=360,
-        margin={"t": 70},
+        margin={"t": 50},
         xaxis={"title": x_title, **({"dtick": 1} if kind == "line" else {})},
         yaxis={"title": "accepted / verified", "range": [0, 1.05], "tickformat": ".0%"},
     )
@@ -122,8 +122,14 @@ def _rate_figure(
 
 
 def titled(name: str, by: str) -> str:
-    """A figure title: one of core.stats' acceptance names and, under it, what it is (the same words everywhere)."""
-    return f"{html.escape(name)} {by}<br><sup>{html.escape(ACCEPTANCE_MEANING[name])}</sup>"
+    """A figure title: one of core.stats' acceptance names (its meaning: the tab's help line, acceptance_help; a
+    second title line would run under Plotly's toolbar in a half-width figure)."""
+    return f"{html.escape(name)} {by}"
+
+
+def acceptance_help(name: str) -> str:
+    """The one-line meaning of one of core.stats' acceptance names, as a help line beside its figures."""
+    return f"**{name}**: {ACCEPTANCE_MEANING[name]}"
 
 
 def accept_by_depth_figure(runs: Sequence[Any]) -> go.Figure:
