@@ -60,6 +60,19 @@ class AcceptanceCounts:
         return {k: (self.accepted[k], self.verified[k]) for k in sorted(self.verified, key=str)}
 
 
+# Three different acceptances, each with its own name and a one-line meaning, used as is by the app's labels, the
+# CLI and the docs: "acceptance" alone meant all three (and read as a fraction in the CLI, a percentage in the app).
+TOKEN_ACCEPTANCE = "token acceptance"  # run_metrics' accept_rate
+NODE_ACCEPTANCE = "node acceptance"  # acceptance_by, per tree depth or per draft source
+POSITION_ACCEPTANCE = "position acceptance"  # position_acceptance
+ACCEPTANCE_MEANING = {
+    TOKEN_ACCEPTANCE: "draft tokens accepted ÷ draft tokens proposed, over every node of every tree (bonus not counted)",
+    NODE_ACCEPTANCE: "accepted ÷ judged draft nodes (a node the walk never reached is left out), per depth or source",
+    POSITION_ACCEPTANCE: "at draft position d: steps that accepted ≥ d tokens ÷ steps that offered a judged node at d, "
+    "i.e. the chance position d is accepted once d − 1 were",
+}
+
+
 def acceptance_by(trace: "RunTrace", key: Callable[["NodeTrace"], Any]) -> dict[Any, tuple[int, int]]:
     """(accepted, verified) per key of a run's draft nodes (AcceptanceCounts): bench JSON, store views and
     the UI all read it."""

@@ -209,8 +209,11 @@ def test_diff_of_two_runs_and_acceptance_per_position(app, page):
     except AssertionError:
         shot(page, "positions-failed")
         raise
-    expect(page.locator("#replay-positions")).to_contain_text("acceptance per draft position")
+    # the three acceptances each by its own name, with its meaning under the title (third newcomer pass)
+    expect(page.locator("#replay-positions")).to_contain_text("position acceptance per draft position")
+    expect(page.locator("#replay-acceptance-help")).to_contain_text("the chance position d is accepted once d − 1 were")
     expect(page.locator("#replay-by-source .js-plotly-plot")).to_be_visible()
+    expect(page.locator("#replay-by-source")).to_contain_text("node acceptance by source")
     shot(page, "positions", "#replay-run-figures")
 
 
@@ -354,6 +357,11 @@ def test_stop_says_the_run_was_stopped_and_stored_as_cancelled(app, page):
     from playwright.sync_api import expect
 
     long_run(page)
+    # Stop once the page shows tokens streaming in, not at once: on a loaded machine the click could otherwise land
+    # before the run has started, and the test would measure the machine rather than Stop (1,024 tokens take minutes)
+    expect(page.locator("#compare-status")).to_contain_text(
+        re.compile(r"running greedy .*: [1-9][\d,]* of 1024 tokens written"), timeout=300_000
+    )
     page.get_by_role("button", name="Stop").click()
     status = page.locator("#compare-status")
     expect(status).to_contain_text("stopped", timeout=60_000)
@@ -414,6 +422,9 @@ def test_analytics_plots_keep_run_colours_show_shares_and_legends_clear(app, pag
     page.locator("#analytics-draw").click()
     expect(page.locator("#analytics-sweep .js-plotly-plot")).to_be_visible(timeout=60_000)
     hist, depth = plotly(page, "#analytics-hist"), plotly(page, "#analytics-depth")
+    expect(page.locator("#analytics-depth")).to_contain_text("node acceptance by depth")
+    expect(page.locator("#analytics-source")).to_contain_text("node acceptance by source")
+    expect(page.locator("#analytics-acceptance-help")).to_contain_text("node acceptance: accepted ÷ judged draft nodes")
     color = {t["name"]: t["marker"]["color"] for t in hist}
     assert len(set(color.values())) == 3
     assert all(t["marker"]["color"] == color[t["name"]] for t in depth)  # aasd is not greedy's colour here
@@ -458,7 +469,7 @@ def test_csd_memory_shows_its_entries_and_what_rescued(app, page):
         "rescued in the runs",
     ]
     rows = table_rows(page, "#memory-entries")
-    counts = [int(r[4]) for r in rows]
-    assert rows and counts == sorted(counts, reverse=True)
+    order = [(int(r[5]), int(r[4])) for r in rows]  # rescued in the runs first, then by count (the shipped table's)
+    assert rows and order == sorted(order, reverse=True)
     assert sum(int(r[5]) for r in rows) == len(rescues(trace.steps))
     shot(page, "memory", "#tab-memory")

@@ -185,6 +185,33 @@ def test_the_columns_say_how_each_run_ended_and_what_the_score_is(app, page, def
     assert "score" in metrics and "F1 against the task's reference answers, 0–100" in metrics  # the default sample: qa
 
 
+def test_the_default_csd_column_names_the_table_it_read_and_token_acceptance_its_meaning(app, page, default_runs):
+    """Third newcomer pass: the csd column's head said "the shipped table" and its metrics "no table is shipped"; the
+    package now ships SmolLM2's context-draft table and the head names it. The metrics call their acceptance by its
+    name (token acceptance), with its meaning on hover."""
+    from playwright.sync_api import expect
+
+    from core.memory import shipped_memory
+    from core.stats import ACCEPTANCE_MEANING, TOKEN_ACCEPTANCE
+
+    demo = app[0]
+    target = demo.pool.loaded("smollm2-135m").target
+    shipped = shipped_memory(target)
+    assert shipped.total > 1000  # the package's SmolLM2 table, not an empty one
+    page.get_by_role("tab", name="Compare").click()
+    head = page.locator("#col-head-2")
+    expect(head).to_contain_text(f"memory: the table shipped for smollm2-135m, context drafts ({shipped.total:,}")
+    csd = demo.store.load_run(default_runs["csd"], nodes=False).trace
+    assert csd.params["memory_sha"] == shipped.fingerprint()  # the run read that table
+    for i in range(3):
+        text = page.locator(f"#col-head-{i}").inner_text() + page.locator(f"#col-metrics-{i}").inner_text()
+        assert "no table is shipped" not in text and "ships no table" not in text, text
+    name = page.locator("#col-metrics-1 .acceptance-name")
+    expect(name).to_have_text(TOKEN_ACCEPTANCE)
+    assert name.get_attribute("title") == ACCEPTANCE_MEANING[TOKEN_ACCEPTANCE]
+    expect(page.locator("#col-metrics-1")).to_contain_text(re.compile(r"token acceptance \d+%"))
+
+
 def test_a_run_cut_at_max_new_tokens_is_marked(app, page):
     from playwright.sync_api import expect
 
@@ -654,3 +681,44 @@ def test_the_method_chips_remove_buttons_name_their_method(page):
     choose_methods(page, ["greedy", "aasd", "csd"])
     titles = [b.get_attribute("title") for b in page.locator("#compare-methods .token .token-remove").all()]
     assert titles == ["Remove greedy", "Remove aasd", "Remove csd"], titles
+
+
+# ---------------------------------------------------------------- third newcomer pass, item 3 (last: it adds a run,
+# which would push the earlier tests' runs down the runs table)
+
+
+def test_stop_while_a_long_prompt_is_read_says_stopping_at_once(app, page, monkeypatch):
+    """Third newcomer pass: Stop during a prompt chunk (seconds each) left "reading the prompt…" on screen until the
+    chunk ended; the stream now says "stopping" itself within a poll (a quarter second), not at the chunk's end."""
+    from playwright.sync_api import expect
+
+    from core import cache as kv
+
+    demo = app[0]
+    monkeypatch.setattr(kv, "PREFILL_CHUNK", 2048)  # two chunks of a ~4,000-token prompt, seconds each
+    choose_methods(page, ["greedy"])
+    open_parameters(page)
+    fill_number(page, "#compare-max-new", 3)
+    page.locator("#compare-context textarea").fill(LONG * 100)
+    page.evaluate(
+        """() => { window.__timed = []; const el = document.querySelector('#compare-status');
+        new MutationObserver(() => window.__timed.push([performance.now(), el.innerText.trim()]))
+            .observe(el, {childList: true, subtree: true, characterData: true}); }"""
+    )
+    before = newest_id(demo)
+    page.get_by_role("button", name="Run", exact=True).click()
+    status = page.locator("#compare-status")
+    expect(status).to_contain_text(re.compile(r"running greedy .*: reading the prompt"), timeout=120_000)
+    clicked = page.evaluate("() => performance.now()")
+    page.get_by_role("button", name="Stop").click()
+    expect(status).to_contain_text("stopped", timeout=120_000)
+    seen = [(t - clicked, text) for t, text in page.evaluate("() => window.__timed") if t >= clicked]
+    stopping = [t for t, text in seen if "stopping greedy" in text and "prompt chunk" in text]
+    ended = next(t for t, text in seen if "stopped" in text)
+    assert stopping, seen  # said while the prompt was still being read
+    read = [t for t, text in seen if "prompt tokens read" in text]  # the chunk in progress at the click ending
+    assert stopping[0] < min(read + [ended]), seen  # before the chunk ended, not at its end (as it was)
+    assert stopping[0] < 10_000, seen  # promptly: a poll is a quarter second (10 s: a loaded shared machine)
+    run = demo.store.load_run(newest_id(demo), nodes=False).trace
+    assert newest_id(demo) == before + 1 and run.status == "cancelled" and run.output_ids == []
+    restore_sample(page)

@@ -525,7 +525,7 @@ def test_analytics_sweeps_what_the_runs_vary_and_shows_shares():
     assert hist.layout.legend.orientation == "h" and hist.layout.legend.y > 1  # above the plot, not over it
 
 
-def test_memory_entries_sorted_by_count_with_every_rescuing_pair():
+def test_memory_entries_list_the_rescuing_pairs_first_then_by_count():
     from collections import Counter
 
     from core.memory import CorrectionMemory
@@ -534,8 +534,9 @@ def test_memory_entries_sorted_by_count_with_every_rescuing_pair():
     memory = CorrectionMemory({(1, 2): 5, (3, 4): 9, (5, 6): 1})
     frame = entries_frame(memory, Counter({(5, 6): 2, (7, 8): 1}), lambda i: f"t{i}", limit=2)
     assert list(frame.columns) == ENTRY_COLUMNS
-    assert list(frame["count"]) == [9, 5, 1, 0]  # the top 2, then the pairs that rescued although not in the top
-    assert list(frame["rescued in the runs"]) == [0, 0, 2, 1] and frame["draft token"].iloc[0] == "t3"
+    # the pairs that rescued first (although not in the top 2), then the top 2 by count
+    assert list(frame["count"]) == [1, 0, 9, 5]
+    assert list(frame["rescued in the runs"]) == [2, 1, 0, 0] and frame["draft token"].iloc[2] == "t3"
 
 
 def test_replay_offers_only_rules_that_re_score_and_labels_its_sliders_with_their_range():

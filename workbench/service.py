@@ -132,6 +132,9 @@ class ModelPool:
         self.prefill_clock = PrefillClock()
         self.idle_cancel = IDLE_CANCEL_SECONDS  # see stream_run
         self.busy: dict[str, str] = {}  # model -> what holds its slot when it is not a generation (warm_up)
+        self.warm_up_forward = True  # _warm: False only to measure what it saves (benchmarks/bench_first_pass.py)
+        self._warmed: set[int] = set()  # ids of the loaded models already run once (core.models caches them)
+        self._warm_lock = threading.Lock()
 
     def loaded(self, model: str) -> Models | None:
         """The model as this pool last loaded it (None before that): no loading, for quick looks at it."""
@@ -156,9 +159,28 @@ class ModelPool:
         if draft:
             d = self._load(draft, how)
             check_pair(target, d)
+        for loaded in (target, d):
+            self._warm(loaded)
         with self._lock:
             self._loaded[model] = Models(target, None)
         return Models(target, d)
+
+    def _warm(self, model) -> None:
+        """Run a model once, untimed, the first time this pool hands it out (core.methods.warm_up), so a process's
+        one-off first-forward costs do not land on the first timed run (greedy's: a comparison runs it first).
+        A second request loading the same model meanwhile waits here until the warm-up is done."""
+        if model is None or not self.warm_up_forward:
+            return
+        with self._warm_lock:
+            if id(model) in self._warmed:
+                return
+            from core import methods
+
+            try:
+                methods.warm_up(model)
+            except Exception as e:  # an optimisation only: the comparison's own run reports what is wrong
+                log.warning("warm-up forward of %s skipped: %s: %s", getattr(model, "name", model), type(e).__name__, e)
+            self._warmed.add(id(model))
 
     def _load(self, spec: str, how: dict):
         if self.allow_local or spec in PRESETS:
@@ -407,11 +429,15 @@ class Progress:
     run_id: int | None = None
     error: str | None = None
     prefill: tuple[int, int] | None = None  # (prompt tokens read, of) while the prompt is being read
+    stopping: bool = False  # Stop was asked for: the run ends at its next step or prompt chunk
 
     @property
     def tokens(self) -> int:
         """Tokens emitted so far."""
         return sum(len(s.emitted) for s in self.steps)
+
+
+STOP_POLL = 0.25  # seconds between stream_run's looks at the stop flag while the worker is silent (a prompt chunk)
 
 
 def stream_run(
@@ -512,13 +538,26 @@ def stream_run(
 
     worker = threading.Thread(target=work, daemon=True)
     worker.start()
-    last = 0.0
+    last, started, told = 0.0, False, False
     try:
         while True:
-            kind, item = events.get()
+            try:
+                kind, item = events.get(timeout=STOP_POLL)
+            except queue.Empty:
+                # Stop during a prompt chunk (seconds each) or a slow step: say "stopping" now, from here, rather than
+                # at the chunk's end (the Stop handler cannot write the status: it would race this stream's updates)
+                if started and stop.is_set() and not told:
+                    told = True
+                    suspended[0] = time.monotonic()
+                    yield Progress(method, list(steps), stopping=True)  # no prefill: no prompt chunk was read
+                    suspended[0] = None
+                continue
             if kind in ("start", "prefill"):  # the slot is ours, or a prompt chunk was read (each takes seconds)
+                started = True
                 suspended[0] = time.monotonic()
-                yield Progress(method, [], prefill=(0, len(prompt_ids)) if kind == "start" else item)
+                yield Progress(
+                    method, [], prefill=(0, len(prompt_ids)) if kind == "start" else item, stopping=stop.is_set()
+                )
                 suspended[0] = None
                 continue
             if kind == "step":
@@ -526,7 +565,7 @@ def stream_run(
                 if time.monotonic() - last >= every:
                     last = time.monotonic()
                     suspended[0] = last
-                    yield Progress(method, list(steps))
+                    yield Progress(method, list(steps), stopping=stop.is_set())
                     suspended[0] = None
                 continue
             if kind == "done":

@@ -30,7 +30,7 @@ from core.methods.registry import (
     param_defaults,
     register,
 )
-from core.methods.run import run_batch, run_method
+from core.methods.run import run_batch, run_method, warm_up
 from core.methods.spec import AUTO_THRESHOLDS, parse_method_spec, resolve_params, split_method_list
 
 __all__ = [
@@ -62,4 +62,5 @@ __all__ = [
     "split_method_list",
     "suffix_corpus",
     "tree_sizer",
+    "warm_up",
 ]

@@ -200,7 +200,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         "--ship",
         action="store_true",
         help="write the memory into the package (core/memories/<pair>.json.gz, SHA-256 beside it): the table "
-        "csd starts from when the user has none",
+        "csd starts from when the user has none (--mode forced for a model pair; SD-based without --draft for a "
+        "single model's context drafts)",
     )
     p.add_argument(
         "--timing",
@@ -402,16 +403,19 @@ def run(args) -> int:
         return run_thresholds(args)
     if args.mode == "forced":
         return run_forced(args)
-    if args.ship:
+    if args.ship and (args.draft or args.out):
         from core.errors import InvalidInputError
 
-        raise InvalidInputError("--ship writes a teacher-forced memory: add --mode forced")
+        raise InvalidInputError(
+            "--ship writes a model pair's teacher-forced memory (add --mode forced) or, without --draft and --out, "
+            "a single model's context-draft memory"
+        )
     args.corpus = args.corpus or "sharegpt"
     args.limit = MEMORY_PROMPTS if args.limit is None else args.limit
     args.max_new_tokens = args.max_new_tokens or 128
 
     from core.errors import InvalidInputError
-    from core.memory import CONTEXT_DRAFTS, CorrectionMemory, memory_path, pair_fingerprint
+    from core.memory import CONTEXT_DRAFTS, CorrectionMemory, memory_path, pair_fingerprint, shipped_path
     from workbench.evaluation.calibration import calibrate, corpus_prompts, describe, uncounted
 
     if args.limit < 1 or args.max_new_tokens < 1 or args.held_out_from < 0:
@@ -425,7 +429,9 @@ def run(args) -> int:
     )
     target, draft = common.load_models(args)
     pair = pair_fingerprint(target.fingerprint, draft.fingerprint if draft is not None else None)
-    path = Path(args.out) if args.out else memory_path(pair)
+    path = shipped_path(pair) if args.ship else Path(args.out) if args.out else memory_path(pair)
+    if args.ship:
+        path.parent.mkdir(parents=True, exist_ok=True)
     if args.fresh and path.exists():
         path.unlink()
     meta = {
@@ -470,19 +476,40 @@ def run(args) -> int:
         on_prompt=show,
     )
     bar.close()
-    print(
-        json.dumps(
-            {
-                "memory": str(path),
-                "pairs": len(memory),
-                "observations": memory.total,
-                "added": memory.total - start,
-                "unseen_share_estimate": memory.unseen_share,
-                **describe(report),
-            }
-        )
-    )
+    summary = {
+        "memory": str(path),
+        "pairs": len(memory),
+        "observations": memory.total,
+        "added": memory.total - start,
+        "unseen_share_estimate": memory.unseen_share,
+        **describe(report),
+    }
+    if args.ship:
+        summary["sha256"] = write_sd_ship_files(path, memory, args)
+    print(json.dumps(summary))
     return 0
+
+
+def write_sd_ship_files(path: Path, memory, args) -> str:
+    """Beside a shipped SD-calibrated (context-draft) memory: `<file>.sha256` with its hash, size, corpus and the
+    command that rebuilds it (the same model, dtype, corpus, prompts and answer length); returns the hash."""
+    import shlex
+
+    cal = memory.meta.get("calibration") or {}
+    command = (
+        f"python -m workbench calibrate --model {shlex.quote(args.model)} --dtype {args.dtype} "
+        f"--corpus {shlex.quote(args.corpus)} --limit {args.limit} --max-new-tokens {args.max_new_tokens} --fresh --ship"
+    )
+    return write_sha256_file(
+        path,
+        f"# model: {memory.meta.get('target')} over context drafts (single-model CSD), {args.dtype}; SD-based "
+        f"calibration ({cal.get('method')}, {cal.get('max_new_tokens')} new tokens a prompt)",
+        f"# {len(memory)} pairs, {memory.total} observations, {cal.get('prompts')} prompts "
+        f"({cal.get('excluded_overlapping')} left out for overlapping the benchmark items); "
+        f"{path.stat().st_size} bytes",
+        f"# corpus: {cal.get('corpus')}",
+        f"# rebuild: {command}",
+    )
 
 
 def run_forced(args) -> int:
@@ -638,21 +665,27 @@ def rebuild_command(info: dict) -> str:
 def write_ship_files(path: Path, memory) -> str:
     """Beside a shipped memory: `<file>.sha256` with its hash, size, corpus and rebuild command (written
     atomically after every save, so it always describes the file next to it); returns the hash."""
+    info = memory.meta.get("forced_calibration") or {}
+    return write_sha256_file(
+        path,
+        f"# pair: {info.get('target')} (target) + {info.get('draft')} (draft), {info.get('dtype')}",
+        f"# {len(memory)} pairs, {memory.total} observations, {info.get('sequences')} sequences, "
+        f"{info.get('documents')} documents, {info.get('tokens')} positions; {path.stat().st_size} bytes",
+        f"# corpus: {info.get('corpus_spec') or info.get('corpus')}",
+        f"# rebuild: {rebuild_command(info)}",
+    )
+
+
+def write_sha256_file(path: Path, *lines: str) -> str:
+    """`<file>.sha256` beside a shipped memory: its hash and name, then `lines` (what it is, how to rebuild it),
+    written atomically; the memory itself made readable by everyone (package data). Returns the hash."""
     from core.memory import file_sha256
     from workbench.evaluation.forced_calibration import _atomic_write
 
     path.chmod(0o644)  # package data: readable by everyone (the memory is written through a private temporary file)
     path.with_suffix(path.suffix + ".lock").unlink(missing_ok=True)
     sha = file_sha256(path)
-    info = memory.meta.get("forced_calibration") or {}
-    text = (
-        f"{sha}  {path.name}\n"
-        f"# pair: {info.get('target')} (target) + {info.get('draft')} (draft), {info.get('dtype')}\n"
-        f"# {len(memory)} pairs, {memory.total} observations, {info.get('sequences')} sequences, "
-        f"{info.get('documents')} documents, {info.get('tokens')} positions; {path.stat().st_size} bytes\n"
-        f"# corpus: {info.get('corpus_spec') or info.get('corpus')}\n"
-        f"# rebuild: {rebuild_command(info)}\n"
-    )
+    text = "".join(f"{line}\n" for line in (f"{sha}  {path.name}", *lines))
     _atomic_write(path.with_name(path.name + ".sha256"), text.encode("utf-8"))
     return sha
 

@@ -30,7 +30,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 def run(args) -> int:
     from core.errors import InvalidInputError
     from core.models import encode_prompt
-    from core.stats import run_metrics
+    from core.stats import TOKEN_ACCEPTANCE, run_metrics
     from workbench.methods import parse_method_spec, resolve_params, run_method
     from workbench.store import StoreError
 
@@ -139,6 +139,7 @@ def run(args) -> int:
             print(run.output_text, end="")
         print()
         fmt = lambda v: "-" if v is None else f"{v:.2f}"  # noqa: E731
+        pct = lambda v: "-" if v is None else f"{v:.0%}"  # noqa: E731  (as the app shows it)
         if compression is not None:
             print(
                 f"[{compression.compressor}] context {compression.tokens_in} -> {compression.tokens_kept} tokens (rate "
@@ -148,7 +149,7 @@ def run(args) -> int:
             )
         print(
             f"[{run.method}] {m['tokens']} tokens in {m['steps']} steps, MAL {fmt(m['mal'])}, "
-            f"{fmt(m['tps'])} tok/s, acceptance {fmt(m['accept_rate'])}, stop: {run.stop_reason}",
+            f"{fmt(m['tps'])} tok/s, {TOKEN_ACCEPTANCE} {pct(m['accept_rate'])}, stop: {run.stop_reason}",
             file=sys.stderr,
         )
         if run_id is not None:

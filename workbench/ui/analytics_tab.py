@@ -74,6 +74,7 @@ def analytics_tab(store: Store, cache: RunCache, compare_ids: gr.State, who) -> 
         refresh = gr.Button("Refresh list", scale=1)
         draw = gr.Button("Draw", variant="primary", scale=1, elem_id="analytics-draw")
     # The figures carry their own titles: Gradio's label chip would sit on top of them.
+    gr.Markdown(af.acceptance_help(af.NODE_ACCEPTANCE), elem_id="analytics-acceptance-help")
     with gr.Row():
         hist = gr.Plot(show_label=False, elem_id="analytics-hist")
         by_depth = gr.Plot(show_label=False, elem_id="analytics-depth")

@@ -16,7 +16,7 @@ import gradio as gr
 import pandas as pd
 
 from core.errors import InvalidInputError, WorkbenchError
-from core.memory import memory_path, pair_fingerprint, shipped_memory
+from core.memory import memory_path, pair_fingerprint, shipped_memory, shipped_memory_path
 from core.methods.build import sizes_trees
 from core.params import MEMORY_MODES, PARAMS, SHIPPED_MEMORY
 from core.stats import first_divergence, run_metrics
@@ -197,6 +197,9 @@ def running_status(
 ) -> str:
     """The status line while a method runs: which one, and how far it is (reading the prompt, or tokens written)."""
     where = f"method {position} of {count}" + (f", pass {rep} of {repeats}" if repeats > 1 else "")
+    if prog.stopping:
+        at = "prompt chunk" if not prog.steps else "step"
+        return f"stopping **{name}** ({where}): it ends at its next {at} and is stored as cancelled…"
     if not prog.steps and prog.prefill is not None:
         done, total = prog.prefill
         read = f"{done:,} of {total:,} prompt tokens read" if done else f"reading the prompt ({total:,} tokens)"
@@ -210,6 +213,8 @@ def running_status(
 
 def running_metrics(prog: service.Progress, max_new_tokens: int) -> str:
     """The running column's line: the prompt tokens read so far, then the tokens written."""
+    if prog.stopping:
+        return "stopping…"
     if prog.steps:
         return f"running… {prog.tokens} of {max_new_tokens} tokens, {len(prog.steps)} steps"
     done, total = prog.prefill or (0, 0)
@@ -235,17 +240,17 @@ def closing_status(run_ids, where: str, stopped: bool, compression) -> str:
 # ---------------------------------------------------------------- speeds over repeats
 
 
-def column_head(method: str, draft_name: str | None) -> str:
+def column_head(method: str, draft_name: str | None, shipped: str | None = "") -> str:
     """A column's title: the method, and for a method that falls back to another drafter without a draft model
     (csd drafts from the context then) a line that says so, since its paper's version drafts with a model; a
-    method that reads CSD's correction memory says which memory (memory_head)."""
+    method that reads CSD's correction memory says which memory (memory_head; `shipped`: shipped_table's words)."""
     name, overrides = parse_method_spec(method)
     m = get_method(name)
     lines = [f"### {method}"]
     if not (draft_name or "").strip() and m.drafter_without_draft is not None:
         lines.append("*no draft model: drafts from the prompt's context (as AASD does)*")
     if m.reads_memory:
-        lines.append(memory_head(app_memory_mode(name, overrides)))
+        lines.append(memory_head(app_memory_mode(name, overrides), shipped))
     head, notes = lines[0], lines[1:]
     return head + ("\n" + "  \n".join(notes) if notes else "")  # "  \n": a Markdown line break between notes
 
@@ -258,10 +263,28 @@ def app_memory_mode(name: str, overrides: Mapping[str, Any]) -> int:
     return SHIPPED_MEMORY if given is None else resolve_params(name, {"memory_mode": given})["memory_mode"]
 
 
-def memory_head(mode: int) -> str:
-    """The column's line on the memory it reads."""
+def shipped_table(target, draft=None) -> str | None:
+    """Which table the package ships for this model pair, in a few words (None: it ships none)."""
+    pair = pair_fingerprint(target.fingerprint, draft.fingerprint if draft is not None else None)
+    path = shipped_memory_path(pair)
+    if path is None:
+        return None
+    models = f"{target.name} + {draft.name}" if draft is not None else f"{target.name}, context drafts"
+    return f"the table shipped for {models} ({shipped_memory(target, draft).total:,} observations, `{path.name}`)"
+
+
+def memory_head(mode: int, shipped: str | None = "") -> str:
+    """The column's line on the memory it reads; `shipped` names the pair's shipped table (shipped_table), None when
+    the package ships none for the pair, "" when the models are not known yet."""
+    if mode == SHIPPED_MEMORY and shipped is None:
+        return (
+            "*memory: none: the package ships no table for this model pair, so it is empty and rescues nothing "
+            "(csd then keeps only what strict verification accepts); `csd[memory_mode=online]` learns from its "
+            "rejections*"
+        )
     if mode == SHIPPED_MEMORY:
-        return "*memory: the shipped table, read only (the same answer every run; `csd[memory_mode=online]` learns)*"
+        table = shipped or "the shipped table"
+        return f"*memory: {table}, read only (the same answer every run; `csd[memory_mode=online]` learns)*"
     if mode == MEMORY_MODES["online"]:
         return "*memory: online: every rejection adds to it, so its answers change as it grows*"
     return "*memory: this server's table, read only (online runs grow it)*"
@@ -800,7 +823,13 @@ class Comparison:
     def __iter__(self) -> Iterator[ColumnsView]:
         names = [self.req.methods[i] for i in range(len(self.specs))]
         view = ColumnsView(
-            "", heads=[column_head(names[i], self.req.draft) if i < len(names) else "" for i in range(SLOTS)]
+            "",
+            heads=[
+                column_head(names[i], self.req.draft, shipped_table(self.models.target, self.models.draft))
+                if i < len(names)
+                else ""
+                for i in range(SLOTS)
+            ],
         )
         self.speeds, self.task = Speeds(names), self.chosen_task()
         order = sorted(

@@ -23,6 +23,7 @@ import gradio as gr
 
 from core.errors import WorkbenchError
 from core.params import PARAMS
+from core.stats import NODE_ACCEPTANCE, POSITION_ACCEPTANCE
 from workbench import service
 from workbench.rescore import prepare_run, rescore_run
 from workbench.store import Store
@@ -172,10 +173,14 @@ def step_panel() -> StepPanel:
 
 def run_panel() -> RunPanel:
     with gr.Row(elem_id="replay-run-figures"):  # the figures carry their own titles: no label chips over them
-        by_source = gr.Plot(label="This run: acceptance by source", show_label=False, elem_id="replay-by-source")
+        by_source = gr.Plot(label="This run: node acceptance by source", show_label=False, elem_id="replay-by-source")
         positions = gr.Plot(
-            label="This run: acceptance per draft position", show_label=False, elem_id="replay-positions"
+            label="This run: position acceptance per draft position", show_label=False, elem_id="replay-positions"
         )
+    gr.Markdown(
+        "  \n".join(analytics.acceptance_help(n) for n in (NODE_ACCEPTANCE, POSITION_ACCEPTANCE)),
+        elem_id="replay-acceptance-help",
+    )
     return RunPanel(by_source, positions)
 
 

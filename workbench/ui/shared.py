@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import html
 import math
 import os
 import re
@@ -18,7 +19,7 @@ import pandas as pd
 from core.errors import InvalidInputError
 from core.models import PRESETS, is_fetched, preset_path
 from core.params import PARAMS
-from core.stats import run_metrics
+from core.stats import ACCEPTANCE_MEANING, TOKEN_ACCEPTANCE, run_metrics
 from core.thresholds import describe_values
 from core.trace import RunTrace
 from workbench.store import RunNotFoundError, Store, StoredRun
@@ -154,10 +155,18 @@ def metrics_md(
         score = None
     return (
         f"MAL **{fmt(m['mal'])}** · {fmt(m['tps'], '{:.1f}')} tok/s · speed-up {speed} · "
-        f"acceptance {fmt(m['accept_rate'], '{:.0%}')} · {m['steps']} steps · {m['tokens']} tokens"
+        f"{named(TOKEN_ACCEPTANCE)} {fmt(m['accept_rate'], '{:.0%}')} · {m['steps']} steps · {m['tokens']} tokens"
         + (f" · score **{score:.1f}**" + (f" ({score_name})" if score_name else "") if score is not None else "")
         + fitted_md(run.params)
         + f" · run #{run_id if run_id is not None else '–'}{state}"
+    )
+
+
+def named(name: str) -> str:
+    """One of core.stats' acceptance names with its meaning on hover (a dotted underline says there is one)."""
+    meaning = html.escape(ACCEPTANCE_MEANING[name], quote=True)
+    return (
+        f'<span class="acceptance-name" title="{meaning}" style="border-bottom:1px dotted">{html.escape(name)}</span>'
     )
 
 

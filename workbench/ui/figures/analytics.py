@@ -12,7 +12,7 @@ from typing import Any
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from core.stats import acceptance_by, run_metrics
+from core.stats import ACCEPTANCE_MEANING, NODE_ACCEPTANCE, acceptance_by, run_metrics
 from core.trace import NodeTrace, RunTrace
 from workbench.ui.figures.common import NO_RUNS, TITLE_BELOW_TOOLBAR, empty_figure, is_pair, num, run_label
 from workbench.ui.shared import asked_as
@@ -121,14 +121,25 @@ def _rate_figure(
     return fig
 
 
+def titled(name: str, by: str) -> str:
+    """A figure title: one of core.stats' acceptance names (its meaning: the tab's help line, acceptance_help; a
+    second title line would run under Plotly's toolbar in a half-width figure)."""
+    return f"{html.escape(name)} {by}"
+
+
+def acceptance_help(name: str) -> str:
+    """The one-line meaning of one of core.stats' acceptance names, as a help line beside its figures."""
+    return f"**{name}**: {ACCEPTANCE_MEANING[name]}"
+
+
 def accept_by_depth_figure(runs: Sequence[Any]) -> go.Figure:
-    """Acceptance by depth in the draft tree: accepted ÷ verified draft nodes (core.stats.acceptance_by)."""
-    return _rate_figure(runs, lambda n: n.depth, "acceptance by depth", "depth", "line")
+    """Node acceptance by depth in the draft tree: accepted ÷ verified draft nodes (core.stats.acceptance_by)."""
+    return _rate_figure(runs, lambda n: n.depth, titled(NODE_ACCEPTANCE, "by depth"), "depth", "line")
 
 
 def accept_by_source_figure(runs: Sequence[Any]) -> go.Figure:
-    """Acceptance by where the drafter took the nodes from: accepted ÷ verified (core.stats.acceptance_by)."""
-    return _rate_figure(runs, lambda n: n.source, "acceptance by source", "source", "bar")
+    """Node acceptance by where the drafter took the nodes from: accepted ÷ verified (core.stats.acceptance_by)."""
+    return _rate_figure(runs, lambda n: n.source, titled(NODE_ACCEPTANCE, "by source"), "source", "bar")
 
 
 def _metric(row: Any, name: str) -> float | None:

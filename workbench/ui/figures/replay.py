@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 
 import plotly.graph_objects as go
 
-from core.stats import position_acceptance
+from core.stats import POSITION_ACCEPTANCE, position_acceptance
 from core.token_text import visible_token
 from core.trace import NodeTrace, RunTrace, StepTrace
 from workbench.ui.figures.common import (
@@ -368,7 +368,9 @@ def position_figure(run: RunTrace, label: str | None = None) -> go.Figure:
         data,
         {
             "title": {
-                "text": f"{html.escape(name)}: acceptance per draft position (given the positions before it accepted)",
+                # the meaning: the tab's help line (a second title line would run under Plotly's toolbar)
+                "text": f"{html.escape(name)}: {POSITION_ACCEPTANCE} per draft position "
+                "(given the positions before it accepted)",
                 "font": {"size": 14},
                 **TITLE_BELOW_TOOLBAR,
             },
