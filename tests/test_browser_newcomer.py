@@ -269,7 +269,7 @@ def test_a_long_prompt_shows_its_size_and_reading_time_and_the_status_follows_th
     from core.models import encode_prompt, load_model
 
     demo = app[0]
-    monkeypatch.setattr(kv, "PREFILL_CHUNK", 256)  # a few chunks of a 1,600-token prompt (4,096 a chunk by default)
+    monkeypatch.setattr(kv, "PREFILL_CHUNK", 256)  # a few chunks of a 1,600-token prompt (1,024 a chunk by default)
     choose_methods(page, ["greedy"])
     open_parameters(page)
     fill_number(page, "#compare-max-new", 1)

@@ -12,7 +12,7 @@ from core.drafters import NoDraft
 from core.engine import DecodeConfig, decode
 from core.methods import get_method, make_verifier, resolve_params, run_batch, run_method
 from core.sizing import TreeSizer
-from core.step import Cancelled
+from core.step import Cancelled, prefill_chunks
 
 PROMPT = [5, 9, 14, 5, 9, 22, 31, 5, 9, 14, 5]  # 11 tokens
 
@@ -57,6 +57,15 @@ def test_decode_reports_prefill_progress_per_chunk_and_decodes_as_unchunked(tiny
     )
     assert seen == [(4, 11), (8, 11), (11, 11)]
     assert res.output_ids == whole.output_ids
+
+
+def test_a_long_prompt_reports_progress_and_honours_stop_more_than_once_by_default():
+    """A 3,166-token prompt (a 20,000-character paste) is read in several chunks at the default size, so the status
+    moves and Stop acts before the prompt's end (at 4,096 a chunk it was one silent forward)."""
+    seen = []
+    chunks = list(prefill_chunks(3166, None, lambda done, total: seen.append(done)))
+    assert len(chunks) >= 3 and chunks[-1][1] == 3166 and seen[-1] == 3166
+    assert max(end - start for start, end in chunks) <= 1024
 
 
 def test_a_stop_between_prefill_chunks_cancels_with_zero_steps(tiny, monkeypatch):
