@@ -18,7 +18,8 @@ from core.hot_types import CausalLM
 
 # Tokens per prefill forward (target and draft model). It bounds activation memory on long contexts, and it is how
 # often a long prompt's reading reports progress and can honour Stop: on a CPU, 4,096 made a 3,000-token prompt one
-# silent ~10 s forward (SmolLM2-135M) that Stop had to wait out; 1,024 reports about every 3 s at the same total cost.
+# silent ~10 s forward (SmolLM2-135M) that Stop had to wait out; 1,024 reports about every 3 s (what the smaller
+# chunks cost in total is not measured on a quiet core yet: on a loaded one it was within the noise).
 PREFILL_CHUNK = 1024
 
 
