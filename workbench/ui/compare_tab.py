@@ -70,8 +70,10 @@ MORE_PARAMS = (
 PARAM_FIELDS = TUNABLE + MORE_PARAMS  # the parameter fields, in the order of the API's parameters
 MAX_REPEATS = 10  # a comparison repeated more often belongs to `bench --repeats`
 SPEED_COLUMNS = ["method", "runs", "tok/s", "speed-up", "MAL"]  # tok/s, speed-up: mean ± 95 % interval
+MAX_NEW_TOKENS_HERE = 1024  # the tab's field ends here: longer generations belong to `bench`
 MAX_NEW_LABEL = (
-    "max_new_tokens: the most tokens each method writes (1–1024); a task fills in its cap until you set yours"
+    "max_new_tokens: the most tokens each method writes (1–1024); a task fills in its cap until you set yours "
+    "(a bundled sample at least 128, so its answer ends)"
 )
 METRIC_NAMES = {"qa_f1": "F1", "rouge_l": "ROUGE-L", "code_sim": "code similarity", "gsm8k": "answer accuracy"}
 COMPRESSORS = ["selfinfo", "selfinfo[layers=8]", "selfinfo[unit=sentence]", "llmlingua", "llmlingua2"]
@@ -80,15 +82,18 @@ COMPRESSORS = ["selfinfo", "selfinfo[layers=8]", "selfinfo[unit=sentence]", "llm
 # ---------------------------------------------------------------- tasks and inputs
 
 
-def task_fields(t: Task) -> tuple[str, str, int, bool]:
+def task_fields(t: Task, bundled: bool = True) -> tuple[str, str, int, bool]:
     """(context, prompt, max_new_tokens, chat) a task fills in; a template shows with its context left out
-    (the context box holds it), substituted by name like every template. The token cap is the task's, but at
-    least the default (128): a task's cap is sized for benchmarks, and the tab shows whole answers (the first
-    sample's 48 cut its answer 5 tokens short)."""
+    (the context box holds it), substituted by name like every template. The token cap is the task's (the
+    default when it has none, at most the field's 1024). A bundled sample's is at least the default (128): its
+    cap is sized for benchmarks, and the tab shows whole answers (the first sample's 48 cut its answer 5 tokens
+    short); an uploaded task's cap is its author's choice and is used as written."""
     text_in = (
         fill_template(t.template, context="", input=t.input, where=f"task {t.id}").strip() if t.template else t.input
     )
-    return t.context or "", text_in, max(t.max_new_tokens or 0, PARAMS["max_new_tokens"].default), t.chat
+    default = PARAMS["max_new_tokens"].default
+    cap = max(t.max_new_tokens or 0, default) if bundled else t.max_new_tokens or default
+    return t.context or "", text_in, min(cap, MAX_NEW_TOKENS_HERE), t.chat
 
 
 def upload_refusal(reason: str) -> str:
@@ -166,8 +171,10 @@ def check_max_new_tokens(value) -> int:
         ok = n == float(value)
     except (TypeError, ValueError, OverflowError):
         ok = False
-    if not ok or not spec.low <= n <= 1024:
-        raise InvalidInputError(f"max_new_tokens must be a whole number from {spec.low} to 1024 here, got {value!r}")
+    if not ok or not spec.low <= n <= MAX_NEW_TOKENS_HERE:
+        raise InvalidInputError(
+            f"max_new_tokens must be a whole number from {spec.low} to {MAX_NEW_TOKENS_HERE} here, got {value!r}"
+        )
     return n
 
 
@@ -552,7 +559,7 @@ def build_form(tasks: Mapping[str, Task], allow_local: bool = True) -> CompareFo
             max_new = lenient(
                 gr.Slider(
                     1,
-                    1024,
+                    MAX_NEW_TOKENS_HERE,
                     value=task_fields(first)[2],
                     step=1,
                     elem_id="compare-max-new",
@@ -1036,10 +1043,11 @@ class CompareHandlers:
         if choice == FREE_TEXT:
             fields = free_text_fields()
         else:
+            bundled = choice in self.tasks
             t = self.tasks.get(choice) or (uploaded or {}).get(choice)
             if t is None:
                 return (gr.update(),) * 5
-            fields = task_fields(t)
+            fields = task_fields(t, bundled)
         users = cap_now is not None and task_cap is not None and cap_now != task_cap
         return fields[0], fields[1], gr.update() if users else fields[2], fields[3], task_cap if users else fields[2]
 
