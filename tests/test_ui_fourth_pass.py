@@ -28,3 +28,27 @@ def test_an_uploaded_tasks_cap_fills_the_field_as_written():
     assert kept[4] == 128 and kept[2] == {"__type__": "update"}
     huge = {"upload:big": Task("big", "qa", "q", max_new_tokens=5000)}
     assert h.pick_task("upload:big", huge, 128, 128)[2] == 1024  # the field's end, not a value it refuses
+
+
+def test_a_zero_logit_gap_is_an_exact_tie_and_the_float32_advice_says_how():
+    """A gap of 0 read "a near-tie: the model all but equally prefers both", and "float32 removes most of these"
+    named no way to get float32."""
+    from workbench.commands import serve
+    from workbench.ui.tokens import SERVE_FLOAT32, divergence_note, flip_title
+
+    tie = {"position": 8, "greedy_token": 25, "token": 327, "gap": 0.0, "dtype": "bfloat16", "near_tie": True}
+    note = divergence_note(tie, lossless=True)
+    assert "an exact tie in bfloat16" in note and "near-tie" not in note and "all but equally" not in note
+    assert f"`{SERVE_FLOAT32}`" in note
+    assert "an exact tie" in flip_title(8, tie) and "near-tie" not in flip_title(8, tie)
+    near = divergence_note(dict(tie, gap=0.06), lossless=True)
+    assert "a near-tie:" in near and "exact" not in near and SERVE_FLOAT32 in near
+    # in float32 there is nothing to switch to
+    assert "serve" not in divergence_note(dict(tie, dtype="float32"), lossless=True)
+    # the advice's command parses: serve takes --dtype float32
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    serve.add_parser(parser.add_subparsers())
+    args = parser.parse_args(SERVE_FLOAT32.split()[3:])
+    assert args.dtype == "float32"
