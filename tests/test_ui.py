@@ -50,7 +50,7 @@ def test_compare_fills_three_columns_and_stores_the_runs(default_comparison):
     assert titles == list(DEFAULT_METHODS) and heads[3] == ""
     assert "no draft model" in heads[2] and "no draft model" not in heads[1]
     for m, t in zip(metrics[:3], texts[:3]):
-        assert "MAL **" in m and "tok/s" in m and "steps" in m, m
+        assert "MAL</span> **" in m and "tok/s" in m and "steps" in m, m
         assert '<span class="tok' in t
     assert "speed-up 1.00×" in metrics[0]  # greedy is the reference
     assert set(ids) == {"greedy", "aasd", "csd"}

@@ -52,3 +52,19 @@ def test_a_zero_logit_gap_is_an_exact_tie_and_the_float32_advice_says_how():
     serve.add_parser(parser.add_subparsers())
     args = parser.parse_args(SERVE_FLOAT32.split()[3:])
     assert args.dtype == "float32"
+
+
+def test_mal_has_its_meaning_on_hover_in_a_columns_metrics():
+    """Token acceptance had a hover; MAL, the main column metric, had none."""
+    import html
+    import re
+
+    from browser_util import synthetic_run
+
+    from core.trace import StepTrace
+    from workbench.ui.shared import MAL_MEANING, metrics_md
+
+    run = synthetic_run("aasd", [StepTrace(0, 0, 2, 2, [1, 2, 3])])
+    line = metrics_md(run, 7, None)
+    hover = re.search(r'<span[^>]*title="([^"]*)"[^>]*>MAL</span> \*\*3\.00\*\*', line)
+    assert hover and html.unescape(hover.group(1)) == MAL_MEANING and "tokens written per target forward" in MAL_MEANING

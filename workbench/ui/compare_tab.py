@@ -608,7 +608,8 @@ def build_form(tasks: Mapping[str, Task], allow_local: bool = True) -> CompareFo
             headers=SPEED_COLUMNS,
             interactive=False,
             elem_id="compare-speed-table",
-            label="Speed per method: tok/s and speed-up as mean ± 95 % interval over the repeats",
+            label="Speed per method: tok/s and speed-up as mean ± 95 % interval over the repeats; MAL = mean "
+            "accepted length, tokens written per target forward",
             scale=1,
         )
     speed_note = gr.Markdown("", elem_id="compare-speed-note")

@@ -154,7 +154,7 @@ def metrics_md(
     if run.status != "complete":  # a stopped run's answer is cut short: scoring it would grade what Stop left
         score = None
     return (
-        f"MAL **{fmt(m['mal'])}** · {fmt(m['tps'], '{:.1f}')} tok/s · speed-up {speed} · "
+        f"{with_meaning('MAL', MAL_MEANING, 'metric-name')} **{fmt(m['mal'])}** · {fmt(m['tps'], '{:.1f}')} tok/s · speed-up {speed} · "
         f"{named(TOKEN_ACCEPTANCE)} {fmt(m['accept_rate'], '{:.0%}')} · {m['steps']} steps · {m['tokens']} tokens"
         + (f" · score **{score:.1f}**" + (f" ({score_name})" if score_name else "") if score is not None else "")
         + fitted_md(run.params)
@@ -162,12 +162,23 @@ def metrics_md(
     )
 
 
-def named(name: str) -> str:
-    """One of core.stats' acceptance names with its meaning on hover (a dotted underline says there is one)."""
-    meaning = html.escape(ACCEPTANCE_MEANING[name], quote=True)
+MAL_MEANING = (
+    "mean accepted length: tokens written per target forward (accepted draft tokens plus the forward's own token; "
+    "greedy's is 1)"
+)
+
+
+def with_meaning(name: str, meaning: str, kind: str) -> str:
+    """`name` with `meaning` on hover (a dotted underline says there is one); `kind` names its CSS class."""
     return (
-        f'<span class="acceptance-name" title="{meaning}" style="border-bottom:1px dotted">{html.escape(name)}</span>'
+        f'<span class="{kind}" title="{html.escape(meaning, quote=True)}" style="border-bottom:1px dotted">'
+        f"{html.escape(name)}</span>"
     )
+
+
+def named(name: str) -> str:
+    """One of core.stats' acceptance names with its meaning on hover."""
+    return with_meaning(name, ACCEPTANCE_MEANING[name], "acceptance-name")
 
 
 def runs_frame(store: Store, filter_text: str = "", limit: int = 200, viewer: Viewer | None = None) -> pd.DataFrame:
