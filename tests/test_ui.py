@@ -56,6 +56,10 @@ def test_compare_fills_three_columns_and_stores_the_runs(default_comparison):
     assert set(ids) == {"greedy", "aasd", "csd"}
     # aasd copies from the context: some tokens are coloured as copied
     assert "tok-context" in texts[1]
+    if DEFAULT_METHODS[1] == "aasd[auto]":  # its fitted thresholds say which fit file they came from
+        assert "fitted thresholds:" in metrics[1] and re.search(
+            r"thresholds fitted in \w+.*fit `[^`]+\.json`", metrics[1]
+        )
 
 
 @real_model

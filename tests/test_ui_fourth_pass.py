@@ -91,3 +91,27 @@ def test_the_speed_note_is_an_estimate_that_measurements_may_exceed(monkeypatch)
     assert "other work slowed the greedy pass" in service.speed_note(
         target, {"aasd": 4.0}, {"aasd": 2.4}, measured={"aasd": 2.6}
     )
+
+
+def test_fitted_thresholds_name_their_fit_its_dtype_and_items(tmp_path, monkeypatch):
+    """aasd[auto] ran in bfloat16 on the shipped float32 fit (3 items per family) and said only "fitted thresholds:
+    context α 0.1, β 0.3"."""
+    import torch
+
+    import core.thresholds as thresholds
+    from workbench.ui.shared import fit_source_md
+
+    monkeypatch.setattr(thresholds, "thresholds_path", lambda target: tmp_path / "no-user-fit.json")
+    shipped = next(thresholds.SHIPPED_DIR.glob("*-float32.json"))
+    target = SimpleNamespace(fingerprint=shipped.stem.rsplit("-", 1)[0], dtype=torch.bfloat16)
+    fit, where, path, fit_dtype = thresholds.fit_origin(target, "aasd")
+    assert (where, path, fit_dtype) == ("shipped (float32)", shipped, "float32")
+    line = fit_source_md(fit, where, path, fit_dtype, "bfloat16")
+    per_family = fit["items"]["per_family"]
+    assert f"thresholds fitted in float32 on {per_family} held-out items per family" in line
+    assert f"the shipped fit `{shipped.name}`" in line and "this run is bfloat16" in line
+    same = fit_source_md(fit, where, path, fit_dtype, "float32")
+    assert "this run is" not in same and shipped.name in same
+    own = fit_source_md({"values": {}}, "home", tmp_path / "x-cpu-bfloat16.json", "bfloat16", "bfloat16")
+    assert own == " · thresholds fitted in bfloat16 (your own fit `x-cpu-bfloat16.json`)"  # no item count recorded
+    assert fit_source_md(None, "none", None, None, "float32") == ""

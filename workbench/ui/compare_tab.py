@@ -21,7 +21,7 @@ from core.methods.build import sizes_trees
 from core.params import MEMORY_MODES, PARAMS, SHIPPED_MEMORY
 from core.stats import first_divergence, run_metrics
 from core.step import check_prompt
-from core.thresholds import FITTED_PARAMS
+from core.thresholds import FITTED_PARAMS, fit_origin
 from core.timing import cost_model
 from workbench import service
 from workbench.evaluation.bench import spread
@@ -38,6 +38,7 @@ from workbench.ui.shared import (
     TUNABLE,
     check_model_source,
     error_md,
+    fit_source_md,
     gpu,
     method_colors,
     metrics_md,
@@ -947,8 +948,16 @@ class Comparison:
         return (
             shown
             + metrics_md(run, run_id, greedy_tps, score, score_label(task) if task is not None else None)
+            + self._fit_note(run)
             + self._memory_note(run)
         )
+
+    def _fit_note(self, run) -> str:
+        """Where a run's fitted thresholds came from (the fit file it read just now), beside the values it used."""
+        if not run.params.get("fitted"):
+            return ""
+        fit, where, path, fit_dtype = fit_origin(self.models.target, run.method)
+        return fit_source_md(fit, where, path, fit_dtype, run.dtype)
 
     def _memory_note(self, run) -> str:
         """memory_note for a run that read CSD's memory, against this model pair's shipped table."""

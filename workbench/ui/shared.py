@@ -11,8 +11,10 @@ import socket
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Mapping
 from itertools import accumulate
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -134,6 +136,23 @@ def fitted_md(params) -> str:
     if not params.get("fitted"):
         return ""
     return f" · fitted thresholds: {describe_values(params)}"
+
+
+def fit_source_md(fit: Mapping[str, Any] | None, where: str, path, fit_dtype: str | None, run_dtype: str) -> str:
+    """ " · fitted in float32 by the shipped fit af044….json on 3 held-out items per family (this run is bfloat16:
+    …)": where a run's fitted thresholds came from (core.thresholds.fit_origin's answer), "" when there is no fit."""
+    if fit is None or path is None:
+        return ""
+    whose = "the shipped fit" if where.startswith("shipped") else "your own fit"
+    items = (fit.get("items") or {}).get("per_family")
+    on = f" on {items} held-out items per family" if items else ""
+    text = f" · thresholds fitted in {fit_dtype}{on} ({whose} `{Path(path).name}`)"
+    if fit_dtype and run_dtype and fit_dtype != run_dtype:
+        text += (
+            f"; this run is {run_dtype}: no fit was made in {run_dtype}, so the {fit_dtype} one serves (the "
+            "probabilities it thresholds move about a percent between them)"
+        )
+    return text
 
 
 def metrics_md(
