@@ -309,7 +309,7 @@ def test_stop_while_a_long_prompt_is_read_ends_it_before_the_rest_is_read(app, p
 
     demo = app[0]
     monkeypatch.setattr(kv, "PREFILL_CHUNK", 16)  # ~200 chunks: Stop lands while the prompt is being read
-    choose_methods(page, ["greedy"])
+    choose_methods(page, ["greedy", "aasd"])  # aasd never starts
     open_parameters(page)
     fill_number(page, "#compare-max-new", 3)
     page.locator("#compare-context textarea").fill(LONG * 80)
@@ -331,6 +331,10 @@ def test_stop_while_a_long_prompt_is_read_ends_it_before_the_rest_is_read(app, p
         if m
     ]
     assert read and max(d for d, _ in read) < read[0][1], read  # it stopped before reading the whole prompt
+    # fourth newcomer pass: the cancelled column read "0.0 tok/s", the one never started said nothing
+    expect(page.locator("#col-metrics-0")).to_contain_text("– tok/s")
+    expect(page.locator("#col-metrics-0")).not_to_contain_text("0.0 tok/s")
+    expect(page.locator("#col-metrics-1")).to_contain_text("not run (stopped before it started)")
     restore_sample(page)
 
 

@@ -115,3 +115,19 @@ def test_fitted_thresholds_name_their_fit_its_dtype_and_items(tmp_path, monkeypa
     own = fit_source_md({"values": {}}, "home", tmp_path / "x-cpu-bfloat16.json", "bfloat16", "bfloat16")
     assert own == " · thresholds fitted in bfloat16 (your own fit `x-cpu-bfloat16.json`)"  # no item count recorded
     assert fit_source_md(None, "none", None, None, "float32") == ""
+
+
+def test_a_cancelled_run_shows_no_speed_and_an_unstarted_column_says_so():
+    """A column cancelled while reading its prompt showed "0.0 tok/s"; one Stop came before showed nothing."""
+    from browser_util import synthetic_run
+
+    from core.trace import StepTrace
+    from workbench.ui.compare_tab import NOT_RUN, not_started
+    from workbench.ui.shared import metrics_md
+
+    steps = [StepTrace(0, 0, 2, 2, [1, 2, 3])]
+    cancelled = metrics_md(synthetic_run("aasd", steps, status="cancelled"), 3, 10.0)
+    assert "– tok/s" in cancelled and "speed-up –" in cancelled and "**cancelled**" in cancelled
+    assert "– tok/s" not in metrics_md(synthetic_run("aasd", steps), 3, 10.0)
+    assert not_started([0, 1, 2], {0}) == [1, 2] and not_started([0, 1], {0, 1}) == []
+    assert NOT_RUN.strip("*") == "not run (stopped before it started)"

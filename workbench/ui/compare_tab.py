@@ -219,6 +219,14 @@ def running_status(
     )
 
 
+NOT_RUN = "*not run (stopped before it started)*"
+
+
+def not_started(order: Sequence[int], started: set[int]) -> list[int]:
+    """The columns Stop came before: in the comparison's order, never started in any pass."""
+    return [slot for slot in order if slot not in started]
+
+
 def running_metrics(prog: service.Progress, max_new_tokens: int) -> str:
     """The running column's line: the prompt tokens read so far, then the tokens written."""
     if prog.stopping:
@@ -850,11 +858,13 @@ class Comparison:
             yield view
         yield from self._measure_costs(view)
         stopped = self.stop.is_set()
+        started: set[int] = set()
         for rep in range(1, self.n_repeats + 1):
             if stopped:
                 break
             reference = Reference()  # each pass's speed-ups are against its own greedy run
             for position, slot in enumerate(order, start=1):
+                started.add(slot)
                 yield from self._column(view, slot, Place(position, len(order), rep), reference)
                 if self.stop.is_set():
                     stopped = True
@@ -872,6 +882,8 @@ class Comparison:
                     )
                     or ""
                 )
+        for slot in not_started(order, started):
+            view.metrics[slot] = NOT_RUN
         view.status = closing_status(view.run_ids, self.where, stopped, self.compression)
         yield view
 

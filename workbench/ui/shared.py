@@ -172,6 +172,9 @@ def metrics_md(
     state = "" if run.status == "complete" else f" · **{run.status}**"
     if run.status != "complete":  # a stopped run's answer is cut short: scoring it would grade what Stop left
         score = None
+        # and its speed measured part of a run (nothing, when Stop came during the prompt): the speed table leaves
+        # it out, and so does its column
+        m, speed = {**m, "tps": None}, "–"
     return (
         f"{with_meaning('MAL', MAL_MEANING, 'metric-name')} **{fmt(m['mal'])}** · {fmt(m['tps'], '{:.1f}')} tok/s · speed-up {speed} · "
         f"{named(TOKEN_ACCEPTANCE)} {fmt(m['accept_rate'], '{:.0%}')} · {m['steps']} steps · {m['tokens']} tokens"
