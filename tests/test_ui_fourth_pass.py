@@ -131,3 +131,16 @@ def test_a_cancelled_run_shows_no_speed_and_an_unstarted_column_says_so():
     assert "– tok/s" not in metrics_md(synthetic_run("aasd", steps), 3, 10.0)
     assert not_started([0, 1, 2], {0}) == [1, 2] and not_started([0, 1], {0, 1}) == []
     assert NOT_RUN.strip("*") == "not run (stopped before it started)"
+
+
+def test_the_task_dropdown_says_when_it_holds_an_uploaded_file(tmp_path):
+    """The dropdown kept its "(bundled samples)" label while it held upload:my-q1."""
+    from workbench.ui.compare_tab import TASK_LABEL
+
+    good = tmp_path / "good.jsonl"
+    good.write_text('{"id": "my-q1", "task": "qa", "input": "why?", "max_new_tokens": 24}\n')
+    h = handlers({"s": Task("s", "qa", "q")})
+    dropdown = h.upload(str(good))[1]
+    assert dropdown["value"] == "upload:my-q1" and "your file's 1 task" in dropdown["label"]
+    assert dropdown["label"] != TASK_LABEL and "bundled samples" in dropdown["label"]
+    assert h.upload(None)[1]["label"] == TASK_LABEL  # the file removed: the samples only again

@@ -71,6 +71,7 @@ MORE_PARAMS = (
 PARAM_FIELDS = TUNABLE + MORE_PARAMS  # the parameter fields, in the order of the API's parameters
 MAX_REPEATS = 10  # a comparison repeated more often belongs to `bench --repeats`
 SPEED_COLUMNS = ["method", "runs", "tok/s", "speed-up", "MAL"]  # tok/s, speed-up: mean ± 95 % interval
+TASK_LABEL = "Task (bundled samples)"
 MAX_NEW_TOKENS_HERE = 1024  # the tab's field ends here: longer generations belong to `bench`
 MAX_NEW_LABEL = (
     "max_new_tokens: the most tokens each method writes (1–1024); a task fills in its cap until you set yours "
@@ -95,6 +96,11 @@ def task_fields(t: Task, bundled: bool = True) -> tuple[str, str, int, bool]:
     default = PARAMS["max_new_tokens"].default
     cap = max(t.max_new_tokens or 0, default) if bundled else t.max_new_tokens or default
     return t.context or "", text_in, min(cap, MAX_NEW_TOKENS_HERE), t.chat
+
+
+def uploaded_label(count: int) -> str:
+    """The Task dropdown's label while it holds an uploaded file's tasks beside the samples."""
+    return f"Task (bundled samples, and your file's {count} task{'s' if count != 1 else ''}: upload:…)"
 
 
 def upload_refusal(reason: str) -> str:
@@ -526,9 +532,7 @@ def build_form(tasks: Mapping[str, Task], allow_local: bool = True) -> CompareFo
             elem_id="compare-methods",
         )
     with gr.Row():
-        task = gr.Dropdown(
-            [FREE_TEXT] + list(tasks), value=first.id, label="Task (bundled samples)", scale=2, elem_id="compare-task"
-        )
+        task = gr.Dropdown([FREE_TEXT] + list(tasks), value=first.id, label=TASK_LABEL, scale=2, elem_id="compare-task")
         with gr.Column(scale=2):  # collapsed beside the task: the page keeps its height until a file is wanted
             with gr.Accordion("…or upload a task file (JSON Lines, one task a line)", open=False, elem_id="upload-box"):
                 # Any file is taken and read by the handler: Gradio's own type filter answered a .png with a bare
@@ -1078,7 +1082,7 @@ class CompareHandlers:
         cannot be read is said so at once beside the control, and remembered, so Run refuses instead of running the
         sample still chosen."""
         if not path:
-            return {}, gr.update(choices=[FREE_TEXT] + list(self.tasks)), "", "", ""
+            return {}, gr.update(choices=[FREE_TEXT] + list(self.tasks), label=TASK_LABEL), "", "", ""
         try:
             loaded = {f"upload:{t.id}": t for t in service.sample_tasks(path)}
         except WorkbenchError as e:
@@ -1087,7 +1091,11 @@ class CompareHandlers:
         done = f"loaded {len(loaded)} task(s) from the file: the first is chosen under Task"
         return (
             loaded,
-            gr.update(choices=[FREE_TEXT] + list(self.tasks) + list(loaded), value=next(iter(loaded), FREE_TEXT)),
+            gr.update(
+                choices=[FREE_TEXT] + list(self.tasks) + list(loaded),
+                value=next(iter(loaded), FREE_TEXT),
+                label=uploaded_label(len(loaded)),
+            ),
             done,
             "",
             done,
