@@ -74,15 +74,23 @@ def _shipped_candidates(target) -> list[Path]:
 def stored_fit(target, method: str) -> tuple[dict[str, Any] | None, str]:
     """(`method`'s fit for this model, device and dtype, where it came from): the user's ("home") when there is
     one, else the package's ("shipped", or "shipped (float32)" when made in another dtype), else (None, "none")."""
-    fit = load_fits(thresholds_path(target)).get(method)
+    fit, where, _, _ = fit_origin(target, method)
+    return fit, where
+
+
+def fit_origin(target, method: str) -> tuple[dict[str, Any] | None, str, Path | None, str | None]:
+    """stored_fit's (fit, where) with the file it was read from and the dtype it was fitted in (None, "none",
+    None, None when there is none), so a run can say where its thresholds came from."""
+    path = thresholds_path(target)
+    fit = load_fits(path).get(method)
     if fit is not None:
-        return fit, "home"
+        return fit, "home", path, _dtype(target)
     for path in _shipped_candidates(target):
         fit = load_fits(path).get(method)
         if fit is not None:
             dtype = path.stem[len(target.fingerprint) + 1 :]
-            return fit, "shipped" if dtype == _dtype(target) else f"shipped ({dtype})"
-    return None, "none"
+            return fit, "shipped" if dtype == _dtype(target) else f"shipped ({dtype})", path, dtype
+    return None, "none", None, None
 
 
 def shipped_fit_models(method: str) -> set[str]:

@@ -166,7 +166,7 @@ def test_the_first_comparison_runs_the_copying_sample_and_a_cpu_note_explains_th
     measuring = [i for i, s in enumerate(FIRST_STATUSES) if "measuring how long a forward" in s]
     first_aasd = next(i for i, s in enumerate(FIRST_STATUSES) if "running aasd" in s)
     assert measuring and measuring[-1] < first_aasd, FIRST_STATUSES
-    ratio = float(re.search(r"t\(16\)/t\(0\) = ([\d.]+)×", note.inner_text()).group(1))
+    ratio = float(re.search(r"verifies 16 draft tokens takes ([\d.]+)× as long", note.inner_text()).group(1))
     target = load_model("smollm2-135m", device="cpu", dtype="float32")
     cost = timing.load(timing.timing_path(target), timing.machine_signature(target))
     assert abs(ratio - cost.ratio(16, len(aasd.prompt_ids))) < 0.051  # from the measured t(n, L) at the prompt's length
@@ -309,7 +309,7 @@ def test_stop_while_a_long_prompt_is_read_ends_it_before_the_rest_is_read(app, p
 
     demo = app[0]
     monkeypatch.setattr(kv, "PREFILL_CHUNK", 16)  # ~200 chunks: Stop lands while the prompt is being read
-    choose_methods(page, ["greedy"])
+    choose_methods(page, ["greedy", "aasd[max_nodes=16]"])  # aasd never starts (a fixed tree: no t(n) to measure)
     open_parameters(page)
     fill_number(page, "#compare-max-new", 3)
     page.locator("#compare-context textarea").fill(LONG * 80)
@@ -331,6 +331,10 @@ def test_stop_while_a_long_prompt_is_read_ends_it_before_the_rest_is_read(app, p
         if m
     ]
     assert read and max(d for d, _ in read) < read[0][1], read  # it stopped before reading the whole prompt
+    # fourth newcomer pass: the cancelled column read "0.0 tok/s", the one never started said nothing
+    expect(page.locator("#col-metrics-0")).to_contain_text("– tok/s")
+    expect(page.locator("#col-metrics-0")).not_to_contain_text("0.0 tok/s")
+    expect(page.locator("#col-metrics-1")).to_contain_text("not run (stopped before it started)")
     restore_sample(page)
 
 

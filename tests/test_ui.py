@@ -50,12 +50,16 @@ def test_compare_fills_three_columns_and_stores_the_runs(default_comparison):
     assert titles == list(DEFAULT_METHODS) and heads[3] == ""
     assert "no draft model" in heads[2] and "no draft model" not in heads[1]
     for m, t in zip(metrics[:3], texts[:3]):
-        assert "MAL **" in m and "tok/s" in m and "steps" in m, m
+        assert "MAL</span> **" in m and "tok/s" in m and "steps" in m, m
         assert '<span class="tok' in t
     assert "speed-up 1.00×" in metrics[0]  # greedy is the reference
     assert set(ids) == {"greedy", "aasd", "csd"}
     # aasd copies from the context: some tokens are coloured as copied
     assert "tok-context" in texts[1]
+    if DEFAULT_METHODS[1] == "aasd[auto]":  # its fitted thresholds say which fit file they came from
+        assert "fitted thresholds:" in metrics[1] and re.search(
+            r"thresholds fitted in \w+.*fit `[^`]+\.json`", metrics[1]
+        )
 
 
 @real_model
@@ -797,12 +801,11 @@ def test_the_speed_note_prices_trees_with_the_measured_cost_curve(monkeypatch):
     note = service.speed_note(
         target, {"greedy": 0.0, "aasd": 4.0, "csd": 0.4}, {"greedy": 1.0, "aasd": 2.4, "csd": 1.0}
     )
-    assert note.startswith(
-        "What bounds the speed-ups on this CPU: a forward over 16 draft tokens costs t(16)/t(0) = 2.0×"
-    )
-    assert "aasd: trees of 4 nodes, t(4)/t(0) = 1.2×, MAL 2.40 → the forwards allow ≈ 2.00× greedy" in note
+    assert note.startswith("Estimated speed-ups on this CPU")
+    assert "a forward that verifies 16 draft tokens takes 2.0× as long as a greedy step here (t(16)/t(0)" in note
+    assert "aasd: trees of 4 nodes take 1.2× a greedy step, MAL 2.40 → an estimated ≈ 2.00× greedy" in note
     assert "csd drafted almost nothing" in note and "greedy:" not in note and "greedy drafted" not in note  # by design
-    assert note.endswith("approach their MAL.") and "measured speed-ups fall below these" in note
+    assert note.endswith("approach their MAL.") and "pulls a measured speed-up below it" in note
     # a measured speed-up above the MAL (csd measured 4.11× at MAL 2.22 in the newcomer pass) is called noise
     sizes, mals = {"aasd": 4.0, "csd": 3.0}, {"aasd": 2.4, "csd": 2.22}
     noisy = service.speed_note(target, sizes, mals, measured={"aasd": 1.9, "csd": 4.11})

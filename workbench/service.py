@@ -325,21 +325,22 @@ def speed_note(
     measured: Mapping[str, float] | None = None,
     measured_passes: int = 1,
 ) -> str | None:
-    """One line under the speed-ups: what a verification forward over a tree costs here, t(n)/t(0) from the model's
-    measured cost curve (core.timing), for a 16-node tree and for the trees each method drafted, and so the speed-up
-    the forwards alone allow on this hardware (MAL ÷ t(n)/t(0): drafting and bookkeeping come on top, and one pass on
-    a busy machine may land either side of it), against a GPU, where a forward over a few dozen tokens costs about as
-    much as over one (the speed-up approaches the MAL). The curve is read at `length` cached tokens (the prompt's).
-    `measured` (method -> mean speed-up over `measured_passes` passes) flags a speed-up above the method's MAL, which
-    only noise explains.
+    """One line under the speed-ups: an estimate of them from what a verification forward over a tree costs here,
+    t(n)/t(0) from the model's measured cost curve (core.timing), for a 16-node tree and for the trees each method
+    drafted, and each method's MAL: MAL ÷ t(n)/t(0) counts the forwards only, so drafting pulls a measurement
+    below it and greedy's own per-token overhead (a Python step and a streamed update per token, which a method
+    pays per step) can push one above it; one pass on a busy machine lands either side. Against a GPU, where a
+    forward over a few dozen tokens costs about as much as over one, the speed-up approaches the MAL. The curve is
+    read at `length` cached tokens (the prompt's). `measured` (method -> mean speed-up over `measured_passes`
+    passes) flags a speed-up above the method's MAL (with 5 % slack), which only noise explains.
     None before the curve is measured."""
     curve = cached_curve(target, length)
     if curve is None:
         return None
     where = "CPU" if getattr(target.device, "type", str(target.device)) == "cpu" else str(target.device)
     parts = [
-        f"a forward over {REFERENCE_TREE} draft tokens costs t({REFERENCE_TREE})/t(0) = "
-        f"{curve(REFERENCE_TREE) / curve(0):.1f}× a greedy step here (the model's measured cost curve)"
+        f"a forward that verifies {REFERENCE_TREE} draft tokens takes {curve(REFERENCE_TREE) / curve(0):.1f}× as "
+        f"long as a greedy step here (t({REFERENCE_TREE})/t(0), from the model's measured cost curve)"
     ]
     noisy = []
     for method, n in tree_sizes.items():
@@ -356,7 +357,7 @@ def speed_note(
             continue
         ratio = curve(round(n)) / curve(0)
         parts.append(
-            f"{method}: trees of {n:.0f} nodes, t({n:.0f})/t(0) = {ratio:.1f}×, MAL {mal:.2f} → the forwards allow "
+            f"{method}: trees of {n:.0f} nodes take {ratio:.1f}× a greedy step, MAL {mal:.2f} → an estimated "
             f"≈ {mal / ratio:.2f}× greedy"
         )
     warning = (
@@ -372,10 +373,13 @@ def speed_note(
         else ""
     )
     return (
-        f"What bounds the speed-ups on this {where}: "
+        f"Estimated speed-ups on this {where}, from the forwards' measured cost and each method's MAL (tokens "
+        "written per target forward): "
         + "; ".join(parts)
-        + ". The measured speed-ups fall below these when drafting costs time, and a single pass on a busy machine "
-        "varies either way. On a GPU a forward over a few dozen tokens costs about as much as over one "
+        + ". An estimate, not a limit: it counts the forwards only, so time spent drafting pulls a measured "
+        "speed-up below it, while greedy's own per-token overhead (a Python step and a streamed update for every "
+        "token, which a method pays once per step) can push one above it; a single pass on a busy machine varies "
+        "either way. On a GPU a forward over a few dozen tokens costs about as much as over one "
         "(t(n)/t(0) ≈ 1), so the same runs would approach their MAL." + warning
     )
 

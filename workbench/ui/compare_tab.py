@@ -21,7 +21,7 @@ from core.methods.build import sizes_trees
 from core.params import MEMORY_MODES, PARAMS, SHIPPED_MEMORY
 from core.stats import first_divergence, run_metrics
 from core.step import check_prompt
-from core.thresholds import FITTED_PARAMS
+from core.thresholds import FITTED_PARAMS, fit_origin
 from core.timing import cost_model
 from workbench import service
 from workbench.evaluation.bench import spread
@@ -38,6 +38,7 @@ from workbench.ui.shared import (
     TUNABLE,
     check_model_source,
     error_md,
+    fit_source_md,
     gpu,
     method_colors,
     metrics_md,
@@ -70,8 +71,11 @@ MORE_PARAMS = (
 PARAM_FIELDS = TUNABLE + MORE_PARAMS  # the parameter fields, in the order of the API's parameters
 MAX_REPEATS = 10  # a comparison repeated more often belongs to `bench --repeats`
 SPEED_COLUMNS = ["method", "runs", "tok/s", "speed-up", "MAL"]  # tok/s, speed-up: mean ± 95 % interval
+TASK_LABEL = "Task (bundled samples)"
+MAX_NEW_TOKENS_HERE = 1024  # the tab's field ends here: longer generations belong to `bench`
 MAX_NEW_LABEL = (
-    "max_new_tokens: the most tokens each method writes (1–1024); a task fills in its cap until you set yours"
+    "max_new_tokens: the most tokens each method writes (1–1024); a task fills in its cap until you set yours "
+    "(a bundled sample at least 128, so its answer ends)"
 )
 METRIC_NAMES = {"qa_f1": "F1", "rouge_l": "ROUGE-L", "code_sim": "code similarity", "gsm8k": "answer accuracy"}
 COMPRESSORS = ["selfinfo", "selfinfo[layers=8]", "selfinfo[unit=sentence]", "llmlingua", "llmlingua2"]
@@ -80,15 +84,23 @@ COMPRESSORS = ["selfinfo", "selfinfo[layers=8]", "selfinfo[unit=sentence]", "llm
 # ---------------------------------------------------------------- tasks and inputs
 
 
-def task_fields(t: Task) -> tuple[str, str, int, bool]:
+def task_fields(t: Task, bundled: bool = True) -> tuple[str, str, int, bool]:
     """(context, prompt, max_new_tokens, chat) a task fills in; a template shows with its context left out
-    (the context box holds it), substituted by name like every template. The token cap is the task's, but at
-    least the default (128): a task's cap is sized for benchmarks, and the tab shows whole answers (the first
-    sample's 48 cut its answer 5 tokens short)."""
+    (the context box holds it), substituted by name like every template. The token cap is the task's (the
+    default when it has none, at most the field's 1024). A bundled sample's is at least the default (128): its
+    cap is sized for benchmarks, and the tab shows whole answers (the first sample's 48 cut its answer 5 tokens
+    short); an uploaded task's cap is its author's choice and is used as written."""
     text_in = (
         fill_template(t.template, context="", input=t.input, where=f"task {t.id}").strip() if t.template else t.input
     )
-    return t.context or "", text_in, max(t.max_new_tokens or 0, PARAMS["max_new_tokens"].default), t.chat
+    default = PARAMS["max_new_tokens"].default
+    cap = max(t.max_new_tokens or 0, default) if bundled else t.max_new_tokens or default
+    return t.context or "", text_in, min(cap, MAX_NEW_TOKENS_HERE), t.chat
+
+
+def uploaded_label(count: int) -> str:
+    """The Task dropdown's label while it holds an uploaded file's tasks beside the samples."""
+    return f"Task (bundled samples, and your file's {count} task{'s' if count != 1 else ''}: upload:…)"
 
 
 def upload_refusal(reason: str) -> str:
@@ -166,8 +178,10 @@ def check_max_new_tokens(value) -> int:
         ok = n == float(value)
     except (TypeError, ValueError, OverflowError):
         ok = False
-    if not ok or not spec.low <= n <= 1024:
-        raise InvalidInputError(f"max_new_tokens must be a whole number from {spec.low} to 1024 here, got {value!r}")
+    if not ok or not spec.low <= n <= MAX_NEW_TOKENS_HERE:
+        raise InvalidInputError(
+            f"max_new_tokens must be a whole number from {spec.low} to {MAX_NEW_TOKENS_HERE} here, got {value!r}"
+        )
     return n
 
 
@@ -209,6 +223,14 @@ def running_status(
         f"running **{name}** ({where}): {prog.tokens} of {max_new_tokens} tokens written in {steps} "
         f"step{'' if steps == 1 else 's'}…"
     )
+
+
+NOT_RUN = "*not run (stopped before it started)*"
+
+
+def not_started(order: Sequence[int], started: set[int]) -> list[int]:
+    """The columns Stop came before: in the comparison's order, never started in any pass."""
+    return [slot for slot in order if slot not in started]
 
 
 def running_metrics(prog: service.Progress, max_new_tokens: int) -> str:
@@ -510,9 +532,7 @@ def build_form(tasks: Mapping[str, Task], allow_local: bool = True) -> CompareFo
             elem_id="compare-methods",
         )
     with gr.Row():
-        task = gr.Dropdown(
-            [FREE_TEXT] + list(tasks), value=first.id, label="Task (bundled samples)", scale=2, elem_id="compare-task"
-        )
+        task = gr.Dropdown([FREE_TEXT] + list(tasks), value=first.id, label=TASK_LABEL, scale=2, elem_id="compare-task")
         with gr.Column(scale=2):  # collapsed beside the task: the page keeps its height until a file is wanted
             with gr.Accordion("…or upload a task file (JSON Lines, one task a line)", open=False, elem_id="upload-box"):
                 # Any file is taken and read by the handler: Gradio's own type filter answered a .png with a bare
@@ -552,7 +572,7 @@ def build_form(tasks: Mapping[str, Task], allow_local: bool = True) -> CompareFo
             max_new = lenient(
                 gr.Slider(
                     1,
-                    1024,
+                    MAX_NEW_TOKENS_HERE,
                     value=task_fields(first)[2],
                     step=1,
                     elem_id="compare-max-new",
@@ -601,7 +621,8 @@ def build_form(tasks: Mapping[str, Task], allow_local: bool = True) -> CompareFo
             headers=SPEED_COLUMNS,
             interactive=False,
             elem_id="compare-speed-table",
-            label="Speed per method: tok/s and speed-up as mean ± 95 % interval over the repeats",
+            label="Speed per method: tok/s and speed-up as mean ± 95 % interval over the repeats; MAL = mean "
+            "accepted length, tokens written per target forward",
             scale=1,
         )
     speed_note = gr.Markdown("", elem_id="compare-speed-note")
@@ -841,11 +862,13 @@ class Comparison:
             yield view
         yield from self._measure_costs(view)
         stopped = self.stop.is_set()
+        started: set[int] = set()
         for rep in range(1, self.n_repeats + 1):
             if stopped:
                 break
             reference = Reference()  # each pass's speed-ups are against its own greedy run
             for position, slot in enumerate(order, start=1):
+                started.add(slot)
                 yield from self._column(view, slot, Place(position, len(order), rep), reference)
                 if self.stop.is_set():
                     stopped = True
@@ -863,6 +886,8 @@ class Comparison:
                     )
                     or ""
                 )
+        for slot in not_started(order, started):
+            view.metrics[slot] = NOT_RUN
         view.status = closing_status(view.run_ids, self.where, stopped, self.compression)
         yield view
 
@@ -939,8 +964,16 @@ class Comparison:
         return (
             shown
             + metrics_md(run, run_id, greedy_tps, score, score_label(task) if task is not None else None)
+            + self._fit_note(run)
             + self._memory_note(run)
         )
+
+    def _fit_note(self, run) -> str:
+        """Where a run's fitted thresholds came from (the fit file it read just now), beside the values it used."""
+        if not run.params.get("fitted"):
+            return ""
+        fit, where, path, fit_dtype = fit_origin(self.models.target, run.method)
+        return fit_source_md(fit, where, path, fit_dtype, run.dtype)
 
     def _memory_note(self, run) -> str:
         """memory_note for a run that read CSD's memory, against this model pair's shipped table."""
@@ -1036,10 +1069,11 @@ class CompareHandlers:
         if choice == FREE_TEXT:
             fields = free_text_fields()
         else:
+            bundled = choice in self.tasks
             t = self.tasks.get(choice) or (uploaded or {}).get(choice)
             if t is None:
                 return (gr.update(),) * 5
-            fields = task_fields(t)
+            fields = task_fields(t, bundled)
         users = cap_now is not None and task_cap is not None and cap_now != task_cap
         return fields[0], fields[1], gr.update() if users else fields[2], fields[3], task_cap if users else fields[2]
 
@@ -1048,7 +1082,7 @@ class CompareHandlers:
         cannot be read is said so at once beside the control, and remembered, so Run refuses instead of running the
         sample still chosen."""
         if not path:
-            return {}, gr.update(choices=[FREE_TEXT] + list(self.tasks)), "", "", ""
+            return {}, gr.update(choices=[FREE_TEXT] + list(self.tasks), label=TASK_LABEL), "", "", ""
         try:
             loaded = {f"upload:{t.id}": t for t in service.sample_tasks(path)}
         except WorkbenchError as e:
@@ -1057,7 +1091,11 @@ class CompareHandlers:
         done = f"loaded {len(loaded)} task(s) from the file: the first is chosen under Task"
         return (
             loaded,
-            gr.update(choices=[FREE_TEXT] + list(self.tasks) + list(loaded), value=next(iter(loaded), FREE_TEXT)),
+            gr.update(
+                choices=[FREE_TEXT] + list(self.tasks) + list(loaded),
+                value=next(iter(loaded), FREE_TEXT),
+                label=uploaded_label(len(loaded)),
+            ),
             done,
             "",
             done,

@@ -11,8 +11,10 @@ import socket
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Mapping
 from itertools import accumulate
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -136,6 +138,23 @@ def fitted_md(params) -> str:
     return f" · fitted thresholds: {describe_values(params)}"
 
 
+def fit_source_md(fit: Mapping[str, Any] | None, where: str, path, fit_dtype: str | None, run_dtype: str) -> str:
+    """ " · fitted in float32 by the shipped fit af044….json on 3 held-out items per family (this run is bfloat16:
+    …)": where a run's fitted thresholds came from (core.thresholds.fit_origin's answer), "" when there is no fit."""
+    if fit is None or path is None:
+        return ""
+    whose = "the shipped fit" if where.startswith("shipped") else "your own fit"
+    items = (fit.get("items") or {}).get("per_family")
+    on = f" on {items} held-out items per family" if items else ""
+    text = f" · thresholds fitted in {fit_dtype}{on} ({whose} `{Path(path).name}`)"
+    if fit_dtype and run_dtype and fit_dtype != run_dtype:
+        text += (
+            f"; this run is {run_dtype}: no fit was made in {run_dtype}, so the {fit_dtype} one serves (the "
+            "probabilities it thresholds move about a percent between them)"
+        )
+    return text
+
+
 def metrics_md(
     run: RunTrace,
     run_id: int | None,
@@ -153,8 +172,11 @@ def metrics_md(
     state = "" if run.status == "complete" else f" · **{run.status}**"
     if run.status != "complete":  # a stopped run's answer is cut short: scoring it would grade what Stop left
         score = None
+        # and its speed measured part of a run (nothing, when Stop came during the prompt): the speed table leaves
+        # it out, and so does its column
+        m, speed = {**m, "tps": None}, "–"
     return (
-        f"MAL **{fmt(m['mal'])}** · {fmt(m['tps'], '{:.1f}')} tok/s · speed-up {speed} · "
+        f"{with_meaning('MAL', MAL_MEANING, 'metric-name')} **{fmt(m['mal'])}** · {fmt(m['tps'], '{:.1f}')} tok/s · speed-up {speed} · "
         f"{named(TOKEN_ACCEPTANCE)} {fmt(m['accept_rate'], '{:.0%}')} · {m['steps']} steps · {m['tokens']} tokens"
         + (f" · score **{score:.1f}**" + (f" ({score_name})" if score_name else "") if score is not None else "")
         + fitted_md(run.params)
@@ -162,12 +184,23 @@ def metrics_md(
     )
 
 
-def named(name: str) -> str:
-    """One of core.stats' acceptance names with its meaning on hover (a dotted underline says there is one)."""
-    meaning = html.escape(ACCEPTANCE_MEANING[name], quote=True)
+MAL_MEANING = (
+    "mean accepted length: tokens written per target forward (accepted draft tokens plus the forward's own token; "
+    "greedy's is 1)"
+)
+
+
+def with_meaning(name: str, meaning: str, kind: str) -> str:
+    """`name` with `meaning` on hover (a dotted underline says there is one); `kind` names its CSS class."""
     return (
-        f'<span class="acceptance-name" title="{meaning}" style="border-bottom:1px dotted">{html.escape(name)}</span>'
+        f'<span class="{kind}" title="{html.escape(meaning, quote=True)}" style="border-bottom:1px dotted">'
+        f"{html.escape(name)}</span>"
     )
+
+
+def named(name: str) -> str:
+    """One of core.stats' acceptance names with its meaning on hover."""
+    return with_meaning(name, ACCEPTANCE_MEANING[name], "acceptance-name")
 
 
 def runs_frame(store: Store, filter_text: str = "", limit: int = 200, viewer: Viewer | None = None) -> pd.DataFrame:

@@ -189,33 +189,58 @@ def run_html(run: RunTrace, decode: Any = None, **marks: Any) -> str:
     return tokens_html(token_origins(run, decode), ending=ending_html(run), **marks)
 
 
+SERVE_FLOAT32 = "python -m workbench serve --dtype float32"  # how to rerun the app where fewer ties round
+
+
+def tie_words(report: Mapping[str, Any]) -> str:
+    """What a divergence's logit gap is: "an exact tie" when it shows as 0 (the displayed 3 significant digits),
+    "a near-tie" within the dtype's rounding (fidelity.NEAR_TIE), else "not a near-tie"."""
+    if float(f"{abs(report['gap']):.3g}") == 0:
+        return "an exact tie"
+    return "a near-tie" if report.get("near_tie") else "not a near-tie"
+
+
 def flip_title(position: int, report: Mapping[str, Any] | None = None) -> str:
     """The hover text of a lossless method's first token that is not greedy's: the position, and, when
     workbench.evaluation.fidelity.flip_report measured it, the target's logit gap there and whether
-    that is a near-tie (a lossless method may flip only where rounding can)."""
+    that is a tie (a lossless method may flip only where rounding can)."""
     text = f"a lossless method left greedy's tokens at position {position}"
     if report:
-        tie = "a near-tie" if report.get("near_tie") else "not a near-tie"
-        text += f": logit gap {report['gap']:.3g} ({report.get('dtype', '?')}), {tie}"
+        text += f": logit gap {report['gap']:.3g} ({report.get('dtype', '?')}), {tie_words(report)}"
     return text
 
 
 def divergence_note(report: Mapping[str, Any] | None, lossless: bool, decode: Any = None) -> str:
     """A column's line under its metrics for a run that left greedy's tokens at T = 0, from
-    fidelity.flip_report: at a near-tie the model itself barely prefers one token (rounding of a tree forward
-    against a one-token step decides), so the different text is not the method's doing; otherwise a relaxed
-    method's rule chose it (a lossless method should never get there). "" when nothing was measured."""
+    fidelity.flip_report: at a tie or near-tie the model itself does not (or barely) prefer one token (rounding
+    of a tree forward against a one-token step decides), so the different text is not the method's doing;
+    otherwise a relaxed method's rule chose it (a lossless method should never get there). "" when nothing was
+    measured."""
     if not report:
         return ""
     show = (lambda t: f"`{visible_token(decode([t]))}`") if decode is not None else (lambda t: f"id {t}")
+    dtype = report["dtype"]
     where = (
         f"parts from greedy at token {report['position']}: greedy's {show(report['greedy_token'])}, "
-        f"here {show(report['token'])}, {abs(report['gap']):.3g} apart in the model's logits ({report['dtype']})"
+        f"here {show(report['token'])}, {abs(report['gap']):.3g} apart in the model's logits ({dtype})"
     )
-    if report.get("near_tie"):
+    tie = tie_words(report)
+    if tie != "not a near-tie":
+        how = (
+            "the model scores both tokens the same, so the rounding inside each forward picks one"
+            if tie == "an exact tie"
+            else "the model all but equally prefers both, and rounding decides"
+        )
+        advice = (
+            f" To see whether float32 tells them apart, start the app with `{SERVE_FLOAT32}` (slower; it removes "
+            "most of these)."
+            if dtype != "float32"
+            else ""
+        )
+        in_dtype = f" in {dtype}" if tie == "an exact tie" else ""
         return (
-            f"\n\n≈ {where}, a near-tie: the model all but equally prefers both, and rounding decides. "
-            "The text differs from here on, but not because of the method's rule (float32 removes most of these)"
+            f"\n\n≈ {where}, {tie}{in_dtype}: {how}. The text differs from here on, but not because of the "
+            f"method's rule.{advice}"
         )
     if lossless:
         return f"\n\n⚠ {where}, not a near-tie: a lossless method should not do this"
