@@ -75,7 +75,7 @@ def step_info(run_id: int, trace: RunTrace, k: int) -> str:
         return f"run #{run_id} ({asked_as(trace.method, trace.params)}) has no steps to replay ({why})"
     s = trace.steps[k]
     return (
-        f"run #{run_id} · {asked_as(trace.method, trace.params)} · step {k} of 0–{len(trace.steps) - 1} · tree {s.tree_size} nodes · "
+        f"run #{run_id} · {asked_as(trace.method, trace.params)} · step {k} of {len(trace.steps) - 1} · tree {s.tree_size} nodes · "
         f"accepted {s.accepted} + bonus · {s.step_ms:.1f} ms (draft {s.draft_ms:.1f}, forward {s.forward_ms:.1f})"
         + fitted_md(trace.params)
     )
