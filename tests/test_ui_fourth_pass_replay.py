@@ -76,3 +76,20 @@ def test_rerun_line_names_the_settings_it_ran_with():
     )
     md = rv.rerun_outputs(7, original, new, 8)[2]
     assert "re-run #8 (aasd, context α 0.1, β 0.9 · alignment α 0.1, β 0.3)" in md
+
+
+# -- item 9: the Frontier tab says what it shows and what fills it; "no frontier" is said once, without backticks in a plot
+def test_frontier_intro_names_a_command_the_cli_accepts_and_no_frontier_is_said_once(tmp_path, monkeypatch):
+    import shlex
+
+    from workbench.commands.main import build_parser
+    from workbench.ui.figures.frontier import FRONTIER_COMMAND, FRONTIER_INTRO, frontier_figure, frontier_view
+
+    assert FRONTIER_COMMAND in FRONTIER_INTRO and "speed-up over greedy" in FRONTIER_INTRO
+    args = build_parser().parse_args(shlex.split(FRONTIER_COMMAND)[3:])  # after "python -m workbench"
+    assert args.frontier and args.out == "results/frontier" and args.limit == 4
+    monkeypatch.chdir(tmp_path)
+    for missing in ("results/frontier", "../.."):
+        fig, message = frontier_view(missing)
+        assert fig is None and message, missing  # the message once, below the plot, not also inside it
+    assert "`" not in frontier_figure(None).layout.annotations[0].text
