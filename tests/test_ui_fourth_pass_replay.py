@@ -93,3 +93,15 @@ def test_frontier_intro_names_a_command_the_cli_accepts_and_no_frontier_is_said_
         fig, message = frontier_view(missing)
         assert fig is None and message, missing  # the message once, below the plot, not also inside it
     assert "`" not in frontier_figure(None).layout.annotations[0].text
+
+
+# -- item 14: Analytics' axis and its help line in the same words ----------------------------------------------------
+def test_node_acceptance_axis_uses_the_help_lines_words():
+    from core.stats import ACCEPTANCE_MEANING, NODE_ACCEPTANCE
+    from workbench.ui.figures import analytics
+
+    run = aasd_run([node(1, 0, "context", "accepted", p=0.9, entropy=0.3, max_p=0.9, rank=0)])
+    axis = analytics.accept_by_source_figure([("#1 aasd", run)]).layout.yaxis.title.text
+    ratio = axis.split(": ", 1)[1]  # "accepted ÷ judged"
+    assert axis.startswith(NODE_ACCEPTANCE) and ACCEPTANCE_MEANING[NODE_ACCEPTANCE].startswith(ratio), axis
+    assert ratio in analytics.acceptance_help(NODE_ACCEPTANCE)
