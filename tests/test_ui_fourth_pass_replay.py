@@ -105,3 +105,13 @@ def test_node_acceptance_axis_uses_the_help_lines_words():
     ratio = axis.split(": ", 1)[1]  # "accepted ÷ judged"
     assert axis.startswith(NODE_ACCEPTANCE) and ACCEPTANCE_MEANING[NODE_ACCEPTANCE].startswith(ratio), axis
     assert ratio in analytics.acceptance_help(NODE_ACCEPTANCE)
+
+
+# -- item 8: the position-acceptance title fits a half-width figure (its meaning is in the help line) -----------------
+def test_position_figure_title_is_one_short_line():
+    from workbench.ui.figures import replay
+
+    run = aasd_run([node(1, 0, "context", "accepted", p=0.9, entropy=0.3, max_p=0.9, rank=0)])
+    title = replay.position_figure(run, "#147 aasd").layout.title.text
+    # "…(given the positions before it accepted)" ran out of a half-width figure (~60 characters at 14 px)
+    assert title == "#147 aasd: position acceptance per draft position", title
