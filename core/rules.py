@@ -79,20 +79,23 @@ def mixed(delta: float, k: int) -> Rule:
     return rule
 
 
-def adaptive(alpha: float, beta: float) -> Rule:
+def adaptive(alpha: float, beta: float, nodes: str = "") -> Rule:
     """AASD Eq. 4-6: θ = min(α·H + β, max p); accept iff p ≥ θ (the paper writes δ; θ here, so it is not read as
     CASD's fixed δ).
 
     Higher entropy means a stricter threshold; the cap by max p always lets the argmax through. The argmax is
     accepted by its rank, not by comparing p with max p: the two come from different reductions of the same row
     and can differ in the last bits, which would reject the target's own token (and "correct" it to itself).
+    The reason names the α, β it used (and `nodes`, the sources they are for, where each source has its own), so a
+    re-score under other values says which rule judged a node.
     """
+    used = f"{nodes + ' ' if nodes else ''}α {alpha:.4g}, β {beta:.4g}"
 
     def rule(n: NodeStats) -> RuleResult:
         threshold = min(alpha * n.entropy + beta, n.max_p)
         if n.p >= threshold or n.rank == 0:
-            return RuleResult(True, threshold, f"p {n.p:.4g} ≥ θ {threshold:.4g} = min(α·H + β, max p)")
-        return RuleResult(False, threshold, f"p {n.p:.4g} < θ {threshold:.4g} = min(α·H + β, max p)")
+            return RuleResult(True, threshold, f"p {n.p:.4g} ≥ θ {threshold:.4g} = min(α·H + β, max p), {used}")
+        return RuleResult(False, threshold, f"p {n.p:.4g} < θ {threshold:.4g} = min(α·H + β, max p), {used}")
 
     return rule
 

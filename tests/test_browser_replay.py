@@ -130,7 +130,7 @@ def replay(app):
         page.get_by_role("tab", name="Replay & tune").click()
         page.locator("#replay-run-id input").fill(str(rid))
         page.get_by_role("button", name="Load run").click()
-        sync_api.expect(page.locator("#replay-info")).to_contain_text(f"run #{rid} · csd · step 0 of 0–{STEPS - 1}")
+        sync_api.expect(page.locator("#replay-info")).to_contain_text(f"run #{rid} · csd · step 0 of {STEPS - 1}")
         yield page, rid, demo.store.load_run(rid).trace
 
 
@@ -323,7 +323,9 @@ def test_the_tab_is_shorter_and_no_label_chip_covers_a_figure_title(replay):
     height = page.evaluate(
         "() => document.querySelector('#replay-tree').closest('[role=tabpanel]').getBoundingClientRect().height"
     )
-    assert height < 2_400, height  # 2,200 before the figure boxes were sized to hold the run's tallest figure whole
+    # 2,200 before the figure boxes were sized to hold the run's tallest figure whole; ~2,430 since the node table
+    # holds a 16-node tree's 18 rows without an inner scroll (it showed ~4 rows)
+    assert height < 2_500, height
     for fig in ("#replay-by-source", "#replay-positions", "#replay-tree", "#replay-thresholds", "#replay-nodes"):
         assert page.locator(f"{fig} [data-testid=block-label]").filter(visible=True).count() == 0, fig
     slide(page, 3)  # the step switch still draws into its slots
@@ -517,3 +519,54 @@ def test_labels_on_a_long_chain_do_not_run_into_each_other(app, replay):
         shot(page, "replay-long-chain-tree", "#replay-tree")
     finally:
         load(page, rid, "csd")
+
+
+def wide_gated_run() -> RunTrace:
+    """Two steps of a 16-node tree under the root, every draft node judged by CSD's gate (no probability threshold
+    line), the rejected ones with p = 1e-4 and entropies of ~0.01 nats (a quarter of the axis printed 0.00, 0.00, ...)."""
+    steps = []
+    for i in range(2):
+        nodes = [NodeTrace(i, 10 + i, 0, -1, 0, 100, " r", "root", "accepted", "root")]
+        for j in range(1, 17):
+            ok = j == 1
+            nodes.append(
+                NodeTrace(
+                    i, 10 + i, j, 0, 1, 200 + j, f" w{j}", "context", "accepted" if ok else "rejected",
+                    "gate", p=0.9 if ok else 1e-4, threshold=0.3, entropy=0.005 + j / 2000, max_p=0.9, p_eos=0.0,
+                    rank=0 if ok else 9, logit_gap=0.0 if ok else 5.0, mem_count=1, correction_id=None if ok else 17,
+                )
+            )  # fmt: skip
+        nodes.append(NodeTrace(i, 10 + i, 17, 1, 2, 500, " b", "model", "bonus", "own", p=0.7, entropy=0.4))
+        steps.append(StepTrace(i, 10 + i, 16, 1, [201, 500], draft_ms=0.5, forward_ms=10.0, nodes=nodes))
+    return local_run("csd", steps)
+
+
+def test_a_16_node_step_reads_without_inner_scrolls_and_its_thresholds_chart_is_legible(app, replay):
+    """Fourth newcomer pass: the node table showed ~4 rows (the bonus row behind an inner scroll); the thresholds
+    chart printed quarter-of-the-top ticks (1.05, 0.79, ...; 0.01, 0.01, 0.00, 0.00), a "threshold" legend key with
+    no line drawn (CSD: every node is the gate's), and a rejected node's p of 1e-4 as no bar; the header read
+    "step 0 of 0–1"."""
+    page, _, _ = replay
+    rid = app[0].store.save_run(wide_gated_run(), tags=["shared"])
+    load(page, rid, "csd")
+    seen = page.evaluate("""() => {
+      const slot = document.querySelector('#replay-nodes .replay-slot');
+      const svg = document.querySelector('#replay-thresholds svg.replay-fig');
+      const ticks = Array.from(svg.querySelectorAll('text[dy="4"]'));
+      return {
+        rows: slot.querySelectorAll('tbody tr').length, scroll: slot.scrollHeight - slot.clientHeight,
+        left: ticks.filter((t) => t.getAttribute('text-anchor') === 'end').map((t) => t.textContent),
+        right: ticks.filter((t) => t.getAttribute('text-anchor') === 'start').map((t) => t.textContent),
+        texts: Array.from(svg.querySelectorAll('text')).map((t) => t.textContent),
+        bars: Array.from(svg.querySelectorAll('g.bar rect')).map((r) => Number(r.getAttribute('height'))),
+        info: document.querySelector('#replay-info [data-testid=markdown]').textContent,
+      };
+    }""")
+    assert seen["rows"] == 18 and seen["scroll"] <= 1, seen  # root, 16 nodes and the bonus, no inner scroll
+    assert seen["left"][:3] == ["0.0", "0.5", "1.0"], seen["left"]  # p; then the gate panel's logit gap
+    assert len(set(seen["left"][3:])) == len(seen["left"][3:]), seen["left"]
+    assert len(set(seen["right"])) == len(seen["right"]) >= 3, seen["right"]
+    assert "threshold" not in seen["texts"] and "entropy (nats)" in seen["texts"]
+    assert len(seen["bars"]) == 16 and min(seen["bars"]) >= 2, seen["bars"]
+    assert any("a p under 1% is drawn as a 2 px bar" in t for t in seen["texts"])
+    assert f"run #{rid} · csd · step 0 of 1 ·" in seen["info"]

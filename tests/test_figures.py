@@ -423,7 +423,7 @@ def test_accept_by_depth_counts_verified_nodes():
     assert list(tr.x) == [1, 2, 3]
     assert list(tr.y) == pytest.approx([2 / 3, 1.0, 0.0])
     assert [list(c) for c in tr.customdata] == [[2, 3], [2, 2], [0, 2]]
-    assert accept_by_depth_figure([run]).layout.yaxis.title.text == "accepted / verified"
+    assert accept_by_depth_figure([run]).layout.yaxis.title.text == "node acceptance: accepted ÷ judged"
 
 
 def test_accept_by_source_and_duplicate_labels():

@@ -52,6 +52,7 @@ class NodeRescore:
     decision: str
     threshold: float | None
     reason: str
+    rank: int | None = None  # the target's rank of the token (0: its own top token, which any θ ≤ max p passes)
 
     @property
     def flipped(self) -> bool:
@@ -213,6 +214,7 @@ def _rescore(
             verdict.decisions[i],
             verdict.thresholds[i],
             verdict.reasons[i],
+            r.rank,
         )
         for i, r in enumerate(records)
     ]

@@ -102,10 +102,12 @@ def _mixed(p) -> Rules:
 def _adaptive(p) -> Rules:
     """AASD's split, with alignment nodes under their own α, β where given (`alpha_alignment`, `beta_alignment`:
     what `aasd[auto]` records from the per-source fit)."""
-    rules = by_source(adaptive(p["alpha"], p["beta"]))
     a, b = p.get("alpha_alignment"), p.get("beta_alignment")
-    if a is not None or b is not None:
-        rules["alignment"] = adaptive(p["alpha"] if a is None else a, p["beta"] if b is None else b)
+    if a is None and b is None:
+        return by_source(adaptive(p["alpha"], p["beta"]))
+    # each source's reason names its own α, β: a re-score moving the context α, β leaves the alignment ones
+    rules = by_source(adaptive(p["alpha"], p["beta"], "context"))
+    rules["alignment"] = adaptive(p["alpha"] if a is None else a, p["beta"] if b is None else b, "alignment")
     return rules
 
 

@@ -73,8 +73,9 @@ def build_app(
             with gr.Tab("Export") as export:
                 export_pick = export_tab(store, cache, compare_ids, who)
             with gr.Tab("Frontier", elem_id="tab-frontier"):  # report --frontier's results, drawn (figures/frontier.py)
-                from workbench.ui.figures.frontier import WORST, frontier_view
+                from workbench.ui.figures.frontier import FRONTIER_INTRO, WORST, frontier_view
 
+                gr.Markdown(FRONTIER_INTRO, elem_id="frontier-intro")
                 with gr.Row():
                     frontier_path = gr.Textbox("results/frontier", label="report --frontier's --out folder", scale=3)
                     frontier_family = gr.Textbox(WORST, label="family on the x axis (or 'worst family')", scale=2)

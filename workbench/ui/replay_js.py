@@ -33,7 +33,9 @@ _JS = r"""
   };
   const table = (rows) => '<div class="replay-nodes-table"><style>.replay-nodes-table table{border-collapse:collapse;'
     + 'font-size:0.85em;width:100%}.replay-nodes-table th{position:sticky;top:0;background:#f4f4f5;text-align:left;'
-    + 'padding:2px 6px}.replay-nodes-table td{border-top:1px solid #e4e4e7;padding:1px 6px}</style><table><thead><tr>'
+    // !important: Gradio's .prose padding (10px 14px) made each row ~38 px, so a 16-node tree's table scrolled inside
+    + 'padding:2px 6px !important}.replay-nodes-table td{border-top:1px solid #e4e4e7;padding:1px 6px !important}'
+    + '</style><table><thead><tr>'
     + COLUMNS.map((c) => `<th>${E(c)}</th>`).join('') + '</tr></thead><tbody>'
     + rows.map((r) => '<tr>' + r.map((v) => `<td>${E(v ?? '')}</td>`).join('') + '</tr>').join('')
     + '</tbody></table></div>';
@@ -201,34 +203,46 @@ _JS = r"""
     if (!ns.length) return empty(k, head, 'this step drafted no tokens', 'thresholds');
     const gated = ns.some((n) => n.gate);
     const decisions = ['accepted', 'rescued', 'rejected', 'unreached'].filter((d) => ns.some((n) => n.decision === d));
+    const drawn = (n) => !n.gate && n.threshold !== null && n.threshold !== undefined;  // a threshold line is drawn
     const items = decisions.map((d) => [d, `<rect x="-5" y="-5" width="10" height="10" fill="${C[d]}"/>`])
-      .concat([['threshold', '<line x1="-7" y1="0" x2="7" y2="0" stroke="#000" stroke-width="3"/>'],
-               ['entropy (nats)', '<line x1="-7" y1="0" x2="7" y2="0" stroke="#7f7f7f" stroke-dasharray="2,2"/>']]);
+      .concat(ns.some(drawn) ? [['threshold', '<line x1="-7" y1="0" x2="7" y2="0" stroke="#000" stroke-width="3"/>']] : [])
+      .concat([['entropy (nats)', '<line x1="-7" y1="0" x2="7" y2="0" stroke="#7f7f7f" stroke-dasharray="2,2"/>']]);
     const W = 640, [keys, last] = legend(W, 44, items);
     const T = last + 34, B = 90, L = 50, R = 50, H = tall('thresholds', 340 + (gated ? 220 : 0) + (last - 44));
     const PH = H - T - B, bw = (W - L - R) / ns.length, cx = (i) => L + bw * (i + 0.5);
     const p1 = [T, T + (gated ? 0.55 : 1) * PH], p2 = [T + 0.69 * PH, T + PH];
     const yv = (panel, top, v) => panel[1] - Math.max(0, Math.min(1, (v ?? 0) / top)) * (panel[1] - panel[0]);
-    const axis = (panel, top, side, label, fmt) => {
+    // Ticks at round values (1, 2 or 5 × a power of ten, at most 5 steps to `top`), each printed with the decimals its
+    // step needs: a quarter of the axis' top (1.05 → 0.26, 0.53, …; 0.012 → 0.00, 0.01, 0.01) printed odd or repeated labels.
+    const ticks = (top) => {
+      let step = 10 ** Math.floor(Math.log10(top / 5));
+      for (const m of [1, 2, 5, 10]) if (top / (step * m) <= 5) { step *= m; break; }
+      const places = Math.max(0, -Math.floor(Math.log10(step) + 1e-9));
+      const out = [];
+      for (let i = 0; i * step <= top * (1 + 1e-9); i++) out.push([i * step, (i * step).toFixed(places)]);
+      return out;
+    };
+    const axis = (panel, top, side, label) => {
       const x = side === 'left' ? L : W - R, anchor = side === 'left' ? 'end' : 'start', dx = side === 'left' ? -4 : 4;
       let out = `<line x1="${x}" y1="${panel[0]}" x2="${x}" y2="${panel[1]}" stroke="#ccc"/>`;
-      for (let i = 0; i <= 4; i++) {
-        const v = top * i / 4, y = yv(panel, top, v).toFixed(1);
-        out += `<text x="${x + dx}" y="${y}" dy="4" text-anchor="${anchor}" font-size="10" fill="#444">${fmt(v)}</text>`;
+      for (const [v, text] of ticks(top)) {
+        const y = yv(panel, top, v).toFixed(1);
+        out += `<text class="tick" x="${x + dx}" y="${y}" dy="4" text-anchor="${anchor}" font-size="10" fill="#444">${text}</text>`;
         if (side === 'left') out += `<line x1="${L}" y1="${y}" x2="${W - R}" y2="${y}" stroke="#eee"/>`;
       }
       const lx = side === 'left' ? 12 : W - 8, ly = (panel[0] + panel[1]) / 2;
       return out + `<text transform="translate(${lx},${ly}) rotate(-90)" text-anchor="middle" font-size="11" fill="#444">${E(label)}</text>`;
     };
     const sub = (panel, text) => `<text x="${W / 2}" y="${panel[0] - 6}" text-anchor="middle" font-size="13">${E(text)}</text>`;
-    let body = title(W, head) + keys + axis(p1, 1.05, 'left', 'p', (v) => v.toFixed(2)) + sub(p1, 'p vs threshold');
+    let body = title(W, head) + keys + axis(p1, 1.05, 'left', 'p')
+      + sub(p1, `p vs threshold${ns.some((n) => (n.p ?? 0) < 0.01) ? ' (a p under 1% is drawn as a 2 px bar)' : ''}`);
     const ent = Math.max(1e-9, ...ns.map((n) => n.entropy ?? 0)) * 1.1;
-    body += axis(p1, ent, 'right', 'entropy (nats)', (v) => v.toFixed(2));
+    body += axis(p1, ent, 'right', 'entropy (nats)');
     ns.forEach((n, i) => {
-      const y = yv(p1, 1.05, n.p);
+      const y = Math.min(yv(p1, 1.05, n.p), p1[1] - 2);  // at least 2 px: a rejected node's p of 1e-4 was no bar at all
       body += `<g class="bar" data-node="${n.node}"><title>${E(hover(n))}</title><rect x="${(cx(i) - bw * 0.4).toFixed(1)}" y="${y.toFixed(1)}" `
         + `width="${(bw * 0.8).toFixed(1)}" height="${(p1[1] - y).toFixed(1)}" fill="${C[n.decision] || '#999'}"/>`;
-      if (!n.gate && n.threshold !== null && n.threshold !== undefined) {
+      if (drawn(n)) {
         const t = yv(p1, 1.05, n.threshold).toFixed(1);
         body += `<line x1="${(cx(i) - bw * 0.45).toFixed(1)}" y1="${t}" x2="${(cx(i) + bw * 0.45).toFixed(1)}" y2="${t}" stroke="#000" stroke-width="3"/>`;
       }
@@ -240,7 +254,7 @@ _JS = r"""
     if (gated) {
       const limit = (n) => (n.threshold > 0 && n.threshold <= 1) ? -Math.log(n.threshold) : null;
       const top = Math.max(1e-9, ...ns.filter((n) => n.gate).map((n) => Math.max(n.logit_gap ?? 0, limit(n) ?? 0))) * 1.1;
-      body += axis(p2, top, 'left', 'logit gap', (v) => v.toFixed(2)) + sub(p2, 'CSD gate: logit gap z(t*) − z(x) vs −ln τ');
+      body += axis(p2, top, 'left', 'logit gap') + sub(p2, 'CSD gate: logit gap z(t*) − z(x) vs −ln τ');
       ns.forEach((n, i) => {
         if (!n.gate) return;
         const y = yv(p2, top, n.logit_gap);

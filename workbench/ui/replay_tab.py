@@ -39,7 +39,8 @@ from workbench.ui.shared import TUNABLE, RunCache, decoder_for, error_md, run_id
 
 OPEN_OUTPUTS = len(TUNABLE) + 11  # ReplayHandlers.open's outputs: see replay_tab's open_outputs
 # Heights (px) of the step's figure slots and node table, and of the run's figures: the tab fits in ~2,000 px.
-STEP_FIGURE_HEIGHT, NODES_HEIGHT, RUN_FIGURE_HEIGHT = 440, 200, 300
+# The node table: a 16-node tree's root, nodes and bonus row (18 rows of ~20 px and the header) without an inner scroll.
+STEP_FIGURE_HEIGHT, NODES_HEIGHT, RUN_FIGURE_HEIGHT = 440, 392, 300
 
 
 @dataclass

@@ -12,10 +12,11 @@ import pandas as pd
 from core.errors import InvalidInputError, WorkbenchError
 from core.params import PARAMS
 from core.stats import first_divergence
+from core.thresholds import describe_values
 from core.token_text import visible_token
 from core.trace import RunTrace, StepTrace
 from workbench.methods import METHODS, get_method, resolve_params
-from workbench.rescore import RunRescore, flips_table
+from workbench.rescore import VERIFY_PARAMS, RunRescore, flips_table
 from workbench.ui import tokens
 from workbench.ui.figures import replay as figures
 from workbench.ui.figures.common import DECISION_COLORS, SOURCE_SYMBOLS
@@ -74,7 +75,7 @@ def step_info(run_id: int, trace: RunTrace, k: int) -> str:
         return f"run #{run_id} ({asked_as(trace.method, trace.params)}) has no steps to replay ({why})"
     s = trace.steps[k]
     return (
-        f"run #{run_id} · {asked_as(trace.method, trace.params)} · step {k} of 0–{len(trace.steps) - 1} · tree {s.tree_size} nodes · "
+        f"run #{run_id} · {asked_as(trace.method, trace.params)} · step {k} of {len(trace.steps) - 1} · tree {s.tree_size} nodes · "
         f"accepted {s.accepted} + bonus · {s.step_ms:.1f} ms (draft {s.draft_ms:.1f}, forward {s.forward_ms:.1f})"
         + fitted_md(trace.params)
     )
@@ -296,11 +297,12 @@ def rescore_summary(result: RunRescore, params: Mapping[str, Any]) -> str:
         ", ".join(f"{SYMBOL[n]} = {v:g}" for n, v in used.items() if isinstance(v, (int, float)))
         or f"{result.method} takes none of δ α β τ λ"
     )
+    shown += _alignment_kept(getattr(result, "params", {}))
     bound = "at least " if result.predicted_is_lower_bound else ""
     if result.first_divergence is None:
         return (
-            f"{result.method}: {shown}: no decision changes; predicted MAL = the run's MAL, {result.run_mal:.2f} "
-            f"over all {len(result.steps)} steps"
+            f"{result.method}: {shown}: no decision changes{_why_unchanged(result)}; predicted MAL = the run's MAL, "
+            f"{result.run_mal:.2f} over all {len(result.steps)} steps"
         )
     last = result.steps[result.window - 1].step
     flips = sum(getattr(result, "flip_counts", {}).values())
@@ -312,6 +314,32 @@ def rescore_summary(result: RunRescore, params: Mapping[str, Any]) -> str:
         f"{result.original_mal:.2f} → predicted **{bound}{result.predicted_mal:.2f}** (after step {last} the text "
         f"would differ, so the rest is not predicted; the whole run's MAL: {result.run_mal:.2f}){table}"
     )
+
+
+def _alignment_kept(params: Mapping[str, Any]) -> str:
+    """Where alignment nodes have their own α, β (aasd[auto]'s fit), that the sliders' α, β judge only the context
+    nodes, and the values the alignment nodes keep."""
+    a, b = params.get("alpha_alignment"), params.get("beta_alignment")
+    if a is None and b is None:
+        return ""
+    a, b = params.get("alpha") if a is None else a, params.get("beta") if b is None else b
+    return f" (context nodes; alignment nodes keep their own α {a:g}, β {b:g})"
+
+
+def _why_unchanged(result: RunRescore) -> str:
+    """Why nothing flipped, where it is because every node the rule judged was the target's own top token."""
+    judged = [
+        n
+        for s in result.steps
+        for n in getattr(s, "nodes", ())
+        if n.parent >= 0 and n.old_decision in ("accepted", "rejected")
+    ]
+    if judged and all(getattr(n, "rank", None) == 0 for n in judged):
+        return (
+            f": all {len(judged)} judged nodes were the target's own top token (the argmax), which passes any "
+            "threshold ≤ max p"
+        )
+    return ""
 
 
 def flips_frame(result: RunRescore | None, text_of: TokenText | None = None) -> pd.DataFrame:
@@ -344,5 +372,15 @@ def rerun_outputs(run_id: int, trace: RunTrace, new: RunTrace, new_id: int | Non
     return (
         tokens.run_html(trace),
         tokens.run_html(new, first_divergence=div),
-        f"original #{run_id}: {metrics_md(trace, run_id, None)}  \nre-run #{new_id}: {metrics_md(new, new_id, None)}",
+        f"original #{run_id}: {metrics_md(trace, run_id, None)}  \nre-run #{new_id} ({rerun_settings(new)}): "
+        f"{metrics_md(new, new_id, None)}",
     )
+
+
+def rerun_settings(new: RunTrace) -> str:
+    """The verification settings a re-run ran with, e.g. "aasd, context α 0, β 0.001 · alignment α 0.1, β 0.3"."""
+    used = {k: v for k, v in new.params.items() if k in VERIFY_PARAMS and isinstance(v, (int, float))}
+    if {"alpha", "beta"} <= used.keys() and new.method.startswith("aasd"):
+        return f"{new.method}, {describe_values(used)}"
+    shown = ", ".join(f"{SYMBOL.get(k, k)} {v:g}" for k, v in used.items())
+    return f"{new.method}, {shown}" if shown else new.method

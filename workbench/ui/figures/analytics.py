@@ -87,10 +87,14 @@ def accept_hist_figure(runs: Sequence[Any]) -> go.Figure:
     return fig
 
 
+# the axis in the help line's words (core.stats.ACCEPTANCE_MEANING: "accepted ÷ judged draft nodes ...")
+NODE_ACCEPTANCE_AXIS = f"{NODE_ACCEPTANCE}: accepted ÷ judged"
+
+
 def _rate_figure(
     runs: Sequence[Any], key: Callable[[NodeTrace], Any], title: str, x_title: str, kind: str
 ) -> go.Figure:
-    # core.stats.acceptance_by is the one per-source / per-depth acceptance: accepted ÷ verified nodes.
+    # core.stats.acceptance_by is the one per-source / per-depth acceptance: accepted ÷ judged (verified) nodes.
     collected = [(r.label, acceptance_by(r.trace, key)) for r in _collect(runs) if r.trace is not None]
     collected = [(label, table) for label, table in collected if table]
     if not collected:
@@ -116,7 +120,7 @@ def _rate_figure(
         height=360,
         margin={"t": 50},
         xaxis={"title": x_title, **({"dtick": 1} if kind == "line" else {})},
-        yaxis={"title": "accepted / verified", "range": [0, 1.05], "tickformat": ".0%"},
+        yaxis={"title": NODE_ACCEPTANCE_AXIS, "range": [0, 1.05], "tickformat": ".0%"},
     )
     return fig
 

@@ -15,6 +15,14 @@ from workbench.ui.figures.common import TITLE_BELOW_TOOLBAR, empty_figure
 WORST = "worst family"  # the x axis read from the family whose interval reaches lowest, per point
 
 
+FRONTIER_COMMAND = "python -m workbench report --frontier --limit 4 --out results/frontier"  # what fills the tab
+FRONTIER_INTRO = (
+    "How much speed each relaxed verification rule buys and what it costs in quality: per threshold setting, the "
+    "speed-up over greedy against the score change on held-out task items (95 % interval). Made by "
+    f"`{FRONTIER_COMMAND}`; give its --out folder here and Draw."
+)
+
+
 def point_change(point: Mapping[str, Any], family: str = WORST) -> dict[str, float] | None:
     """A point's score change on `family` (mean, low, high in points), or on the family whose lower bound is
     lowest (WORST: what the admissibility rule looks at); None when the family was not measured."""
@@ -30,7 +38,7 @@ def frontier_figure(result: Mapping[str, Any] | None, family: str = WORST, toler
     line at −`tolerance` is the admissibility bound."""
     points = [p for p in (result or {}).get("points") or [] if p.get("speedup") is not None]
     if not points:
-        return empty_figure("no frontier here: run `python -m workbench report --frontier`")
+        return empty_figure(f"no frontier here: run {FRONTIER_COMMAND}")
     palette = pio.templates["plotly_white"].layout.colorway or ["#1f77b4"]
     fig = go.Figure()
     rules = list(dict.fromkeys(p["rule"] for p in points))
@@ -102,7 +110,7 @@ def frontier_figure(result: Mapping[str, Any] | None, family: str = WORST, toler
 
 def frontier_view(path: str, family: str = WORST) -> tuple[go.Figure, str]:
     """The Frontier tab: `report --frontier`'s frontier.json (or the folder holding it, below the working folder)
-    drawn, and its table; a missing or unreadable file is a message in place of the figure, never an exception."""
+    drawn, and its table; a missing or unreadable file is no figure and a message, never an exception."""
     import json
     from pathlib import Path
 
@@ -111,15 +119,12 @@ def frontier_view(path: str, family: str = WORST) -> tuple[go.Figure, str]:
     here = Path.cwd().resolve()
     file = (here / (path.strip() or ".")).resolve()
     if not file.is_relative_to(here):  # a server reads only below the folder it was started in
-        message = f"give a folder below the server's working folder, not {path.strip()!r}"
-        return empty_figure(message), message
+        return None, f"give a folder below the server's working folder, not {path.strip()!r}"
     file = file / "frontier.json" if file.is_dir() else file
     try:
         result = json.loads(file.read_text(encoding="utf-8"))
         result["points"], result["families"], result["greedy"]  # noqa: B018 - the keys the view reads
     except (OSError, ValueError, KeyError, TypeError):
-        message = (
-            f"no frontier at {file}: run `python -m workbench report --frontier --out FOLDER` and give FOLDER here"
-        )
-        return empty_figure(message), message
+        # said once, in the Markdown below the plot (a Plotly annotation shows backticks as they are)
+        return None, f"no frontier at {file}: run `{FRONTIER_COMMAND}` and give its --out folder here"
     return frontier_figure(result, family), format_frontier(result)

@@ -369,8 +369,7 @@ def position_figure(run: RunTrace, label: str | None = None) -> go.Figure:
         {
             "title": {
                 # the meaning: the tab's help line (a second title line would run under Plotly's toolbar)
-                "text": f"{html.escape(name)}: {POSITION_ACCEPTANCE} per draft position "
-                "(given the positions before it accepted)",
+                "text": f"{html.escape(name)}: {POSITION_ACCEPTANCE} per draft position",
                 "font": {"size": 14},
                 **TITLE_BELOW_TOOLBAR,
             },
