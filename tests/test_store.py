@@ -193,6 +193,9 @@ def test_compare_runs():
         1,
         1,
     )
+    assert (c["text_a"], c["text_b"]) == (f"⟨{a.output_ids[3]}⟩", "⟨99⟩")  # no node record names these tokens
+    b.output_ids[3] = 11
+    assert compare_traces(a, b)["text_b"] == " the"
     assert c["lengths_a"] == [2, 2, 2]
     short = make_run(steps=2)
     c = compare_traces(a, short)
@@ -534,8 +537,11 @@ def test_cli_store_commands(new_url, stores, tmp_path, capsys):
     url = new_url()
     store = stores(url)
     a, b = make_run(steps=3), make_run(steps=3, method="greedy")
-    b.output_ids = a.output_ids[:2] + [77, 78]
+    b.output_ids = a.output_ids[:2] + [11, 78]  # 11: node 1's token, " the" in its records
+    fitted = make_run(steps=2, method="aasd")
+    fitted.params["fitted"] = 1
     ida, idb = store.save_run(a, tags=["cli"]), store.save_run(b)
+    store.save_run(fitted)
 
     def run(*argv) -> str:
         capsys.readouterr()
@@ -544,6 +550,7 @@ def test_cli_store_commands(new_url, stores, tmp_path, capsys):
 
     listing = run("store", "list")
     assert f"{ida:>6}" in listing and "pld" in listing and "greedy" in listing
+    assert "aasd[auto]" in listing  # named as asked for, as the app's runs list names it
     assert [r["id"] for r in json.loads(run("store", "list", "--tag", "cli", "--json"))] == [ida]
     assert "3 steps" in run("store", "show", str(ida))
     step = json.loads(run("store", "show", str(ida), "--step", "1", "--json"))
@@ -551,7 +558,9 @@ def test_cli_store_commands(new_url, stores, tmp_path, capsys):
     assert "rejected" in run("store", "show", str(ida), "--step", "1")
     cmp = json.loads(run("store", "compare", str(ida), str(idb), "--json"))
     assert cmp["first_divergence"] == 2 and cmp["step_a"] == 1
-    assert "first divergence at token 2" in run("store", "compare", str(ida), str(idb))
+    said = run("store", "compare", str(ida), str(idb))
+    # tokens by their text where the step's records name them (whitespace made visible), ids beside
+    assert "first divergence at token 2" in said and "'␣the' (id 11)" in said and "'⟨21⟩' (id 21)" in said
     run("store", "export", "--run", str(ida), "--run", str(idb), "--out", str(tmp_path / "csv"))
     assert "deleted 2 runs" in run("store", "delete", str(ida), str(idb))
     assert "imported 2 runs" in run("store", "import", str(tmp_path / "csv"))

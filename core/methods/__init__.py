@@ -31,7 +31,7 @@ from core.methods.registry import (
     register,
 )
 from core.methods.run import run_batch, run_method, warm_up
-from core.methods.spec import AUTO_THRESHOLDS, parse_method_spec, resolve_params, split_method_list
+from core.methods.spec import AUTO_THRESHOLDS, asked_as, parse_method_spec, resolve_params, split_method_list
 
 __all__ = [
     "ALIGN",
@@ -52,6 +52,7 @@ __all__ = [
     "get_method",
     "make_verifier",
     "param_defaults",
+    "asked_as",
     "parse_method_spec",
     "recycle_table",
     "register",

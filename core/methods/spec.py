@@ -18,6 +18,12 @@ AUTO_THRESHOLDS = "auto"  # `aasd[auto]`: short for `aasd[fitted=1]`, the thresh
 EXAMPLE = "NAME[param=value,...], e.g. aasd[alpha=0.2,align_graft=1]"
 
 
+def asked_as(method: str, params) -> str:
+    """The method as the run was asked for: `aasd[auto]` for a run with fitted thresholds, else the method, so the
+    app's columns, runs list and replay header and the CLI's `store list` name a run alike."""
+    return f"{method}[{AUTO_THRESHOLDS}]" if (params or {}).get("fitted") else method
+
+
 def parse_method_spec(spec: str) -> tuple[str, dict[str, str]]:
     """`aasd[align_graft=1,alpha=0.2]` -> ("aasd", {"align_graft": "1", "alpha": "0.2"}): one method
     with its own parameter overrides, so a bench can put variants of a method side by side. The values stay

@@ -107,13 +107,15 @@ def run(args) -> int:
         if args.json:
             print(json.dumps([{**vars(r), "created": r.created.isoformat()} for r in runs]))
             return 0
+        from core.methods import asked_as  # here, not at import: `--help` loads no torch
+
         print(
             f"{'id':>6}  {'created (UTC)':19}  {'status':9}  {'method':14}  {'model':24}  {'tokens':>6}  {'steps':>5}  {'MAL':>5}  {'tok/s':>7}  tags"
         )
         for r in runs:
             m = r.metrics or {}
             print(
-                f"{r.id:>6}  {r.created:%Y-%m-%d %H:%M:%S}  {r.status:9}  {r.method:14}  {r.model[-24:]:24}  "
+                f"{r.id:>6}  {r.created:%Y-%m-%d %H:%M:%S}  {r.status:9}  {asked_as(r.method, r.params):14}  {r.model[-24:]:24}  "
                 f"{_fmt(m.get('tokens')):>6}  {_fmt(m.get('steps')):>5}  {_fmt(m.get('mal')):>5}  {_fmt(m.get('tps')):>7}  "
                 f"{','.join(r.tags)}"
             )
@@ -137,14 +139,20 @@ def run(args) -> int:
         print(f"runs {args.a} and {args.b} emit the same {result['tokens_a']} tokens")
     else:
         print(
-            f"first divergence at token {result['first_divergence']}: run {args.a} has {result['token_a']} "
-            f"(step {result['step_a']}), run {args.b} has {result['token_b']} (step {result['step_b']})"
+            f"first divergence at token {result['first_divergence']}: run {args.a} has {_said(result, 'a')} "
+            f"(step {result['step_a']}), run {args.b} has {_said(result, 'b')} (step {result['step_b']})"
         )
     la, lb = result["lengths_a"], result["lengths_b"]
     print(f"{'step':>5}  {'run ' + str(args.a):>8}  {'run ' + str(args.b):>8}")
     for i in range(max(len(la), len(lb))):
         print(f"{i:>5}  {_fmt(la[i] if i < len(la) else None):>8}  {_fmt(lb[i] if i < len(lb) else None):>8}")
     return 0
+
+
+def _said(result: dict, which: str) -> str:
+    """A diverging token as the Diff tab shows it: its text (whitespace made visible) and its id, or "its end"."""
+    token, text = result[f"token_{which}"], result[f"text_{which}"]
+    return "its end" if token is None else f"{visible_token(text)!r} (id {token})"
 
 
 def _export(store, args) -> int:

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from bisect import bisect_right
+from collections.abc import Callable, Sequence
 from itertools import accumulate
 from typing import Any
 
 from core.stats import first_divergence
-from core.trace import RunTrace
+from core.token_text import texts_by_id
+from core.trace import NodeTrace, RunTrace
 
 
 def _step_of(run: RunTrace, token: int | None) -> int | None:
@@ -22,17 +24,40 @@ def _token_at(ids: list[int], i: int | None) -> int | None:
     return ids[i] if i is not None and i < len(ids) else None
 
 
-def compare_traces(a: RunTrace, b: RunTrace) -> dict[str, Any]:
-    """Where two runs' outputs first differ (token index and the step of each run that emitted it)
-    and their per-step lengths."""
+NodesOf = Callable[[RunTrace, int], Sequence[NodeTrace]]
+
+
+def _nodes_in_trace(run: RunTrace, step: int) -> Sequence[NodeTrace]:
+    return run.steps[step].nodes if step < len(run.steps) else []
+
+
+def _text_at(run: RunTrace, step: int | None, token: int | None, nodes_of: NodesOf) -> str | None:
+    """The text of output token `token` as the node records of the step that emitted it name it (⟨id⟩ if none)."""
+    if token is None or step is None:
+        return None
+    return texts_by_id((n.token_id, n.token_text) for n in nodes_of(run, step))(token)
+
+
+def compare_traces(a: RunTrace, b: RunTrace, nodes_of: NodesOf = _nodes_in_trace) -> dict[str, Any]:
+    """Where two runs' outputs first differ (token index, its text and the step of each run that emitted it)
+    and their per-step lengths. `nodes_of(run, step)` gives a step's node records (the store reads the two it needs
+    when it loaded the traces without nodes)."""
     first = first_divergence(a.output_ids, b.output_ids)
+    token_a, token_b, step_a, step_b = (
+        _token_at(a.output_ids, first),
+        _token_at(b.output_ids, first),
+        _step_of(a, first),
+        _step_of(b, first),
+    )
     return {
         "identical": first is None,
         "first_divergence": first,
-        "token_a": _token_at(a.output_ids, first),
-        "token_b": _token_at(b.output_ids, first),
-        "step_a": _step_of(a, first),
-        "step_b": _step_of(b, first),
+        "token_a": token_a,
+        "token_b": token_b,
+        "text_a": _text_at(a, step_a, token_a, nodes_of),
+        "text_b": _text_at(b, step_b, token_b, nodes_of),
+        "step_a": step_a,
+        "step_b": step_b,
         "tokens_a": len(a.output_ids),
         "tokens_b": len(b.output_ids),
         "lengths_a": a.accept_lengths,

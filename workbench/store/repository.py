@@ -406,10 +406,12 @@ class Store:
             return step_from_row(row, nodes)
 
     def compare(self, a: int, b: int) -> dict[str, Any]:
+        ta, tb = self.load_run(a, nodes=False).trace, self.load_run(b, nodes=False).trace
+        ids = {id(ta): a, id(tb): b}  # the traces come without nodes: read the diverging steps' own records
         return {
             "run_a": a,
             "run_b": b,
-            **compare_traces(self.load_run(a, nodes=False).trace, self.load_run(b, nodes=False).trace),
+            **compare_traces(ta, tb, lambda trace, step: self.load_step(ids[id(trace)], step).nodes),
         }
 
     # -------- CSV (the format is csv_io's)

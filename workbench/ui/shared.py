@@ -19,6 +19,7 @@ from typing import Any
 import pandas as pd
 
 from core.errors import InvalidInputError
+from core.methods import asked_as
 from core.models import PRESETS, is_fetched, preset_path
 from core.params import PARAMS
 from core.stats import ACCEPTANCE_MEANING, TOKEN_ACCEPTANCE, run_metrics
@@ -122,12 +123,6 @@ class RunCache:
 def step_ends(run: RunTrace) -> list[int]:
     """Tokens emitted up to and including each step."""
     return list(accumulate(len(s.emitted) for s in run.steps))
-
-
-def asked_as(method: str, params) -> str:
-    """The method as the run was asked for: `aasd[auto]` for a run with fitted thresholds (as the compare columns
-    name it), else the method, so the runs list, the replay header and the columns agree."""
-    return f"{method}[auto]" if (params or {}).get("fitted") else method
 
 
 def fitted_md(params) -> str:
