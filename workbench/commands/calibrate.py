@@ -66,6 +66,17 @@ FORCED_SEQUENCES = 2000  # --limit's default for --mode forced
 THRESHOLD_ITEMS = 10  # --limit's default for --thresholds: held-out items per category
 
 
+def _memory_summary(path, memory, start: int) -> dict:
+    """What both calibrations report of the memory they wrote: where, its size, what this run added."""
+    return {
+        "memory": str(path),
+        "pairs": len(memory),
+        "observations": memory.total,
+        "added": memory.total - start,
+        "unseen_share_estimate": memory.unseen_share,
+    }
+
+
 def add_parser(subparsers) -> argparse.ArgumentParser:
     from workbench.evaluation.calibration import BENCHMARK_ITEMS
 
@@ -477,11 +488,7 @@ def run(args) -> int:
     )
     bar.close()
     summary = {
-        "memory": str(path),
-        "pairs": len(memory),
-        "observations": memory.total,
-        "added": memory.total - start,
-        "unseen_share_estimate": memory.unseen_share,
+        **_memory_summary(path, memory, start),
         **describe(report),
     }
     if args.ship:
@@ -627,11 +634,7 @@ def run_forced(args) -> int:
             on_save=saved,
         )
     summary = {
-        "memory": str(path),
-        "pairs": len(memory),
-        "observations": memory.total,
-        "added": memory.total - start,
-        "unseen_share_estimate": memory.unseen_share,
+        **_memory_summary(path, memory, start),
         "dropped_for_overlap": len(dropped),
         **report.describe(),
         "note": "wall and CPU seconds of this process (torch threads: %d)" % _threads(),
