@@ -12,6 +12,13 @@ times, greedy with a few new tokens, the model's default dtype. Prints the CPU, 
 
     flock /tmp/bench.lock env OMP_NUM_THREADS=1 taskset -c 1 python benchmarks/bench_long_prefill.py --sweep \
         --threads 1 [--dtypes bfloat16,float32] [--chunks 512,1024,2048,4096]
+
+`--estimate` checks the app's prefill estimate before Run (workbench.service.PrefillClock): it reads a short
+prompt (`--seen` tokens of the long one), then prompts of `--lengths` tokens, and prints each estimate, made from
+the short prefill and the model's measured t(n, L), beside the measured prefill (the model's default dtype):
+
+    flock /tmp/bench.lock env OMP_NUM_THREADS=1 taskset -c 1 python benchmarks/bench_long_prefill.py --estimate \
+        --threads 1 [--seen 300] [--lengths 1000,3000,6000]
 """
 
 from __future__ import annotations
@@ -117,6 +124,40 @@ def sweep(args) -> int:
     return 0
 
 
+def estimate(args) -> int:
+    """The prefill estimate shown before Run against the prefill that follows, per prompt length."""
+    import torch
+
+    from core.methods import run_method
+    from core.models import encode_prompt, load_model
+    from workbench.service import PrefillClock, cost_model
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    target = load_model("smollm2-135m", device="cpu", dtype="auto")
+    if cost_model(target) is None:
+        print(
+            "no cost model t(n, L) measured here yet: run `python -m workbench calibrate --timing --model smollm2-135m` first"
+        )
+        return 2
+    ids = encode_prompt(target.tokenizer, f"{long_context(args.chars)}\n\n{PROMPT}", chat=None)
+    lengths = [n for n in (int(x) for x in args.lengths.split(",")) if n <= len(ids)]
+    print(f"{machine()}\ndtype {target.dtype}; prompt cut from {len(ids):,} tokens", flush=True)
+    run_method("greedy", target, ids[: args.seen], {"max_new_tokens": 1})  # untimed: the first forward warms up
+    clock, seen = PrefillClock(), run_method("greedy", target, ids[: args.seen], {"max_new_tokens": 1})
+    clock.observe(target, seen)
+    print(
+        f"| prompt tokens | estimate from a {args.seen}-token prefill, s | its rate per token alone, s | measured, s "
+        "| estimate ÷ measured |\n|---|---|---|---|---|"
+    )
+    for n in lengths:
+        guess, _ = clock.estimate(target, n)
+        linear = seen.prefill_seconds * n / args.seen  # what one rate per token (the estimate before) said
+        seconds = run_method("greedy", target, ids[:n], {"max_new_tokens": 1}).prefill_seconds
+        print(f"| {n:,} | {guess:.2f} | {linear:.2f} | {seconds:.2f} | {guess / seconds:.2f} |", flush=True)
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--chars", type=int, default=20_000)
@@ -126,9 +167,14 @@ def main() -> int:
     ap.add_argument("--dtypes", default="bfloat16,float32")
     ap.add_argument("--chunks", default="512,1024,2048,4096")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    ap.add_argument("--estimate", action="store_true", help="the app's prefill estimate against measured prefills")
+    ap.add_argument("--seen", type=int, default=300, help="tokens of the prefill the estimate is scaled from")
+    ap.add_argument("--lengths", default="1000,3000,6000")
     args = ap.parse_args()
     if args.sweep:
         return sweep(args)
+    if args.estimate:
+        return estimate(args)
 
     from gradio_client import Client
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import pytest
+
 from workbench.evaluation.tasks.task import Task
 
 
@@ -144,3 +146,46 @@ def test_the_task_dropdown_says_when_it_holds_an_uploaded_file(tmp_path):
     assert dropdown["value"] == "upload:my-q1" and "your file's 1 task" in dropdown["label"]
     assert dropdown["label"] != TASK_LABEL and "bundled samples" in dropdown["label"]
     assert h.upload(None)[1]["label"] == TASK_LABEL  # the file removed: the samples only again
+
+
+# -- fifth-pass leftover of item 5: the prefill estimate follows the cost's growth with the prompt's length -------
+def _prefill_run(tokens: int, seconds: float):
+    return SimpleNamespace(prompt_ids=[0] * tokens, prefill_seconds=seconds)
+
+
+def test_the_prefill_estimate_grows_with_attention_not_per_token(monkeypatch):
+    """A per-node slope of t(n, L) that doubles from 1,000 to 4,000 cached tokens: a 4,000-token prompt, scaled
+    from an observed 500-token prefill, is priced above 8x that prefill (one rate per token said exactly 8x),
+    and the nearest observed prefill is the one scaled."""
+    from core.cost_model import CostModel
+    from workbench import service
+
+    model = CostModel((0, 64), (1000, 4000), ((0.03, 0.03 + 64e-3), (0.03, 0.03 + 128e-3)))
+    monkeypatch.setattr(service, "cost_model", lambda target: model)
+    target = SimpleTarget()
+    clock = service.PrefillClock()
+    clock.observe(target, _prefill_run(500, 1.0))
+    seconds, source = clock.estimate(target, 4000)
+    assert seconds > 8 * 1.0 * 1.15 and "500-token" in source
+    assert clock.estimate(target, 500)[0] == pytest.approx(1.0)
+    clock.observe(target, _prefill_run(3000, 12.0))  # a nearer prefill replaces the far one's scale
+    seconds, source = clock.estimate(target, 4000)
+    assert "3,000-token" in source and 12.0 * 4 / 3 < seconds < 12.0 * 4 / 3 * 1.3
+
+
+def test_without_a_prefill_seen_the_estimate_is_the_cost_models_and_says_it_is_low(monkeypatch):
+    from core.cost_model import CostModel
+    from workbench import service
+
+    model = CostModel((0, 64), (1000,), ((0.03, 0.03 + 64e-3),))
+    monkeypatch.setattr(service, "cost_model", lambda target: model)
+    seconds, source = service.PrefillClock().estimate(SimpleTarget(), 2048)
+    assert seconds == pytest.approx(2048e-3) and "first prefill takes longer" in source
+    monkeypatch.setattr(service, "cost_model", lambda target: None)
+    assert service.PrefillClock().estimate(SimpleTarget(), 2048) is None
+
+
+class SimpleTarget:
+    """What model_key reads of a loaded model."""
+
+    name, device, dtype = "tiny", "cpu", "float32"

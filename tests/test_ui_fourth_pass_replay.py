@@ -53,6 +53,16 @@ def test_a_run_without_alignment_values_names_one_alpha_beta():
     assert "keep their own" not in rv.rescore_summary(result, {"alpha": 0.0, "beta": 0.001})
 
 
+def test_the_alpha_beta_sliders_say_they_move_context_nodes_when_alignment_keeps_its_own():
+    """Fifth-pass leftover of item 3: the sliders' own labels, not only the re-score's lines, say which nodes they
+    move on a run whose alignment nodes have fitted values; a run without them keeps the plain label."""
+    fitted = {**FITTED, "alpha_alignment": 0.2}
+    assert rv.slider_label("alpha", fitted).startswith("α alpha (context nodes; alignment nodes keep the run's α 0.2)")
+    assert "alignment nodes keep the run's β 0.3" in rv.slider_label("beta", fitted)
+    assert rv.slider_label("alpha", {"alpha": 0.1, "beta": 0.3}) == rv.slider_label("alpha")
+    assert "alignment" not in rv.slider_label("delta", fitted)
+
+
 def test_no_change_says_why_when_every_judged_node_was_the_argmax():
     run = aasd_run(
         [

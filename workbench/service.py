@@ -274,31 +274,60 @@ def model_key(target) -> tuple[str, str, str]:
 
 
 class PrefillClock:
-    """How long reading a prompt takes on this server, per loaded model: the seconds per prompt token of this
-    server's last prefill of that model (the engine's prefill_seconds), else the per-node slope of the model's
-    cost curve t(n) already measured here (core.timing; never measured from here: that costs seconds of CPU)."""
+    """How long reading a prompt takes on this server, per loaded model. Reading costs more per token as the prompt
+    grows (attention over what is already read), so one rate per token does not serve every length: the shape of
+    the cost comes from the model's cost model t(n, L) measured here (core.timing: the per-node slope of t at the
+    cache length each prefill chunk reads at, prefill_shape), and its scale from this server's prefill nearest in
+    length (a prefill's causal forward costs a few times the slope of a tree's). With no prefill seen yet, the
+    shape alone (an underestimate, said so); with no cost model, the nearest prefill's rate per token."""
 
     def __init__(self):
-        self._rates: dict[tuple[str, str, str], float] = {}
+        self._seen: dict[tuple[str, str, str], dict[int, tuple[int, float]]] = {}  # model -> band -> (tokens, s)
         self._lock = threading.Lock()
 
     def observe(self, target, run: RunTrace) -> None:
         n = len(run.prompt_ids)
         if n >= 32 and run.prefill_seconds > 0:  # a handful of tokens says more about overheads than about rate
-            with self._lock:
-                self._rates[model_key(target)] = run.prefill_seconds / n
+            with self._lock:  # one prefill kept per length band (a factor of two): the nearest is the one to scale
+                self._seen.setdefault(model_key(target), {})[n.bit_length()] = (n, run.prefill_seconds)
 
     def estimate(self, target, tokens: int) -> tuple[float, str] | None:
         """(seconds, where the rate comes from) for a prompt of `tokens`, or None with nothing to go on."""
         with self._lock:
-            rate = self._rates.get(model_key(target))
-        if rate is not None:
-            return rate * tokens, "this server's last prefill of the model"
-        curve = cached_curve(target)
-        if curve is None:
+            seen = list(self._seen.get(model_key(target), {}).values())
+        model = cost_model(target)
+        if seen:
+            n, seconds = min(seen, key=lambda obs: abs(math.log(obs[0] / max(tokens, 1))))
+            scale = tokens / n if model is None else prefill_shape(model, tokens) / prefill_shape(model, n)
+            return seconds * scale, f"this server's prefill of a {n:,}-token prompt"
+        if model is None:
             return None
-        n = curve.sizes[-1]
-        return tokens * max(curve(n) - curve(0), 1e-6) / n, "the model's measured cost per token t(n)"
+        return prefill_shape(model, tokens), "the model's measured cost curve; a first prefill takes longer"
+
+
+def prefill_shape(model, tokens: int) -> float:
+    """The cost model's price of reading `tokens` prompt tokens in prefill chunks: each chunk's tokens at the
+    per-node slope of t(n, L) at the chunk's middle (L: the tokens before it plus half the chunk)."""
+    from core.cache import PREFILL_CHUNK
+
+    top = model.sizes[-1]
+    total = 0.0
+    for start in range(0, tokens, PREFILL_CHUNK):
+        width = min(tokens, start + PREFILL_CHUNK) - start
+        middle = start + width / 2
+        total += width * max(model(top, middle) - model(0, middle), 1e-9) / top
+    return total
+
+
+def cost_model(target):
+    """The model's t(n, L) (a core.cost_model.CostModel) when core.timing has measured it on this machine (saved in
+    the home), else None."""
+    from core import timing
+
+    try:
+        return timing.load(timing.timing_path(target), timing.machine_signature(target))
+    except (AttributeError, TypeError):  # a model without a fingerprint or device (a test stand-in)
+        return None
 
 
 def cached_curve(target, length: int | None = None):
@@ -307,10 +336,7 @@ def cached_curve(target, length: int | None = None):
     from core import timing
     from core.sizing import CostCurve
 
-    try:
-        model = timing.load(timing.timing_path(target), timing.machine_signature(target))
-    except (AttributeError, TypeError):  # a model without a fingerprint or device (a test stand-in)
-        return None
+    model = cost_model(target)
     return None if model is None else CostCurve(*model.curve_at(timing.CURVE_LENGTH if length is None else length))
 
 

@@ -290,9 +290,10 @@ class ReplayHandlers:
             flags = rv.tuning_active(trace.method)
         except WorkbenchError:  # a method this server does not know: nothing to grey out
             flags = [True] * len(TUNABLE)
+        labels = [rv.slider_label(name, trace.params) for name in TUNABLE]
         sliders = [
-            gr.update(interactive=on) if v is None else gr.update(value=v, interactive=on)
-            for v, on in zip(rv.tuning_values(trace), flags)
+            gr.update(interactive=on, label=label) if v is None else gr.update(value=v, interactive=on, label=label)
+            for v, on, label in zip(rv.tuning_values(trace), flags, labels)
         ]
         steps = len(trace.steps)  # fewer than two: no slider (Gradio refuses a slider whose maximum is its minimum)
         step = (

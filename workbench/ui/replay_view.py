@@ -235,12 +235,16 @@ def slider_range(name: str) -> tuple[float, float, float]:
     return low, high, 1 if spec.kind is int else 0.001
 
 
-def slider_label(name: str) -> str:
+def slider_label(name: str, params: dict[str, Any] | None = None) -> str:
     """A tuning slider's label, stating the slider's own range (slider_range: the one source of both), e.g.
-    "λ lam: slider 0–50, default 6" (the parameter's whole range may be wider: the CLI and the API take it)."""
+    "λ lam: slider 0–50, default 6" (the parameter's whole range may be wider: the CLI and the API take it).
+    Given a run's parameters, α's and β's labels say when its alignment nodes keep their own value (an AASD fit
+    per source): the sliders then move the context nodes' thresholds only."""
     low, high, _ = slider_range(name)
     shown = f"{SYMBOL[name]} {name}" if name in SYMBOL else name
-    return f"{shown}: slider {low:g}–{high:g}, default {PARAMS[name].default:g}"
+    own = (params or {}).get(f"{name}_alignment") if name in ("alpha", "beta") else None
+    scope = f" (context nodes; alignment nodes keep the run's {SYMBOL[name]} {own:g})" if own is not None else ""
+    return f"{shown}{scope}: slider {low:g}–{high:g}, default {PARAMS[name].default:g}"
 
 
 def rule_choices() -> list[str]:
