@@ -117,6 +117,22 @@ def test_fitted_thresholds_name_their_fit_its_dtype_and_items(tmp_path, monkeypa
     own = fit_source_md({"values": {}}, "home", tmp_path / "x-cpu-bfloat16.json", "bfloat16", "bfloat16")
     assert own == " · thresholds fitted in bfloat16 (your own fit `x-cpu-bfloat16.json`)"  # no item count recorded
     assert fit_source_md(None, "none", None, None, "float32") == ""
+    assert "lossless" not in same  # SmolLM2's shipped fit is a relaxed one
+
+
+def test_a_shipped_lossless_fit_says_its_values_decode_greedys_text(tmp_path, monkeypatch):
+    """The Qwen2.5-Coder fit admitted no relaxed setting: its α 0, β 1 are the lossless ones, and the line says so."""
+    import torch
+
+    import core.thresholds as thresholds
+    from workbench.ui.shared import fit_source_md
+
+    monkeypatch.setattr(thresholds, "thresholds_path", lambda target: tmp_path / "no-user-fit.json")
+    shipped = next(thresholds.SHIPPED_DIR.glob("*-bfloat16.json"))
+    target = SimpleNamespace(fingerprint=shipped.stem.rsplit("-", 1)[0], dtype=torch.bfloat16)
+    fit, where, path, fit_dtype = thresholds.fit_origin(target, "aasd")
+    assert fit["relaxed"] is False and fit["values"]["beta"] == 1.0
+    assert "these are the lossless ones: greedy's text" in fit_source_md(fit, where, path, fit_dtype, "bfloat16")
 
 
 def test_a_cancelled_run_shows_no_speed_and_an_unstarted_column_says_so():

@@ -142,6 +142,8 @@ def fit_source_md(fit: Mapping[str, Any] | None, where: str, path, fit_dtype: st
     items = (fit.get("items") or {}).get("per_family")
     on = f" on {items} held-out items per family" if items else ""
     text = f" · thresholds fitted in {fit_dtype}{on} ({whose} `{Path(path).name}`)"
+    if fit.get("relaxed") is False:  # the fit fell back to the rule's lossless setting
+        text += "; no relaxed setting kept every family's score, so these are the lossless ones: greedy's text"
     if fit_dtype and run_dtype and fit_dtype != run_dtype:
         text += (
             f"; this run is {run_dtype}: no fit was made in {run_dtype}, so the {fit_dtype} one serves (the "
