@@ -48,6 +48,8 @@ ROOT = RuleResult(True, None, "pending token (root)")  # the root is no draft: n
 UNKNOWN: Literal["unknown"] = (
     "unknown"  # a rescue candidate whose memory count is not known (re-scoring a node the run never judged)
 )
+# A rejected node that is the target's own token comes back as the bonus: the step is shorter, the text the same.
+OWN_TOKEN = "the target's own token: it follows as the bonus, so the text keeps it"
 CountOf = Callable[
     [int, "int | None"], "int | KeyCounts | None"
 ]  # (candidate node, correction t*) -> M[(x, t*)] before the update
@@ -189,6 +191,8 @@ def walk(
         if rescue is not None:
             thresholds[cand] = rescue.tau
         why = f"{results[cand].reason}; correction {correction if correction is not None else 'not recorded'}"
+        if correction is not None and correction == tree.tokens[cand]:  # a rule that can refuse the argmax (CASD's δ)
+            why += f"; {OWN_TOKEN}"
         reason = f"{why}; {detail}" if detail else why
         if ok is None:
             stopped_at[cand], note = (UNKNOWN, detail), detail

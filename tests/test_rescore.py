@@ -15,6 +15,7 @@ from core.errors import InvalidInputError
 from core.memory import CorrectionMemory
 from core.methods import METHODS, resolve_params, run_method
 from core.trace import NodeTrace, RunTrace, StepTrace
+from core.walk import OWN_TOKEN
 from workbench.rescore import UNKNOWN, flips_table, rescore_run, rescore_step
 
 
@@ -163,6 +164,21 @@ def test_lowering_delta_accepts_a_context_node_and_judges_its_children():
         "new_decision": "accepted",
         "reason": n[1].reason,
     }
+
+
+def test_a_refused_argmax_says_the_bonus_keeps_its_token():
+    """CASD's δ can refuse the target's own token (p ≤ δ at a flat position); the bonus then brings it back, so the
+    reason says the text keeps it rather than naming the token as its own "correction" (fifth newcomer pass)."""
+    step = step_of(
+        [
+            node(1, 0, "context", "accepted", p=0.17, max_p=0.17, rank=0),
+            node(2, 0, "context", "rejected", p=0.1, max_p=0.17, rank=1),
+        ]
+    )
+    n = by_node(rescore_step(step, "casd", {"delta": 0.5}))
+    assert n[1].decision == "rejected" and OWN_TOKEN in n[1].reason and "correction 21" in n[1].reason
+    other = step_of([node(1, 0, "context", "rejected", p=0.1, max_p=0.6, rank=1)])
+    assert OWN_TOKEN not in by_node(rescore_step(other, "casd", {"delta": 0.5}))[1].reason
 
 
 @pytest.mark.parametrize(
