@@ -425,3 +425,17 @@ def test_18_csv_import_of_33000_runs_works_in_chunks(tmp_path, one_run):
     code, err = cli("store", "import", folder, "--db", tmp_path / "new.db", "--renumber")
     assert code == 0, err[-2000:]
     assert time.monotonic() - start < 240
+
+
+def test_a_missing_context_file_is_said_before_torch_loads(tmp_path):
+    """A newcomer's `generate --context-file report.txt` without the file waited ~10 s for the error: the files are
+    now read before the model code is imported (fifth newcomer pass, item 17)."""
+    import subprocess
+    import sys
+
+    argv = [sys.executable, "-X", "importtime", "-m", "workbench", "generate", "--method", "greedy"]
+    argv += ["--context-file", str(tmp_path / "report.txt"), "--prompt", "Summarize the report.", "--no-store"]
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert out.returncode == 2 and "report.txt: not found; check the path" in out.stderr, out.stderr[-800:]
+    imported = {line.rsplit("|", 1)[-1].strip() for line in out.stderr.splitlines() if line.startswith("import time:")}
+    assert "torch" not in imported and "transformers" not in imported

@@ -28,6 +28,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def run(args) -> int:
+    # The files first: a missing one is said at once, not after torch and transformers have loaded (~10 s)
+    prompt = common.read_text_file(args.prompt_file, "--prompt-file") if args.prompt_file else args.prompt
+    context = common.read_text_file(args.context_file, "--context-file") if args.context_file else None
     from core.errors import InvalidInputError
     from core.models import encode_prompt
     from core.stats import TOKEN_ACCEPTANCE, run_metrics
@@ -40,10 +43,6 @@ def run(args) -> int:
     params = resolve_params(method, given)  # fail on bad parameters before loading anything
     if args.stop is not None and any(not s for s in args.stop):
         raise InvalidInputError('--stop "" would stop before the first token: give each --stop a non-empty string')
-    prompt = args.prompt
-    if args.prompt_file:
-        prompt = common.read_text_file(args.prompt_file, "--prompt-file")
-    context = common.read_text_file(args.context_file, "--context-file") if args.context_file else None
     text = f"{context}\n\n{prompt}" if context else prompt
     if not text or not text.strip():
         raise WorkbenchError("the prompt is empty: pass --prompt TEXT (or --prompt-file F)")
