@@ -90,7 +90,7 @@ def main(argv=None) -> int:
     warm = encode_prompt(target.tokenizer, "Hello", chat=False)
     for label in methods:
         run_method(label.split("[")[0], target, warm, {"max_new_tokens": 4})
-    print(f"{args.family} {task.id}: {len(ids)} prompt tokens; {args.dtype}, 1 thread, caution {args.caution}")
+    print(f"{args.family} {task.id}: {len(ids)} prompt tokens; {args.dtype}, 1 thread, caution {core.sizing.CAUTION}")
     for label in methods:
         name, overrides = parse_method_spec(label)
         params = {**overrides, "max_new_tokens": args.max_new_tokens}
