@@ -236,10 +236,15 @@ def test_a_run_records_the_prior_and_the_cost_its_trees_were_sized_from(tiny, mo
     assert p["prior_observations"] == 190
     assert AcceptancePrior.from_dict(json.loads(p["prior"])).fingerprint() == prior.fingerprint()
     assert p["cost_model_ms"].startswith("L=") and p["cost_model_ms"].count("L=") >= 2
+    assert p["sizer_caution"] == 1.0  # the default, cautious sizer
     default = run_method("aasd-strict", tiny, prompt, {"max_new_tokens": 12})
     assert default.params["prior_source"] == "default" and default.params["prior_observations"] == 0
     assert default.params["prior_sha"] != prior.fingerprint()
     assert "prior_sha" not in run_method("aasd-strict", tiny, prompt, {"max_new_tokens": 12, "max_nodes": 8}).params
+    import core.sizing
+
+    monkeypatch.setattr(core.sizing, "CAUTION", 0.0)  # the posterior mean is recorded too, not left implicit
+    assert run_method("aasd-strict", tiny, prompt, {"max_new_tokens": 12}, prior=prior).params["sizer_caution"] == 0.0
 
 
 def test_a_cost_curve_that_makes_trees_expensive_gives_greedy_steps(tiny, monkeypatch):
