@@ -150,13 +150,17 @@ def collect_priors(target, families, methods, items, max_new_tokens, store_path)
     from workbench.store.repository import Store
 
     store = Store(f"sqlite:///{store_path}")
-    tag = f"{PRIOR_TAG}:{str(target.dtype).replace('torch.', '')}"
+    dtype_tag = f"{PRIOR_TAG}:{str(target.dtype).replace('torch.', '')}"
     priors = {}
     for label in methods:
         if label.endswith((ONLINE, *SIZER_SETTINGS)) or label == CONTROL:
             continue
         name, overrides = parse_method_spec(label)
-        prior = acceptance_prior(store, name, target.fingerprint, params=overrides or None, tag=tag)
+        # A fitted label's runs carry their own tag: the plain label's query (no parameter filter) would pool them.
+        tag, query_params = (
+            (f"{dtype_tag}:{label}", None) if overrides.get("fitted") else (dtype_tag, overrides or None)
+        )
+        prior = acceptance_prior(store, name, target.fingerprint, params=query_params, tag=tag)
         if prior.observations == 0:
             for family in families:
                 for task in family_tasks(family, "held_out", items):
@@ -169,7 +173,7 @@ def collect_priors(target, families, methods, items, max_new_tokens, store_path)
                         prompt_text=task.input,
                     )
                     store.save_run(run, tags=[tag])
-            prior = acceptance_prior(store, name, target.fingerprint, params=overrides or None, tag=tag)
+            prior = acceptance_prior(store, name, target.fingerprint, params=query_params, tag=tag)
         priors[label] = prior
         print(
             f"prior {label}: {prior.observations} judged nodes, sha {prior.fingerprint()} ({prior.source}); "

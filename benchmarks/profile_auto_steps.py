@@ -34,7 +34,7 @@ def main(argv=None) -> int:
     ap.add_argument("--family", default="summarization")
     ap.add_argument("--methods", default="aasd-strict;recycle;casd[delta=0.5];aasd")
     ap.add_argument("--prior", default="results/auto_size/prior.db", help="bench_auto_size's prior store")
-    ap.add_argument("--caution", type=float, default=0.0, help="core.sizing.CAUTION")
+    ap.add_argument("--caution", type=float, default=None, help="core.sizing.CAUTION (default: the engine's)")
     ap.add_argument("--pause", choices=("on", "off"), default="on", help="core.sizing.PAUSE")
     ap.add_argument("--max-new-tokens", type=int, default=64)
     ap.add_argument("--pause-effect", type=int, default=0, metavar="N", help="steps with the pause on and off, N items")
@@ -56,7 +56,8 @@ def main(argv=None) -> int:
     from workbench.store.priors import acceptance_prior
     from workbench.store.repository import Store
 
-    core.sizing.CAUTION = args.caution
+    if args.caution is not None:
+        core.sizing.CAUTION = args.caution
     core.sizing.PAUSE = args.pause == "on"
     seconds: dict[str, float] = collections.defaultdict(float)
     calls: dict[str, int] = collections.defaultdict(int)
@@ -89,7 +90,7 @@ def main(argv=None) -> int:
     warm = encode_prompt(target.tokenizer, "Hello", chat=False)
     for label in methods:
         run_method(label.split("[")[0], target, warm, {"max_new_tokens": 4})
-    print(f"{args.family} {task.id}: {len(ids)} prompt tokens; {args.dtype}, 1 thread, caution {args.caution}")
+    print(f"{args.family} {task.id}: {len(ids)} prompt tokens; {args.dtype}, 1 thread, caution {core.sizing.CAUTION}")
     for label in methods:
         name, overrides = parse_method_spec(label)
         params = {**overrides, "max_new_tokens": args.max_new_tokens}

@@ -73,8 +73,9 @@ def test_under_a_flat_cost_the_sizer_keeps_large_trees_at_every_context_length()
         assert TreeSizer(flat()).choose(tree, length).num_draft >= 48
         assert TreeSizer(flat(0.01)).choose(tree, length).num_draft >= 16  # 1 % per node: still a large tree
     stored = AcceptancePrior.from_counts([("context", d, 800, 1000) for d in range(1, 17)])
-    # a good prior: a long chain, cut where the rest adds under 2 % (0.8^19 + ... + 0.8^40 ≈ 1.5 % of E ≈ 4.9)
-    assert TreeSizer(flat(), stored).choose(chain(40), 4096).num_draft == 18
+    # a good prior: a long chain, cut where the rest adds under 2 % (0.8^19 + ... + 0.8^40 ≈ 1.5 % of E ≈ 4.9),
+    # priced at the posterior mean (caution 0) so the cut is the one computed here
+    assert TreeSizer(flat(), stored, caution=0).choose(chain(40), 4096).num_draft == 18
 
 
 def test_when_each_node_costs_a_forward_the_sizer_keeps_the_empty_tree():
@@ -178,9 +179,10 @@ def test_the_sizer_counts_verified_nodes_per_source_and_depth_from_a_steps_decis
 
 
 def test_the_sizer_learns_to_cut_a_branch_that_is_never_accepted():
-    sizer = TreeSizer(
+    sizer = TreeSizer(  # the posterior mean (caution 0): the first choice keeps all three nodes
         CostModel((0, 1, 2, 3), (256,), ((0.010, 0.010, 0.010, 0.0105),)),
         AcceptancePrior.from_counts([("context", 1, 5, 10), ("alignment", 1, 5, 10), ("context", 2, 5, 10)]),
+        caution=0,
     )
     tree = DraftTree.root_only(0)
     good = tree.add(0, 1, "context")
@@ -234,10 +236,15 @@ def test_a_run_records_the_prior_and_the_cost_its_trees_were_sized_from(tiny, mo
     assert p["prior_observations"] == 190
     assert AcceptancePrior.from_dict(json.loads(p["prior"])).fingerprint() == prior.fingerprint()
     assert p["cost_model_ms"].startswith("L=") and p["cost_model_ms"].count("L=") >= 2
+    assert p["sizer_caution"] == 1.0  # the default, cautious sizer
     default = run_method("aasd-strict", tiny, prompt, {"max_new_tokens": 12})
     assert default.params["prior_source"] == "default" and default.params["prior_observations"] == 0
     assert default.params["prior_sha"] != prior.fingerprint()
     assert "prior_sha" not in run_method("aasd-strict", tiny, prompt, {"max_new_tokens": 12, "max_nodes": 8}).params
+    import core.sizing
+
+    monkeypatch.setattr(core.sizing, "CAUTION", 0.0)  # the posterior mean is recorded too, not left implicit
+    assert run_method("aasd-strict", tiny, prompt, {"max_new_tokens": 12}, prior=prior).params["sizer_caution"] == 0.0
 
 
 def test_a_cost_curve_that_makes_trees_expensive_gives_greedy_steps(tiny, monkeypatch):
@@ -491,9 +498,26 @@ def test_a_step_where_no_tree_pays_skips_the_drafter_and_forwards_the_root_alone
 def test_a_cautious_sizer_keeps_smaller_trees_while_its_rates_rest_on_little_evidence():
     prior = AcceptancePrior.from_counts([("context", d, 6, 10) for d in range(1, 9)])
     cost = flat(0.02)  # a node costs 2 % of a step
-    plain, cautious = TreeSizer(cost, prior), TreeSizer(cost, prior, caution=1.0)
+    plain, cautious = TreeSizer(cost, prior, caution=0.0), TreeSizer(cost, prior, caution=1.0)
     tree = bushy(32)
     assert 0 < cautious.choose(tree, 256).num_draft < plain.choose(tree, 256).num_draft
+
+
+def test_the_default_sizer_is_cautious():
+    """Caution is on by default (one standard deviation): a sizer built without the argument, as max_nodes=auto
+    builds it, keeps the cautious tree, not the posterior mean's larger one."""
+    import core.sizing
+
+    prior = AcceptancePrior.from_counts([("context", d, 6, 10) for d in range(1, 9)])
+    cost, tree = flat(0.02), bushy(32)
+    default = TreeSizer(cost, prior)
+    assert core.sizing.CAUTION == 1.0 and default.caution == 1.0
+    cautious = TreeSizer(cost, prior, caution=1.0).choose(tree, 256).num_draft
+    assert (
+        default.choose(tree, 256).num_draft
+        == cautious
+        < TreeSizer(cost, prior, caution=0.0).choose(tree, 256).num_draft
+    )
 
 
 def test_drafting_pauses_after_refused_proposals_for_longer_and_longer_and_a_kept_tree_ends_it():

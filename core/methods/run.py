@@ -259,8 +259,7 @@ def _decoding_parts(
     if sizer is not None:  # what the tree sizes were chosen from: the run is reproducible from it
         p["cost_model_ms"] = cost_grid_text(sizer.cost)
         p.update(sizer.prior.record())
-        if sizer.caution:
-            p["sizer_caution"] = sizer.caution
+        p["sizer_caution"] = sizer.caution  # recorded also when 0: since the default is cautious, 0 is the exception
     return _DecodingParts(
         drafter,
         verifier,
