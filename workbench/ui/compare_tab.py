@@ -98,6 +98,18 @@ def task_fields(t: Task, bundled: bool = True) -> tuple[str, str, int, bool]:
     return t.context or "", text_in, min(cap, MAX_NEW_TOKENS_HERE), t.chat
 
 
+EMPTY_PROMPT = "the prompt is empty: type a question or instruction (and optionally a context)"
+
+
+def check_prompt_box(prompt: str | None, task: Task | None) -> None:
+    """Refuse an empty Prompt box, whatever the Context box holds: the context is the draft pool and what the question
+    is about, and read alone every method just continues the document. The exception is a chosen task whose own prompt
+    is empty (a task file's row that asks inside its context): that task supplies the prompt."""
+    if (prompt or "").strip() or (task is not None and not task_fields(task)[1].strip()):
+        return
+    raise InvalidInputError(EMPTY_PROMPT)
+
+
 def uploaded_label(count: int) -> str:
     """The Task dropdown's label while it holds an uploaded file's tasks beside the samples."""
     return f"Task (bundled samples, and your file's {count} task{'s' if count != 1 else ''}: upload:…)"
@@ -783,11 +795,15 @@ class Comparison:
         self.req, self.store, self.pool, self.tasks = req, store, pool, tasks
         self.stop, self.run_stop, self.owner_tags, self.where = stop, run_stop, tuple(owner_tags), where
 
+    def picked_task(self) -> Task | None:
+        """The task chosen under Task (bundled or uploaded), edited or not; None for free text."""
+        r = self.req
+        return self.tasks.get(r.task_choice) or (r.uploaded or {}).get(r.task_choice)
+
     def chosen_task(self) -> Task | None:
         """The chosen task, whose references score every output as bench scores them; free text, or a task whose
         prompt or context was edited, has none that apply."""
-        r = self.req
-        t = self.tasks.get(r.task_choice) or (r.uploaded or {}).get(r.task_choice)
+        r, t = self.req, self.picked_task()
         if t is not None and task_fields(t)[:2] != ((r.context or ""), (r.prompt or "")):
             return None
         return t
@@ -797,6 +813,7 @@ class Comparison:
         r = self.req
         if r.upload_error:
             raise InvalidInputError(upload_refusal(r.upload_error))
+        check_prompt_box(r.prompt, self.picked_task())
         self.n_repeats = check_repeats(r.repeats)
         self.specs = service.check_methods(r.methods or [], r.model, r.draft)
         chosen = {n: v for n, v in r.params.items() if v is not None and v != PARAMS[n].default}
