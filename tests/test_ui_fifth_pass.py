@@ -63,3 +63,17 @@ def test_a_task_that_asks_inside_its_context_still_runs_with_an_empty_prompt_box
     from workbench.ui.compare_tab import task_fields
 
     assert all(task_fields(t)[1].strip() for t in service.sample_tasks())
+
+
+def test_the_diff_legend_explains_the_placeholder_of_a_missing_token():
+    """The legend explained ␣ and ↵ only; a cell's '·' (the run has no token there) was left to guess."""
+    import re
+
+    from workbench.ui.tokens import NO_TOKEN, token_diff_html
+
+    page = token_diff_html(["a", "b", "c"], ["a", "c"], 1, ("#1 greedy", "#2 aasd"), ids=([1, 2, 3], [1, 3]))
+    key = re.search(r'<div class="tokdiff-key"[^>]*>(.*?)</div>', page, re.S).group(1)
+    assert re.search(rf">{re.escape(NO_TOKEN)}</span> this run has no token here", key), key
+    # the cell that has it: B's side of A's dropped "b", greyed so it is not read as a token "·"
+    cell = re.search(r'<span class="side b" data-no-token="1"[^>]*>([^<]*)</span>', page)
+    assert cell and cell.group(1) == NO_TOKEN and "color:#999" in cell.group(0)
