@@ -77,3 +77,36 @@ def test_the_diff_legend_explains_the_placeholder_of_a_missing_token():
     # the cell that has it: B's side of A's dropped "b", greyed so it is not read as a token "·"
     cell = re.search(r'<span class="side b" data-no-token="1"[^>]*>([^<]*)</span>', page)
     assert cell and cell.group(1) == NO_TOKEN and "color:#999" in cell.group(0)
+
+
+def test_picking_another_task_clears_the_previous_prompts_results():
+    """After picking another task, the previous task's columns, speed table and note stayed under the new prompt."""
+    from workbench.ui.compare_tab import CLEARED_OUTPUTS, FREE_TEXT, SLOTS
+
+    h = handlers({"a": Task("a", "qa", "first?"), "b": Task("b", "qa", "second?", context="doc")})
+    for choice in ("b", FREE_TEXT):
+        out = h.pick_task(choice, {}, 128, 128, [12, 13, 14])
+        assert len(out) == 5 + CLEARED_OUTPUTS
+        metrics, texts = list(out[5 : 5 + SLOTS]), list(out[5 + SLOTS : 5 + 2 * SLOTS])
+        figure, table, note, status = out[5 + 2 * SLOTS :]
+        assert metrics == [""] * SLOTS and texts == [""] * SLOTS and note == ""
+        assert table.empty and not figure.data
+        assert "cleared" in status and "#12, #13, #14" in status and "stay stored" in status
+    # before any comparison the status is left alone (an upload's "loaded 3 tasks" line stays)
+    assert h.pick_task("b", {}, 128, 128, [])[-1] == {"__type__": "update"}
+
+
+def test_the_task_dropdown_is_wired_to_clear_the_results(tmp_path):
+    """The handler's cleared values reach the page: the task change's outputs are the columns, the speeds, the
+    note and the status (a handler test alone passes with the event still wired to the five fields)."""
+    from workbench.service import ModelPool
+    from workbench.ui import build_app
+    from workbench.ui.compare_tab import SLOTS
+
+    demo = build_app(db=str(tmp_path / "t.db"), pool=ModelPool("cpu", "float32"))
+    (event,) = [f for f in demo.fns.values() if getattr(f.fn, "__name__", "") == "pick_task"]
+    ids = [getattr(o, "elem_id", None) for o in event.outputs]
+    want = [f"col-metrics-{i}" for i in range(SLOTS)] + [f"col-text-{i}" for i in range(SLOTS)]
+    want += ["compare-speed", "compare-speed-table", "compare-speed-note", "compare-status"]
+    assert ids[5:] == want
+    assert len(event.inputs) == 5  # the last comparison's run ids, for the status line

@@ -110,6 +110,23 @@ def check_prompt_box(prompt: str | None, task: Task | None) -> None:
     raise InvalidInputError(EMPTY_PROMPT)
 
 
+CLEARED_OUTPUTS = 2 * SLOTS + 4  # task_change_cleared's: the columns' metrics and texts, the speeds, the status
+
+
+def task_change_cleared(last_runs) -> list:
+    """What a task change does to the last comparison's results (in CompareForm.cleared_outputs' order): each column's
+    metrics and text, the speed chart, table and note emptied, since they answered the previous prompt; the status
+    says where its runs still are (nothing is said, and an upload's "loaded" line stays, when none were run)."""
+    ids = [int(i) for i in (last_runs or [])]
+    status = (
+        gr.update()
+        if not ids
+        else f"new task: the previous prompt's results were cleared; its runs ({', '.join(f'#{i}' for i in ids)}) "
+        "stay stored: Replay & tune and Diff open them"
+    )
+    return [""] * SLOTS + [""] * SLOTS + [empty_figure(""), speed_frame([]), "", status]
+
+
 def uploaded_label(count: int) -> str:
     """The Task dropdown's label while it holds an uploaded file's tasks beside the samples."""
     return f"Task (bundled samples, and your file's {count} task{'s' if count != 1 else ''}: upload:…)"
@@ -485,6 +502,11 @@ class CompareForm:
             + [self.controls[n] for n in PARAM_FIELDS]
             + [self.task, self.uploaded, self.compress_rate, self.compressor, self.repeats, self.upload_error]
         )
+
+    @property
+    def cleared_outputs(self) -> list:
+        """What a task change empties (task_change_cleared's order)."""
+        return [*self.stats, *self.bodies, self.speed_plot, self.speed_table, self.speed_note, self.status]
 
     def outputs(self, compare_ids: gr.State) -> list:
         return (
@@ -1080,19 +1102,27 @@ class CompareHandlers:
         self.store, self.pool, self.tasks, self.who = store, pool, tasks, who
         self.stops = StopFlags()
 
-    def pick_task(self, choice, uploaded, cap_now, task_cap):
-        """(context, prompt, max_new_tokens, chat, the task's cap) of the chosen task. A token cap other than the one
-        the last task filled in is the user's own and is kept (read from the field itself: no event can race it)."""
+    def pick_task(self, choice, uploaded, cap_now, task_cap, last_runs=None):
+        """(context, prompt, max_new_tokens, chat, the task's cap, then task_change_cleared's outputs) of the chosen
+        task. A token cap other than the one the last task filled in is the user's own and is kept (read from the field
+        itself: no event can race it). The last comparison's results are cleared: they answered another prompt."""
         if choice == FREE_TEXT:
             fields = free_text_fields()
         else:
             bundled = choice in self.tasks
             t = self.tasks.get(choice) or (uploaded or {}).get(choice)
             if t is None:
-                return (gr.update(),) * 5
+                return (gr.update(),) * (5 + CLEARED_OUTPUTS)
             fields = task_fields(t, bundled)
         users = cap_now is not None and task_cap is not None and cap_now != task_cap
-        return fields[0], fields[1], gr.update() if users else fields[2], fields[3], task_cap if users else fields[2]
+        return (
+            fields[0],
+            fields[1],
+            gr.update() if users else fields[2],
+            fields[3],
+            task_cap if users else fields[2],
+            *task_change_cleared(last_runs),
+        )
 
     def upload(self, path):
         """(tasks, task dropdown, status line, the file's error, the note under the upload control): a file that
@@ -1235,8 +1265,8 @@ def compare_tab(store: Store, pool: service.ModelPool, compare_ids: gr.State, wh
     h = CompareHandlers(store, pool, tasks, who)
     form.task.change(
         h.pick_task,
-        [form.task, form.uploaded, form.max_new, form.task_cap],
-        [form.context, form.prompt, form.max_new, form.chat, form.task_cap],
+        [form.task, form.uploaded, form.max_new, form.task_cap, compare_ids],
+        [form.context, form.prompt, form.max_new, form.chat, form.task_cap, *form.cleared_outputs],
         api_name=False,
     )
     form.task_file.change(
