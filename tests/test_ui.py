@@ -63,6 +63,18 @@ def test_compare_fills_three_columns_and_stores_the_runs(default_comparison):
 
 
 @real_model
+def test_the_csd_column_says_how_many_tokens_its_memory_rescued(app, default_comparison):
+    """Issue 33, fifth pass, item 11: the csd column gives the count the memory tab gave (and why it is 0)."""
+    demo, _ = app
+    _, heads, metrics, _, ids = default_comparison
+    stored = demo.store.load_run(ids["csd"]).trace
+    rescued = sum(1 for s in stored.steps for n in s.nodes if n.decision == "rescued")
+    assert re.search(rf">rescued</span> \*\*{rescued}\*\* tokens?", metrics[2]), metrics[2]
+    assert rescued or "(no " in metrics[2] or "reached λ" in metrics[2]  # a zero says why
+    assert ">rescued</span>" not in metrics[0] + metrics[1]  # greedy and aasd rescue nothing
+
+
+@real_model
 def test_compare_scores_a_bundled_task_with_bench_scorer(app, default_comparison):
     """The default task carries references: each column shows the score bench would give its stored output."""
     from workbench import service

@@ -7,6 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from core.trace import NodeTrace, StepTrace
 from workbench.evaluation.tasks.task import Task
 
 EMPTY = "the prompt is empty: type a question or instruction"
@@ -110,3 +111,61 @@ def test_the_task_dropdown_is_wired_to_clear_the_results(tmp_path):
     want += ["compare-speed", "compare-speed-table", "compare-speed-note", "compare-status"]
     assert ids[5:] == want
     assert len(event.inputs) == 5  # the last comparison's run ids, for the status line
+
+
+def csd_step(index: int, decisions: list[tuple[str, int | None, str]]) -> StepTrace:
+    """A step of a chain: the root, then one draft node per (decision, memory count, reason), then the bonus."""
+
+    def node(i, parent, decision, count=None, reason=""):
+        source = "root" if parent < 0 else "context"
+        return NodeTrace(index, 0, i, parent, max(i, 0), 100 + i, f"t{i}", source, decision, reason, mem_count=count)
+
+    nodes = [node(0, -1, "accepted", reason="root")]
+    nodes += [node(i, i - 1, d, c, r) for i, (d, c, r) in enumerate(decisions, start=1)]
+    kept = sum(1 for d, _, _ in decisions if d in ("accepted", "rescued"))
+    return StepTrace(index, 0, len(decisions), kept, [100 + i for i in range(kept + 1)], nodes=nodes)
+
+
+def test_a_csd_column_says_how_many_tokens_it_rescued_and_why_none():
+    """The default demo's csd column was token for token aasd[auto]'s, and nothing in it said that CSD's memory
+    rescued nothing (only the memory tab did). The metrics line now says it, with the reason, and means it on hover."""
+    import html
+    import re
+
+    from browser_util import synthetic_run
+
+    from workbench.ui.shared import RESCUED_MEANING, rescued_md
+
+    lam = {"lam": 6, "tau": 0.1}
+    low = synthetic_run("csd", [csd_step(0, [("accepted", None, ""), ("rejected", 2, "count 2 < λ 6")])], params=lam)
+    line = rescued_md(low)
+    hover = re.search(r'<span[^>]*title="([^"]*)"[^>]*>rescued</span> \*\*0\*\* tokens \((.*)\)$', line)
+    assert hover and html.unescape(hover.group(1)) == RESCUED_MEANING, line
+    assert hover.group(2) == "no pair reached λ 6 this run: 1 rejection; the largest count was 2"
+    # a pair at λ that the gate refused
+    refused = [("rejected", 9, "count 9 ≥ λ 6; z(x) − z(t*) -4.1 < log τ -2.3"), ("rejected", 1, "count 1 < λ 6")]
+    gated = synthetic_run("csd", [csd_step(0, refused[:1]), csd_step(1, refused[1:])], params=lam)
+    assert "(1 of 2 rejections reached λ 6, but the logit gate (τ 0.1) refused 1)" in rescued_md(gated)
+    # rescues are counted
+    two = synthetic_run("csd", [csd_step(0, [("rescued", 7, ""), ("rescued", 8, "")]), csd_step(1, [])], params=lam)
+    assert re.search(r">rescued</span> \*\*2\*\* tokens$", rescued_md(two))
+    nothing_rejected = synthetic_run("csd", [csd_step(0, [("accepted", None, "")])], params=lam)
+    assert "(no draft token was rejected this run)" in rescued_md(nothing_rejected)
+    # methods without CSD's rescue say nothing of it
+    assert rescued_md(synthetic_run("aasd", [csd_step(0, [("rejected", None, "")])])) == ""
+    assert rescued_md(synthetic_run("greedy", [])) == ""
+
+
+def test_the_compare_column_of_a_csd_run_carries_the_rescued_count(monkeypatch):
+    """The line is in the column: Comparison._metrics (what each finished column shows) ends with it."""
+    from browser_util import synthetic_run
+
+    from workbench.ui.compare_tab import Comparison, Place
+
+    comparison = Comparison.__new__(Comparison)
+    comparison.task, comparison.n_repeats = None, 1
+    monkeypatch.setattr(Comparison, "_fit_note", lambda self, run: "")
+    monkeypatch.setattr(Comparison, "_memory_note", lambda self, run: "")
+    run = synthetic_run("csd", [csd_step(0, [("rejected", 1, "count 1 < λ 6")])], params={"lam": 6})
+    line = comparison._metrics(run, 241, 10.0, Place(3, 3, 1))
+    assert ">rescued</span> **0** tokens (no pair reached λ 6 this run: 1 rejection; the largest count was 1)" in line

@@ -44,6 +44,7 @@ from workbench.ui.shared import (
     metrics_md,
     param_label,
     public_message,
+    rescued_md,
 )
 
 SLOTS = service.MAX_METHODS  # columns
@@ -1003,6 +1004,7 @@ class Comparison:
         return (
             shown
             + metrics_md(run, run_id, greedy_tps, score, score_label(task) if task is not None else None)
+            + rescued_md(run)
             + self._fit_note(run)
             + self._memory_note(run)
         )

@@ -9,7 +9,7 @@ from typing import Any
 
 import pandas as pd
 
-from core.errors import InvalidInputError, WorkbenchError
+from core.errors import InvalidInputError
 from core.params import PARAMS
 from core.stats import first_divergence
 from core.thresholds import describe_values
@@ -21,7 +21,7 @@ from workbench.ui import tokens
 from workbench.ui.figures import replay as figures
 from workbench.ui.figures.common import DECISION_COLORS, SOURCE_SYMBOLS
 from workbench.ui.reasons import TokenText, known_texts, readable_reason
-from workbench.ui.shared import SYMBOL, TUNABLE, asked_as, fitted_md, metrics_md, sig, step_of
+from workbench.ui.shared import SYMBOL, TUNABLE, asked_as, fitted_md, metrics_md, rescue_rule, sig, step_of
 
 OWN_RULE = "(the run's own)"
 FLIPS_SHOWN = 200  # rows of the flips table: a lenient threshold flips thousands, and the browser draws each row
@@ -42,18 +42,8 @@ FLIP_COLUMNS = (
 
 def gated(trace: RunTrace) -> bool:
     """Whether the run's method has CSD's rescue gate (only then is a rejection's logit gap against −ln τ drawn).
-    Judged with the method's defaults under the run's own values (a run may record only some of them)."""
-    try:
-        method = get_method(trace.method)
-    except WorkbenchError:  # a method this server does not know: no gate to draw
-        return False
-    defaults = resolve_params(method.name)
-    try:
-        return (
-            method.rescue_of({**defaults, **{k: v for k, v in trace.params.items() if k in method.params}}) is not None
-        )
-    except Exception:  # noqa: BLE001 - stored values the rule cannot read: the method's defaults decide
-        return method.rescue_of(defaults) is not None
+    Judged with the method's defaults under the run's own values (shared.rescue_rule)."""
+    return rescue_rule(trace) is not None
 
 
 # ---------------------------------------------------------------- one step
