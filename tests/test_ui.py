@@ -134,6 +134,9 @@ def test_rerun_with_new_settings_stores_a_second_run(app, default_comparison):
     original, rerun, md, listed = client.predict(rid, "(the run's own)", 0.1, 0.0, 0.001, 0.01, 6, api_name="/rerun")
     new = {r.id for r in demo.store.list_runs()} - before
     assert len(new) == 1 and f"re-run #{new.pop()}" in md and original and rerun
+    # both lines give a speed-up against the comparison's greedy run, and say which it is (fifth pass, item 9)
+    assert f"speed-ups against greedy run #{default_comparison[-1]['greedy']} (the same prompt" in md, md
+    assert len(re.findall(r"speed-up \d+\.\d\d×", md)) == 2, md
 
 
 @real_model

@@ -169,3 +169,71 @@ def test_the_compare_column_of_a_csd_run_carries_the_rescued_count(monkeypatch):
     run = synthetic_run("csd", [csd_step(0, [("rejected", 1, "count 1 < λ 6")])], params={"lam": 6})
     line = comparison._metrics(run, 241, 10.0, Place(3, 3, 1))
     assert ">rescued</span> **0** tokens (no pair reached λ 6 this run: 1 rejection; the largest count was 1)" in line
+
+
+def timed_run(method: str, tokens: int, seconds: float, **fields):
+    """A complete run that wrote `tokens` tokens, one step each, in `seconds` of decoding."""
+    from browser_util import synthetic_run
+
+    steps = [StepTrace(i, 10 + i, 0, 0, [i]) for i in range(tokens)]
+    return synthetic_run(method, steps, decode_seconds=seconds, **fields)
+
+
+def test_the_rerun_line_gives_speed_ups_against_the_greedy_run_of_the_same_workload():
+    """Replay's re-run lines showed "speed-up –" for both runs, with no reason; run #240 showed 2.98× in Compare."""
+    from workbench.ui import replay_view as rv
+
+    cap = {"max_new_tokens": 32}
+    greedy = timed_run("greedy", 30, 3.0, params=cap)  # 10 tok/s
+    original, new = timed_run("aasd", 30, 1.0, params=cap), timed_run("aasd", 30, 1.5, params=cap)
+    md = rv.rerun_outputs(240, original, new, 250, (239, greedy))[2]
+    assert "speed-up 3.00×" in md.split("re-run #")[0] and "speed-up 2.00×" in md.split("re-run #")[1], md
+    assert "speed-ups against greedy run #239 (the same prompt, model, float32 and token cap" in md
+    # none stored: the line says why instead of a bare dash
+    alone = rv.rerun_outputs(240, original, new, 250, None)[2]
+    assert "speed-up –" in alone and "no speed-up: no complete greedy run of this prompt on smollm2-135m" in alone
+    assert "run greedy beside it in Compare" in alone
+
+
+def test_only_a_greedy_run_of_the_same_workload_is_a_reference():
+    from workbench.ui import replay_view as rv
+
+    run = timed_run("aasd", 4, 1.0, params={"max_new_tokens": 32})
+    assert rv.same_workload(run, timed_run("greedy", 4, 1.0, params={"max_new_tokens": 32}))
+    for other in (
+        dict(prompt_ids=list(range(11))),
+        dict(dtype="bfloat16"),
+        dict(model="qwen2.5-coder-0.5b"),
+        dict(params={"max_new_tokens": 64}),
+    ):
+        assert not rv.same_workload(run, timed_run("greedy", 4, 1.0, **{"params": {"max_new_tokens": 32}, **other}))
+    # the comparison the run came from (greedy runs first) before a later one
+    assert rv.greedy_candidates(240, [300, 239, 100, 241]) == [239, 100, 241, 300]
+
+
+def test_the_rerun_handler_finds_the_greedy_run_the_original_came_from(tmp_path):
+    """ReplayHandlers.greedy_of reads the store: the matching greedy run nearest before the original, never another
+    prompt's, never a run the viewer may not see; a greedy run is its own reference."""
+    from workbench.store import Store
+    from workbench.ui.access import Viewer
+    from workbench.ui.replay_tab import ReplayHandlers
+
+    store = Store(str(tmp_path / "t.db"))
+    cap = {"max_new_tokens": 32}
+    mine, theirs = ("workbench", "owner:me"), ("workbench", "owner:them")
+    early = store.save_run(timed_run("greedy", 8, 1.0, params=cap), mine)
+    comparison_greedy = store.save_run(timed_run("greedy", 8, 1.0, params=cap), mine)
+    store.save_run(timed_run("greedy", 8, 1.0, params=cap, prompt_ids=[1, 2]), mine)  # nearer, another prompt
+    store.save_run(timed_run("greedy", 8, 1.0, params={"max_new_tokens": 64}), mine)  # nearer, another cap
+    original_run = timed_run("aasd", 8, 0.5, params=cap)
+    original = store.save_run(original_run, mine)
+    store.save_run(timed_run("greedy", 8, 1.0, params=cap), theirs)  # newer, but not the viewer's
+    h = ReplayHandlers(store, pool=None, cache=None)
+    found = h.greedy_of(original, original_run, None)
+    assert found is not None and found[0] == comparison_greedy  # its own comparison's
+    newest_theirs = max(r.id for r in store.list_runs(method="greedy"))
+    assert h.greedy_of(original, original_run, Viewer("owner:them"))[0] == newest_theirs  # theirs, after it
+    assert h.greedy_of(original, original_run, Viewer("owner:me"))[0] == comparison_greedy
+    assert h.greedy_of(original, original_run, Viewer("owner:nobody")) is None
+    assert h.greedy_of(original, timed_run("aasd", 8, 0.5, params=cap, prompt_ids=[9]), None) is None
+    assert h.greedy_of(early, store.load_run(early).trace, None)[0] == early
