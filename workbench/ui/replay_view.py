@@ -364,8 +364,8 @@ def rerun_outputs(
     run_id: int, trace: RunTrace, new: RunTrace, new_id: int | None, greedy: tuple[int, RunTrace] | None = None
 ):
     """(original text, re-run text with its first divergence marked, both runs' metrics). `greedy` is a stored
-    greedy run of the same workload (greedy_reference): both speed-ups are against it, and the line says which it
-    is; without one the line says why there is no speed-up."""
+    greedy run of the same workload (same_workload; ReplayHandlers.greedy_of finds it): both speed-ups are against
+    it, and the line says which it is; without one the line says why there is no speed-up."""
     div = first_divergence(trace.output_ids, new.output_ids)
     tps = run_metrics(greedy[1])["tps"] if greedy is not None else None
     return (

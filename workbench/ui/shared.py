@@ -207,8 +207,9 @@ RESCUED_MEANING = (
 
 
 def rescued_md(run: RunTrace) -> str:
-    """ " · rescued 0 tokens (no pair reached λ 6 this run: the largest count was 2)": a CSD-style run's rescues
-    (what CSD adds over strict verification), and when there are none, why; "" for a method that rescues nothing."""
+    """ " · rescued 0 tokens (no pair reached λ 6 this run: 5 rejections; the largest count was 2)": a CSD-style
+    run's rescues (what CSD adds over strict verification), and when there are none, why; "" for a method that
+    rescues nothing."""
     rule = rescue_rule(run)
     if rule is None:
         return ""
@@ -235,7 +236,8 @@ def _why_none_rescued(run: RunTrace, rule: Rescue) -> str:
         gate = len(reached) - eos
         why = [f"the logit gate (τ {rule.tau:g}) refused {gate}" if gate and rule.tau is not None else ""]
         why.append(f"{eos} would have ended the text (rescue_eos=no)" if eos else "")
-        return f"{len(reached)} of {rejections} reached λ {rule.lam}, but " + " and ".join(w for w in why if w)
+        why = [w for w in why if w] or ["none was rescued"]
+        return f"{len(reached)} of {rejections} reached λ {rule.lam}, but " + " and ".join(why)
     return f"the logit gate (τ {rule.tau:g}) refused all {rejections}"
 
 
