@@ -63,6 +63,18 @@ def test_compare_fills_three_columns_and_stores_the_runs(default_comparison):
 
 
 @real_model
+def test_the_csd_column_says_how_many_tokens_its_memory_rescued(app, default_comparison):
+    """Issue 33, fifth pass, item 11: the csd column gives the count the memory tab gave (and why it is 0)."""
+    demo, _ = app
+    _, heads, metrics, _, ids = default_comparison
+    stored = demo.store.load_run(ids["csd"]).trace
+    rescued = sum(1 for s in stored.steps for n in s.nodes if n.decision == "rescued")
+    assert re.search(rf">rescued</span> \*\*{rescued}\*\* tokens?", metrics[2]), metrics[2]
+    assert rescued or "(no " in metrics[2] or "reached λ" in metrics[2]  # a zero says why
+    assert ">rescued</span>" not in metrics[0] + metrics[1]  # greedy and aasd rescue nothing
+
+
+@real_model
 def test_compare_scores_a_bundled_task_with_bench_scorer(app, default_comparison):
     """The default task carries references: each column shows the score bench would give its stored output."""
     from workbench import service
@@ -122,6 +134,9 @@ def test_rerun_with_new_settings_stores_a_second_run(app, default_comparison):
     original, rerun, md, listed = client.predict(rid, "(the run's own)", 0.1, 0.0, 0.001, 0.01, 6, api_name="/rerun")
     new = {r.id for r in demo.store.list_runs()} - before
     assert len(new) == 1 and f"re-run #{new.pop()}" in md and original and rerun
+    # both lines give a speed-up against the comparison's greedy run, and say which it is (fifth pass, item 9)
+    assert f"speed-ups against greedy run #{default_comparison[-1]['greedy']} (the same prompt" in md, md
+    assert len(re.findall(r"speed-up \d+\.\d\d×", md)) == 2, md
 
 
 @real_model

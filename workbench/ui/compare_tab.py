@@ -44,6 +44,7 @@ from workbench.ui.shared import (
     metrics_md,
     param_label,
     public_message,
+    rescued_md,
 )
 
 SLOTS = service.MAX_METHODS  # columns
@@ -96,6 +97,35 @@ def task_fields(t: Task, bundled: bool = True) -> tuple[str, str, int, bool]:
     default = PARAMS["max_new_tokens"].default
     cap = max(t.max_new_tokens or 0, default) if bundled else t.max_new_tokens or default
     return t.context or "", text_in, min(cap, MAX_NEW_TOKENS_HERE), t.chat
+
+
+EMPTY_PROMPT = "the prompt is empty: type a question or instruction (and optionally a context)"
+
+
+def check_prompt_box(prompt: str | None, task: Task | None) -> None:
+    """Refuse an empty Prompt box, whatever the Context box holds: the context is the draft pool and what the question
+    is about, and read alone every method just continues the document. The exception is a chosen task whose own prompt
+    is empty (a task file's row that asks inside its context): that task supplies the prompt."""
+    if (prompt or "").strip() or (task is not None and not task_fields(task)[1].strip()):
+        return
+    raise InvalidInputError(EMPTY_PROMPT)
+
+
+CLEARED_OUTPUTS = 2 * SLOTS + 4  # task_change_cleared's: the columns' metrics and texts, the speeds, the status
+
+
+def task_change_cleared(last_runs) -> list:
+    """What a task change does to the last comparison's results (in CompareForm.cleared_outputs' order): each column's
+    metrics and text, the speed chart, table and note emptied, since they answered the previous prompt; the status
+    says where its runs still are (nothing is said, and an upload's "loaded" line stays, when none were run)."""
+    ids = [int(i) for i in (last_runs or [])]
+    status = (
+        gr.update()
+        if not ids
+        else f"new task: the previous prompt's results were cleared; its runs ({', '.join(f'#{i}' for i in ids)}) "
+        "stay stored: Replay & tune and Diff open them"
+    )
+    return [""] * SLOTS + [""] * SLOTS + [empty_figure(""), speed_frame([]), "", status]
 
 
 def uploaded_label(count: int) -> str:
@@ -474,6 +504,11 @@ class CompareForm:
             + [self.task, self.uploaded, self.compress_rate, self.compressor, self.repeats, self.upload_error]
         )
 
+    @property
+    def cleared_outputs(self) -> list:
+        """What a task change empties (task_change_cleared's order)."""
+        return [*self.stats, *self.bodies, self.speed_plot, self.speed_table, self.speed_note, self.status]
+
     def outputs(self, compare_ids: gr.State) -> list:
         return (
             [self.status, compare_ids]
@@ -783,11 +818,15 @@ class Comparison:
         self.req, self.store, self.pool, self.tasks = req, store, pool, tasks
         self.stop, self.run_stop, self.owner_tags, self.where = stop, run_stop, tuple(owner_tags), where
 
+    def picked_task(self) -> Task | None:
+        """The task chosen under Task (bundled or uploaded), edited or not; None for free text."""
+        r = self.req
+        return self.tasks.get(r.task_choice) or (r.uploaded or {}).get(r.task_choice)
+
     def chosen_task(self) -> Task | None:
         """The chosen task, whose references score every output as bench scores them; free text, or a task whose
         prompt or context was edited, has none that apply."""
-        r = self.req
-        t = self.tasks.get(r.task_choice) or (r.uploaded or {}).get(r.task_choice)
+        r, t = self.req, self.picked_task()
         if t is not None and task_fields(t)[:2] != ((r.context or ""), (r.prompt or "")):
             return None
         return t
@@ -797,6 +836,7 @@ class Comparison:
         r = self.req
         if r.upload_error:
             raise InvalidInputError(upload_refusal(r.upload_error))
+        check_prompt_box(r.prompt, self.picked_task())
         self.n_repeats = check_repeats(r.repeats)
         self.specs = service.check_methods(r.methods or [], r.model, r.draft)
         chosen = {n: v for n, v in r.params.items() if v is not None and v != PARAMS[n].default}
@@ -964,6 +1004,7 @@ class Comparison:
         return (
             shown
             + metrics_md(run, run_id, greedy_tps, score, score_label(task) if task is not None else None)
+            + rescued_md(run)
             + self._fit_note(run)
             + self._memory_note(run)
         )
@@ -1063,19 +1104,27 @@ class CompareHandlers:
         self.store, self.pool, self.tasks, self.who = store, pool, tasks, who
         self.stops = StopFlags()
 
-    def pick_task(self, choice, uploaded, cap_now, task_cap):
-        """(context, prompt, max_new_tokens, chat, the task's cap) of the chosen task. A token cap other than the one
-        the last task filled in is the user's own and is kept (read from the field itself: no event can race it)."""
+    def pick_task(self, choice, uploaded, cap_now, task_cap, last_runs=None):
+        """(context, prompt, max_new_tokens, chat, the task's cap, then task_change_cleared's outputs) of the chosen
+        task. A token cap other than the one the last task filled in is the user's own and is kept (read from the field
+        itself: no event can race it). The last comparison's results are cleared: they answered another prompt."""
         if choice == FREE_TEXT:
             fields = free_text_fields()
         else:
             bundled = choice in self.tasks
             t = self.tasks.get(choice) or (uploaded or {}).get(choice)
             if t is None:
-                return (gr.update(),) * 5
+                return (gr.update(),) * (5 + CLEARED_OUTPUTS)
             fields = task_fields(t, bundled)
         users = cap_now is not None and task_cap is not None and cap_now != task_cap
-        return fields[0], fields[1], gr.update() if users else fields[2], fields[3], task_cap if users else fields[2]
+        return (
+            fields[0],
+            fields[1],
+            gr.update() if users else fields[2],
+            fields[3],
+            task_cap if users else fields[2],
+            *task_change_cleared(last_runs),
+        )
 
     def upload(self, path):
         """(tasks, task dropdown, status line, the file's error, the note under the upload control): a file that
@@ -1218,8 +1267,8 @@ def compare_tab(store: Store, pool: service.ModelPool, compare_ids: gr.State, wh
     h = CompareHandlers(store, pool, tasks, who)
     form.task.change(
         h.pick_task,
-        [form.task, form.uploaded, form.max_new, form.task_cap],
-        [form.context, form.prompt, form.max_new, form.chat, form.task_cap],
+        [form.task, form.uploaded, form.max_new, form.task_cap, compare_ids],
+        [form.context, form.prompt, form.max_new, form.chat, form.task_cap, *form.cleared_outputs],
         api_name=False,
     )
     form.task_file.change(

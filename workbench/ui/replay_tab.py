@@ -24,6 +24,7 @@ import gradio as gr
 from core.errors import WorkbenchError
 from core.params import PARAMS
 from core.stats import NODE_ACCEPTANCE, POSITION_ACCEPTANCE
+from core.trace import RunTrace
 from workbench import service
 from workbench.rescore import prepare_run, rescore_run
 from workbench.store import Store
@@ -438,9 +439,30 @@ class ReplayHandlers:
         if last is None or last.error:
             return "", "", error_md(last.error if last else "the run produced nothing"), listed
         return (
-            *rv.rerun_outputs(rid, trace, last.run, last.run_id),
+            *rv.rerun_outputs(rid, trace, last.run, last.run_id, self.greedy_of(rid, trace, viewer)),
             runs_frame(self.store, filter_text, viewer=viewer),
         )
+
+    def greedy_of(self, rid: int, trace: RunTrace, viewer, limit: int = 50) -> tuple[int, RunTrace] | None:
+        """(id, trace) of a stored greedy run of the same workload as run `rid` (replay_view.same_workload) that the
+        viewer may see, the one of its own comparison first (replay_view.greedy_candidates); None when there is none
+        among the newest `limit` greedy runs of the model with its token cap. A greedy run is its own reference."""
+        if trace.method == "greedy":
+            return rid, trace
+        cap = trace.params.get("max_new_tokens")
+        listed = self.store.list_runs(
+            method="greedy",
+            model=trace.model,
+            status="complete",
+            limit=limit,
+            any_tag=viewer.visible_tags if viewer is not None else None,
+        )
+        ids = [r.id for r in listed if (r.params or {}).get("max_new_tokens") == cap]
+        for gid in rv.greedy_candidates(rid, ids):
+            greedy = self.store.load_run(gid, nodes=False).trace
+            if rv.same_workload(trace, greedy):
+                return gid, greedy
+        return None
 
     def share(self, request: gr.Request, rid):
         """Tag the run `shared` (its owner only): every session can then list, replay and export it."""

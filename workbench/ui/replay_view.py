@@ -9,9 +9,9 @@ from typing import Any
 
 import pandas as pd
 
-from core.errors import InvalidInputError, WorkbenchError
+from core.errors import InvalidInputError
 from core.params import PARAMS
-from core.stats import first_divergence
+from core.stats import first_divergence, run_metrics
 from core.thresholds import describe_values
 from core.token_text import visible_token
 from core.trace import RunTrace, StepTrace
@@ -21,7 +21,7 @@ from workbench.ui import tokens
 from workbench.ui.figures import replay as figures
 from workbench.ui.figures.common import DECISION_COLORS, SOURCE_SYMBOLS
 from workbench.ui.reasons import TokenText, known_texts, readable_reason
-from workbench.ui.shared import SYMBOL, TUNABLE, asked_as, fitted_md, metrics_md, sig, step_of
+from workbench.ui.shared import SYMBOL, TUNABLE, asked_as, fitted_md, metrics_md, rescue_rule, sig, step_of
 
 OWN_RULE = "(the run's own)"
 FLIPS_SHOWN = 200  # rows of the flips table: a lenient threshold flips thousands, and the browser draws each row
@@ -42,18 +42,8 @@ FLIP_COLUMNS = (
 
 def gated(trace: RunTrace) -> bool:
     """Whether the run's method has CSD's rescue gate (only then is a rejection's logit gap against −ln τ drawn).
-    Judged with the method's defaults under the run's own values (a run may record only some of them)."""
-    try:
-        method = get_method(trace.method)
-    except WorkbenchError:  # a method this server does not know: no gate to draw
-        return False
-    defaults = resolve_params(method.name)
-    try:
-        return (
-            method.rescue_of({**defaults, **{k: v for k, v in trace.params.items() if k in method.params}}) is not None
-        )
-    except Exception:  # noqa: BLE001 - stored values the rule cannot read: the method's defaults decide
-        return method.rescue_of(defaults) is not None
+    Judged with the method's defaults under the run's own values (shared.rescue_rule)."""
+    return rescue_rule(trace) is not None
 
 
 # ---------------------------------------------------------------- one step
@@ -370,14 +360,58 @@ def flips_frame(result: RunRescore | None, text_of: TokenText | None = None) -> 
     )
 
 
-def rerun_outputs(run_id: int, trace: RunTrace, new: RunTrace, new_id: int | None):
-    """(original text, re-run text with its first divergence marked, both runs' metrics)."""
+def rerun_outputs(
+    run_id: int, trace: RunTrace, new: RunTrace, new_id: int | None, greedy: tuple[int, RunTrace] | None = None
+):
+    """(original text, re-run text with its first divergence marked, both runs' metrics). `greedy` is a stored
+    greedy run of the same workload (same_workload; ReplayHandlers.greedy_of finds it): both speed-ups are against
+    it, and the line says which it is; without one the line says why there is no speed-up."""
     div = first_divergence(trace.output_ids, new.output_ids)
+    tps = run_metrics(greedy[1])["tps"] if greedy is not None else None
     return (
         tokens.run_html(trace),
         tokens.run_html(new, first_divergence=div),
-        f"original #{run_id}: {metrics_md(trace, run_id, None)}  \nre-run #{new_id} ({rerun_settings(new)}): "
-        f"{metrics_md(new, new_id, None)}",
+        f"original #{run_id}: {metrics_md(trace, run_id, tps)}  \nre-run #{new_id} ({rerun_settings(new)}): "
+        f"{metrics_md(new, new_id, tps)}  \n{speedup_source(trace, run_id, greedy)}",
+    )
+
+
+def same_workload(run: RunTrace, other: RunTrace) -> bool:
+    """Whether `other` decoded what `run` decoded, where a speed-up between them means something: the same model
+    (and weights, when both recorded them), dtype, device, prompt tokens and token cap."""
+    fingerprints = (run.model_fingerprint, other.model_fingerprint)
+    return (
+        run.model == other.model
+        and (None in fingerprints or fingerprints[0] == fingerprints[1])
+        and (run.dtype, run.device) == (other.dtype, other.device)
+        and list(run.prompt_ids) == list(other.prompt_ids)
+        and run.params.get("max_new_tokens") == other.params.get("max_new_tokens")
+    )
+
+
+def greedy_candidates(run_id: int, ids: Sequence[int]) -> list[int]:
+    """Stored greedy runs' ids in the order to try them as `run_id`'s reference: the nearest before it first (a
+    comparison runs greedy first, so that is the comparison the run came from), then the nearest after it."""
+    before = sorted((i for i in ids if i < run_id), reverse=True)
+    return before + sorted(i for i in ids if i > run_id)
+
+
+def speedup_source(trace: RunTrace, run_id: int, greedy: tuple[int, RunTrace] | None) -> str:
+    """The line under the re-run's metrics: which greedy run the speed-ups are against, or why there are none."""
+    if greedy is not None:
+        gid = greedy[0]
+        if gid == run_id:
+            return f"speed-ups against #{run_id} itself (it is the greedy run)"
+        return (
+            f"speed-ups against greedy run #{gid} (the same prompt, model, {trace.dtype} and token cap; measured "
+            "when it ran: the machine's load may have changed since)"
+        )
+    if trace.status != "complete":
+        return f"no speed-up: #{run_id} is {trace.status}, so its speed measured part of a run"
+    return (
+        f"no speed-up: no complete greedy run of this prompt on {trace.model} ({trace.dtype}, "
+        f"max_new_tokens {trace.params.get('max_new_tokens', '–')}) is stored to measure it against; run greedy "
+        "beside it in Compare, then re-run"
     )
 
 

@@ -18,13 +18,15 @@ from typing import Any
 
 import pandas as pd
 
-from core.errors import InvalidInputError
+from core.errors import InvalidInputError, WorkbenchError
 from core.methods import asked_as
 from core.models import PRESETS, is_fetched, preset_path
 from core.params import PARAMS
+from core.rules import EOS_EXEMPT, Rescue
 from core.stats import ACCEPTANCE_MEANING, TOKEN_ACCEPTANCE, run_metrics
 from core.thresholds import describe_values
 from core.trace import RunTrace
+from workbench.methods import get_method, resolve_params
 from workbench.store import RunNotFoundError, Store, StoredRun
 from workbench.ui import tokens
 from workbench.ui.access import Viewer, not_visible, shown_tags
@@ -179,6 +181,64 @@ def metrics_md(
         + fitted_md(run.params)
         + f" · run #{run_id if run_id is not None else '–'}{state}"
     )
+
+
+def rescue_rule(trace: RunTrace) -> Rescue | None:
+    """The run's rescue rule (CSD's memory count λ and logit gate τ) under its own recorded values, or None for a
+    method without one (a method this server does not know has none). Values the rule cannot read fall back to the
+    method's defaults (a run may record only some of them)."""
+    try:
+        method = get_method(trace.method)
+    except WorkbenchError:  # a method this server does not know: nothing to rescue with
+        return None
+    defaults = resolve_params(method.name)
+    try:
+        return method.rescue_of({**defaults, **{k: v for k, v in trace.params.items() if k in method.params}})
+    except Exception:  # noqa: BLE001 - stored values the rule cannot read: the method's defaults decide
+        return method.rescue_of(defaults)
+
+
+RESCUED_MEANING = (
+    "draft tokens the target rejected that CSD accepted anyway: the pair (draft token, the target's own choice) had "
+    "been seen at least λ times in the correction memory, and the target gives the draft token at least τ times "
+    "the probability of its own choice. Only these can make csd's text differ from greedy's; 0 = csd wrote what "
+    "strict verification accepts"
+)
+
+
+def rescued_md(run: RunTrace) -> str:
+    """ " · rescued 0 tokens (no pair reached λ 6 this run: 5 rejections; the largest count was 2)": a CSD-style
+    run's rescues (what CSD adds over strict verification), and when there are none, why; "" for a method that
+    rescues nothing."""
+    rule = rescue_rule(run)
+    if rule is None:
+        return ""
+    head = with_meaning("rescued", RESCUED_MEANING, "metric-name")
+    rescued = sum(1 for s in run.steps for n in s.nodes if n.decision == "rescued")
+    if rescued:
+        return f" · {head} **{rescued}** token{'s' if rescued != 1 else ''}"
+    return f" · {head} **0** tokens ({_why_none_rescued(run, rule)})"
+
+
+def _why_none_rescued(run: RunTrace, rule: Rescue) -> str:
+    rejected = [n for s in run.steps for n in s.nodes if n.parent >= 0 and n.decision == "rejected"]
+    if not rejected:
+        return "no draft token was rejected this run"
+    n = len(rejected)
+    rejections = f"{n} rejection{'s' if n != 1 else ''}"
+    if rule.lam is not None:
+        counts = [x.mem_count for x in rejected if x.mem_count is not None]
+        reached = [x for x in rejected if x.mem_count is not None and x.mem_count >= rule.lam]
+        if not reached:
+            largest = f"; the largest count was {max(counts)}" if counts else ""
+            return f"no pair reached λ {rule.lam} this run: {rejections}{largest}"
+        eos = sum(1 for x in reached if EOS_EXEMPT in (x.reason or ""))
+        gate = len(reached) - eos
+        why = [f"the logit gate (τ {rule.tau:g}) refused {gate}" if gate and rule.tau is not None else ""]
+        why.append(f"{eos} would have ended the text (rescue_eos=no)" if eos else "")
+        why = [w for w in why if w] or ["none was rescued"]
+        return f"{len(reached)} of {rejections} reached λ {rule.lam}, but " + " and ".join(why)
+    return f"the logit gate (τ {rule.tau:g}) refused all {rejections}"
 
 
 MAL_MEANING = (

@@ -290,6 +290,8 @@ def diff_counts(spans: Sequence[Span]) -> dict[str, int]:
 
 
 DIFF_STYLE = {"same": "#ffffff", "differ": "#ffd6d6", "deleted": "#ffe4c7", "inserted": "#d9f7e3"}
+NO_TOKEN = "·"  # a diff cell's side where its run has no token (the other run's was inserted there)
+NO_TOKEN_MEANING = "this run has no token here"
 
 
 def token_diff_html(
@@ -328,7 +330,12 @@ def token_diff_html(
         cls = f"pair {kind}" + (" first" if is_first else "")
 
         def side(t: str | None, who: str) -> str:
-            return f'<span class="side {who}" style="display:block">{"·" if t is None else show_token(t, 24)}</span>'
+            if t is None:  # grey, so it is not read as a token "·"
+                return (
+                    f'<span class="side {who}" data-no-token="1" style="display:block;color:#999" '
+                    f'title="{NO_TOKEN_MEANING}">{NO_TOKEN}</span>'
+                )
+            return f'<span class="side {who}" style="display:block">{show_token(t, 24)}</span>'
 
         return (
             f'<span class="{cls}" title="{html.escape(title)}" style="display:inline-block;vertical-align:top;'
@@ -357,7 +364,8 @@ def token_diff_html(
         f'bottom {lb}, aligned by sequence matching; <span style="background:{DIFF_STYLE["differ"]}">red</span>: '
         f'a token replaced by another; <span style="background:{DIFF_STYLE["deleted"]}">orange</span>: only {la} '
         f'has it; <span style="background:{DIFF_STYLE["inserted"]}">green</span>: only {lb} has it; outlined: the '
-        "first divergence; ␣ a space, ↵ a newline</div>"
+        f'first divergence; ␣ a space, ↵ a newline, <span style="color:#999">{NO_TOKEN}</span> {NO_TOKEN_MEANING} '
+        "(the other run has one the alignment put here)</div>"
     )
     return (
         '<div class="tokdiff" style="font-family:ui-monospace,monospace;font-size:0.9em;line-height:1.4">'
