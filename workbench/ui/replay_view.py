@@ -285,7 +285,7 @@ def rerun_params(trace: RunTrace, method: str, values: Sequence[Any]) -> dict[st
 
 def rescore_summary(result: RunRescore, params: Mapping[str, Any]) -> str:
     """One line: the rule and values tried, the first changed step, and the MAL they predict up to it (after it the
-    text would differ, so nothing is predicted there), beside the whole run's MAL."""
+    steps would split differently, so nothing is predicted there), beside the whole run's MAL."""
     used = {n: getattr(result, "params", {}).get(n, v) for n, v in params.items()}  # what was re-scored with
     shown = (
         ", ".join(f"{SYMBOL[n]} = {v:g}" for n, v in used.items() if isinstance(v, (int, float)))
@@ -305,8 +305,8 @@ def rescore_summary(result: RunRescore, params: Mapping[str, Any]) -> str:
     )
     return (
         f"{result.method}: {shown}: first change at step {result.first_divergence}; MAL up to step {last}: "
-        f"{result.original_mal:.2f} → predicted **{bound}{result.predicted_mal:.2f}** (after step {last} the text "
-        f"would differ, so the rest is not predicted; the whole run's MAL: {result.run_mal:.2f}){table}"
+        f"{result.original_mal:.2f} → predicted **{bound}{result.predicted_mal:.2f}** (after step {last} the steps "
+        f"would split differently (and a relaxed rule's text may change), so the rest is not predicted; the whole run's MAL: {result.run_mal:.2f}){table}"
     )
 
 
