@@ -9,6 +9,7 @@ import zipfile
 
 import pytest
 from browser_util import (
+    boxes,
     choose_methods,
     clipped_texts,
     fill_number,
@@ -431,7 +432,12 @@ def test_analytics_plots_keep_run_colours_show_shares_and_legends_clear(app, pag
     assert all(abs(sum(t["y"]) - 1) < 1e-6 for t in hist)  # shares of each run's steps
     for sel in ("#analytics-hist", "#analytics-depth", "#analytics-source"):
         legend = plotly(page, sel, "layout")["legend"]
-        assert legend["orientation"] == "h" and legend["y"] > 1  # above the plot area, not over the data
+        assert legend["orientation"] == "h" and legend["yref"] == "container"  # in rows above the plot area
+        title, rows = boxes(page, f"{sel} .gtitle"), boxes(page, f"{sel} .legend")
+        plot = boxes(page, f"{sel} .draglayer .nsewdrag")  # the plot area
+        assert title and rows and plot, (sel, title, rows, plot)
+        assert title[0]["y"] + title[0]["h"] <= rows[0]["y"]  # under the title, not over it
+        assert rows[0]["y"] + rows[0]["h"] <= plot[0]["y"] + 1  # and over the plot, not over the data
     bars = plotly(page, "#analytics-bars")
     assert all(t["cliponaxis"] is False for t in bars)  # the tallest bar's number is not cut off
     sweep = plotly(page, "#analytics-sweep", "layout")  # the default comparison's aasd takes α, not δ: one value of it
