@@ -448,7 +448,7 @@ def test_analytics_plots_keep_run_colours_show_shares_and_legends_clear(app, pag
 def test_csd_memory_shows_its_entries_and_what_rescued(app, page):
     from playwright.sync_api import expect
 
-    from core.memory import rescues
+    from core.memory import pair_fingerprint, rescues
     from workbench.ui.memory_tab import memory_now
 
     demo = app[0]
@@ -461,7 +461,10 @@ def test_csd_memory_shows_its_entries_and_what_rescued(app, page):
     page.locator("#memory-show").click()
     summary = page.locator("#memory-summary")
     memory = memory_now(trace)
-    expect(summary).to_contain_text(f"fingerprint {memory.fingerprint()}", timeout=60_000)
+    expect(summary).to_contain_text(f"content hash {memory.fingerprint()}", timeout=60_000)
+    pair = pair_fingerprint(trace.model_fingerprint, trace.draft_fingerprint)  # the file's name, as Compare gives it
+    expect(summary).to_contain_text(f"file {pair}.json.gz (named by the model pair's id")
+    expect(summary).to_contain_text("keys: exact (draft, correction) pairs only")
     expect(summary).to_contain_text(f"{len(memory)} entries")
     expect(summary).to_contain_text("shipped (the package's table, read only)")  # the app's csd: reproducible
     expect(summary).to_contain_text(f"rescued in run #{rid}: {len(rescues(trace.steps))} tokens")
@@ -474,6 +477,7 @@ def test_csd_memory_shows_its_entries_and_what_rescued(app, page):
         "count",
         "rescued in the runs",
     ]
+    assert "rescued by key" not in [h.strip() for h in headers]  # the run read exact pairs only: no empty column
     rows = table_rows(page, "#memory-entries")
     order = [(int(r[5]), int(r[4])) for r in rows]  # rescued in the runs first, then by count (the shipped table's)
     assert rows and order == sorted(order, reverse=True)
