@@ -1,5 +1,6 @@
 """What a comparison sends the page while it streams (issue 33, fifth newcomer pass): the speed chart and table are
-serialised when they change, not with every progress update (each cost the decoding thread ~0.1 s of Python)."""
+serialised when they change, not with every progress update (each cost 20-85 ms of Python on the core the
+decoding shares)."""
 
 from __future__ import annotations
 
