@@ -9,6 +9,7 @@ import zipfile
 
 import pytest
 from browser_util import (
+    boxes,
     choose_methods,
     clipped_texts,
     fill_number,
@@ -431,7 +432,12 @@ def test_analytics_plots_keep_run_colours_show_shares_and_legends_clear(app, pag
     assert all(abs(sum(t["y"]) - 1) < 1e-6 for t in hist)  # shares of each run's steps
     for sel in ("#analytics-hist", "#analytics-depth", "#analytics-source"):
         legend = plotly(page, sel, "layout")["legend"]
-        assert legend["orientation"] == "h" and legend["y"] > 1  # above the plot area, not over the data
+        assert legend["orientation"] == "h" and legend["yref"] == "container"  # in rows above the plot area
+        title, rows = boxes(page, f"{sel} .gtitle"), boxes(page, f"{sel} .legend")
+        plot = boxes(page, f"{sel} .draglayer .nsewdrag")  # the plot area
+        assert title and rows and plot, (sel, title, rows, plot)
+        assert title[0]["y"] + title[0]["h"] <= rows[0]["y"]  # under the title, not over it
+        assert rows[0]["y"] + rows[0]["h"] <= plot[0]["y"] + 1  # and over the plot, not over the data
     bars = plotly(page, "#analytics-bars")
     assert all(t["cliponaxis"] is False for t in bars)  # the tallest bar's number is not cut off
     sweep = plotly(page, "#analytics-sweep", "layout")  # the default comparison's aasd takes α, not δ: one value of it
@@ -442,7 +448,7 @@ def test_analytics_plots_keep_run_colours_show_shares_and_legends_clear(app, pag
 def test_csd_memory_shows_its_entries_and_what_rescued(app, page):
     from playwright.sync_api import expect
 
-    from core.memory import rescues
+    from core.memory import pair_fingerprint, rescues
     from workbench.ui.memory_tab import memory_now
 
     demo = app[0]
@@ -455,7 +461,10 @@ def test_csd_memory_shows_its_entries_and_what_rescued(app, page):
     page.locator("#memory-show").click()
     summary = page.locator("#memory-summary")
     memory = memory_now(trace)
-    expect(summary).to_contain_text(f"fingerprint {memory.fingerprint()}", timeout=60_000)
+    expect(summary).to_contain_text(f"content hash {memory.fingerprint()}", timeout=60_000)
+    pair = pair_fingerprint(trace.model_fingerprint, trace.draft_fingerprint)  # the file's name, as Compare gives it
+    expect(summary).to_contain_text(f"file {pair}.json.gz (named by the model pair's id")
+    expect(summary).to_contain_text("keys: exact (draft, correction) pairs only")
     expect(summary).to_contain_text(f"{len(memory)} entries")
     expect(summary).to_contain_text("shipped (the package's table, read only)")  # the app's csd: reproducible
     expect(summary).to_contain_text(f"rescued in run #{rid}: {len(rescues(trace.steps))} tokens")
@@ -468,6 +477,7 @@ def test_csd_memory_shows_its_entries_and_what_rescued(app, page):
         "count",
         "rescued in the runs",
     ]
+    assert "rescued by key" not in [h.strip() for h in headers]  # the run read exact pairs only: no empty column
     rows = table_rows(page, "#memory-entries")
     order = [(int(r[5]), int(r[4])) for r in rows]  # rescued in the runs first, then by count (the shipped table's)
     assert rows and order == sorted(order, reverse=True)

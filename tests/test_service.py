@@ -138,3 +138,82 @@ def test_warm_up_loads_the_model_and_measures_its_costs_holding_its_slot(monkeyp
     assert not thread.is_alive() and pool.busy == {}
     with pool.slot("smollm2-135m", should_stop=lambda: True, poll=0.01):  # given back
         pass
+
+
+# ---------------------------------------------------------------- streaming to a slow page
+
+
+def _slow_page(stream, page_seconds: float, reported: list[int]) -> tuple[list[tuple[int, int]], float]:
+    """Consume `stream` as a page on a busy core does, `page_seconds` per update; for each running update, (steps it
+    shows, steps the worker had reported when it was handed over), and the seconds from the first to the last."""
+    import time
+
+    seen, times = [], []
+    for prog in stream:
+        if prog.run is None and prog.steps:
+            seen.append((len(prog.steps), reported[0]))
+            times.append(time.monotonic())
+            time.sleep(page_seconds)
+    return seen, times[-1] - times[0] if times else 0.0
+
+
+def test_a_slow_page_gets_every_step_done_so_far_in_each_update(monkeypatch, tiny):
+    """A consumer slower than a step got one more step per update: the page fell further behind the model the longer
+    the run (it showed "3 of 64" for seconds, then jumped), and the updates came once per step, not per interval."""
+    import time
+
+    from core.trace import RunTrace, StepTrace
+
+    reported = [0]
+
+    def fake_run(method, target, prompt_ids, params, *, on_step, **kw):
+        steps = []
+        for i in range(40):
+            time.sleep(0.02)  # a greedy step
+            steps.append(StepTrace(i, len(prompt_ids) + i, 0, 0, [5]))
+            reported[0] = i + 1
+            on_step(steps[-1])
+        return RunTrace("greedy", {}, "tiny", None, "cpu", "float32", "p", list(prompt_ids), steps=steps)
+
+    monkeypatch.setattr(service, "run_method", fake_run)
+    stream = service.stream_run(
+        "greedy", service.Models(tiny, None), [2, 3, 4], {"max_new_tokens": 40}, prompt_text="p", every=0.05
+    )
+    seen, _ = _slow_page(stream, 0.15, reported)
+    assert max(done - shown for shown, done in seen) <= 3, seen  # each update carries what the model has done
+    assert len(seen) <= 40 * 0.02 / 0.15 + 2, seen  # one update per page round trip, not one per step
+
+
+@pytest.mark.real_model
+def test_a_slow_page_keeps_up_with_greedy_on_a_real_model(smollm2, tmp_path):
+    """greedy on SmolLM2 through the app's path (recorded into a store) to a page taking 0.3 s per update: every
+    update shows the steps done, and there are a few per second rather than one per token."""
+    from workbench.store import Store
+
+    reported = [0]
+
+    class Counting(Store):
+        def recording(self, header, tags=(), flush_seconds=None):
+            rec = super().recording(header, tags, flush_seconds)
+            add = rec.add_step
+
+            def add_step(step):  # the worker's own count of the steps it has reported
+                reported[0] += 1
+                add(step)
+
+            rec.add_step = add_step
+            return rec
+
+    ids = smollm2.tokenizer("Count from one to forty in words: one, two,").input_ids
+    stream = service.stream_run(
+        "greedy",
+        service.Models(smollm2, None),
+        ids,
+        {"max_new_tokens": 48},
+        prompt_text="p",
+        store=Counting(str(tmp_path / "runs.db")),
+    )
+    seen, seconds = _slow_page(stream, 0.3, reported)
+    assert seen and max(done - shown for shown, done in seen) <= 3, seen
+    # one update per round trip: the page's 0.3 s and then stream_run's 0.25 s between updates (not one per step)
+    assert len(seen) <= seconds / (0.3 + 0.25) + 2, (seen, seconds)

@@ -354,11 +354,13 @@ def speed_note(
     """One line under the speed-ups: an estimate of them from what a verification forward over a tree costs here,
     t(n)/t(0) from the model's measured cost curve (core.timing), for a 16-node tree and for the trees each method
     drafted, and each method's MAL: MAL ÷ t(n)/t(0) counts the forwards only, so drafting pulls a measurement
-    below it and greedy's own per-token overhead (a Python step and a streamed update per token, which a method
-    pays per step) can push one above it; one pass on a busy machine lands either side. Against a GPU, where a
-    forward over a few dozen tokens costs about as much as over one, the speed-up approaches the MAL. The curve is
-    read at `length` cached tokens (the prompt's). `measured` (method -> mean speed-up over `measured_passes`
-    passes) flags a speed-up above the method's MAL (with 5 % slack), which only noise explains.
+    below it and greedy's per-token Python work (a decoding step's bookkeeping and its recorded trace, which a
+    method pays once per step) pushes one above it, systematically; one pass on a busy machine lands either side.
+    No cost paid per step lifts a speed-up above the MAL itself (a method's step costs at least greedy's), so one
+    above it means greedy's forwards ran slower than the method's: other work shared the CPU during greedy's pass.
+    Against a GPU, where a forward over a few dozen tokens costs about as much as over one, the speed-up approaches
+    the MAL. The curve is read at `length` cached tokens (the prompt's). `measured` (method -> mean speed-up over
+    `measured_passes` passes) flags a speed-up above the method's MAL (with 5 % slack).
     None before the curve is measured."""
     curve = cached_curve(target, length)
     if curve is None:
@@ -387,9 +389,11 @@ def speed_note(
             f"≈ {mal / ratio:.2f}× greedy"
         )
     warning = (
-        " A speed-up above its MAL cannot come from the method: other work slowed the greedy pass ("
+        " A speed-up above its MAL is not the method's: no per-step cost makes a method's step cheaper than greedy's,"
+        " so other work slowed the greedy pass ("
         + "; ".join(noisy)
-        + ")"
+        + "): another program on these cores, or a browser drawing this page on the same core (greedy runs first,"
+        " while the page redraws for the new comparison)"
         + (
             "; run with Repeats for intervals."
             if not (measured_passes and measured_passes > 1)
@@ -403,10 +407,10 @@ def speed_note(
         "written per target forward): "
         + "; ".join(parts)
         + ". An estimate, not a limit: it counts the forwards only, so time spent drafting pulls a measured "
-        "speed-up below it, while greedy's own per-token overhead (a Python step and a streamed update for every "
-        "token, which a method pays once per step) can push one above it; a single pass on a busy machine varies "
-        "either way. On a GPU a forward over a few dozen tokens costs about as much as over one "
-        "(t(n)/t(0) ≈ 1), so the same runs would approach their MAL." + warning
+        "speed-up below it, while greedy's per-token Python work (a decoding step's bookkeeping and its recorded "
+        "trace for every token, which a method pays once per step of several tokens) pushes one above it, "
+        "systematically; a single pass on a busy machine varies either way. On a GPU a forward over a few dozen "
+        "tokens costs about as much as over one (t(n)/t(0) ≈ 1), so the same runs would approach their MAL." + warning
     )
 
 
@@ -572,7 +576,7 @@ def stream_run(
     try:
         while True:
             try:
-                kind, item = events.get(timeout=STOP_POLL)
+                batch = [events.get(timeout=STOP_POLL)]
             except queue.Empty:
                 # Stop during a prompt chunk (seconds each) or a slow step: say "stopping" now, from here, rather than
                 # at the chunk's end (the Stop handler cannot write the status: it would race this stream's updates)
@@ -582,27 +586,39 @@ def stream_run(
                     yield Progress(method, list(steps), stopping=True)  # no prefill: no prompt chunk was read
                     suspended[0] = None
                 continue
-            if kind in ("start", "prefill"):  # the slot is ours, or a prompt chunk was read (each takes seconds)
-                started = True
-                suspended[0] = time.monotonic()
-                yield Progress(
-                    method, [], prefill=(0, len(prompt_ids)) if kind == "start" else item, stopping=stop.is_set()
-                )
-                suspended[0] = None
-                continue
-            if kind == "step":
-                steps.append(item)
-                if time.monotonic() - last >= every:
-                    last = time.monotonic()
-                    suspended[0] = last
-                    yield Progress(method, list(steps), stopping=stop.is_set())
+            # Everything the worker reported while this generator was suspended at its last yield goes into the next
+            # update: taking one step per update fell behind whenever the consumer took longer than a step (a page
+            # on a shared core), so the page showed a stale count for seconds and then jumped.
+            while True:
+                try:
+                    batch.append(events.get_nowait())
+                except queue.Empty:
+                    break
+            stepped = False
+            for kind, item in batch:
+                if kind == "step":
+                    steps.append(item)
+                    stepped = True
+                elif kind in ("start", "prefill"):  # the slot is ours, or a prompt chunk was read (seconds each)
+                    started = True
+                    suspended[0] = time.monotonic()
+                    yield Progress(
+                        method, [], prefill=(0, len(prompt_ids)) if kind == "start" else item, stopping=stop.is_set()
+                    )
                     suspended[0] = None
-                continue
-            if kind == "done":
-                run, run_id = item
-                yield Progress(method, run.steps or list(steps), run=run, run_id=run_id)
-            else:
-                yield Progress(method, list(steps), error=item)
-            return
+                elif kind == "done":
+                    run, run_id = item
+                    yield Progress(method, run.steps or list(steps), run=run, run_id=run_id)
+                    return
+                else:
+                    yield Progress(method, list(steps), error=item)
+                    return
+            # At most one update per `every` seconds, counted from when the consumer came back for more: the
+            # consumer's own time (rendering the page) is not decoding time to be filled with more updates.
+            if stepped and time.monotonic() - last >= every:
+                suspended[0] = time.monotonic()
+                yield Progress(method, list(steps), stopping=stop.is_set())
+                suspended[0] = None
+                last = time.monotonic()
     finally:  # the consumer went away (Stop, closed tab): end the worker's run too
         stop.set()

@@ -1,4 +1,4 @@
-"""The CSD memory tab: the correction memory a CSD run read (core/memory.py), its fingerprint, mode and
+"""The CSD memory tab: the correction memory a CSD run read (core/memory.py), its file and content hash, mode and
 entries (draft token → the target's correction, with counts), and how often each pair rescued a token in
 the chosen runs (the steps' `rescued` decisions, core.memory.rescues)."""
 
@@ -22,7 +22,7 @@ from core.memory import (
     shipped_memory_path,
 )
 from core.params import SHIPPED_MEMORY
-from core.rules import fired_key
+from core.rules import KEY_ORDERS, fired_key
 from core.token_text import visible_token
 from core.trace import RunTrace
 from workbench.methods import get_method
@@ -39,6 +39,7 @@ ENTRY_COLUMNS = [
     "rescued in the runs",
     "rescued by key",
 ]
+KEY_COLUMN = ENTRY_COLUMNS[-1]
 SHOWN_ENTRIES = 300  # the most frequent pairs; pairs that rescued in the chosen runs are always listed
 MODES = {
     0: "online (every rejection adds to it)",
@@ -104,9 +105,12 @@ def entries_frame(
     text,
     limit: int = SHOWN_ENTRIES,
     by_key: dict[tuple[int, int], Counter] | None = None,
+    keyed: bool = True,
 ) -> pd.DataFrame:
     """Every pair that rescued in the runs (most rescues first), then the memory's pairs by count (ties by id), with
-    the key kinds that rescued it (`by_key`, rescue_keys: a text or prefix key rescues pairs whose own count is below λ)."""
+    the key kinds that rescued it (`by_key`, rescue_keys: a text or prefix key rescues pairs whose own count is below λ).
+    Without `keyed` (runs that looked up exact pairs only, where every rescue is by its exact pair) that column is left
+    out rather than shown empty."""
     counts = memory.snapshot()
     top = sorted(counts, key=lambda k: (-counts[k], k))[:limit]
     pairs = top + sorted(set(rescued) - set(top), key=lambda k: (-counts.get(k, 0), k))
@@ -124,15 +128,53 @@ def entries_frame(
         for d, c in pairs
     ]
     frame = pd.DataFrame(rows, columns=ENTRY_COLUMNS)
+    if not keyed:
+        frame = frame.drop(columns=[KEY_COLUMN])
     # The pairs that rescued in the chosen runs first (what the user asked to see: a shipped table's hundreds of
     # entries would otherwise push a rescue at a low count below what the page draws), then by count.
     return frame.sort_values(["rescued in the runs", "count"], ascending=False, kind="stable").reset_index(drop=True)
 
 
-def summary_md(run_labels: list[str], trace: RunTrace, memory: CorrectionMemory, source: str, rescued: Counter) -> str:
-    """The memory's identity and size, the runs' mode, the table they started from, and their rescues."""
+def key_kinds(traces: Sequence[RunTrace]) -> tuple[str, ...]:
+    """The memory key kinds the runs looked rescues up by (csd[keys=...]; exact alone for the paper's CSD and for runs
+    recorded before keys existed), in lookup order."""
+    read = {kind for t in traces for kind in KEY_ORDERS.get(int(t.params.get("keys", 0) or 0), ("exact",))}
+    return tuple(kind for kind in ("exact", "text", "prefix") if kind in read)
+
+
+def keys_md(kinds: Sequence[str]) -> str:
+    """The summary's line on the keys the runs read: why the entries have, or have no, "rescued by key" column."""
+    if tuple(kinds) == ("exact",):
+        return (
+            '- **keys**: exact (draft, correction) pairs only, so every rescue is by its own pair (no "rescued by key" '
+            "column); `csd[keys=all]` also looks a rejection up by the tokens' text or a prefix"
+        )
+    return (
+        f"- **keys**: {', '.join(kinds)}; **rescued by key** says which key kind rescued each pair (a text or prefix "
+        "key rescues pairs whose own count is below λ; empty: the pair rescued nothing in these runs)"
+    )
+
+
+def summary_md(
+    run_labels: list[str],
+    trace: RunTrace,
+    memory: CorrectionMemory,
+    source: str,
+    rescued: Counter,
+    file: str | None = None,
+    kinds: Sequence[str] = ("exact",),
+) -> str:
+    """The memory's identity and size, the runs' mode, the table they started from, and their rescues. Two ids, each
+    named for what it is: the table's file (named by the model pair's id, as Compare names it) and the hash of its
+    content (what runs record as the table they started from)."""
     p = trace.params
     fingerprint = memory.fingerprint()
+    pair = pair_fingerprint(trace.model_fingerprint, trace.draft_fingerprint)
+    where = (
+        f"**file** `{file}` (named by the model pair's id, `{pair}`)"
+        if file
+        else f"**no file** (model pair id `{pair}`)"
+    )
     started = p.get("memory_sha")
     start = (
         "the same table as now"
@@ -146,12 +188,15 @@ def summary_md(run_labels: list[str], trace: RunTrace, memory: CorrectionMemory,
     runs = ", ".join(run_labels)
     return "\n".join(
         [
-            f"- **fingerprint** `{fingerprint}` · **{len(memory)} entries** · {memory.total} observations · read from {source}",
+            f"- {where}, read from {source} · **{len(memory)} entries** · {memory.total} observations",
+            f"- **content hash** `{fingerprint}`: of the table's entries and counts, so it changes as online runs add to "
+            "it (two tables with one hash rescue alike); a run records the hash of the table it started from",
             f"- **model pair** {trace.model} + {trace.draft_model or 'context drafts (no draft model)'}",
             f"- **mode** of run {runs}: {mode}",
             f"- **at the start of run {run_labels[0]}**: {start}",
             f"- **rescued in run {runs}**: {sum(rescued.values())} tokens by {len(rescued)} pairs (λ = {p.get('lam')}: "
             "a pair rescues a rejected draft token once its count reaches λ and the logit gate passes)",
+            keys_md(kinds),
         ]
     )
 
@@ -178,18 +223,27 @@ def memory_view(cache: RunCache, choice, last_comparison, viewer=None, decode_fo
     same_pair = [s for s in csd if pair_fingerprint(s.trace.model_fingerprint, s.trace.draft_fingerprint) == key]
     traces = [s.trace for s in same_pair]
     memory = memory_now(first)
+    path, origin = calibrated_path(key)
     source = {"home": "your home copy", "shipped": "the table shipped with the package", "none": "an empty table"}[
-        calibrated_path(key)[1]
+        origin
     ]
     if int(first.params.get("memory_mode", 0) or 0) == SHIPPED_MEMORY:  # the package's table, whatever the home holds
-        shipped = shipped_memory_path(key) is not None
-        source = "the table shipped with the package" if shipped else "none: no table is shipped for this model pair"
+        path = shipped_memory_path(key)
+        source = (
+            "the table shipped with the package"
+            if path is not None
+            else "none: no table is shipped for this model pair"
+        )
     rescued = rescue_counts(traces)
     decode = decode_for(first) if decode_for is not None else None
-    md = summary_md([f"#{s.id}" for s in same_pair], first, memory, source, rescued)
+    kinds = key_kinds(traces)
+    md = summary_md([f"#{s.id}" for s in same_pair], first, memory, source, rescued, path.name if path else None, kinds)
     if len(same_pair) < len(csd):
         md += f"  \n⚠ {len(csd) - len(same_pair)} chosen run(s) used another model pair's memory and are left out."
-    return md, entries_frame(memory, rescued, token_texts(traces, decode), by_key=rescue_keys(traces))
+    frame = entries_frame(
+        memory, rescued, token_texts(traces, decode), by_key=rescue_keys(traces), keyed=kinds != ("exact",)
+    )
+    return md, frame
 
 
 def _reads_memory_method(name: str) -> bool:

@@ -254,9 +254,30 @@ def shares(fig: go.Figure) -> go.Figure:
     return fig
 
 
+# The legend's top, in px from the figure's top: under the title (TITLE_BELOW_TOOLBAR: a 34 px pad, then one line).
+LEGEND_TOP = 64
+DEFAULT_HEIGHT = 450  # Plotly's, for a figure that sets none
+
+
+def legend_under_title(height: float) -> dict:
+    """A legend in rows between the title and the plot, its top at LEGEND_TOP px. It is placed in the figure's own
+    coordinates (yref container), for which Plotly reserves the top margin down to the legend's last row: more runs
+    wrap to more rows and push the plot down. Anchored to the plot's top instead (y 1.02), a legend that wrapped
+    grew upward into the title ("tokens per step" covered "#243 greedy")."""
+    return {
+        "orientation": "h",
+        "yref": "container",
+        "y": 1 - LEGEND_TOP / height,
+        "yanchor": "top",
+        "xanchor": "left",
+        "x": 0,
+    }
+
+
 def restyled(fig: go.Figure, colors: dict[str, str]) -> go.Figure:
-    """Each run in its colour (the same in every plot), the legend in a row above the plot (long run labels no
-    longer cover the data) and room for bar labels (the tallest bar's number is not cut off)."""
+    """Each run in its colour (the same in every plot), the legend in rows between the title and the plot (long run
+    labels no longer cover the data, nor the title) and room for bar labels (the tallest bar's number is not cut
+    off)."""
     for trace in fig.data:
         if trace.name in colors:
             trace.update(marker_color=colors[trace.name])
@@ -266,9 +287,9 @@ def restyled(fig: go.Figure, colors: dict[str, str]) -> go.Figure:
             trace.update(marker_color=[colors[x] for x in trace.x])  # a bar per run (MAL and tokens/s)
         if trace.type == "bar" and trace.text is not None:
             trace.update(cliponaxis=False)
-    # the title under Plotly's toolbar, the legend in a row between the title and the plot
+    # the title under Plotly's toolbar, the legend in rows between the title and the plot
     fig.update_layout(
-        legend={"orientation": "h", "yanchor": "bottom", "y": 1.02, "xanchor": "left", "x": 0},
+        legend=legend_under_title(fig.layout.height or DEFAULT_HEIGHT),
         margin={"l": 60, "r": 20, "t": 100, "b": 60},
         title=TITLE_BELOW_TOOLBAR,
     )

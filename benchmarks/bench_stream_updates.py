@@ -1,0 +1,149 @@
+"""Does streaming a comparison to the page slow greedy down, and does the page see its progress? (issue 33, fifth
+newcomer pass, items 4 and 5)
+
+    flock /tmp/bench.lock env OMP_NUM_THREADS=1 taskset -c 1 python benchmarks/bench_stream_updates.py --threads 1
+
+In one process pinned to one core, with Debian's Chromium on the same core (a newcomer's laptop): greedy on the
+app's default sample through core's run_method, as `bench` runs it (--cli-passes before and after), then a
+comparison of the default methods at --max-new-tokens with Repeats = --repeats through the app in the browser.
+Prints each greedy pass's decode tokens/s both ways, how many times the page's status line changed while greedy
+decoded, and the longest time the status line stood still during greedy's decoding (the progress the page shows;
+timed when the page's scripts ran, so a page starved of the CPU shows its updates late, in a burst: --dump prints
+the timeline to tell the two apart).
+The model's t(n, L) is copied from the workbench home, so the comparison does not measure it on the way.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(ROOT / "tests"))
+
+# Every change of the status line's text (not the empty moments of a re-render), with the page's clock (ms).
+WATCH_JS = """
+() => { window.__status = []; const el = document.querySelector('#compare-status');
+  const note = () => { const t = el.innerText; const last = window.__status[window.__status.length - 1];
+    if (t && (!last || last[1] !== t)) window.__status.push([performance.now(), t]); };
+  new MutationObserver(note).observe(el, {subtree: true, childList: true, characterData: true}); }
+"""
+
+
+def greedy_stills(status: list) -> tuple[list[float], int]:
+    """From the page's status timeline: how long (ms) each of greedy's progress states stood before the next one
+    (the prompt being read, then "N of M tokens written"), and how many states there were."""
+    states = []  # (ms, state)
+    for t, text in status:
+        if "running greedy" not in text:  # another method, the end, or only the page's own "processing" timer
+            if "running" in text or "done" in text or "stopped" in text:
+                states.append((t, None))
+            continue
+        written = re.search(r"(\d+) of \d+ tokens written", text)
+        state = f"{written.group(1)} written" if written else "prompt"
+        if not states or states[-1][1] != state:
+            states.append((t, state))
+    stills = [t2 - t1 for (t1, s1), (t2, _) in zip(states, states[1:]) if s1 is not None]
+    return stills, sum(1 for _, s in states if s is not None)
+
+
+def cli_greedy(target, ids, max_new: int, passes: int) -> list[float]:
+    from core.methods import run_method
+    from core.stats import run_metrics
+
+    return [run_metrics(run_method("greedy", target, ids, {"max_new_tokens": max_new}))["tps"] for _ in range(passes)]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--max-new-tokens", type=int, default=64)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--cli-passes", type=int, default=3)
+    ap.add_argument("--dump", action="store_true", help="print the page's status timeline")
+    args = ap.parse_args()
+    import torch
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    from bench_first_pass import cpu_info
+    from browser_util import CHROMIUM, FLAGS, fill_number, open_parameters
+
+    from core.models import models_dir
+
+    home = Path(tempfile.mkdtemp(prefix="bench-stream-"))
+    real_home = Path(os.environ.get("WORKBENCH_HOME", Path.home() / ".cache" / "spec-workbench"))
+    if (real_home / "timing").is_dir():
+        shutil.copytree(real_home / "timing", home / "timing")
+    os.environ.setdefault("WORKBENCH_MODELS", str(models_dir()))
+    os.environ["WORKBENCH_HOME"] = str(home)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from playwright.sync_api import expect, sync_playwright
+
+    from core.stats import run_metrics
+    from workbench import service
+    from workbench.ui import build_app, launch
+
+    print(f"machine: {cpu_info()}; torch threads {torch.get_num_threads()}; cores {sorted(os.sched_getaffinity(0))}")
+    demo = build_app(db=str(home / "traces.db"), single_user=True)
+    launch(demo, prevent_thread_lock=True, quiet=True)
+    models = demo.pool.load(service.default_model())
+    task = service.sample_tasks()[0]
+    _, ids = service.build_prompt(models.target.tokenizer, task.input, task.context, chat=task.chat)
+    cli = cli_greedy(models.target, ids, args.max_new_tokens, args.cli_passes)
+    try:
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=CHROMIUM, args=FLAGS, headless=True)
+            page = browser.new_page(viewport={"width": 1500, "height": 1100})
+            page.set_default_timeout(120_000)
+            page.goto(demo.local_url)
+            expect(page.locator("#compare-prompt-info")).not_to_be_empty(timeout=300_000)
+            open_parameters(page)
+            fill_number(page, "#compare-max-new", args.max_new_tokens)
+            fill_number(page, "#compare-repeats", args.repeats)
+            page.evaluate(WATCH_JS)
+            t0 = time.perf_counter()
+            page.get_by_role("button", name="Run", exact=True).click()
+            expect(page.locator("#compare-status")).to_contain_text("done: run", timeout=1_800_000)
+            seconds = time.perf_counter() - t0
+            status = page.evaluate("() => window.__status")
+            browser.close()
+    finally:
+        demo.close()
+    cli += cli_greedy(models.target, ids, args.max_new_tokens, args.cli_passes)
+    greedy = [
+        demo.store.load_run(r.id, nodes=False).trace
+        for r in sorted(demo.store.list_runs(), key=lambda r: r.id)
+        if r.method == "greedy"
+    ]
+    app = [run_metrics(t)["tps"] for t in greedy]
+    stills, updates = greedy_stills(status)
+    if args.dump:
+        for t, text in status:
+            print(f"  {t / 1000:8.2f} s  {text[:110]!r}")
+    print(f"sample {task.id}: {len(ids)} prompt tokens, {args.max_new_tokens} new tokens, repeats {args.repeats}")
+    print(
+        f"CLI greedy (run_method) decode tok/s: {', '.join(f'{x:.2f}' for x in cli)}; median {statistics.median(cli):.2f}"
+    )
+    print(f"app greedy (browser) decode tok/s per pass: {', '.join(f'{x:.2f}' for x in app)}")
+    print(f"app / CLI median: {statistics.median(app) / statistics.median(cli):.3f}")
+    print(
+        f"greedy's progress on the page ({len(greedy)} passes): {updates} distinct states (prompt read, N tokens "
+        f"written); longest a state stood: {max(stills, default=0) / 1000:.2f} s, median "
+        f"{statistics.median(stills or [0]) / 1000:.2f} s"
+    )
+    print(f"comparison Run until done: {seconds:.1f} s; load average {os.getloadavg()[0]:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
