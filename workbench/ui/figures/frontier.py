@@ -16,10 +16,15 @@ WORST = "worst family"  # the x axis read from the family whose interval reaches
 
 
 FRONTIER_COMMAND = "python -m workbench report --frontier --limit 4 --out results/frontier"  # what fills the tab
+# What it costs, from the runs in docs/RESULTS.md: 14 settings and greedy on every item of every family
+FRONTIER_COST = (
+    "300 decodes: over 1.5 hours of one CPU core for SmolLM2; --families summarization,rag,writing --limit 2 "
+    "took 39 min"
+)
 FRONTIER_INTRO = (
     "How much speed each relaxed verification rule buys and what it costs in quality: per threshold setting, the "
     "speed-up over greedy against the score change on held-out task items (95 % interval). Made by "
-    f"`{FRONTIER_COMMAND}`; give its --out folder here and Draw."
+    f"`{FRONTIER_COMMAND}` ({FRONTIER_COST}); give its --out folder here and Draw."
 )
 
 
@@ -126,5 +131,5 @@ def frontier_view(path: str, family: str = WORST) -> tuple[go.Figure, str]:
         result["points"], result["families"], result["greedy"]  # noqa: B018 - the keys the view reads
     except (OSError, ValueError, KeyError, TypeError):
         # said once, in the Markdown below the plot (a Plotly annotation shows backticks as they are)
-        return None, f"no frontier at {file}: run `{FRONTIER_COMMAND}` and give its --out folder here"
+        return None, f"no frontier at {file}: run `{FRONTIER_COMMAND}` ({FRONTIER_COST}) and give its --out folder here"
     return frontier_figure(result, family), format_frontier(result)
