@@ -637,11 +637,15 @@ def test_the_shipped_memory_check_finds_the_benchmark_items_it_holds_and_none_it
     ids = {text: i for i, text in prompts.items()}
     found = {ids[t] for t in check_disjoint(memory, prompts.values())}
     assert found == counted
-    # The n-gram part alone (no prompt hashes): every counted prompt of WINNOW + 12 words or more, and nothing else.
+    # The n-gram part alone (no prompt hashes): nothing outside the counted prompts, and nearly every counted prompt
+    # of WINNOW + 12 words or more. Not all: a 13-gram in COMMON_DOCUMENTS documents or more is boilerplate, not
+    # evidence, and in a corpus of hundreds of documents a short GSM8K question's words beside the shared
+    # instruction, or one of HumanEval's two near-identical bracket problems, can leave no window free of it
+    # (4 of 164 at 21,987 observations; the prompt hashes above still find them).
     grams_only = CorrectionMemory(meta={"forced_calibration": {"ngram_fingerprints": info["ngram_fingerprints"]}})
     found = {ids[t] for t in check_disjoint(grams_only, prompts.values())}
     long_enough = {i for i in counted if len(calibration_mod._words(prompts[i])) >= WINNOW + NGRAM - 1}
-    assert long_enough and long_enough <= found <= counted
+    assert long_enough and found <= counted and len(long_enough - found) <= 0.05 * len(long_enough)
     # One at a time (no other prompt to reveal a shared template), none of the first 40 is refused either.
     assert not [i for i in first40 if check_disjoint(memory, [prompts[i]])]
 
