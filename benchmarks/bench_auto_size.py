@@ -192,6 +192,12 @@ def main(argv=None) -> int:
     ap.add_argument("--families", default="docqa,summarization,rag,code,writing")
     ap.add_argument("--methods", default=",".join(METHODS))
     ap.add_argument("--items", type=int, default=3, help="evaluation items per family")
+    ap.add_argument(
+        "--first-item",
+        type=int,
+        default=0,
+        help="skip this many evaluation items per family first (items an earlier run already used to decide a setting)",
+    )
     ap.add_argument("--prior-items", type=int, default=1, help="held-out items per family for the prior's runs")
     ap.add_argument("--max-new-tokens", type=int, default=64)
     ap.add_argument("--out", default="results/auto_size")
@@ -226,6 +232,8 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.summarize:
         return summarize(args.summarize)
+    if args.first_item < 0 or args.items < 1:
+        ap.error("--first-item must be at least 0 and --items at least 1")
 
     torch.set_num_threads(args.threads)
     import core.sizing
@@ -288,7 +296,7 @@ def main(argv=None) -> int:
         name = "greedy" if label == CONTROL else base.get(label, label).split("[")[0]
         run_method(name, target, warm, {"max_new_tokens": 4})
     t_bench = time.perf_counter()
-    queue = {f: family_tasks(f, "evaluation", args.items) for f in families}
+    queue = {f: family_tasks(f, "evaluation", args.first_item + args.items)[args.first_item :] for f in families}
     order = [(f, queue[f][i]) for i in range(args.items) for f in families if i < len(queue[f])]  # round the families
     labels = ("greedy", *methods)
     for n_item, (family, task) in enumerate(order):
@@ -353,7 +361,8 @@ def main(argv=None) -> int:
     )
     print(
         f"\n{args.model} {machine['dtype']}, {machine['cpu']} ({' '.join(machine['cpu_flags'])}), "
-        f"{machine['threads']} thread(s); sizer caution {core.sizing.CAUTION}, drafting pause {'on' if core.sizing.PAUSE else 'off'}; {args.items} evaluation items per family, "
+        f"{machine['threads']} thread(s); sizer caution {core.sizing.CAUTION}, drafting pause {'on' if core.sizing.PAUSE else 'off'}; {args.items} evaluation items per family "
+        f"(from item {args.first_item + 1}), "
         f"{args.max_new_tokens} new tokens, {args.repeats} repeat(s) (fastest kept), order rotated per item; "
         f"timed part {minutes:.1f} min\n"
     )
