@@ -20,7 +20,8 @@ that maximises expected tokens per second of verification at the request's curre
   none could, the step does not ask the drafter at all (`TreeSizer.drafts`, core.step.draft) and is greedy's;
 - `DraftPause`: after REFUSALS drafted steps in a row whose every candidate the sizer refused, the next steps do not
   ask the drafter either (1 step, then 2, 4, up to PAUSE_MAX while drafted steps keep being refused; a kept tree
-  ends it), so a request whose trees never pay takes greedy's step, drafting and pricing only now and then.
+  ends it), so a request whose trees never pay takes greedy's step, drafting and pricing only now and then (and
+  core.step hands the drafter the tokens it missed when it is next asked).
 
 A run's trees depend on the prior it starts from and on the cost model, not on the runs before it: a
 relaxed run gives the same output however many runs came before it (a resumed benchmark equals an
@@ -43,9 +44,11 @@ MARGIN = 0.02  # a larger tree must promise this much more tokens per second tha
 # float32 it removes the rejected trees that cost the short-prompt families 8-10 %, in bfloat16 it keeps the pooled
 # speed-ups within 3 % (docs/AUTOMATIC_SETTINGS.md, "Empty steps and cautious rates", changes 10-12).
 CAUTION = 1.0
-# Drafted steps in a row whose candidates were all refused before drafting pauses (DraftPause), and the longest pause.
+# Drafted steps in a row whose candidates were all refused before drafting pauses (DraftPause), and the longest pause:
+# at 64 a request whose trees keep being refused asks its drafter one step in 65 (at 8, one in 9 cost float32 SmolLM2
+# steps about 0.1 ms each; docs/AUTOMATIC_SETTINGS.md, change 13).
 REFUSALS = 4
-PAUSE_MAX = 8
+PAUSE_MAX = 64
 PAUSE = True  # whether a sizer pauses drafting after refusals (DraftPause); measured in docs/AUTOMATIC_SETTINGS.md
 
 Cost = Callable[[float, float], float]  # t(n, L) in seconds: a core.cost_model.CostModel
@@ -142,6 +145,22 @@ def tree_may_pay(
     )
     empty = (1.0 + margin) / cost(0, context_len)
     return any((1.0 + k * best_rate) / cost(k, context_len) > empty for k in ks)
+
+
+def linear_until(cost: Cost, context_len: int, max_nodes: int) -> int | None:
+    """A context length L1 ≥ `context_len` such that, for every k ≤ `max_nodes`, t(k, L) is linear in L on
+    [context_len, L1] (None: not known). For a CostModel read at k up to its largest measured size: bilinear inside its
+    grid, constant below the shortest length, linear along fixed slopes beyond the longest (there the horizon is another
+    `context_len` tokens, to be checked again). `tree_may_pay` compares linear functions of L, so what it says at both
+    ends holds between them when it says False at both. Pure."""
+    lengths, sizes = getattr(cost, "lengths", None), getattr(cost, "sizes", None)
+    if not lengths or not sizes or max_nodes > sizes[-1]:
+        return None
+    if context_len < lengths[0]:
+        return int(lengths[0])
+    if context_len >= lengths[-1]:
+        return 2 * int(context_len)
+    return int(lengths[bisect.bisect_right(lengths, context_len)])
 
 
 def choose_nodes(
@@ -296,6 +315,8 @@ class TreeSizer:
         self.scored = False  # whether a proposal carried drafter confidences (priced up to certainty)
         # Read when built, as CAUTION is; without a pause the drafter is asked whenever a tree may pay.
         self.pause = DraftPause() if (PAUSE if pause is None else pause) else None
+        # (rate, L0, L1, max_nodes): no tree paid at that best rate anywhere in [L0, L1] (drafts skips the cost reads)
+        self.no_tree: tuple[float, int, int, int] | None = None
 
     @property
     def prior(self) -> AcceptancePrior:
@@ -334,12 +355,24 @@ class TreeSizer:
         at this context length, whatever the drafter proposes (tree_may_pay), or while drafting pauses after
         refused proposals (DraftPause); the step is then greedy's. The online check's clock still ticks (choose on
         the root-only tree)."""
+        if not self.sources:  # the first step shows the sizer the drafter's sources (no pause can have started)
+            return True
+        if self.pause is not None and not self.pause.drafts():
+            return False  # before pricing anything: a paused step costs what greedy's does
         best = self.best_rate()
         if best is None:
             return True
-        if self.pause is not None and not self.pause.drafts():
-            return False
-        return tree_may_pay(self.cost, context_len, best, max_nodes, self.margin, getattr(self.cost, "sizes", None))
+        if self.no_tree is not None:
+            rate, start, end, nodes = self.no_tree
+            if rate == best and start <= context_len <= end and nodes == max_nodes:
+                return False  # the bound's answer cannot have changed: same rate, same linear stretch of t
+        sizes = getattr(self.cost, "sizes", None)
+        if tree_may_pay(self.cost, context_len, best, max_nodes, self.margin, sizes):
+            return True
+        end = linear_until(self.cost, context_len, max_nodes)
+        if end is not None and not tree_may_pay(self.cost, end, best, max_nodes, self.margin, sizes):
+            self.no_tree = (best, context_len, end, max_nodes)
+        return False
 
     def ranked(self, tree: DraftTree) -> tuple[list[int], list[float]]:
         """This request's ranking of `tree`'s nodes (for a batch's common size: common_size)."""

@@ -82,6 +82,11 @@ class Request:
     stop_reason: str | None = field(init=False, default=None)
     decode_seconds: float = field(init=False, default=0.0)
     prefill: TopK | None = field(init=False, default=None)  # the prefill's top-k predictions the drafter began with
+    asked: bool = field(init=False, default=False)  # whether this step asked the drafter (draft)
+    # Committed tokens the drafter has not been given yet: a step that did not ask it (core.sizing's pause) defers its
+    # `commit` when the drafter allows (Drafter.joins_commits) and wants no predictions; it gets them before it is
+    # next asked, or when the request stops, so it proposes what it would have.
+    unsent: list[int] = field(init=False, default_factory=list)
 
     def __post_init__(self) -> None:
         self.sequence = list(self.prompt)
@@ -163,8 +168,10 @@ def draft(request: Request, env: StepEnv) -> Proposal:
     context; no draft of EOS or past it, as in transformers' prompt lookup (if the target wants to stop,
     its bonus token is EOS). Under max_nodes=auto, a step where no tree could pay (TreeSizer.drafts) does not ask
     the drafter: its tree is the root alone, greedy's step."""
-    if request.sizer is not None and not request.sizer.drafts(request.length):
+    request.asked = request.sizer is None or request.sizer.drafts(request.length)
+    if not request.asked:
         return Proposal(DraftTree.root_only(request.sequence[-1]))
+    send_unsent(request)
     proposal = request.drafter.propose(request.sequence)
     depth = min(request.cfg.max_new_tokens - len(request.generated) - 1, env.max_context - request.length - 2)
     return Proposal(
@@ -216,9 +223,35 @@ def emit(
     request.sequence.extend(new)
     request.generated.extend(new)
     request.length += len(verdict.path)
-    request.drafter.commit(new, step_predictions(request.drafter, stats, tree, verdict, len(new)))
+    predictions = step_predictions(request.drafter, stats, tree, verdict, len(new))
+    if defers_commit(request, predictions):
+        request.unsent.extend(new)
+    else:
+        send_unsent(request)
+        request.drafter.commit(new, predictions)
+    if request.stop_reason is not None:
+        send_unsent(request)
     request.steps.append(trace)
     return trace
+
+
+def defers_commit(request: Request, predictions: np.ndarray | None) -> bool:
+    """Whether this step's `commit` can wait until the drafter is next asked: the step did not ask it, it wants no
+    predictions of this step's forward (nothing of the step would be lost), and its commits join (commit(a) then
+    commit(b) leaves it as commit(a + b) does). Pure."""
+    return (
+        not request.asked
+        and predictions is None
+        and wanted_topk(request.drafter) == 0
+        and request.drafter.joins_commits
+    )
+
+
+def send_unsent(request: Request) -> None:
+    """Give the drafter the committed tokens it has not seen (one `commit` for all of them)."""
+    if request.unsent:
+        request.drafter.commit(request.unsent, None)
+        request.unsent = []
 
 
 # ---- stopping ------------------------------------------------------------------------------
@@ -236,6 +269,8 @@ def mark_stops(requests: Sequence[Request], env: StepEnv, cancelled: bool) -> No
             r.stop_reason = "cancelled"
         elif r.length + 1 >= env.max_context:
             r.stop_reason = "context_full"
+        if r.stop_reason is not None:
+            send_unsent(r)
 
 
 STOP_WINDOW = 32  # tokens decoded around each new token: more than any stop string spans, and cheap per step

@@ -564,3 +564,167 @@ def test_under_a_flat_cost_a_cautious_pausing_sizer_drafts_every_step_and_keeps_
         tree = sizer.choose(bushy(64), 1024 + step)
         assert tree.num_draft >= 48
         sizer.observe(tree, ["root"] + ["rejected"] * tree.num_draft)
+
+
+def test_the_default_pause_keeps_doubling_past_eight_steps_so_refused_requests_rarely_draft():
+    """The default pause (PAUSE_MAX 64): over 300 steps whose every proposal is refused, the drafter is asked on at
+    most 15 (4 refusals, then one step after each pause of 1, 2, ..., 64); a pause capped at 8 asks it on ~38."""
+    import core.sizing
+
+    pause = DraftPause()
+    assert pause.longest == core.sizing.PAUSE_MAX >= 64
+    asked = 0
+    for _ in range(300):
+        if pause.drafts():
+            asked += 1
+            pause.chose(candidates=8, kept=0)
+    assert pause.pause == 64 and asked <= 15
+
+
+def test_a_paused_step_prices_nothing():
+    """While drafting pauses, `drafts` answers before any rate is priced or cost read (a paused step costs what
+    greedy's does); the step after the pause prices as before."""
+    prior = AcceptancePrior.from_counts([("context", d, 5, 100) for d in range(1, 9)])
+    reads = {"cost": 0}
+    model = CostModel(SIZES, (256,), ((0.010,) + (0.020,) * (len(SIZES) - 1),))
+
+    def cost(n, length):
+        reads["cost"] += 1
+        return model(n, length)
+
+    sizer = TreeSizer(cost, prior, pause=True)
+    while sizer.pause.left == 0:  # refused drafted steps until a pause starts
+        assert sizer.drafts(256)
+        assert sizer.choose(bushy(8), 256).num_draft == 0
+    rates, reads["cost"] = sizer.rates.rate, 0
+    sizer.rates.rate = lambda *a, **k: pytest.fail("a paused step priced a rate")
+    while sizer.pause.left:
+        assert not sizer.drafts(256)
+    assert reads["cost"] == 0
+    sizer.rates.rate = rates
+    assert sizer.drafts(256) and reads["cost"] > 0
+
+
+class ScriptedSizer(TreeSizer):
+    """A sizer that asks the drafter on the steps `ask(step)` says (a pause of another shape) and keeps no tree."""
+
+    def __init__(self, ask):
+        super().__init__(each_node_a_forward(), pause=False)
+        self.ask, self.step = ask, 0
+
+    def drafts(self, context_len, max_nodes=64):
+        self.step += 1
+        return self.ask(self.step - 1)
+
+
+@pytest.mark.parametrize(("every", "commits"), [(1, 12), (3, 8), (100, 2)])
+def test_steps_that_do_not_ask_the_drafter_defer_its_commit_and_it_catches_up_before_it_proposes(
+    tiny, monkeypatch, every, commits
+):
+    """A step that does not ask a context drafter hands it nothing; when it is next asked it first gets every token it
+    missed (one commit), so its pool is the whole text whenever it proposes, and at the end of the request it holds
+    the whole output. Outputs equal greedy's. Without the deferral the drafter commits on every step."""
+    from core.drafters.context import ContextDrafter
+    from core.methods import run as methods_run
+    from core.methods import run_method
+
+    prompt = [5, 6, 7, 8, 9, 10, 5, 6, 7, 8, 9, 10, 5, 6, 7]
+    greedy = run_method("greedy", tiny, prompt, {"max_new_tokens": 12})
+    seen = {"commits": 0, "proposes": 0, "drafter": None}
+    propose, commit = ContextDrafter.propose, ContextDrafter.commit
+
+    def checked_propose(self, sequence):
+        assert len(self.pool) == len(sequence)  # every committed token reached the pool before this proposal
+        seen["proposes"] += 1
+        seen["drafter"] = self
+        return propose(self, sequence)
+
+    def counted_commit(self, new_tokens, predictions):
+        seen["commits"] += 1
+        return commit(self, new_tokens, predictions)
+
+    monkeypatch.setattr(ContextDrafter, "propose", checked_propose)
+    monkeypatch.setattr(ContextDrafter, "commit", counted_commit)
+    monkeypatch.setattr(methods_run, "tree_sizer", lambda *a: ScriptedSizer(lambda step: step % every == 0))
+    run = run_method("aasd-strict", tiny, prompt, {"max_new_tokens": 12})
+    assert run.output_ids == greedy.output_ids and len(run.steps) == len(greedy.steps) == 12
+    asked = len(range(0, 12, every))
+    assert seen["proposes"] == asked
+    # every 3rd step asked (0, 3, 6, 9): its own commit, the missed tokens before 3, 6 and 9, the last two at the end
+    assert seen["commits"] == commits
+    assert len(seen["drafter"].pool) == len(prompt) + len(run.output_ids)
+
+
+def test_a_commit_is_deferred_only_when_nothing_is_lost():
+    """Pure: a step defers its commit only if it did not ask the drafter, has no predictions for it, and the
+    drafter's commits join (a draft model's do not: it compares the tokens with the chain it drafted)."""
+    import numpy as np
+
+    from core.drafters.base import NoDraft
+    from core.drafters.draft_model import DraftModelDrafter
+    from core.step import DecodeConfig, Request, defers_commit
+
+    def request(drafter, asked):
+        r = Request([1, 2, 3], drafter, lambda *a: None, DecodeConfig())
+        r.asked = asked
+        return r
+
+    assert defers_commit(request(NoDraft(), asked=False), None)
+    assert not defers_commit(request(NoDraft(), asked=True), None)
+    assert not defers_commit(request(NoDraft(), asked=False), np.zeros((1, 2), np.int32))
+    assert DraftModelDrafter.joins_commits is False
+    wants = NoDraft()
+    wants.generated_topk = 2
+    assert not defers_commit(request(wants, asked=False), None)
+
+
+def test_a_sizer_that_cannot_pay_reads_no_cost_again_until_the_rate_or_the_stretch_of_lengths_changes():
+    """Once no tree pays at a rate at both ends of a stretch of lengths where t is linear in L, `drafts` answers from
+    that without reading t (recycle's steps at float32: every step asked the bound before); past the stretch it reads
+    again."""
+    prior = AcceptancePrior.from_counts([("recycled", d, 7, 100) for d in range(1, 9)])
+    model = each_node_a_forward()
+    reads = {"cost": 0}
+
+    class Counted(CostModel):
+        def __call__(self, n, length):
+            reads["cost"] += 1
+            return super().__call__(n, length)
+
+    cost = Counted(model.sizes, model.lengths, model.seconds)
+    sizer = TreeSizer(cost, prior, pause=False)
+    assert sizer.drafts(300)  # the first step drafts: it shows the sizer the sources
+    sizer.choose(chain(8, "recycled"), 300)
+    assert not sizer.drafts(301)
+    first = reads["cost"]
+    assert all(not sizer.drafts(length) for length in range(302, 4096))
+    assert reads["cost"] == first  # no read inside [301, 4096]
+    assert not sizer.drafts(4097) and reads["cost"] > first
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.lists(st.lists(st.floats(0.0, 0.3), min_size=len(SIZES) - 1, max_size=len(SIZES) - 1), min_size=3, max_size=3),
+    st.floats(0.0, 0.6),
+    st.integers(1, 64),
+)
+def test_the_remembered_answer_is_the_bound_s_answer_at_every_length(steps, rate, max_nodes):
+    """Property: over a request's growing context (100 to 9,000 tokens), `drafts` with its remembered answers says
+    what `tree_may_pay` says at each length, on random cost grids (times growing with n and with L, each length's
+    curve of its own shape, so the answer changes along the way)."""
+    lengths = (256, 1024, 4096)
+    grid = []
+    for j, per_length in enumerate(steps):
+        row = [0.01 * (1 + j)]
+        for step in per_length:
+            row.append(row[-1] * (1 + step) + 1e-4)
+        grid.append(tuple(row))
+    cost = CostModel(SIZES, lengths, tuple(grid))
+    prior = AcceptancePrior.from_counts([("recycled", d, int(rate * 100), 100) for d in range(1, 9)])
+    sizer = TreeSizer(cost, prior, caution=0.0, pause=False)
+    sizer.sources.add("recycled")
+    best = sizer.best_rate()
+    answers = []
+    for length in range(100, 9000, 37):
+        answers.append(tree_may_pay(cost, length, best, max_nodes, sizes=SIZES))
+        assert sizer.drafts(length, max_nodes) == answers[-1]

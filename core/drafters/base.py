@@ -62,6 +62,9 @@ class DraftEnv:
 class Drafter(Protocol):
     prefill_topk: int  # target predictions per prompt position that `begin` wants (0 = none)
     generated_topk: int  # target predictions per committed token that `commit` wants (0 = none)
+    # Whether commit(a, None) then commit(b, None) leaves the drafter as commit(a + b, None) does: then a step that did
+    # not ask it (core.sizing's pause) may hand its tokens over later, with the next step's (core.step.emit).
+    joins_commits: bool
 
     def begin(self, prompt_ids: list[int], prefill: TopK | None) -> None:
         """Start a request: `prefill` holds `prefill_topk` predictions per prompt position (None when 0)."""
@@ -91,6 +94,7 @@ class NoDraft:
 
     prefill_topk = 0
     generated_topk = 0
+    joins_commits = True
 
     @classmethod
     def from_params(cls, params: dict[str, Any], env: DraftEnv) -> "NoDraft":

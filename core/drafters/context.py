@@ -33,6 +33,8 @@ class ContextDrafter(TreeObserver):
     more of the text's end than the pool's key does.
     """
 
+    joins_commits = True  # the pool, the suffix speculator and the generated predictions append token by token
+
     def __init__(
         self,
         key_len: int = 6,

@@ -63,6 +63,7 @@ class DraftModelDrafter:
 
     prefill_topk = 0
     generated_topk = 0
+    joins_commits = False  # commit compares the tokens with the chain it drafted last
 
     def __init__(
         self,

@@ -18,6 +18,7 @@ class PromptLookupDrafter:
 
     prefill_topk = 0
     generated_topk = 0
+    joins_commits = True  # the pool appends token by token
 
     def __init__(self, max_ngram: int = 3, num_tokens: int = 10):
         self.max_ngram, self.num_tokens = max_ngram, num_tokens

@@ -268,6 +268,7 @@ class RecycleDrafter(TreeObserver):
     from the prefill (prefill_topk) and from every row of every verified tree (tree_topk)."""
 
     generated_topk = 0
+    joins_commits = True  # commit keeps nothing (the table learns in observe_tree)
 
     def __init__(self, table: RecycleTable, template: Template = TEMPLATE, max_nodes: int | None = None):
         self.table, self.template, self.max_nodes = table, template, max_nodes

@@ -21,6 +21,7 @@ class SuffixDrafter:
 
     prefill_topk = 0
     generated_topk = 0
+    joins_commits = True  # the speculator appends token by token
 
     def __init__(
         self, corpus: SuffixCorpus | None, max_nodes: int = 0, spec_factor: float = 4.0, min_prob: float = 0.1
