@@ -987,8 +987,8 @@ class Comparison:
             else:
                 view.texts[slot] = tokens.tokens_html(tokens.step_origins(prog.steps, self.models.target.tokenizer))
                 view.metrics[slot] = running_metrics(prog, self.max_new_tokens)
-            view.status = running_status(
-                name, place.position, place.of, place.rep, self.n_repeats, prog, self.max_new_tokens
+            view.status = running_status(  # the method as the user wrote it (its column's head): aasd[auto], not aasd
+                self.req.methods[slot], place.position, place.of, place.rep, self.n_repeats, prog, self.max_new_tokens
             )
             yield view
         if (
