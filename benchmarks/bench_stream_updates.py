@@ -63,6 +63,32 @@ def cli_greedy(target, ids, max_new: int, passes: int) -> list[float]:
     return [run_metrics(run_method("greedy", target, ids, {"max_new_tokens": max_new}))["tps"] for _ in range(passes)]
 
 
+def cli_speedups(target, task, ids, methods, max_new: int, passes: int) -> dict[str, list[float]]:
+    """Each method's speed-up against greedy, run as `bench` runs them (no page, no streaming), interleaved per pass
+    with the parameters the app gives them."""
+    from core.methods import run_method
+    from core.stats import run_metrics
+    from workbench.methods import get_method, parse_method_spec
+    from workbench.service import method_params
+    from workbench.ui.compare_tab import app_memory_mode
+
+    out: dict[str, list[float]] = {m: [] for m in methods if m != "greedy"}
+    for _ in range(passes):
+        greedy = run_metrics(run_method("greedy", target, ids, {"max_new_tokens": max_new}))["tps"]
+        for spec in out:
+            name, over = parse_method_spec(spec)
+            extra = {"memory_mode": app_memory_mode(name, over)} if get_method(name).reads_memory else {}
+            params = method_params(name, {"max_new_tokens": max_new}, {**extra, **over})
+            run = run_method(name, target, ids, params, prompt_text=task.input, context=task.context)
+            out[spec].append(run_metrics(run)["tps"] / greedy)
+    return out
+
+
+TABLE_JS = """
+() => [...document.querySelectorAll('#compare-speed-table tbody tr')].map(r => [...r.cells].map(c => c.innerText))
+"""
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--threads", type=int, default=None)
@@ -70,6 +96,7 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--cli-passes", type=int, default=3)
     ap.add_argument("--dump", action="store_true", help="print the page's status timeline")
+    ap.add_argument("--every", type=float, default=None, help="seconds between progress updates (UPDATE_EVERY)")
     args = ap.parse_args()
     import torch
 
@@ -93,6 +120,9 @@ def main() -> int:
     from workbench import service
     from workbench.ui import build_app, launch
 
+    if args.every is not None:
+        service.UPDATE_EVERY = args.every
+    print(f"UPDATE_EVERY {service.UPDATE_EVERY} s")
     print(f"machine: {cpu_info()}; torch threads {torch.get_num_threads()}; cores {sorted(os.sched_getaffinity(0))}")
     demo = build_app(db=str(home / "traces.db"), single_user=True)
     launch(demo, prevent_thread_lock=True, quiet=True)
@@ -100,6 +130,7 @@ def main() -> int:
     task = service.sample_tasks()[0]
     _, ids = service.build_prompt(models.target.tokenizer, task.input, task.context, chat=task.chat)
     cli = cli_greedy(models.target, ids, args.max_new_tokens, args.cli_passes)
+    cli_ups = cli_speedups(models.target, task, ids, service.DEFAULT_METHODS, args.max_new_tokens, args.cli_passes)
     try:
         with sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=CHROMIUM, args=FLAGS, headless=True)
@@ -116,6 +147,7 @@ def main() -> int:
             expect(page.locator("#compare-status")).to_contain_text("done: run", timeout=1_800_000)
             seconds = time.perf_counter() - t0
             status = page.evaluate("() => window.__status")
+            table = page.evaluate(TABLE_JS)
             browser.close()
     finally:
         demo.close()
@@ -136,6 +168,16 @@ def main() -> int:
     )
     print(f"app greedy (browser) decode tok/s per pass: {', '.join(f'{x:.2f}' for x in app)}")
     print(f"app / CLI median: {statistics.median(app) / statistics.median(cli):.3f}")
+    for row in table:  # method, runs, tok/s, speed-up (decoding CPU time), MAL
+        name, shown = row[0], row[3]
+        if name not in cli_ups:
+            continue
+        app_up = float(shown.split("×")[0])
+        cli_up = statistics.median(cli_ups[name])
+        print(
+            f"{name}: app speed-up (shown) {shown}; CLI speed-ups {', '.join(f'{x:.2f}' for x in cli_ups[name])}, "
+            f"median {cli_up:.2f}; app / CLI {app_up / cli_up:.3f}"
+        )
     print(
         f"greedy's progress on the page ({len(greedy)} passes): {updates} distinct states (prompt read, N tokens "
         f"written); longest a state stood: {max(stills, default=0) / 1000:.2f} s, median "

@@ -471,8 +471,9 @@ def test_compare_speed_table_reuses_bench_spread():
     s = spread([20.0, 22.0, 21.0])
     frame = speed_frame(summary)
     assert list(frame["runs"]) == [3, 3]
-    assert frame["tok/s"].iloc[1] == f"{s['mean']:.1f} ± {s['ci95']:.1f}"
-    assert frame["speed-up"].iloc[1].startswith("1.90× ± ")
+    lo, hi = s["mean"] - s["ci95"], s["mean"] + s["ci95"]  # three runs: the 95 % t-interval (above 0 here)
+    assert frame["tok/s"].iloc[1] == f"{s['mean']:.1f} ({lo:.1f}–{hi:.1f})"
+    assert frame["speed-up"].iloc[1].startswith("1.90× (")
     one = speed_frame(speed_summary(["greedy"], [[10.0]], [[1.0]], [[1.0]]))
     assert one["tok/s"].iloc[0] == "10.0" and one["speed-up"].iloc[0] == "1.00×"  # one run: no interval to show
 
@@ -622,7 +623,7 @@ def test_the_export_zip_is_named_by_the_ranges_it_holds():
 
 
 def test_speed_bars_never_reach_below_zero_and_carry_their_values_under_the_axis():
-    from workbench.evaluation.bench import spread
+    from workbench.ui.figures.compare import repeat_interval as spread
     from workbench.ui.figures.compare import speed_figure
 
     wild = spread([1.0, 9.0, 0.5])  # an interval wider than the mean
@@ -633,8 +634,8 @@ def test_speed_bars_never_reach_below_zero_and_carry_their_values_under_the_axis
     )
     bar = fig.data[0]
     assert wild["ci95"] > wild["mean"]
-    assert list(bar.error_y.arrayminus) == [steady["ci95"], wild["mean"]]  # the lower whisker stops at 0 tok/s
-    assert list(bar.error_y.array) == [steady["ci95"], wild["ci95"]]
+    assert list(bar.error_y.arrayminus) == pytest.approx([steady["ci95"], wild["mean"]])  # stops at 0 tok/s
+    assert list(bar.error_y.array) == pytest.approx([steady["ci95"], wild["ci95"]])
     assert bar.text is None and "aasd" in bar.x[1] and "tok/s" in bar.x[1]  # values under the bars, not on them
     assert fig.layout.title.x == 0 and fig.layout.title.yref == "container"  # under Plotly's toolbar
 

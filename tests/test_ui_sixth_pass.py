@@ -6,6 +6,8 @@ from __future__ import annotations
 import threading
 from types import SimpleNamespace
 
+import pytest
+
 from workbench import service
 
 
@@ -38,3 +40,102 @@ def test_the_status_line_names_the_method_as_its_column_does():
     view = ColumnsView("")
     statuses = [v.status for v in c._column(view, 1, Place(2, 2, 1), SimpleNamespace(ids=None, tps=None))]
     assert statuses and all("**aasd[auto]**" in s for s in statuses), statuses
+
+
+def test_two_repeats_show_their_min_max_and_no_interval_goes_below_zero():
+    """Repeats = 2 drew error bars below 0 tok/s (Student's t with one degree of freedom: 12.7 × sd / √2)."""
+    from workbench.ui.compare_tab import speed_frame, speed_summary
+    from workbench.ui.figures.compare import error_bar, repeat_interval, speed_figure
+
+    two = repeat_interval([10.0, 14.0])
+    assert (two["lo"], two["hi"]) == (10.0, 14.0)  # min–max of the two runs
+    wild = repeat_interval([1.0, 9.0, 0.5])  # three runs: the t-interval, clipped at 0
+    assert wild["mean"] - wild["ci95"] < 0 and wild["lo"] == 0.0 and wild["hi"] == wild["mean"] + wild["ci95"]
+    assert repeat_interval([3.0])["lo"] is None and error_bar(repeat_interval([3.0])) == (0.0, 0.0)
+    summary = speed_summary(
+        ["greedy", "aasd"], [[20.0, 30.0], [5.0, 25.0]], [[1.0, 1.0], [0.25, 0.83]], [[1, 1], [2, 2]]
+    )
+    frame = speed_frame(summary)
+    assert frame["tok/s"].iloc[1] == "15.0 (5.0–25.0)" and frame["speed-up"].iloc[1] == "0.54× (0.25×–0.83×)"
+    fig = speed_figure(summary, {"greedy": "#111", "aasd": "#222"})
+    bar = fig.data[0]
+    lows = [y - down for y, down in zip(bar.y, bar.error_y.arrayminus)]
+    assert min(lows) >= 0 and lows == [20.0, 5.0]
+    assert "min–max" in fig.layout.title.text
+
+
+def test_the_decode_clock_counts_the_decoding_threads_cpu_from_the_end_of_the_prefill():
+    ticks = iter([1.0, 2.0, 5.0, 9.0])
+    clock = service.DecodeClock(clock=lambda: next(ticks))
+    clock.step()  # before the prompt is read: not counted
+    assert clock.seconds is None
+    clock.prefill(64, 128)  # a first chunk: decoding has not started
+    assert clock.start is None
+    clock.prefill(128, 128)  # 1.0
+    assert clock.seconds is None  # no step yet
+    clock.step()  # 2.0
+    clock.step()  # 5.0
+    assert clock.seconds == 4.0
+
+
+def test_speed_ups_are_ratios_of_cpu_time_when_both_runs_measured_it():
+    """The browser on the server's core slowed greedy's wall clock (it runs first, while the page redraws), so the
+    app's speed-ups were 10-27 % above the CLI's; the ratio of the decoding threads' CPU time is not inflated."""
+    from workbench.ui.compare_tab import CPU_CLOCK_NOTE, Reference, Speeds, speedup
+
+    ref = Reference(ids=[1], tps=15.0, cpu_tps=26.0)  # greedy slowed on the wall clock, not in CPU time
+    assert speedup(20.0, 26.0 * 1.2, ref) == (1.2, "cpu")
+    assert speedup(20.0, None, ref) == (20.0 / 15.0, "wall")  # unmeasured: the wall clock, said so
+    assert speedup(20.0, 30.0, Reference()) == (None, "")
+    speeds = Speeds(["greedy", "aasd"])
+    speeds.clocks.add("cpu")
+    assert speeds.clock_note() == CPU_CLOCK_NOTE and "CPU second" in CPU_CLOCK_NOTE
+    speeds.clocks.add("wall")
+    assert "wall clock" in speeds.clock_note()
+
+
+def test_progress_updates_are_paced_by_time_for_every_method():
+    """Each update costs a browser on the same core a re-render: the app sends at most one per UPDATE_EVERY."""
+    assert 0.3 <= service.UPDATE_EVERY <= 0.5
+
+
+@pytest.mark.real_model
+def test_a_busy_neighbour_on_the_core_slows_the_wall_clock_not_the_decoding_cpu_time(smollm2):
+    """Greedy on SmolLM2 with a busy process on the same core (as a browser drawing the page was): the run's
+    wall-clock decode time grows, the decoding thread's CPU time (what the app's speed-ups are ratios of) does not."""
+    import os
+    import subprocess
+    import sys
+
+    import torch
+
+    threads, mask = torch.get_num_threads(), os.sched_getaffinity(0)
+    core = {min(mask)}
+    ids = smollm2.tokenizer("The lighthouse keeper wrote in his log that the storm", return_tensors=None)["input_ids"]
+
+    def once():
+        run = cpu = None
+        for prog in service.stream_run(
+            "greedy", service.Models(smollm2, None), ids, {"max_new_tokens": 48}, prompt_text="p", every=0.0
+        ):
+            run, cpu = prog.run or run, prog.decode_cpu_seconds
+        return run.decode_seconds, cpu
+
+    torch.set_num_threads(1)
+    os.sched_setaffinity(0, core)  # this thread, and the worker it starts, on one core
+    try:
+        alone_wall, alone_cpu = once()
+        hog = subprocess.Popen(
+            [sys.executable, "-c", f"import os; os.sched_setaffinity(0, {core}); exec('while 1: pass')"]
+        )
+        try:
+            busy_wall, busy_cpu = once()
+        finally:
+            hog.kill()
+            hog.wait()
+    finally:
+        os.sched_setaffinity(0, mask)
+        torch.set_num_threads(threads)
+    assert alone_cpu is not None and alone_cpu <= alone_wall * 1.05
+    assert busy_wall > 1.5 * busy_cpu, (busy_wall, busy_cpu)  # the neighbour took about half the core
+    assert busy_cpu < 1.3 * alone_cpu, (busy_cpu, alone_cpu)  # the decoding's own work did not grow
