@@ -388,7 +388,7 @@ def test_diff_outputs_aligns_two_runs_and_names_where_they_part(replay_run):
     )
     a_origins = [(" a", "context"), (" b", "context"), ("!", "model"), ("?", "model")]
     summary, body = diff_outputs(3, other, [("whole", "model")], 7, replay_run, a_origins)
-    assert summary.startswith("**first divergence at token 2** (2 equal tokens before it): #3 greedy `'⟨5⟩'` (id 5)")
+    assert summary.startswith("**first divergence at token 2** (2 equal tokens before it; outlined below): #3 greedy `'⟨5⟩'` (id 5)")
     assert "␣a" in body  # ids the other run recorded read as text
     assert "#7 aasd `'!'` (id 2) at its step 0" in summary
     assert "aligned: 1 tokens replaced, 0 only in #3 greedy, 1 only in #7 aasd" in summary

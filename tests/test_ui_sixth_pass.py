@@ -139,3 +139,95 @@ def test_a_busy_neighbour_on_the_core_slows_the_wall_clock_not_the_decoding_cpu_
     assert alone_cpu is not None and alone_cpu <= alone_wall * 1.05
     assert busy_wall > 1.5 * busy_cpu, (busy_wall, busy_cpu)  # the neighbour took about half the core
     assert busy_cpu < 1.3 * alone_cpu, (busy_cpu, alone_cpu)  # the decoding's own work did not grow
+
+
+def _trace(method, out, params=None, prompt=(1, 2, 3), model="m"):
+    from core.trace import RunTrace
+
+    return RunTrace(
+        method=method,
+        params=params or {},
+        model=model,
+        draft_model=None,
+        device="cpu",
+        dtype="float32",
+        prompt="p",
+        prompt_ids=list(prompt),
+        output_ids=list(out),
+        steps=[],
+        decode_seconds=1.0,
+    )
+
+
+def _outlined(body: str) -> tuple[str, str, str]:
+    import re
+
+    m = re.search(
+        r'<span class="(pair [a-z]+ first)"[^>]*><span class="side a"[^>]*>(.*?)</span><span class="side b"[^>]*>(.*?)</span>',
+        body,
+    )
+    return m.groups()
+
+
+def test_the_diff_sentence_names_the_cell_it_outlines():
+    """One token dropped: the sentence said "#2 aasd ⟨9⟩" (B's token at the same position) while the outlined cell
+    showed A's token over a gap; now both say that only A has it there."""
+    from workbench.ui.diff_tab import diff_outputs
+
+    a, b = _trace("greedy", [4, 5, 7, 8, 9]), _trace("aasd", [4, 5, 8, 9])
+    origins_a = [(t, "model") for t in ["a", "b", "X", "c", "d"]]
+    origins_b = [(t, "model") for t in ["a", "b", "c", "d"]]
+    head, body = diff_outputs(1, a, origins_a, 2, b, origins_b)
+    assert "first divergence at token 2" in head
+    assert "only #1 greedy has `'X'` (id 7) here" in head and "id 8" not in head, head
+    kind, top, bottom = _outlined(body)
+    assert kind == "pair deleted first" and top == "X" and "·" in bottom
+    # replaced: both tokens, as the cell shows them
+    head, body = diff_outputs(1, a, origins_a, 2, _trace("aasd", [4, 5, 6, 8, 9]), [(t, "model") for t in "abYcd"])
+    assert "#1 greedy `'X'` (id 7)" in head and "#2 aasd `'Y'` (id 6)" in head
+    assert _outlined(body) == ("pair differ first", "X", "Y")
+    # inserted: only B has a token there
+    head, body = diff_outputs(2, b, origins_b, 1, a, origins_a)
+    assert "only #1 greedy has `'X'` (id 7) here" in head and _outlined(body)[0] == "pair inserted first"
+
+
+def test_the_diff_pickers_say_how_to_reach_an_older_run():
+    from workbench.ui.diff_tab import PICKER_WORDS, diff_runs
+    from workbench.ui.shared import RUN_CHOICES
+
+    assert str(RUN_CHOICES) in PICKER_WORDS and "type any run's id" in PICKER_WORDS
+    seen = []
+    cache = SimpleNamespace(get=lambda i, viewer: seen.append(i) or pytest.skip("reached the store"))
+    with pytest.raises(pytest.skip.Exception):
+        diff_runs(cache, "3", "#1 greedy", None)  # a typed id is read as the run's id
+    assert seen == [3]
+
+
+@pytest.mark.real_model
+def test_a_diff_from_greedy_explains_its_divergence_as_compare_does(smollm2):
+    """The Diff tab said nothing when a divergence was a near-tie; it now gives Compare's explanation (one home:
+    tokens.divergence_note) when the server has the model loaded."""
+    from core.methods import run_method
+    from workbench.ui import tokens
+    from workbench.ui.compare_tab import measured_divergence
+    from workbench.ui.diff_tab import tie_note
+
+    ids = smollm2.tokenizer("Once upon a time", return_tensors=None)["input_ids"]
+    greedy = run_method("greedy", smollm2, ids, {"max_new_tokens": 6})
+    out = list(greedy.output_ids)
+    out[3] = (out[3] + 1) % smollm2.tokenizer.vocab_size  # a lossless run that left greedy's tokens at token 3
+    other = _trace("sd", out, prompt=ids, model=smollm2.name)
+    models = service.Models(smollm2, None)
+    pool = SimpleNamespace(loaded=lambda name: models if name == smollm2.name else None, slot=lambda name: _null())
+    note = tie_note(pool, other, greedy)  # either order
+    report = measured_divergence(pool, smollm2.name, models, ids, greedy.output_ids, other)
+    assert note and note == tokens.divergence_note(report, True, smollm2.tokenizer.decode)
+    assert "parts from greedy at token 3" in note
+    assert tie_note(SimpleNamespace(loaded=lambda name: None), greedy, other) == ""  # not loaded: nothing measured
+    assert tie_note(pool, greedy, _trace("sd", out, {"temperature": 0.7}, ids, smollm2.name)) == ""  # sampled
+
+
+def _null():
+    from contextlib import nullcontext
+
+    return nullcontext()

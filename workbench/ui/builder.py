@@ -65,7 +65,7 @@ def build_app(
             with gr.Tab("Replay & tune") as replay:
                 replay_parts = replay_tab(store, pool, cache, who)
             with gr.Tab("Diff", elem_id="tab-diff") as diff:
-                diff_a, diff_b = diff_tab(store, cache, who, compare_ids)
+                diff_a, diff_b = diff_tab(store, cache, who, compare_ids, pool)
             with gr.Tab("CSD memory", elem_id="tab-memory") as memory:
                 memory_pick, corpus_pick = memory_tab(store, cache, compare_ids, who)
             with gr.Tab("Analytics") as analytics:

@@ -339,9 +339,12 @@ def parse_run_ids(values) -> list[int]:
     return [run_id_of(v) for v in values]
 
 
+RUN_CHOICES = 200  # runs a run dropdown lists (the newest); an older one is typed by its id (parse_run_ids)
+
+
 def run_choices(store: Store, viewer: Viewer | None = None) -> list[tuple[str, int]]:
     """(label, id) of the latest runs `viewer` may see, for the run dropdowns."""
-    runs = store.list_runs(limit=200, any_tag=viewer.visible_tags if viewer is not None else None)
+    runs = store.list_runs(limit=RUN_CHOICES, any_tag=viewer.visible_tags if viewer is not None else None)
     return [(f"#{r.id} {asked_as(r.method, r.params)} · {r.model}", r.id) for r in runs]
 
 
