@@ -85,7 +85,7 @@ def cli_speedups(target, task, ids, methods, max_new: int, passes: int) -> dict[
 
 
 TABLE_JS = """
-() => [...document.querySelectorAll('#compare-speed-table tbody tr')].map(r => [...r.cells].map(c => c.innerText))
+() => [...document.querySelectorAll('#compare-speed-table tr')].map(r => [...r.cells].map(c => c.textContent.trim())).filter(r => r.length > 3 && r[0] && r[0] !== 'method')
 """
 
 
@@ -96,6 +96,7 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--cli-passes", type=int, default=3)
     ap.add_argument("--dump", action="store_true", help="print the page's status timeline")
+    ap.add_argument("--progress", default=None, help="the Run button's show_progress (full, minimal, hidden)")
     ap.add_argument("--every", type=float, default=None, help="seconds between progress updates (UPDATE_EVERY)")
     args = ap.parse_args()
     import torch
@@ -118,10 +119,13 @@ def main() -> int:
 
     from core.stats import run_metrics
     from workbench import service
-    from workbench.ui import build_app, launch
+    from workbench.ui import build_app, compare_tab, launch
 
     if args.every is not None:
         service.UPDATE_EVERY = args.every
+    if args.progress is not None:
+        compare_tab.COMPARE_PROGRESS = args.progress
+    print(f"compare show_progress {compare_tab.COMPARE_PROGRESS!r}")
     print(f"UPDATE_EVERY {service.UPDATE_EVERY} s")
     print(f"machine: {cpu_info()}; torch threads {torch.get_num_threads()}; cores {sorted(os.sched_getaffinity(0))}")
     demo = build_app(db=str(home / "traces.db"), single_user=True)
@@ -168,8 +172,9 @@ def main() -> int:
     )
     print(f"app greedy (browser) decode tok/s per pass: {', '.join(f'{x:.2f}' for x in app)}")
     print(f"app / CLI median: {statistics.median(app) / statistics.median(cli):.3f}")
+    print(f"speed table: {table}")
     for row in table:  # method, runs, tok/s, speed-up (decoding CPU time), MAL
-        name, shown = row[0], row[3]
+        name, shown = row[0].strip(), row[3].strip()
         if name not in cli_ups:
             continue
         app_up = float(shown.split("×")[0])

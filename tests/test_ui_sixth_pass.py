@@ -231,3 +231,16 @@ def _null():
     from contextlib import nullcontext
 
     return nullcontext()
+
+
+def test_the_comparison_draws_no_progress_overlay_on_its_outputs(tmp_path):
+    """The cause of greedy's slowness in the app (benchmarks/bench_stream_updates.py, server and Chromium on one
+    core): Gradio's progress overlay, a live timer and a pulsing mask on each of the comparison's outputs redrawn
+    about ten times a second, took ~45 % of the core (app greedy 0.53 of the CLI's tok/s; hidden: 0.96). The status
+    line says how far the comparison is."""
+    from workbench.service import ModelPool
+    from workbench.ui import build_app
+
+    demo = build_app(db=str(tmp_path / "t.db"), pool=ModelPool("cpu", "float32"))
+    (event,) = [f for f in demo.fns.values() if f.api_name == "compare"]
+    assert event.show_progress == "hidden"

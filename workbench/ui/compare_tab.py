@@ -111,6 +111,7 @@ def check_prompt_box(prompt: str | None, task: Task | None) -> None:
     raise InvalidInputError(EMPTY_PROMPT)
 
 
+COMPARE_PROGRESS = "hidden"  # Gradio's progress overlay on the comparison's outputs (see compare_tab's wiring)
 CLEARED_OUTPUTS = 2 * SLOTS + 4  # task_change_cleared's: the columns' metrics and texts, the speeds, the status
 
 
@@ -1342,7 +1343,17 @@ def compare_tab(store: Store, pool: service.ModelPool, compare_ids: gr.State, wh
     )
     for component in (form.model, form.prompt, form.context, form.chat, form.methods):
         component.change(**info)
-    form.run.click(h.compare, form.inputs, form.outputs(compare_ids), api_name="compare", concurrency_id="generate")
+    # show_progress="hidden": the status line says how far the comparison is; Gradio's own overlay put a live timer
+    # and a pulsing mask on every output, redrawn about ten times a second for as long as the comparison runs, on
+    # the CPU the decoding shares when the browser runs beside the server (benchmarks/bench_stream_updates.py).
+    form.run.click(
+        h.compare,
+        form.inputs,
+        form.outputs(compare_ids),
+        api_name="compare",
+        concurrency_id="generate",
+        show_progress=COMPARE_PROGRESS,
+    )
     # Queued (so the request carries the session that Run came from) but never waiting behind the generations.
     form.stop.click(h.stop, None, None, api_name=False, concurrency_limit=None)
     form.on_load = {k: v for k, v in info.items() if k != "trigger_mode"}
