@@ -244,3 +244,41 @@ def test_the_comparison_draws_no_progress_overlay_on_its_outputs(tmp_path):
     demo = build_app(db=str(tmp_path / "t.db"), pool=ModelPool("cpu", "float32"))
     (event,) = [f for f in demo.fns.values() if f.api_name == "compare"]
     assert event.show_progress == "hidden"
+
+
+def _node(i, parent, depth, token, p, rank, decision, reason):
+    from core.trace import NodeTrace
+
+    stats = (
+        {}
+        if parent < 0
+        else dict(p=p, entropy=1.0, max_p=0.6, p_eos=0.0, rank=rank, logit_gap=0.0 if rank == 0 else 1.0)
+    )
+    return NodeTrace(
+        0, 5, i, parent, depth, 100 + i, token, "root" if parent < 0 else "context", decision, reason, **stats
+    )
+
+
+def test_a_rescore_row_says_a_sibling_was_accepted_first():
+    """Two children of the root both pass CASD's δ; the walk takes one child per depth, so the other is not taken.
+    Its row said only "passed, but a longer or likelier path was chosen"; now it names the sibling accepted first."""
+    from core.trace import StepTrace
+    from workbench.rescore import flips_table, rescore_step
+
+    nodes = [
+        _node(0, -1, 0, "", None, None, "accepted", "root"),
+        _node(1, 0, 1, " a", 0.6, 0, "accepted", "p ok"),
+        _node(2, 0, 1, " b", 0.3, 1, "accepted", "p ok"),  # recorded as accepted: the re-score flips it
+        _node(3, 1, 2, " c", 0.5, 0, "accepted", "p ok"),
+        _node(4, 2, 2, " d", 0.01, 3, "rejected", "p low"),
+    ]
+    step = StepTrace(0, 5, 4, 2, [101, 103, 7], nodes=nodes)
+    result = rescore_step(step, "casd", {"delta": 0.05})
+    by_node = {n.node: n for n in result.nodes}
+    assert by_node[1].decision == "accepted" and by_node[2].decision == "rejected"
+    assert by_node[3].decision == "accepted" and by_node[4].decision == "unreached"
+    rows = {r["node"]: r for r in flips_table(result)}  # node 2 (accepted -> rejected), node 4 (rejected -> unreached)
+    assert "sibling node 1 (' a') at depth 1 was accepted first" in rows[2]["reason"], rows[2]["reason"]
+    assert "sibling" not in rows[4]["reason"]  # its parent is off the path: "an ancestor was not accepted"
+    (row,) = [r for r in flips_table(result) if r["node"] == 2]
+    assert "accepted first" in row["reason"]
