@@ -12,6 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from core.params import PARAMS
 from core.trace import NodeTrace, RunTrace, StepTrace
 from workbench.ui import replay_view as rv
 from workbench.ui.builder import newest_run_id
@@ -312,7 +313,8 @@ def test_player_stops_at_the_last_step(replay_run):
 
 def test_tuning_takes_only_the_parameters_of_the_judging_method(replay_run):
     assert rv.judge_of(rv.OWN_RULE) is None and rv.judge_of(None) is None and rv.judge_of("aasd-fixed") == "aasd-fixed"
-    assert rv.tuning_values(replay_run) == [None, 0.3, 0.05, None, None]  # TUNABLE order
+    defaults = [PARAMS[n].default for n in TUNABLE]  # where aasd takes no such parameter: the default, greyed out
+    assert rv.tuning_values(replay_run) == [defaults[0], 0.3, 0.05, defaults[3], defaults[4]]  # TUNABLE order
     values = dict(zip(TUNABLE, [0.01, 0.5, 0.2, 0.1, 3]))
     assert rv.tuned_params("aasd", list(values.values())) == {"alpha": 0.5, "beta": 0.2}
     assert rv.tuned_params("casd", list(values.values())) == {"delta": 0.01}
@@ -388,7 +390,9 @@ def test_diff_outputs_aligns_two_runs_and_names_where_they_part(replay_run):
     )
     a_origins = [(" a", "context"), (" b", "context"), ("!", "model"), ("?", "model")]
     summary, body = diff_outputs(3, other, [("whole", "model")], 7, replay_run, a_origins)
-    assert summary.startswith("**first divergence at token 2** (2 equal tokens before it; outlined below): #3 greedy `'⟨5⟩'` (id 5)")
+    assert summary.startswith(
+        "**first divergence at token 2** (2 equal tokens before it; outlined below): #3 greedy `'⟨5⟩'` (id 5)"
+    )
     assert "␣a" in body  # ids the other run recorded read as text
     assert "#7 aasd `'!'` (id 2) at its step 0" in summary
     assert "aligned: 1 tokens replaced, 0 only in #3 greedy, 1 only in #7 aasd" in summary

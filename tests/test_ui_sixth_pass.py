@@ -282,3 +282,24 @@ def test_a_rescore_row_says_a_sibling_was_accepted_first():
     assert "sibling" not in rows[4]["reason"]  # its parent is off the path: "an ancestor was not accepted"
     (row,) = [r for r in flips_table(result) if r["node"] == 2]
     assert "accepted first" in row["reason"]
+
+
+def test_a_greyed_slider_shows_the_loaded_runs_value_not_the_last_one(tmp_path):
+    """Loading an aasd run after a csd run left λ's greyed slider at the csd run's 3: it now shows the default and
+    says the run did not use it; a slider the run used shows the run's value."""
+    from core.params import PARAMS
+    from workbench.store import Store
+    from workbench.ui.replay_tab import ReplayHandlers
+    from workbench.ui.shared import TUNABLE, RunCache
+
+    store = Store(str(tmp_path / "t.db"))
+    run = _trace("aasd", [4, 5], {"alpha": 0.3, "beta": 0.05, "max_new_tokens": 2})
+    run.steps = []
+    rid = store.save_run(run)
+    h = ReplayHandlers(store, None, RunCache(store))
+    out = h.open(SimpleNamespace(session_hash="s"), rid)
+    sliders = dict(zip(TUNABLE, out[2 : 2 + len(TUNABLE)]))
+    assert sliders["lam"]["value"] == PARAMS["lam"].default and sliders["lam"]["interactive"] is False
+    assert "not used by aasd" in sliders["lam"]["label"]
+    assert sliders["alpha"]["value"] == 0.3 and sliders["alpha"]["interactive"] is True
+    assert "not used" not in sliders["alpha"]["label"]

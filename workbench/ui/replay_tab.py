@@ -291,9 +291,9 @@ class ReplayHandlers:
             flags = rv.tuning_active(trace.method)
         except WorkbenchError:  # a method this server does not know: nothing to grey out
             flags = [True] * len(TUNABLE)
-        labels = [rv.slider_label(name, trace.params) for name in TUNABLE]
+        labels = [rv.slider_label(name, trace.params, trace.method) for name in TUNABLE]
         sliders = [
-            gr.update(interactive=on, label=label) if v is None else gr.update(value=v, interactive=on, label=label)
+            gr.update(value=v, interactive=on, label=label)
             for v, on, label in zip(rv.tuning_values(trace), flags, labels)
         ]
         steps = len(trace.steps)  # fewer than two: no slider (Gradio refuses a slider whose maximum is its minimum)
