@@ -303,3 +303,19 @@ def test_a_greyed_slider_shows_the_loaded_runs_value_not_the_last_one(tmp_path):
     assert "not used by aasd" in sliders["lam"]["label"]
     assert sliders["alpha"]["value"] == 0.3 and sliders["alpha"]["interactive"] is True
     assert "not used" not in sliders["alpha"]["label"]
+
+
+def test_the_task_picker_turns_to_your_own_text_only_when_the_boxes_left_the_task():
+    from workbench.evaluation.tasks.task import Task
+    from workbench.ui.compare_tab import OWN_TEXT, CompareHandlers, own_text_choice, task_fields
+
+    t = Task("s1", "qa", "Who built it?", context="The lighthouse was built in 1871.")
+    context, prompt = task_fields(t)[:2]
+    assert own_text_choice("s1", {"s1": t}, {}, context, prompt) == {"__type__": "update"}  # a task filling the boxes
+    moved = own_text_choice("s1", {"s1": t}, {}, context, prompt + " And when?")
+    assert moved["value"] == OWN_TEXT and OWN_TEXT in moved["choices"] and "s1" in moved["choices"]
+    assert own_text_choice("(free text)", {"s1": t}, {}, "", "anything") == {"__type__": "update"}
+    up = Task("u1", "qa", "Q?")
+    assert own_text_choice("upload:u1", {}, {"upload:u1": up}, "", "Q? more")["value"] == OWN_TEXT
+    h = CompareHandlers(store=SimpleNamespace(where="here"), pool=None, tasks={"s1": t})
+    assert all(u == {"__type__": "update"} for u in h.pick_task(OWN_TEXT, {}, 128, 128))  # the boxes stay

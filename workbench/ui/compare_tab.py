@@ -49,6 +49,9 @@ from workbench.ui.shared import (
 
 SLOTS = service.MAX_METHODS  # columns
 FREE_TEXT = "(free text)"
+# What the task picker shows once the user has typed over a task's prompt or context: the boxes are theirs now (no
+# task's references score them), and picking it changes nothing (unlike FREE_TEXT, which empties the boxes).
+OWN_TEXT = "(your own text)"
 FITTED_VARIANTS = ("aasd[auto]", "casd[auto]")  # verify with the thresholds fitted to the model (core.thresholds)
 ONLINE_VARIANTS = ("csd[memory_mode=online]",)  # the paper's CSD: its memory learns (plain csd reads the shipped one)
 FLIP_CLASS = "tok-flip"  # a lossless method's first token that is not greedy's
@@ -231,6 +234,15 @@ def prompt_note(n_tokens: int, estimate: tuple[float, str] | None, methods: int,
     if seconds * max(methods, 1) > 60:
         text += f" · **⚠ long: ≈ {_duration(seconds * max(methods, 1))} before the last method starts writing**"
     return text
+
+
+def own_text_choice(choice, tasks: Mapping[str, Task], uploaded, context, prompt):
+    """The task picker's update after the user typed: OWN_TEXT once the boxes no longer hold the chosen task's
+    prompt and context (the picker showed the task's name as if it were still what would run), else unchanged."""
+    t = tasks.get(choice) or (uploaded or {}).get(choice) if isinstance(choice, str) else None
+    if t is None or task_fields(t)[:2] == ((context or ""), (prompt or "")):
+        return gr.update()
+    return gr.update(value=OWN_TEXT, choices=[FREE_TEXT, OWN_TEXT, *tasks, *(uploaded or {})])
 
 
 def _duration(seconds: float) -> str:
@@ -1163,6 +1175,8 @@ class CompareHandlers:
         """(context, prompt, max_new_tokens, chat, the task's cap, then task_change_cleared's outputs) of the chosen
         task. A token cap other than the one the last task filled in is the user's own and is kept (read from the field
         itself: no event can race it). The last comparison's results are cleared: they answered another prompt."""
+        if choice == OWN_TEXT:  # set by `typed`: the boxes hold what the user typed, and stay
+            return (gr.update(),) * (5 + CLEARED_OUTPUTS)
         if choice == FREE_TEXT:
             fields = free_text_fields()
         else:
@@ -1180,6 +1194,10 @@ class CompareHandlers:
             task_cap if users else fields[2],
             *task_change_cleared(last_runs),
         )
+
+    def typed(self, choice, uploaded, context, prompt):
+        """The task picker once the user typed in the prompt or context box (own_text_choice)."""
+        return own_text_choice(choice, self.tasks, uploaded, context, prompt)
 
     def upload(self, path):
         """(tasks, task dropdown, status line, the file's error, the note under the upload control): a file that
@@ -1332,6 +1350,15 @@ def compare_tab(store: Store, pool: service.ModelPool, compare_ids: gr.State, wh
         [form.uploaded, form.task, form.status, form.upload_error, form.upload_note],
         api_name=False,
     )
+    for box in (form.context, form.prompt):  # .input: the user's typing, not a task filling the boxes in
+        box.input(
+            h.typed,
+            [form.task, form.uploaded, form.context, form.prompt],
+            [form.task],
+            api_name=False,
+            show_progress="hidden",
+            trigger_mode="always_last",
+        )
     form.methods.change(h.active_fields, [form.methods], [form.controls[n] for n in PARAM_FIELDS], api_name=False)
     info = dict(
         fn=h.prompt_info,
