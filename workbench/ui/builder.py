@@ -153,5 +153,10 @@ PAGE_JS = """
 FOOTER_LINKS = ["api", "gradio", "settings"]
 
 
+# Gradio 6's status tracker announces a finished event to screen readers (an sr-only aria-live region) as
+# i18n("common.complete"), a key its own English table lacks, so the key itself was read out; the app supplies it.
+SCREEN_READER_TEXTS = gr.I18n(en={"common.complete": "done"})
+
+
 def launch(demo: gr.Blocks, **kwargs: Any):
-    return demo.launch(css=CSS, js=PAGE_JS, footer_links=FOOTER_LINKS, **kwargs)
+    return demo.launch(css=CSS, js=PAGE_JS, footer_links=FOOTER_LINKS, i18n=SCREEN_READER_TEXTS, **kwargs)
