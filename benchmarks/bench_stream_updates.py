@@ -63,9 +63,9 @@ def cli_greedy(target, ids, max_new: int, passes: int) -> list[float]:
     return [run_metrics(run_method("greedy", target, ids, {"max_new_tokens": max_new}))["tps"] for _ in range(passes)]
 
 
-def cli_speedups(target, task, ids, methods, max_new: int, passes: int) -> dict[str, list[float]]:
+def cli_speedups(target, task, text, ids, methods, max_new: int, passes: int) -> dict[str, list[float]]:
     """Each method's speed-up against greedy, run as `bench` runs them (no page, no streaming), interleaved per pass
-    with the parameters the app gives them."""
+    with the parameters and prompt the app gives them; prints each run's MAL (the app's should match)."""
     from core.methods import run_method
     from core.stats import run_metrics
     from workbench.methods import get_method, parse_method_spec
@@ -79,14 +79,17 @@ def cli_speedups(target, task, ids, methods, max_new: int, passes: int) -> dict[
             name, over = parse_method_spec(spec)
             extra = {"memory_mode": app_memory_mode(name, over)} if get_method(name).reads_memory else {}
             params = method_params(name, {"max_new_tokens": max_new}, {**extra, **over})
-            run = run_method(name, target, ids, params, prompt_text=task.input, context=task.context)
-            out[spec].append(run_metrics(run)["tps"] / greedy)
+            run = run_method(name, target, ids, params, prompt_text=text, context=(task.context or "").strip() or None)
+            m = run_metrics(run)
+            print(f"CLI {spec}: MAL {m['mal']:.2f}, {m['tps']:.1f} tok/s, greedy {greedy:.1f} tok/s")
+            out[spec].append(m["tps"] / greedy)
     return out
 
 
-TABLE_JS = """
-() => [...document.querySelectorAll('#compare-speed-table tr')].map(r => [...r.cells].map(c => c.textContent.trim())).filter(r => r.length > 3 && r[0] && r[0] !== 'method')
-"""
+def asked(record) -> str:
+    from workbench.ui.shared import asked_as
+
+    return asked_as(record.method, record.params)
 
 
 def main() -> int:
@@ -128,13 +131,24 @@ def main() -> int:
     print(f"compare show_progress {compare_tab.COMPARE_PROGRESS!r}")
     print(f"UPDATE_EVERY {service.UPDATE_EVERY} s")
     print(f"machine: {cpu_info()}; torch threads {torch.get_num_threads()}; cores {sorted(os.sched_getaffinity(0))}")
+    summaries: list = []  # every speed summary the comparison computed, with the speed-ups behind it
+    summary = compare_tab.Speeds.summary
+
+    def keep(self):
+        out = summary(self)
+        summaries.append([(n, t, {**s, "values": list(v)}, m) for (n, t, s, m), v in zip(out, self.speedups)])
+        return out
+
+    compare_tab.Speeds.summary = keep
     demo = build_app(db=str(home / "traces.db"), single_user=True)
     launch(demo, prevent_thread_lock=True, quiet=True)
     models = demo.pool.load(service.default_model())
     task = service.sample_tasks()[0]
-    _, ids = service.build_prompt(models.target.tokenizer, task.input, task.context, chat=task.chat)
+    text, ids = service.build_prompt(models.target.tokenizer, task.input, task.context, chat=task.chat)
     cli = cli_greedy(models.target, ids, args.max_new_tokens, args.cli_passes)
-    cli_ups = cli_speedups(models.target, task, ids, service.DEFAULT_METHODS, args.max_new_tokens, args.cli_passes)
+    cli_ups = cli_speedups(
+        models.target, task, text, ids, service.DEFAULT_METHODS, args.max_new_tokens, args.cli_passes
+    )
     try:
         with sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=CHROMIUM, args=FLAGS, headless=True)
@@ -151,7 +165,6 @@ def main() -> int:
             expect(page.locator("#compare-status")).to_contain_text("done: run", timeout=1_800_000)
             seconds = time.perf_counter() - t0
             status = page.evaluate("() => window.__status")
-            table = page.evaluate(TABLE_JS)
             browser.close()
     finally:
         demo.close()
@@ -172,16 +185,21 @@ def main() -> int:
     )
     print(f"app greedy (browser) decode tok/s per pass: {', '.join(f'{x:.2f}' for x in app)}")
     print(f"app / CLI median: {statistics.median(app) / statistics.median(cli):.3f}")
-    print(f"speed table: {table}")
-    for row in table:  # method, runs, tok/s, speed-up (decoding CPU time), MAL
-        name, shown = row[0].strip(), row[3].strip()
-        if name not in cli_ups:
+    runs = sorted(demo.store.list_runs(), key=lambda r: r.id)
+    for name, _, shown, _ in summaries[-1] if summaries else []:  # the app's last speed summary (what it shows)
+        if name not in cli_ups or shown["mean"] is None:
             continue
-        app_up = float(shown.split("×")[0])
         cli_up = statistics.median(cli_ups[name])
+        wall = [  # the same passes' speed-ups on the wall clock, from the stored runs (pass k: the k-th of each)
+            run_metrics(demo.store.load_run(m.id, nodes=False).trace)["tps"] / g
+            for m, g in zip([r for r in runs if asked(r) == name], app)
+        ]
+        mals = [run_metrics(demo.store.load_run(r.id, nodes=False).trace)["mal"] for r in runs if asked(r) == name]
         print(
-            f"{name}: app speed-up (shown) {shown}; CLI speed-ups {', '.join(f'{x:.2f}' for x in cli_ups[name])}, "
-            f"median {cli_up:.2f}; app / CLI {app_up / cli_up:.3f}"
+            f"{name} (app MAL {', '.join(f'{x:.2f}' for x in mals)}): app speed-ups (decoding CPU time, shown) {', '.join(f'{x:.2f}' for x in shown['values'])}, "
+            f"mean {shown['mean']:.2f}; app wall-clock {', '.join(f'{x:.2f}' for x in wall)}; CLI "
+            f"{', '.join(f'{x:.2f}' for x in cli_ups[name])}, median {cli_up:.2f}; app (shown) / CLI "
+            f"{shown['mean'] / cli_up:.3f}"
         )
     print(
         f"greedy's progress on the page ({len(greedy)} passes): {updates} distinct states (prompt read, N tokens "
