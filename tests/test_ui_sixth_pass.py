@@ -319,3 +319,16 @@ def test_the_task_picker_turns_to_your_own_text_only_when_the_boxes_left_the_tas
     assert own_text_choice("upload:u1", {}, {"upload:u1": up}, "", "Q? more")["value"] == OWN_TEXT
     h = CompareHandlers(store=SimpleNamespace(where="here"), pool=None, tasks={"s1": t})
     assert all(u == {"__type__": "update"} for u in h.pick_task(OWN_TEXT, {}, 128, 128))  # the boxes stay
+
+
+def test_rerun_settings_show_only_what_the_method_reads():
+    """A re-run's settings listed rescue_eos and top_k 0 for methods that read neither (or, at T = 0, no top-k)."""
+    from workbench.ui.replay_view import rerun_settings
+
+    casd = _trace("casd", [1], {"delta": 0.1, "rescue_eos": 1, "top_k": 0, "max_new_tokens": 8})
+    assert rerun_settings(casd) == "casd, δ 0.1"
+    csd = _trace("csd", [1], {"tau": 0.5, "lam": 6, "rescue_eos": 1, "top_k": 0, "temperature": 0.0})
+    shown = rerun_settings(csd)
+    assert "λ 6" in shown and "rescue_eos 1" in shown and "top_k" not in shown  # csd reads rescue_eos; T = 0: no top-k
+    sampled = _trace("csd", [1], {"tau": 0.5, "lam": 6, "top_k": 40, "temperature": 0.8})
+    assert "top_k 40" in rerun_settings(sampled)

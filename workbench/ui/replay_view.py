@@ -9,7 +9,7 @@ from typing import Any
 
 import pandas as pd
 
-from core.errors import InvalidInputError
+from core.errors import InvalidInputError, WorkbenchError
 from core.params import PARAMS
 from core.stats import first_divergence, run_metrics
 from core.thresholds import describe_values
@@ -419,8 +419,18 @@ def speedup_source(trace: RunTrace, run_id: int, greedy: tuple[int, RunTrace] | 
 
 
 def rerun_settings(new: RunTrace) -> str:
-    """The verification settings a re-run ran with, e.g. "aasd, context α 0, β 0.001 · alignment α 0.1, β 0.3"."""
-    used = {k: v for k, v in new.params.items() if k in VERIFY_PARAMS and isinstance(v, (int, float))}
+    """The verification settings a re-run ran with, e.g. "aasd, context α 0, β 0.001 · alignment α 0.1, β 0.3": only
+    those its method reads (a run's record may carry others, e.g. rescue_eos), and top-k only when it sampled."""
+    try:
+        takes = get_method(new.method).params
+    except WorkbenchError:  # a method this server does not know: what the run recorded
+        takes = new.params
+    sampled = (new.params.get("temperature") or 0) > 0
+    used = {
+        k: v
+        for k, v in new.params.items()
+        if k in VERIFY_PARAMS and k in takes and isinstance(v, (int, float)) and (k != "top_k" or sampled)
+    }
     if {"alpha", "beta"} <= used.keys() and new.method.startswith("aasd"):
         return f"{new.method}, {describe_values(used)}"
     shown = ", ".join(f"{SYMBOL.get(k, k)} {v:g}" for k, v in used.items())
