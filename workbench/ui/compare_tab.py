@@ -1370,9 +1370,9 @@ def compare_tab(store: Store, pool: service.ModelPool, compare_ids: gr.State, wh
     )
     for component in (form.model, form.prompt, form.context, form.chat, form.methods):
         component.change(**info)
-    # show_progress="hidden": the status line says how far the comparison is; Gradio's own overlay put a live timer
-    # and a pulsing mask on every output, redrawn about ten times a second for as long as the comparison runs, on
-    # the CPU the decoding shares when the browser runs beside the server (benchmarks/bench_stream_updates.py).
+    # show_progress="hidden": the status line says how far the comparison is; Gradio's own overlay puts a live timer
+    # and a pulsing mask on every output, redrawn for as long as the comparison runs, on the CPU the decoding shares
+    # when the browser runs beside the server.
     form.run.click(
         h.compare,
         form.inputs,
