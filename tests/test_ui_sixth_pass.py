@@ -331,3 +331,25 @@ def test_rerun_settings_show_only_what_the_method_reads():
     assert "λ 6" in shown and "rescue_eos 1" in shown and "top_k" not in shown  # csd reads rescue_eos; T = 0: no top-k
     sampled = _trace("csd", [1], {"tau": 0.5, "lam": 6, "top_k": 40, "temperature": 0.8})
     assert "top_k 40" in rerun_settings(sampled)
+
+
+def test_the_runs_table_explains_each_of_its_columns(tmp_path):
+    """Defect 9: the runs table's columns (MAL, tok/s, tags) were not explained; a legend under it names each, and
+    the numbers are rounded (MAL 2 decimals, tok/s 1)."""
+    from workbench.service import ModelPool
+    from workbench.store import Store
+    from workbench.ui import build_app
+    from workbench.ui.replay_tab import RUNS_LEGEND
+    from workbench.ui.shared import RUN_COLUMNS, runs_frame
+
+    for column in RUN_COLUMNS[1:]:
+        assert f"**{column}**" in RUNS_LEGEND, column
+    demo = build_app(db=str(tmp_path / "t.db"), pool=ModelPool("cpu", "float32"))
+    shown = [b for b in demo.blocks.values() if getattr(b, "elem_id", None) == "replay-runs-legend"]
+    assert shown and shown[0].value == RUNS_LEGEND
+    store = Store(str(tmp_path / "r.db"))
+    run = _trace("aasd", [4, 5, 6], {"alpha": 0.3})
+    run.decode_seconds = 0.123456
+    store.save_run(run)
+    row = runs_frame(store).iloc[0]
+    assert row["tok/s"] == round(3 / 0.123456, 1)
