@@ -177,7 +177,8 @@ class ModelPool:
             from core import methods
 
             try:
-                methods.warm_up(model)
+                runs = methods.warm_up(model)
+                self.prefill_clock.observe(model, timed_prefill(model, runs[0].prompt_ids))
             except Exception as e:  # an optimisation only: the comparison's own run reports what is wrong
                 log.warning("warm-up forward of %s skipped: %s: %s", getattr(model, "name", model), type(e).__name__, e)
             self._warmed.add(id(model))
@@ -303,6 +304,21 @@ class PrefillClock:
         if model is None:
             return None
         return prefill_shape(model, tokens), "the model's measured cost curve; a first prefill takes longer"
+
+
+CALIBRATION_PROMPT = 256  # tokens of the prefill ModelPool's warm-up times, so a first estimate has a prefill to scale
+
+
+def timed_prefill(target, ids: Sequence[int], tokens: int = CALIBRATION_PROMPT) -> RunTrace:
+    """A greedy run of one token on `ids` repeated to `tokens` tokens, timed as any run is: its prefill_seconds is
+    this server's measured price of reading a prompt that long (after warm-up, so without first-forward costs).
+    The cost curve alone prices a prefill 2-2.5x low (a causal prefill forward costs more per token than a tree's
+    slope), so PrefillClock's first estimate scales this one instead."""
+    from core import methods
+
+    ids = list(ids) or [0]
+    prompt = (ids * (tokens // len(ids) + 1))[:tokens]
+    return methods.run_method("greedy", target, prompt, {"max_new_tokens": 1})
 
 
 def prefill_shape(model, tokens: int) -> float:
