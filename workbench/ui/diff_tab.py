@@ -150,21 +150,16 @@ def diff_tab(
     )
     with gr.Row():
         # No value until there is a pair to show: Gradio's default, the first choice, put one run in both pickers.
-        a = gr.Dropdown(
-            run_choices(store, NOBODY),
-            value=None,
-            allow_custom_value=True,
-            label=f"Run A (e.g. greedy; {PICKER_WORDS})",
-            elem_id="diff-a",
-            scale=3,
-        )
-        b = gr.Dropdown(
-            run_choices(store, NOBODY),
-            value=None,
-            allow_custom_value=True,
-            label=f"Run B ({PICKER_WORDS})",
-            elem_id="diff-b",
-            scale=3,
+        a, b = (
+            gr.Dropdown(
+                run_choices(store, NOBODY),
+                value=None,
+                allow_custom_value=True,
+                label=f"Run {which} ({PICKER_WORDS})",
+                elem_id=f"diff-{which.lower()[0]}",
+                scale=3,
+            )
+            for which in ("A, e.g. greedy", "B")
         )
         go = gr.Button("Diff", variant="primary", scale=1, elem_id="diff-go")
     summary = gr.Markdown("", elem_id="diff-summary")
