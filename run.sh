@@ -11,14 +11,25 @@ set -euo pipefail
 cd "$(dirname "$0")"
 VENV=${VENV:-.venv}
 
+# What the install depends on: when none of it changed since the last install into this venv, setup skips pip
+# (a minute of resolving on every call otherwise). Delete $VENV/.installed (or the venv) to force a reinstall.
+install_key() {
+  cat pyproject.toml requirements*.txt 2>/dev/null | sha256sum | cut -d' ' -f1
+}
+
 setup() {
   [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
   # shellcheck disable=SC1091
   . "$VENV/bin/activate"
-  python -m pip install -q --upgrade pip
-  # The CPU build of torch 2.13 (on these machines it is on disk); a machine with CUDA may install its own torch first.
-  python -c "import torch" 2>/dev/null || python -m pip install -q "torch==2.13.0"
-  python -m pip install -q -e ".[test]"
+  local stamp="$VENV/.installed" key
+  key=$(install_key)
+  if [ "$(cat "$stamp" 2>/dev/null)" != "$key" ] || ! python -c "import workbench, torch" 2>/dev/null; then
+    python -m pip install -q --upgrade pip
+    # The CPU build of torch 2.13 (on these machines it is on disk); a machine with CUDA may install its own torch first.
+    python -c "import torch" 2>/dev/null || python -m pip install -q "torch==2.13.0"
+    python -m pip install -q -e ".[test]"
+    echo "$key" > "$stamp"
+  fi
   python -m workbench models fetch smollm2-135m
 }
 

@@ -63,6 +63,35 @@ def cli_greedy(target, ids, max_new: int, passes: int) -> list[float]:
     return [run_metrics(run_method("greedy", target, ids, {"max_new_tokens": max_new}))["tps"] for _ in range(passes)]
 
 
+def cli_speedups(target, task, text, ids, methods, max_new: int, passes: int) -> dict[str, list[float]]:
+    """Each method's speed-up against greedy, run as `bench` runs them (no page, no streaming), interleaved per pass
+    with the parameters and prompt the app gives them; prints each run's MAL (the app's should match)."""
+    from core.methods import run_method
+    from core.stats import run_metrics
+    from workbench.methods import get_method, parse_method_spec
+    from workbench.service import method_params
+    from workbench.ui.compare_tab import app_memory_mode
+
+    out: dict[str, list[float]] = {m: [] for m in methods if m != "greedy"}
+    for _ in range(passes):
+        greedy = run_metrics(run_method("greedy", target, ids, {"max_new_tokens": max_new}))["tps"]
+        for spec in out:
+            name, over = parse_method_spec(spec)
+            extra = {"memory_mode": app_memory_mode(name, over)} if get_method(name).reads_memory else {}
+            params = method_params(name, {"max_new_tokens": max_new}, {**extra, **over})
+            run = run_method(name, target, ids, params, prompt_text=text, context=(task.context or "").strip() or None)
+            m = run_metrics(run)
+            print(f"CLI {spec}: MAL {m['mal']:.2f}, {m['tps']:.1f} tok/s, greedy {greedy:.1f} tok/s")
+            out[spec].append(m["tps"] / greedy)
+    return out
+
+
+def asked(record) -> str:
+    from workbench.ui.shared import asked_as
+
+    return asked_as(record.method, record.params)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--threads", type=int, default=None)
@@ -70,6 +99,8 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--cli-passes", type=int, default=3)
     ap.add_argument("--dump", action="store_true", help="print the page's status timeline")
+    ap.add_argument("--progress", default=None, help="the Run button's show_progress (full, minimal, hidden)")
+    ap.add_argument("--every", type=float, default=None, help="seconds between progress updates (UPDATE_EVERY)")
     args = ap.parse_args()
     import torch
 
@@ -91,15 +122,33 @@ def main() -> int:
 
     from core.stats import run_metrics
     from workbench import service
-    from workbench.ui import build_app, launch
+    from workbench.ui import build_app, compare_tab, launch
 
+    if args.every is not None:
+        service.UPDATE_EVERY = args.every
+    if args.progress is not None:
+        compare_tab.COMPARE_PROGRESS = args.progress
+    print(f"compare show_progress {compare_tab.COMPARE_PROGRESS!r}")
+    print(f"UPDATE_EVERY {service.UPDATE_EVERY} s")
     print(f"machine: {cpu_info()}; torch threads {torch.get_num_threads()}; cores {sorted(os.sched_getaffinity(0))}")
+    summaries: list = []  # every speed summary the comparison computed, with the speed-ups behind it
+    summary = compare_tab.Speeds.summary
+
+    def keep(self):
+        out = summary(self)
+        summaries.append([(n, t, {**s, "values": list(v)}, m) for (n, t, s, m), v in zip(out, self.speedups)])
+        return out
+
+    compare_tab.Speeds.summary = keep
     demo = build_app(db=str(home / "traces.db"), single_user=True)
     launch(demo, prevent_thread_lock=True, quiet=True)
     models = demo.pool.load(service.default_model())
     task = service.sample_tasks()[0]
-    _, ids = service.build_prompt(models.target.tokenizer, task.input, task.context, chat=task.chat)
+    text, ids = service.build_prompt(models.target.tokenizer, task.input, task.context, chat=task.chat)
     cli = cli_greedy(models.target, ids, args.max_new_tokens, args.cli_passes)
+    cli_ups = cli_speedups(
+        models.target, task, text, ids, service.DEFAULT_METHODS, args.max_new_tokens, args.cli_passes
+    )
     try:
         with sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=CHROMIUM, args=FLAGS, headless=True)
@@ -136,6 +185,22 @@ def main() -> int:
     )
     print(f"app greedy (browser) decode tok/s per pass: {', '.join(f'{x:.2f}' for x in app)}")
     print(f"app / CLI median: {statistics.median(app) / statistics.median(cli):.3f}")
+    runs = sorted(demo.store.list_runs(), key=lambda r: r.id)
+    for name, _, shown, _ in summaries[-1] if summaries else []:  # the app's last speed summary (what it shows)
+        if name not in cli_ups or shown["mean"] is None:
+            continue
+        cli_up = statistics.median(cli_ups[name])
+        wall = [  # the same passes' speed-ups on the wall clock, from the stored runs (pass k: the k-th of each)
+            run_metrics(demo.store.load_run(m.id, nodes=False).trace)["tps"] / g
+            for m, g in zip([r for r in runs if asked(r) == name], app)
+        ]
+        mals = [run_metrics(demo.store.load_run(r.id, nodes=False).trace)["mal"] for r in runs if asked(r) == name]
+        print(
+            f"{name} (app MAL {', '.join(f'{x:.2f}' for x in mals)}): app speed-ups (decoding CPU time, shown) {', '.join(f'{x:.2f}' for x in shown['values'])}, "
+            f"mean {shown['mean']:.2f}; app wall-clock {', '.join(f'{x:.2f}' for x in wall)}; CLI "
+            f"{', '.join(f'{x:.2f}' for x in cli_ups[name])}, median {cli_up:.2f}; app (shown) / CLI "
+            f"{shown['mean'] / cli_up:.3f}"
+        )
     print(
         f"greedy's progress on the page ({len(greedy)} passes): {updates} distinct states (prompt read, N tokens "
         f"written); longest a state stood: {max(stills, default=0) / 1000:.2f} s, median "

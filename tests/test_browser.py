@@ -238,7 +238,7 @@ def test_compare_repeats_show_mean_and_95_interval(app, page):
     from playwright.sync_api import expect
 
     from core.stats import run_metrics
-    from workbench.evaluation.bench import spread
+    from workbench.ui.figures.compare import repeat_interval as spread
 
     demo = app[0]
     choose_methods(page, ["greedy", "pld"])
@@ -251,10 +251,10 @@ def test_compare_repeats_show_mean_and_95_interval(app, page):
     assert [r.method for r in runs] == ["greedy", "pld"] * 3  # interleaved passes, greedy first in each
     table = page.locator("#compare-speed-table")
     pld = spread([run_metrics(r)["tps"] for r in runs if r.method == "pld"])
-    expect(table).to_contain_text(f"{pld['mean']:.1f} ± {pld['ci95']:.1f}")
+    expect(table).to_contain_text(f"{pld['mean']:.1f} ({pld['lo']:.1f}–{pld['hi']:.1f})")
     bars = plotly(page, "#compare-speed")[0]
     assert [c[0] for c in bars["customdata"]] == ["greedy", "pld"] and abs(bars["y"][1] - pld["mean"]) < 1e-6
-    assert bars["error_y"]["visible"] and abs(bars["error_y"]["array"][1] - pld["ci95"]) < 1e-6
+    assert bars["error_y"]["visible"] and abs(bars["error_y"]["array"][1] - (pld["hi"] - pld["mean"])) < 1e-6
     expect(page.locator("#compare-speed .errorbar")).to_have_count(2)
     shot(page, "compare-repeats")
     fill_number(page, "#compare-repeats", 1)

@@ -12,6 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from core.params import PARAMS
 from core.trace import NodeTrace, RunTrace, StepTrace
 from workbench.ui import replay_view as rv
 from workbench.ui.builder import newest_run_id
@@ -312,7 +313,8 @@ def test_player_stops_at_the_last_step(replay_run):
 
 def test_tuning_takes_only_the_parameters_of_the_judging_method(replay_run):
     assert rv.judge_of(rv.OWN_RULE) is None and rv.judge_of(None) is None and rv.judge_of("aasd-fixed") == "aasd-fixed"
-    assert rv.tuning_values(replay_run) == [None, 0.3, 0.05, None, None]  # TUNABLE order
+    defaults = [PARAMS[n].default for n in TUNABLE]  # where aasd takes no such parameter: the default, greyed out
+    assert rv.tuning_values(replay_run) == [defaults[0], 0.3, 0.05, defaults[3], defaults[4]]  # TUNABLE order
     values = dict(zip(TUNABLE, [0.01, 0.5, 0.2, 0.1, 3]))
     assert rv.tuned_params("aasd", list(values.values())) == {"alpha": 0.5, "beta": 0.2}
     assert rv.tuned_params("casd", list(values.values())) == {"delta": 0.01}
@@ -388,7 +390,9 @@ def test_diff_outputs_aligns_two_runs_and_names_where_they_part(replay_run):
     )
     a_origins = [(" a", "context"), (" b", "context"), ("!", "model"), ("?", "model")]
     summary, body = diff_outputs(3, other, [("whole", "model")], 7, replay_run, a_origins)
-    assert summary.startswith("**first divergence at token 2** (2 equal tokens before it): #3 greedy `'⟨5⟩'` (id 5)")
+    assert summary.startswith(
+        "**first divergence at token 2** (2 equal tokens before it; outlined below): #3 greedy `'⟨5⟩'` (id 5)"
+    )
     assert "␣a" in body  # ids the other run recorded read as text
     assert "#7 aasd `'!'` (id 2) at its step 0" in summary
     assert "aligned: 1 tokens replaced, 0 only in #3 greedy, 1 only in #7 aasd" in summary
@@ -471,8 +475,9 @@ def test_compare_speed_table_reuses_bench_spread():
     s = spread([20.0, 22.0, 21.0])
     frame = speed_frame(summary)
     assert list(frame["runs"]) == [3, 3]
-    assert frame["tok/s"].iloc[1] == f"{s['mean']:.1f} ± {s['ci95']:.1f}"
-    assert frame["speed-up"].iloc[1].startswith("1.90× ± ")
+    lo, hi = s["mean"] - s["ci95"], s["mean"] + s["ci95"]  # three runs: the 95 % t-interval (above 0 here)
+    assert frame["tok/s"].iloc[1] == f"{s['mean']:.1f} ({lo:.1f}–{hi:.1f})"
+    assert frame["speed-up"].iloc[1].startswith("1.90× (")
     one = speed_frame(speed_summary(["greedy"], [[10.0]], [[1.0]], [[1.0]]))
     assert one["tok/s"].iloc[0] == "10.0" and one["speed-up"].iloc[0] == "1.00×"  # one run: no interval to show
 
@@ -622,7 +627,7 @@ def test_the_export_zip_is_named_by_the_ranges_it_holds():
 
 
 def test_speed_bars_never_reach_below_zero_and_carry_their_values_under_the_axis():
-    from workbench.evaluation.bench import spread
+    from workbench.ui.figures.compare import repeat_interval as spread
     from workbench.ui.figures.compare import speed_figure
 
     wild = spread([1.0, 9.0, 0.5])  # an interval wider than the mean
@@ -633,8 +638,8 @@ def test_speed_bars_never_reach_below_zero_and_carry_their_values_under_the_axis
     )
     bar = fig.data[0]
     assert wild["ci95"] > wild["mean"]
-    assert list(bar.error_y.arrayminus) == [steady["ci95"], wild["mean"]]  # the lower whisker stops at 0 tok/s
-    assert list(bar.error_y.array) == [steady["ci95"], wild["ci95"]]
+    assert list(bar.error_y.arrayminus) == pytest.approx([steady["ci95"], wild["mean"]])  # stops at 0 tok/s
+    assert list(bar.error_y.array) == pytest.approx([steady["ci95"], wild["ci95"]])
     assert bar.text is None and "aasd" in bar.x[1] and "tok/s" in bar.x[1]  # values under the bars, not on them
     assert fig.layout.title.x == 0 and fig.layout.title.yref == "container"  # under Plotly's toolbar
 

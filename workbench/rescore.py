@@ -186,6 +186,18 @@ def prepare_run(run: RunTrace) -> list[StepInputs]:
     return [step_inputs(s) for s in run.steps]
 
 
+def sibling_note(node, nodes: Sequence) -> str:
+    """For a node the walk did not take while a sibling (same parent) was taken: "; not taken: sibling node k ('tok')
+    at depth d was accepted first (one child per depth)", which its own rule's words (or "passed, but ...") do not
+    name; "" otherwise. `nodes`: the step's nodes with their new decisions (NodeRescore)."""
+    if node.parent < 0 or node.decision in ("accepted", "rescued"):
+        return ""
+    won = next((n for n in nodes if n.parent == node.parent and n.decision in ("accepted", "rescued")), None)
+    if won is None:
+        return ""
+    return f"; not taken: sibling node {won.node} ({won.token_text!r}) at depth {won.depth} was accepted first (one child per depth)"
+
+
 def _rescore(
     inputs: StepInputs, method: Method, params: Mapping[str, Any], eos_ids: Sequence[int] | None = None
 ) -> StepRescore:
@@ -326,7 +338,7 @@ def flips_table(result: RunRescore | StepRescore) -> list[dict[str, Any]]:
             "new_threshold": n.threshold,
             "old_decision": n.old_decision,
             "new_decision": n.decision,
-            "reason": n.reason,
+            "reason": n.reason + sibling_note(n, s.nodes),
         }
         for s in steps
         for n in s.flips

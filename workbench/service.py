@@ -177,7 +177,8 @@ class ModelPool:
             from core import methods
 
             try:
-                methods.warm_up(model)
+                runs = methods.warm_up(model)
+                self.prefill_clock.observe(model, timed_prefill(model, runs[0].prompt_ids))
             except Exception as e:  # an optimisation only: the comparison's own run reports what is wrong
                 log.warning("warm-up forward of %s skipped: %s: %s", getattr(model, "name", model), type(e).__name__, e)
             self._warmed.add(id(model))
@@ -303,6 +304,21 @@ class PrefillClock:
         if model is None:
             return None
         return prefill_shape(model, tokens), "the model's measured cost curve; a first prefill takes longer"
+
+
+CALIBRATION_PROMPT = 256  # tokens of the prefill ModelPool's warm-up times, so a first estimate has a prefill to scale
+
+
+def timed_prefill(target, ids: Sequence[int], tokens: int = CALIBRATION_PROMPT) -> RunTrace:
+    """A greedy run of one token on `ids` repeated to `tokens` tokens, timed as any run is: its prefill_seconds is
+    this server's measured price of reading a prompt that long (after warm-up, so without first-forward costs).
+    The cost curve alone prices a prefill 2-2.5x low (a causal prefill forward costs more per token than a tree's
+    slope), so PrefillClock's first estimate scales this one instead."""
+    from core import methods
+
+    ids = list(ids) or [0]
+    prompt = (ids * (tokens // len(ids) + 1))[:tokens]
+    return methods.run_method("greedy", target, prompt, {"max_new_tokens": 1})
 
 
 def prefill_shape(model, tokens: int) -> float:
@@ -464,6 +480,10 @@ class Progress:
     error: str | None = None
     prefill: tuple[int, int] | None = None  # (prompt tokens read, of) while the prompt is being read
     stopping: bool = False  # Stop was asked for: the run ends at its next step or prompt chunk
+    # CPU seconds the decoding thread spent from the end of the prompt's prefill to its last step (time.thread_time,
+    # set when the run has finished): unlike decode_seconds, not inflated by other programs on the same core (a
+    # browser drawing this page), so speed-ups from it compare the methods' own work. None when unmeasured.
+    decode_cpu_seconds: float | None = None
 
     @property
     def tokens(self) -> int:
@@ -472,6 +492,31 @@ class Progress:
 
 
 STOP_POLL = 0.25  # seconds between stream_run's looks at the stop flag while the worker is silent (a prompt chunk)
+# Seconds between two progress updates of a decoding run, the same for every method: each update costs the page
+# (a browser on the same core) a re-render, so updates paced per step would make the fastest method pay the most.
+UPDATE_EVERY = 0.5
+
+
+class DecodeClock:
+    """The decoding thread's CPU time from the prompt's last prefill chunk to the last step: marks are taken in
+    the worker thread (its on_prefill and on_step callbacks), so time the thread waited for the CPU (another
+    process on its core) is not counted. With one torch thread the forwards run in this thread; with more, their
+    other threads' share is not counted, but the waiting at their barriers is, the same way for every method."""
+
+    def __init__(self, clock=time.thread_time):
+        self.clock, self.start, self.last = clock, None, None
+
+    def prefill(self, done: int, total: int) -> None:
+        if done >= total:
+            self.start, self.last = self.clock(), None
+
+    def step(self) -> None:
+        if self.start is not None:
+            self.last = self.clock()
+
+    @property
+    def seconds(self) -> float | None:
+        return None if self.start is None or self.last is None else max(self.last - self.start, 0.0)
 
 
 def stream_run(
@@ -485,13 +530,14 @@ def stream_run(
     store=None,
     tags: Sequence[str] = (),
     stop: threading.Event | None = None,
-    every: float = 0.25,
+    every: float | None = None,
     slot=None,
     idle_cancel: float | None = IDLE_CANCEL_SECONDS,
     compression=None,
     uncompressed_ids: Sequence[int] | None = None,
 ) -> Iterator[Progress]:
-    """Run one method in a worker thread and yield its progress at most every `every` seconds; while the prompt
+    """Run one method in a worker thread and yield its progress at most every `every` seconds (UPDATE_EVERY when
+    None); while the prompt
     is read, once when the worker starts and once per prefill chunk (Progress.prefill = (tokens read, of)).
 
     The run is recorded in `store` as it goes (a cancelled or failed run stays there, marked so).
@@ -503,6 +549,8 @@ def stream_run(
     recorded as such, with context-drafting methods drafting from the full prompt unless pool=compressed.
     """
     stop = stop or threading.Event()
+    every = UPDATE_EVERY if every is None else every
+    clock = DecodeClock()
     suspended: list[float | None] = [None]  # when this generator last yielded and was not resumed yet
 
     def should_stop() -> bool:
@@ -543,6 +591,7 @@ def stream_run(
                 with rec:
 
                     def on_step(step):
+                        clock.step()
                         if store is not None:
                             rec.add_step(step)
                         events.put(("step", step))
@@ -559,7 +608,10 @@ def stream_run(
                         should_stop=should_stop,
                         compression=compression,
                         uncompressed_ids=uncompressed_ids,
-                        on_prefill=lambda done, total: events.put(("prefill", (done, total))),
+                        on_prefill=lambda done, total: (
+                            clock.prefill(done, total),
+                            events.put(("prefill", (done, total))),
+                        ),
                     )
                     if store is not None:
                         rec.finish(run)
@@ -608,7 +660,8 @@ def stream_run(
                     suspended[0] = None
                 elif kind == "done":
                     run, run_id = item
-                    yield Progress(method, run.steps or list(steps), run=run, run_id=run_id)
+                    cpu = clock.seconds if run.status == "complete" else None
+                    yield Progress(method, run.steps or list(steps), run=run, run_id=run_id, decode_cpu_seconds=cpu)
                     return
                 else:
                     yield Progress(method, list(steps), error=item)

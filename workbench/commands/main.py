@@ -15,14 +15,32 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="workbench", description="Training-free speculative decoding, step by step.")
     sub = parser.add_subparsers(dest="command", required=True)
     for command in SUBCOMMANDS:
-        command.add_parser(sub)
+        p = command.add_parser(sub)
+        if p is not None:
+            p.add_argument(
+                "--verbose",
+                action="store_true",
+                help="also print the libraries' progress bars (transformers' weight loading), off by default",
+            )
     return parser
+
+
+def quiet_libraries(verbose: bool) -> None:
+    """transformers' progress bars ("Loading weights: 42%|████") are its own business, not the command's output:
+    off unless --verbose (its own switch, so its warnings and errors still print)."""
+    from transformers.utils import logging as hf_logging
+
+    if verbose:
+        hf_logging.enable_progress_bar()
+    else:
+        hf_logging.disable_progress_bar()
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
     args.argv = argv  # as given: `bench --num-processes` starts copies of itself with it
+    quiet_libraries(getattr(args, "verbose", False))
     try:
         return args.func(args)
     except WorkbenchError as e:

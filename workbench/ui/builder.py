@@ -65,7 +65,7 @@ def build_app(
             with gr.Tab("Replay & tune") as replay:
                 replay_parts = replay_tab(store, pool, cache, who)
             with gr.Tab("Diff", elem_id="tab-diff") as diff:
-                diff_a, diff_b = diff_tab(store, cache, who, compare_ids)
+                diff_a, diff_b = diff_tab(store, cache, who, compare_ids, pool)
             with gr.Tab("CSD memory", elem_id="tab-memory") as memory:
                 memory_pick, corpus_pick = memory_tab(store, cache, compare_ids, who)
             with gr.Tab("Analytics") as analytics:
@@ -153,5 +153,10 @@ PAGE_JS = """
 FOOTER_LINKS = ["api", "gradio", "settings"]
 
 
+# Gradio 6's status tracker announces a finished event to screen readers (an sr-only aria-live region) as
+# i18n("common.complete"), a key its own English table lacks, so the key itself was read out; the app supplies it.
+SCREEN_READER_TEXTS = gr.I18n(en={"common.complete": "done"})
+
+
 def launch(demo: gr.Blocks, **kwargs: Any):
-    return demo.launch(css=CSS, js=PAGE_JS, footer_links=FOOTER_LINKS, **kwargs)
+    return demo.launch(css=CSS, js=PAGE_JS, footer_links=FOOTER_LINKS, i18n=SCREEN_READER_TEXTS, **kwargs)

@@ -1,5 +1,5 @@
 """The Compare tab: up to four methods on one prompt, side by side, streamed as they decode and stored;
-optionally repeated N times (interleaved), with the mean tokens/s and speed-up and their 95 % intervals.
+optionally repeated N times (interleaved), with the mean tokens/s and speed-up and their intervals.
 
 The components are one CompareForm; the handlers are the methods of CompareHandlers (named parameters, the
 API's too); a comparison is a Comparison, which checks its inputs (`prepare`), runs the passes and yields one
@@ -33,7 +33,7 @@ from workbench.store import Store
 from workbench.ui import tokens
 from workbench.ui.components import lenient
 from workbench.ui.figures.common import empty_figure
-from workbench.ui.figures.compare import plus_minus, speed_figure
+from workbench.ui.figures.compare import INTERVAL_WORDS, plus_minus, repeat_interval, speed_figure
 from workbench.ui.shared import (
     TUNABLE,
     check_model_source,
@@ -49,6 +49,9 @@ from workbench.ui.shared import (
 
 SLOTS = service.MAX_METHODS  # columns
 FREE_TEXT = "(free text)"
+# What the task picker shows once the user has typed over a task's prompt or context: the boxes are theirs now (no
+# task's references score them), and picking it changes nothing (unlike FREE_TEXT, which empties the boxes).
+OWN_TEXT = "(your own text)"
 FITTED_VARIANTS = ("aasd[auto]", "casd[auto]")  # verify with the thresholds fitted to the model (core.thresholds)
 ONLINE_VARIANTS = ("csd[memory_mode=online]",)  # the paper's CSD: its memory learns (plain csd reads the shipped one)
 FLIP_CLASS = "tok-flip"  # a lossless method's first token that is not greedy's
@@ -71,7 +74,7 @@ MORE_PARAMS = (
 )
 PARAM_FIELDS = TUNABLE + MORE_PARAMS  # the parameter fields, in the order of the API's parameters
 MAX_REPEATS = 10  # a comparison repeated more often belongs to `bench --repeats`
-SPEED_COLUMNS = ["method", "runs", "tok/s", "speed-up", "MAL"]  # tok/s, speed-up: mean ± 95 % interval
+SPEED_COLUMNS = ["method", "runs", "tok/s", "speed-up", "MAL"]  # tok/s, speed-up: mean (interval)
 TASK_LABEL = "Task (bundled samples)"
 MAX_NEW_TOKENS_HERE = 1024  # the tab's field ends here: longer generations belong to `bench`
 MAX_NEW_LABEL = (
@@ -111,6 +114,7 @@ def check_prompt_box(prompt: str | None, task: Task | None) -> None:
     raise InvalidInputError(EMPTY_PROMPT)
 
 
+COMPARE_PROGRESS = "hidden"  # Gradio's progress overlay on the comparison's outputs (see compare_tab's wiring)
 CLEARED_OUTPUTS = 2 * SLOTS + 4  # task_change_cleared's: the columns' metrics and texts, the speeds, the status
 
 
@@ -230,6 +234,15 @@ def prompt_note(n_tokens: int, estimate: tuple[float, str] | None, methods: int,
     if seconds * max(methods, 1) > 60:
         text += f" · **⚠ long: ≈ {_duration(seconds * max(methods, 1))} before the last method starts writing**"
     return text
+
+
+def own_text_choice(choice, tasks: Mapping[str, Task], uploaded, context, prompt):
+    """The task picker's update after the user typed: OWN_TEXT once the boxes no longer hold the chosen task's
+    prompt and context (the picker showed the task's name as if it were still what would run), else unchanged."""
+    t = tasks.get(choice) or (uploaded or {}).get(choice) if isinstance(choice, str) else None
+    if t is None or task_fields(t)[:2] == ((context or ""), (prompt or "")):
+        return gr.update()
+    return gr.update(value=OWN_TEXT, choices=[FREE_TEXT, OWN_TEXT, *tasks, *(uploaded or {})])
 
 
 def _duration(seconds: float) -> str:
@@ -372,9 +385,12 @@ def memory_note(params: Mapping[str, Any], shipped_total: int, shipped_sha: str,
 
 
 def speed_summary(names: list[str], tps: list[list[float]], speedups: list[list[float]], mals: list[list[float]]):
-    """Per method, the spread (workbench.evaluation.bench.spread, as `bench --repeats` computes it) of
-    its tokens/s and speed-up over the passes: a list of (name, tps spread, speed-up spread, mean MAL)."""
-    return [(n, spread(t), spread(s), spread(m)["mean"]) for n, t, s, m in zip(names, tps, speedups, mals)]
+    """Per method, the spread (workbench.evaluation.bench.spread, as `bench --repeats` computes it) of its tokens/s
+    and speed-up over the passes, with the interval shown (figures.compare.repeat_interval): a list of (name, tps
+    spread, speed-up spread, mean MAL)."""
+    return [
+        (n, repeat_interval(t), repeat_interval(s), spread(m)["mean"]) for n, t, s, m in zip(names, tps, speedups, mals)
+    ]
 
 
 class Speeds:
@@ -384,8 +400,17 @@ class Speeds:
     def __init__(self, names: list[str]):
         self.names = names
         self.tps, self.speedups, self.mals, self.trees = ([[] for _ in names] for _ in range(4))
+        self.clocks: set[str] = set()  # the clocks the speed-ups were measured by (speedup)
 
-    def add(self, slot: int, run, greedy_tps: float | None) -> None:
+    def clock_note(self) -> str:
+        """Which clock the speed-ups are ratios of, for the line under them."""
+        if self.clocks == {"cpu"}:
+            return CPU_CLOCK_NOTE
+        if "cpu" in self.clocks:
+            return "Speed-ups: some from the decoding thread's CPU time, some (unmeasured) from the wall clock. "
+        return "Speed-ups: ratios of wall-clock tokens/s. " if self.clocks else ""
+
+    def add(self, slot: int, run, reference: "Reference", cpu_tps: float | None = None) -> None:
         if run.status != "complete":  # a cancelled or failed run measured nothing
             return
         m = run_metrics(run)
@@ -393,8 +418,10 @@ class Speeds:
         self.mals[slot].append(m["mal"])
         if run.steps:
             self.trees[slot].append(sum(s.tree_size for s in run.steps) / len(run.steps))
-        if greedy_tps and m["tps"]:
-            self.speedups[slot].append(m["tps"] / greedy_tps)
+        ratio, clock = speedup(m["tps"], cpu_tps, reference)
+        if ratio is not None:
+            self.speedups[slot].append(ratio)
+            self.clocks.add(clock)
 
     def summary(self):
         return speed_summary(self.names, self.tps, self.speedups, self.mals)
@@ -656,8 +683,8 @@ def build_form(tasks: Mapping[str, Task], allow_local: bool = True) -> CompareFo
             headers=SPEED_COLUMNS,
             interactive=False,
             elem_id="compare-speed-table",
-            label="Speed per method: tok/s and speed-up as mean ± 95 % interval over the repeats; MAL = mean "
-            "accepted length, tokens written per target forward",
+            label=f"Speed per method: tok/s (wall clock) and speed-up (decoding CPU time) as mean (interval: "
+            f"{INTERVAL_WORDS}) over the repeats; MAL = mean accepted length, tokens written per target forward",
             scale=1,
         )
     speed_note = gr.Markdown("", elem_id="compare-speed-note")
@@ -799,6 +826,33 @@ class Reference:
 
     ids: list[int] | None = None
     tps: float | None = None
+    cpu_tps: float | None = None  # tokens per CPU second of its decoding thread (decode_cpu_tps)
+
+
+CPU_CLOCK_NOTE = (
+    "Speed-ups are ratios of tokens per CPU second of the decoding thread (from the end of the prompt's prefill to "
+    "the last step), so a browser drawing this page or another program on the same core does not slow one method "
+    "more than another; tok/s is the wall clock's. "
+)
+
+
+def decode_cpu_tps(run, cpu_seconds: float | None) -> float | None:
+    """Tokens decoded per CPU second of the decoding thread (service.Progress.decode_cpu_seconds), None unmeasured."""
+    m = run_metrics(run)
+    if not cpu_seconds or not m["tps"]:
+        return None
+    return m["tps"] * run.decode_seconds / cpu_seconds
+
+
+def speedup(tps: float | None, cpu_tps: float | None, reference: Reference) -> tuple[float | None, str]:
+    """(a run's speed-up against its pass's greedy run, the clock it is a ratio of): the decoding threads' CPU time
+    when both runs measured it (other work on the core does not inflate it), else the wall clock; (None, "")
+    without a reference."""
+    if cpu_tps and reference.cpu_tps:
+        return cpu_tps / reference.cpu_tps, "cpu"
+    if tps and reference.tps:
+        return tps / reference.tps, "wall"
+    return None, ""
 
 
 @dataclass(frozen=True)
@@ -925,7 +979,7 @@ class Comparison:
                     break
                 summary = self.speeds.summary()
                 view.figure, view.table = speed_figure(summary, method_colors(names)), speed_frame(summary)
-                view.note = (
+                view.note = self.speeds.clock_note() + (
                     service.speed_note(
                         self.models.target,
                         self.speeds.tree_sizes(),
@@ -973,9 +1027,10 @@ class Comparison:
                 if prog.run_id is not None:
                     view.run_ids.append(prog.run_id)
                 self.pool.prefill_clock.observe(self.models.target, run)
+                cpu_tps = decode_cpu_tps(run, prog.decode_cpu_seconds)
                 if name == "greedy":
-                    reference.ids, reference.tps = run.output_ids, run_metrics(run)["tps"]
-                self.speeds.add(slot, run, reference.tps)
+                    reference.ids, reference.tps, reference.cpu_tps = run.output_ids, run_metrics(run)["tps"], cpu_tps
+                self.speeds.add(slot, run, reference, cpu_tps)
                 div = (
                     first_divergence(reference.ids, run.output_ids)
                     if reference.ids is not None and name != "greedy"
@@ -983,12 +1038,14 @@ class Comparison:
                 )
                 flip = flip_applies(name, self.per_method[slot], div)
                 view.texts[slot] = tokens.run_html(run, first_divergence=div, **flip_mark(div, None) if flip else {})
-                view.metrics[slot] = self._metrics(run, prog.run_id, reference.tps, place)
+                view.metrics[slot] = self._metrics(
+                    run, prog.run_id, speedup(run_metrics(run)["tps"], cpu_tps, reference)[0], place
+                )
             else:
                 view.texts[slot] = tokens.tokens_html(tokens.step_origins(prog.steps, self.models.target.tokenizer))
                 view.metrics[slot] = running_metrics(prog, self.max_new_tokens)
-            view.status = running_status(
-                name, place.position, place.of, place.rep, self.n_repeats, prog, self.max_new_tokens
+            view.status = running_status(  # the method as the user wrote it (its column's head): aasd[auto], not aasd
+                self.req.methods[slot], place.position, place.of, place.rep, self.n_repeats, prog, self.max_new_tokens
             )
             yield view
         if (
@@ -1002,7 +1059,7 @@ class Comparison:
             decode = self.models.target.tokenizer.decode
             view.metrics[slot] += tokens.divergence_note(report, flip, decode)
 
-    def _metrics(self, run, run_id, greedy_tps, place: "Place") -> str:
+    def _metrics(self, run, run_id, ratio: float | None, place: "Place") -> str:
         """The column's metrics line; with repeats, which pass it shows."""
         task = self.task
         score = score_task(task, run.output_text) if task is not None else None
@@ -1013,7 +1070,7 @@ class Comparison:
         )
         return (
             shown
-            + metrics_md(run, run_id, greedy_tps, score, score_label(task) if task is not None else None)
+            + metrics_md(run, run_id, None, score, score_label(task) if task is not None else None, speedup=ratio)
             + rescued_md(run)
             + self._fit_note(run)
             + self._memory_note(run)
@@ -1118,6 +1175,8 @@ class CompareHandlers:
         """(context, prompt, max_new_tokens, chat, the task's cap, then task_change_cleared's outputs) of the chosen
         task. A token cap other than the one the last task filled in is the user's own and is kept (read from the field
         itself: no event can race it). The last comparison's results are cleared: they answered another prompt."""
+        if choice == OWN_TEXT:  # set by `typed`: the boxes hold what the user typed, and stay
+            return (gr.update(),) * (5 + CLEARED_OUTPUTS)
         if choice == FREE_TEXT:
             fields = free_text_fields()
         else:
@@ -1135,6 +1194,10 @@ class CompareHandlers:
             task_cap if users else fields[2],
             *task_change_cleared(last_runs),
         )
+
+    def typed(self, choice, uploaded, context, prompt):
+        """The task picker once the user typed in the prompt or context box (own_text_choice)."""
+        return own_text_choice(choice, self.tasks, uploaded, context, prompt)
 
     def upload(self, path):
         """(tasks, task dropdown, status line, the file's error, the note under the upload control): a file that
@@ -1287,6 +1350,15 @@ def compare_tab(store: Store, pool: service.ModelPool, compare_ids: gr.State, wh
         [form.uploaded, form.task, form.status, form.upload_error, form.upload_note],
         api_name=False,
     )
+    for box in (form.context, form.prompt):  # .input: the user's typing, not a task filling the boxes in
+        box.input(
+            h.typed,
+            [form.task, form.uploaded, form.context, form.prompt],
+            [form.task],
+            api_name=False,
+            show_progress="hidden",
+            trigger_mode="always_last",
+        )
     form.methods.change(h.active_fields, [form.methods], [form.controls[n] for n in PARAM_FIELDS], api_name=False)
     info = dict(
         fn=h.prompt_info,
@@ -1298,7 +1370,17 @@ def compare_tab(store: Store, pool: service.ModelPool, compare_ids: gr.State, wh
     )
     for component in (form.model, form.prompt, form.context, form.chat, form.methods):
         component.change(**info)
-    form.run.click(h.compare, form.inputs, form.outputs(compare_ids), api_name="compare", concurrency_id="generate")
+    # show_progress="hidden": the status line says how far the comparison is; Gradio's own overlay puts a live timer
+    # and a pulsing mask on every output, redrawn for as long as the comparison runs, on the CPU the decoding shares
+    # when the browser runs beside the server.
+    form.run.click(
+        h.compare,
+        form.inputs,
+        form.outputs(compare_ids),
+        api_name="compare",
+        concurrency_id="generate",
+        show_progress=COMPARE_PROGRESS,
+    )
     # Queued (so the request carries the session that Run came from) but never waiting behind the generations.
     form.stop.click(h.stop, None, None, api_name=False, concurrency_limit=None)
     form.on_load = {k: v for k, v in info.items() if k != "trigger_mode"}

@@ -9,12 +9,15 @@ from collections.abc import Sequence
 import gradio as gr
 
 from core.errors import InvalidInputError, WorkbenchError
+from core.stats import first_divergence
 from core.token_text import visible_token
 from core.trace import RunTrace
 from workbench.store.compare import compare_traces
 from workbench.ui import tokens
 from workbench.ui.access import NOBODY
-from workbench.ui.shared import RunCache, asked_as, error_md, parse_run_ids, run_choices
+from workbench.ui.shared import RUN_CHOICES, RunCache, asked_as, error_md, parse_run_ids, run_choices
+
+PICKER_WORDS = f"the newest {RUN_CHOICES} are listed; type any run's id, e.g. 12, for an older one"
 
 
 def token_texts(trace: RunTrace, origins: Sequence[tuple[str, str]], known: dict[int, str] | None = None) -> list[str]:
@@ -37,21 +40,38 @@ def _show(token: int | None, texts: Sequence[str], at: int | None) -> str:
     )
 
 
+def parting_words(cell, la: str, lb: str, a: RunTrace, b: RunTrace, ta, tb, steps) -> str:
+    """What the outlined cell (tokens.first_cell) shows, in words: both tokens where one replaced the other, else
+    the token only one run has there (the other run's next token is aligned further on)."""
+    kind, ia, ib = cell
+    step = lambda s: "–" if s is None else s  # noqa: E731
+    if kind == "differ":
+        return (
+            f"{la} {_show(a.output_ids[ia], ta, ia)} at its step {step(steps[0])} · {lb} "
+            f"{_show(b.output_ids[ib], tb, ib)} at its step {step(steps[1])}"
+        )
+    if kind == "deleted":
+        return (
+            f"only {la} has {_show(a.output_ids[ia], ta, ia)} here (its step {step(steps[0])}); {lb} has no token there"
+        )
+    return f"only {lb} has {_show(b.output_ids[ib], tb, ib)} here (its step {step(steps[1])}); {la} has no token there"
+
+
 def diff_outputs(a_id: int, a: RunTrace, a_origins, b_id: int, b: RunTrace, b_origins) -> tuple[str, str]:
-    """(summary line, aligned HTML) of run #a_id against run #b_id."""
+    """(summary line, aligned HTML) of run #a_id against run #b_id; the sentence names the cell the HTML outlines."""
     known = {**_known(a, a_origins), **_known(b, b_origins)}  # texts of ids one run recorded, for the other
     ta, tb = token_texts(a, a_origins, known), token_texts(b, b_origins, known)
     c = compare_traces(a, b)
     la, lb = f"#{a_id} {asked_as(a.method, a.params)}", f"#{b_id} {asked_as(b.method, b.params)}"
-    counts = tokens.diff_counts(tokens.align(a.output_ids, b.output_ids))
+    spans = tokens.align(a.output_ids, b.output_ids)
+    counts = tokens.diff_counts(spans)
     if c["identical"]:
         head = f"**identical**: {la} and {lb} emitted the same {c['tokens_a']} tokens"
     else:
         j = c["first_divergence"]
-        step = lambda s: "–" if s is None else s  # noqa: E731
         head = (
-            f"**first divergence at token {j}** ({j} equal tokens before it): {la} {_show(c['token_a'], ta, j)} "
-            f"at its step {step(c['step_a'])} · {lb} {_show(c['token_b'], tb, j)} at its step {step(c['step_b'])} · "
+            f"**first divergence at token {j}** ({j} equal tokens before it; outlined below): "
+            f"{parting_words(tokens.first_cell(spans), la, lb, a, b, ta, tb, (c['step_a'], c['step_b']))} · "
             f"aligned: {counts['replaced']} tokens replaced, {counts['deleted']} only in {la}, "
             f"{counts['inserted']} only in {lb}"
         )
@@ -61,8 +81,34 @@ def diff_outputs(a_id: int, a: RunTrace, a_origins, b_id: int, b: RunTrace, b_or
     return head, tokens.token_diff_html(ta, tb, c["first_divergence"], (la, lb), ids=(a.output_ids, b.output_ids))
 
 
-def diff_runs(cache: RunCache, a, b, viewer=None) -> tuple[str, str]:
-    """The summary and HTML of two chosen runs (by id or dropdown label); errors come back as the summary."""
+def tie_note(pool, a: RunTrace, b: RunTrace) -> str:
+    """For a greedy run against another run of the same model and prompt at T = 0, the Compare tab's explanation of
+    their divergence (tokens.divergence_note: a tie or near-tie is rounding, not the method) when this server has
+    the model loaded (the measurement is one forward; nothing is loaded for it); "" otherwise."""
+    from workbench.ui.compare_tab import _lossless, measured_at_t0, measured_divergence
+
+    if a.method != "greedy" and b.method == "greedy":
+        a, b = b, a
+    div = first_divergence(a.output_ids, b.output_ids)
+    if (
+        pool is None
+        or a.method != "greedy"
+        or a.model != b.model
+        or list(a.prompt_ids) != list(b.prompt_ids)
+        or not all(measured_at_t0(run.params, div) for run in (a, b))
+        or div >= min(len(a.output_ids), len(b.output_ids))
+    ):
+        return ""
+    models = pool.loaded(a.model)
+    if models is None:
+        return ""
+    report = measured_divergence(pool, a.model, models, a.prompt_ids, a.output_ids, b)
+    return tokens.divergence_note(report, _lossless(b.method), models.target.tokenizer.decode)
+
+
+def diff_runs(cache: RunCache, a, b, viewer=None, pool=None) -> tuple[str, str]:
+    """The summary and HTML of two chosen runs (by id or dropdown label); errors come back as the summary. With
+    `pool`, a divergence at T = 0 from a greedy run is explained as Compare explains it (tie_note)."""
     if a in (None, "") or b in (None, ""):
         return "choose two runs", ""
     try:
@@ -71,7 +117,8 @@ def diff_runs(cache: RunCache, a, b, viewer=None) -> tuple[str, str]:
         sb, ob, _ = cache.get(ib, viewer)
     except (WorkbenchError, ValueError) as e:
         return error_md(e if isinstance(e, WorkbenchError) else InvalidInputError(str(e))), ""
-    return diff_outputs(ia, sa.trace, oa, ib, sb.trace, ob)
+    head, body = diff_outputs(ia, sa.trace, oa, ib, sb.trace, ob)
+    return head + tie_note(pool, sa.trace, sb.trace), body
 
 
 def last_pair(compare_ids) -> tuple[int, int] | None:
@@ -90,9 +137,12 @@ def picks_for(choices, compare_ids, a_now=None, b_now=None, follow: bool = False
     return gr.update(choices=choices), gr.update(choices=choices)
 
 
-def diff_tab(store, cache: RunCache, who, compare_ids: gr.State | None = None) -> tuple[gr.Dropdown, gr.Dropdown]:
+def diff_tab(
+    store, cache: RunCache, who, compare_ids: gr.State | None = None, pool=None
+) -> tuple[gr.Dropdown, gr.Dropdown]:
     """Build the tab; returns its two run pickers (refreshed when the tab opens). With `compare_ids` (the session's
-    last comparison) the pickers start on its first two runs and follow each new comparison."""
+    last comparison) the pickers start on its first two runs and follow each new comparison; with `pool` (the
+    server's models) a divergence from greedy at T = 0 is explained (tie_note)."""
     gr.Markdown(
         "Two stored runs' outputs aligned token by token (sequence matching: a token one run adds or drops "
         "shows as an insertion or deletion): where they part and what each emitted there (e.g. greedy against "
@@ -100,23 +150,23 @@ def diff_tab(store, cache: RunCache, who, compare_ids: gr.State | None = None) -
     )
     with gr.Row():
         # No value until there is a pair to show: Gradio's default, the first choice, put one run in both pickers.
-        a = gr.Dropdown(
-            run_choices(store, NOBODY),
-            value=None,
-            allow_custom_value=True,
-            label="Run A (e.g. greedy)",
-            elem_id="diff-a",
-            scale=3,
-        )
-        b = gr.Dropdown(
-            run_choices(store, NOBODY), value=None, allow_custom_value=True, label="Run B", elem_id="diff-b", scale=3
+        a, b = (
+            gr.Dropdown(
+                run_choices(store, NOBODY),
+                value=None,
+                allow_custom_value=True,
+                label=f"Run {which} ({PICKER_WORDS})",
+                elem_id=f"diff-{which.lower()[0]}",
+                scale=3,
+            )
+            for which in ("A, e.g. greedy", "B")
         )
         go = gr.Button("Diff", variant="primary", scale=1, elem_id="diff-go")
     summary = gr.Markdown("", elem_id="diff-summary")
     tokens = gr.HTML("", elem_id="diff-tokens")
 
     def run(request: gr.Request, x, y):
-        return diff_runs(cache, x, y, who(request))
+        return diff_runs(cache, x, y, who(request), pool)
 
     go.click(run, [a, b], [summary, tokens], api_name="diff")
     if compare_ids is not None:

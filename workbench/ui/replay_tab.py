@@ -115,6 +115,15 @@ class TuningPanel:
         return [self.rule, *self.sliders.values()]
 
 
+RUNS_LEGEND = (
+    "<small>**method**: as asked (`aasd[auto]`: fitted thresholds) · **model**: the target model · **status**: complete, cancelled (Stop) or failed "
+    "· **tokens**: tokens written · **MAL**: mean accepted length, tokens written per target forward (greedy: 1) · "
+    "**tok/s**: tokens written per second of decoding (the prompt's reading excluded; wall clock, so a busy machine "
+    "lowers it) · **tags**: `workbench` for the app's runs, the command line's `--tag` values for its own · **created**: "
+    "UTC</small>"
+)
+
+
 def run_picker(store: Store) -> RunPicker:
     with gr.Row():
         filt = gr.Textbox("", label="Filter runs (method, model, tag, status)", scale=3)
@@ -122,6 +131,7 @@ def run_picker(store: Store) -> RunPicker:
     runs = gr.Dataframe(
         runs_frame(store, viewer=NOBODY), interactive=False, max_height=240, label="Stored runs (click a row to replay)"
     )
+    gr.Markdown(RUNS_LEGEND, elem_id="replay-runs-legend")
     with gr.Row():
         # Filled when the tab opens with the newest run this session may see (builder.newest_run_id)
         run_id = lenient(
@@ -291,9 +301,9 @@ class ReplayHandlers:
             flags = rv.tuning_active(trace.method)
         except WorkbenchError:  # a method this server does not know: nothing to grey out
             flags = [True] * len(TUNABLE)
-        labels = [rv.slider_label(name, trace.params) for name in TUNABLE]
+        labels = [rv.slider_label(name, trace.params, trace.method) for name in TUNABLE]
         sliders = [
-            gr.update(interactive=on, label=label) if v is None else gr.update(value=v, interactive=on, label=label)
+            gr.update(value=v, interactive=on, label=label)
             for v, on, label in zip(rv.tuning_values(trace), flags, labels)
         ]
         steps = len(trace.steps)  # fewer than two: no slider (Gradio refuses a slider whose maximum is its minimum)

@@ -9,7 +9,7 @@ from typing import Any
 
 import pandas as pd
 
-from core.errors import InvalidInputError
+from core.errors import InvalidInputError, WorkbenchError
 from core.params import PARAMS
 from core.stats import first_divergence, run_metrics
 from core.thresholds import describe_values
@@ -225,16 +225,18 @@ def slider_range(name: str) -> tuple[float, float, float]:
     return low, high, 1 if spec.kind is int else 0.001
 
 
-def slider_label(name: str, params: dict[str, Any] | None = None) -> str:
+def slider_label(name: str, params: dict[str, Any] | None = None, method: str | None = None) -> str:
     """A tuning slider's label, stating the slider's own range (slider_range: the one source of both), e.g.
     "λ lam: slider 0–50, default 6" (the parameter's whole range may be wider: the CLI and the API take it).
     Given a run's parameters, α's and β's labels say when its alignment nodes keep their own value (an AASD fit
-    per source): the sliders then move the context nodes' thresholds only."""
+    per source): the sliders then move the context nodes' thresholds only. Given the run's `method` and a
+    parameter it does not record, the label says the run did not use it."""
     low, high, _ = slider_range(name)
     shown = f"{SYMBOL[name]} {name}" if name in SYMBOL else name
     own = (params or {}).get(f"{name}_alignment") if name in ("alpha", "beta") else None
     scope = f" (context nodes; alignment nodes keep the run's {SYMBOL[name]} {own:g})" if own is not None else ""
-    return f"{shown}{scope}: slider {low:g}–{high:g}, default {PARAMS[name].default:g}"
+    unused = f" (not used by {method}: shows the default)" if method and name not in (params or {}) else ""
+    return f"{shown}{scope}{unused}: slider {low:g}–{high:g}, default {PARAMS[name].default:g}"
 
 
 def rule_choices() -> list[str]:
@@ -260,8 +262,9 @@ def judge_of(rule_choice: str | None) -> str | None:
 
 
 def tuning_values(trace: RunTrace) -> list[Any]:
-    """The run's own value of each tuning slider (None where the method takes no such parameter)."""
-    return [trace.params.get(name) for name in TUNABLE]
+    """The run's own value of each tuning slider; where its method takes no such parameter, the parameter's default
+    (the slider is greyed out, and says so: a value left from another run would read as this run's)."""
+    return [PARAMS[name].default if trace.params.get(name) is None else trace.params[name] for name in TUNABLE]
 
 
 def tuned_params(method: str, values: Sequence[Any]) -> dict[str, Any]:
@@ -416,8 +419,18 @@ def speedup_source(trace: RunTrace, run_id: int, greedy: tuple[int, RunTrace] | 
 
 
 def rerun_settings(new: RunTrace) -> str:
-    """The verification settings a re-run ran with, e.g. "aasd, context α 0, β 0.001 · alignment α 0.1, β 0.3"."""
-    used = {k: v for k, v in new.params.items() if k in VERIFY_PARAMS and isinstance(v, (int, float))}
+    """The verification settings a re-run ran with, e.g. "aasd, context α 0, β 0.001 · alignment α 0.1, β 0.3": only
+    those its method reads (a run's record may carry others, e.g. rescue_eos), and top-k only when it sampled."""
+    try:
+        takes = get_method(new.method).params
+    except WorkbenchError:  # a method this server does not know: what the run recorded
+        takes = new.params
+    sampled = (new.params.get("temperature") or 0) > 0
+    used = {
+        k: v
+        for k, v in new.params.items()
+        if k in VERIFY_PARAMS and k in takes and isinstance(v, (int, float)) and (k != "top_k" or sampled)
+    }
     if {"alpha", "beta"} <= used.keys() and new.method.startswith("aasd"):
         return f"{new.method}, {describe_values(used)}"
     shown = ", ".join(f"{SYMBOL.get(k, k)} {v:g}" for k, v in used.items())

@@ -160,14 +160,16 @@ def metrics_md(
     greedy_tps: float | None,
     score: float | None = None,
     score_name: str | None = None,
+    speedup: float | None = None,
 ) -> str:
-    """One line of a run's metrics; the speed-up is against `greedy_tps` when given; `score` is the task's
+    """One line of a run's metrics; the speed-up is `speedup` when given, else against `greedy_tps`; `score` is the task's
     score against its references (workbench.evaluation.scores.score_task, as bench computes it), said what it
     is by `score_name` (e.g. "F1 against the task's reference answers, 0–100"); a run with fitted thresholds
     shows the values it used."""
     m = run_metrics(run)
     fmt = lambda v, f="{:.2f}": "–" if v is None else f.format(v)  # noqa: E731
-    speed = f"{m['tps'] / greedy_tps:.2f}×" if greedy_tps and m.get("tps") else "–"
+    ratio = speedup if speedup is not None else m["tps"] / greedy_tps if greedy_tps and m.get("tps") else None
+    speed = "–" if ratio is None else f"{ratio:.2f}×"
     state = "" if run.status == "complete" else f" · **{run.status}**"
     if run.status != "complete":  # a stopped run's answer is cut short: scoring it would grade what Stop left
         score = None
@@ -337,9 +339,12 @@ def parse_run_ids(values) -> list[int]:
     return [run_id_of(v) for v in values]
 
 
+RUN_CHOICES = 200  # runs a run dropdown lists (the newest); an older one is typed by its id (parse_run_ids)
+
+
 def run_choices(store: Store, viewer: Viewer | None = None) -> list[tuple[str, int]]:
     """(label, id) of the latest runs `viewer` may see, for the run dropdowns."""
-    runs = store.list_runs(limit=200, any_tag=viewer.visible_tags if viewer is not None else None)
+    runs = store.list_runs(limit=RUN_CHOICES, any_tag=viewer.visible_tags if viewer is not None else None)
     return [(f"#{r.id} {asked_as(r.method, r.params)} · {r.model}", r.id) for r in runs]
 
 

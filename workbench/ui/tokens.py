@@ -273,6 +273,21 @@ def align(a: Sequence[Any], b: Sequence[Any]) -> list[Span]:
     return spans
 
 
+def first_cell(spans: Sequence[Span]) -> tuple[str, int | None, int | None] | None:
+    """The aligned cell where two outputs first part, as token_diff_html draws it: (kind, A's position, B's
+    position), kind "differ" (both have a token there), "deleted" (only A has one) or "inserted" (only B has);
+    None when they are equal. The one home of "the first divergence" for the Diff tab's sentence and its outline."""
+    for s in spans:
+        if s.tag == "equal":
+            continue
+        if s.tag == "delete":
+            return "deleted", s.a0, None
+        if s.tag == "insert":
+            return "inserted", None, s.b0
+        return "differ", s.a0, s.b0
+    return None
+
+
 def diff_counts(spans: Sequence[Span]) -> dict[str, int]:
     """Tokens of A replaced by other tokens, tokens only A has (deleted in B), tokens only B has (inserted)."""
     out = {"replaced": 0, "deleted": 0, "inserted": 0}
@@ -297,25 +312,25 @@ NO_TOKEN_MEANING = "this run has no token here"
 def token_diff_html(
     a: Sequence[str],
     b: Sequence[str],
-    first: int | None,
+    first: Any = None,
     labels: tuple[str, str] = ("A", "B"),
     ids: tuple[Sequence[int], Sequence[int]] | None = None,
 ) -> str:
     """Two outputs aligned by sequence matching (align; by id when `ids` are given, else by text): one cell per
     aligned pair with run A's token above run B's. Equal cells are white (class `same`); a token replaced by
     another is red (`differ`); a token only A has shows over a gap (`deleted`, orange) and one only B has under a
-    gap (`inserted`, green). The cell at the first divergence (token `first` of both) is outlined (`first`);
-    each cell's title names its positions in A and in B."""
+    gap (`inserted`, green). The cell where they first part (first_cell, the cell the Diff tab's sentence names)
+    is outlined (`first`) unless `first` is None; each cell's title names its positions in A and in B."""
     la, lb = (html.escape(x) for x in labels)
     key_a, key_b = ids if ids is not None else (a, b)
     cells = []
-    marked = [False]  # one outline: the first cell (in alignment order) at position `first` of either run
+    spans = align(key_a, key_b)
+    outlined = first_cell(spans) if first is not None else None
 
     def cell(ia: int | None, ib: int | None, kind: str) -> str:
         ta = a[ia] if ia is not None and ia < len(a) else None
         tb = b[ib] if ib is not None and ib < len(b) else None
-        is_first = not marked[0] and first is not None and (ia == first or ib == first)
-        marked[0] = marked[0] or is_first
+        is_first = outlined is not None and outlined == (kind, ia, ib)
         where = " · ".join(
             p for p in (f"{la} token {ia}" if ia is not None else "", f"{lb} token {ib}" if ib is not None else "") if p
         )
@@ -343,7 +358,7 @@ def token_diff_html(
             f"{side(ta, 'a')}{side(tb, 'b')}</span>"
         )
 
-    for s in align(key_a, key_b):
+    for s in spans:
         if s.tag == "equal":
             cells += [cell(s.a0 + k, s.b0 + k, "same") for k in range(s.a1 - s.a0)]
         elif s.tag == "delete":

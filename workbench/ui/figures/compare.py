@@ -1,8 +1,8 @@
-"""The Compare tab's figure: mean tokens/s per method over the repeats, with the 95 % interval as an error bar.
+"""The Compare tab's figure: mean tokens/s per method over the repeats, with an interval (repeat_interval) as an
+error bar.
 
 The values are written under each bar (in the axis labels), never on the bar, so an error bar cannot cross
-them; the lower half of an error bar stops at 0 tok/s (a speed is never negative, and an interval wider than
-its mean only says the runs varied a lot)."""
+them; no interval reaches below 0 (a speed is never negative)."""
 
 from __future__ import annotations
 
@@ -13,29 +13,52 @@ import plotly.graph_objects as go
 
 from workbench.ui.figures.common import TITLE_BELOW_TOOLBAR, empty_figure
 
+INTERVAL_WORDS = "2 runs: their min–max; 3 or more: the 95 % t-interval, clipped at 0"
+
+
+def repeat_interval(values: Sequence[float | None]) -> dict[str, Any]:
+    """bench's spread (mean, sd, ci95, n) of repeated measurements of a speed, with the interval the app shows,
+    lo–hi, never below 0: for two runs their min–max (Student's t with one degree of freedom widens ±sd by 12.7×, so
+    its interval says nothing but "two runs", and reaches below 0 for any pair of speeds that differ by a sixth);
+    for three or more the 95 % t-interval, clipped at 0; for one run none (lo = hi = None)."""
+    from workbench.evaluation.bench import spread
+
+    s = spread(values)
+    xs = [v for v in values if v is not None]
+    if len(xs) == 2:
+        lo, hi = min(xs), max(xs)
+    elif len(xs) > 2:
+        lo, hi = max(s["mean"] - s["ci95"], 0.0), s["mean"] + s["ci95"]
+    else:
+        lo = hi = None
+    return {**s, "lo": lo, "hi": hi}
+
 
 def plus_minus(s: Mapping[str, Any], fmt: str) -> str:
-    """ "12.3 ± 1.4" from a spread (workbench.evaluation.bench.spread); "–" when it has no mean."""
+    """ "12.3 (10.9–13.7)": the mean and its interval (repeat_interval); the mean alone for one run; "–" when it has
+    no mean."""
     if s["mean"] is None:
         return "–"
-    return fmt.format(s["mean"]) + (f" ± {fmt.format(s['ci95'])}" if s["ci95"] is not None else "")
+    interval = f" ({fmt.format(s['lo'])}–{fmt.format(s['hi'])})" if s.get("lo") is not None else ""
+    return fmt.format(s["mean"]) + interval
 
 
-def error_bar(mean: float, ci95: float | None) -> tuple[float, float]:
-    """(up, down) of an error bar: the 95 % interval above the mean, and below it down to 0 at most."""
-    ci = ci95 or 0.0
-    return ci, min(ci, mean)
+def error_bar(s: Mapping[str, Any]) -> tuple[float, float]:
+    """(up, down) of an error bar from the mean to the interval's ends (repeat_interval), none for one run."""
+    if s.get("lo") is None:
+        return 0.0, 0.0
+    return s["hi"] - s["mean"], s["mean"] - s["lo"]
 
 
 def speed_figure(summary: Sequence[tuple[str, Mapping, Mapping, float | None]], colors: Mapping[str, str]) -> go.Figure:
     """Mean tokens/s per method of `summary` ((name, tok/s spread, speed-up spread, MAL), as
-    compare_tab.speed_summary gives it), coloured by `colors`, with the 95 % interval as error bars when there
-    were repeats."""
+    compare_tab.speed_summary gives it), coloured by `colors`, with the interval (repeat_interval) as error bars
+    when there were repeats."""
     shown = [(n, t, s) for n, t, s, _ in summary if t["mean"] is not None]
     if not shown:
         return empty_figure("no finished runs")
     runs = max(t["n"] for _, t, _ in shown)
-    bars = [error_bar(t["mean"], t["ci95"]) for _, t, _ in shown]
+    bars = [error_bar(t) for _, t, _ in shown]
     ticks = [f"<b>{n}</b><br>{plus_minus(t, '{:.1f}')} tok/s<br>{plus_minus(s, '{:.2f}×')}" for n, t, s in shown]
     fig = go.Figure(
         go.Bar(
@@ -56,7 +79,8 @@ def speed_figure(summary: Sequence[tuple[str, Mapping, Mapping, float | None]], 
         )
     )
     title = (
-        f"tokens/s: mean of {runs} interleaved runs per method, error bars the 95 % interval"
+        f"tokens/s: mean of {runs} interleaved runs per method; error bars: "
+        + ("min–max" if runs == 2 else "95 % t-interval, clipped at 0")
         if runs > 1
         else "tokens/s (one run per method; set Repeats for error bars)"
     )
