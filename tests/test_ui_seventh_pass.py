@@ -28,3 +28,37 @@ def test_a_prefill_cut_short_by_stop_is_not_observed(monkeypatch):
     assert clock.estimate(target, 3658)[0] == pytest.approx(14.0)
     clock.observe(target, _run(3658, 13.0, "complete", 0))
     assert clock.estimate(target, 3658)[0] == pytest.approx(13.0)
+
+
+def _trace(method: str, output_ids):
+    from core.trace import RunTrace
+
+    return RunTrace(
+        method=method,
+        params={},
+        model="m",
+        draft_model=None,
+        device="cpu",
+        dtype="float32",
+        prompt="p",
+        prompt_ids=[1],
+        output_ids=list(output_ids),
+        steps=[],
+        decode_seconds=1.0,
+    )
+
+
+def test_the_diff_summary_names_both_tokens_at_the_first_difference():
+    """greedy #385 vs aasd[auto] #386 parted at token 8 (greedy ':', aasd '␣for'); the alignment matched greedy's ':'
+    further on, and the summary said "#385 greedy has no token there" against the divergence note's "greedy's `:`,
+    here `␣for`". The summary names both runs' tokens at the first differing position; the alignment's insertion is
+    said as what the alignment shows, never as "no token there"."""
+    from workbench.ui.diff_tab import diff_outputs
+
+    words_a, words_b = ["a", "b", ":", "c"], ["a", "b", "␣for", ":", "c"]
+    a, b = _trace("greedy", [4, 5, 7, 8]), _trace("aasd", [4, 5, 9, 7, 8])
+    head, _ = diff_outputs(385, a, [(t, "model") for t in words_a], 386, b, [(t, "model") for t in words_b])
+    assert "first divergence at token 2" in head
+    assert "#385 greedy `':'` (id 7)" in head and "#386 aasd `'␣for'` (id 9)" in head, head
+    assert "no token there" not in head
+    assert "shows this as `'␣for'` (id 9) only in #386 aasd, #385 greedy's `':'` (id 7) matched further on" in head
