@@ -62,3 +62,20 @@ def test_the_diff_summary_names_both_tokens_at_the_first_difference():
     assert "#385 greedy `':'` (id 7)" in head and "#386 aasd `'␣for'` (id 9)" in head, head
     assert "no token there" not in head
     assert "shows this as `'␣for'` (id 9) only in #386 aasd, #385 greedy's `':'` (id 7) matched further on" in head
+
+
+def test_an_error_in_markdown_keeps_its_stars():
+    """τ = −5: the status read "…top token t, z(t) − z(x)… t\\*'s probability)**", t* turned into italics and a
+    stray ** left. error_md escapes Markdown, so the rendered status is the message as written, in bold."""
+    from markdown_it import MarkdownIt
+
+    from core.errors import InvalidInputError
+    from core.params import PARAMS, validate
+    from workbench.ui.shared import error_md
+
+    with pytest.raises(InvalidInputError) as caught:
+        validate({"tau": -5}, {"tau": PARAMS["tau"]})
+    html = MarkdownIt().render(error_md(caught.value))
+    assert "<em>" not in html and "**" not in html, html
+    assert html.count("<strong>") == 1 and "top token t*, z(t*) − z(x)" in html and "t*'s probability)" in html
+    assert "&lt;|im_end|&gt;" in MarkdownIt().render(error_md("stops at <|im_end|>"))  # a tag is text, not HTML

@@ -57,9 +57,19 @@ def public_message(text: str) -> str:
     return _SERVER_PATH.sub(lambda m: f"…/{m.group(1)}", text)
 
 
+MARKDOWN_SPECIAL = re.compile(r"([\\`*_{}\[\]<>#|~])")
+
+
+def escape_markdown(text: str) -> str:
+    """`text` shown as written in a Markdown component: "t*'s" stays t*'s, not the start of italics."""
+    return MARKDOWN_SPECIAL.sub(r"\\\1", text)
+
+
 def error_md(e: Exception | str) -> str:
-    """An error as the status line shows it, without the server's folders."""
-    return f"**⚠ {public_message(str(e))}**"
+    """An error as the status line shows it, without the server's folders, its Markdown characters escaped (a
+    message is plain text: "t*" in it must not open italics and leave a stray "**"). Every status that shows an
+    error goes through here."""
+    return f"**⚠ {escape_markdown(public_message(str(e)))}**"
 
 
 UNBOUNDED = 2**31  # an upper bound this large (the seed's 2⁶³ − 1) is shown as "any integer ≥ low"
