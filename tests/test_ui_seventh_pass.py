@@ -79,3 +79,18 @@ def test_an_error_in_markdown_keeps_its_stars():
     assert "<em>" not in html and "**" not in html, html
     assert html.count("<strong>") == 1 and "top token t*, z(t*) − z(x)" in html and "t*'s probability)" in html
     assert "&lt;|im_end|&gt;" in MarkdownIt().render(error_md("stops at <|im_end|>"))  # a tag is text, not HTML
+
+
+def test_the_cli_says_a_cancelled_run_ended_where_it_was_stopped():
+    """`store compare 407 409`, 409 cancelled: "run 409 has its end (step None)". The end of a cancelled run is said
+    as its cancellation at its token count; no None leaks."""
+    from workbench.commands.store import _said
+    from workbench.store.compare import compare_traces
+
+    done, stopped = _trace("greedy", [4, 5, 7, 8]), _trace("csd", [4, 5])
+    done.status, stopped.status = "complete", "cancelled"
+    result = compare_traces(done, stopped)
+    assert _said(result, "b") == "its end (it was cancelled at token 2)"
+    assert "None" not in _said(result, "a") and "(id 7)" in _said(result, "a")
+    stopped.status = "complete"
+    assert _said(compare_traces(done, stopped), "b") == "its end"
