@@ -130,7 +130,7 @@ def replay(app):
         page.get_by_role("tab", name="Replay & tune").click()
         page.locator("#replay-run-id input").fill(str(rid))
         page.get_by_role("button", name="Load run").click()
-        sync_api.expect(page.locator("#replay-info")).to_contain_text(f"run #{rid} · csd · step 0 of {STEPS - 1}")
+        sync_api.expect(page.locator("#replay-info")).to_contain_text(f"run #{rid} · csd · step 0 (of 0–{STEPS - 1})")
         yield page, rid, demo.store.load_run(rid).trace
 
 
@@ -569,4 +569,4 @@ def test_a_16_node_step_reads_without_inner_scrolls_and_its_thresholds_chart_is_
     assert "threshold" not in seen["texts"] and "entropy (nats)" in seen["texts"]
     assert len(seen["bars"]) == 16 and min(seen["bars"]) >= 2, seen["bars"]
     assert any("a p under 1% is drawn as a 2 px bar" in t for t in seen["texts"])
-    assert f"run #{rid} · csd · step 0 of 1 ·" in seen["info"]
+    assert f"run #{rid} · csd · step 0 (of 0–1) ·" in seen["info"]

@@ -99,10 +99,10 @@ def test_the_cli_says_a_cancelled_run_ended_where_it_was_stopped():
 def test_replays_step_label_counts_as_the_slider_does():
     """ "step 10 of 26" for a 27-step run, "step 0 of 72" for a 73-step run: read as one step short. The slider counts
     from 0, so the label gives its range: step 10 (of 0–26)."""
-    from workbench.ui.replay_view import step_info, step_of
+    from workbench.ui.replay_view import step_info, step_label
 
-    assert step_of(10, 27) == "step 10 (of 0–26)" and step_of(0, 73) == "step 0 (of 0–72)"
-    assert step_of(0, 1) == "step 0 (its only step)"
+    assert step_label(10, 27) == "step 10 (of 0–26)" and step_label(0, 73) == "step 0 (of 0–72)"
+    assert step_label(0, 1) == "step 0 (its only step)"
     trace = _trace("greedy", [4, 5])
     trace.steps = [SimpleNamespace(tree_size=1, accepted=0, step_ms=1.0, draft_ms=0.0, forward_ms=1.0)] * 27
     assert " · step 10 (of 0–26) · " in step_info(7, trace, 10)

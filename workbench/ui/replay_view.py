@@ -54,7 +54,7 @@ def clamp_step(trace: RunTrace, k: Any) -> int:
     return max(0, min(step_of(k), len(trace.steps) - 1))
 
 
-def step_of(k: int, steps: int) -> str:
+def step_label(k: int, steps: int) -> str:
     """Step k of a run of `steps` steps as the slider counts them, from 0: "step 10 (of 0–26)" for a 27-step run
     ("step 10 of 26" read as one step short)."""
     return f"step {k} (its only step)" if steps == 1 else f"step {k} (of 0–{steps - 1})"
@@ -71,7 +71,7 @@ def step_info(run_id: int, trace: RunTrace, k: int) -> str:
         return f"run #{run_id} ({asked_as(trace.method, trace.params)}) has no steps to replay ({why})"
     s = trace.steps[k]
     return (
-        f"run #{run_id} · {asked_as(trace.method, trace.params)} · {step_of(k, len(trace.steps))} · tree {s.tree_size} nodes · "
+        f"run #{run_id} · {asked_as(trace.method, trace.params)} · {step_label(k, len(trace.steps))} · tree {s.tree_size} nodes · "
         f"accepted {s.accepted} + bonus · {s.step_ms:.1f} ms (draft {s.draft_ms:.1f}, forward {s.forward_ms:.1f})"
         + fitted_md(trace.params)
     )
