@@ -300,7 +300,7 @@ def main() -> int:
             page.locator("#replay-run-id input").fill(str(run_id))
             t = time.perf_counter()
             page.get_by_role("button", name="Load run").click()
-            expect(page.locator("#replay-info")).to_contain_text(f"step 0 of 0–{args.steps - 1}", timeout=120_000)
+            expect(page.locator("#replay-info")).to_contain_text(f"step 0 (of 0–{args.steps - 1})", timeout=120_000)
             expect(page.locator("#replay-tree .fig-title, #replay-tree .gtitle").first).to_contain_text("step 0:")
             expect(page.locator("#replay-thresholds .fig-title, #replay-thresholds .gtitle").first).to_contain_text(
                 "step 0:"
