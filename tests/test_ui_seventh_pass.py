@@ -106,3 +106,28 @@ def test_replays_step_label_counts_as_the_slider_does():
     trace = _trace("greedy", [4, 5])
     trace.steps = [SimpleNamespace(tree_size=1, accepted=0, step_ms=1.0, draft_ms=0.0, forward_ms=1.0)] * 27
     assert " · step 10 (of 0–26) · " in step_info(7, trace, 10)
+
+
+def _node(node: int, reason: str, decision: str = "rejected", rank: int = 3):
+    from workbench.rescore import NodeRescore
+
+    return NodeRescore(node, 0, 1, 7, "x", "draft", 0.01, decision, None, reason, decision, None, reason, rank)
+
+
+def test_a_rescore_that_changes_nothing_says_why_the_pairs_were_not_rescued():
+    """csd at λ = 1: "no decision changes" and nothing more, though Compare's column said the largest count was 1.
+    The summary says how many rejected tokens' pairs reached λ and that the τ gate refused them."""
+    from core.rules import Rescue, rescue_decision
+    from workbench.rescore import RunRescore, StepRescore
+    from workbench.ui.replay_view import rescore_summary
+
+    rule = Rescue(lam=1, tau=0.1)
+    gated = rescue_decision(rule, 1, -4.0)  # count 1 reached λ 1; z(x) − z(t*) = −4 < log 0.1
+    unseen = rescue_decision(rule, 0, -0.5)  # count 0 < λ
+    assert gated[0] is False and unseen[0] is False
+    steps = [StepRescore(0, 0, 0, [_node(1, gated[1]), _node(2, gated[1]), _node(3, unseen[1])])]
+    result = RunRescore("csd", {"lam": 1, "tau": 0.1}, steps, None, 1, 1.0, 1.0, False, 1.0)
+    said = rescore_summary(result, {"lam": 1, "tau": 0.1})
+    assert "no decision changes: 2 rejected draft tokens' pair counts reached λ = 1; the τ gate refused 2" in said
+    none_reached = RunRescore("csd", {"lam": 1}, [StepRescore(0, 0, 0, [_node(3, unseen[1])])], None, 1, 1, 1, False, 1)
+    assert "no rejected draft token's pair count reached λ = 1" in rescore_summary(none_reached, {"lam": 1})

@@ -11,6 +11,7 @@ import pandas as pd
 
 from core.errors import InvalidInputError, WorkbenchError
 from core.params import PARAMS
+from core.rules import EOS_EXEMPT
 from core.stats import first_divergence, run_metrics
 from core.thresholds import describe_values
 from core.token_text import visible_token
@@ -342,7 +343,28 @@ def _why_unchanged(result: RunRescore) -> str:
             f": all {len(judged)} judged nodes were the target's own top token (the argmax), which passes any "
             "threshold ≤ max p"
         )
-    return ""
+    return _why_no_rescue(result)
+
+
+def _why_no_rescue(result: RunRescore) -> str:
+    """For a rescue rule with a memory condition (csd's λ): how many still-rejected draft tokens had a pair count
+    that reached λ, and how many of those the τ gate (or rescue_eos=no) refused, read from the rule's reasons
+    (core.rules.rescue_decision writes "count c ≥ λ l" and "… < log τ …"). λ = 1 with "no decision changes" and no
+    reason left the user to guess, though Compare had shown a count of 1."""
+    lam = result.params.get("lam")
+    if not isinstance(lam, (int, float)):
+        return ""
+    rejected = [n for s in result.steps for n in s.nodes if n.parent >= 0 and n.decision == "rejected"]
+    reached = [n for n in rejected if " ≥ λ " in n.reason]
+    if not reached:
+        return f": no rejected draft token's pair count reached λ = {lam:g}" if rejected else ""
+    exempt = sum(EOS_EXEMPT in n.reason for n in reached)
+    gated = sum(" < log τ " in n.reason and EOS_EXEMPT not in n.reason for n in reached)
+    rest = len(reached) - gated - exempt
+    refused = [f"the τ gate refused {gated}"] if gated else []
+    refused += [f"rescue_eos=no kept {exempt} (t* was an end of sequence)"] if exempt else []
+    refused += [f"{rest} lost to a sibling taken first"] if rest else []
+    return f": {len(reached)} rejected draft tokens' pair counts reached λ = {lam:g}; " + ", ".join(refused)
 
 
 def flips_frame(result: RunRescore | None, text_of: TokenText | None = None) -> pd.DataFrame:
