@@ -351,7 +351,7 @@ def _why_no_rescue(result: RunRescore) -> str:
     that reached λ, and how many of those the τ gate (or rescue_eos=no) refused, read from the rule's reasons
     (core.rules.rescue_decision writes "count c ≥ λ l" and "… < log τ …"). λ = 1 with "no decision changes" and no
     reason left the user to guess, though Compare had shown a count of 1."""
-    lam = result.params.get("lam")
+    lam = getattr(result, "params", {}).get("lam")
     if not isinstance(lam, (int, float)):
         return ""
     rejected = [n for s in result.steps for n in s.nodes if n.parent >= 0 and n.decision == "rejected"]
