@@ -131,3 +131,15 @@ def test_a_rescore_that_changes_nothing_says_why_the_pairs_were_not_rescued():
     assert "no decision changes: 2 rejected draft tokens' pair counts reached λ = 1; the τ gate refused 2" in said
     none_reached = RunRescore("csd", {"lam": 1}, [StepRescore(0, 0, 0, [_node(3, unseen[1])])], None, 1, 1, 1, False, 1)
     assert "no rejected draft token's pair count reached λ = 1" in rescore_summary(none_reached, {"lam": 1})
+
+
+def test_the_rerun_panels_speed_up_says_its_clock():
+    """One run read 2.56× in Compare (decoding CPU time) and 2.55× in Replay's re-run panel (the stored wall clock),
+    nothing saying why: the re-run panel names its clock and Compare's."""
+    from workbench.ui.replay_view import speedup_source
+
+    trace = _trace("aasd", [4, 5])
+    trace.status = "complete"
+    for greedy in ((3, _trace("greedy", [4, 5])), (9, trace)):
+        said = speedup_source(trace, 9, greedy)
+        assert "wall clock" in said and "Compare's columns use the decoding thread's CPU time" in said, said

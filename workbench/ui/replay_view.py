@@ -427,15 +427,24 @@ def greedy_candidates(run_id: int, ids: Sequence[int]) -> list[int]:
     return before + sorted(i for i in ids if i > run_id)
 
 
+# A stored run keeps its wall-clock decoding time only; Compare's columns divide the decoding thread's CPU time where
+# it measured it, so the same run's two speed-ups can differ in the last digit: said, not hidden.
+WALL_CLOCK_NOTE = (
+    "on the wall clock of stored decoding times (Compare's columns use the decoding thread's CPU time where "
+    "measured, so they can differ a little)"
+)
+
+
 def speedup_source(trace: RunTrace, run_id: int, greedy: tuple[int, RunTrace] | None) -> str:
-    """The line under the re-run's metrics: which greedy run the speed-ups are against, or why there are none."""
+    """The line under the re-run's metrics: which greedy run the speed-ups are against and on which clock, or why
+    there are none."""
     if greedy is not None:
         gid = greedy[0]
         if gid == run_id:
-            return f"speed-ups against #{run_id} itself (it is the greedy run)"
+            return f"speed-ups against #{run_id} itself (it is the greedy run), {WALL_CLOCK_NOTE}"
         return (
             f"speed-ups against greedy run #{gid} (the same prompt, model, {trace.dtype} and token cap; measured "
-            "when it ran: the machine's load may have changed since)"
+            f"when it ran: the machine's load may have changed since), {WALL_CLOCK_NOTE}"
         )
     if trace.status != "complete":
         return f"no speed-up: #{run_id} is {trace.status}, so its speed measured part of a run"
