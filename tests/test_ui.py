@@ -824,7 +824,7 @@ def test_the_speed_note_prices_trees_with_the_measured_cost_curve(monkeypatch):
     )
     assert note.startswith("Estimated speed-ups on this CPU")
     assert "a forward that verifies 16 draft tokens takes 2.0× as long as a greedy step here (t(16)/t(0)" in note
-    assert "aasd: trees of 4 nodes take 1.2× a greedy step, MAL 2.40 → an estimated ≈ 2.00× greedy" in note
+    assert "aasd: trees of 4 nodes on average take 1.2× a greedy step, MAL 2.40 → an estimated ≈ 2.00× greedy" in note
     assert "csd drafted almost nothing" in note and "greedy:" not in note and "greedy drafted" not in note  # by design
     assert note.endswith("approach their MAL.") and "pulls a measured speed-up below it" in note
     # a measured speed-up above the MAL (csd measured 4.11× at MAL 2.22 in the newcomer pass) is called noise

@@ -143,3 +143,17 @@ def test_the_rerun_panels_speed_up_says_its_clock():
     for greedy in ((3, _trace("greedy", [4, 5])), (9, trace)):
         said = speedup_source(trace, 9, greedy)
         assert "wall clock" in said and "Compare's columns use the decoding thread's CPU time" in said, said
+
+
+def test_the_speed_note_says_its_tree_size_is_a_mean(monkeypatch):
+    """ "aasd[auto]: trees of 4 nodes" while a step showed a 10-node tree: the note's size is the run's mean."""
+    import torch
+
+    from core.sizing import CostCurve
+    from workbench import service
+
+    monkeypatch.setattr(service, "cached_curve", lambda target, length=None: CostCurve((0, 4, 16), (0.05, 0.06, 0.1)))
+    note = service.speed_note(
+        SimpleNamespace(device=torch.device("cpu")), {"aasd[auto]": 4.2, "csd": 0.4}, {"aasd[auto]": 2.4, "csd": 1.0}
+    )
+    assert "aasd[auto]: trees of 4 nodes on average take" in note and "trees of 0.4 nodes on average" in note, note

@@ -404,13 +404,13 @@ def speed_note(
             noisy.append(f"{method} measured {measured[method]:.2f}× with MAL {mal:.2f}")
         if n < 1:
             parts.append(
-                f"{method} drafted almost nothing (trees of {n:.1f} nodes: larger ones cost more here than they "
+                f"{method} drafted almost nothing (trees of {n:.1f} nodes on average: larger ones cost more here than they "
                 "were expected to gain)"
             )
             continue
         ratio = curve(round(n)) / curve(0)
         parts.append(
-            f"{method}: trees of {n:.0f} nodes take {ratio:.1f}× a greedy step, MAL {mal:.2f} → an estimated "
+            f"{method}: trees of {n:.0f} nodes on average take {ratio:.1f}× a greedy step, MAL {mal:.2f} → an estimated "
             f"≈ {mal / ratio:.2f}× greedy"
         )
     warning = (
