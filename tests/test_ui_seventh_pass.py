@@ -157,3 +157,15 @@ def test_the_speed_note_says_its_tree_size_is_a_mean(monkeypatch):
         SimpleNamespace(device=torch.device("cpu")), {"aasd[auto]": 4.2, "csd": 0.4}, {"aasd[auto]": 2.4, "csd": 1.0}
     )
     assert "aasd[auto]: trees of 4 nodes on average take" in note and "trees of 0.4 nodes on average" in note, note
+
+
+def test_opening_the_frontier_tab_says_whether_a_frontier_exists(tmp_path):
+    """The Frontier tab showed an empty plot until Draw, though README says "until one exists it says so": opening
+    the tab runs the same view as Draw (which says "no frontier at …: run …" when there is none)."""
+    from workbench.service import ModelPool
+    from workbench.ui import build_app
+    from workbench.ui.figures.frontier import frontier_view
+
+    demo = build_app(db=str(tmp_path / "t.db"), pool=ModelPool("cpu", "float32"))
+    triggers = {event for f in demo.fns.values() if getattr(f, "fn", None) is frontier_view for _, event in f.targets}
+    assert triggers == {"click", "select"}, triggers
