@@ -169,3 +169,24 @@ def test_opening_the_frontier_tab_says_whether_a_frontier_exists(tmp_path):
     demo = build_app(db=str(tmp_path / "t.db"), pool=ModelPool("cpu", "float32"))
     triggers = {event for f in demo.fns.values() if getattr(f, "fn", None) is frontier_view for _, event in f.targets}
     assert triggers == {"click", "select"}, triggers
+
+
+def test_a_cancelled_runs_speed_is_a_dash_in_compare_and_in_the_runs_list(tmp_path):
+    """A cancelled run: Compare's column said "– tok/s", the Replay list 12.4 tok/s. Both show "–" beside its status
+    (its speed measured part of a run)."""
+    from core.trace import StepTrace
+    from workbench.store import Store
+    from workbench.ui.shared import metrics_md, runs_frame
+
+    store = Store(f"sqlite:///{tmp_path / 'runs.db'}")
+    ids = {}
+    for status in ("cancelled", "complete"):
+        run = _trace("greedy", [4, 5, 6])
+        run.steps = [StepTrace(i, 1 + i, 1, 0, [4 + i], draft_ms=0.0, forward_ms=80.0) for i in range(3)]
+        run.decode_seconds, run.status = 0.25, status
+        ids[status] = store.save_run(run)
+        said = metrics_md(run, ids[status], None)
+        assert (" – tok/s" in said) == (status == "cancelled"), said
+    frame = runs_frame(store).set_index("id")
+    assert frame.loc[ids["complete"], "tok/s"] == 12.0 and frame.loc[ids["cancelled"], "status"] == "cancelled"
+    assert frame.loc[ids["cancelled"], "tok/s"] is None or frame["tok/s"].isna()[ids["cancelled"]]
