@@ -190,3 +190,12 @@ def test_a_cancelled_runs_speed_is_a_dash_in_compare_and_in_the_runs_list(tmp_pa
     frame = runs_frame(store).set_index("id")
     assert frame.loc[ids["complete"], "tok/s"] == 12.0 and frame.loc[ids["cancelled"], "status"] == "cancelled"
     assert frame.loc[ids["cancelled"], "tok/s"] is None or frame["tok/s"].isna()[ids["cancelled"]]
+
+
+def test_the_original_and_rerun_texts_have_headings():
+    """The original and re-run texts sat side by side without headings: each now says which it is."""
+    from workbench.ui.replay_view import rerun_outputs
+
+    original, new = _trace("aasd", [4, 5]), _trace("aasd", [4, 6])
+    left, right, _ = rerun_outputs(240, original, new, 250)
+    assert ">original #240</div>" in left and ">re-run #250</div>" in right

@@ -4,6 +4,7 @@ ranges and values, the re-scoring summary and the re-run's comparison. replay_ta
 
 from __future__ import annotations
 
+import html
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -391,6 +392,11 @@ def flips_frame(result: RunRescore | None, text_of: TokenText | None = None) -> 
     )
 
 
+def _headed(title: str, body: str) -> str:
+    """A text with its heading: the original and the re-run sit side by side, and without one neither said which it was."""
+    return f'<div class="rerun-head" style="font-weight:600;margin-bottom:4px">{html.escape(title)}</div>{body}'
+
+
 def rerun_outputs(
     run_id: int, trace: RunTrace, new: RunTrace, new_id: int | None, greedy: tuple[int, RunTrace] | None = None
 ):
@@ -400,8 +406,8 @@ def rerun_outputs(
     div = first_divergence(trace.output_ids, new.output_ids)
     tps = run_metrics(greedy[1])["tps"] if greedy is not None else None
     return (
-        tokens.run_html(trace),
-        tokens.run_html(new, first_divergence=div),
+        _headed(f"original #{run_id}", tokens.run_html(trace)),
+        _headed(f"re-run #{new_id if new_id is not None else '–'}", tokens.run_html(new, first_divergence=div)),
         f"original #{run_id}: {metrics_md(trace, run_id, tps)}  \nre-run #{new_id} ({rerun_settings(new)}): "
         f"{metrics_md(new, new_id, tps)}  \n{speedup_source(trace, run_id, greedy)}",
     )
