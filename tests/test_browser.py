@@ -204,7 +204,7 @@ def test_diff_of_two_runs_and_acceptance_per_position(app, page):
     page.get_by_role("tab", name="Replay & tune").click()
     fill_number(page, "#replay-run-id", casd)
     page.get_by_role("button", name="Load run").click()
-    expect(page.locator("#replay-info")).to_contain_text(f"run #{casd} · casd · step 0 of ", timeout=30_000)
+    expect(page.locator("#replay-info")).to_contain_text(f"run #{casd} · casd · step 0 (of 0–", timeout=30_000)
     try:
         expect(page.locator("#replay-positions .js-plotly-plot")).to_be_visible(timeout=30_000)
     except AssertionError:
