@@ -199,3 +199,19 @@ def test_the_original_and_rerun_texts_have_headings():
     original, new = _trace("aasd", [4, 5]), _trace("aasd", [4, 6])
     left, right, _ = rerun_outputs(240, original, new, 250)
     assert ">original #240</div>" in left and ">re-run #250</div>" in right
+
+
+def test_an_uploaded_image_is_said_not_to_be_a_text_file(tmp_path):
+    """A PNG upload said "pic.png is not UTF-8 text … save it as UTF-8", pointing at an encoding; a binary file is
+    said not to be a text file, and what a task file is. A text file that is not UTF-8 keeps the reader's words."""
+    from workbench.ui.compare_tab import CompareHandlers
+
+    png = tmp_path / "pic.png"
+    png.write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x00\x01" + bytes(range(256)))
+    h = CompareHandlers(store=None, pool=None, tasks={})
+    status, error = h.upload(str(png))[2:4]
+    assert "pic.png is not a text file" in error and "JSON Lines" in error and "UTF-8" not in error, error
+    assert "pic.png is not a text file" in status
+    latin = tmp_path / "latin.jsonl"
+    latin.write_bytes('{"id": "q", "task": "qa", "input": "caf\xe9"}\n'.encode("latin-1"))
+    assert "UTF-8" in h.upload(str(latin))[3]
