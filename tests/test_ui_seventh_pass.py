@@ -215,3 +215,16 @@ def test_an_uploaded_image_is_said_not_to_be_a_text_file(tmp_path):
     latin = tmp_path / "latin.jsonl"
     latin.write_bytes('{"id": "q", "task": "qa", "input": "caf\xe9"}\n'.encode("latin-1"))
     assert "UTF-8" in h.upload(str(latin))[3]
+
+
+def test_the_bench_table_says_what_each_column_is():
+    """`bash run.sh table` printed e2e_tps, forward_share, rescued_share, equal_to_greedy, step_ms with no word on
+    them: a one-line legend per column follows the table (repeats' columns too)."""
+    from workbench.evaluation.bench import format_table
+
+    row = {"mal": 2.0, "tps": 10.0, "speedup": 1.5, "speedup_spread": {"n": 2, "sd": 0.1, "ci95": 0.9}}
+    table = format_table({"greedy": {"mal": 1.0, "tps": 8.0}, "csd": row})
+    header = [c.strip() for c in table.splitlines()[0].strip("|").split("|")][1:]
+    legend = dict(line.strip().split(": ", 1) for line in table.splitlines() if line.startswith("  "))
+    assert set(header) == set(legend) and "speedup_ci95" in legend, (header, legend)
+    assert "forward" in legend["forward_share"] and "prefill included" in legend["e2e_tps"]
