@@ -46,7 +46,7 @@ CLICK_JS = """
   const cell = Array.from(document.querySelectorAll('[role=gridcell]')).find((c) => c.textContent.trim() === String(rid));
   if (!cell) { resolve(-2); return; }
   const title = (id) => { const t = document.querySelector(`#${id} .fig-title`); return t ? t.textContent : ''; };
-  const done = () => (document.querySelector('#replay-info') || {}).textContent.includes(`run #${rid} · ${method} · step 0 of`)
+  const done = () => (document.querySelector('#replay-info') || {}).textContent.includes(`run #${rid} · ${method} · step 0 (of 0–`)
     && title('replay-tree').startsWith('step 0:') && title('replay-thresholds').startsWith('step 0:');
   let finished = false;
   const t0 = performance.now();
@@ -139,7 +139,7 @@ def bench_row_click(args, page, demo) -> bool:
     ids = stored_runs(demo.store, args.runs, args.steps, args.synthetic)
     page.goto(demo.local_url)
     page.get_by_role("tab", name="Replay & tune").click()
-    expect(page.locator("#replay-info")).to_contain_text(f"run #{ids[-1]} · aasd · step 0 of", timeout=120_000)
+    expect(page.locator("#replay-info")).to_contain_text(f"run #{ids[-1]} · aasd · step 0 (of 0–", timeout=120_000)
     cold, warm = [], []
     order = ids[:-1] + ids[:-1] * max(1, args.clicks // max(1, len(ids) - 1))
     for k, rid in enumerate(order):
@@ -161,7 +161,7 @@ def bench_rescore(args, page, demo) -> bool:
     rid = stored_runs(demo.store, 1, args.steps, args.synthetic)[0]
     page.goto(demo.local_url)
     page.get_by_role("tab", name="Replay & tune").click()
-    expect(page.locator("#replay-info")).to_contain_text(f"run #{rid} · aasd · step 0 of", timeout=120_000)
+    expect(page.locator("#replay-info")).to_contain_text(f"run #{rid} · aasd · step 0 (of 0–", timeout=120_000)
     values = [round(0.02 + 0.013 * i, 3) for i in range(args.moves + 3)]
     times = []
     for k, value in enumerate(values):

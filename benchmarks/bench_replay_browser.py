@@ -6,7 +6,7 @@ Gradio's queue, the figures' JSON, and Plotly drawing them. Here the app is star
 downloaded), the run is loaded and the step slider is moved to random steps. Each switch is timed inside the
 page: from the slider's input event until the draft-tree figure and the threshold figure both show the new
 step's title (a MutationObserver, then one animation frame so the drawing is laid out). The header line
-("step k of ...") is timed too and must agree. Target: 95th percentile <= 150 ms.
+("step k (of 0–n) ...") is timed too and must agree. Target: 95th percentile <= 150 ms.
 
 The run is a real AASD run on SmolLM2 (bench_replay.long_run: a bundled sample's steps repeated up to N steps)
 or, with --synthetic, well-formed random trees without any model. --db keeps the store between invocations
@@ -50,7 +50,7 @@ SWITCH_JS = """
   const want = `step ${k}:`;
   const title = (id) => { const t = document.querySelector(`#${id} .fig-title, #${id} .gtitle`); return t ? t.textContent : ''; };
   const figures = () => title('replay-tree').startsWith(want) && title('replay-thresholds').startsWith(want);
-  const header = () => (document.querySelector('#replay-info') || {}).textContent.includes(`step ${k} of`);
+  const header = () => (document.querySelector('#replay-info') || {}).textContent.includes(`step ${k} (of 0–`);
   let tFig = null, tAll = null, done = false;
   const t0 = performance.now();
   const finish = (a, b) => { if (!done) { done = true; obs.disconnect(); resolve([a, b]); } };
@@ -300,7 +300,7 @@ def main() -> int:
             page.locator("#replay-run-id input").fill(str(run_id))
             t = time.perf_counter()
             page.get_by_role("button", name="Load run").click()
-            expect(page.locator("#replay-info")).to_contain_text(f"step 0 of 0–{args.steps - 1}", timeout=120_000)
+            expect(page.locator("#replay-info")).to_contain_text(f"step 0 (of 0–{args.steps - 1})", timeout=120_000)
             expect(page.locator("#replay-tree .fig-title, #replay-tree .gtitle").first).to_contain_text("step 0:")
             expect(page.locator("#replay-thresholds .fig-title, #replay-thresholds .gtitle").first).to_contain_text(
                 "step 0:"

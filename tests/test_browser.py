@@ -57,11 +57,11 @@ def test_compare_replay_tune_and_download(app, page, tmp_path):
     page.get_by_role("button", name="Load run").click()
     from workbench.service import DEFAULT_METHODS  # aasd[auto] where the default model has a shipped fit
 
-    expect(page.locator("#replay-info")).to_contain_text(f"run #{ids['aasd']} · {DEFAULT_METHODS[1]} · step 0 of ")
+    expect(page.locator("#replay-info")).to_contain_text(f"run #{ids['aasd']} · {DEFAULT_METHODS[1]} · step 0 (of 0–")
     slider_box = page.locator("#replay-step input[type=number]")
     slider_box.fill("3")
     slider_box.press("Enter")
-    expect(page.locator("#replay-info")).to_contain_text("step 3 of ")
+    expect(page.locator("#replay-info")).to_contain_text("step 3 (of 0–")
     expect(
         page.locator(".js-plotly-plot:visible").first
     ).to_be_visible()  # the replay's figures (the Compare chart is hidden)
@@ -204,7 +204,7 @@ def test_diff_of_two_runs_and_acceptance_per_position(app, page):
     page.get_by_role("tab", name="Replay & tune").click()
     fill_number(page, "#replay-run-id", casd)
     page.get_by_role("button", name="Load run").click()
-    expect(page.locator("#replay-info")).to_contain_text(f"run #{casd} · casd · step 0 of ", timeout=30_000)
+    expect(page.locator("#replay-info")).to_contain_text(f"run #{casd} · casd · step 0 (of 0–", timeout=30_000)
     try:
         expect(page.locator("#replay-positions .js-plotly-plot")).to_be_visible(timeout=30_000)
     except AssertionError:

@@ -360,7 +360,7 @@ def test_replay_opens_on_the_newest_run_already_drawn(app, page, default_runs):
     )
     page.get_by_role("tab", name="Compare").click()
     page.get_by_role("tab", name="Replay & tune").click()
-    expect(page.locator("#replay-info")).to_contain_text(f"run #{newest} · aasd · step 0 of 4", timeout=30_000)
+    expect(page.locator("#replay-info")).to_contain_text(f"run #{newest} · aasd · step 0 (of 0–4)", timeout=30_000)
     expect(page.locator("#replay-tree svg.replay-fig")).to_have_count(1)
     assert page.locator("#replay-step input[type=range]").get_attribute("max") == "4"
 
@@ -502,7 +502,7 @@ def test_replay_figures_are_whole_and_the_csd_gate_is_drawn_for_csd_only(app, pa
     rid = shared(demo, run)
     page.get_by_role("tab", name="Replay & tune").click()
     open_run(page, rid)
-    expect(page.locator("#replay-info")).to_contain_text(f"run #{rid} · aasd · step 0 of 2", timeout=30_000)
+    expect(page.locator("#replay-info")).to_contain_text(f"run #{rid} · aasd · step 0 (of 0–2)", timeout=30_000)
     expect(page.locator("#replay-tree g.node")).to_have_count(18)
     for slot in ("#replay-tree", "#replay-thresholds"):
         cut = page.evaluate(
@@ -533,7 +533,7 @@ def test_a_csd_runs_gate_chart_is_drawn_whole_with_its_labels(app, page):
     rid = shared(demo, run)
     page.get_by_role("tab", name="Replay & tune").click()
     open_run(page, rid)
-    expect(page.locator("#replay-info")).to_contain_text(f"run #{rid} · csd · step 0 of 2", timeout=30_000)
+    expect(page.locator("#replay-info")).to_contain_text(f"run #{rid} · csd · step 0 (of 0–2)", timeout=30_000)
     expect(page.locator("#replay-thresholds g.gate")).to_have_count(16)
     cut = page.evaluate("""() => { const s = document.querySelector('#replay-thresholds .replay-slot');
         const b = s.getBoundingClientRect();

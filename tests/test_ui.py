@@ -102,7 +102,7 @@ def test_replay_moves_through_steps(app, default_comparison):
     assert f"loaded run #{rid}" in info
     first = client.predict(rid, 0, api_name="/replay_step")
     second = client.predict(rid, 1, api_name="/replay_step")
-    assert "step 0 of " in first[0] and "step 1 of " in second[0]
+    assert "step 0 (of 0–" in first[0] and "step 1 (of 0–" in second[0]
     assert len(second[1]) > len(first[1])  # more text is shown at the later step
     assert first[2]["type"] == "plotly" and first[3]["type"] == "plotly"
     assert first[4]["headers"][:3] == ["node", "parent", "depth"]
@@ -287,7 +287,7 @@ def replay_run() -> RunTrace:
 def test_replay_step_outputs_show_the_text_so_far_and_the_step(replay_run):
     origins = [(" a", "context"), (" b", "context"), ("!", "model"), ("?", "model")]
     info, text, tree, thresholds, nodes = rv.step_outputs(7, replay_run, origins, step_ends(replay_run), 0)
-    assert info.startswith("run #7 · aasd · step 0 of 1 · tree 3 nodes · accepted 2 + bonus")
+    assert info.startswith("run #7 · aasd · step 0 (of 0–1) · tree 3 nodes · accepted 2 + bonus")
     assert re.findall(r'title="(\w+)">([^<]*)</span>', text) == [("context", " a"), ("context", " b"), ("model", "!")]
     assert tree is not None and thresholds is not None
     assert list(nodes.columns) == list(rv.NODE_COLUMNS) and len(nodes) == 5
@@ -295,7 +295,7 @@ def test_replay_step_outputs_show_the_text_so_far_and_the_step(replay_run):
     assert nodes["p"].iloc[1] == 0.1235  # four significant digits
     # a step past the end (the slider of another run) shows the last step, with all the text
     info, text, *_ = rv.step_outputs(7, replay_run, origins, step_ends(replay_run), 99)
-    assert "step 1 of 1" in info and text.count("<span") == 4
+    assert "step 1 (of 0–1)" in info and text.count("<span") == 4
 
 
 def test_replay_of_a_run_without_steps_shows_its_text_and_no_figures(replay_run):
@@ -824,7 +824,7 @@ def test_the_speed_note_prices_trees_with_the_measured_cost_curve(monkeypatch):
     )
     assert note.startswith("Estimated speed-ups on this CPU")
     assert "a forward that verifies 16 draft tokens takes 2.0× as long as a greedy step here (t(16)/t(0)" in note
-    assert "aasd: trees of 4 nodes take 1.2× a greedy step, MAL 2.40 → an estimated ≈ 2.00× greedy" in note
+    assert "aasd: trees of 4 nodes on average take 1.2× a greedy step, MAL 2.40 → an estimated ≈ 2.00× greedy" in note
     assert "csd drafted almost nothing" in note and "greedy:" not in note and "greedy drafted" not in note  # by design
     assert note.endswith("approach their MAL.") and "pulls a measured speed-up below it" in note
     # a measured speed-up above the MAL (csd measured 4.11× at MAL 2.22 in the newcomer pass) is called noise

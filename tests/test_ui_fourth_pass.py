@@ -167,7 +167,7 @@ def test_the_task_dropdown_says_when_it_holds_an_uploaded_file(tmp_path):
 
 # -- fifth-pass leftover of item 5: the prefill estimate follows the cost's growth with the prompt's length -------
 def _prefill_run(tokens: int, seconds: float):
-    return SimpleNamespace(prompt_ids=[0] * tokens, prefill_seconds=seconds)
+    return SimpleNamespace(prompt_ids=[0] * tokens, prefill_seconds=seconds, status="complete", steps=[])
 
 
 def test_the_prefill_estimate_grows_with_attention_not_per_token(monkeypatch):

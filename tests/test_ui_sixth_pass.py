@@ -179,7 +179,7 @@ def test_the_diff_sentence_names_the_cell_it_outlines():
     origins_b = [(t, "model") for t in ["a", "b", "c", "d"]]
     head, body = diff_outputs(1, a, origins_a, 2, b, origins_b)
     assert "first divergence at token 2" in head
-    assert "only #1 greedy has `'X'` (id 7) here" in head and "id 8" not in head, head
+    assert "the alignment below shows this as `'X'` (id 7) only in #1 greedy" in head, head
     kind, top, bottom = _outlined(body)
     assert kind == "pair deleted first" and top == "X" and "·" in bottom
     # replaced: both tokens, as the cell shows them
@@ -188,7 +188,7 @@ def test_the_diff_sentence_names_the_cell_it_outlines():
     assert _outlined(body) == ("pair differ first", "X", "Y")
     # inserted: only B has a token there
     head, body = diff_outputs(2, b, origins_b, 1, a, origins_a)
-    assert "only #1 greedy has `'X'` (id 7) here" in head and _outlined(body)[0] == "pair inserted first"
+    assert "shows this as `'X'` (id 7) only in #1 greedy" in head and _outlined(body)[0] == "pair inserted first"
 
 
 def test_the_diff_pickers_say_how_to_reach_an_older_run():

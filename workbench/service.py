@@ -288,7 +288,9 @@ class PrefillClock:
 
     def observe(self, target, run: RunTrace) -> None:
         n = len(run.prompt_ids)
-        if n >= 32 and run.prefill_seconds > 0:  # a handful of tokens says more about overheads than about rate
+        if (
+            n >= 32 and run.prefill_seconds > 0 and prefill_completed(run)
+        ):  # a handful of tokens says more about overheads than about rate
             with self._lock:  # one prefill kept per length band (a factor of two): the nearest is the one to scale
                 self._seen.setdefault(model_key(target), {})[n.bit_length()] = (n, run.prefill_seconds)
 
@@ -304,6 +306,13 @@ class PrefillClock:
         if model is None:
             return None
         return prefill_shape(model, tokens), "the model's measured cost curve; a first prefill takes longer"
+
+
+def prefill_completed(run: RunTrace) -> bool:
+    """Whether `run` read its whole prompt, so its prefill_seconds is a whole read's price: a complete run did, and so
+    did any run that took a step (decoding starts after the prefill). A run Stopped with no step may have been cut
+    mid-prompt: its prefill_seconds is a part of a read, priced as the whole it would halve the estimate."""
+    return run.status == "complete" or bool(run.steps)
 
 
 CALIBRATION_PROMPT = 256  # tokens of the prefill ModelPool's warm-up times, so a first estimate has a prefill to scale
@@ -395,13 +404,13 @@ def speed_note(
             noisy.append(f"{method} measured {measured[method]:.2f}× with MAL {mal:.2f}")
         if n < 1:
             parts.append(
-                f"{method} drafted almost nothing (trees of {n:.1f} nodes: larger ones cost more here than they "
+                f"{method} drafted almost nothing (trees of {n:.1f} nodes on average: larger ones cost more here than they "
                 "were expected to gain)"
             )
             continue
         ratio = curve(round(n)) / curve(0)
         parts.append(
-            f"{method}: trees of {n:.0f} nodes take {ratio:.1f}× a greedy step, MAL {mal:.2f} → an estimated "
+            f"{method}: trees of {n:.0f} nodes on average take {ratio:.1f}× a greedy step, MAL {mal:.2f} → an estimated "
             f"≈ {mal / ratio:.2f}× greedy"
         )
     warning = (

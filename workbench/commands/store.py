@@ -139,8 +139,8 @@ def run(args) -> int:
         print(f"runs {args.a} and {args.b} emit the same {result['tokens_a']} tokens")
     else:
         print(
-            f"first divergence at token {result['first_divergence']}: run {args.a} has {_said(result, 'a')} "
-            f"(step {result['step_a']}), run {args.b} has {_said(result, 'b')} (step {result['step_b']})"
+            f"first divergence at token {result['first_divergence']}: run {args.a} has {_said(result, 'a')}, "
+            f"run {args.b} has {_said(result, 'b')}"
         )
     la, lb = result["lengths_a"], result["lengths_b"]
     print(f"{'step':>5}  {'run ' + str(args.a):>8}  {'run ' + str(args.b):>8}")
@@ -150,9 +150,14 @@ def run(args) -> int:
 
 
 def _said(result: dict, which: str) -> str:
-    """A diverging token as the Diff tab shows it: its text (whitespace made visible) and its id, or "its end"."""
-    token, text = result[f"token_{which}"], result[f"text_{which}"]
-    return "its end" if token is None else f"{visible_token(text)!r} (id {token})"
+    """A diverging token as the Diff tab shows it: its text (whitespace made visible), its id and the step that made
+    it; or the run's end, said as a cancellation where the run was Stopped there."""
+    token, text, step = result[f"token_{which}"], result[f"text_{which}"], result[f"step_{which}"]
+    if token is None:
+        if result.get(f"status_{which}") == "cancelled":
+            return f"its end (it was cancelled at token {result[f'tokens_{which}']})"
+        return "its end"
+    return f"{visible_token(text)!r} (id {token})" + ("" if step is None else f" at step {step}")
 
 
 def _export(store, args) -> int:

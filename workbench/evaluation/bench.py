@@ -579,7 +579,30 @@ def run_resumable(
     return [r for r in checkpoint.rows() if row_key(r) in wanted]
 
 
+# One line per column under the table: `bash run.sh table` printed e2e_tps, forward_share, ... with no word on them.
+COLUMN_MEANINGS = {
+    "mal": "mean accepted length: tokens per verification step (accepted draft tokens + 1)",
+    "tps": "tokens per second of decoding (wall clock, the prompt's prefill excluded)",
+    "e2e_tps": "tokens per second end to end (prefill included)",
+    "speedup": "tps ÷ greedy's tps in the same run",
+    "speedup_sd": "standard deviation of the speed-up over the repeats",
+    "speedup_ci95": "half-width of the speed-up's 95% interval over the repeats",
+    "tps_sd": "standard deviation of tps over the repeats",
+    "equal_to_greedy": "share of greedy's tokens each output reproduces before it first differs (1.000: identical)",
+    "accept_rate": "accepted draft tokens ÷ drafted tokens",
+    "rescued_share": "draft tokens CSD's rescue accepted after verification rejected them ÷ drafted tokens",
+    "score": "task score against the reference answers, 0–100 (- when the tasks have none)",
+    "step_ms": "mean wall time of one verification step, ms",
+    "forward_share": "share of step time spent in the target's forward",
+    "draft_ms_per_step": "ms per step building the draft tree",
+    "verify_ms_per_step": "ms per step judging the drafted tokens",
+    "bookkeeping_ms_per_step": "ms per step on the rest (cache updates, trace records)",
+    "tokens": "tokens generated, all tasks together",
+}
+
+
 def format_table(summary: Mapping[str, Mapping[str, Any]]) -> str:
+    """The summary as a Markdown table, one row per method, and under it one line saying what each column is."""
     cols = [
         "mal",
         "tps",
@@ -615,4 +638,5 @@ def format_table(summary: Mapping[str, Mapping[str, Any]]) -> str:
                 "tps_sd": (row.get("tps_spread") or {}).get("sd"),
             }
         lines.append(f"| {name} | " + " | ".join(fmt(row.get(c)) for c in cols) + " |")
+    lines += ["", *(f"  {c}: {COLUMN_MEANINGS[c]}" for c in cols)]
     return "\n".join(lines)

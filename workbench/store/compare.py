@@ -58,6 +58,8 @@ def compare_traces(a: RunTrace, b: RunTrace, nodes_of: NodesOf = _nodes_in_trace
         "text_b": _text_at(b, step_b, token_b, nodes_of),
         "step_a": step_a,
         "step_b": step_b,
+        "status_a": a.status,
+        "status_b": b.status,
         "tokens_a": len(a.output_ids),
         "tokens_b": len(b.output_ids),
         "lengths_a": a.accept_lengths,

@@ -72,7 +72,8 @@ def build_app(
                 analytics_pick = analytics_tab(store, cache, compare_ids, who)
             with gr.Tab("Export") as export:
                 export_pick = export_tab(store, cache, compare_ids, who)
-            with gr.Tab("Frontier", elem_id="tab-frontier"):  # report --frontier's results, drawn (figures/frontier.py)
+            # report --frontier's results, drawn (figures/frontier.py)
+            with gr.Tab("Frontier", elem_id="tab-frontier") as frontier:
                 from workbench.ui.figures.frontier import FRONTIER_INTRO, WORST, frontier_view
 
                 gr.Markdown(FRONTIER_INTRO, elem_id="frontier-intro")
@@ -82,6 +83,11 @@ def build_app(
                     frontier_draw = gr.Button("Draw", scale=1)
                 frontier_plot, frontier_table = gr.Plot(), gr.Markdown()
                 frontier_draw.click(
+                    frontier_view, [frontier_path, frontier_family], [frontier_plot, frontier_table], api_name=False
+                )
+                # Opening the tab draws the frontier there is, or says there is none yet (an empty plot until Draw
+                # said nothing)
+                frontier.select(
                     frontier_view, [frontier_path, frontier_family], [frontier_plot, frontier_table], api_name=False
                 )
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import gradio as gr
@@ -142,6 +143,23 @@ def upload_refusal(reason: str) -> str:
     return (
         f"the uploaded task file could not be read ({reason}): nothing runs until you fix it and upload it again, "
         "or remove it (✕) to run the bundled samples"
+    )
+
+
+def binary_upload(path: str) -> str | None:
+    """Why an uploaded file is not a task file at all, where it is binary (a NUL byte in its first 4 KiB: an image, an
+    archive): "pic.png is not UTF-8 text … save it as UTF-8" pointed at an encoding, not at the wrong kind of file.
+    None for a text file (the task reader judges it)."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(4096)
+    except OSError:
+        return None  # the task reader says what is wrong with a path it cannot open
+    if b"\x00" not in head:
+        return None
+    return (
+        f"{Path(path).name} is not a text file (it holds binary data, e.g. an image): a task file is JSON Lines text, "
+        "one task a line"
     )
 
 
@@ -1206,6 +1224,9 @@ class CompareHandlers:
         if not path:
             return {}, gr.update(choices=[FREE_TEXT] + list(self.tasks), label=TASK_LABEL), "", "", ""
         try:
+            refused = binary_upload(path)
+            if refused:
+                raise InvalidInputError(refused)
             loaded = {f"upload:{t.id}": t for t in service.sample_tasks(path)}
         except WorkbenchError as e:
             note = upload_error_md(public_message(str(e)))

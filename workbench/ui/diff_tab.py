@@ -40,21 +40,36 @@ def _show(token: int | None, texts: Sequence[str], at: int | None) -> str:
     )
 
 
-def parting_words(cell, la: str, lb: str, a: RunTrace, b: RunTrace, ta, tb, steps) -> str:
-    """What the outlined cell (tokens.first_cell) shows, in words: both tokens where one replaced the other, else
-    the token only one run has there (the other run's next token is aligned further on)."""
-    kind, ia, ib = cell
+def _at(ids: Sequence[int], j: int) -> int | None:
+    return ids[j] if j < len(ids) else None
+
+
+def parting_words(j: int, la: str, lb: str, a: RunTrace, b: RunTrace, ta, tb, steps) -> str:
+    """Both runs' tokens at position `j`, the first position where they differ (what Compare's divergence note
+    names too), with the step that made each."""
     step = lambda s: "–" if s is None else s  # noqa: E731
+    return (
+        f"{la} {_show(_at(a.output_ids, j), ta, j)} at its step {step(steps[0])} · {lb} "
+        f"{_show(_at(b.output_ids, j), tb, j)} at its step {step(steps[1])}"
+    )
+
+
+def alignment_words(cell, la: str, lb: str, a: RunTrace, b: RunTrace, ta, tb) -> str:
+    """What the outlined cell (tokens.first_cell) shows, in words, where the alignment reads the first difference as
+    a token only one run has (the other run's token there is matched further on); "" where it pairs the two."""
+    kind, ia, ib = cell
     if kind == "differ":
-        return (
-            f"{la} {_show(a.output_ids[ia], ta, ia)} at its step {step(steps[0])} · {lb} "
-            f"{_show(b.output_ids[ib], tb, ib)} at its step {step(steps[1])}"
-        )
-    if kind == "deleted":
-        return (
-            f"only {la} has {_show(a.output_ids[ia], ta, ia)} here (its step {step(steps[0])}); {lb} has no token there"
-        )
-    return f"only {lb} has {_show(b.output_ids[ib], tb, ib)} here (its step {step(steps[1])}); {la} has no token there"
+        return ""
+    j, only, other = (
+        (ia, (la, a.output_ids, ta), (lb, b.output_ids, tb))
+        if kind == "deleted"
+        else (ib, (lb, b.output_ids, tb), (la, a.output_ids, ta))
+    )
+    shown = _show(only[1][j], only[2], j)
+    later = (
+        f", {other[0]}'s {_show(other[1][j], other[2], j)} matched further on" if _at(other[1], j) is not None else ""
+    )
+    return f" · the alignment below shows this as {shown} only in {only[0]}{later}"
 
 
 def diff_outputs(a_id: int, a: RunTrace, a_origins, b_id: int, b: RunTrace, b_origins) -> tuple[str, str]:
@@ -71,7 +86,8 @@ def diff_outputs(a_id: int, a: RunTrace, a_origins, b_id: int, b: RunTrace, b_or
         j = c["first_divergence"]
         head = (
             f"**first divergence at token {j}** ({j} equal tokens before it; outlined below): "
-            f"{parting_words(tokens.first_cell(spans), la, lb, a, b, ta, tb, (c['step_a'], c['step_b']))} · "
+            f"{parting_words(j, la, lb, a, b, ta, tb, (c['step_a'], c['step_b']))}"
+            f"{alignment_words(tokens.first_cell(spans), la, lb, a, b, ta, tb)} · "
             f"aligned: {counts['replaced']} tokens replaced, {counts['deleted']} only in {la}, "
             f"{counts['inserted']} only in {lb}"
         )

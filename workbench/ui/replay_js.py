@@ -114,6 +114,20 @@ _JS = r"""
     slot.__run = data.run;
     slot.style.height = `${Math.ceil(h) + 4}px`;
   };
+  // The node table's box is made as tall as the run's largest step's table, once per run (up to its fixed height, a
+  // 16-node tree's): a run of 4-node trees left ~250 px blank between the table and the run's figures below it.
+  const fitTable = () => {
+    const slot = document.querySelector('#replay-nodes .replay-slot');
+    const rows = slot ? Array.from(slot.querySelectorAll('tbody tr')) : [], head = slot && slot.querySelector('thead');
+    if (!rows.length || !head || slot.__run === data.run) return;
+    const row = Math.max(...rows.map((r) => r.getBoundingClientRect().height));
+    if (!row) return;  // not laid out (another tab is shown): fitted at a later step
+    slot.__run = data.run;
+    slot.__most = slot.__most || parseFloat(slot.style.height);
+    const most = Math.max(...data.steps.map((s) => s.nodes.length));
+    const h = Math.ceil(head.getBoundingClientRect().height + most * row) + 6;
+    slot.style.height = `${Math.min(slot.__most, h)}px`;
+  };
   if (!data || !Array.isArray(data.steps)) return [info];
   if (!data.steps.length) {
     cutText(Infinity);
@@ -283,6 +297,7 @@ _JS = r"""
   fit('replay-tree');
   fit('replay-thresholds');
   put('replay-nodes', table(st.nodes.map((r) => r.slice(0, COLUMNS.length))));
+  fitTable();
   return [st.info];
 }
 """

@@ -4,6 +4,7 @@ ranges and values, the re-scoring summary and the re-run's comparison. replay_ta
 
 from __future__ import annotations
 
+import html
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -11,6 +12,7 @@ import pandas as pd
 
 from core.errors import InvalidInputError, WorkbenchError
 from core.params import PARAMS
+from core.rules import EOS_EXEMPT
 from core.stats import first_divergence, run_metrics
 from core.thresholds import describe_values
 from core.token_text import visible_token
@@ -54,6 +56,12 @@ def clamp_step(trace: RunTrace, k: Any) -> int:
     return max(0, min(step_of(k), len(trace.steps) - 1))
 
 
+def step_label(k: int, steps: int) -> str:
+    """Step k of a run of `steps` steps as the slider counts them, from 0: "step 10 (of 0–26)" for a 27-step run
+    ("step 10 of 26" read as one step short)."""
+    return f"step {k} (its only step)" if steps == 1 else f"step {k} (of 0–{steps - 1})"
+
+
 def step_info(run_id: int, trace: RunTrace, k: int) -> str:
     """The header above the replay: where we are and what the step cost."""
     if not trace.steps:
@@ -65,7 +73,7 @@ def step_info(run_id: int, trace: RunTrace, k: int) -> str:
         return f"run #{run_id} ({asked_as(trace.method, trace.params)}) has no steps to replay ({why})"
     s = trace.steps[k]
     return (
-        f"run #{run_id} · {asked_as(trace.method, trace.params)} · step {k} of {len(trace.steps) - 1} · tree {s.tree_size} nodes · "
+        f"run #{run_id} · {asked_as(trace.method, trace.params)} · {step_label(k, len(trace.steps))} · tree {s.tree_size} nodes · "
         f"accepted {s.accepted} + bonus · {s.step_ms:.1f} ms (draft {s.draft_ms:.1f}, forward {s.forward_ms:.1f})"
         + fitted_md(trace.params)
     )
@@ -336,7 +344,28 @@ def _why_unchanged(result: RunRescore) -> str:
             f": all {len(judged)} judged nodes were the target's own top token (the argmax), which passes any "
             "threshold ≤ max p"
         )
-    return ""
+    return _why_no_rescue(result)
+
+
+def _why_no_rescue(result: RunRescore) -> str:
+    """For a rescue rule with a memory condition (csd's λ): how many still-rejected draft tokens had a pair count
+    that reached λ, and how many of those the τ gate (or rescue_eos=no) refused, read from the rule's reasons
+    (core.rules.rescue_decision writes "count c ≥ λ l" and "… < log τ …"). λ = 1 with "no decision changes" and no
+    reason left the user to guess, though Compare had shown a count of 1."""
+    lam = getattr(result, "params", {}).get("lam")
+    if not isinstance(lam, (int, float)):
+        return ""
+    rejected = [n for s in result.steps for n in s.nodes if n.parent >= 0 and n.decision == "rejected"]
+    reached = [n for n in rejected if " ≥ λ " in n.reason]
+    if not reached:
+        return f": no rejected draft token's pair count reached λ = {lam:g}" if rejected else ""
+    exempt = sum(EOS_EXEMPT in n.reason for n in reached)
+    gated = sum(" < log τ " in n.reason and EOS_EXEMPT not in n.reason for n in reached)
+    rest = len(reached) - gated - exempt
+    refused = [f"the τ gate refused {gated}"] if gated else []
+    refused += [f"rescue_eos=no kept {exempt} (t* was an end of sequence)"] if exempt else []
+    refused += [f"{rest} lost to a sibling taken first"] if rest else []
+    return f": {len(reached)} rejected draft tokens' pair counts reached λ = {lam:g}; " + ", ".join(refused)
 
 
 def flips_frame(result: RunRescore | None, text_of: TokenText | None = None) -> pd.DataFrame:
@@ -363,6 +392,11 @@ def flips_frame(result: RunRescore | None, text_of: TokenText | None = None) -> 
     )
 
 
+def _headed(title: str, body: str) -> str:
+    """A text with its heading: the original and the re-run sit side by side, and without one neither said which it was."""
+    return f'<div class="rerun-head" style="font-weight:600;margin-bottom:4px">{html.escape(title)}</div>{body}'
+
+
 def rerun_outputs(
     run_id: int, trace: RunTrace, new: RunTrace, new_id: int | None, greedy: tuple[int, RunTrace] | None = None
 ):
@@ -372,8 +406,8 @@ def rerun_outputs(
     div = first_divergence(trace.output_ids, new.output_ids)
     tps = run_metrics(greedy[1])["tps"] if greedy is not None else None
     return (
-        tokens.run_html(trace),
-        tokens.run_html(new, first_divergence=div),
+        _headed(f"original #{run_id}", tokens.run_html(trace)),
+        _headed(f"re-run #{new_id if new_id is not None else '–'}", tokens.run_html(new, first_divergence=div)),
         f"original #{run_id}: {metrics_md(trace, run_id, tps)}  \nre-run #{new_id} ({rerun_settings(new)}): "
         f"{metrics_md(new, new_id, tps)}  \n{speedup_source(trace, run_id, greedy)}",
     )
@@ -399,15 +433,24 @@ def greedy_candidates(run_id: int, ids: Sequence[int]) -> list[int]:
     return before + sorted(i for i in ids if i > run_id)
 
 
+# A stored run keeps its wall-clock decoding time only; Compare's columns divide the decoding thread's CPU time where
+# it measured it, so the same run's two speed-ups can differ in the last digit: said, not hidden.
+WALL_CLOCK_NOTE = (
+    "on the wall clock of stored decoding times (Compare's columns use the decoding thread's CPU time where "
+    "measured, so they can differ a little)"
+)
+
+
 def speedup_source(trace: RunTrace, run_id: int, greedy: tuple[int, RunTrace] | None) -> str:
-    """The line under the re-run's metrics: which greedy run the speed-ups are against, or why there are none."""
+    """The line under the re-run's metrics: which greedy run the speed-ups are against and on which clock, or why
+    there are none."""
     if greedy is not None:
         gid = greedy[0]
         if gid == run_id:
-            return f"speed-ups against #{run_id} itself (it is the greedy run)"
+            return f"speed-ups against #{run_id} itself (it is the greedy run), {WALL_CLOCK_NOTE}"
         return (
             f"speed-ups against greedy run #{gid} (the same prompt, model, {trace.dtype} and token cap; measured "
-            "when it ran: the machine's load may have changed since)"
+            f"when it ran: the machine's load may have changed since), {WALL_CLOCK_NOTE}"
         )
     if trace.status != "complete":
         return f"no speed-up: #{run_id} is {trace.status}, so its speed measured part of a run"

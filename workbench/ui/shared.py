@@ -57,9 +57,19 @@ def public_message(text: str) -> str:
     return _SERVER_PATH.sub(lambda m: f"…/{m.group(1)}", text)
 
 
+MARKDOWN_SPECIAL = re.compile(r"([\\`*_{}\[\]<>#|~])")
+
+
+def escape_markdown(text: str) -> str:
+    """`text` shown as written in a Markdown component: "t*'s" stays t*'s, not the start of italics."""
+    return MARKDOWN_SPECIAL.sub(r"\\\1", text)
+
+
 def error_md(e: Exception | str) -> str:
-    """An error as the status line shows it, without the server's folders."""
-    return f"**⚠ {public_message(str(e))}**"
+    """An error as the status line shows it, without the server's folders, its Markdown characters escaped (a
+    message is plain text: "t*" in it must not open italics and leave a stray "**"). Every status that shows an
+    error goes through here."""
+    return f"**⚠ {escape_markdown(public_message(str(e)))}**"
 
 
 UNBOUNDED = 2**31  # an upper bound this large (the seed's 2⁶³ − 1) is shown as "any integer ≥ low"
@@ -154,6 +164,13 @@ def fit_source_md(fit: Mapping[str, Any] | None, where: str, path, fit_dtype: st
     return text
 
 
+def whole_run_tps(status: str, tps: float | None) -> float | None:
+    """A run's tokens per second where it is a whole run's speed: none for a cancelled or failed run, whose speed
+    measured part of a run (nothing, when Stop came during the prompt). Compare's column and the runs list both show
+    "–" for it, beside its status (Compare said "–", the Replay list 12.4 tok/s for the same cancelled run)."""
+    return tps if status == "complete" else None
+
+
 def metrics_md(
     run: RunTrace,
     run_id: int | None,
@@ -167,15 +184,15 @@ def metrics_md(
     is by `score_name` (e.g. "F1 against the task's reference answers, 0–100"); a run with fitted thresholds
     shows the values it used."""
     m = run_metrics(run)
+    m["tps"] = whole_run_tps(run.status, m.get("tps"))
     fmt = lambda v, f="{:.2f}": "–" if v is None else f.format(v)  # noqa: E731
     ratio = speedup if speedup is not None else m["tps"] / greedy_tps if greedy_tps and m.get("tps") else None
     speed = "–" if ratio is None else f"{ratio:.2f}×"
     state = "" if run.status == "complete" else f" · **{run.status}**"
     if run.status != "complete":  # a stopped run's answer is cut short: scoring it would grade what Stop left
         score = None
-        # and its speed measured part of a run (nothing, when Stop came during the prompt): the speed table leaves
-        # it out, and so does its column
-        m, speed = {**m, "tps": None}, "–"
+        # and its speed measured part of a run (whole_run_tps): the speed table leaves it out, and so does its column
+        speed = "–"
     return (
         f"{with_meaning('MAL', MAL_MEANING, 'metric-name')} **{fmt(m['mal'])}** · {fmt(m['tps'], '{:.1f}')} tok/s · speed-up {speed} · "
         f"{named(TOKEN_ACCEPTANCE)} {fmt(m['accept_rate'], '{:.0%}')} · {m['steps']} steps · {m['tokens']} tokens"
@@ -276,7 +293,7 @@ def runs_frame(store: Store, filter_text: str = "", limit: int = 200, viewer: Vi
             "status": r.status,
             "tokens": m.get("tokens"),
             "MAL": round(m["mal"], 2) if m.get("mal") else None,
-            "tok/s": round(m["tps"], 1) if m.get("tps") else None,
+            "tok/s": round(tps, 1) if (tps := whole_run_tps(r.status, m.get("tps"))) else None,
             "tags": ", ".join(shown_tags(r.tags)),
             "created": r.created.strftime("%Y-%m-%d %H:%M:%S"),
         }
