@@ -369,9 +369,9 @@ class TreeSizer:
         sizes = getattr(self.cost, "sizes", None)
         if tree_may_pay(self.cost, context_len, best, max_nodes, self.margin, sizes):
             return True
-        end = linear_until(self.cost, context_len, max_nodes)
-        if end is not None and not tree_may_pay(self.cost, end, best, max_nodes, self.margin, sizes):
-            self.no_tree = (best, context_len, end, max_nodes)
+        until = linear_until(self.cost, context_len, max_nodes)
+        if until is not None and not tree_may_pay(self.cost, until, best, max_nodes, self.margin, sizes):
+            self.no_tree = (best, context_len, until, max_nodes)
         return False
 
     def ranked(self, tree: DraftTree) -> tuple[list[int], list[float]]:
