@@ -444,7 +444,7 @@ def test_opening_another_run_clears_the_last_rescore_and_rerun_and_a_rerun_is_li
     expect(page.locator("#tune-summary")).to_contain_text("first change at step")
     before = newest_id(demo)
     page.get_by_role("button", name="Re-run with these settings").click()
-    expect(page.get_by_text(re.compile(r"re-run #\d+"))).to_be_visible(timeout=DONE)
+    expect(page.locator(".rerun-head", has_text=re.compile(r"re-run #\d+"))).to_be_visible(timeout=DONE)
     rerun = newest_id(demo)
     assert rerun > before
     expect(run_row(page, rerun)).to_be_visible()  # no Refresh needed

@@ -228,9 +228,23 @@ def benchmark_params(args: argparse.Namespace) -> dict:
     return {"memory_mode": 1, **params_from(args)}
 
 
+def quiet_libraries(verbose: bool) -> None:
+    """transformers' progress bars ("Loading weights: 42%|████") are its own business, not the command's output:
+    off unless --verbose (its own switch, so its warnings and errors still print). Called where models load, not at
+    start-up, so a command that fails on its input first never imports transformers."""
+    from transformers.utils import logging as hf_logging
+
+    if verbose:
+        hf_logging.enable_progress_bar()
+    else:
+        hf_logging.disable_progress_bar()
+
+
 def load_models(args: argparse.Namespace):
     """(target, draft or None) as --model, --draft, --device, --dtype and --trust-remote-code say; the pair is checked."""
     from core.models import DEFAULT_MODEL, check_pair, load_model
+
+    quiet_libraries(getattr(args, "verbose", False))
     from core.placement import placement_from_args
 
     placement = placement_from_args(

@@ -25,22 +25,10 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def quiet_libraries(verbose: bool) -> None:
-    """transformers' progress bars ("Loading weights: 42%|████") are its own business, not the command's output:
-    off unless --verbose (its own switch, so its warnings and errors still print)."""
-    from transformers.utils import logging as hf_logging
-
-    if verbose:
-        hf_logging.enable_progress_bar()
-    else:
-        hf_logging.disable_progress_bar()
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
     args.argv = argv  # as given: `bench --num-processes` starts copies of itself with it
-    quiet_libraries(getattr(args, "verbose", False))
     try:
         return args.func(args)
     except WorkbenchError as e:
