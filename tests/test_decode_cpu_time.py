@@ -75,6 +75,14 @@ def test_diff_states_the_speed_ratio_and_its_clock():
     assert f"at 2.50× the speed of #6 greedy ({CLOCK_PHRASES['cpu']})" in head, head
 
 
+def test_analytics_says_its_tokens_per_second_are_the_wall_clocks():
+    from workbench.ui.figures.analytics import runs_bar_figure
+
+    fig = runs_bar_figure([("#6 greedy", timed("greedy", **GREEDY))])
+    assert [a.text for a in fig.layout.annotations] == ["MAL (tokens per step)", "tokens / s (wall clock)"]
+    assert list(fig.data[1].y) == [pytest.approx(10.0)]  # 30 tokens in 3.0 wall seconds, not the CPU time's 20
+
+
 def test_the_engine_records_the_decoding_threads_cpu_time(tiny, tmp_path):
     """run_method (the CLI's bench and generate) and stream_run (the app) both record it, and the store keeps it."""
     from core.methods import run_method
