@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from browser_util import choose_methods, fill_number, open_page, open_parameters
+from browser_util import choose_methods, fill_number, open_page, open_parameters, open_run
 
 from core.stats import CLOCK_PHRASES
 
@@ -44,15 +44,7 @@ def test_compare_and_replay_show_the_same_speed_up_for_one_run(app, page):
     expect(page.locator("#compare-speed-note")).to_contain_text("Speed-ups from decoding CPU time")
 
     page.get_by_role("tab", name="Replay & tune").click()
-    for attempt in range(3):  # a Load pressed while the tab's own opening is under way can be drawn over by it
-        page.locator("#replay-run-id input").fill(str(runs["pld"]))
-        page.get_by_role("button", name="Load run").click()
-        try:
-            expect(page.locator("#replay-info")).to_contain_text(re.compile(rf"run #{runs['pld']}\b"), timeout=20_000)
-            break
-        except AssertionError:
-            if attempt == 2:
-                raise
+    open_run(page, runs["pld"])
     page.get_by_role("button", name="Re-run with these settings").click()
     expect(page.locator(".rerun-head", has_text=re.compile(r"re-run #\d+"))).to_be_visible(timeout=DONE)
     said = page.locator("#rerun-md").inner_text()
