@@ -75,7 +75,9 @@ def decode(
     prefill_seconds = time.perf_counter() - t0
 
     rows = SingleRow(model, cache, root_logits)
-    t_decode = time.perf_counter()
+    # The CPU clock is this thread's: the forwards run in it (one torch thread), and time it waited for the core is not
+    # counted (RunTrace.decode_cpu_seconds).
+    t_decode, cpu_decode = time.perf_counter(), time.thread_time()
     while request.stop_reason is None:
         mark_stops([request], env, stop_requested(should_stop))
         if request.stop_reason is None:
@@ -83,6 +85,7 @@ def decode(
             if on_step is not None:
                 on_step(trace)
     request.decode_seconds = time.perf_counter() - t_decode
+    request.decode_cpu_seconds = time.thread_time() - cpu_decode
     if request.stop_reason == "cancelled":
         raise Cancelled(request.result(prefill_seconds))
     return request.result(prefill_seconds)

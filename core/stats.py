@@ -132,6 +132,46 @@ def run_metrics(run: "RunTrace") -> dict[str, Any]:
     }
 
 
+# ---- One run's speed-up against another (the app's tabs and `store compare`) -----------------------------------
+
+# What a speed-up is a ratio of, in the words every place that shows one uses (Compare's note starts with them).
+CLOCK_PHRASES = {
+    "cpu": "speed-ups from decoding CPU time",
+    "wall": "speed-ups from the wall clock (decoding CPU time not recorded)",
+}
+
+
+def clock_phrase(clocks: set[str] | frozenset[str]) -> str:
+    """Which clock a set of speed-ups (speedup's second values) are ratios of, in CLOCK_PHRASES' words; "" for none."""
+    clocks = set(clocks) & set(CLOCK_PHRASES)
+    if len(clocks) == 2:
+        return "speed-ups: some from decoding CPU time, some from the wall clock (decoding CPU time not recorded)"
+    return CLOCK_PHRASES[clocks.pop()] if clocks else ""
+
+
+def decode_cpu_tps(run: "RunTrace") -> float | None:
+    """Tokens decoded per CPU second of the decoding thread (RunTrace.decode_cpu_seconds); None when not recorded."""
+    tps = run_metrics(run)["tps"]
+    if not run.decode_cpu_seconds or not tps:
+        return None
+    return tps * run.decode_seconds / run.decode_cpu_seconds
+
+
+def speedup(run: "RunTrace", reference: "RunTrace") -> tuple[float | None, str]:
+    """(`run`'s speed-up over `reference`, the clock it is a ratio of: "cpu" or "wall"): tokens per CPU second of
+    the decoding thread when both runs recorded it (other work on the core does not inflate it), else wall-clock
+    tokens per second; (None, "") when either is not a complete run with a speed."""
+    if run.status != "complete" or reference.status != "complete":
+        return None, ""
+    cpu, ref_cpu = decode_cpu_tps(run), decode_cpu_tps(reference)
+    if cpu and ref_cpu:
+        return cpu / ref_cpu, "cpu"
+    tps, ref_tps = run_metrics(run)["tps"], run_metrics(reference)["tps"]
+    if tps and ref_tps:
+        return tps / ref_tps, "wall"
+    return None, ""
+
+
 # ---- Pooling runs into a table row (MAL, TPS, speed-up) ---------------------------------------
 
 PHASES = ("draft_ms", "forward_ms", "verify_ms", "bookkeeping_ms", "step_ms")

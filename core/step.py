@@ -55,6 +55,7 @@ class DecodeResult:
     decode_seconds: float
     stop_reason: str  # eos | stop_string | max_new_tokens | context_full | cancelled
     prefill: TopK | None = field(default=None, repr=False)  # what the drafter was given at the start
+    decode_cpu_seconds: float | None = None  # the decoding thread's CPU time over decode_seconds' span (RunTrace's)
 
 
 class Cancelled(Exception):
@@ -81,6 +82,7 @@ class Request:
     length: int = field(init=False)  # committed tokens in the cache (the pending root excluded): the root's position
     stop_reason: str | None = field(init=False, default=None)
     decode_seconds: float = field(init=False, default=0.0)
+    decode_cpu_seconds: float | None = field(init=False, default=None)
     prefill: TopK | None = field(init=False, default=None)  # the prefill's top-k predictions the drafter began with
     asked: bool = field(init=False, default=False)  # whether this step asked the drafter (draft)
     # Committed tokens the drafter has not been given yet: a step that did not ask it (core.sizing's pause) defers its
@@ -100,6 +102,7 @@ class Request:
             self.decode_seconds,
             self.stop_reason or "cancelled",
             self.prefill,
+            self.decode_cpu_seconds,
         )
 
 

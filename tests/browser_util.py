@@ -4,6 +4,7 @@ and small helpers to fill fields, pick from dropdowns and read what Plotly drew.
 from __future__ import annotations
 
 import os
+import re
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -91,6 +92,22 @@ def fill_number(page, selector, value):
         if box.input_value() == str(value):
             break
     expect(box).to_have_value(str(value))
+
+
+def open_run(page, rid):
+    """Type the run id and press Load run, until the run is drawn: a Load pressed while the tab's own opening (the
+    newest run, when no run was chosen) is still under way can be drawn over by it."""
+    from playwright.sync_api import expect
+
+    for attempt in range(3):
+        page.locator("#replay-run-id input").fill(str(rid))
+        page.get_by_role("button", name="Load run").click()
+        try:
+            expect(page.locator("#replay-info")).to_contain_text(re.compile(rf"run #{rid}\b"), timeout=20_000)
+            return
+        except AssertionError:
+            if attempt == 2:
+                raise
 
 
 def pick(page, selector, text):

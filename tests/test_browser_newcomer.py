@@ -16,6 +16,7 @@ from browser_util import (
     fill_number,
     open_page,
     open_parameters,
+    open_run,
     overlap,
     pick,
     plotly,
@@ -401,22 +402,6 @@ def test_replay_with_no_runs_shows_no_empty_panels(app, page, tmp_path):
     finally:
         pg.close()
         demo.close()
-
-
-def open_run(page, rid):
-    """Type the run id and press Load run, until the run is drawn: a Load pressed while the tab's own opening (the
-    newest run, when no run was chosen) is still under way can be drawn over by it."""
-    from playwright.sync_api import expect
-
-    for attempt in range(3):
-        page.locator("#replay-run-id input").fill(str(rid))
-        page.get_by_role("button", name="Load run").click()
-        try:
-            expect(page.locator("#replay-info")).to_contain_text(re.compile(rf"run #{rid}\b"), timeout=20_000)
-            return
-        except AssertionError:
-            if attempt == 2:
-                raise
 
 
 def run_row(page, rid, timeout=30.0):

@@ -363,7 +363,7 @@ def test_locked_database_waits_then_errors(new_url, stores):
 def test_schema_versions(new_url, stores):
     url = new_url()
     store = stores(url)
-    assert store.schema_revision() == "0001"
+    assert store.schema_revision() == "0002"
 
     from alembic.autogenerate import compare_metadata
     from alembic.runtime.migration import MigrationContext

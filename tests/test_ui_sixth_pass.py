@@ -64,32 +64,28 @@ def test_two_repeats_show_their_min_max_and_no_interval_goes_below_zero():
     assert "min–max" in fig.layout.title.text
 
 
-def test_the_decode_clock_counts_the_decoding_threads_cpu_from_the_end_of_the_prefill():
-    ticks = iter([1.0, 2.0, 5.0, 9.0])
-    clock = service.DecodeClock(clock=lambda: next(ticks))
-    clock.step()  # before the prompt is read: not counted
-    assert clock.seconds is None
-    clock.prefill(64, 128)  # a first chunk: decoding has not started
-    assert clock.start is None
-    clock.prefill(128, 128)  # 1.0
-    assert clock.seconds is None  # no step yet
-    clock.step()  # 2.0
-    clock.step()  # 5.0
-    assert clock.seconds == 4.0
-
-
 def test_speed_ups_are_ratios_of_cpu_time_when_both_runs_measured_it():
     """The browser on the server's core slowed greedy's wall clock (it runs first, while the page redraws), so the
     app's speed-ups were 10-27 % above the CLI's; the ratio of the decoding threads' CPU time is not inflated."""
-    from workbench.ui.compare_tab import CPU_CLOCK_NOTE, Reference, Speeds, speedup
+    from browser_util import synthetic_run
 
-    ref = Reference(ids=[1], tps=15.0, cpu_tps=26.0)  # greedy slowed on the wall clock, not in CPU time
-    assert speedup(20.0, 26.0 * 1.2, ref) == (1.2, "cpu")
-    assert speedup(20.0, None, ref) == (20.0 / 15.0, "wall")  # unmeasured: the wall clock, said so
-    assert speedup(20.0, 30.0, Reference()) == (None, "")
+    from core.stats import CLOCK_PHRASES
+    from core.trace import StepTrace
+    from workbench.ui.compare_tab import CPU_CLOCK_NOTE, Reference, Speeds
+
+    steps = [StepTrace(i, 10 + i, 0, 0, [i]) for i in range(30)]
+    # greedy slowed on the wall clock (15 tok/s), not in CPU time (26 tok/s)
+    greedy = synthetic_run("greedy", steps, decode_seconds=2.0, decode_cpu_seconds=30 / 26)
+    ref = Reference(ids=[1], run=greedy)
+    aasd = synthetic_run("aasd", steps, decode_seconds=1.5, decode_cpu_seconds=30 / (26 * 1.2))
+    assert ref.speedup(aasd) == (pytest.approx(1.2), "cpu")
+    unmeasured = synthetic_run("aasd", steps, decode_seconds=1.5)  # 20 tok/s: the wall clock, said so
+    assert ref.speedup(unmeasured) == (pytest.approx(20.0 / 15.0), "wall")
+    assert Reference().speedup(aasd) == (None, "")
     speeds = Speeds(["greedy", "aasd"])
     speeds.clocks.add("cpu")
     assert speeds.clock_note() == CPU_CLOCK_NOTE and "CPU second" in CPU_CLOCK_NOTE
+    assert CPU_CLOCK_NOTE.startswith("S" + CLOCK_PHRASES["cpu"][1:])  # Replay's words, capitalised
     speeds.clocks.add("wall")
     assert "wall clock" in speeds.clock_note()
 
@@ -114,12 +110,12 @@ def test_a_busy_neighbour_on_the_core_slows_the_wall_clock_not_the_decoding_cpu_
     ids = smollm2.tokenizer("The lighthouse keeper wrote in his log that the storm", return_tensors=None)["input_ids"]
 
     def once():
-        run = cpu = None
+        run = None
         for prog in service.stream_run(
             "greedy", service.Models(smollm2, None), ids, {"max_new_tokens": 48}, prompt_text="p", every=0.0
         ):
-            run, cpu = prog.run or run, prog.decode_cpu_seconds
-        return run.decode_seconds, cpu
+            run = prog.run or run
+        return run.decode_seconds, run.decode_cpu_seconds
 
     torch.set_num_threads(1)
     os.sched_setaffinity(0, core)  # this thread, and the worker it starts, on one core

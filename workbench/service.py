@@ -489,10 +489,6 @@ class Progress:
     error: str | None = None
     prefill: tuple[int, int] | None = None  # (prompt tokens read, of) while the prompt is being read
     stopping: bool = False  # Stop was asked for: the run ends at its next step or prompt chunk
-    # CPU seconds the decoding thread spent from the end of the prompt's prefill to its last step (time.thread_time,
-    # set when the run has finished): unlike decode_seconds, not inflated by other programs on the same core (a
-    # browser drawing this page), so speed-ups from it compare the methods' own work. None when unmeasured.
-    decode_cpu_seconds: float | None = None
 
     @property
     def tokens(self) -> int:
@@ -504,28 +500,6 @@ STOP_POLL = 0.25  # seconds between stream_run's looks at the stop flag while th
 # Seconds between two progress updates of a decoding run, the same for every method: each update costs the page
 # (a browser on the same core) a re-render, so updates paced per step would make the fastest method pay the most.
 UPDATE_EVERY = 0.5
-
-
-class DecodeClock:
-    """The decoding thread's CPU time from the prompt's last prefill chunk to the last step: marks are taken in
-    the worker thread (its on_prefill and on_step callbacks), so time the thread waited for the CPU (another
-    process on its core) is not counted. With one torch thread the forwards run in this thread; with more, their
-    other threads' share is not counted, but the waiting at their barriers is, the same way for every method."""
-
-    def __init__(self, clock=time.thread_time):
-        self.clock, self.start, self.last = clock, None, None
-
-    def prefill(self, done: int, total: int) -> None:
-        if done >= total:
-            self.start, self.last = self.clock(), None
-
-    def step(self) -> None:
-        if self.start is not None:
-            self.last = self.clock()
-
-    @property
-    def seconds(self) -> float | None:
-        return None if self.start is None or self.last is None else max(self.last - self.start, 0.0)
 
 
 def stream_run(
@@ -559,7 +533,6 @@ def stream_run(
     """
     stop = stop or threading.Event()
     every = UPDATE_EVERY if every is None else every
-    clock = DecodeClock()
     suspended: list[float | None] = [None]  # when this generator last yielded and was not resumed yet
 
     def should_stop() -> bool:
@@ -600,7 +573,6 @@ def stream_run(
                 with rec:
 
                     def on_step(step):
-                        clock.step()
                         if store is not None:
                             rec.add_step(step)
                         events.put(("step", step))
@@ -617,10 +589,7 @@ def stream_run(
                         should_stop=should_stop,
                         compression=compression,
                         uncompressed_ids=uncompressed_ids,
-                        on_prefill=lambda done, total: (
-                            clock.prefill(done, total),
-                            events.put(("prefill", (done, total))),
-                        ),
+                        on_prefill=lambda done, total: events.put(("prefill", (done, total))),
                     )
                     if store is not None:
                         rec.finish(run)
@@ -669,8 +638,7 @@ def stream_run(
                     suspended[0] = None
                 elif kind == "done":
                     run, run_id = item
-                    cpu = clock.seconds if run.status == "complete" else None
-                    yield Progress(method, run.steps or list(steps), run=run, run_id=run_id, decode_cpu_seconds=cpu)
+                    yield Progress(method, run.steps or list(steps), run=run, run_id=run_id)
                     return
                 else:
                     yield Progress(method, list(steps), error=item)

@@ -290,6 +290,7 @@ def _finish(run: RunTrace, res, parts: _DecodingParts) -> None:
     if parts.corpus is not None and parts.corpus_online and res.stop_reason != "cancelled" and res.output_ids:
         parts.corpus.add(res.output_ids, dedupe=True)
     run.prefill_seconds, run.decode_seconds, run.stop_reason = res.prefill_seconds, res.decode_seconds, res.stop_reason
+    run.decode_cpu_seconds = res.decode_cpu_seconds
 
 
 # A text that repeats itself, so context drafting finds matches and verifies multi-token trees (the shapes of every

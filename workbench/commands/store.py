@@ -142,6 +142,10 @@ def run(args) -> int:
             f"first divergence at token {result['first_divergence']}: run {args.a} has {_said(result, 'a')}, "
             f"run {args.b} has {_said(result, 'b')}"
         )
+    if result["speedup_b_over_a"] is not None:
+        print(
+            f"run {args.b} at {result['speedup_b_over_a']:.2f}× the speed of run {args.a} ({result['speedup_clock']})"
+        )
     la, lb = result["lengths_a"], result["lengths_b"]
     print(f"{'step':>5}  {'run ' + str(args.a):>8}  {'run ' + str(args.b):>8}")
     for i in range(max(len(la), len(lb))):

@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 from itertools import accumulate
 from typing import Any
 
-from core.stats import first_divergence
+from core.stats import CLOCK_PHRASES, first_divergence, speedup
 from core.token_text import texts_by_id
 from core.trace import NodeTrace, RunTrace
 
@@ -41,7 +41,8 @@ def _text_at(run: RunTrace, step: int | None, token: int | None, nodes_of: Nodes
 def compare_traces(a: RunTrace, b: RunTrace, nodes_of: NodesOf = _nodes_in_trace) -> dict[str, Any]:
     """Where two runs' outputs first differ (token index, its text and the step of each run that emitted it)
     and their per-step lengths. `nodes_of(run, step)` gives a step's node records (the store reads the two it needs
-    when it loaded the traces without nodes)."""
+    when it loaded the traces without nodes). Runs of the same prompt also get b's speed-up over a and the clock it
+    is a ratio of (core.stats.speedup, as the app's tabs compute it; None when either run is not complete)."""
     first = first_divergence(a.output_ids, b.output_ids)
     token_a, token_b, step_a, step_b = (
         _token_at(a.output_ids, first),
@@ -49,6 +50,7 @@ def compare_traces(a: RunTrace, b: RunTrace, nodes_of: NodesOf = _nodes_in_trace
         _step_of(a, first),
         _step_of(b, first),
     )
+    ratio, clock = speedup(b, a) if list(a.prompt_ids) == list(b.prompt_ids) else (None, "")
     return {
         "identical": first is None,
         "first_divergence": first,
@@ -64,4 +66,6 @@ def compare_traces(a: RunTrace, b: RunTrace, nodes_of: NodesOf = _nodes_in_trace
         "tokens_b": len(b.output_ids),
         "lengths_a": a.accept_lengths,
         "lengths_b": b.accept_lengths,
+        "speedup_b_over_a": ratio,
+        "speedup_clock": CLOCK_PHRASES.get(clock),  # which clock the ratio is of, in the app's words
     }

@@ -63,6 +63,8 @@ csv.field_size_limit(min(sys.maxsize, 2**31 - 1))
 # its correction token named by text (core.token_text), beside `reason` as stored ("correction 504") and the id in
 # `correction_id`, which a re-import keeps byte for byte.
 DERIVED = {"nodes": {"reason_text": "reason"}}  # column -> the stored column it is written after
+# Nullable columns a later schema revision added: an export made before them imports, the column left null.
+ADDED_LATER = {"runs": ("decode_cpu_seconds",)}
 
 
 def csv_columns(name: str, derived: bool = True) -> list[str]:
@@ -267,7 +269,13 @@ def _read_rows(path: Path, name: str) -> list[dict[str, Any]]:
     with open_text(path, what=f"{name}.csv", max_bytes=CSV_BYTES, newline="") as f:
         reader = csv.reader(f)
         header = next(reader, None)
-        if header == csv_columns(name, derived=False):  # written before the derived columns were
+        earlier = [c for c in cols if c not in ADDED_LATER.get(name, ())]
+        # written before the derived columns were, or before a later revision's columns were
+        if header in (
+            csv_columns(name, derived=False),
+            earlier,
+            [c for c in earlier if c not in DERIVED.get(name, {})],
+        ):
             cols = header
         if header != cols:
             missing = [c for c in cols if c not in (header or [])]

@@ -51,6 +51,7 @@ class Run(Base):
     stop_reason: Mapped[str | None] = mapped_column(Text)
     prefill_seconds: Mapped[float] = mapped_column(Double)
     decode_seconds: Mapped[float] = mapped_column(Double)
+    decode_cpu_seconds: Mapped[float | None] = mapped_column(Double)  # added by migration 0002: NULL in older runs
     external_accept_lengths: Mapped[list | None] = mapped_column(JSON(none_as_null=True))
     metrics: Mapped[dict | None] = mapped_column(JSON(none_as_null=True))
     writer_pid: Mapped[int | None] = mapped_column(Integer)

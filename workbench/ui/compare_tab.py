@@ -20,10 +20,12 @@ from core.errors import InvalidInputError, WorkbenchError
 from core.memory import memory_path, pair_fingerprint, shipped_memory, shipped_memory_path
 from core.methods.build import sizes_trees
 from core.params import MEMORY_MODES, PARAMS, SHIPPED_MEMORY
-from core.stats import first_divergence, run_metrics
+from core.stats import CLOCK_PHRASES, clock_phrase, first_divergence, run_metrics
+from core.stats import speedup as stats_speedup
 from core.step import check_prompt
 from core.thresholds import FITTED_PARAMS, fit_origin
 from core.timing import cost_model
+from core.trace import RunTrace
 from workbench import service
 from workbench.evaluation.bench import spread
 from workbench.evaluation.fidelity import flip_report
@@ -421,14 +423,13 @@ class Speeds:
         self.clocks: set[str] = set()  # the clocks the speed-ups were measured by (speedup)
 
     def clock_note(self) -> str:
-        """Which clock the speed-ups are ratios of, for the line under them."""
+        """Which clock the speed-ups are ratios of, for the line under them (core.stats.clock_phrase's words, as
+        Replay and `store compare` say it)."""
         if self.clocks == {"cpu"}:
             return CPU_CLOCK_NOTE
-        if "cpu" in self.clocks:
-            return "Speed-ups: some from the decoding thread's CPU time, some (unmeasured) from the wall clock. "
-        return "Speed-ups: ratios of wall-clock tokens/s. " if self.clocks else ""
+        return f"{capitalised(clock_phrase(self.clocks))}; tok/s is the wall clock's. " if self.clocks else ""
 
-    def add(self, slot: int, run, reference: "Reference", cpu_tps: float | None = None) -> None:
+    def add(self, slot: int, run, reference: "Reference") -> None:
         if run.status != "complete":  # a cancelled or failed run measured nothing
             return
         m = run_metrics(run)
@@ -436,7 +437,7 @@ class Speeds:
         self.mals[slot].append(m["mal"])
         if run.steps:
             self.trees[slot].append(sum(s.tree_size for s in run.steps) / len(run.steps))
-        ratio, clock = speedup(m["tps"], cpu_tps, reference)
+        ratio, clock = reference.speedup(run)
         if ratio is not None:
             self.speedups[slot].append(ratio)
             self.clocks.add(clock)
@@ -840,37 +841,26 @@ class CompareRequest:
 
 @dataclass
 class Reference:
-    """A pass's greedy run: the tokens a lossless method should emit and the speed every speed-up is against."""
+    """A pass's greedy run: the tokens a lossless method should emit and the run every speed-up is against."""
 
     ids: list[int] | None = None
-    tps: float | None = None
-    cpu_tps: float | None = None  # tokens per CPU second of its decoding thread (decode_cpu_tps)
+    run: RunTrace | None = None
+
+    def speedup(self, run: RunTrace) -> tuple[float | None, str]:
+        """(`run`'s speed-up against this pass's greedy run, its clock) as core.stats.speedup gives it, the same
+        figure Replay shows for the stored pair; (None, "") before greedy has run."""
+        return stats_speedup(run, self.run) if self.run is not None else (None, "")
+
+
+def capitalised(text: str) -> str:
+    return text[:1].upper() + text[1:]
 
 
 CPU_CLOCK_NOTE = (
-    "Speed-ups are ratios of tokens per CPU second of the decoding thread (from the end of the prompt's prefill to "
-    "the last step), so a browser drawing this page or another program on the same core does not slow one method "
-    "more than another; tok/s is the wall clock's. "
+    f"{capitalised(CLOCK_PHRASES['cpu'])} (tokens per CPU second of the decoding thread, from the end of the "
+    "prompt's prefill to the last step), so a browser drawing this page or another program on the same core does not "
+    "slow one method more than another; tok/s is the wall clock's. "
 )
-
-
-def decode_cpu_tps(run, cpu_seconds: float | None) -> float | None:
-    """Tokens decoded per CPU second of the decoding thread (service.Progress.decode_cpu_seconds), None unmeasured."""
-    m = run_metrics(run)
-    if not cpu_seconds or not m["tps"]:
-        return None
-    return m["tps"] * run.decode_seconds / cpu_seconds
-
-
-def speedup(tps: float | None, cpu_tps: float | None, reference: Reference) -> tuple[float | None, str]:
-    """(a run's speed-up against its pass's greedy run, the clock it is a ratio of): the decoding threads' CPU time
-    when both runs measured it (other work on the core does not inflate it), else the wall clock; (None, "")
-    without a reference."""
-    if cpu_tps and reference.cpu_tps:
-        return cpu_tps / reference.cpu_tps, "cpu"
-    if tps and reference.tps:
-        return tps / reference.tps, "wall"
-    return None, ""
 
 
 @dataclass(frozen=True)
@@ -1045,10 +1035,9 @@ class Comparison:
                 if prog.run_id is not None:
                     view.run_ids.append(prog.run_id)
                 self.pool.prefill_clock.observe(self.models.target, run)
-                cpu_tps = decode_cpu_tps(run, prog.decode_cpu_seconds)
                 if name == "greedy":
-                    reference.ids, reference.tps, reference.cpu_tps = run.output_ids, run_metrics(run)["tps"], cpu_tps
-                self.speeds.add(slot, run, reference, cpu_tps)
+                    reference.ids, reference.run = run.output_ids, run
+                self.speeds.add(slot, run, reference)
                 div = (
                     first_divergence(reference.ids, run.output_ids)
                     if reference.ids is not None and name != "greedy"
@@ -1056,9 +1045,7 @@ class Comparison:
                 )
                 flip = flip_applies(name, self.per_method[slot], div)
                 view.texts[slot] = tokens.run_html(run, first_divergence=div, **flip_mark(div, None) if flip else {})
-                view.metrics[slot] = self._metrics(
-                    run, prog.run_id, speedup(run_metrics(run)["tps"], cpu_tps, reference)[0], place
-                )
+                view.metrics[slot] = self._metrics(run, prog.run_id, reference.speedup(run)[0], place)
             else:
                 view.texts[slot] = tokens.tokens_html(tokens.step_origins(prog.steps, self.models.target.tokenizer))
                 view.metrics[slot] = running_metrics(prog, self.max_new_tokens)

@@ -94,6 +94,8 @@ def diff_outputs(a_id: int, a: RunTrace, a_origins, b_id: int, b: RunTrace, b_or
     if a.prompt_ids != b.prompt_ids:
         head += " · ⚠ the two runs had different prompts"
     head += f" · {la}: {c['tokens_a']} tokens, {lb}: {c['tokens_b']} tokens"
+    if c["speedup_b_over_a"] is not None:  # as Compare and Replay compute it, on the clock it names
+        head += f" · {lb} at {c['speedup_b_over_a']:.2f}× the speed of {la} ({c['speedup_clock']})"
     return head, tokens.token_diff_html(ta, tb, c["first_divergence"], (la, lb), ids=(a.output_ids, b.output_ids))
 
 

@@ -13,7 +13,7 @@ import pandas as pd
 from core.errors import InvalidInputError, WorkbenchError
 from core.params import PARAMS
 from core.rules import EOS_EXEMPT
-from core.stats import first_divergence, run_metrics
+from core.stats import clock_phrase, first_divergence, speedup
 from core.thresholds import describe_values
 from core.token_text import visible_token
 from core.trace import RunTrace, StepTrace
@@ -402,14 +402,17 @@ def rerun_outputs(
 ):
     """(original text, re-run text with its first divergence marked, both runs' metrics). `greedy` is a stored
     greedy run of the same workload (same_workload; ReplayHandlers.greedy_of finds it): both speed-ups are against
-    it, and the line says which it is; without one the line says why there is no speed-up."""
+    it (core.stats.speedup, as Compare computes them: the same figure for the same pair), and the line says which it
+    is and on which clock; without one the line says why there is no speed-up."""
     div = first_divergence(trace.output_ids, new.output_ids)
-    tps = run_metrics(greedy[1])["tps"] if greedy is not None else None
+    original, rerun = (speedup(r, greedy[1]) if greedy is not None else (None, "") for r in (trace, new))
+    clocks = {clock for _, clock in (original, rerun) if clock}
     return (
         _headed(f"original #{run_id}", tokens.run_html(trace)),
         _headed(f"re-run #{new_id if new_id is not None else '–'}", tokens.run_html(new, first_divergence=div)),
-        f"original #{run_id}: {metrics_md(trace, run_id, tps)}  \nre-run #{new_id} ({rerun_settings(new)}): "
-        f"{metrics_md(new, new_id, tps)}  \n{speedup_source(trace, run_id, greedy)}",
+        f"original #{run_id}: {metrics_md(trace, run_id, None, speedup=original[0])}  \nre-run #{new_id} "
+        f"({rerun_settings(new)}): {metrics_md(new, new_id, None, speedup=rerun[0])}  \n"
+        f"{speedup_source(trace, run_id, greedy, clocks)}",
     )
 
 
@@ -433,24 +436,19 @@ def greedy_candidates(run_id: int, ids: Sequence[int]) -> list[int]:
     return before + sorted(i for i in ids if i > run_id)
 
 
-# A stored run keeps its wall-clock decoding time only; Compare's columns divide the decoding thread's CPU time where
-# it measured it, so the same run's two speed-ups can differ in the last digit: said, not hidden.
-WALL_CLOCK_NOTE = (
-    "on the wall clock of stored decoding times (Compare's columns use the decoding thread's CPU time where "
-    "measured, so they can differ a little)"
-)
-
-
-def speedup_source(trace: RunTrace, run_id: int, greedy: tuple[int, RunTrace] | None) -> str:
-    """The line under the re-run's metrics: which greedy run the speed-ups are against and on which clock, or why
-    there are none."""
+def speedup_source(
+    trace: RunTrace, run_id: int, greedy: tuple[int, RunTrace] | None, clocks: set[str] = frozenset()
+) -> str:
+    """The line under the re-run's metrics: which greedy run the speed-ups are against and on which clock (`clocks`,
+    core.stats.speedup's, said in core.stats.clock_phrase's words as Compare says them), or why there are none."""
+    clock = f"; {clock_phrase(clocks)}" if clocks else ""
     if greedy is not None:
         gid = greedy[0]
         if gid == run_id:
-            return f"speed-ups against #{run_id} itself (it is the greedy run), {WALL_CLOCK_NOTE}"
+            return f"speed-ups against #{run_id} itself (it is the greedy run){clock}"
         return (
             f"speed-ups against greedy run #{gid} (the same prompt, model, {trace.dtype} and token cap; measured "
-            f"when it ran: the machine's load may have changed since), {WALL_CLOCK_NOTE}"
+            f"when it ran: the machine's load may have changed since){clock}"
         )
     if trace.status != "complete":
         return f"no speed-up: #{run_id} is {trace.status}, so its speed measured part of a run"

@@ -162,12 +162,12 @@ def _metric(row: Any, name: str) -> float | None:
 
 
 def runs_bar_figure(rows: Sequence[Any]) -> go.Figure:
-    """MAL and tokens/s per run, side by side."""
+    """MAL and tokens/s per run, side by side; tokens/s is the wall clock's, as in Compare, and its title says so."""
     collected = _collect(rows)
     if not collected:
         return empty_figure()
     labels = [r.label for r in collected]
-    fig = make_subplots(rows=1, cols=2, subplot_titles=("MAL (tokens per step)", "tokens / s"))
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("MAL (tokens per step)", "tokens / s (wall clock)"))
     for col, (name, color) in enumerate((("mal", "#1f77b4"), ("tps", "#2ca02c")), start=1):
         values = [_metric(r.record, name) for r in collected]
         fig.add_trace(
