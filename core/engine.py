@@ -76,8 +76,9 @@ def decode(
 
     rows = SingleRow(model, cache, root_logits)
     # The CPU clock is this thread's: the forwards run in it (one torch thread), and time it waited for the core is not
-    # counted (RunTrace.decode_cpu_seconds).
+    # counted (RunTrace.decode_cpu_seconds). On a GPU this thread's time is launches and waits, not the work: not kept.
     t_decode, cpu_decode = time.perf_counter(), time.thread_time()
+    on_cpu = torch.device(model.device).type == "cpu"
     while request.stop_reason is None:
         mark_stops([request], env, stop_requested(should_stop))
         if request.stop_reason is None:
@@ -85,7 +86,7 @@ def decode(
             if on_step is not None:
                 on_step(trace)
     request.decode_seconds = time.perf_counter() - t_decode
-    request.decode_cpu_seconds = time.thread_time() - cpu_decode
+    request.decode_cpu_seconds = time.thread_time() - cpu_decode if on_cpu else None
     if request.stop_reason == "cancelled":
         raise Cancelled(request.result(prefill_seconds))
     return request.result(prefill_seconds)

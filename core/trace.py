@@ -80,7 +80,8 @@ class RunTrace:
     decode_seconds: float = 0.0
     # The decoding thread's CPU seconds over the same span as decode_seconds (time.thread_time): other programs on the
     # core do not inflate it, so speed-ups are ratios of it when both runs have it (core.stats.speedup). None when
-    # not measured (a run stored before it was recorded, a batch row, a run made by transformers' generate()).
+    # not measured (a run stored before it was recorded, a batch row, a run made by transformers' generate(), a run on
+    # a GPU, where the thread's time is launches and waits).
     decode_cpu_seconds: float | None = None
     status: str = "running"
     error: str | None = None
