@@ -31,7 +31,7 @@ from typing import Any
 
 from core.errors import InvalidInputError
 from workbench.evaluation.calibration import BENCHMARK_ITEMS, Overlap, benchmark_texts, prompt_hash, sharegpt_prompts
-from workbench.evaluation.scores import mean_target_probability, score_task
+from workbench.evaluation.scores import TARGET_PROBABILITY, mean_target_probability, score_task
 from workbench.evaluation.tasks import SPEC_BENCH, Task, load_dataset_tasks, load_longbench_file
 
 SPLITS = ("held_out", "evaluation")
@@ -260,6 +260,12 @@ def evaluation_texts(names: Sequence[str] = tuple(FAMILIES)) -> list[str]:
     return [item_text(t) for n in names for t in family_tasks(n, "evaluation")]
 
 
+def scored_by_probability(task: Task) -> bool:
+    """Whether the task is scored by the target's own probability of what was written, read from the run's
+    steps: its metric says so (a task file's family), or it is the writing family's and names no other."""
+    return task.metric == TARGET_PROBABILITY or (task.metric is None and task.category == "writing")
+
+
 def family_score(
     task: Task,
     output_text: str,
@@ -271,6 +277,6 @@ def family_score(
 ) -> float | None:
     """One output's score ×100 in its family's metric: writing reads the run's steps (the target's own
     probabilities); the others compare the text with the references (or run HumanEval's tests)."""
-    if task.category == "writing":
+    if scored_by_probability(task):
         return None if steps is None else mean_target_probability(steps)
     return score_task(task, output_text, execute_code=execute_code, timeout=timeout, unsafe_exec=unsafe_exec)
