@@ -100,7 +100,7 @@ BAD = {
     "no rows": (["", "  "], "has no rows"),
     "code to execute": (
         [{"id": "1", "task": "code", "input": "def f():", "test": "assert f()", "entry_point": "f"}],
-        "pass@1",
+        "pass@1 (running the model's code), which --tasks does not run",
     ),
 }
 
