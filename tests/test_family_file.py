@@ -115,7 +115,9 @@ def test_bad_files_are_one_line_errors(tmp_path, case):
 
 def test_bad_choices_are_one_line_errors(tmp_path):
     path = write(tmp_path / "mine.jsonl", [qa("1"), qa("2", "lookup")])
-    with pytest.raises(InvalidInputError, match="has no family nope; its families .*: qa, lookup"):
+    with pytest.raises(
+        InvalidInputError, match=r"unknown task family nope in mine.jsonl \(its rows' categories\); known: qa, lookup"
+    ):
         read_family_file(path, "qa,nope")
     with pytest.raises(InvalidInputError, match="family 'qa' of mine.jsonl has 1 row: --first-item 1 leaves none"):
         read_family_file(path, first=1)

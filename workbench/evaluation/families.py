@@ -123,14 +123,17 @@ def _check(name: str, split: str) -> None:
         raise InvalidInputError(f"unknown split {split!r}: held_out (for fitting) or evaluation (for reporting)")
 
 
-def parse_families(text: str | None) -> tuple[str, ...]:
-    """`"docqa,rag"` -> ("docqa", "rag"); empty or None -> DEFAULT_FAMILIES; unknown names are one error."""
-    names = tuple(dict.fromkeys(n.strip() for n in (text or "").split(",") if n.strip())) or DEFAULT_FAMILIES
-    unknown = [n for n in names if n not in FAMILIES]
+def parse_families(
+    text: str | None, known: Sequence[str] = tuple(FAMILIES), default: Sequence[str] = DEFAULT_FAMILIES, where: str = ""
+) -> tuple[str, ...]:
+    """`"docqa,rag"` -> ("docqa", "rag"); empty or None -> `default`; names not in `known` (the project's families,
+    or a task file's, `where` naming it) are one error."""
+    names = tuple(dict.fromkeys(n.strip() for n in (text or "").split(",") if n.strip())) or tuple(default)
+    unknown = [n for n in names if n not in known]
     if unknown:
         raise InvalidInputError(
-            f"unknown task famil{'y' if len(unknown) == 1 else 'ies'} {', '.join(unknown)}; "
-            f"known: {', '.join(FAMILIES)}"
+            f"unknown task famil{'y' if len(unknown) == 1 else 'ies'} {', '.join(unknown)}"
+            f"{' in ' + where if where else ''}; known: {', '.join(known)}"
         )
     return names
 

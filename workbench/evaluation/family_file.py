@@ -26,7 +26,7 @@ from typing import Any
 
 from core.errors import InvalidInputError, WorkbenchError
 from workbench.evaluation.calibration import Overlap, prompt_hash
-from workbench.evaluation.families import FAMILIES, family_tasks, item_text
+from workbench.evaluation.families import FAMILIES, family_tasks, item_text, parse_families
 from workbench.evaluation.scores import KIND_METRIC, METRICS, PASS_AT_1, TARGET_PROBABILITY
 from workbench.evaluation.tasks import Task, load_tasks
 from workbench.evaluation.thresholds import fitted_methods, item_id
@@ -79,7 +79,7 @@ def read_family_file(
             f"answers (docs/AUTOMATIC_SETTINGS.md, 'Checking the automatic settings on your own tasks')"
         )
     out = {}
-    for name in _chosen(families, grouped, path.name):
+    for name in parse_families(families, tuple(grouped), tuple(grouped), where=f"{path.name} (its rows' categories)"):
         family = grouped[name]
         ids = [t.id for t in family]
         twice = list(dict.fromkeys(i for i in ids if ids.count(i) > 1))
@@ -104,17 +104,6 @@ def read_family_file(
             )
         out[name] = [replace(t, category=name, metric=metric) for t in chosen]
     return out
-
-
-def _chosen(text: str | None, grouped: Mapping[str, Any], where: str) -> list[str]:
-    names = list(dict.fromkeys(n.strip() for n in (text or "").split(",") if n.strip())) or list(grouped)
-    unknown = [n for n in names if n not in grouped]
-    if unknown:
-        raise InvalidInputError(
-            f"{where} has no famil{'y' if len(unknown) == 1 else 'ies'} {', '.join(unknown)}; its families (the "
-            f"rows' categories): {', '.join(grouped)}"
-        )
-    return names
 
 
 def _few(ids: Sequence[str]) -> str:
