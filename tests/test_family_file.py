@@ -277,3 +277,27 @@ def test_on_smollm2_check_shipped_fit_makes_a_row_per_family_with_an_interval(sm
     assert len(rows) == 2 and all(line.count(" [") == 2 for line in rows)
     err = capsys.readouterr().err
     assert "checked 2 items of reviewer_tasks.jsonl against the shipped aasd fit" in err and "none seen" in err
+
+
+@pytest.mark.real_model
+@pytest.mark.parametrize("name", ["check_shipped_fit", "bench_auto_size"])
+def test_on_smollm2_the_benchmarks_refuse_a_seen_item_before_decoding(name, smollm2, tmp_path, capsys, monkeypatch):
+    import torch
+
+    import workbench.methods
+    from workbench.evaluation.families import family_tasks
+
+    monkeypatch.setattr(workbench.methods, "run_method", lambda *a, **k: pytest.fail("decoded before the check"))
+    held = family_tasks("code", "held_out", 1)[0]
+    row = {"id": "copy", "task": "code", "category": "completion", "context": held.context, "input": held.input}
+    seen_file = write(tmp_path / "seen.jsonl", [qa("fresh", "lookup"), row | {"answers": held.answers}])
+    argv = ["--tasks", str(seen_file), "--threads", str(torch.get_num_threads()), "--out", str(tmp_path / "out")]
+    assert script(name).main(argv) == 2
+    out = capsys.readouterr().err
+    assert "Traceback" not in out
+    (err,) = [line for line in out.splitlines() if line.startswith("error:")]
+    assert err.startswith("error: 1 item of seen.jsonl was already seen (")
+    # the shipped fit was made on code's first held-out items; aasd[auto] reads it, the gate's default methods do not
+    fit = "the shipped aasd fit (af044ae7da4137f3-float32.json): item completion/copy; "
+    assert (fit + "code's held-out split: item completion/copy)" in err) == (name == "check_shipped_fit")
+    assert "code's held-out split: item completion/copy): " in err and "remove them from the file" in err
