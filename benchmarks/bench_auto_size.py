@@ -19,8 +19,15 @@ calling thread's CPU time from the first step to the end of the run (not inflate
 share the core; the machine this was written on ran at a load average of 10-17 from other work, which made
 wall times 5-10x the CPU times).
 
+`--tasks FILE` runs the gate on a reviewer's own task file instead of the families' evaluation splits
+(workbench.evaluation.family_file: each row's category is its family; items that a fit the methods read or a
+held-out split has seen are refused before anything is timed); the acceptance priors still come from the
+project families' held-out items.
+
     flock /tmp/bench.lock env OMP_NUM_THREADS=1 taskset -c 1 python benchmarks/bench_auto_size.py --threads 1 \\
         --items 3 --max-new-tokens 64 --out results/auto_size
+    flock /tmp/bench.lock env OMP_NUM_THREADS=1 taskset -c 1 python benchmarks/bench_auto_size.py --threads 1 \\
+        --tasks assets/reviewer_tasks.jsonl --control --max-new-tokens 64 --out results/auto_size_reviewer
 """
 
 from __future__ import annotations
@@ -185,13 +192,33 @@ def collect_priors(target, families, methods, items, max_new_tokens, store_path)
 
 
 def main(argv=None) -> int:
+    from core.errors import WorkbenchError
+
+    try:
+        return run(argv)
+    except WorkbenchError as e:  # a bad --tasks file, an item already seen, ...: one line, no traceback
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
+def run(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default="smollm2-135m")
     ap.add_argument("--dtype", default="auto")
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--families", default="docqa,summarization,rag,code,writing")
+    ap.add_argument(
+        "--families",
+        default=None,
+        help="comma-separated (default docqa,summarization,rag,code,writing; with --tasks: the file's families)",
+    )
+    ap.add_argument(
+        "--tasks",
+        metavar="FILE",
+        default=None,
+        help="a task file (JSON Lines) whose rows' categories are the families, in place of the evaluation splits",
+    )
     ap.add_argument("--methods", default=",".join(METHODS))
-    ap.add_argument("--items", type=int, default=3, help="evaluation items per family")
+    ap.add_argument("--items", type=int, default=None, help="evaluation items per family (default 3; --tasks: all)")
     ap.add_argument(
         "--first-item",
         type=int,
@@ -232,8 +259,19 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.summarize:
         return summarize(args.summarize)
-    if args.first_item < 0 or args.items < 1:
+    if args.first_item < 0 or (args.items is not None and args.items < 1):
         ap.error("--first-item must be at least 0 and --items at least 1")
+    from workbench.evaluation.families import family_tasks, parse_families
+    from workbench.evaluation.family_file import check_run_unseen, read_family_file
+
+    if args.tasks:  # a bad file fails here, before the model loads; the priors' items stay the families' held-out
+        queue = read_family_file(args.tasks, args.families, first=args.first_item, items=args.items)
+        prior_families = parse_families(None)
+    else:
+        prior_families = parse_families(args.families)
+        items = args.items or 3
+        queue = {f: family_tasks(f, "evaluation", args.first_item + items)[args.first_item :] for f in prior_families}
+    families = list(queue)
 
     torch.set_num_threads(args.threads)
     import core.sizing
@@ -245,9 +283,7 @@ def main(argv=None) -> int:
     from core import timing
     from core.methods import split_method_list
     from core.models import encode_prompt, load_model
-    from workbench.evaluation.families import family_tasks, parse_families
 
-    families = parse_families(args.families)
     methods = [m.strip() for m in args.methods.split(";")] if ";" in args.methods else split_method_list(args.methods)
     if args.repeats < 1:
         ap.error(f"--repeats must be at least 1 (got {args.repeats})")
@@ -263,9 +299,15 @@ def main(argv=None) -> int:
         f"dtype {machine['dtype']}, torch {machine['torch']}",
         file=sys.stderr,
     )
+    if args.tasks:  # an error when a fit one of the methods reads, or a held-out split, has seen an item
+        checked = [base[m] for m in methods if m != CONTROL]
+        for line in check_run_unseen(
+            target, [t for g in queue.values() for t in g], checked, where=Path(args.tasks).name
+        ):
+            print(line, file=sys.stderr)
     t0 = time.perf_counter()
     if args.priors_only:
-        collect_priors(target, families, methods, args.prior_items, args.max_new_tokens, out / "prior.db")
+        collect_priors(target, prior_families, methods, args.prior_items, args.max_new_tokens, out / "prior.db")
         print(f"priors collected in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
         return 0
     cost = timing.cost_model(
@@ -279,7 +321,7 @@ def main(argv=None) -> int:
     priors = (
         {}
         if args.no_prior
-        else collect_priors(target, families, methods, args.prior_items, args.max_new_tokens, out / "prior.db")
+        else collect_priors(target, prior_families, methods, args.prior_items, args.max_new_tokens, out / "prior.db")
     )
     print(f"cost model and priors ready in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
 
@@ -296,8 +338,8 @@ def main(argv=None) -> int:
         name = "greedy" if label == CONTROL else base.get(label, label).split("[")[0]
         run_method(name, target, warm, {"max_new_tokens": 4})
     t_bench = time.perf_counter()
-    queue = {f: family_tasks(f, "evaluation", args.first_item + args.items)[args.first_item :] for f in families}
-    order = [(f, queue[f][i]) for i in range(args.items) for f in families if i < len(queue[f])]  # round the families
+    longest = max(len(g) for g in queue.values())
+    order = [(f, queue[f][i]) for i in range(longest) for f in families if i < len(queue[f])]  # round the families
     labels = ("greedy", *methods)
     for n_item, (family, task) in enumerate(order):
         if args.max_minutes is not None and time.perf_counter() - t_bench > 60 * args.max_minutes:
@@ -352,8 +394,11 @@ def main(argv=None) -> int:
                 "args": vars(args),
                 "rows": rows,
                 "cost_model": cost.to_dict(),
+                "tasks_file": args.tasks,
                 "evaluation_items": {f: [t.id for t in queue[f]] for f in families},
-                "prior_items": {f: [t.id for t in family_tasks(f, "held_out", args.prior_items)] for f in families},
+                "prior_items": {
+                    f: [t.id for t in family_tasks(f, "held_out", args.prior_items)] for f in prior_families
+                },
                 "priors": {k: p.record() for k, p in priors.items()},
             },
             indent=1,
@@ -361,8 +406,8 @@ def main(argv=None) -> int:
     )
     print(
         f"\n{args.model} {machine['dtype']}, {machine['cpu']} ({' '.join(machine['cpu_flags'])}), "
-        f"{machine['threads']} thread(s); sizer caution {core.sizing.CAUTION}, drafting pause {'on' if core.sizing.PAUSE else 'off'}; {args.items} evaluation items per family "
-        f"(from item {args.first_item + 1}), "
+        f"{machine['threads']} thread(s); sizer caution {core.sizing.CAUTION}, drafting pause {'on' if core.sizing.PAUSE else 'off'}; {longest} evaluation items per family at most "
+        f"(from item {args.first_item + 1}{' of ' + args.tasks if args.tasks else ''}), "
         f"{args.max_new_tokens} new tokens, {args.repeats} repeat(s) (fastest kept), order rotated per item; "
         f"timed part {minutes:.1f} min\n"
     )

@@ -16,7 +16,8 @@ Medusa's typical acceptance, FLy-style deferred check; --rules picks some) on th
 families (--families, --limit items each), greedy and every setting interleaved per item, and writes
 OUT/frontier.md, OUT/frontier.json and OUT/figures/frontier.html: per setting the speed-up against greedy, MAL,
 and per family the mean score change with its paired 95 % bootstrap interval (workbench.evaluation.frontier).
-It is not resumable: keep it small.
+It is not resumable: keep it small. `--frontier --tasks FILE` sweeps on a reviewer's own task file instead, each
+row's category a family (workbench.evaluation.family_file; items a held-out split has seen are refused).
 """
 
 from __future__ import annotations
@@ -98,7 +99,15 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     f = p.add_argument_group("--frontier: the speed-quality frontier per relaxed rule, on held-out family items")
     f.add_argument("--frontier", action="store_true", help="sweep each relaxed rule's threshold instead of the tables")
     f.add_argument(
-        "--families", default=None, help="comma-separated task families (default docqa,summarization,rag,code,writing)"
+        "--families",
+        default=None,
+        help="comma-separated task families (default docqa,summarization,rag,code,writing; with --tasks: the file's)",
+    )
+    f.add_argument(
+        "--tasks",
+        metavar="FILE",
+        default=None,
+        help="a task file (JSON Lines) whose rows' categories are the families, in place of the held-out items",
     )
     f.add_argument(
         "--rules", default=None, help="comma-separated rules: casd, mixed, aasd, rescue, typical, fly (default all)"
@@ -150,6 +159,8 @@ def run(args) -> int:
     path = out / CHECKPOINT
     if args.frontier:
         return run_frontier(args, out)
+    if args.tasks:
+        raise InvalidInputError("--tasks gives --frontier its items; the tables read task files with --data")
     if args.no_run:
         header, rows = read_checkpoint(path)
         if header is None:
@@ -277,6 +288,7 @@ def run_frontier(args, out: Path) -> int:
     """`report --frontier`: each rule's sweep on the families' held-out items; frontier.md / .json / figures/frontier.html."""
     from core.errors import InvalidInputError
     from workbench.evaluation.families import load_families, parse_families
+    from workbench.evaluation.family_file import check_run_unseen, read_family_file
     from workbench.evaluation.frontier import format_frontier, parse_rules, sweep
     from workbench.evaluation.thresholds import family_scorer
 
@@ -286,13 +298,21 @@ def run_frontier(args, out: Path) -> int:
             "--tables, --methods, --data and --draft (choose with --rules and --families)"
         )
     sweeps = parse_rules(args.rules)
-    names = parse_families(args.families)
     if args.execute_code:
         common.task_scorer(args)  # no sandbox fails here
     common.check_writable(str(out / "frontier.json"), "--out")
-    tasks = [t for group in load_families(names, "held_out", args.limit or 4).values() for t in group]
+    if args.tasks:  # a bad file fails here, before the model loads
+        groups = read_family_file(args.tasks, args.families, items=args.limit)
+    else:
+        groups = load_families(parse_families(args.families), "held_out", args.limit or 4)
+    names = list(groups)
+    tasks = [t for group in groups.values() for t in group]
     target, _ = common.load_models(args)
     params = common.benchmark_params(args)
+    if args.tasks:  # an error when a fit or a held-out split has seen an item
+        specs = [s for ss in sweeps.values() for s in ss]
+        for line in check_run_unseen(target, tasks, specs, params, where=Path(args.tasks).name):
+            print(line, file=sys.stderr)
     import torch
 
     result = sweep(
@@ -310,8 +330,9 @@ def run_frontier(args, out: Path) -> int:
         "dtype": str(target.dtype).replace("torch.", ""),
         "params": params,
         "families": list(names),
-        "items_per_family": args.limit or 4,
-        "split": "held_out",
+        "items_per_family": {f: len(g) for f, g in groups.items()},
+        "split": "reviewer task file" if args.tasks else "held_out",
+        "tasks_file": args.tasks,
         "cpu": f"{_cpu()}, {os.cpu_count()} logical cores, {torch.get_num_threads()} torch threads",
         "command": "python -m workbench " + " ".join(getattr(args, "argv", None) or []),
     }

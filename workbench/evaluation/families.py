@@ -31,7 +31,7 @@ from typing import Any
 
 from core.errors import InvalidInputError
 from workbench.evaluation.calibration import BENCHMARK_ITEMS, Overlap, benchmark_texts, prompt_hash, sharegpt_prompts
-from workbench.evaluation.scores import mean_target_probability, score_task
+from workbench.evaluation.scores import TARGET_PROBABILITY, mean_target_probability, score_task
 from workbench.evaluation.tasks import SPEC_BENCH, Task, load_dataset_tasks, load_longbench_file
 
 SPLITS = ("held_out", "evaluation")
@@ -123,14 +123,17 @@ def _check(name: str, split: str) -> None:
         raise InvalidInputError(f"unknown split {split!r}: held_out (for fitting) or evaluation (for reporting)")
 
 
-def parse_families(text: str | None) -> tuple[str, ...]:
-    """`"docqa,rag"` -> ("docqa", "rag"); empty or None -> DEFAULT_FAMILIES; unknown names are one error."""
-    names = tuple(dict.fromkeys(n.strip() for n in (text or "").split(",") if n.strip())) or DEFAULT_FAMILIES
-    unknown = [n for n in names if n not in FAMILIES]
+def parse_families(
+    text: str | None, known: Sequence[str] = tuple(FAMILIES), default: Sequence[str] = DEFAULT_FAMILIES, where: str = ""
+) -> tuple[str, ...]:
+    """`"docqa,rag"` -> ("docqa", "rag"); empty or None -> `default`; names not in `known` (the project's families,
+    or a task file's, `where` naming it) are one error."""
+    names = tuple(dict.fromkeys(n.strip() for n in (text or "").split(",") if n.strip())) or tuple(default)
+    unknown = [n for n in names if n not in known]
     if unknown:
         raise InvalidInputError(
-            f"unknown task famil{'y' if len(unknown) == 1 else 'ies'} {', '.join(unknown)}; "
-            f"known: {', '.join(FAMILIES)}"
+            f"unknown task famil{'y' if len(unknown) == 1 else 'ies'} {', '.join(unknown)}"
+            f"{' in ' + where if where else ''}; known: {', '.join(known)}"
         )
     return names
 
@@ -260,6 +263,12 @@ def evaluation_texts(names: Sequence[str] = tuple(FAMILIES)) -> list[str]:
     return [item_text(t) for n in names for t in family_tasks(n, "evaluation")]
 
 
+def scored_by_probability(task: Task) -> bool:
+    """Whether the task is scored by the target's own probability of what was written, read from the run's
+    steps: its metric says so (a task file's family), or it is the writing family's and names no other."""
+    return task.metric == TARGET_PROBABILITY or (task.metric is None and task.category == "writing")
+
+
 def family_score(
     task: Task,
     output_text: str,
@@ -271,6 +280,6 @@ def family_score(
 ) -> float | None:
     """One output's score ×100 in its family's metric: writing reads the run's steps (the target's own
     probabilities); the others compare the text with the references (or run HumanEval's tests)."""
-    if task.category == "writing":
+    if scored_by_probability(task):
         return None if steps is None else mean_target_probability(steps)
     return score_task(task, output_text, execute_code=execute_code, timeout=timeout, unsafe_exec=unsafe_exec)

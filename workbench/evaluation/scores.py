@@ -118,6 +118,10 @@ METRICS: dict[str, Callable[..., float]] = {
 }
 KIND_METRIC = {"qa": "qa_f1", "summarization": "rouge_l", "code": "code_sim", "math": "gsm8k"}
 PASS_AT_1 = "pass@1"  # HumanEval: executed, not compared with a reference
+# Open writing: the target's own probability of what it wrote (mean_target_probability), read from a run's steps
+# by families.family_score; a text alone has no such score.
+TARGET_PROBABILITY = "target_probability"
+TASK_METRICS = (*METRICS, PASS_AT_1, TARGET_PROBABILITY)  # what a task's `metric` may name
 
 
 def score_task(
@@ -130,6 +134,8 @@ def score_task(
     asked for (`execute_code`: HumanEval runs the model's code in workbench.evaluation.sandbox's sandbox,
     which raises SandboxUnavailable without bubblewrap unless `unsafe_exec` allows a plain subprocess)."""
     name = task.metric or KIND_METRIC.get(task.task)
+    if name == TARGET_PROBABILITY:  # scored from the run's steps (families.family_score), not from the text
+        return None
     if name == PASS_AT_1:
         if not execute_code or task.problem is None:
             return None
@@ -139,9 +145,7 @@ def score_task(
     if name is None or not task.answers:
         return None
     if name not in METRICS:
-        raise InvalidInputError(
-            f"unknown metric {name!r} for task {task.id}; known: {', '.join([*METRICS, PASS_AT_1])}"
-        )
+        raise InvalidInputError(f"unknown metric {name!r} for task {task.id}; known: {', '.join(TASK_METRICS)}")
     if task.first_line:
         prediction = prediction.lstrip("\n").split("\n")[0]
     extra = {"all_classes": task.all_classes} if name == "classification" else {}

@@ -29,7 +29,7 @@ from core.thresholds import FITTED_PARAMS, LOSSLESS, stored_fit
 from workbench.evaluation.admissibility import SPEED_MEASURES, FamilyOutcome, fastest, judge
 from workbench.evaluation.bench import run_bench, summarise_rows
 from workbench.evaluation.calibration import BENCHMARK_ITEMS
-from workbench.evaluation.families import family_score
+from workbench.evaluation.families import family_score, scored_by_probability
 from workbench.evaluation.scores import score_task
 from workbench.evaluation.tasks import Task
 from workbench.methods import resolve_params
@@ -287,7 +287,7 @@ def fit_thresholds(
     unscored = [
         f
         for f in families
-        if f != "writing" and all(score_task(t, "") is None for t in tasks if (t.category or "") == f)
+        if all(score_task(t, "") is None and not scored_by_probability(t) for t in tasks if (t.category or "") == f)
     ]
     if unscored:  # None = no score for this task at all (score_task's contract); writing is scored from the run
         raise InvalidInputError(
@@ -362,20 +362,28 @@ def fit_overlap(
     """For each method spec that verifies with fitted thresholds (`aasd[auto]`, or `fitted=1` among `params`), the
     evaluated items (`category/id`) that the stored fit was made on: an evaluation on them is not held out. Empty
     when none is (or no fitted method runs, or the fit recorded no items)."""
-    from core.methods import parse_method_spec
-
     out: dict[str, list[str]] = {}
     evaluated = [item_id(t) for t in tasks]
-    for spec in methods:
-        name, overrides = parse_method_spec(spec)
-        fitted = overrides.get("fitted", (params or {}).get("fitted", 0))
-        if name not in FITTED_PARAMS or str(fitted).strip() in ("", "0", "0.0"):
-            continue
+    for spec, name in fitted_methods(methods, params).items():
         fit, _ = stored_fit(target, name)
         used = set(((fit or {}).get("items") or {}).get("ids") or ())
         both = [i for i in evaluated if i in used]
         if both:
             out[spec] = both
+    return out
+
+
+def fitted_methods(methods: Sequence[str], params: Mapping[str, Any] | None) -> dict[str, str]:
+    """{spec: method name} for each method spec that verifies with fitted thresholds (`aasd[auto]`, or `fitted=1`
+    among its overrides or `params`): the runs that read a stored fit."""
+    from core.methods import parse_method_spec
+
+    out = {}
+    for spec in methods:
+        name, overrides = parse_method_spec(spec)
+        fitted = overrides.get("fitted", (params or {}).get("fitted", 0))
+        if name in FITTED_PARAMS and str(fitted).strip() not in ("", "0", "0.0"):
+            out[spec] = name
     return out
 
 

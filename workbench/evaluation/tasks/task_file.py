@@ -7,6 +7,7 @@ from pathlib import Path
 
 from core.params import PARAMS
 from workbench.evaluation.sandbox import HUMANEVAL_STOP
+from workbench.evaluation.scores import METRICS, TARGET_PROBABILITY
 from workbench.evaluation.tasks.humaneval import HUMANEVAL_MAX_NEW_TOKENS, humaneval_task
 from workbench.evaluation.tasks.longbench import longbench_name, longbench_task
 from workbench.evaluation.tasks.rows import Row, line_id, read_rows, select_categories, select_subset
@@ -15,7 +16,9 @@ from workbench.evaluation.tasks.task import Task, check_template
 
 
 def project_task(row: Row) -> Task:
-    """A row of the project's own format: id, task and input required; a HumanEval-style row adds test and entry_point."""
+    """A row of the project's own format: id, task and input required; optional context, answers, template,
+    max_new_tokens, chat, category and metric (a name in scores.METRICS, or target_probability); a
+    HumanEval-style row adds test and entry_point."""
     missing = [k for k in ("id", "task") if not row.data.get(k)] + (
         [] if isinstance(row.data.get("input"), str) else ["input"]
     )
@@ -28,6 +31,9 @@ def project_task(row: Row) -> Task:
     if template is not None:
         check_template(template, row.where)
     kind = row.name("task")
+    metric = row.name("metric")
+    if metric is not None and metric not in (*METRICS, TARGET_PROBABILITY):
+        raise row.error(f"unknown metric {metric!r}; known: {', '.join([*METRICS, TARGET_PROBABILITY])}")
     task = Task(
         id=row.ident("id"),
         task=kind,
@@ -38,6 +44,7 @@ def project_task(row: Row) -> Task:
         max_new_tokens=row.count("max_new_tokens", PARAMS["max_new_tokens"].high),
         chat=row.flag("chat", True),
         category=row.name("category", kind),
+        metric=metric,  # None: by the task kind (scores.KIND_METRIC)
     )
     if row.given("test") or row.given("entry_point"):  # a HumanEval problem: `input` is its prompt
         missing = [
