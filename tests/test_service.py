@@ -3,6 +3,8 @@ method checks before any model loads, prompt guards."""
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
 from core.errors import InvalidInputError
@@ -55,15 +57,26 @@ def test_prompt_guards():
 
 
 def _stream_prompt(monkeypatch, model, chunk: int, n: int, stop_after_chunks: int | None, store=None):
-    """stream_run of greedy on an n-token prompt read `chunk` tokens at a time; Stop is set when the
-    `stop_after_chunks`-th chunk is reported. The (done, total) pairs seen, and the finished run."""
-    import threading
-
+    """stream_run of greedy on an n-token prompt read `chunk` tokens at a time; Stop is set as soon as the
+    `stop_after_chunks`-th chunk has been read (in the decoding thread, as a click landing then would: the reports the
+    page sees can trail the decoding thread on a busy core). The (done, total) pairs reported, the finished run, and
+    the chunks the decoding thread began."""
     from core import cache as kv
+    from core import engine
 
     monkeypatch.setattr(kv, "PREFILL_CHUNK", chunk)
+    stop, begun, reads, run = threading.Event(), [], [], None
+    chunks = engine.prefill_chunks
+
+    def counted(*args, **kwargs):
+        for span in chunks(*args, **kwargs):
+            begun.append(span)
+            yield span  # the chunk is read when the engine asks for the next one
+            if len(begun) == stop_after_chunks:
+                stop.set()
+
+    monkeypatch.setattr(engine, "prefill_chunks", counted)
     ids = [(7 * i) % 50 + 2 for i in range(n)]
-    stop, reads, run = threading.Event(), [], None
     for prog in service.stream_run(
         "greedy",
         service.Models(model, None),
@@ -76,15 +89,13 @@ def _stream_prompt(monkeypatch, model, chunk: int, n: int, stop_after_chunks: in
     ):
         if prog.prefill is not None and not prog.steps:
             reads.append(prog.prefill)
-            if stop_after_chunks is not None and len(reads) - 1 >= stop_after_chunks:  # reads[0] is (0, n): the start
-                stop.set()
         if prog.run is not None:
             run = prog.run
-    return reads, run
+    return reads, run, begun
 
 
 def test_stream_run_reports_each_prompt_chunk_read(monkeypatch, tiny):
-    reads, run = _stream_prompt(monkeypatch, tiny, chunk=64, n=200, stop_after_chunks=None)
+    reads, run, _ = _stream_prompt(monkeypatch, tiny, chunk=64, n=200, stop_after_chunks=None)
     assert reads == [(0, 200), (64, 200), (128, 200), (192, 200), (200, 200)]
     assert run.status == "complete" and len(run.output_ids) == 4
 
@@ -93,19 +104,19 @@ def test_stop_during_a_long_prompt_ends_the_run_within_one_chunk(monkeypatch, ti
     from workbench.store import Store
 
     store = Store(str(tmp_path / "runs.db"))
-    reads, run = _stream_prompt(monkeypatch, tiny, chunk=32, n=480, stop_after_chunks=2, store=store)
+    reads, run, begun = _stream_prompt(monkeypatch, tiny, chunk=32, n=480, stop_after_chunks=2, store=store)
     assert run.status == "cancelled" and run.output_ids == [] and run.steps == []
-    assert reads[2] == (64, 480) and len(reads) <= 4  # the chunk in flight when Stop came may finish, no more
+    assert reads == [(0, 480), (32, 480), (64, 480)] and begun == [(0, 32), (32, 64)]  # no chunk after the Stop
     stored = store.load_run(max(r.id for r in store.list_runs()), nodes=False).trace
     assert stored.status == "cancelled"
 
 
 @pytest.mark.real_model
 def test_a_real_models_prompt_is_read_in_chunks_that_stop_honours(monkeypatch, smollm2):
-    reads, run = _stream_prompt(monkeypatch, smollm2, chunk=128, n=700, stop_after_chunks=None)
+    reads, run, _ = _stream_prompt(monkeypatch, smollm2, chunk=128, n=700, stop_after_chunks=None)
     assert [d for d, _ in reads] == [0, 128, 256, 384, 512, 640, 700] and run.status == "complete"
-    reads, run = _stream_prompt(monkeypatch, smollm2, chunk=128, n=700, stop_after_chunks=1)
-    assert run.status == "cancelled" and not run.output_ids and len(reads) <= 3
+    reads, run, begun = _stream_prompt(monkeypatch, smollm2, chunk=128, n=700, stop_after_chunks=1)
+    assert run.status == "cancelled" and not run.output_ids and begun == [(0, 128)] and len(reads) == 2
 
 
 @pytest.mark.real_model
