@@ -1062,7 +1062,7 @@ class Comparison:
             if flip:
                 view.texts[slot] = tokens.run_html(run, first_divergence=div, **flip_mark(div, report))
             decode = self.models.target.tokenizer.decode
-            view.metrics[slot] += tokens.divergence_note(report, flip, decode)
+            view.metrics[slot] += tokens.divergence_note(report, flip, decode, run)
 
     def _metrics(self, run, run_id, ratio: float | None, place: "Place") -> str:
         """The column's metrics line; with repeats, which pass it shows."""
