@@ -83,3 +83,39 @@ def test_a_rescued_divergent_token_is_the_rules_choice_not_a_near_tie():
     # where the method's own step took the target's argmax, a near-tie is rounding, as before
     top = divergence_note(REPORT, lossless=False, decode=lambda ids: DECODE(ids[0]), run=_csd_run("accepted", 0))
     assert "near-tie" in top and "not because of the method's rule" in top and "took the target's top token" in top
+
+
+def _read(tokens: int, seconds: float):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(prompt_ids=[0] * tokens, prefill_seconds=seconds, status="complete", steps=[])
+
+
+def test_the_prefill_estimate_is_monotone_in_length_and_near_the_measured_prefills(monkeypatch):
+    """A fresh page priced a 221-token prompt at 0.3 s from the warm-up's 256-token read while real reads took
+    1.35-1.77 s; later a 269-token prompt still said 0.3 s while 221 tokens said 1.1 s. Mutation caught: scaling the
+    observation nearest in length (the old rule) prices 269 tokens below 221 after a 221-token read."""
+    from types import SimpleNamespace
+
+    from core.cost_model import CostModel
+    from workbench import service
+
+    model = CostModel((0, 64), (256, 1024), ((0.03, 0.03 + 64e-3), (0.04, 0.04 + 80e-3)))
+    monkeypatch.setattr(service, "cost_model", lambda target: model)
+    target = SimpleNamespace(name="smollm2", device="cpu", dtype="bfloat16")
+    clock = service.PrefillClock()
+    clock.observe(target, _read(256, 0.3))  # an idle read (the warm-up's length), then the comparison's own reads
+    clock.observe(target, _read(221, 1.5))
+    lengths = [40, 100, 221, 250, 256, 269, 400, 1000, 3000]
+    estimates = [clock.estimate(target, n)[0] for n in lengths]
+    assert estimates == sorted(estimates), list(zip(lengths, estimates))
+    for n in (221, 269):  # within a factor 1.5 of the measured read
+        assert 1.5 / 1.5 < clock.estimate(target, n)[0] < 1.5 * 1.5, (n, clock.estimate(target, n))
+    assert "221-token prompt in 1.5 s" in clock.estimate(target, 269)[1]
+    # the warm-up's idle read alone: used, and said to be an idle read
+    fresh = service.PrefillClock()
+    fresh.observe(target, _read(256, 0.3), warm_up=True)
+    seconds, source = fresh.estimate(target, 221)
+    assert seconds < 0.3 and "warm-up" in source and "takes longer" in source
+    fresh.observe(target, _read(221, 1.5))  # the first real read replaces it
+    assert abs(fresh.estimate(target, 221)[0] - 1.5) < 1e-9

@@ -178,7 +178,7 @@ class ModelPool:
 
             try:
                 runs = methods.warm_up(model)
-                self.prefill_clock.observe(model, timed_prefill(model, runs[0].prompt_ids))
+                self.prefill_clock.observe(model, timed_prefill(model, runs[0].prompt_ids), warm_up=True)
             except Exception as e:  # an optimisation only: the comparison's own run reports what is wrong
                 log.warning("warm-up forward of %s skipped: %s: %s", getattr(model, "name", model), type(e).__name__, e)
             self._warmed.add(id(model))
@@ -275,34 +275,46 @@ def model_key(target) -> tuple[str, str, str]:
 
 
 class PrefillClock:
-    """How long reading a prompt takes on this server, per loaded model. Reading costs more per token as the prompt
-    grows (attention over what is already read), so one rate per token does not serve every length: the shape of
-    the cost comes from the model's cost model t(n, L) measured here (core.timing: the per-node slope of t at the
-    cache length each prefill chunk reads at, prefill_shape), and its scale from this server's prefill nearest in
-    length (a prefill's causal forward costs a few times the slope of a tree's). With no prefill seen yet, the
-    shape alone (an underestimate, said so); with no cost model, the nearest prefill's rate per token."""
+    """How long reading a prompt takes on this server, per loaded model: one function of the prompt's length,
+    monotone in it. Its shape comes from the model's cost model t(n, L) measured here (reading costs more per token
+    as the prompt grows: core.timing's per-node slope at the cache length each prefill chunk reads at,
+    prefill_shape), else a rate per token; its scale from this server's latest whole prefill, whatever its length
+    (the latest says most about how busy the machine is now), else the warm-up's timed prefill (an idle read: a
+    busy machine reads slower, and the source says so), else the shape alone (an underestimate, said so)."""
 
     def __init__(self):
-        self._seen: dict[tuple[str, str, str], dict[int, tuple[int, float]]] = {}  # model -> band -> (tokens, s)
+        self._latest: dict[tuple[str, str, str], tuple[int, float]] = {}  # model -> (tokens, s) of its latest read
+        self._warm_up: dict[tuple[str, str, str], tuple[int, float]] = {}  # model -> the warm-up's timed read
         self._lock = threading.Lock()
 
-    def observe(self, target, run: RunTrace) -> None:
+    def observe(self, target, run: RunTrace, warm_up: bool = False) -> None:
         n = len(run.prompt_ids)
         if (
             n >= 32 and run.prefill_seconds > 0 and prefill_completed(run)
         ):  # a handful of tokens says more about overheads than about rate
-            with self._lock:  # one prefill kept per length band (a factor of two): the nearest is the one to scale
-                self._seen.setdefault(model_key(target), {})[n.bit_length()] = (n, run.prefill_seconds)
+            with self._lock:
+                (self._warm_up if warm_up else self._latest)[model_key(target)] = (n, run.prefill_seconds)
 
     def estimate(self, target, tokens: int) -> tuple[float, str] | None:
-        """(seconds, where the rate comes from) for a prompt of `tokens`, or None with nothing to go on."""
+        """(seconds, what it is based on) for a prompt of `tokens`, or None with nothing to go on."""
+        key = model_key(target)
         with self._lock:
-            seen = list(self._seen.get(model_key(target), {}).values())
+            latest, warm = self._latest.get(key), self._warm_up.get(key)
         model = cost_model(target)
+        seen = latest or warm
         if seen:
-            n, seconds = min(seen, key=lambda obs: abs(math.log(obs[0] / max(tokens, 1))))
+            n, seconds = seen
             scale = tokens / n if model is None else prefill_shape(model, tokens) / prefill_shape(model, n)
-            return seconds * scale, f"this server's prefill of a {n:,}-token prompt"
+            if latest:
+                source = (
+                    f"this server's latest prefill (a {n:,}-token prompt in {seconds:.1f} s), scaled to this length"
+                )
+            else:
+                source = (
+                    f"this server's warm-up prefill of a {n:,}-token prompt, scaled to this length; an idle read: "
+                    "while other work shares the CPU it takes longer"
+                )
+            return seconds * scale, source
         if model is None:
             return None
         return prefill_shape(model, tokens), "the model's measured cost curve; a first prefill takes longer"
