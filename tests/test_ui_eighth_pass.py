@@ -119,3 +119,77 @@ def test_the_prefill_estimate_is_monotone_in_length_and_near_the_measured_prefil
     assert seconds < 0.3 and "warm-up" in source and "takes longer" in source
     fresh.observe(target, _read(221, 1.5))  # the first real read replaces it
     assert abs(fresh.estimate(target, 221)[0] - 1.5) < 1e-9
+
+
+def test_two_comparisons_take_the_model_in_turns_and_the_waiting_one_says_so(tiny):
+    """Two tabs: B said "waiting … yours starts when it is done" while the comparisons ran method by method in
+    alternation, and B then said "running csd … reading the prompt" while A's csd ran. Now a comparison holds the
+    model's turn for all its methods, and a method whose run waits for the model's slot says "waiting".
+    Mutations caught: without the turn (`_take_turn` / turns.take always True) the methods interleave; without the
+    waiting Progress in stream_run the status during a held slot says "reading the prompt"."""
+    import threading
+    import time
+
+    from workbench import service
+    from workbench.ui.compare_tab import CompareRequest, Comparison
+
+    pool = service.ModelPool("cpu", "float32")
+    events: list[tuple[str, str, str]] = []
+
+    def comparison(tag):
+        req = CompareRequest("m", None, ["greedy", "pld"], "p", "", True, 24, {}, None, None, None, None, 1)
+        c = Comparison(req, None, pool, {}, threading.Event(), threading.Event, (), "here")
+        c.specs, c.per_method, c.n_repeats, c.max_new_tokens = [("greedy", {}), ("pld", {})], [{}, {}], 1, 24
+        c.models, c.ids, c.text, c.compression, c.full_ids = (
+            service.Models(tiny, None),
+            list(range(2, 40)),
+            "p",
+            None,
+            None,
+        )
+        inner = c._stream
+
+        def stream(name, slot):
+            events.append((tag, name, "start"))
+            for prog in inner(name, slot):
+                yield prog
+            events.append((tag, name, "end"))
+
+        c._stream = stream
+        return c
+
+    statuses: dict[str, list[str]] = {"A": [], "B": []}
+
+    def consume(tag, c, pause=0.0):
+        for view in c:
+            statuses[tag].append(view.status)
+            time.sleep(pause)
+
+    a, b = comparison("A"), comparison("B")
+    ta = threading.Thread(target=consume, args=("A", a, 0.3))  # a slow page: A's methods take a while each
+    ta.start()
+    while not events:
+        time.sleep(0.01)
+    tb = threading.Thread(target=consume, args=("B", b))
+    tb.start()
+    ta.join(60)
+    tb.join(60)
+    order = [tag for tag, _, _ in events]
+    assert order == sorted(order) or order == sorted(order, reverse=True), events  # A's methods, then B's (no mix)
+    assert any("another comparison is using it" in s and "in turns" in s for s in statuses["B"]), statuses["B"]
+    # a method whose slot is held by another generation (a replay's re-run) says it waits, not "reading the prompt"
+    c = comparison("C")
+    firsts: list = []
+    with pool.slot("m"):
+        stream = service.stream_run(
+            "greedy", c.models, c.ids, {"max_new_tokens": 4}, prompt_text="p", slot=lambda s: pool.slot("m", s)
+        )
+        reader = threading.Thread(target=lambda: firsts.append(next(stream)), daemon=True)
+        reader.start()
+        reader.join(10)  # the old stream said nothing at all until the slot was free
+        assert firsts and firsts[0].waiting and firsts[0].prefill is None, firsts
+    first = firsts[0]
+    from workbench.ui.compare_tab import running_status
+
+    assert running_status("csd", 3, 3, 1, 1, first, 24).startswith("waiting for the model")
+    assert all(not p.waiting for p in stream)

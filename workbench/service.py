@@ -109,6 +109,43 @@ class Models:
     draft: Any | None
 
 
+class ComparisonTurns:
+    """Whole comparisons take a model in turns, `per_model` at a time: two comparisons started together ran
+    method by method in alternation while the second one's status said it waited for the first. A comparison takes
+    its turn before its first method and gives it back when it ends; each method still holds the model's slot
+    (ModelPool.slot) while it runs, which a replay's re-run also takes. A comparison whose consumer stopped resuming
+    it (a closed tab: its generator may never be closed) loses its turn after `idle` seconds suspended."""
+
+    def __init__(self, per_model: int = 1, idle: float = 10.0):
+        self.per_model, self.idle = per_model, idle
+        self._holders: dict[str, dict[object, float | None]] = {}  # model -> holder -> suspended since (None: active)
+        self._lock = threading.Lock()
+
+    def take(self, model: str, holder: object) -> bool:
+        """Take a turn on `model` for `holder` if one is free (or `holder` has it): True when it has it."""
+        now = time.monotonic()
+        with self._lock:
+            held = self._holders.setdefault(model, {})
+            for other, since in list(held.items()):
+                if since is not None and now - since > self.idle:
+                    del held[other]
+            if holder in held or len(held) < self.per_model:
+                held[holder] = None
+                return True
+            return False
+
+    def suspended(self, model: str, holder: object, yes: bool) -> None:
+        """The holder's generator yields (`yes`) or is resumed: only a suspended holder can lose its turn."""
+        with self._lock:
+            held = self._holders.get(model, {})
+            if holder in held:
+                held[holder] = time.monotonic() if yes else None
+
+    def give_back(self, model: str, holder: object) -> None:
+        with self._lock:
+            self._holders.get(model, {}).pop(holder, None)
+
+
 class ModelPool:
     """Loads models on first use (core.models caches them) and bounds concurrent use per model."""
 
@@ -130,6 +167,9 @@ class ModelPool:
         self._loaded: dict[str, Models] = {}
         self._lock = threading.Lock()
         self.prefill_clock = PrefillClock()
+        self.turns = ComparisonTurns(
+            per_model, IDLE_CANCEL_SECONDS
+        )  # whole comparisons take a model in turns (not method by method)
         self.idle_cancel = IDLE_CANCEL_SECONDS  # see stream_run
         self.busy: dict[str, str] = {}  # model -> what holds its slot when it is not a generation (warm_up)
         self.warm_up_forward = True  # _warm: False only to measure what it saves (benchmarks/bench_first_pass.py)
@@ -501,6 +541,7 @@ class Progress:
     error: str | None = None
     prefill: tuple[int, int] | None = None  # (prompt tokens read, of) while the prompt is being read
     stopping: bool = False  # Stop was asked for: the run ends at its next step or prompt chunk
+    waiting: bool = False  # the run waits for the model's slot (another generation holds it): nothing read yet
 
     @property
     def tokens(self) -> int:
@@ -614,7 +655,7 @@ def stream_run(
 
     worker = threading.Thread(target=work, daemon=True)
     worker.start()
-    last, started, told = 0.0, False, False
+    last, started, told, told_waiting = 0.0, False, False, False
     try:
         while True:
             try:
@@ -626,6 +667,11 @@ def stream_run(
                     told = True
                     suspended[0] = time.monotonic()
                     yield Progress(method, list(steps), stopping=True)  # no prefill: no prompt chunk was read
+                    suspended[0] = None
+                elif not started and not told_waiting:  # the slot is someone else's: say so, not "reading"
+                    told_waiting = True
+                    suspended[0] = time.monotonic()
+                    yield Progress(method, [], waiting=True)
                     suspended[0] = None
                 continue
             # Everything the worker reported while this generator was suspended at its last yield goes into the next

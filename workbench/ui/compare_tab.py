@@ -8,6 +8,7 @@ ColumnsView per update. Pure helpers (task fields, repeats, speeds, the status l
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -277,6 +278,11 @@ def running_status(
     if prog.stopping:
         at = "prompt chunk" if not prog.steps else "step"
         return f"stopping **{name}** ({where}): it ends at its next {at} and is stored as cancelled…"
+    if prog.waiting:
+        return (
+            f"waiting for the model: another generation (a re-run, or a run whose page went away) is using it; "
+            f"**{name}** ({where}) starts when it is done…"
+        )
     if not prog.steps and prog.prefill is not None:
         done, total = prog.prefill
         read = f"{done:,} of {total:,} prompt tokens read" if done else f"reading the prompt ({total:,} tokens)"
@@ -300,6 +306,8 @@ def running_metrics(prog: service.Progress, max_new_tokens: int) -> str:
     """The running column's line: the prompt tokens read so far, then the tokens written."""
     if prog.stopping:
         return "stopping…"
+    if prog.waiting:
+        return "waiting for the model…"
     if prog.steps:
         return f"running… {prog.tokens} of {max_new_tokens} tokens, {len(prog.steps)} steps"
     done, total = prog.prefill or (0, 0)
@@ -939,19 +947,26 @@ class Comparison:
                 )
         check_prompt(self.ids, self.models.target.max_context)
 
-    def wait_note(self) -> str | None:
-        """ "waiting…" when another generation holds the model now (one per model at a time), else None."""
-        try:
-            with self.pool.slot(self.req.model, should_stop=lambda: True, poll=0.01):
-                return None
-        except service.Cancelled:
-            busy = self.pool.busy.get(self.req.model)
-            if busy:
-                return f"waiting for {self.req.model}: the server is {busy}; your comparison starts when it is done"
-            return (
-                f"waiting for {self.req.model}: another comparison is using it (one generation per model at a time); "
-                "yours starts when it is done"
-            )
+    def wait_note(self) -> str:
+        """What this comparison waits for while another one has the model's turn (ModelPool.turns)."""
+        busy = self.pool.busy.get(self.req.model)
+        if busy:
+            return f"waiting for {self.req.model}: the server is {busy}; your comparison starts when it is done"
+        return (
+            f"waiting for {self.req.model}: another comparison is using it (comparisons take the model in turns, "
+            "each for all its methods); yours starts when it is done"
+        )
+
+    def _take_turn(self, view: "ColumnsView") -> Iterator["ColumnsView"]:
+        """Wait for this comparison's turn on the model, saying so (and why) while it waits; Stop ends the wait."""
+        told = False
+        while not self.pool.turns.take(self.req.model, self):
+            if self.stop.is_set():
+                return
+            if not told:
+                told, view.status = True, self.wait_note()
+                yield view
+            time.sleep(0.2)
 
     def __iter__(self) -> Iterator[ColumnsView]:
         names = [self.req.methods[i] for i in range(len(self.specs))]
@@ -968,10 +983,23 @@ class Comparison:
         order = sorted(
             range(len(self.specs)), key=lambda i: self.specs[i][0] != "greedy"
         )  # greedy first: the reference
-        note = self.wait_note()
-        if note:
-            view.status = note
+        yield from self._take_turn(view)
+        if self.stop.is_set():  # Stop while waiting for the turn: nothing ran
+            for slot in order:
+                view.metrics[slot] = NOT_RUN
+            view.status, view.closing = closing_status(view.run_ids, self.where, True, self.compression), True
             yield view
+            return
+        try:  # the turn is held until the last method is done; a consumer that stops resuming loses it (turns.idle)
+            for shown in self._turn(view, names, order):
+                self.pool.turns.suspended(self.req.model, self, True)
+                yield shown
+                self.pool.turns.suspended(self.req.model, self, False)
+        finally:
+            self.pool.turns.give_back(self.req.model, self)
+
+    def _turn(self, view: ColumnsView, names: list[str], order: list[int]) -> Iterator[ColumnsView]:
+        """Every method of the comparison, in `order`, for every pass, while this comparison has the model's turn."""
         yield from self._measure_costs(view)
         stopped = self.stop.is_set()
         started: set[int] = set()
@@ -1052,6 +1080,8 @@ class Comparison:
             view.status = running_status(  # the method as the user wrote it (its column's head): aasd[auto], not aasd
                 self.req.methods[slot], place.position, place.of, place.rep, self.n_repeats, prog, self.max_new_tokens
             )
+            if prog.waiting and self.pool.busy.get(self.req.model):  # the server's own work holds the slot: say which
+                view.status = self.wait_note()
             yield view
         if (
             measured_at_t0(self.per_method[slot], div)
