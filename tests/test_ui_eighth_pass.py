@@ -193,3 +193,44 @@ def test_two_comparisons_take_the_model_in_turns_and_the_waiting_one_says_so(tin
 
     assert running_status("csd", 3, 3, 1, 1, first, 24).startswith("waiting for the model")
     assert all(not p.waiting for p in stream)
+
+
+def _timed(method: str, tokens: int, wall: float, cpu: float) -> RunTrace:
+    return RunTrace(
+        method,
+        {},
+        "m",
+        None,
+        "cpu",
+        "float32",
+        "p",
+        [1],
+        output_ids=list(range(tokens)),
+        status="complete",
+        decode_seconds=wall,
+        decode_cpu_seconds=cpu,
+    )
+
+
+def test_a_column_says_when_its_wall_clock_speed_disagrees_with_its_cpu_time_speed_up():
+    """Run 5: greedy 8.2 tok/s, aasd[auto] 8.1, csd 5.6 while the bars said 1.66× and 1.41× (CPU time). Mutation
+    caught: returning "" from core.stats.wall_clock_note (or dropping its tolerance test) fails the first (second)
+    assertion."""
+    from core.stats import speedup, wall_clock_note
+
+    greedy = _timed("greedy", 82, 10.0, 10.0)  # 8.2 tok/s, on an idle core
+    aasd = _timed("aasd", 81, 10.0, 10.0 / 1.66)  # 8.1 tok/s, but 1.66× less CPU per token
+    ratio, clock = speedup(aasd, greedy)
+    assert clock == "cpu" and round(ratio, 2) == 1.64
+    note = wall_clock_note(aasd, greedy)
+    assert "wall clock 0.99×" in note and "1.64×" in note and "decoding CPU time" in note, note
+    agree = _timed("aasd", 160, 10.0, 160 / (8.2 * 1.9))  # 16 tok/s (1.95×) against 1.9× CPU: within 20 %
+    assert wall_clock_note(agree, greedy) == ""
+
+
+def test_the_bench_tables_legend_names_its_clock():
+    """`bash run.sh table` defines speed-up as wall-clock tps ÷ greedy's while the app's are from CPU time: its legend
+    says which. Mutation caught: the old legend ("tps ÷ greedy's tps in the same run") has no clock."""
+    from workbench.evaluation.bench import COLUMN_MEANINGS
+
+    assert "wall clock" in COLUMN_MEANINGS["speedup"] and "decoding CPU time" in COLUMN_MEANINGS["speedup"]

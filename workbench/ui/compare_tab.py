@@ -21,7 +21,7 @@ from core.errors import InvalidInputError, WorkbenchError
 from core.memory import memory_path, pair_fingerprint, shipped_memory, shipped_memory_path
 from core.methods.build import sizes_trees
 from core.params import MEMORY_MODES, PARAMS, SHIPPED_MEMORY
-from core.stats import CLOCK_PHRASES, clock_phrase, first_divergence, run_metrics
+from core.stats import CLOCK_PHRASES, clock_phrase, first_divergence, run_metrics, wall_clock_note
 from core.stats import speedup as stats_speedup
 from core.step import check_prompt
 from core.thresholds import FITTED_PARAMS, fit_origin
@@ -1074,6 +1074,8 @@ class Comparison:
                 flip = flip_applies(name, self.per_method[slot], div)
                 view.texts[slot] = tokens.run_html(run, first_divergence=div, **flip_mark(div, None) if flip else {})
                 view.metrics[slot] = self._metrics(run, prog.run_id, reference.speedup(run)[0], place)
+                clocks = wall_clock_note(run, reference.run) if reference.run is not None and name != "greedy" else ""
+                view.metrics[slot] += f"\n\n⏱ {clocks}" if clocks else ""
             else:
                 view.texts[slot] = tokens.tokens_html(tokens.step_origins(prog.steps, self.models.target.tokenizer))
                 view.metrics[slot] = running_metrics(prog, self.max_new_tokens)
