@@ -234,3 +234,31 @@ def test_the_bench_tables_legend_names_its_clock():
     from workbench.evaluation.bench import COLUMN_MEANINGS
 
     assert "wall clock" in COLUMN_MEANINGS["speedup"] and "decoding CPU time" in COLUMN_MEANINGS["speedup"]
+
+
+def test_the_readmes_tree_cost_figures_agree_and_name_their_command():
+    """README's hero caption said 16 draft tokens take 2.6× a greedy step, the next paragraph 2.7× in float32, and
+    1.5× in bfloat16 against the app's 1.4×. Mutation caught: the old README (2.6× vs 2.7×, no "about")."""
+    import re
+    from pathlib import Path
+
+    readme = Path(__file__).resolve().parents[1].joinpath("README.md").read_text()
+    caption = re.findall(r"16 draft tokens take about (\d\.\d)× a greedy step in float32", readme)
+    paragraph = re.findall(
+        r"about (\d\.\d)× one over a single token in bfloat16 \(.*?\) and about (\d\.\d)× in float32", readme, re.S
+    )
+    assert caption and paragraph and caption[0] == paragraph[0][1], (caption, paragraph)
+    assert "calibrate --timing --dtype D" in readme and "computes its figure from\nthe curve measured" in readme
+
+
+def test_the_readmes_commands_name_files_that_ship_and_say_how_long_the_bench_takes():
+    """README's generate example read report.txt, which does not exist; its 160-decode bench said nothing of the
+    ~2 h it takes. Mutation caught: the old README (report.txt; no time, no quick variant)."""
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    readme = (root / "README.md").read_text()
+    for path in re.findall(r"--context-file (\S+)", readme):
+        assert (root / path).is_file(), path
+    assert "about 2 h on 2 shared CPU cores" in readme and "--limit 1 --methods greedy,pld,hf-generate" in readme
