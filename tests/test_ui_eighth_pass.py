@@ -262,3 +262,25 @@ def test_the_readmes_commands_name_files_that_ship_and_say_how_long_the_bench_ta
     for path in re.findall(r"--context-file (\S+)", readme):
         assert (root / path).is_file(), path
     assert "about 2 h on 2 shared CPU cores" in readme and "--limit 1 --methods greedy,pld,hf-generate" in readme
+
+
+def test_analytics_counts_only_runs_that_take_the_parameter_and_labels_speeds_as_compare_does():
+    """The sweep said "every chosen run used alpha = 0.1" for greedy + aasd[auto] + csd (only aasd takes α), and the
+    tokens/s bars read 9.021 / 19 / 18.73 against Compare's 9.0 / 19.0 / 18.7. Mutations caught: counting every
+    run's stored alpha (greedy's and csd's too) draws greedy and csd lines; num() labels give "9.021"."""
+    from workbench.ui.figures.analytics import runs_bar_figure, sweep_figure
+
+    def run(method, alpha, lengths, tps=None):
+        r = RunTrace(method, {"alpha": alpha}, "m", None, "cpu", "float32", "p", [1], status="complete")
+        r.external_accept_lengths = lengths
+        if tps is not None:  # the decoded tokens are the accept lengths' sum
+            r.decode_seconds = sum(lengths) / tps
+        return r
+
+    runs = [run("greedy", 0.2, [1, 1]), run("aasd", 0.1, [3, 3]), run("aasd", 0.3, [2]), run("csd", 0.2, [2])]
+    fig = sweep_figure(runs, "alpha")
+    assert {tr.name for tr in fig.data} == {"aasd"}, [tr.name for tr in fig.data]
+    one = sweep_figure(runs[:2] + runs[3:], "alpha")  # aasd at one value only: the note names it, not greedy's 0.2
+    assert "alpha = 0.1" in one.layout.annotations[0].text
+    bars = runs_bar_figure([("#1 greedy", run("greedy", 0, [1], 9.021)), ("#2 aasd", run("aasd", 0.1, [2], 19.0))])
+    assert list(bars.data[1].text) == ["9.0", "19.0"]
