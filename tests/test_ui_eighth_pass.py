@@ -284,3 +284,29 @@ def test_analytics_counts_only_runs_that_take_the_parameter_and_labels_speeds_as
     assert "alpha = 0.1" in one.layout.annotations[0].text
     bars = runs_bar_figure([("#1 greedy", run("greedy", 0, [1], 9.021)), ("#2 aasd", run("aasd", 0.1, [2], 19.0))])
     assert list(bars.data[1].text) == ["9.0", "19.0"]
+
+
+def test_loading_names_the_draft_and_a_vocabulary_mismatch_is_said_in_words():
+    """With draft qwen2.5-coder-0.5b the status said "loading smollm2-135m…" for the 11 s the draft took, then the
+    mismatch read "first difference: '!'". Mutations caught: the old f"loading {model}…" has no draft; the old
+    message has no "encode differently"."""
+    from types import SimpleNamespace
+
+    from core.models import VocabularyMismatchError, check_pair
+    from workbench.ui.compare_tab import loading_words
+
+    target = SimpleNamespace(name="smollm2-135m", draft=None)
+    assert "draft model qwen2.5-coder-0.5b" in loading_words("smollm2-135m", "qwen2.5-coder-0.5b", None)
+    assert loading_words("smollm2-135m", "qwen2.5-coder-0.5b", SimpleNamespace(target=target, draft=None)) == (
+        "loading the draft model qwen2.5-coder-0.5b (the target smollm2-135m is loaded)…"
+    )
+    assert loading_words("smollm2-135m", None, None) == "loading smollm2-135m…"
+
+    def model(name, vocab):
+        return SimpleNamespace(name=name, tokenizer=SimpleNamespace(get_vocab=lambda: vocab))
+
+    try:
+        check_pair(model("smollm2-135m", {"!": 0, "a": 1}), model("qwen2.5-coder-0.5b", {"!": 5, "a": 1}))
+    except VocabularyMismatchError as e:
+        text = str(e)
+    assert "'!' is the first token the two tokenizers encode differently (id 0 in the target's" in text, text

@@ -270,6 +270,20 @@ def _duration(seconds: float) -> str:
     return f"{seconds:.1f} s" if seconds < 10 else f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.1f} min"
 
 
+def loading_words(model: str, draft: str | None, loaded) -> str:
+    """The status while models load: the one actually loading (the draft, once the target is loaded: the status said
+    "loading smollm2-135m…" for the 11 s a qwen draft took)."""
+    draft = (draft or "").strip() or None
+    target_ready = loaded is not None
+    if draft and target_ready and loaded.draft is not None and getattr(loaded.draft, "name", None) == draft:
+        return f"loading {model} and its draft {draft}…"  # both cached: a moment
+    if draft and target_ready:
+        return f"loading the draft model {draft} (the target {model} is loaded)…"
+    if draft:
+        return f"loading {model} and the draft model {draft}…"
+    return f"loading {model}…"
+
+
 def running_status(
     name: str, position: int, count: int, rep: int, repeats: int, prog: service.Progress, max_new_tokens: int
 ) -> str:
@@ -935,7 +949,7 @@ class Comparison:
         """Check, load, build the prompt and compress it; yields "loading…" views on the way."""
         r = self.req
         self.check()
-        yield message_view(f"loading {r.model}…")
+        yield message_view(loading_words(r.model, r.draft, self.pool.loaded(r.model)))
         self.models = self.pool.load(r.model, r.draft)
         self.text, self.ids = service.build_prompt(self.models.target.tokenizer, r.prompt, r.context, bool(r.chat))
         self.compression, self.full_ids = None, None
