@@ -310,3 +310,22 @@ def test_loading_names_the_draft_and_a_vocabulary_mismatch_is_said_in_words():
     except VocabularyMismatchError as e:
         text = str(e)
     assert "'!' is the first token the two tokenizers encode differently (id 0 in the target's" in text, text
+
+
+def test_single_user_mode_offers_no_share_and_says_why(tmp_path):
+    """The demo (single-user) answered "run #442 is shared: anyone using this app can see it" though everyone sees
+    every run there already. Mutations caught: a visible Share button in single-user mode; the old answer."""
+    from workbench.service import ModelPool
+    from workbench.ui.access import Viewer
+    from workbench.ui.builder import build_app
+    from workbench.ui.replay_tab import ALREADY_VISIBLE, ReplayHandlers
+
+    def share_button(demo):
+        return next(b for b in demo.blocks.values() if getattr(b, "elem_id", None) == "replay-share")
+
+    single = build_app(db=str(tmp_path / "a.db"), pool=ModelPool("cpu", "float32"), single_user=True)
+    assert share_button(single).visible is False
+    multi = build_app(db=str(tmp_path / "b.db"), pool=ModelPool("cpu", "float32"))
+    assert share_button(multi).visible is not False
+    handlers = ReplayHandlers(single.store, single.pool, None, who=lambda request: Viewer(None))
+    assert handlers.share(None, 442) == ALREADY_VISIBLE and "already visible to everyone" in ALREADY_VISIBLE

@@ -63,7 +63,7 @@ def build_app(
             with gr.Tab("Compare"):
                 compare = compare_tab(store, pool, compare_ids, who)
             with gr.Tab("Replay & tune") as replay:
-                replay_parts = replay_tab(store, pool, cache, who)
+                replay_parts = replay_tab(store, pool, cache, who, single_user=single_user)
             with gr.Tab("Diff", elem_id="tab-diff") as diff:
                 diff_a, diff_b = diff_tab(store, cache, who, compare_ids, pool)
             with gr.Tab("CSD memory", elem_id="tab-memory") as memory:
