@@ -329,3 +329,32 @@ def test_single_user_mode_offers_no_share_and_says_why(tmp_path):
     assert share_button(multi).visible is not False
     handlers = ReplayHandlers(single.store, single.pool, None, who=lambda request: Viewer(None))
     assert handlers.share(None, 442) == ALREADY_VISIBLE and "already visible to everyone" in ALREADY_VISIBLE
+
+
+def test_runs_csv_names_a_run_as_the_app_lists_it_and_old_exports_still_import(tmp_path):
+    """runs.csv's `method` said `aasd` for the run the app lists as `aasd[auto]`. `method_label` now says what the app
+    shows, beside the plain `method` that import reads; an export without the new column imports as before.
+    Mutation caught: without the derived column (or with `method_label` = the plain method) the label check fails."""
+    import csv
+
+    from workbench.store import Store
+
+    store = Store(f"sqlite:///{tmp_path / 'a.db'}")
+    run = RunTrace("aasd", {"fitted": 1, "alpha": 0.1}, "m", None, "cpu", "float32", "p", [1], output_ids=[2, 3])
+    rid = store.save_run(run)
+    store.export_csv([rid], tmp_path / "out")
+    rows = list(csv.DictReader(open(tmp_path / "out" / "runs.csv", encoding="utf-8")))
+    assert rows[0]["method"] == "aasd" and rows[0]["method_label"] == "aasd[auto]"
+    assert Store(f"sqlite:///{tmp_path / 'b.db'}").import_csv(tmp_path / "out") == [rid]
+    # the same export without the column (as written before it existed) imports too
+    old = tmp_path / "old"
+    old.mkdir()
+    for name in ("steps", "nodes"):
+        (old / f"{name}.csv").write_bytes((tmp_path / "out" / f"{name}.csv").read_bytes())
+    with open(tmp_path / "out" / "runs.csv", encoding="utf-8", newline="") as f:
+        table = list(csv.reader(f))
+    drop = table[0].index("method_label")
+    with open(old / "runs.csv", "w", encoding="utf-8", newline="") as f:
+        csv.writer(f, lineterminator="\n").writerows([r[:drop] + r[drop + 1 :] for r in table])
+    imported = Store(f"sqlite:///{tmp_path / 'c.db'}")
+    assert imported.import_csv(old) == [rid] and imported.load_run(rid).trace.method == "aasd"
