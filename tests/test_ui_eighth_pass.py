@@ -358,3 +358,27 @@ def test_runs_csv_names_a_run_as_the_app_lists_it_and_old_exports_still_import(t
         csv.writer(f, lineterminator="\n").writerows([r[:drop] + r[drop + 1 :] for r in table])
     imported = Store(f"sqlite:///{tmp_path / 'c.db'}")
     assert imported.import_csv(old) == [rid] and imported.load_run(rid).trace.method == "aasd"
+
+
+def test_a_rescore_row_gives_the_deciding_reason_and_the_sibling_apart_in_plain_words():
+    """A flip read "p 0.4259 < θ 0.5137 …; not taken: sibling node 3 (' ') at depth 1 was accepted first (one child
+    per depth)": two reasons at once and jargon. Mutation caught: the old sibling_note (the same "not taken: …
+    accepted first (one child per depth)" for a node its threshold rejected)."""
+    from types import SimpleNamespace
+
+    from workbench.rescore import sibling_note
+
+    won = SimpleNamespace(node=3, parent=0, depth=1, token_text=" ", decision="accepted", reason="p ok")
+    failed = SimpleNamespace(
+        node=2, parent=0, depth=1, token_text="x", decision="rejected", reason="p 0.4259 < θ 0.5137"
+    )
+    note = sibling_note(failed, [won, failed])
+    assert "not taken" not in note and "one child per depth" not in note and "Its rule decided" in note, note
+    assert "only one token can follow at each position" in note
+    passed = SimpleNamespace(
+        **{**vars(failed), "reason": "p 0.6 ≥ θ 0.5; passed, but a longer or likelier path was chosen"}
+    )
+    note = sibling_note(passed, [won, passed])
+    assert (
+        note.startswith("; not taken: sibling node 3 (' ') at depth 1 was accepted first") and "one child" not in note
+    )
