@@ -382,3 +382,13 @@ def test_a_rescore_row_gives_the_deciding_reason_and_the_sibling_apart_in_plain_
     assert (
         note.startswith("; not taken: sibling node 3 (' ') at depth 1 was accepted first") and "one child" not in note
     )
+
+
+def test_a_replay_step_title_counts_rescued_tokens_apart():
+    """Run 441 step 14 read "2 of 2 drafted accepted" while verification rejected one and CSD rescued it. Mutation
+    caught: the old title (no "rescued")."""
+    from workbench.ui.figures.replay import tree_title
+
+    step = _csd_run("rescued", rank=1).steps[1]
+    assert tree_title(step) == "step 1: 2 of 2 drafted kept (1 rescued), 3 emitted"
+    assert tree_title(_csd_run("accepted", rank=0).steps[1]) == "step 1: 2 of 2 drafted accepted, 3 emitted"
