@@ -392,3 +392,24 @@ def test_a_replay_step_title_counts_rescued_tokens_apart():
     step = _csd_run("rescued", rank=1).steps[1]
     assert tree_title(step) == "step 1: 2 of 2 drafted kept (1 rescued), 3 emitted"
     assert tree_title(_csd_run("accepted", rank=0).steps[1]) == "step 1: 2 of 2 drafted accepted, 3 emitted"
+
+
+def test_a_bad_run_id_closes_the_previous_run(tmp_path):
+    """Loading run 99999999 showed the error but left the previous run's slider, figures and "is shared" line. Now
+    the slider hides, the step data is emptied (the browser's STEP_JS then empties the figure slots, which hides the
+    body: builder.CSS), and every way of opening a run clears the share line. Mutations caught: the old error
+    return (gr.update() for the slider); STEP_JS returning early without emptying the slots."""
+    from workbench.service import ModelPool
+    from workbench.store import Store
+    from workbench.ui.access import Viewer
+    from workbench.ui.replay_js import STEP_JS
+    from workbench.ui.replay_tab import ReplayHandlers
+    from workbench.ui.shared import RunCache
+
+    store = Store(f"sqlite:///{tmp_path / 'a.db'}")
+    h = ReplayHandlers(store, ModelPool("cpu", "float32"), RunCache(store), who=lambda request: Viewer(None))
+    out = h.open(None, 99999999)
+    assert out[0] == {"__type__": "update", "value": 0, "visible": "hidden"}, out[0]
+    assert "99999999" in out[1] and out[-1] is None  # the error, and no run opened
+    no_run = STEP_JS[STEP_JS.index("if (!data || !Array.isArray(data.steps))") :]
+    assert no_run.index("put('replay-tree', '')") < no_run.index("return [info]")

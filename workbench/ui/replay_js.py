@@ -128,7 +128,12 @@ _JS = r"""
     const h = Math.ceil(head.getBoundingClientRect().height + most * row) + 6;
     slot.style.height = `${Math.min(slot.__most, h)}px`;
   };
-  if (!data || !Array.isArray(data.steps)) return [info];
+  if (!data || !Array.isArray(data.steps)) {  // no run (a bad run id): the last run's figures go (the body hides)
+    put('replay-tree', '');
+    put('replay-thresholds', '');
+    put('replay-nodes', '');
+    return [info];
+  }
   if (!data.steps.length) {
     cutText(Infinity);
     put('replay-tree', '');

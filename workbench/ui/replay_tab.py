@@ -295,8 +295,9 @@ class ReplayHandlers:
         try:
             rid = run_id_of(rid)
             stored, origins, ends = self.cache.get(rid, self.who(request))
-        except WorkbenchError as e:
-            return (gr.update(), error_md(e), *keep, gr.update(), None, "", *cleared, None)
+        except WorkbenchError as e:  # the previous run is closed too (no step data: the browser empties the figures)
+            closed = gr.update(value=0, visible="hidden")
+            return (closed, error_md(e), *keep, gr.update(), None, "", *cleared, None)
         trace = stored.trace
         try:
             flags = rv.tuning_active(trace.method)
@@ -557,6 +558,8 @@ def replay_tab(
     picker.refresh.click(listed, [picker.filt], [picker.runs], api_name="list_runs")
     picker.filt.submit(listed, [picker.filt], [picker.runs], api_name=False)
     picker.share.click(h.share, [picker.run_id], [picker.shared_md], api_name="share_run")
+    for opening in (picker.load.click, picker.run_id.submit, picker.runs.select):  # "is shared" was the last run's
+        opening(lambda: "", None, [picker.shared_md], api_name=False, show_progress="hidden", queue=False)
     picker.runs.select(
         h.open_row, [picker.runs], [picker.run_id, *open_outputs], api_name=False, show_progress="hidden", queue=False
     ).then(**drawn, api_name=False).then(**figures, api_name=False)
