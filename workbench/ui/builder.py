@@ -23,6 +23,8 @@ input:disabled, textarea:disabled { opacity: 0.45; cursor: not-allowed; }  /* a 
 .tokens { font-family: ui-monospace, monospace; font-size: 0.9em; line-height: 1.6; white-space: pre-wrap; }
 /* Replay & tune: nothing but the run picker until a run's first step is drawn (its tree box is empty till then) */
 #replay-body:has(#replay-tree .replay-slot:empty) { display: none; }
+/* Compare: a column without a method (its head has no title) takes no width: three methods share the whole row */
+.compare-col:not(:has(h3)) { display: none !important; }
 """
 
 

@@ -713,7 +713,7 @@ def build_form(tasks: Mapping[str, Task], allow_local: bool = True) -> CompareFo
     heads, bodies, stats = [], [], []
     with gr.Row(equal_height=False):
         for i in range(SLOTS):
-            with gr.Column(min_width=240):
+            with gr.Column(min_width=240, elem_classes=["compare-col"]):  # hidden while its head is empty: CSS
                 heads.append(gr.Markdown(f"### {service.DEFAULT_METHODS[i]}" if i < 3 else "", elem_id=f"col-head-{i}"))
                 stats.append(gr.Markdown("", elem_id=f"col-metrics-{i}"))
                 bodies.append(gr.HTML("", elem_id=f"col-text-{i}", elem_classes=["tokens"]))
