@@ -3,6 +3,8 @@ the waiting status, speed labels against bars, analytics, export labels, and the
 
 from __future__ import annotations
 
+import pytest
+
 from core.trace import NodeTrace, RunTrace, StepTrace
 
 
@@ -413,3 +415,64 @@ def test_a_bad_run_id_closes_the_previous_run(tmp_path):
     assert "99999999" in out[1] and out[-1] is None  # the error, and no run opened
     no_run = STEP_JS[STEP_JS.index("if (!data || !Array.isArray(data.steps))") :]
     assert no_run.index("put('replay-tree', '')") < no_run.index("return [info]")
+
+
+@pytest.mark.real_model
+def test_on_smollm2_the_diff_and_compare_note_name_a_rescue_at_the_divergence(smollm2):
+    """The same explanation on a real model (one forward, as Compare and Diff measure it): a CSD run whose token 3,
+    not greedy's, was rescued by its rule is the rule's choice, whatever the logit gap there. Mutation caught: Diff's
+    tie_note not passing the run to divergence_note (the note then cannot see the rescue)."""
+    from contextlib import nullcontext
+    from types import SimpleNamespace
+
+    from core.methods import run_method
+    from workbench import service
+    from workbench.ui.diff_tab import tie_note
+
+    ids = smollm2.tokenizer("Once upon a time", return_tensors=None)["input_ids"]
+    greedy = run_method("greedy", smollm2, ids, {"max_new_tokens": 6})
+    out = list(greedy.output_ids)
+    out[3] = (out[3] + 1) % smollm2.tokenizer.vocab_size
+
+    def plain(k, token):
+        return StepTrace(
+            k,
+            0,
+            0,
+            0,
+            [token],
+            nodes=[_node(k, 0, -1, 0, token, "", "accepted"), _node(k, 1, 0, 1, token, "t", "bonus", source="model")],
+        )
+
+    reason = "differs from the target's sample; correction 7; count 16 ≥ λ 6; z(x) − z(t*) -0.500 ≥ log τ -4.605"
+    rescue = StepTrace(
+        3,
+        0,
+        1,
+        1,
+        [out[3], out[4]],
+        nodes=[
+            _node(3, 0, -1, 0, out[2], "", "accepted"),
+            _node(3, 1, 0, 1, out[3], "x", "rescued", rank=1, gap=0.5, reason=reason),
+            _node(3, 2, 1, 2, out[4], "y", "bonus", source="model"),
+        ],
+    )
+    csd = RunTrace(
+        "csd",
+        {"temperature": 0.0},
+        smollm2.name,
+        None,
+        "cpu",
+        "float32",
+        "p",
+        list(ids),
+        output_ids=out,
+        steps=[plain(0, out[0]), plain(1, out[1]), plain(2, out[2]), rescue, plain(4, out[5])],
+    )
+    models = service.Models(smollm2, None)
+    pool = SimpleNamespace(
+        loaded=lambda name: models if name == smollm2.name else None, slot=lambda name: nullcontext()
+    )
+    note = tie_note(pool, greedy, csd)
+    assert "parts from greedy at token 3" in note and "CSD's rule rescued it" in note, note
+    assert "not because of the method's rule" not in note and "count 16 ≥ λ 6" in note
