@@ -949,7 +949,8 @@ class Comparison:
         """Check, load, build the prompt and compress it; yields "loading…" views on the way."""
         r = self.req
         self.check()
-        yield message_view(loading_words(r.model, r.draft, self.pool.loaded(r.model)))
+        loaded = self.pool.loaded(r.model) if (r.draft or "").strip() else None  # with a draft: which one loads
+        yield message_view(loading_words(r.model, r.draft, loaded))
         self.models = self.pool.load(r.model, r.draft)
         self.text, self.ids = service.build_prompt(self.models.target.tokenizer, r.prompt, r.context, bool(r.chat))
         self.compression, self.full_ids = None, None
