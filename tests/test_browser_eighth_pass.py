@@ -30,3 +30,24 @@ def test_three_methods_share_the_whole_row(page):
     row = page.locator(".compare-col").first.locator("xpath=..").bounding_box()
     assert sum(b["width"] for b in shown) > 0.9 * row["width"], (shown, row)
     assert all(b["width"] > 0.28 * row["width"] for b in shown), (shown, row)
+
+
+def test_a_bad_run_id_takes_the_previous_run_off_the_page(app, page):
+    """Loading run 99999999 showed the error and left the previous run's step slider and figures on screen. Mutation
+    caught: STEP_JS returning early on no step data (the figure slots keep the last run's tree and table)."""
+    from playwright.sync_api import expect
+    from test_browser_replay import make_run
+
+    rid = app[0].store.save_run(make_run(), tags=["shared"])
+    page.get_by_role("tab", name="Replay & tune").click()
+    page.locator("#replay-run-id input").fill(str(rid))
+    page.get_by_role("button", name="Load run").click()
+    expect(page.locator("#replay-tree svg").first).to_be_visible(timeout=30_000)
+    expect(page.locator("#replay-body")).to_be_visible()
+    page.locator("#replay-run-id input").fill("99999999")
+    page.get_by_role("button", name="Load run").click()
+    expect(page.locator("#replay-info")).to_contain_text("99999999", timeout=30_000)  # the error, in view
+    expect(page.locator("#replay-tree")).to_contain_text("no run is shown", timeout=30_000)
+    expect(page.locator("#replay-tree svg")).to_have_count(0)
+    expect(page.locator("#replay-nodes tbody tr")).to_have_count(0)
+    expect(page.locator("#replay-step input[type=range]")).to_be_hidden()

@@ -398,8 +398,8 @@ def test_a_replay_step_title_counts_rescued_tokens_apart():
 
 def test_a_bad_run_id_closes_the_previous_run(tmp_path):
     """Loading run 99999999 showed the error but left the previous run's slider, figures and "is shared" line. Now
-    the slider hides, the step data is emptied (the browser's STEP_JS then empties the figure slots, which hides the
-    body: builder.CSS), and every way of opening a run clears the share line. Mutations caught: the old error
+    the slider hides, the step data is emptied (the browser's STEP_JS then empties the figure slots and says no run is
+    shown, beside the error), and every way of opening a run clears the share line. Mutations caught: the old error
     return (gr.update() for the slider); STEP_JS returning early without emptying the slots."""
     from workbench.service import ModelPool
     from workbench.store import Store
@@ -414,7 +414,7 @@ def test_a_bad_run_id_closes_the_previous_run(tmp_path):
     assert out[0] == {"__type__": "update", "value": 0, "visible": "hidden"}, out[0]
     assert "99999999" in out[1] and out[-1] is None  # the error, and no run opened
     no_run = STEP_JS[STEP_JS.index("if (!data || !Array.isArray(data.steps))") :]
-    assert no_run.index("put('replay-tree', '')") < no_run.index("return [info]")
+    assert no_run.index("put('replay-nodes', '')") < no_run.index("return [info]")
 
 
 @pytest.mark.real_model
