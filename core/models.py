@@ -603,9 +603,24 @@ def check_pair(target: LoadedModel, draft: LoadedModel) -> None:
     differing = next((tok for tok in sorted(set(tv) | set(dv)) if tv.get(tok) != dv.get(tok)), None)
     raise VocabularyMismatchError(
         f"the draft {draft.name!r} ({len(dv)} tokens) does not share the vocabulary of the target {target.name!r} "
-        f"({len(tv)} tokens); first difference: {differing!r}. The draft must use the target's tokenizer "
-        "(e.g. qwen2.5-coder-0.5b drafting for qwen2.5-coder-1.5b)."
+        f"({len(tv)} tokens): {vocab_difference(differing, tv.get(differing), dv.get(differing))} The draft must "
+        "use the target's tokenizer (e.g. qwen2.5-coder-0.5b drafting for qwen2.5-coder-1.5b)."
     )
+
+
+def vocab_difference(token: str | None, target_id: int | None, draft_id: int | None) -> str:
+    """In words, the first vocabulary entry two tokenizers disagree on (the raw entry alone, e.g. '!', read as a
+    riddle)."""
+    if token is None:
+        return "their vocabularies differ."
+    how = (
+        "the target's tokenizer has no such token"
+        if target_id is None
+        else "the draft's tokenizer has no such token"
+        if draft_id is None
+        else f"id {target_id} in the target's tokenizer, id {draft_id} in the draft's"
+    )
+    return f"first difference: {token!r} is the first token the two tokenizers encode differently ({how})."
 
 
 def encode_prompt(tokenizer, text: str, *, chat: bool | None = None, system: str | None = None) -> list[int]:

@@ -178,3 +178,13 @@ def _out_of_range(
         f"{name} = {shown(value.strip() if isinstance(value, str) else value, quoted=False)} is out of range {bracket}{low}, {high}]{named}"
         + (f": {meaning}" if meaning else "")
     )
+
+
+AUTO_THRESHOLDS = "auto"  # `aasd[auto]`: short for `aasd[fitted=1]`, the thresholds fitted to the model
+
+
+def asked_as(method: str, params) -> str:
+    """The method as the run was asked for: `aasd[auto]` for a run with fitted thresholds, else the method, so the
+    app's columns, runs list and replay header, the CLI's `store list` and runs.csv's `method_label` name a run alike
+    (here, not in core.methods, so the store can name runs without importing torch)."""
+    return f"{method}[{AUTO_THRESHOLDS}]" if (params or {}).get("fitted") else method

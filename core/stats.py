@@ -172,6 +172,26 @@ def speedup(run: "RunTrace", reference: "RunTrace") -> tuple[float | None, str]:
     return None, ""
 
 
+CLOCKS_DISAGREE = 0.2  # relative difference of the two clocks' speed-ups past which a column says so
+
+
+def wall_clock_note(run: "RunTrace", reference: "RunTrace", tolerance: float = CLOCKS_DISAGREE) -> str:
+    """When `run`'s speed-up over `reference` is from decoding CPU time (speedup) and the wall-clock tokens/s ratio
+    differs from it by more than `tolerance` (relative), a few words saying both: the bars and the tok/s labels
+    then disagree, and the reason is other work on the core. "" otherwise."""
+    ratio, clock = speedup(run, reference)
+    tps, ref_tps = run_metrics(run)["tps"], run_metrics(reference)["tps"]
+    if clock != "cpu" or not ratio or not tps or not ref_tps:
+        return ""
+    wall = tps / ref_tps
+    if abs(wall - ratio) <= tolerance * ratio:
+        return ""
+    return (
+        f"wall clock {wall:.2f}× (tok/s ÷ {reference.method}'s) against {ratio:.2f}× from decoding CPU time: "
+        "other work shared the core while they ran"
+    )
+
+
 # ---- Pooling runs into a table row (MAL, TPS, speed-up) ---------------------------------------
 
 PHASES = ("draft_ms", "forward_ms", "verify_ms", "bookkeeping_ms", "step_ms")

@@ -450,15 +450,15 @@ def test_sweep_pools_runs_per_method_and_value():
         return r
 
     runs = [
-        run("aasd", 0.1, [3, 3]),
-        run("aasd", 0.1, [1, 1]),
-        run("aasd", 0.05, [4]),
-        run("casd", 0.1, [2]),
+        run("casd", 0.1, [3, 3]),
+        run("casd", 0.1, [1, 1]),
+        run("casd", 0.05, [4]),
+        run("aasd", 0.1, [2]),
         make_run("greedy", [aasd_step()]),
-    ]  # greedy has no δ: left out
+    ]  # greedy has no δ, and aasd takes none (a stored δ in its params is not its): both left out
     fig = sweep_figure(runs, "delta")
     lines = {tr.name: (list(tr.x), list(tr.y), list(tr.customdata)) for tr in fig.data}
-    assert lines == {"aasd": ([0.05, 0.1], [4.0, 2.0], [1, 2]), "casd": ([0.1], [2.0], [1])}
+    assert lines == {"casd": ([0.05, 0.1], [4.0, 2.0], [1, 2])}
     assert sweep_figure(runs[-1:], "delta").layout.annotations[0].text == "no selected run has the parameter 'delta'"
     assert sweep_figure([], "delta").layout.annotations[0].text == NO_RUNS
 

@@ -186,16 +186,25 @@ def prepare_run(run: RunTrace) -> list[StepInputs]:
     return [step_inputs(s) for s in run.steps]
 
 
+PASSED_BUT = "passed, but"  # core.walk's words for a node that passed its rule and was still not taken
+ONE_TOKEN = "only one token can follow at each position"
+
+
 def sibling_note(node, nodes: Sequence) -> str:
-    """For a node the walk did not take while a sibling (same parent) was taken: "; not taken: sibling node k ('tok')
-    at depth d was accepted first (one child per depth)", which its own rule's words (or "passed, but ...") do not
-    name; "" otherwise. `nodes`: the step's nodes with their new decisions (NodeRescore)."""
+    """For a node the walk did not take while a sibling (same parent) was taken, the sibling in plain words; "" when
+    no sibling was taken. Where the node passed its own rule the sibling is why it was not taken ("; not taken:
+    sibling node k ('tok') at depth d was accepted first: only one token ..."); where its rule failed it (its
+    threshold), that is the reason, and the sibling is said apart, as a fact, not as a second reason.
+    `nodes`: the step's nodes with their new decisions (NodeRescore)."""
     if node.parent < 0 or node.decision in ("accepted", "rescued"):
         return ""
     won = next((n for n in nodes if n.parent == node.parent and n.decision in ("accepted", "rescued")), None)
     if won is None:
         return ""
-    return f"; not taken: sibling node {won.node} ({won.token_text!r}) at depth {won.depth} was accepted first (one child per depth)"
+    sibling = f"sibling node {won.node} ({won.token_text!r}) at depth {won.depth}"
+    if PASSED_BUT in (node.reason or ""):
+        return f"; not taken: {sibling} was accepted first ({ONE_TOKEN})"
+    return f". (Its rule decided; apart from that, {sibling} was chosen at this position: {ONE_TOKEN}.)"
 
 
 def _rescore(

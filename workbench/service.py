@@ -109,6 +109,43 @@ class Models:
     draft: Any | None
 
 
+class ComparisonTurns:
+    """Whole comparisons take a model in turns, `per_model` at a time: two comparisons started together ran
+    method by method in alternation while the second one's status said it waited for the first. A comparison takes
+    its turn before its first method and gives it back when it ends; each method still holds the model's slot
+    (ModelPool.slot) while it runs, which a replay's re-run also takes. A comparison whose consumer stopped resuming
+    it (a closed tab: its generator may never be closed) loses its turn after `idle` seconds suspended."""
+
+    def __init__(self, per_model: int = 1, idle: float = 10.0):
+        self.per_model, self.idle = per_model, idle
+        self._holders: dict[str, dict[object, float | None]] = {}  # model -> holder -> suspended since (None: active)
+        self._lock = threading.Lock()
+
+    def take(self, model: str, holder: object) -> bool:
+        """Take a turn on `model` for `holder` if one is free (or `holder` has it): True when it has it."""
+        now = time.monotonic()
+        with self._lock:
+            held = self._holders.setdefault(model, {})
+            for other, since in list(held.items()):
+                if since is not None and now - since > self.idle:
+                    del held[other]
+            if holder in held or len(held) < self.per_model:
+                held[holder] = None
+                return True
+            return False
+
+    def suspended(self, model: str, holder: object, yes: bool) -> None:
+        """The holder's generator yields (`yes`) or is resumed: only a suspended holder can lose its turn."""
+        with self._lock:
+            held = self._holders.get(model, {})
+            if holder in held:
+                held[holder] = time.monotonic() if yes else None
+
+    def give_back(self, model: str, holder: object) -> None:
+        with self._lock:
+            self._holders.get(model, {}).pop(holder, None)
+
+
 class ModelPool:
     """Loads models on first use (core.models caches them) and bounds concurrent use per model."""
 
@@ -130,6 +167,9 @@ class ModelPool:
         self._loaded: dict[str, Models] = {}
         self._lock = threading.Lock()
         self.prefill_clock = PrefillClock()
+        self.turns = ComparisonTurns(
+            per_model, IDLE_CANCEL_SECONDS
+        )  # whole comparisons take a model in turns (not method by method)
         self.idle_cancel = IDLE_CANCEL_SECONDS  # see stream_run
         self.busy: dict[str, str] = {}  # model -> what holds its slot when it is not a generation (warm_up)
         self.warm_up_forward = True  # _warm: False only to measure what it saves (benchmarks/bench_first_pass.py)
@@ -178,7 +218,7 @@ class ModelPool:
 
             try:
                 runs = methods.warm_up(model)
-                self.prefill_clock.observe(model, timed_prefill(model, runs[0].prompt_ids))
+                self.prefill_clock.observe(model, timed_prefill(model, runs[0].prompt_ids), warm_up=True)
             except Exception as e:  # an optimisation only: the comparison's own run reports what is wrong
                 log.warning("warm-up forward of %s skipped: %s: %s", getattr(model, "name", model), type(e).__name__, e)
             self._warmed.add(id(model))
@@ -275,34 +315,46 @@ def model_key(target) -> tuple[str, str, str]:
 
 
 class PrefillClock:
-    """How long reading a prompt takes on this server, per loaded model. Reading costs more per token as the prompt
-    grows (attention over what is already read), so one rate per token does not serve every length: the shape of
-    the cost comes from the model's cost model t(n, L) measured here (core.timing: the per-node slope of t at the
-    cache length each prefill chunk reads at, prefill_shape), and its scale from this server's prefill nearest in
-    length (a prefill's causal forward costs a few times the slope of a tree's). With no prefill seen yet, the
-    shape alone (an underestimate, said so); with no cost model, the nearest prefill's rate per token."""
+    """How long reading a prompt takes on this server, per loaded model: one function of the prompt's length,
+    monotone in it. Its shape comes from the model's cost model t(n, L) measured here (reading costs more per token
+    as the prompt grows: core.timing's per-node slope at the cache length each prefill chunk reads at,
+    prefill_shape), else a rate per token; its scale from this server's latest whole prefill, whatever its length
+    (the latest says most about how busy the machine is now), else the warm-up's timed prefill (an idle read: a
+    busy machine reads slower, and the source says so), else the shape alone (an underestimate, said so)."""
 
     def __init__(self):
-        self._seen: dict[tuple[str, str, str], dict[int, tuple[int, float]]] = {}  # model -> band -> (tokens, s)
+        self._latest: dict[tuple[str, str, str], tuple[int, float]] = {}  # model -> (tokens, s) of its latest read
+        self._warm_up: dict[tuple[str, str, str], tuple[int, float]] = {}  # model -> the warm-up's timed read
         self._lock = threading.Lock()
 
-    def observe(self, target, run: RunTrace) -> None:
+    def observe(self, target, run: RunTrace, warm_up: bool = False) -> None:
         n = len(run.prompt_ids)
         if (
             n >= 32 and run.prefill_seconds > 0 and prefill_completed(run)
         ):  # a handful of tokens says more about overheads than about rate
-            with self._lock:  # one prefill kept per length band (a factor of two): the nearest is the one to scale
-                self._seen.setdefault(model_key(target), {})[n.bit_length()] = (n, run.prefill_seconds)
+            with self._lock:
+                (self._warm_up if warm_up else self._latest)[model_key(target)] = (n, run.prefill_seconds)
 
     def estimate(self, target, tokens: int) -> tuple[float, str] | None:
-        """(seconds, where the rate comes from) for a prompt of `tokens`, or None with nothing to go on."""
+        """(seconds, what it is based on) for a prompt of `tokens`, or None with nothing to go on."""
+        key = model_key(target)
         with self._lock:
-            seen = list(self._seen.get(model_key(target), {}).values())
+            latest, warm = self._latest.get(key), self._warm_up.get(key)
         model = cost_model(target)
+        seen = latest or warm
         if seen:
-            n, seconds = min(seen, key=lambda obs: abs(math.log(obs[0] / max(tokens, 1))))
+            n, seconds = seen
             scale = tokens / n if model is None else prefill_shape(model, tokens) / prefill_shape(model, n)
-            return seconds * scale, f"this server's prefill of a {n:,}-token prompt"
+            if latest:
+                source = (
+                    f"this server's latest prefill (a {n:,}-token prompt in {seconds:.1f} s), scaled to this length"
+                )
+            else:
+                source = (
+                    f"this server's warm-up prefill of a {n:,}-token prompt, scaled to this length; an idle read: "
+                    "while other work shares the CPU it takes longer"
+                )
+            return seconds * scale, source
         if model is None:
             return None
         return prefill_shape(model, tokens), "the model's measured cost curve; a first prefill takes longer"
@@ -489,6 +541,7 @@ class Progress:
     error: str | None = None
     prefill: tuple[int, int] | None = None  # (prompt tokens read, of) while the prompt is being read
     stopping: bool = False  # Stop was asked for: the run ends at its next step or prompt chunk
+    waiting: bool = False  # the run waits for the model's slot (another generation holds it): nothing read yet
 
     @property
     def tokens(self) -> int:
@@ -602,7 +655,7 @@ def stream_run(
 
     worker = threading.Thread(target=work, daemon=True)
     worker.start()
-    last, started, told = 0.0, False, False
+    last, started, told, told_waiting = 0.0, False, False, False
     try:
         while True:
             try:
@@ -614,6 +667,11 @@ def stream_run(
                     told = True
                     suspended[0] = time.monotonic()
                     yield Progress(method, list(steps), stopping=True)  # no prefill: no prompt chunk was read
+                    suspended[0] = None
+                elif not started and not told_waiting:  # the slot is someone else's: say so, not "reading"
+                    told_waiting = True
+                    suspended[0] = time.monotonic()
+                    yield Progress(method, [], waiting=True)
                     suspended[0] = None
                 continue
             # Everything the worker reported while this generator was suspended at its last yield goes into the next

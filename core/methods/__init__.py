@@ -31,7 +31,8 @@ from core.methods.registry import (
     register,
 )
 from core.methods.run import run_batch, run_method, warm_up
-from core.methods.spec import AUTO_THRESHOLDS, asked_as, parse_method_spec, resolve_params, split_method_list
+from core.methods.spec import AUTO_THRESHOLDS, parse_method_spec, resolve_params, split_method_list
+from core.spec import asked_as
 
 __all__ = [
     "ALIGN",

@@ -11,17 +11,10 @@ from core.compress.spec import check_pool, is_pool_method
 from core.errors import InvalidInputError
 from core.methods.registry import METHODS, get_method
 from core.params import validate
-from core.spec import parse_spec, shown, split_specs
+from core.spec import AUTO_THRESHOLDS, parse_spec, shown, split_specs
 from core.thresholds import FITTED_PARAMS
 
-AUTO_THRESHOLDS = "auto"  # `aasd[auto]`: short for `aasd[fitted=1]`, the thresholds fitted to the model
 EXAMPLE = "NAME[param=value,...], e.g. aasd[alpha=0.2,align_graft=1]"
-
-
-def asked_as(method: str, params) -> str:
-    """The method as the run was asked for: `aasd[auto]` for a run with fitted thresholds, else the method, so the
-    app's columns, runs list and replay header and the CLI's `store list` name a run alike."""
-    return f"{method}[{AUTO_THRESHOLDS}]" if (params or {}).get("fitted") else method
 
 
 def parse_method_spec(spec: str) -> tuple[str, dict[str, str]]:

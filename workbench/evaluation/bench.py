@@ -584,7 +584,10 @@ COLUMN_MEANINGS = {
     "mal": "mean accepted length: tokens per verification step (accepted draft tokens + 1)",
     "tps": "tokens per second of decoding (wall clock, the prompt's prefill excluded)",
     "e2e_tps": "tokens per second end to end (prefill included)",
-    "speedup": "tps ÷ greedy's tps in the same run",
+    # the wall clock, unlike the app's speed-ups from decoding CPU time (core.stats.CLOCK_PHRASES): a benchmark runs
+    # alone on pinned cores, where the two agree
+    "speedup": "tps ÷ greedy's tps in the same run: a speed-up from the wall clock (not from decoding CPU time, as "
+    "the app's are)",
     "speedup_sd": "standard deviation of the speed-up over the repeats",
     "speedup_ci95": "half-width of the speed-up's 95% interval over the repeats",
     "tps_sd": "standard deviation of tps over the repeats",

@@ -21,6 +21,7 @@ from sqlalchemy.orm import Session
 
 from core.errors import InvalidInputError
 from core.files import open_text
+from core.spec import asked_as
 from core.token_text import spoken_reason
 from core.trace import DECISIONS, SOURCES, STATUSES
 from workbench.store.errors import CsvFormatError
@@ -62,7 +63,9 @@ csv.field_size_limit(min(sys.maxsize, 2**31 - 1))
 # Columns written for a person and ignored on import (an export without them imports too): a node's reason with
 # its correction token named by text (core.token_text), beside `reason` as stored ("correction 504") and the id in
 # `correction_id`, which a re-import keeps byte for byte.
-DERIVED = {"nodes": {"reason_text": "reason"}}  # column -> the stored column it is written after
+# A run's `method_label` is the method as the app lists it (`aasd[auto]` for fitted thresholds: core.methods.spec.
+# asked_as) beside `method`, the plain name import reads.
+DERIVED = {"nodes": {"reason_text": "reason"}, "runs": {"method_label": "method"}}  # column -> written after
 # Nullable columns a later schema revision added: an export made before them imports, the column left null.
 ADDED_LATER = {"runs": ("decode_cpu_seconds",)}
 
@@ -228,6 +231,7 @@ def write_csv(
                     if name == "runs":
                         m["run_id"] = m.pop("id")
                         m["tags"] = tags.get(m["run_id"], [])
+                        m["method_label"] = asked_as(m["method"], m["params"])
                     if name == "nodes":
                         known = texts.get(m["run_id"], {})
                         m["reason_text"] = spoken_reason(m["reason"], lambda t: known.get(t, f"⟨{t}⟩"))

@@ -23,6 +23,8 @@ input:disabled, textarea:disabled { opacity: 0.45; cursor: not-allowed; }  /* a 
 .tokens { font-family: ui-monospace, monospace; font-size: 0.9em; line-height: 1.6; white-space: pre-wrap; }
 /* Replay & tune: nothing but the run picker until a run's first step is drawn (its tree box is empty till then) */
 #replay-body:has(#replay-tree .replay-slot:empty) { display: none; }
+/* Compare: a column without a method (its head has no title) takes no width: three methods share the whole row */
+.compare-col:not(:has(h3)) { display: none !important; }
 """
 
 
@@ -63,7 +65,7 @@ def build_app(
             with gr.Tab("Compare"):
                 compare = compare_tab(store, pool, compare_ids, who)
             with gr.Tab("Replay & tune") as replay:
-                replay_parts = replay_tab(store, pool, cache, who)
+                replay_parts = replay_tab(store, pool, cache, who, single_user=single_user)
             with gr.Tab("Diff", elem_id="tab-diff") as diff:
                 diff_a, diff_b = diff_tab(store, cache, who, compare_ids, pool)
             with gr.Tab("CSD memory", elem_id="tab-memory") as memory:

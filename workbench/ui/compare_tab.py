@@ -8,6 +8,7 @@ ColumnsView per update. Pure helpers (task fields, repeats, speeds, the status l
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,7 +21,7 @@ from core.errors import InvalidInputError, WorkbenchError
 from core.memory import memory_path, pair_fingerprint, shipped_memory, shipped_memory_path
 from core.methods.build import sizes_trees
 from core.params import MEMORY_MODES, PARAMS, SHIPPED_MEMORY
-from core.stats import CLOCK_PHRASES, clock_phrase, first_divergence, run_metrics
+from core.stats import CLOCK_PHRASES, clock_phrase, first_divergence, run_metrics, wall_clock_note
 from core.stats import speedup as stats_speedup
 from core.step import check_prompt
 from core.thresholds import FITTED_PARAMS, fit_origin
@@ -269,6 +270,20 @@ def _duration(seconds: float) -> str:
     return f"{seconds:.1f} s" if seconds < 10 else f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.1f} min"
 
 
+def loading_words(model: str, draft: str | None, loaded) -> str:
+    """The status while models load: the one actually loading (the draft, once the target is loaded: the status said
+    "loading smollm2-135m…" for the 11 s a qwen draft took)."""
+    draft = (draft or "").strip() or None
+    target_ready = loaded is not None
+    if draft and target_ready and loaded.draft is not None and getattr(loaded.draft, "name", None) == draft:
+        return f"loading {model} and its draft {draft}…"  # both cached: a moment
+    if draft and target_ready:
+        return f"loading the draft model {draft} (the target {model} is loaded)…"
+    if draft:
+        return f"loading {model} and the draft model {draft}…"
+    return f"loading {model}…"
+
+
 def running_status(
     name: str, position: int, count: int, rep: int, repeats: int, prog: service.Progress, max_new_tokens: int
 ) -> str:
@@ -277,6 +292,11 @@ def running_status(
     if prog.stopping:
         at = "prompt chunk" if not prog.steps else "step"
         return f"stopping **{name}** ({where}): it ends at its next {at} and is stored as cancelled…"
+    if prog.waiting:
+        return (
+            f"waiting for the model: another generation (a re-run, or a run whose page went away) is using it; "
+            f"**{name}** ({where}) starts when it is done…"
+        )
     if not prog.steps and prog.prefill is not None:
         done, total = prog.prefill
         read = f"{done:,} of {total:,} prompt tokens read" if done else f"reading the prompt ({total:,} tokens)"
@@ -300,6 +320,8 @@ def running_metrics(prog: service.Progress, max_new_tokens: int) -> str:
     """The running column's line: the prompt tokens read so far, then the tokens written."""
     if prog.stopping:
         return "stopping…"
+    if prog.waiting:
+        return "waiting for the model…"
     if prog.steps:
         return f"running… {prog.tokens} of {max_new_tokens} tokens, {len(prog.steps)} steps"
     done, total = prog.prefill or (0, 0)
@@ -691,7 +713,7 @@ def build_form(tasks: Mapping[str, Task], allow_local: bool = True) -> CompareFo
     heads, bodies, stats = [], [], []
     with gr.Row(equal_height=False):
         for i in range(SLOTS):
-            with gr.Column(min_width=240):
+            with gr.Column(min_width=240, elem_classes=["compare-col"]):  # hidden while its head is empty: CSS
                 heads.append(gr.Markdown(f"### {service.DEFAULT_METHODS[i]}" if i < 3 else "", elem_id=f"col-head-{i}"))
                 stats.append(gr.Markdown("", elem_id=f"col-metrics-{i}"))
                 bodies.append(gr.HTML("", elem_id=f"col-text-{i}", elem_classes=["tokens"]))
@@ -927,7 +949,8 @@ class Comparison:
         """Check, load, build the prompt and compress it; yields "loading…" views on the way."""
         r = self.req
         self.check()
-        yield message_view(f"loading {r.model}…")
+        loaded = self.pool.loaded(r.model) if (r.draft or "").strip() else None  # with a draft: which one loads
+        yield message_view(loading_words(r.model, r.draft, loaded))
         self.models = self.pool.load(r.model, r.draft)
         self.text, self.ids = service.build_prompt(self.models.target.tokenizer, r.prompt, r.context, bool(r.chat))
         self.compression, self.full_ids = None, None
@@ -939,19 +962,26 @@ class Comparison:
                 )
         check_prompt(self.ids, self.models.target.max_context)
 
-    def wait_note(self) -> str | None:
-        """ "waiting…" when another generation holds the model now (one per model at a time), else None."""
-        try:
-            with self.pool.slot(self.req.model, should_stop=lambda: True, poll=0.01):
-                return None
-        except service.Cancelled:
-            busy = self.pool.busy.get(self.req.model)
-            if busy:
-                return f"waiting for {self.req.model}: the server is {busy}; your comparison starts when it is done"
-            return (
-                f"waiting for {self.req.model}: another comparison is using it (one generation per model at a time); "
-                "yours starts when it is done"
-            )
+    def wait_note(self) -> str:
+        """What this comparison waits for while another one has the model's turn (ModelPool.turns)."""
+        busy = self.pool.busy.get(self.req.model)
+        if busy:
+            return f"waiting for {self.req.model}: the server is {busy}; your comparison starts when it is done"
+        return (
+            f"waiting for {self.req.model}: another comparison is using it (comparisons take the model in turns, "
+            "each for all its methods); yours starts when it is done"
+        )
+
+    def _take_turn(self, view: "ColumnsView") -> Iterator["ColumnsView"]:
+        """Wait for this comparison's turn on the model, saying so (and why) while it waits; Stop ends the wait."""
+        told = False
+        while not self.pool.turns.take(self.req.model, self):
+            if self.stop.is_set():
+                return
+            if not told:
+                told, view.status = True, self.wait_note()
+                yield view
+            time.sleep(0.2)
 
     def __iter__(self) -> Iterator[ColumnsView]:
         names = [self.req.methods[i] for i in range(len(self.specs))]
@@ -968,10 +998,23 @@ class Comparison:
         order = sorted(
             range(len(self.specs)), key=lambda i: self.specs[i][0] != "greedy"
         )  # greedy first: the reference
-        note = self.wait_note()
-        if note:
-            view.status = note
+        yield from self._take_turn(view)
+        if self.stop.is_set():  # Stop while waiting for the turn: nothing ran
+            for slot in order:
+                view.metrics[slot] = NOT_RUN
+            view.status, view.closing = closing_status(view.run_ids, self.where, True, self.compression), True
             yield view
+            return
+        try:  # the turn is held until the last method is done; a consumer that stops resuming loses it (turns.idle)
+            for shown in self._turn(view, names, order):
+                self.pool.turns.suspended(self.req.model, self, True)
+                yield shown
+                self.pool.turns.suspended(self.req.model, self, False)
+        finally:
+            self.pool.turns.give_back(self.req.model, self)
+
+    def _turn(self, view: ColumnsView, names: list[str], order: list[int]) -> Iterator[ColumnsView]:
+        """Every method of the comparison, in `order`, for every pass, while this comparison has the model's turn."""
         yield from self._measure_costs(view)
         stopped = self.stop.is_set()
         started: set[int] = set()
@@ -1046,12 +1089,16 @@ class Comparison:
                 flip = flip_applies(name, self.per_method[slot], div)
                 view.texts[slot] = tokens.run_html(run, first_divergence=div, **flip_mark(div, None) if flip else {})
                 view.metrics[slot] = self._metrics(run, prog.run_id, reference.speedup(run)[0], place)
+                clocks = wall_clock_note(run, reference.run) if reference.run is not None and name != "greedy" else ""
+                view.metrics[slot] += f"\n\n⏱ {clocks}" if clocks else ""
             else:
                 view.texts[slot] = tokens.tokens_html(tokens.step_origins(prog.steps, self.models.target.tokenizer))
                 view.metrics[slot] = running_metrics(prog, self.max_new_tokens)
             view.status = running_status(  # the method as the user wrote it (its column's head): aasd[auto], not aasd
                 self.req.methods[slot], place.position, place.of, place.rep, self.n_repeats, prog, self.max_new_tokens
             )
+            if prog.waiting and self.pool.busy.get(self.req.model):  # the server's own work holds the slot: say which
+                view.status = self.wait_note()
             yield view
         if (
             measured_at_t0(self.per_method[slot], div)
@@ -1062,7 +1109,7 @@ class Comparison:
             if flip:
                 view.texts[slot] = tokens.run_html(run, first_divergence=div, **flip_mark(div, report))
             decode = self.models.target.tokenizer.decode
-            view.metrics[slot] += tokens.divergence_note(report, flip, decode)
+            view.metrics[slot] += tokens.divergence_note(report, flip, decode, run)
 
     def _metrics(self, run, run_id, ratio: float | None, place: "Place") -> str:
         """The column's metrics line; with repeats, which pass it shows."""

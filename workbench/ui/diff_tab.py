@@ -101,7 +101,7 @@ def diff_outputs(a_id: int, a: RunTrace, a_origins, b_id: int, b: RunTrace, b_or
 
 def tie_note(pool, a: RunTrace, b: RunTrace) -> str:
     """For a greedy run against another run of the same model and prompt at T = 0, the Compare tab's explanation of
-    their divergence (tokens.divergence_note: a tie or near-tie is rounding, not the method) when this server has
+    their divergence (tokens.divergence_note: the rule where it chose the token, else a tie is rounding) when this server has
     the model loaded (the measurement is one forward; nothing is loaded for it); "" otherwise."""
     from workbench.ui.compare_tab import _lossless, measured_at_t0, measured_divergence
 
@@ -121,7 +121,7 @@ def tie_note(pool, a: RunTrace, b: RunTrace) -> str:
     if models is None:
         return ""
     report = measured_divergence(pool, a.model, models, a.prompt_ids, a.output_ids, b)
-    return tokens.divergence_note(report, _lossless(b.method), models.target.tokenizer.decode)
+    return tokens.divergence_note(report, _lossless(b.method), models.target.tokenizer.decode, b)
 
 
 def diff_runs(cache: RunCache, a, b, viewer=None, pool=None) -> tuple[str, str]:

@@ -128,7 +128,14 @@ _JS = r"""
     const h = Math.ceil(head.getBoundingClientRect().height + most * row) + 6;
     slot.style.height = `${Math.min(slot.__most, h)}px`;
   };
-  if (!data || !Array.isArray(data.steps)) return [info];
+  if (!data || !Array.isArray(data.steps)) {  // no run: the last run's figures go
+    // with a message (a bad run id's error, shown in the body) the tree slot says no run is shown, so the body stays
+    // shown for the message; with none (a fresh page) every slot is empty and the body hides (builder.CSS)
+    put('replay-tree', info ? '<p class="replay-none" style="color:#777">no run is shown</p>' : '');
+    put('replay-thresholds', '');
+    put('replay-nodes', '');
+    return [info];
+  }
   if (!data.steps.length) {
     cutText(Infinity);
     put('replay-tree', '');

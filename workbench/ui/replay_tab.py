@@ -124,7 +124,7 @@ RUNS_LEGEND = (
 )
 
 
-def run_picker(store: Store) -> RunPicker:
+def run_picker(store: Store, can_share: bool = True) -> RunPicker:
     with gr.Row():
         filt = gr.Textbox("", label="Filter runs (method, model, tag, status)", scale=3)
         refresh = gr.Button("Refresh", scale=1)
@@ -150,7 +150,8 @@ def run_picker(store: Store) -> RunPicker:
                 load = gr.Button("Load run", scale=1)
                 play = gr.Button("▶ Play", scale=1)
                 pause = gr.Button("Pause", scale=1)
-                share = gr.Button("Share this run", scale=1, elem_id="replay-share")
+                # single-user mode: every run is everyone's already, so there is nothing to share
+                share = gr.Button("Share this run", scale=1, elem_id="replay-share", visible=can_share)
             # hidden (but in the page, for the browser's drawing) until a run is open: no 0–1 slider over nothing
             step = lenient(gr.Slider(0, 1, value=0, step=1, label="Step", elem_id="replay-step", visible="hidden"))
     shared_md = gr.Markdown("", elem_id="share-status")
@@ -294,8 +295,9 @@ class ReplayHandlers:
         try:
             rid = run_id_of(rid)
             stored, origins, ends = self.cache.get(rid, self.who(request))
-        except WorkbenchError as e:
-            return (gr.update(), error_md(e), *keep, gr.update(), None, "", *cleared, None)
+        except WorkbenchError as e:  # the previous run is closed too (no step data: the browser empties the figures)
+            closed = gr.update(value=0, visible="hidden")
+            return (closed, error_md(e), *keep, gr.update(), None, "", *cleared, None)
         trace = stored.trace
         try:
             flags = rv.tuning_active(trace.method)
@@ -479,6 +481,8 @@ class ReplayHandlers:
         if rid is None:
             return "load a run first"
         viewer = self.who(request)
+        if viewer is not None and viewer.owner is None:  # single-user mode (access.viewer_of): nothing to share
+            return ALREADY_VISIBLE
         try:
             rid = run_id_of(rid)
             tags = self.store.run_tags(rid)
@@ -491,6 +495,9 @@ class ReplayHandlers:
             return error_md(e)
         self.cache.forget(rid)
         return f"run #{rid} is shared: anyone using this app can see it"
+
+
+ALREADY_VISIBLE = "every run here is already visible to everyone using this app (single-user mode): nothing to share"
 
 
 def pick_row(frame, evt: gr.SelectData) -> int:
@@ -511,9 +518,11 @@ class ReplayTab:
     open_new: list[dict]
 
 
-def replay_tab(store: Store, pool: service.ModelPool, cache: RunCache, who=lambda request: None) -> ReplayTab:
+def replay_tab(
+    store: Store, pool: service.ModelPool, cache: RunCache, who=lambda request: None, single_user: bool = False
+) -> ReplayTab:
     """Build the tab and wire it."""
-    picker = run_picker(store)
+    picker = run_picker(store, can_share=not single_user)
     with gr.Column(
         elem_id="replay-body"
     ):  # shown once a step is drawn (builder.CSS): no empty page before a run is open
@@ -549,6 +558,8 @@ def replay_tab(store: Store, pool: service.ModelPool, cache: RunCache, who=lambd
     picker.refresh.click(listed, [picker.filt], [picker.runs], api_name="list_runs")
     picker.filt.submit(listed, [picker.filt], [picker.runs], api_name=False)
     picker.share.click(h.share, [picker.run_id], [picker.shared_md], api_name="share_run")
+    for opening in (picker.load.click, picker.run_id.submit, picker.runs.select):  # "is shared" was the last run's
+        opening(lambda: "", None, [picker.shared_md], api_name=False, show_progress="hidden", queue=False)
     picker.runs.select(
         h.open_row, [picker.runs], [picker.run_id, *open_outputs], api_name=False, show_progress="hidden", queue=False
     ).then(**drawn, api_name=False).then(**figures, api_name=False)

@@ -13,6 +13,7 @@ from typing import Any
 
 from core.token_text import visible_token
 from core.trace import NodeTrace, RunTrace, StepTrace
+from workbench.ui.reasons import readable_reason
 
 # Background colours of emitted tokens by where they came from (light, so dark text stays readable).
 ORIGIN_COLORS: dict[str, str] = {
@@ -210,20 +211,62 @@ def flip_title(position: int, report: Mapping[str, Any] | None = None) -> str:
     return text
 
 
-def divergence_note(report: Mapping[str, Any] | None, lossless: bool, decode: Any = None) -> str:
+def emitting_node(steps: Sequence[StepTrace], position: int) -> NodeTrace | None:
+    """The node record of the step that emitted output token `position` (its accepted path or its bonus); None
+    when the run has no node records there (a stored run without steps, a step cut at a stop)."""
+    start = 0
+    for step in steps:
+        if position < start + len(step.emitted):
+            path = emitted_nodes(step)
+            return path[position - start] if position - start < len(path) else None
+        start += len(step.emitted)
+    return None
+
+
+def _rule_chose(node: NodeTrace | None) -> bool:
+    """Whether the method's own rule, not the target's argmax, put this token in the output: CSD rescued it after
+    verification rejected it, or a relaxed rule accepted a draft token the target did not rank first."""
+    if node is None:
+        return False
+    if node.decision == "rescued":
+        return True
+    return node.decision == "accepted" and node.rank is not None and node.rank > 0
+
+
+def divergence_note(
+    report: Mapping[str, Any] | None, lossless: bool, decode: Any = None, run: RunTrace | None = None
+) -> str:
     """A column's line under its metrics for a run that left greedy's tokens at T = 0, from
-    fidelity.flip_report: at a tie or near-tie the model itself does not (or barely) prefer one token (rounding
-    of a tree forward against a one-token step decides), so the different text is not the method's doing;
-    otherwise a relaxed method's rule chose it (a lossless method should never get there). "" when nothing was
-    measured."""
+    fidelity.flip_report and, when `run` is given, the node record of the step that emitted the divergent token.
+    The one home of this explanation (Compare, Diff). Where the method's rule chose the token (CSD rescued it, or a
+    relaxed rule accepted a token the target ranked below first in the method's own step), the note says the rule
+    did; only where the method's step took the target's argmax is a tie or near-tie called rounding. Two gaps can
+    be stated and each says its logits: the report's is greedy's token minus this token in a one-token forward on
+    greedy's text; the node table's is the top logit minus this token in the method's own verification forward.
+    "" when nothing was measured."""
     if not report:
         return ""
     show = (lambda t: f"`{visible_token(decode([t]))}`") if decode is not None else (lambda t: f"id {t}")
     dtype = report["dtype"]
+    node = emitting_node(run.steps, report["position"]) if run is not None else None
     where = (
         f"parts from greedy at token {report['position']}: greedy's {show(report['greedy_token'])}, "
-        f"here {show(report['token'])}, {abs(report['gap']):.3g} apart in the model's logits ({dtype})"
+        f"here {show(report['token'])}, {abs(report['gap']):.3g} apart in the model's logits on greedy's text "
+        f"(a one-token forward, {dtype})"
     )
+    if node is not None and node.logit_gap is not None:
+        where += f"; {node.logit_gap:.3g} below the top logit in this run's own step {node.step} (its node table)"
+    if _rule_chose(node):
+        assert node is not None
+        rank = (
+            f"the target ranked it {node.rank + 1}, not first" if node.rank is not None else "not the target's argmax"
+        )
+        why = readable_reason(node.reason, lambda t: decode([t]) if decode is not None else f"⟨{t}⟩")
+        if node.decision == "rescued":
+            rule = f"verification rejected it ({rank}) and CSD's rule rescued it ({why})"
+        else:
+            rule = f"the method's relaxed rule accepted it though {rank} ({why})"
+        return f"\n\n{where}. The method's rule chose this token: {rule}. The text differs from here on because of it."
     tie = tie_words(report)
     if tie != "not a near-tie":
         how = (
@@ -231,6 +274,8 @@ def divergence_note(report: Mapping[str, Any] | None, lossless: bool, decode: An
             if tie == "an exact tie"
             else "the model all but equally prefers both, and rounding decides"
         )
+        if node is not None and node.rank == 0:
+            how += " (this run's own step took the target's top token there)"
         advice = (
             f" To see whether float32 tells them apart, start the app with `{SERVE_FLOAT32}` (slower; it removes "
             "most of these)."

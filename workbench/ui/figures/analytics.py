@@ -14,7 +14,7 @@ from plotly.subplots import make_subplots
 
 from core.stats import ACCEPTANCE_MEANING, NODE_ACCEPTANCE, acceptance_by, run_metrics
 from core.trace import NodeTrace, RunTrace
-from workbench.ui.figures.common import NO_RUNS, TITLE_BELOW_TOOLBAR, empty_figure, is_pair, num, run_label
+from workbench.ui.figures.common import NO_RUNS, TITLE_BELOW_TOOLBAR, empty_figure, is_pair, run_label
 from workbench.ui.shared import asked_as
 
 
@@ -161,6 +161,19 @@ def _metric(row: Any, name: str) -> float | None:
     return metrics.get(name) if isinstance(metrics, Mapping) else None
 
 
+LABEL_FORMATS = {"mal": ".2f", "tps": ".1f"}  # as the Compare columns print them (9.0 tok/s, not 9.021)
+
+
+def reads_param(method: str, param: str) -> bool:
+    """Whether `method` takes `param` at all (greedy and csd take no α): a sweep counts only the runs that do."""
+    from workbench.methods import get_method
+
+    try:
+        return param in get_method(method).params
+    except Exception:  # noqa: BLE001 - a method this install does not know: its stored params are all there is
+        return True
+
+
 def runs_bar_figure(rows: Sequence[Any]) -> go.Figure:
     """MAL and tokens/s per run, side by side; tokens/s is the wall clock's, as in Compare, and its title says so."""
     collected = _collect(rows)
@@ -177,7 +190,7 @@ def runs_bar_figure(rows: Sequence[Any]) -> go.Figure:
                 name=name,
                 marker_color=color,
                 showlegend=False,
-                text=[num(float(v)) if v is not None else "" for v in values],
+                text=[f"{float(v):{LABEL_FORMATS[name]}}" if v is not None else "" for v in values],
                 textposition="outside",
             ),
             row=1,
@@ -198,7 +211,8 @@ def sweep_figure(runs: Sequence[Any], param: str) -> go.Figure:
         return empty_figure()
     pooled: dict[str, dict[float, list[int]]] = {}  # method -> value -> [tokens, steps, runs]
     for r in collected:
-        value = r.trace.params.get(param) if r.trace is not None else None
+        reads = r.trace is not None and reads_param(r.trace.method, param)
+        value = r.trace.params.get(param) if reads else None
         lengths = _accept_lengths(r)
         if not isinstance(value, (int, float)) or isinstance(value, bool) or not lengths:
             continue

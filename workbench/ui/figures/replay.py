@@ -186,8 +186,12 @@ def tree_figure(step: StepTrace, text_of: Callable[[int], str] | None = None) ->
 
 
 def tree_title(step: StepTrace) -> str:
-    """The draft tree's title: "step 3: 2 of 7 drafted accepted, 3 emitted"."""
-    return f"step {step.index}: {step.accepted} of {step.tree_size} drafted accepted, {len(step.emitted)} emitted"
+    """The draft tree's title: "step 3: 2 of 7 drafted accepted, 3 emitted"; where CSD rescued some of the kept ones
+    (verification rejected them), "2 of 2 drafted kept (1 rescued)": "accepted" alone read as if verification had
+    passed both."""
+    rescued = sum(1 for n in step.nodes if n.decision == "rescued")
+    kept = f"kept ({rescued} rescued)" if rescued else "accepted"
+    return f"step {step.index}: {step.accepted} of {step.tree_size} drafted {kept}, {len(step.emitted)} emitted"
 
 
 def is_gate_node(node: NodeTrace) -> bool:
