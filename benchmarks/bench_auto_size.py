@@ -243,6 +243,9 @@ def run(argv=None) -> int:
     )
     ap.add_argument("--repeats", type=int, default=1, help="runs of each item's whole set; the fastest kept per method")
     ap.add_argument("--summarize", metavar="ROWS_JSON", help="print the tables of a finished run's rows.json and stop")
+    ap.add_argument(
+        "--phases", action="store_true", help="with --summarize: each phase's ms per step beside greedy's, per family"
+    )
     ap.add_argument("--control", action="store_true", help=f"add {CONTROL!r}: greedy again, as a method (A/A)")
     ap.add_argument(
         "--pause",
@@ -258,7 +261,7 @@ def run(argv=None) -> int:
     )
     args = ap.parse_args(argv)
     if args.summarize:
-        return summarize(args.summarize)
+        return summarize(args.summarize, args.phases)
     if args.first_item < 0 or (args.items is not None and args.items < 1):
         ap.error("--first-item must be at least 0 and --items at least 1")
     from workbench.evaluation.families import family_tasks, parse_families
@@ -453,13 +456,40 @@ def print_table(rows: list[dict], families: list[str], methods: list[str]) -> No
     )
 
 
-def summarize(path: str) -> int:
-    """--summarize: the tables of a finished run again, from its rows.json (families and methods as it ran them)."""
+def print_phases(rows: list[dict], families: list[str], methods: list[str]) -> None:
+    """Where a method's step time differs from greedy's: per family, the mean over items of each phase's ms per step
+    (the step's wall clock, split by core.step) minus greedy's on the same item, and the forward's ratio to greedy's.
+    An empty auto step runs greedy's forward, so a forward ratio above the control's is not drafting or pricing."""
+    greedy = {(r["family"], r["id"]): r["phases_ms"] for r in rows if r["method"] == "greedy" and r.get("phases_ms")}
+    print("\n| family | method | draft ms Δ | forward ms Δ | forward ÷ greedy's | verify ms Δ | bookkeeping ms Δ |")
+    print("|---|---|---|---|---|---|---|")
+    for family in families:
+        for label in methods:
+            pairs = [
+                (r["phases_ms"], greedy[(family, r["id"])])
+                for r in rows
+                if r["family"] == family and r["method"] == label and (family, r["id"]) in greedy and r.get("phases_ms")
+            ]
+            if not pairs:
+                continue
+            delta = {k: np.mean([m[k] - g[k] for m, g in pairs]) for k in pairs[0][1]}
+            ratio = np.mean([m["forward_ms"] / g["forward_ms"] for m, g in pairs])
+            print(
+                f"| {family} | {label} | {delta['draft_ms']:+.2f} | {delta['forward_ms']:+.2f} | {ratio:.3f} | "
+                f"{delta['verify_ms']:+.2f} | {delta['bookkeeping_ms']:+.2f} |"
+            )
+
+
+def summarize(path: str, phases: bool = False) -> int:
+    """--summarize: the tables of a finished run again, from its rows.json (families and methods as it ran them);
+    with --phases, where each method's step time goes beside greedy's (print_phases)."""
     data = json.loads(Path(path).read_text())
     rows = data["rows"]
     families = list(dict.fromkeys(r["family"] for r in rows))
     methods = [m for m in dict.fromkeys(r["method"] for r in rows) if m != "greedy"]
     print_table(rows, families, methods)
+    if phases:
+        print_phases(rows, families, methods)
     return 0
 
 
