@@ -4,6 +4,7 @@ the waiting status, speed labels against bars, analytics, export labels, and the
 from __future__ import annotations
 
 import pytest
+from browser_util import synthetic_run
 
 from core.trace import NodeTrace, RunTrace, StepTrace
 
@@ -198,20 +199,7 @@ def test_two_comparisons_take_the_model_in_turns_and_the_waiting_one_says_so(tin
 
 
 def _timed(method: str, tokens: int, wall: float, cpu: float) -> RunTrace:
-    return RunTrace(
-        method,
-        {},
-        "m",
-        None,
-        "cpu",
-        "float32",
-        "p",
-        [1],
-        output_ids=list(range(tokens)),
-        status="complete",
-        decode_seconds=wall,
-        decode_cpu_seconds=cpu,
-    )
+    return synthetic_run(method, output_ids=list(range(tokens)), decode_seconds=wall, decode_cpu_seconds=cpu)
 
 
 def test_a_column_says_when_its_wall_clock_speed_disagrees_with_its_cpu_time_speed_up():
