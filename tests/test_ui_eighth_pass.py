@@ -464,3 +464,22 @@ def test_on_smollm2_the_diff_and_compare_note_name_a_rescue_at_the_divergence(sm
     note = tie_note(pool, greedy, csd)
     assert "parts from greedy at token 3" in note and "CSD's rule rescued it" in note, note
     assert "not because of the method's rule" not in note and "count 16 ≥ λ 6" in note
+
+
+def test_removing_an_uploaded_file_takes_the_picker_off_its_tasks(tmp_path):
+    """Ninth pass, defect 1: after ✕ on an uploaded task file the picker kept 'upload:…' as its value while its
+    choices no longer held it, so Run failed in Gradio's own words ("Value: upload:… is not in the list of
+    choices") with a traceback in the server log. The picker now goes back to a bundled sample; a bundled task or
+    the user's own text stays."""
+    from workbench.ui.compare_tab import FREE_TEXT, OWN_TEXT, CompareHandlers
+
+    h = CompareHandlers(None, None, {"extract-orders": object(), "sum-council": object()}, None)
+    for current, expected in (
+        ("upload:my-fox", "extract-orders"),
+        ("sum-council", "sum-council"),
+        (FREE_TEXT, FREE_TEXT),
+        (OWN_TEXT, OWN_TEXT),
+    ):
+        update = h.upload(None, current)[1]
+        assert update["value"] == expected and expected in update["choices"], (current, update)
+        assert not any(str(c).startswith("upload:") for c in update["choices"])

@@ -1251,12 +1251,17 @@ class CompareHandlers:
         """The task picker once the user typed in the prompt or context box (own_text_choice)."""
         return own_text_choice(choice, self.tasks, uploaded, context, prompt)
 
-    def upload(self, path):
+    def upload(self, path, current=None):
         """(tasks, task dropdown, status line, the file's error, the note under the upload control): a file that
         cannot be read is said so at once beside the control, and remembered, so Run refuses instead of running the
-        sample still chosen."""
+        sample still chosen. The file removed (✕): its tasks leave the picker, and a picker still on one of them goes
+        back to the first bundled sample (a value no longer among the choices made Run fail in Gradio's own words)."""
         if not path:
-            return {}, gr.update(choices=[FREE_TEXT] + list(self.tasks), label=TASK_LABEL), "", "", ""
+            own = [OWN_TEXT] if current == OWN_TEXT else []  # the user's typed text stays what runs
+            keep = isinstance(current, str) and (current in (FREE_TEXT, OWN_TEXT) or current in self.tasks)
+            value = current if keep else next(iter(self.tasks), FREE_TEXT)
+            choices = [FREE_TEXT, *own, *self.tasks]
+            return {}, gr.update(choices=choices, value=value, label=TASK_LABEL), "", "", ""
         try:
             refused = binary_upload(path)
             if refused:
@@ -1401,7 +1406,7 @@ def compare_tab(store: Store, pool: service.ModelPool, compare_ids: gr.State, wh
     )
     form.task_file.change(
         h.upload,
-        [form.task_file],
+        [form.task_file, form.task],
         [form.uploaded, form.task, form.status, form.upload_error, form.upload_note],
         api_name=False,
     )
