@@ -483,3 +483,25 @@ def test_removing_an_uploaded_file_takes_the_picker_off_its_tasks(tmp_path):
         update = h.upload(None, current)[1]
         assert update["value"] == expected and expected in update["choices"], (current, update)
         assert not any(str(c).startswith("upload:") for c in update["choices"])
+
+
+def test_a_short_read_does_not_set_the_prefill_estimates_scale(monkeypatch):
+    """Ninth pass, defect 2: a 66-token read (0.4 s, mostly fixed overhead) scaled to a 4,383-token prompt priced it
+    at 97 s; the read took 31 s. Reads shorter than MIN_SCALED_READ leave the scale to the warm-up's 256-token
+    read. Mutation caught: MIN_SCALED_READ back at 32."""
+    from types import SimpleNamespace
+
+    from core.cost_model import CostModel
+    from workbench import service
+
+    model = CostModel((0, 64), (256, 1024), ((0.03, 0.03 + 64e-3), (0.04, 0.04 + 80e-3)))
+    monkeypatch.setattr(service, "cost_model", lambda target: model)
+    target = SimpleNamespace(name="smollm2", device="cpu", dtype="bfloat16")
+    clock = service.PrefillClock()
+    clock.observe(target, _read(256, 1.0), warm_up=True)
+    clock.observe(target, _read(66, 0.4))
+    seconds, source = clock.estimate(target, 4383)
+    assert "warm-up" in source and "66-token" not in source
+    assert abs(seconds - 1.0 * service.prefill_shape(model, 4383) / service.prefill_shape(model, 256)) < 1e-9
+    clock.observe(target, _read(500, 2.0))  # a read long enough sets the scale
+    assert "500-token prompt in 2.0 s" in clock.estimate(target, 4383)[1]

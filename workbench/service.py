@@ -314,12 +314,15 @@ def model_key(target) -> tuple[str, str, str]:
     return (str(target.name), str(target.device), str(target.dtype))
 
 
+MIN_SCALED_READ = 128  # prompt tokens a prefill needs before PrefillClock scales other lengths from it
+
+
 class PrefillClock:
     """How long reading a prompt takes on this server, per loaded model: one function of the prompt's length,
     monotone in it. Its shape comes from the model's cost model t(n, L) measured here (reading costs more per token
     as the prompt grows: core.timing's per-node slope at the cache length each prefill chunk reads at,
     prefill_shape), else a rate per token; its scale from this server's latest whole prefill, whatever its length
-    (the latest says most about how busy the machine is now), else the warm-up's timed prefill (an idle read: a
+    (the latest says most about how busy the machine is now; at least MIN_SCALED_READ tokens), else the warm-up's timed prefill (an idle read: a
     busy machine reads slower, and the source says so), else the shape alone (an underestimate, said so)."""
 
     def __init__(self):
@@ -329,9 +332,9 @@ class PrefillClock:
 
     def observe(self, target, run: RunTrace, warm_up: bool = False) -> None:
         n = len(run.prompt_ids)
-        if (
-            n >= 32 and run.prefill_seconds > 0 and prefill_completed(run)
-        ):  # a handful of tokens says more about overheads than about rate
+        # A short read is mostly fixed overhead: scaled up to thousands of tokens a 66-token read priced a 4,383-token
+        # prompt at 97 s that read in 31 s, so reads below MIN_SCALED_READ tokens do not set the scale.
+        if n >= MIN_SCALED_READ and run.prefill_seconds > 0 and prefill_completed(run):
             with self._lock:
                 (self._warm_up if warm_up else self._latest)[model_key(target)] = (n, run.prefill_seconds)
 
