@@ -901,7 +901,7 @@ def test_a_column_says_when_csd_drafts_from_the_context_for_want_of_a_draft_mode
     from workbench.ui.compare_tab import column_head
 
     assert column_head("csd", "").startswith(
-        "### csd\n*no draft model: drafts from the prompt's context (as AASD does)*"
+        "### csd\n*no draft model: drafts from the prompt's context and its own output so far (as AASD does)*"
     )
     assert column_head("csd[lam=2]", None).startswith("### csd[lam=2]\n*no draft model")
     assert "no draft model" not in column_head("csd", "qwen2.5-coder-0.5b")  # with a draft model: the paper's CSD

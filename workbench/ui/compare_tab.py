@@ -355,7 +355,7 @@ def column_head(method: str, draft_name: str | None, shipped: str | None = "") -
     m = get_method(name)
     lines = [f"### {method}"]
     if not (draft_name or "").strip() and m.drafter_without_draft is not None:
-        lines.append("*no draft model: drafts from the prompt's context (as AASD does)*")
+        lines.append("*no draft model: drafts from the prompt's context and its own output so far (as AASD does)*")
     if m.reads_memory:
         lines.append(memory_head(app_memory_mode(name, overrides), shipped))
     head, notes = lines[0], lines[1:]
