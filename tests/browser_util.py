@@ -95,15 +95,23 @@ def fill_number(page, selector, value):
 
 
 def open_run(page, rid):
-    """Type the run id and press Load run, until the run is drawn: a Load pressed while the tab's own opening (the
-    newest run, when no run was chosen) is still under way can be drawn over by it."""
+    """Type the run id and press Load run, until the run is drawn and the field still holds it: the tab's own opening
+    (the newest run, when no run was chosen) fills the same field, and a fill racing it once left "22" for 2, so that
+    the run drawn was right but the next button (Re-run) read another id. Let the opening finish first, then check
+    both the drawing and the field."""
     from playwright.sync_api import expect
 
+    info, field = page.locator("#replay-info"), page.locator("#replay-run-id input")
+    try:  # the tab's opening draws the newest run when there is one; with none it leaves the field empty
+        expect(info).to_contain_text(re.compile(r"run #\d+"), timeout=20_000)
+    except AssertionError:
+        pass
     for attempt in range(3):
-        page.locator("#replay-run-id input").fill(str(rid))
+        field.fill(str(rid))
         page.get_by_role("button", name="Load run").click()
         try:
-            expect(page.locator("#replay-info")).to_contain_text(re.compile(rf"run #{rid}\b"), timeout=20_000)
+            expect(info).to_contain_text(re.compile(rf"run #{rid}\b"), timeout=20_000)
+            expect(field).to_have_value(str(rid), timeout=2_000)
             return
         except AssertionError:
             if attempt == 2:
