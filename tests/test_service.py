@@ -228,3 +228,31 @@ def test_a_slow_page_keeps_up_with_greedy_on_a_real_model(smollm2, tmp_path):
     assert seen and max(done - shown for shown, done in seen) <= 3, seen
     # one update per round trip: the page's 0.3 s and then stream_run's 0.25 s between updates (not one per step)
     assert len(seen) <= seconds / (0.3 + 0.25) + 2, (seen, seconds)
+
+
+def test_wait_idle_waits_for_a_generation_and_gives_its_slot_back():
+    """The app's shutdown (and each test module's) waits for request threads still inside a model: wait_idle
+    returns only once the slot is free, gives every slot back, and says False when the wait timed out."""
+    import time
+
+    pool = service.ModelPool("cpu", "float32")
+    assert pool.wait_idle(timeout=0.1)  # nothing ever ran
+    inside, leave = threading.Event(), threading.Event()
+
+    def generation():
+        with pool.slot("m"):
+            inside.set()
+            leave.wait(5)
+
+    worker = threading.Thread(target=generation)
+    worker.start()
+    inside.wait(5)
+    assert not pool.wait_idle(timeout=0.2)  # the generation still holds the slot
+    threading.Timer(0.3, leave.set).start()
+    started = time.monotonic()
+    assert pool.wait_idle(timeout=5)
+    assert time.monotonic() - started >= 0.2  # it waited for the generation to leave
+    worker.join(5)
+    deadline = time.monotonic() + 2
+    with pool.slot("m", should_stop=lambda: time.monotonic() > deadline):  # and gave the slot back (else Cancelled)
+        pass

@@ -259,6 +259,26 @@ class ModelPool:
         thread.start()
         return thread
 
+    def wait_idle(self, timeout: float = 600.0) -> bool:
+        """Wait until no thread is inside a model of this pool: a first-use warm-up forward (_warm) or a generation
+        holding a slot. False when `timeout` seconds per slot were not enough. For a clean shutdown: a thread still
+        in torch when the interpreter exits aborts it ("terminate called without an active exception", status 134)."""
+        with self._warm_lock:
+            pass
+        with self._lock:
+            slots = list(self._slots.values())
+        for sem in slots:
+            taken = 0
+            for _ in range(self.per_model):
+                if not sem.acquire(timeout=timeout):
+                    break
+                taken += 1
+            for _ in range(taken):
+                sem.release()
+            if taken < self.per_model:
+                return False
+        return True
+
     @contextmanager
     def slot(self, model: str, should_stop=None, poll: float = 0.2):
         """Hold one of `model`'s generation slots; waiting ends with Cancelled once `should_stop()` is true."""
