@@ -51,3 +51,18 @@ def test_a_bad_run_id_takes_the_previous_run_off_the_page(app, page):
     expect(page.locator("#replay-tree svg")).to_have_count(0)
     expect(page.locator("#replay-nodes tbody tr")).to_have_count(0)
     expect(page.locator("#replay-step input[type=range]")).to_be_hidden()
+
+
+def test_a_refusal_leaves_the_status_line_once_its_cause_is_gone(page):
+    """Issue 33 (first ten minutes), 2: Run with the Prompt box cleared said "the prompt is empty", and the line stayed
+    there after a prompt was typed, until the next Run. Mutation caught: without compare_tab's recheck wiring the
+    refusal stays on screen."""
+    from playwright.sync_api import expect
+
+    page.get_by_role("tab", name="Compare").click()
+    prompt = page.locator("#compare-prompt textarea")
+    prompt.fill("")
+    page.get_by_role("button", name="Run", exact=True).click()
+    expect(page.locator("#compare-status")).to_contain_text("the prompt is empty", timeout=30_000)
+    prompt.fill("Who built the lighthouse?")
+    expect(page.locator("#compare-status")).not_to_contain_text("the prompt is empty", timeout=30_000)

@@ -110,3 +110,22 @@ def test_the_console_script_and_package_data_point_at_what_exists():
     globs = project["tool"]["setuptools"]["package-data"]["workbench.evaluation"]
     shipped = [p.name for g in globs for p in (ROOT / "workbench" / "evaluation").glob(g)]
     assert "published.json" in shipped
+
+
+@pytest.mark.real_model
+@pytest.mark.parametrize("as_json", [False, True])
+def test_generate_shows_its_progress_on_stderr(smollm2, monkeypatch, capsys, tmp_path, as_json):
+    """Issue 33 (first ten minutes), 3: generate printed nothing while it read a long prompt (and, with --json, while
+    it decoded), as if hung; it shows bench's kind of progress bar (tqdm) on stderr, stdout keeping only the output."""
+    from workbench.commands import common
+    from workbench.commands.main import main
+
+    monkeypatch.setattr(common, "load_models", lambda args: (smollm2, None))
+    argv = ["generate", "--prompt", "Name three colours.", "--max-new-tokens", "6", "--no-store"]
+    assert main(argv + ["--db", str(tmp_path / "t.db")] + (["--json"] if as_json else [])) == 0
+    out, err = capsys.readouterr()
+    assert "reading the prompt" in err and "reading the prompt" not in out
+    if as_json:  # the text does not stream: a bar counts the tokens written
+        assert "writing" in err and "/6" in err
+        json_line = out.strip()
+        assert json_line.startswith("{") and json_line.endswith("}")

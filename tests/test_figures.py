@@ -435,6 +435,26 @@ def test_accept_by_source_and_duplicate_labels():
     assert dict(zip(fig.data[1].x, fig.data[1].y)) == pytest.approx({"draft": 2 / 3})
 
 
+def test_a_source_judged_and_never_accepted_is_labelled_0_percent():
+    """Issue 33 (first ten minutes), 1: a source whose judged nodes were all rejected drew no bar and no label, which
+    read as "no data"; every bar now says its rate, outside the bar (Plotly drops 'auto' and 'inside' text on a
+    zero-height bar), and a source with no judged node (only unreached ones) stays out."""
+    from workbench.ui.figures.analytics import restyled
+
+    step = aasd_step(0)
+    step.nodes.append(node(0, 7, 2, 2, 107, " ran", "recycled", "unreached"))
+    (bars,) = accept_by_source_figure([("#5 aasd", make_run("aasd", [step]))]).data
+    assert dict(zip(bars.x, bars.text)) == {"alignment": "50%", "context": "100%", "generated": "0%"}
+    assert bars.textposition == "outside" and "recycled" not in bars.x
+    # all zero: the label still has room (restyled's headroom over the tallest bar made the axis [0, 0])
+    only_zero = make_run("aasd", [StepTrace(0, 10, 1, 0, [105], nodes=[step.nodes[0], step.nodes[5]])])
+    fig = restyled(accept_by_source_figure([("#6 aasd", only_zero)]), {"#6 aasd": "#123456"})
+    assert list(fig.data[0].text) == ["0%"] and fig.layout.yaxis.range[1] >= 1
+    # Replay's per-position bars say "accepted/offered" outside the bar for the same reason
+    position = position_figure(make_run("aasd", [aasd_step(0)])).data[0]
+    assert position.textposition == "outside" and list(position.text)[-1] == "0/1"
+
+
 def test_label_trace_pairs_are_accepted():
     run = make_run("aasd", [aasd_step(0), csd_step(1)])
     fig = accept_by_depth_figure([("#5 aasd", run)])

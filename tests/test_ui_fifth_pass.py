@@ -237,3 +237,41 @@ def test_the_rerun_handler_finds_the_greedy_run_the_original_came_from(tmp_path)
     assert h.greedy_of(original, original_run, Viewer("owner:nobody")) is None
     assert h.greedy_of(original, timed_run("aasd", 8, 0.5, params=cap, prompt_ids=[9]), None) is None
     assert h.greedy_of(early, store.load_run(early).trace, None)[0] == early
+
+
+def test_a_refusal_in_the_status_line_follows_the_inputs_it_answered():
+    """Issue 33 (first ten minutes), 2: Run's "the prompt is empty" stayed under the prompt after the user typed one (and
+    picked a task, changed the model) until the next Run. The status is re-checked as those inputs change, by the
+    checks Run makes (check_inputs): cleared when the refusal no longer applies, replaced by the one that does."""
+    import gradio as gr
+
+    pool = SimpleNamespace(allow_local=True, load=lambda *a: pytest.fail("a refused comparison loads no model"))
+    task = Task("c2", "qa", "Who built it?", context="a document")
+    h = handlers({"c2": task}, pool)
+    refused = first_status(h, prompt_text="")
+    assert EMPTY in refused
+    args = dict(model_name="smollm2-135m", draft_name="", method_list=["greedy"], task_choice="(free text)")
+    args |= dict(uploaded={}, upload_error="")
+    assert h.recheck(refused, prompt_text="Who built it?", **args) == ""  # typed: cleared
+    assert h.recheck(refused, prompt_text="", **args | {"task_choice": "c2"}) == refused  # still empty: kept
+    needs_draft = h.recheck(refused, prompt_text="Who built it?", **args | {"method_list": ["sd"]})
+    assert needs_draft.startswith("**⚠") and "needs a draft model" in needs_draft  # the one that applies now
+    assert "bad line 3" in h.recheck(refused, prompt_text="x", **args | {"upload_error": "bad line 3"})
+    # a comparison's own status, or an upload's line, is not a refusal: left alone
+    assert h.recheck("done: run #3 stored", prompt_text="", **args) == gr.update()
+
+
+def test_the_status_recheck_is_wired_to_the_inputs_it_reads(tmp_path):
+    """The recheck reaches the page: it runs when the model, draft, methods, prompt or context change, and after a
+    task change has filled the boxes in (pick_task writes the status too), and writes the status line."""
+    from workbench.service import ModelPool
+    from workbench.ui import build_app
+
+    demo = build_app(db=str(tmp_path / "t.db"), pool=ModelPool("cpu", "float32"))
+    events = [f for f in demo.fns.values() if getattr(f.fn, "__name__", "") == "recheck"]
+    ids = {b.elem_id: b._id for b in demo.blocks.values() if getattr(b, "elem_id", None)}
+    triggers = {(block, name) for f in events for block, name in f.targets}
+    for elem in ("compare-model", "compare-methods", "compare-prompt", "compare-context"):
+        assert (ids[elem], "change") in triggers, elem
+    assert any(f.trigger_after is not None for f in events)  # the .then after pick_task
+    assert all([getattr(o, "elem_id", None) for o in f.outputs] == ["compare-status"] for f in events)

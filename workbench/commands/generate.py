@@ -77,13 +77,19 @@ def run(args) -> int:
         params = {**params, **compression.record()}
     ids = encode_prompt(target.tokenizer, text, chat=chat)
     streamed = []
+    reading, writing = _progress_bars(len(ids), params.get("max_new_tokens"), args.json)
     recording = (
         store.recording(_header(method, params, target, draft, text, ids, context), tags=args.tag)
         if store
         else nullcontext()
     )
 
+    def read(done, total):
+        reading.update(done - reading.n)
+
     def show(step):
+        reading.close()  # the prompt is read: the first step's tokens follow
+        writing.update(len(step.emitted))
         if store is not None:
             recording.add_step(step)
         if not args.json:
@@ -93,20 +99,22 @@ def run(args) -> int:
 
     stored = store is not None
     with recording:  # a run that raises or is interrupted stays in the store, marked failed or cancelled
-        # run_method resolves `given` itself: some resolved defaults (top_k=0) do not pass validation a second time
-        run = run_method(
-            method,
-            target,
-            ids,
-            given,
-            draft=draft,
-            prompt_text=text,
-            context=context,
-            stop_strings=args.stop or (),
-            on_step=show,
-            compression=compression,
-            uncompressed_ids=full_ids,
-        )
+        with reading, writing:  # closed before the lines below (transformers' baselines call neither callback)
+            # run_method resolves `given` itself: some resolved defaults (top_k=0) do not pass validation a second time
+            run = run_method(
+                method,
+                target,
+                ids,
+                given,
+                draft=draft,
+                prompt_text=text,
+                context=context,
+                stop_strings=args.stop or (),
+                on_step=show,
+                on_prefill=read,
+                compression=compression,
+                uncompressed_ids=full_ids,
+            )
         if store is not None:
             try:
                 recording.finish(run)
@@ -154,6 +162,19 @@ def run(args) -> int:
         if run_id is not None:
             print(f"stored as run {run_id} in {store.where}", file=sys.stderr)
     return 0
+
+
+def _progress_bars(prompt_tokens: int, max_new_tokens: int | None, as_json: bool):
+    """Progress on stderr as bench shows it (tqdm): the prompt's prefill in tokens read, which on a long prompt took
+    minutes with nothing on screen; then, with --json, the tokens written (streamed text is its own progress, and a
+    bar redrawn beside it on the terminal would break its lines)."""
+    from tqdm.auto import tqdm
+
+    reading = tqdm(total=prompt_tokens, desc="reading the prompt", unit="token", leave=False, file=sys.stderr)
+    writing = tqdm(
+        total=max_new_tokens, desc="writing", unit="token", leave=False, file=sys.stderr, disable=not as_json
+    )
+    return reading, writing
 
 
 def _header(method, params, target, draft, prompt, prompt_ids, context):

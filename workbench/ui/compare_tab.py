@@ -118,6 +118,34 @@ def check_prompt_box(prompt: str | None, task: Task | None) -> None:
     raise InvalidInputError(EMPTY_PROMPT)
 
 
+def picked_task(choice, tasks: Mapping[str, Task], uploaded) -> Task | None:
+    """The task chosen under Task (bundled or uploaded), edited or not; None for free text."""
+    return tasks.get(choice) or (uploaded or {}).get(choice) if isinstance(choice, str) else None
+
+
+def check_inputs(upload_error: str, prompt: str | None, task: Task | None, methods, model: str, draft: str | None):
+    """The methods' specs, or the refusal Run gives on the task file, the Prompt box and the methods alone, before
+    anything loads (Comparison.check starts with it; input_warning re-checks it as those inputs change)."""
+    if upload_error:
+        raise InvalidInputError(upload_refusal(upload_error))
+    check_prompt_box(prompt, task)
+    return service.check_methods(methods or [], model, draft)
+
+
+def input_warning(status: str | None, upload_error: str, prompt, task: Task | None, methods, model, draft):
+    """The status line once an input changed. A refusal it shows ("**⚠ …**", error_md) answered the inputs of the last
+    Run: it is replaced by check_inputs' refusal now, or cleared when none applies (kept until the next Run, "the
+    prompt is empty" stood under a prompt the user had typed; a refusal found after loading, a too-long prompt, is
+    said again by the next Run, and the prompt's length by the line above). Any other status is left alone."""
+    if not (status or "").startswith("**⚠"):
+        return gr.update()
+    try:
+        check_inputs(upload_error, prompt, task, methods, model, draft)
+    except WorkbenchError as e:
+        return error_md(e)
+    return ""
+
+
 COMPARE_PROGRESS = "hidden"  # Gradio's progress overlay on the comparison's outputs (see compare_tab's wiring)
 CLEARED_OUTPUTS = 2 * SLOTS + 4  # task_change_cleared's: the columns' metrics and texts, the speeds, the status
 
@@ -260,7 +288,7 @@ def prompt_note(n_tokens: int, estimate: tuple[float, str] | None, methods: int,
 def own_text_choice(choice, tasks: Mapping[str, Task], uploaded, context, prompt):
     """The task picker's update after the user typed: OWN_TEXT once the boxes no longer hold the chosen task's
     prompt and context (the picker showed the task's name as if it were still what would run), else unchanged."""
-    t = tasks.get(choice) or (uploaded or {}).get(choice) if isinstance(choice, str) else None
+    t = picked_task(choice, tasks, uploaded)
     if t is None or task_fields(t)[:2] == ((context or ""), (prompt or "")):
         return gr.update()
     return gr.update(value=OWN_TEXT, choices=[FREE_TEXT, OWN_TEXT, *tasks, *(uploaded or {})])
@@ -913,9 +941,7 @@ class Comparison:
         self.stop, self.run_stop, self.owner_tags, self.where = stop, run_stop, tuple(owner_tags), where
 
     def picked_task(self) -> Task | None:
-        """The task chosen under Task (bundled or uploaded), edited or not; None for free text."""
-        r = self.req
-        return self.tasks.get(r.task_choice) or (r.uploaded or {}).get(r.task_choice)
+        return picked_task(self.req.task_choice, self.tasks, self.req.uploaded)
 
     def chosen_task(self) -> Task | None:
         """The chosen task, whose references score every output as bench scores them; free text, or a task whose
@@ -928,11 +954,8 @@ class Comparison:
     def check(self) -> None:
         """Everything that can be refused before a model loads."""
         r = self.req
-        if r.upload_error:
-            raise InvalidInputError(upload_refusal(r.upload_error))
-        check_prompt_box(r.prompt, self.picked_task())
+        self.specs = check_inputs(r.upload_error, r.prompt, self.picked_task(), r.methods, r.model, r.draft)
         self.n_repeats = check_repeats(r.repeats)
-        self.specs = service.check_methods(r.methods or [], r.model, r.draft)
         chosen = {n: v for n, v in r.params.items() if v is not None and v != PARAMS[n].default}
         self.max_new_tokens = chosen["max_new_tokens"] = check_max_new_tokens(r.max_new_tokens)
         self.per_method = [
@@ -1283,6 +1306,11 @@ class CompareHandlers:
             done,
         )
 
+    def recheck(self, status, model_name, draft_name, method_list, prompt_text, task_choice, uploaded, upload_error):
+        """The status line once the model, the methods, the prompt or the task changed (input_warning)."""
+        task = picked_task(task_choice, self.tasks, uploaded)
+        return input_warning(status, upload_error, prompt_text, task, method_list, model_name, draft_name)
+
     def active_fields(self, method_list):
         taken = params_taken(method_list)
         return [gr.update(interactive=n in taken, info=field_info(n, method_list)) for n in PARAM_FIELDS]
@@ -1398,12 +1426,25 @@ def compare_tab(store: Store, pool: service.ModelPool, compare_ids: gr.State, wh
     tasks = {t.id: t for t in service.sample_tasks()}
     form = build_form(tasks, pool.allow_local)
     h = CompareHandlers(store, pool, tasks, who)
+    # A refusal in the status line answered the last Run's inputs: re-checked as they change, not left until the next
+    # Run (after pick_task, which writes the status too; a task filling the boxes in changes the prompt as well).
+    recheck = dict(
+        fn=h.recheck,
+        inputs=[form.status, form.model, form.draft, form.methods, form.prompt, form.task, form.uploaded]
+        + [form.upload_error],
+        outputs=[form.status],
+        api_name=False,
+        show_progress="hidden",
+        trigger_mode="always_last",
+    )
     form.task.change(
         h.pick_task,
         [form.task, form.uploaded, form.max_new, form.task_cap, compare_ids],
         [form.context, form.prompt, form.max_new, form.chat, form.task_cap, *form.cleared_outputs],
         api_name=False,
-    )
+    ).then(**recheck)
+    for component in (form.model, form.draft, form.methods, form.prompt, form.context):
+        component.change(**recheck)
     form.task_file.change(
         h.upload,
         [form.task_file, form.task],

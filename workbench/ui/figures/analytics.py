@@ -112,7 +112,12 @@ def _rate_figure(
                 "(%{customdata[0]} of %{customdata[1]})<extra></extra>"
             ),
         )
-        fig.add_trace(go.Scatter(mode="lines+markers", **common) if kind == "line" else go.Bar(**common))
+        if kind == "line":
+            fig.add_trace(go.Scatter(mode="lines+markers", **common))
+        else:  # a label on every bar: a judged source never accepted has no bar to see, and must not read as no data
+            # (outside: Plotly drops 'auto' and 'inside' text on a zero-height bar)
+            rates = [f"{table[k][0] / table[k][1]:.0%}" for k in keys]
+            fig.add_trace(go.Bar(text=rates, textposition="outside", cliponaxis=False, **common))
     fig.update_layout(
         template="plotly_white",
         title=title,
@@ -120,7 +125,8 @@ def _rate_figure(
         height=360,
         margin={"t": 50},
         xaxis={"title": x_title, **({"dtick": 1} if kind == "line" else {})},
-        yaxis={"title": NODE_ACCEPTANCE_AXIS, "range": [0, 1.05], "tickformat": ".0%"},
+        # bars: room above 100 % for its label, as position_figure leaves
+        yaxis={"title": NODE_ACCEPTANCE_AXIS, "range": [0, 1.05 if kind == "line" else 1.12], "tickformat": ".0%"},
     )
     return fig
 
@@ -316,6 +322,6 @@ def restyled(fig: go.Figure, colors: dict[str, str]) -> go.Figure:
             if t.type == "bar" and t.text is not None and (t.yaxis or "y") == axis.replace("axis", "")
         ]
         tops = [v for t in bars for v in (t.y or ()) if v is not None]
-        if tops:
+        if tops and fig.layout[axis].range is None:  # a rate's fixed axis stays (all 0 %: [0, 0] hid the bars)
             fig.update_layout({axis: {"range": [0, max(tops) * 1.18]}})
     return fig
