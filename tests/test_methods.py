@@ -280,3 +280,36 @@ def test_parameters_must_be_finite_numbers():
     assert (
         resolve_params("aasd", {"fallback": "recycle"})["fallback"] == 1
     )  # words for values where a parameter names them
+
+
+def test_bench_progress_names_the_run_under_way(tiny, monkeypatch):
+    """A newcomer watching `run.sh table` saw the bar name the run that had just finished ("1/8 … extract-orders
+    greedy" while pld decoded) and nothing during the first: the label is set before each run."""
+    import tqdm.auto
+
+    from workbench.evaluation import bench
+
+    labels: list[str] = []
+    bars = []
+
+    class Bar(tqdm.auto.tqdm):
+        def __init__(self, *a, **k):
+            super().__init__(*a, **{**k, "disable": True})
+            bars.append(self)
+
+        def set_postfix_str(self, s="", refresh=True):
+            self.label = s
+
+    real_run = bench.run_method
+
+    def run_method(name, *a, **k):
+        labels.append(getattr(bars[-1], "label", "") if bars else "(warm-up: no bar yet)")
+        return real_run(name, *a, **k)
+
+    monkeypatch.setattr(tqdm.auto, "tqdm", Bar)
+    monkeypatch.setattr(bench, "run_method", run_method)
+    monkeypatch.setattr(bench, "encode_prompt", lambda tok, text, chat=None: [3 + (ord(c) % 60) for c in text][:40])
+    tasks = [Task(id=f"t{i}", task="chat", input=f"abc abc {i} abc") for i in range(2)]
+    bench.run_bench(tiny, tasks, ["pld"], {"max_new_tokens": 4}, progress=True)
+    timed = labels[-4:]  # after the warm-up calls, which run before the bar exists
+    assert timed == ["t0 greedy", "t0 pld", "t1 greedy", "t1 pld"], labels

@@ -236,7 +236,6 @@ def run_bench(
         if on_result is not None:
             on_result(row, task, run)
         bar.update(1)
-        bar.set_postfix_str(f"{task.id} {m}")
 
     def prompt_of(task: Task):
         text = task.prompt()
@@ -261,6 +260,7 @@ def run_bench(
                 continue
             text, ids, compression, full_ids = prompt_of(task)
             for m in task_methods:
+                bar.set_postfix_str(f"{task.id} {m}")  # the run under way (set before it, not after)
                 run = run_method(
                     names[m],
                     target,
@@ -285,6 +285,7 @@ def run_bench(
                 if not members:
                     continue
                 p = [params_of(m, c[0]) for c in members]
+                bar.set_postfix_str(f"{m} on {len(members)} items")
                 runs = run_batch(
                     names[m],
                     target,
