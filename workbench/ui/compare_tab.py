@@ -77,6 +77,12 @@ MORE_PARAMS = (
     "seed",
 )
 PARAM_FIELDS = TUNABLE + MORE_PARAMS  # the parameter fields, in the order of the API's parameters
+# Fields that start blank: the methods reading them disagree on the default (top_k: 0 = no top-k for the sampling
+# methods, 5 for the top-k rules, 50 for top-k sampling), so one number in the field misstated most of them (it said
+# 5 while greedy sampled with no top-k). Blank: each method's own; a number typed in is used as typed, even core.params'
+# default (the other fields' default means "untouched", CompareRun.check).
+BLANK_FIELDS = ("top_k",)
+DEFAULT_WORDS = {("top_k", 0): "0 (no top-k)"}
 MAX_REPEATS = 10  # a comparison repeated more often belongs to `bench --repeats`
 SPEED_COLUMNS = ["method", "runs", "tok/s", "speed-up", "MAL"]  # tok/s, speed-up: mean (interval)
 TASK_LABEL = "Task (bundled samples)"
@@ -225,12 +231,53 @@ def params_taken(method_list) -> set[str]:
     return taken
 
 
+def method_defaults(name: str, method_list) -> dict[str, Any]:
+    """The default of parameter `name` of each chosen method that reads it (a method spec's own override counts),
+    by the spec as the user wrote it."""
+    out = {}
+    for spec in method_list or []:
+        try:
+            method, overrides = parse_method_spec(spec)
+            params = get_method(method).params
+        except WorkbenchError:
+            continue
+        if (
+            name in params
+            and name not in overrides
+            and not (overrides.get("fitted", "0") not in ("0", 0) and name in FITTED_PARAMS.get(method, ()))
+        ):
+            out[spec] = params[name]
+    return out
+
+
+def blank_note(name: str, method_list) -> str:
+    """What a blank field (BLANK_FIELDS) leaves each chosen method with, e.g. "blank: greedy, csd use 0 (no top-k);
+    aasd-topk uses 5"."""
+    by_value: dict[Any, list[str]] = {}
+    for spec, v in method_defaults(name, method_list).items():
+        by_value.setdefault(v, []).append(spec)
+    parts = [
+        f"{', '.join(specs)} {'use' if len(specs) > 1 else 'uses'} {DEFAULT_WORDS.get((name, v), f'{v:g}')}"
+        for v, specs in by_value.items()
+    ]
+    return f". Blank: {'; '.join(parts)}" if parts else ""
+
+
+def field_label(name: str) -> str:
+    """A parameter field's label (shared.param_label); a BLANK_FIELDS field's says blank is each method's own."""
+    label = param_label(name)
+    if name in BLANK_FIELDS:
+        label = label.replace(f"default {PARAMS[name].default}", "blank = each method's own default")
+    return label
+
+
 def field_info(name: str, method_list) -> str:
-    """A parameter field's info line: what the parameter is, and, where it is greyed because a chosen method reads
-    its fitted value instead (`aasd[auto]`), why and how to set it."""
+    """A parameter field's info line: what the parameter is, what a blank field leaves the chosen methods with
+    (BLANK_FIELDS), and, where it is greyed because a chosen method reads its fitted value instead (`aasd[auto]`),
+    why and how to set it."""
     info = PARAMS[name].help
     if name in params_taken(method_list):
-        return info
+        return info + (blank_note(name, method_list) if name in BLANK_FIELDS else "")
     for spec in method_list or []:
         try:
             method, overrides = parse_method_spec(spec)
@@ -620,8 +667,8 @@ def _number(name: str, active: bool, info: str) -> gr.Number:
     spec = PARAMS[name]
     return lenient(
         gr.Number(
-            spec.default,
-            label=param_label(name),
+            None if name in BLANK_FIELDS else spec.default,
+            label=field_label(name),
             info=info,  # what the parameter is, in words (core.params' one description of it), and why it is greyed
             precision=0 if spec.kind is int else None,
             elem_id=f"param-{name}",
@@ -956,7 +1003,7 @@ class Comparison:
         r = self.req
         self.specs = check_inputs(r.upload_error, r.prompt, self.picked_task(), r.methods, r.model, r.draft)
         self.n_repeats = check_repeats(r.repeats)
-        chosen = {n: v for n, v in r.params.items() if v is not None and v != PARAMS[n].default}
+        chosen = {n: v for n, v in r.params.items() if v is not None and (n in BLANK_FIELDS or v != PARAMS[n].default)}
         self.max_new_tokens = chosen["max_new_tokens"] = check_max_new_tokens(r.max_new_tokens)
         self.per_method = [
             service.method_params(name, chosen, {"memory_mode": app_memory_mode(name, over), **over})

@@ -1,0 +1,53 @@
+"""Issue 33, tenth newcomer pass: a run stopped in the prompt's read, the top_k field, the status after Stop, the
+single-user share line, the prompt's token count, the method's label and the clock note's glyph. Each test failed on
+the code before its fix."""
+
+from __future__ import annotations
+
+from browser_util import synthetic_run
+
+
+def test_a_run_stopped_before_its_first_token_says_there_is_nothing_to_replay():
+    """Run #28, cancelled during prefill (no steps, no tokens), opened to a blank Replay screen. Mutation caught:
+    step_info's 'before it wrote a token' branch removed (the header said 'has no steps to replay')."""
+    from workbench.ui import replay_view as rv
+
+    run = synthetic_run("greedy", status="cancelled", output_ids=[])
+    info = rv.step_info(28, run, 0)
+    assert info == "run #28 (greedy) was cancelled before it wrote a token: nothing to replay", info
+    assert rv.step_data(28, run, [])["info"] == info
+    # a baseline's complete run without step records still says why there are none
+    assert "transformers' baselines keep none" in rv.step_info(3, synthetic_run("hf-greedy", output_ids=[1, 2]), 0)
+
+
+def _checked(methods: list[str], params: dict):
+    """A Comparison of `methods` on the default model with the form's parameter fields `params`, checked (no model)."""
+    import threading
+    from types import SimpleNamespace
+
+    from workbench.ui.compare_tab import PARAM_FIELDS, CompareRequest, Comparison
+
+    fields = {n: params.get(n) for n in PARAM_FIELDS}
+    req = CompareRequest("smollm2-135m", None, methods, "p", "", True, 8, fields, None, None, None, None, 1)
+    c = Comparison(req, None, SimpleNamespace(allow_local=False), {}, threading.Event(), threading.Event, (), "here")
+    c.check()
+    return c
+
+
+def test_the_top_k_field_says_what_the_methods_use_and_a_typed_value_is_used():
+    """The top_k field said "default 5" beside greedy, aasd[auto], csd and pld, which sampled with no top-k (their
+    default 0), and a 5 typed in was dropped as "untouched" (equal to core.params' default). Mutation caught: the
+    field back to core.params' default (value 5, label "default 5"), or CompareRun.check dropping a top_k equal to 5."""
+    from workbench.ui.compare_tab import _number, field_info, field_label
+
+    methods = ["greedy", "aasd[auto]", "csd", "pld"]
+    assert "default 5" not in field_label("top_k") and "blank = each method's own default" in field_label("top_k")
+    assert _number("top_k", True, "").value is None
+    info = field_info("top_k", methods)
+    assert "Blank: greedy, csd, pld use 0 (no top-k)" in info, info
+    assert "aasd-topk uses 5" in field_info("top_k", ["greedy", "aasd-topk"])
+    # blank: each method's own default (nothing passed); typed: used as typed, 5 included, by every method reading it
+    blank = _checked(methods, {"temperature": 0.7})
+    assert all("top_k" not in p for p in blank.per_method), blank.per_method
+    typed = _checked(methods, {"temperature": 0.7, "top_k": 5})
+    assert [p.get("top_k") for p in typed.per_method] == [5, None, 5, 5], typed.per_method
