@@ -51,3 +51,33 @@ def test_the_top_k_field_says_what_the_methods_use_and_a_typed_value_is_used():
     assert all("top_k" not in p for p in blank.per_method), blank.per_method
     typed = _checked(methods, {"temperature": 0.7, "top_k": 5})
     assert [p.get("top_k") for p in typed.per_method] == [5, None, 5, 5], typed.per_method
+
+
+def test_stopping_stays_in_the_status_line_until_stopped():
+    """After Stop during the prompt read the status went back to "running greedy (method 1 of 3): 0 of 128 tokens
+    written…" (the run's cancelled record carries no stopping flag) before "stopped: …". Mutation caught: _column
+    writing running_status of each progress as it comes (no sticky `stopping`)."""
+    import threading
+    from types import SimpleNamespace
+
+    from workbench import service
+    from workbench.ui.compare_tab import ColumnsView, CompareRequest, Comparison, Place, Reference
+
+    req = CompareRequest("m", None, ["greedy"], "p", "", True, 128, {}, None, None, None, None, 1)
+    c = Comparison(req, None, None, {}, threading.Event(), threading.Event, (), "here")
+    c.specs, c.per_method, c.n_repeats, c.max_new_tokens = [("greedy", {})], [{}], 1, 128
+    c.models = SimpleNamespace(target=SimpleNamespace(tokenizer=None))
+    c.pool = SimpleNamespace(prefill_clock=SimpleNamespace(observe=lambda *a: None), busy={})
+    c.speeds = SimpleNamespace(add=lambda *a: None)
+    c._metrics = lambda *a: "metrics"
+    cancelled = synthetic_run("greedy", status="cancelled", output_ids=[])
+    c._stream = lambda name, slot: iter(
+        [
+            service.Progress(name, [], prefill=(0, 900)),
+            service.Progress(name, [], prefill=(0, 900), stopping=True),
+            service.Progress(name, [], run=cancelled, run_id=28),
+        ]
+    )
+    statuses = [v.status for v in c._column(ColumnsView(""), 0, Place(1, 3, 1), Reference())]
+    assert statuses[0].startswith("running **greedy**") and len(statuses) == 3, statuses
+    assert all(s.startswith("stopping **greedy**") for s in statuses[1:]), statuses

@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -1139,8 +1139,11 @@ class Comparison:
 
     def _column(self, view: ColumnsView, slot: int, place: "Place", reference: "Reference") -> Iterator[ColumnsView]:
         """One method's run into its column: streamed steps, then the finished run with its metrics, score and marks."""
-        name, run, div, flip = self.specs[slot][0], None, None, False
+        name, run, div, flip, stopping = self.specs[slot][0], None, None, False, False
         for prog in self._stream(name, slot):
+            # Once Stop is heard the line says "stopping" until the comparison says "stopped": the run's last
+            # updates (its cancelled record) carry no stopping flag and read "0 of 128 tokens written" in between
+            stopping = stopping or prog.stopping
             if prog.error:
                 view.metrics[slot] = error_md(prog.error)
             elif prog.run is not None:
@@ -1165,7 +1168,13 @@ class Comparison:
                 view.texts[slot] = tokens.tokens_html(tokens.step_origins(prog.steps, self.models.target.tokenizer))
                 view.metrics[slot] = running_metrics(prog, self.max_new_tokens)
             view.status = running_status(  # the method as the user wrote it (its column's head): aasd[auto], not aasd
-                self.req.methods[slot], place.position, place.of, place.rep, self.n_repeats, prog, self.max_new_tokens
+                self.req.methods[slot],
+                place.position,
+                place.of,
+                place.rep,
+                self.n_repeats,
+                replace(prog, stopping=True) if stopping else prog,
+                self.max_new_tokens,
             )
             if prog.waiting and self.pool.busy.get(self.req.model):  # the server's own work holds the slot: say which
                 view.status = self.wait_note()
