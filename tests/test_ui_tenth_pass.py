@@ -81,3 +81,21 @@ def test_stopping_stays_in_the_status_line_until_stopped():
     statuses = [v.status for v in c._column(ColumnsView(""), 0, Place(1, 3, 1), Reference())]
     assert statuses[0].startswith("running **greedy**") and len(statuses) == 3, statuses
     assert all(s.startswith("stopping **greedy**") for s in statuses[1:]), statuses
+
+
+def test_single_user_mode_says_why_there_is_no_share_button(tmp_path):
+    """`serve --single-user` (run.sh demo) had no "Share this run" button and nothing said why. Mutation caught:
+    run_picker without its share_note (nothing where the button would be)."""
+    import gradio as gr
+
+    from workbench.store import Store
+    from workbench.ui.replay_tab import SINGLE_USER_NOTE, run_picker
+
+    store = Store(f"sqlite:///{tmp_path / 'a.db'}")
+    with gr.Blocks():
+        single = run_picker(store, can_share=False)
+        shared = run_picker(store, can_share=True)
+    assert single.share.visible is False and single.share_note is not None
+    assert single.share_note.value == SINGLE_USER_NOTE and "nothing to share" in SINGLE_USER_NOTE
+    assert "single-user server: every run here is visible to everyone who opens it" in SINGLE_USER_NOTE
+    assert shared.share.visible is True and shared.share_note is None
