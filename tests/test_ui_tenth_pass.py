@@ -99,3 +99,23 @@ def test_single_user_mode_says_why_there_is_no_share_button(tmp_path):
     assert single.share_note.value == SINGLE_USER_NOTE and "nothing to share" in SINGLE_USER_NOTE
     assert "single-user server: every run here is visible to everyone who opens it" in SINGLE_USER_NOTE
     assert shared.share.visible is True and shared.share_note is None
+
+
+def test_the_count_under_an_emptied_prompt_says_what_it_counts(monkeypatch):
+    """With the Prompt box emptied on a sample with a context the line said "prompt: 204 tokens" right above "⚠ the
+    prompt is empty". Mutation caught: prompt_info calling prompt_note without `counted` (the line says "prompt")."""
+    from types import SimpleNamespace
+
+    from workbench import service
+    from workbench.ui.compare_tab import CompareHandlers
+
+    monkeypatch.setattr(service, "build_prompt", lambda tok, prompt, context, chat: ("t", list(range(204))))
+    models = SimpleNamespace(target=SimpleNamespace(tokenizer=None, max_context=8192))
+    pool = SimpleNamespace(
+        loaded=lambda name: models, prefill_clock=SimpleNamespace(estimate=lambda target, n: (1.5, "this server"))
+    )
+    h = CompareHandlers(None, pool, {})
+    emptied = h.prompt_info("m", "  ", "a long document", True, ["greedy"])
+    assert emptied.startswith("context and chat template: **204 tokens**") and "prompt:" not in emptied, emptied
+    assert h.prompt_info("m", "", "a long document", False, ["greedy"]).startswith("context: **204 tokens**")
+    assert h.prompt_info("m", "Summarise it", "a long document", True, ["greedy"]).startswith("prompt: **204 tokens**")

@@ -315,14 +315,17 @@ def check_max_new_tokens(value) -> int:
     return n
 
 
-def prompt_note(n_tokens: int, estimate: tuple[float, str] | None, methods: int, max_context: int) -> str:
-    """The line under the prompt: its length in tokens and how long reading it will take, before Run."""
+def prompt_note(
+    n_tokens: int, estimate: tuple[float, str] | None, methods: int, max_context: int, counted: str = "prompt"
+) -> str:
+    """The line under the prompt: its length in tokens and how long reading it will take, before Run. `counted` says
+    what the tokens are when it is not the prompt's text (an emptied prompt: the context and the chat template)."""
     if n_tokens >= max_context:
         return (
             f"**⚠ the prompt is {n_tokens:,} tokens; the model reads at most {max_context:,}**: shorten the context "
             "(or compress it, under Parameters)"
         )
-    text = f"prompt: **{n_tokens:,} tokens**"
+    text = f"{counted}: **{n_tokens:,} tokens**"
     if estimate is None:
         return text + " · the time to read it is estimated after the first run on this server"
     seconds, source = estimate
@@ -1385,8 +1388,14 @@ class CompareHandlers:
         except WorkbenchError as e:
             return error_md(e)
         target = models.target
+        # an emptied prompt (the status line says so): the count is of what is left, not of "the prompt"
+        counted = "prompt" if (prompt_text or "").strip() else "context and chat template" if use_chat else "context"
         return prompt_note(
-            len(ids), self.pool.prefill_clock.estimate(target, len(ids)), len(method_list or []), target.max_context
+            len(ids),
+            self.pool.prefill_clock.estimate(target, len(ids)),
+            len(method_list or []),
+            target.max_context,
+            counted,
         )
 
     @gpu
