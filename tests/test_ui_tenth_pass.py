@@ -119,3 +119,26 @@ def test_the_count_under_an_emptied_prompt_says_what_it_counts(monkeypatch):
     assert emptied.startswith("context and chat template: **204 tokens**") and "prompt:" not in emptied, emptied
     assert h.prompt_info("m", "", "a long document", False, ["greedy"]).startswith("context: **204 tokens**")
     assert h.prompt_info("m", "Summarise it", "a long document", True, ["greedy"]).startswith("prompt: **204 tokens**")
+
+
+def test_the_replay_figures_name_the_method_as_it_was_asked_for():
+    """The Replay position-acceptance chart was titled "#7 aasd: …" while the status line, the runs table and
+    Analytics said "aasd[auto]". Mutation caught: ReplayHandlers.run_figures labelling with the plain method name."""
+    from types import SimpleNamespace
+
+    from core.trace import NodeTrace, StepTrace
+    from workbench.ui.replay_tab import ReplayHandlers
+
+    def node(n, parent, decision, source="context"):
+        return NodeTrace(0, 10, n, parent, n, 20 + n, "t", source, decision, "", p=0.5)
+
+    step = StepTrace(
+        0, 10, 1, 1, [21, 22], nodes=[node(0, -1, "accepted"), node(1, 0, "accepted"), node(2, 1, "bonus")]
+    )
+    run = synthetic_run("aasd", [step], params={"fitted": 1, "alpha": 0.1, "beta": 0.2})
+    cache = SimpleNamespace(get=lambda rid, viewer: (SimpleNamespace(id=rid, trace=run), [], []))
+    by_source, positions = ReplayHandlers(None, None, cache).run_figures(None, 7)
+    for fig in (by_source, positions):  # every "#7 aasd" in the figure is "#7 aasd[auto]"
+        shown = fig.to_json()
+        assert shown.count("#7 aasd") == shown.count("#7 aasd[auto]"), fig.data[0].name
+    assert "#7 aasd[auto]" in positions.layout.title.text, positions.layout.title.text

@@ -33,7 +33,7 @@ from workbench.ui import tokens
 from workbench.ui.access import NOBODY, SHARED_TAG, not_visible
 from workbench.ui.components import lenient
 from workbench.ui.figures import analytics, replay
-from workbench.ui.figures.common import TITLE_BELOW_TOOLBAR
+from workbench.ui.figures.common import TITLE_BELOW_TOOLBAR, run_label
 from workbench.ui.reasons import known_texts
 from workbench.ui.replay_js import STEP_JS
 from workbench.ui.shared import TUNABLE, RunCache, decoder_for, error_md, run_id_of, runs_frame
@@ -396,7 +396,7 @@ class ReplayHandlers:
             stored, _, _ = self.cache.get(rid, self.who(request))
         except WorkbenchError:
             return None, None
-        label = f"#{rid} {stored.trace.method}"
+        label = run_label(stored)  # "#7 aasd[auto]": the method as asked for, as the status line and Analytics say it
         figures = (
             analytics.accept_by_source_figure([(label, stored.trace)]),
             replay.position_figure(stored.trace, label),
