@@ -142,3 +142,21 @@ def test_the_replay_figures_name_the_method_as_it_was_asked_for():
         shown = fig.to_json()
         assert shown.count("#7 aasd") == shown.count("#7 aasd[auto]"), fig.data[0].name
     assert "#7 aasd[auto]" in positions.layout.title.text, positions.layout.title.text
+
+
+def test_the_page_uses_no_glyph_the_browsers_fonts_lack():
+    """The Compare clock note began with U+23F1 (stopwatch), which Debian's Chromium fonts lack: it drew as a box.
+    Mutation caught: the glyph back in compare_tab (or anywhere in workbench/ui)."""
+    from pathlib import Path
+
+    import workbench.ui
+
+    missing = {"\u23f1": "stopwatch"}  # the page's ✂ ■ ⚠ ≈ render; these do not
+    ui = Path(workbench.ui.__file__).parent
+    found = [
+        f"{path.relative_to(ui)}: {name}"
+        for path in sorted(ui.rglob("*.py"))
+        for glyph, name in missing.items()
+        if glyph in path.read_text(encoding="utf-8")
+    ]
+    assert not found, found

@@ -1166,7 +1166,8 @@ class Comparison:
                 view.texts[slot] = tokens.run_html(run, first_divergence=div, **flip_mark(div, None) if flip else {})
                 view.metrics[slot] = self._metrics(run, prog.run_id, reference.speedup(run)[0], place)
                 clocks = wall_clock_note(run, reference.run) if reference.run is not None and name != "greedy" else ""
-                view.metrics[slot] += f"\n\n⏱ {clocks}" if clocks else ""
+                # in words: the stopwatch sign U+23F1 drew as a box (Debian's Chromium fonts lack it)
+                view.metrics[slot] += f"\n\n*clocks:* {clocks}" if clocks else ""
             else:
                 view.texts[slot] = tokens.tokens_html(tokens.step_origins(prog.steps, self.models.target.tokenizer))
                 view.metrics[slot] = running_metrics(prog, self.max_new_tokens)
