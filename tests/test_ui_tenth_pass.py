@@ -41,12 +41,13 @@ def test_the_top_k_field_says_what_the_methods_use_and_a_typed_value_is_used():
     from workbench.ui.compare_tab import _number, field_info, field_label
 
     methods = ["greedy", "aasd[auto]", "csd", "pld"]
-    assert "default 5" not in field_label("top_k") and "blank = each method's own default" in field_label("top_k")
-    assert _number("top_k", True, "").value is None
+    assert "default 5" not in field_label("top_k") and "0 = each method's own default" in field_label("top_k")
+    assert _number("top_k", True, "").value == 0  # not None: the API keeps the parameter optional
     info = field_info("top_k", methods)
-    assert "Blank: greedy, csd, pld use 0 (no top-k)" in info, info
+    assert "At 0: greedy, csd, pld use 0 (no top-k)" in info, info
     assert "aasd-topk uses 5" in field_info("top_k", ["greedy", "aasd-topk"])
-    # blank: each method's own default (nothing passed); typed: used as typed, 5 included, by every method reading it
+    # 0 (or None from the API): each method's own default, nothing passed; typed: used as typed, 5 included
+    assert all("top_k" not in p for p in _checked(methods, {"temperature": 0.7, "top_k": 0}).per_method)
     blank = _checked(methods, {"temperature": 0.7})
     assert all("top_k" not in p for p in blank.per_method), blank.per_method
     typed = _checked(methods, {"temperature": 0.7, "top_k": 5})

@@ -77,11 +77,12 @@ MORE_PARAMS = (
     "seed",
 )
 PARAM_FIELDS = TUNABLE + MORE_PARAMS  # the parameter fields, in the order of the API's parameters
-# Fields that start blank: the methods reading them disagree on the default (top_k: 0 = no top-k for the sampling
-# methods, 5 for the top-k rules, 50 for top-k sampling), so one number in the field misstated most of them (it said
-# 5 while greedy sampled with no top-k). Blank: each method's own; a number typed in is used as typed, even core.params'
-# default (the other fields' default means "untouched", CompareRun.check).
-BLANK_FIELDS = ("top_k",)
+# Fields whose methods disagree on the default (top_k: 0 = no top-k for the sampling methods, 5 for the top-k rules,
+# 50 for top-k sampling), so core.params' one default in the field misstated most of them (it said 5 while greedy
+# sampled with no top-k). They start at OWN_DEFAULT, "each method's own" (outside the parameter's range, and not None:
+# the API keeps the field optional); any other number is used as typed, even core.params' default (the other fields'
+# default means "untouched", Comparison.check).
+OWN_DEFAULT_FIELDS, OWN_DEFAULT = ("top_k",), 0
 DEFAULT_WORDS = {("top_k", 0): "0 (no top-k)"}
 MAX_REPEATS = 10  # a comparison repeated more often belongs to `bench --repeats`
 SPEED_COLUMNS = ["method", "runs", "tok/s", "speed-up", "MAL"]  # tok/s, speed-up: mean (interval)
@@ -250,9 +251,9 @@ def method_defaults(name: str, method_list) -> dict[str, Any]:
     return out
 
 
-def blank_note(name: str, method_list) -> str:
-    """What a blank field (BLANK_FIELDS) leaves each chosen method with, e.g. "blank: greedy, csd use 0 (no top-k);
-    aasd-topk uses 5"."""
+def own_default_note(name: str, method_list) -> str:
+    """What an OWN_DEFAULT_FIELDS field left at OWN_DEFAULT gives each chosen method, e.g. ". At 0: greedy, csd use
+    0 (no top-k); aasd-topk uses 5"."""
     by_value: dict[Any, list[str]] = {}
     for spec, v in method_defaults(name, method_list).items():
         by_value.setdefault(v, []).append(spec)
@@ -260,24 +261,25 @@ def blank_note(name: str, method_list) -> str:
         f"{', '.join(specs)} {'use' if len(specs) > 1 else 'uses'} {DEFAULT_WORDS.get((name, v), f'{v:g}')}"
         for v, specs in by_value.items()
     ]
-    return f". Blank: {'; '.join(parts)}" if parts else ""
+    return f". At {OWN_DEFAULT}: {'; '.join(parts)}" if parts else ""
 
 
 def field_label(name: str) -> str:
-    """A parameter field's label (shared.param_label); a BLANK_FIELDS field's says blank is each method's own."""
+    """A parameter field's label (shared.param_label); an OWN_DEFAULT_FIELDS field's says OWN_DEFAULT is each
+    method's own default."""
     label = param_label(name)
-    if name in BLANK_FIELDS:
-        label = label.replace(f"default {PARAMS[name].default}", "blank = each method's own default")
+    if name in OWN_DEFAULT_FIELDS:
+        label = label.replace(f"default {PARAMS[name].default}", f"{OWN_DEFAULT} = each method's own default")
     return label
 
 
 def field_info(name: str, method_list) -> str:
-    """A parameter field's info line: what the parameter is, what a blank field leaves the chosen methods with
-    (BLANK_FIELDS), and, where it is greyed because a chosen method reads its fitted value instead (`aasd[auto]`),
+    """A parameter field's info line: what the parameter is, what the field's OWN_DEFAULT leaves the chosen methods with
+    (OWN_DEFAULT_FIELDS), and, where it is greyed because a chosen method reads its fitted value instead (`aasd[auto]`),
     why and how to set it."""
     info = PARAMS[name].help
     if name in params_taken(method_list):
-        return info + (blank_note(name, method_list) if name in BLANK_FIELDS else "")
+        return info + (own_default_note(name, method_list) if name in OWN_DEFAULT_FIELDS else "")
     for spec in method_list or []:
         try:
             method, overrides = parse_method_spec(spec)
@@ -670,7 +672,7 @@ def _number(name: str, active: bool, info: str) -> gr.Number:
     spec = PARAMS[name]
     return lenient(
         gr.Number(
-            None if name in BLANK_FIELDS else spec.default,
+            OWN_DEFAULT if name in OWN_DEFAULT_FIELDS else spec.default,
             label=field_label(name),
             info=info,  # what the parameter is, in words (core.params' one description of it), and why it is greyed
             precision=0 if spec.kind is int else None,
@@ -1006,7 +1008,11 @@ class Comparison:
         r = self.req
         self.specs = check_inputs(r.upload_error, r.prompt, self.picked_task(), r.methods, r.model, r.draft)
         self.n_repeats = check_repeats(r.repeats)
-        chosen = {n: v for n, v in r.params.items() if v is not None and (n in BLANK_FIELDS or v != PARAMS[n].default)}
+        chosen = {
+            n: v
+            for n, v in r.params.items()
+            if v is not None and (v != OWN_DEFAULT if n in OWN_DEFAULT_FIELDS else v != PARAMS[n].default)
+        }
         self.max_new_tokens = chosen["max_new_tokens"] = check_max_new_tokens(r.max_new_tokens)
         self.per_method = [
             service.method_params(name, chosen, {"memory_mode": app_memory_mode(name, over), **over})
