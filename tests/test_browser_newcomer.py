@@ -378,7 +378,7 @@ def test_a_run_without_steps_opens_without_an_error_or_a_0_to_0_slider(app, page
     page.get_by_role("tab", name="Replay & tune").click()
     open_run(page, rid)
     expect(page.locator("#replay-info")).to_contain_text(
-        f"run #{rid} (greedy) has no steps to replay (it was stopped before its first step)", timeout=30_000
+        f"run #{rid} (greedy) was cancelled before it wrote a token: nothing to replay", timeout=30_000
     )
     assert not page.locator("#replay-step").is_visible()
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -77,6 +77,13 @@ MORE_PARAMS = (
     "seed",
 )
 PARAM_FIELDS = TUNABLE + MORE_PARAMS  # the parameter fields, in the order of the API's parameters
+# Fields whose methods disagree on the default (top_k: 0 = no top-k for the sampling methods, 5 for the top-k rules,
+# 50 for top-k sampling), so core.params' one default in the field misstated most of them (it said 5 while greedy
+# sampled with no top-k). They start at OWN_DEFAULT, "each method's own" (outside the parameter's range, and not None:
+# the API keeps the field optional); any other number is used as typed, even core.params' default (the other fields'
+# default means "untouched", Comparison.check).
+OWN_DEFAULT_FIELDS, OWN_DEFAULT = ("top_k",), 0
+DEFAULT_WORDS = {("top_k", 0): "0 (no top-k)"}
 MAX_REPEATS = 10  # a comparison repeated more often belongs to `bench --repeats`
 SPEED_COLUMNS = ["method", "runs", "tok/s", "speed-up", "MAL"]  # tok/s, speed-up: mean (interval)
 TASK_LABEL = "Task (bundled samples)"
@@ -225,12 +232,54 @@ def params_taken(method_list) -> set[str]:
     return taken
 
 
+def method_defaults(name: str, method_list) -> dict[str, Any]:
+    """The default of parameter `name` of each chosen method that reads it (a method spec's own override counts),
+    by the spec as the user wrote it."""
+    out = {}
+    for spec in method_list or []:
+        try:
+            method, overrides = parse_method_spec(spec)
+            params = get_method(method).params
+        except WorkbenchError:
+            continue
+        if (
+            name in params
+            and name not in overrides
+            and not (overrides.get("fitted", "0") not in ("0", 0) and name in FITTED_PARAMS.get(method, ()))
+        ):
+            out[spec] = params[name]
+    return out
+
+
+def own_default_note(name: str, method_list) -> str:
+    """What an OWN_DEFAULT_FIELDS field left at OWN_DEFAULT gives each chosen method, e.g. ". At 0: greedy, csd use
+    0 (no top-k); aasd-topk uses 5"."""
+    by_value: dict[Any, list[str]] = {}
+    for spec, v in method_defaults(name, method_list).items():
+        by_value.setdefault(v, []).append(spec)
+    parts = [
+        f"{', '.join(specs)} {'use' if len(specs) > 1 else 'uses'} {DEFAULT_WORDS.get((name, v), f'{v:g}')}"
+        for v, specs in by_value.items()
+    ]
+    return f". At {OWN_DEFAULT}: {'; '.join(parts)}" if parts else ""
+
+
+def field_label(name: str) -> str:
+    """A parameter field's label (shared.param_label); an OWN_DEFAULT_FIELDS field's says OWN_DEFAULT is each
+    method's own default."""
+    label = param_label(name)
+    if name in OWN_DEFAULT_FIELDS:
+        label = label.replace(f"default {PARAMS[name].default}", f"{OWN_DEFAULT} = each method's own default")
+    return label
+
+
 def field_info(name: str, method_list) -> str:
-    """A parameter field's info line: what the parameter is, and, where it is greyed because a chosen method reads
-    its fitted value instead (`aasd[auto]`), why and how to set it."""
+    """A parameter field's info line: what the parameter is, what the field's OWN_DEFAULT leaves the chosen methods with
+    (OWN_DEFAULT_FIELDS), and, where it is greyed because a chosen method reads its fitted value instead (`aasd[auto]`),
+    why and how to set it."""
     info = PARAMS[name].help
     if name in params_taken(method_list):
-        return info
+        return info + (own_default_note(name, method_list) if name in OWN_DEFAULT_FIELDS else "")
     for spec in method_list or []:
         try:
             method, overrides = parse_method_spec(spec)
@@ -268,14 +317,17 @@ def check_max_new_tokens(value) -> int:
     return n
 
 
-def prompt_note(n_tokens: int, estimate: tuple[float, str] | None, methods: int, max_context: int) -> str:
-    """The line under the prompt: its length in tokens and how long reading it will take, before Run."""
+def prompt_note(
+    n_tokens: int, estimate: tuple[float, str] | None, methods: int, max_context: int, counted: str = "prompt"
+) -> str:
+    """The line under the prompt: its length in tokens and how long reading it will take, before Run. `counted` says
+    what the tokens are when it is not the prompt's text (an emptied prompt: the context and the chat template)."""
     if n_tokens >= max_context:
         return (
             f"**⚠ the prompt is {n_tokens:,} tokens; the model reads at most {max_context:,}**: shorten the context "
             "(or compress it, under Parameters)"
         )
-    text = f"prompt: **{n_tokens:,} tokens**"
+    text = f"{counted}: **{n_tokens:,} tokens**"
     if estimate is None:
         return text + " · the time to read it is estimated after the first run on this server"
     seconds, source = estimate
@@ -620,8 +672,8 @@ def _number(name: str, active: bool, info: str) -> gr.Number:
     spec = PARAMS[name]
     return lenient(
         gr.Number(
-            spec.default,
-            label=param_label(name),
+            OWN_DEFAULT if name in OWN_DEFAULT_FIELDS else spec.default,
+            label=field_label(name),
             info=info,  # what the parameter is, in words (core.params' one description of it), and why it is greyed
             precision=0 if spec.kind is int else None,
             elem_id=f"param-{name}",
@@ -956,7 +1008,11 @@ class Comparison:
         r = self.req
         self.specs = check_inputs(r.upload_error, r.prompt, self.picked_task(), r.methods, r.model, r.draft)
         self.n_repeats = check_repeats(r.repeats)
-        chosen = {n: v for n, v in r.params.items() if v is not None and v != PARAMS[n].default}
+        chosen = {
+            n: v
+            for n, v in r.params.items()
+            if v is not None and (v != OWN_DEFAULT if n in OWN_DEFAULT_FIELDS else v != PARAMS[n].default)
+        }
         self.max_new_tokens = chosen["max_new_tokens"] = check_max_new_tokens(r.max_new_tokens)
         self.per_method = [
             service.method_params(name, chosen, {"memory_mode": app_memory_mode(name, over), **over})
@@ -1092,8 +1148,11 @@ class Comparison:
 
     def _column(self, view: ColumnsView, slot: int, place: "Place", reference: "Reference") -> Iterator[ColumnsView]:
         """One method's run into its column: streamed steps, then the finished run with its metrics, score and marks."""
-        name, run, div, flip = self.specs[slot][0], None, None, False
+        name, run, div, flip, stopping = self.specs[slot][0], None, None, False, False
         for prog in self._stream(name, slot):
+            # Once Stop is heard the line says "stopping" until the comparison says "stopped": the run's last
+            # updates (its cancelled record) carry no stopping flag and read "0 of 128 tokens written" in between
+            stopping = stopping or prog.stopping
             if prog.error:
                 view.metrics[slot] = error_md(prog.error)
             elif prog.run is not None:
@@ -1113,12 +1172,19 @@ class Comparison:
                 view.texts[slot] = tokens.run_html(run, first_divergence=div, **flip_mark(div, None) if flip else {})
                 view.metrics[slot] = self._metrics(run, prog.run_id, reference.speedup(run)[0], place)
                 clocks = wall_clock_note(run, reference.run) if reference.run is not None and name != "greedy" else ""
-                view.metrics[slot] += f"\n\n⏱ {clocks}" if clocks else ""
+                # in words: the stopwatch sign U+23F1 drew as a box (Debian's Chromium fonts lack it)
+                view.metrics[slot] += f"\n\n*clocks:* {clocks}" if clocks else ""
             else:
                 view.texts[slot] = tokens.tokens_html(tokens.step_origins(prog.steps, self.models.target.tokenizer))
                 view.metrics[slot] = running_metrics(prog, self.max_new_tokens)
             view.status = running_status(  # the method as the user wrote it (its column's head): aasd[auto], not aasd
-                self.req.methods[slot], place.position, place.of, place.rep, self.n_repeats, prog, self.max_new_tokens
+                self.req.methods[slot],
+                place.position,
+                place.of,
+                place.rep,
+                self.n_repeats,
+                replace(prog, stopping=True) if stopping else prog,
+                self.max_new_tokens,
             )
             if prog.waiting and self.pool.busy.get(self.req.model):  # the server's own work holds the slot: say which
                 view.status = self.wait_note()
@@ -1329,8 +1395,14 @@ class CompareHandlers:
         except WorkbenchError as e:
             return error_md(e)
         target = models.target
+        # an emptied prompt (the status line says so): the count is of what is left, not of "the prompt"
+        counted = "prompt" if (prompt_text or "").strip() else "context and chat template" if use_chat else "context"
         return prompt_note(
-            len(ids), self.pool.prefill_clock.estimate(target, len(ids)), len(method_list or []), target.max_context
+            len(ids),
+            self.pool.prefill_clock.estimate(target, len(ids)),
+            len(method_list or []),
+            target.max_context,
+            counted,
         )
 
     @gpu

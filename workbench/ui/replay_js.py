@@ -136,9 +136,9 @@ _JS = r"""
     put('replay-nodes', '');
     return [info];
   }
-  if (!data.steps.length) {
+  if (!data.steps.length) {  // a run stopped before its first step: its header says so, in view (the body shows)
     cutText(Infinity);
-    put('replay-tree', '');
+    put('replay-tree', '<p class="replay-none" style="color:#777">no steps to draw</p>');
     put('replay-thresholds', '');
     put('replay-nodes', table([]));
     return [data.info];

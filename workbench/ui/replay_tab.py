@@ -33,7 +33,7 @@ from workbench.ui import tokens
 from workbench.ui.access import NOBODY, SHARED_TAG, not_visible
 from workbench.ui.components import lenient
 from workbench.ui.figures import analytics, replay
-from workbench.ui.figures.common import TITLE_BELOW_TOOLBAR
+from workbench.ui.figures.common import TITLE_BELOW_TOOLBAR, run_label
 from workbench.ui.reasons import known_texts
 from workbench.ui.replay_js import STEP_JS
 from workbench.ui.shared import TUNABLE, RunCache, decoder_for, error_md, run_id_of, runs_frame
@@ -59,6 +59,7 @@ class RunPicker:
     step: gr.Slider
     share: gr.Button
     shared_md: gr.Markdown
+    share_note: gr.Markdown | None = None  # single-user mode: why there is no Share button
 
 
 @dataclass
@@ -152,11 +153,13 @@ def run_picker(store: Store, can_share: bool = True) -> RunPicker:
                 pause = gr.Button("Pause", scale=1)
                 # single-user mode: every run is everyone's already, so there is nothing to share
                 share = gr.Button("Share this run", scale=1, elem_id="replay-share", visible=can_share)
+                # where the button would be, why it is not (a missing button left the user looking for it)
+                share_note = None if can_share else gr.Markdown(SINGLE_USER_NOTE, elem_id="replay-share-note")
             # hidden (but in the page, for the browser's drawing) until a run is open: no 0–1 slider over nothing
             step = lenient(gr.Slider(0, 1, value=0, step=1, label="Step", elem_id="replay-step", visible="hidden"))
     shared_md = gr.Markdown("", elem_id="share-status")
     timer = gr.Timer(0.6, active=False)
-    return RunPicker(filt, refresh, runs, run_id, load, play, pause, timer, step, share, shared_md)
+    return RunPicker(filt, refresh, runs, run_id, load, play, pause, timer, step, share, shared_md, share_note)
 
 
 def step_panel() -> StepPanel:
@@ -393,7 +396,7 @@ class ReplayHandlers:
             stored, _, _ = self.cache.get(rid, self.who(request))
         except WorkbenchError:
             return None, None
-        label = f"#{rid} {stored.trace.method}"
+        label = run_label(stored)  # "#7 aasd[auto]": the method as asked for, as the status line and Analytics say it
         figures = (
             analytics.accept_by_source_figure([(label, stored.trace)]),
             replay.position_figure(stored.trace, label),
@@ -497,6 +500,9 @@ class ReplayHandlers:
         return f"run #{rid} is shared: anyone using this app can see it"
 
 
+SINGLE_USER_NOTE = (
+    "<small>single-user server: every run here is visible to everyone who opens it; nothing to share</small>"
+)
 ALREADY_VISIBLE = "every run here is already visible to everyone using this app (single-user mode): nothing to share"
 
 

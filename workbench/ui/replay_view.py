@@ -65,12 +65,15 @@ def step_label(k: int, steps: int) -> str:
 def step_info(run_id: int, trace: RunTrace, k: int) -> str:
     """The header above the replay: where we are and what the step cost."""
     if not trace.steps:
+        label = asked_as(trace.method, trace.params)
+        if trace.status in ("cancelled", "failed") and not trace.output_ids:  # stopped in the prompt's read (prefill)
+            return f"run #{run_id} ({label}) was {trace.status} before it wrote a token: nothing to replay"
         why = (
             "it was stopped before its first step"
             if trace.status in ("cancelled", "failed")
             else "transformers' baselines keep none"
         )
-        return f"run #{run_id} ({asked_as(trace.method, trace.params)}) has no steps to replay ({why})"
+        return f"run #{run_id} ({label}) has no steps to replay ({why})"
     s = trace.steps[k]
     return (
         f"run #{run_id} · {asked_as(trace.method, trace.params)} · {step_label(k, len(trace.steps))} · tree {s.tree_size} nodes · "
