@@ -54,6 +54,26 @@ def test_the_top_k_field_says_what_the_methods_use_and_a_typed_value_is_used():
     assert [p.get("top_k") for p in typed.per_method] == [5, None, 5, 5], typed.per_method
 
 
+def test_temperature_and_top_p_say_which_chosen_methods_keep_another_default():
+    """temperature said "default 0" and top_p "default 1" beside nucleus and top-k sampling, which sample at
+    temperature 1 (nucleus with top_p 0.8) when the field is left untouched, and a 0 typed in was dropped as
+    untouched: nothing on the page said so. The info line now names each chosen method's value and the spec that
+    sets the field's. Mutation caught: own_default_note only for OWN_DEFAULT_FIELDS (the top_k-only note)."""
+    from workbench.ui.compare_tab import field_info
+
+    assert field_info("temperature", ["greedy", "aasd[auto]", "csd"]).endswith("(lossless for strict methods)")
+    info = field_info("temperature", ["greedy", "nucleus", "top-k"])
+    assert "At 0: greedy uses 0; nucleus, top-k use 1 (nucleus[temperature=0] sets it)" in info, info
+    assert "At 1: greedy uses 1; nucleus uses 0.8 (nucleus[top_p=1] sets it)" in field_info(
+        "top_p", ["greedy", "nucleus"]
+    )
+    # what the note says is what runs: untouched keeps nucleus's 1; the spec it names gives 0
+    untouched = _checked(["greedy", "nucleus"], {"temperature": 0}).per_method
+    assert "temperature" not in untouched[1], untouched
+    spelled = _checked(["greedy", "nucleus[temperature=0]"], {"temperature": 0}).per_method
+    assert float(spelled[1]["temperature"]) == 0, spelled  # the spec's text, parsed by resolve_params
+
+
 def test_stopping_stays_in_the_status_line_until_stopped():
     """After Stop during the prompt read the status went back to "running greedy (method 1 of 3): 0 of 128 tokens
     written…" (the run's cancelled record carries no stopping flag) before "stopped: …". Mutation caught: _column
@@ -98,7 +118,7 @@ def test_single_user_mode_says_why_there_is_no_share_button(tmp_path):
         shared = run_picker(store, can_share=True)
     assert single.share.visible is False and single.share_note is not None
     assert single.share_note.value == SINGLE_USER_NOTE and "nothing to share" in SINGLE_USER_NOTE
-    assert "single-user server: every run here is visible to everyone who opens it" in SINGLE_USER_NOTE
+    assert "single-user server: every run here is already visible to everyone who opens it" in SINGLE_USER_NOTE
     assert shared.share.visible is True and shared.share_note is None
 
 

@@ -252,16 +252,27 @@ def method_defaults(name: str, method_list) -> dict[str, Any]:
 
 
 def own_default_note(name: str, method_list) -> str:
-    """What an OWN_DEFAULT_FIELDS field left at OWN_DEFAULT gives each chosen method, e.g. ". At 0: greedy, csd use
-    0 (no top-k); aasd-topk uses 5"."""
+    """What the field left untouched gives each chosen method, when they do not all use the field's value: e.g.
+    ". At 0: greedy, csd use 0 (no top-k); aasd-topk uses 5" (top_k, whose field starts at OWN_DEFAULT), or
+    ". At 0: greedy uses 0; nucleus uses 1 (nucleus[temperature=0] sets it)" (temperature: a value equal to the field's
+    default counts as untouched, so the method's spec is the way to give it that value)."""
+    untouched = OWN_DEFAULT if name in OWN_DEFAULT_FIELDS else PARAMS[name].default
     by_value: dict[Any, list[str]] = {}
     for spec, v in method_defaults(name, method_list).items():
         by_value.setdefault(v, []).append(spec)
+    if name not in OWN_DEFAULT_FIELDS and set(by_value) <= {untouched}:
+        return ""  # every chosen method uses what the field shows
     parts = [
         f"{', '.join(specs)} {'use' if len(specs) > 1 else 'uses'} {DEFAULT_WORDS.get((name, v), f'{v:g}')}"
         for v, specs in by_value.items()
     ]
-    return f". At {OWN_DEFAULT}: {'; '.join(parts)}" if parts else ""
+    differ = [spec for v, specs in by_value.items() if v != untouched for spec in specs]
+    how = (
+        f" ({differ[0]}[{name}={untouched:g}] sets it)"
+        if name not in OWN_DEFAULT_FIELDS and differ and "[" not in differ[0]
+        else ""
+    )
+    return f". At {untouched:g}: {'; '.join(parts)}{how}" if parts else ""
 
 
 def field_label(name: str) -> str:
@@ -279,7 +290,7 @@ def field_info(name: str, method_list) -> str:
     why and how to set it."""
     info = PARAMS[name].help
     if name in params_taken(method_list):
-        return info + (own_default_note(name, method_list) if name in OWN_DEFAULT_FIELDS else "")
+        return info + own_default_note(name, method_list)
     for spec in method_list or []:
         try:
             method, overrides = parse_method_spec(spec)

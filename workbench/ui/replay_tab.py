@@ -500,10 +500,9 @@ class ReplayHandlers:
         return f"run #{rid} is shared: anyone using this app can see it"
 
 
-SINGLE_USER_NOTE = (
-    "<small>single-user server: every run here is visible to everyone who opens it; nothing to share</small>"
-)
-ALREADY_VISIBLE = "every run here is already visible to everyone using this app (single-user mode): nothing to share"
+# single-user mode's one sentence on sharing: the note where the Share button would be, and Share's answer (API)
+ALREADY_VISIBLE = "single-user server: every run here is already visible to everyone who opens it, so nothing to share"
+SINGLE_USER_NOTE = f"<small>{ALREADY_VISIBLE}</small>"
 
 
 def pick_row(frame, evt: gr.SelectData) -> int:
