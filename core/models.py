@@ -373,6 +373,8 @@ def _source(spec: str) -> tuple[str, dict]:
         return str(path.parent), {"gguf_file": path.name}
     if path.is_dir():
         return str(path), {}
+    if path.is_file():  # a path that exists is not a hub id, and "not found" would be untrue
+        raise WorkbenchError(f"{spec} is a file, not a model folder (a folder with config.json) or a .gguf file")
     if spec.startswith((".", "/", "~")) or spec.count("/") > 1:
         raise WorkbenchError(f"model folder not found: {spec}")
     return spec, ({} if hub_is_reachable() else {"local_files_only": True})  # a hub id

