@@ -24,6 +24,17 @@ def _trace(method: str, params: dict, lengths: list[int] | None = None) -> RunTr
     return run
 
 
+# -- item 7: the top-level help names calibrate's three jobs -------------------------------------------------------
+def test_top_level_help_names_calibrates_three_jobs():
+    from workbench.commands.main import build_parser
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if a.dest == "command")
+    line = next(a.help for a in sub._choices_actions if a.dest == "calibrate")
+    assert "--thresholds" in line and "--timing" in line and "correction memory" in line, line
+    assert "aasd[auto]" in line and "t(n, L)" in line, line
+
+
 # -- item 8: an existing file is "a file, not a model folder", not "not found" -------------------------------------
 def test_a_file_given_as_the_model_is_called_a_file(tmp_path):
     from core.models import load_model

@@ -1,4 +1,6 @@
-"""`python -m workbench calibrate`: build CSD's correction memory for a model pair from a corpus.
+"""`python -m workbench calibrate`: three jobs that measure a model once so later runs need not: CSD's correction
+memory for a model pair from a corpus (the default), the tree cost t(n, L) that max_nodes=auto sizes trees with
+(--timing), and the thresholds aasd[auto] verifies with (--thresholds).
 
     python -m workbench calibrate --model qwen2.5-coder-1.5b --draft qwen2.5-coder-0.5b --limit 200
     python -m workbench calibrate --model qwen2.5-coder-1.5b --draft qwen2.5-coder-0.5b --corpus gsm8k+humaneval
@@ -82,7 +84,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
     p = subparsers.add_parser(
         "calibrate",
-        help="build CSD's correction memory for a model pair from a corpus (plain SD)",
+        help="fit aasd[auto]'s thresholds (--thresholds), measure the tree cost t(n, L) for max_nodes=auto "
+        "(--timing), or build CSD's correction memory from a corpus (the default)",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
