@@ -632,7 +632,7 @@ def test_analytics_colours_methods_and_a_one_value_sweep_says_so(app, page, defa
     assert colour[f"#{default_runs['greedy']} greedy"] == colour[f"#{again} greedy"]
     assert len(set(colour.values())) == 3  # three methods, three colours
     sweep = plotly(page, "#analytics-sweep", "layout")
-    assert sweep["annotations"] and "every chosen run used alpha" in sweep["annotations"][0]["text"]
+    assert sweep["annotations"] and "one chosen run takes alpha (aasd" in sweep["annotations"][0]["text"]
     for fig in ("#analytics-hist", "#analytics-depth", "#analytics-source", "#analytics-bars"):
         page.locator(f"{fig} .js-plotly-plot").hover()
         page.wait_for_timeout(200)

@@ -707,7 +707,9 @@ def test_a_sweep_over_one_value_says_so_instead_of_drawing_one_point():
         decode_seconds=1.0,
     )
     fig = sweep_figure([("#1 aasd", a), ("#2 aasd", a)], "alpha")
-    assert not fig.data and "every chosen run used alpha = 0.1" in fig.layout.annotations[0].text
+    assert (
+        not fig.data and "both chosen runs take alpha, each at alpha = 0.1 (aasd ×2)" in fig.layout.annotations[0].text
+    )
     b = RunTrace(**{**a.__dict__, "params": {"alpha": 0.3}})
     assert len(sweep_figure([("#1 aasd", a), ("#2 aasd", b)], "alpha").data) == 1
 

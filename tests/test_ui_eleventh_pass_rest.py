@@ -47,3 +47,22 @@ def test_a_file_given_as_the_model_is_called_a_file(tmp_path):
     assert "not found" not in str(e.value)
     with pytest.raises(WorkbenchError, match="model folder not found"):  # a path that does not exist: as before
         load_model(str(tmp_path / "no-such-folder"), device="cpu", dtype="float32", cache=False)
+
+
+# -- item 9: the one-value sweep counts only the runs that take the parameter, with the value each used ------------
+def test_the_one_value_sweep_names_the_runs_that_take_the_parameter_and_their_fitted_value():
+    """greedy, aasd[auto] and csd: "every chosen run used alpha = 0.1", though greedy and csd take no α and the aasd
+    run's α came from its fit. Mutation caught: the old words ("every chosen run used")."""
+    from workbench.ui.figures.analytics import sweep_figure
+
+    runs = [
+        _trace("greedy", {"alpha": 0.1}, [1, 1]),
+        _trace("aasd", {**FITTED, "alpha": 0.0}, [3, 2]),
+        _trace("csd", {"alpha": 0.1}, [2]),
+    ]
+    text = sweep_figure(runs, "alpha").layout.annotations[0].text
+    assert "every chosen run" not in text, text
+    assert "one chosen run takes alpha (aasd[auto], fitted alpha = 0): nothing to sweep" in text, text
+    two = sweep_figure([*runs, _trace("aasd", {"alpha": 0.0, "beta": 0.3}, [2])], "alpha")
+    text = two.layout.annotations[0].text
+    assert "2 of the 4 chosen runs take alpha, each at alpha = 0 (aasd[auto], fitted; aasd)" in text, text

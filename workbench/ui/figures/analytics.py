@@ -13,6 +13,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from core.stats import ACCEPTANCE_MEANING, NODE_ACCEPTANCE, acceptance_by, run_metrics
+from core.thresholds import FITTED_PARAMS
 from core.trace import NodeTrace, RunTrace
 from workbench.ui.figures.common import NO_RUNS, TITLE_BELOW_TOOLBAR, empty_figure, is_pair, run_label
 from workbench.ui.shared import asked_as
@@ -180,6 +181,31 @@ def reads_param(method: str, param: str) -> bool:
         return True
 
 
+def was_fitted(trace: RunTrace, param: str) -> bool:
+    """Whether the run's value of `param` came from a fit (aasd[auto]: core.methods copies the fit's values into
+    the run's parameters, so the value stored is the one it used)."""
+    return bool(trace.params.get("fitted")) and param in FITTED_PARAMS.get(trace.method, ())
+
+
+def one_value(param: str, value: float, takers: Counter[tuple[str, bool]], chosen: int) -> str:
+    """Why there is nothing to sweep: how many of the `chosen` runs take `param` (`takers`: each as asked for, and
+    whether a fit set its value), and the one value they used, e.g. "one chosen run takes alpha (aasd[auto], fitted
+    alpha = 0.1): nothing to sweep". Runs whose method takes no such parameter are not counted: greedy's stored α
+    is a default it never read."""
+    runs = sum(takers.values())
+    if runs == 1:
+        ((asked, fitted),) = takers
+        return f"one chosen run takes {param} ({asked}, {'fitted ' if fitted else ''}{param} = {value:g}): nothing to sweep"
+    named = "; ".join(
+        f"{asked}{', fitted' if fitted else ''}{f' ×{n}' if n > 1 else ''}" for (asked, fitted), n in takers.items()
+    )
+    if runs == chosen:
+        which = "both chosen runs take" if runs == 2 else f"all {runs} chosen runs take"
+    else:
+        which = f"{runs} of the {chosen} chosen runs take"
+    return f"{which} {param}, each at {param} = {value:g} ({named}): nothing to sweep"
+
+
 def runs_bar_figure(rows: Sequence[Any]) -> go.Figure:
     """MAL and tokens/s per run, side by side; tokens/s is the wall clock's, as in Compare, and its title says so."""
     collected = _collect(rows)
@@ -216,13 +242,16 @@ def sweep_figure(runs: Sequence[Any], param: str) -> go.Figure:
     if not collected:
         return empty_figure()
     pooled: dict[str, dict[float, list[int]]] = {}  # method -> value -> [tokens, steps, runs]
+    takers: Counter[tuple[str, bool]] = Counter()  # the counted runs: as asked for, whether a fit set the value
     for r in collected:
         reads = r.trace is not None and reads_param(r.trace.method, param)
         value = r.trace.params.get(param) if reads else None
         lengths = _accept_lengths(r)
         if not isinstance(value, (int, float)) or isinstance(value, bool) or not lengths:
             continue
-        acc = pooled.setdefault(asked_as(r.trace.method, r.trace.params), {}).setdefault(float(value), [0, 0, 0])
+        asked = asked_as(r.trace.method, r.trace.params)
+        takers[asked, was_fitted(r.trace, param)] += 1
+        acc = pooled.setdefault(asked, {}).setdefault(float(value), [0, 0, 0])
         acc[0] += sum(lengths)
         acc[1] += len(lengths)
         acc[2] += 1
@@ -231,7 +260,7 @@ def sweep_figure(runs: Sequence[Any], param: str) -> go.Figure:
     values = sorted({v for by_value in pooled.values() for v in by_value})
     if len(values) < 2:  # one point on an axis Plotly would stretch around it: say what a sweep needs instead
         return empty_figure(
-            f"MAL against {param}: every chosen run used {param} = {values[0]:g}.<br>Choose runs made at two "
+            f"MAL against {param}: {one_value(param, values[0], takers, len(collected))}.<br>Choose runs made at two "
             f"or more values<br>(e.g. method variants such as aasd[{param}=…] in one comparison)."
         )
     fig = go.Figure()
