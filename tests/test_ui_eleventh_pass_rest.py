@@ -24,6 +24,43 @@ def _trace(method: str, params: dict, lengths: list[int] | None = None) -> RunTr
     return run
 
 
+# -- item 4: on an aasd[auto] run judged by aasd-fixed, δ is active and its label must not say "not used" ------------
+def test_the_sliders_labels_follow_the_rule_chosen_to_judge(tmp_path):
+    """aasd-fixed's rule made δ active and drove the re-score, while δ's label still said "not used by aasd: shows the
+    default". Mutation caught: active() returning interactive only (the old code) leaves the open()'s labels."""
+    from workbench.store import Store
+    from workbench.ui import replay_view as rv
+    from workbench.ui.replay_tab import ReplayHandlers
+    from workbench.ui.shared import TUNABLE, RunCache
+
+    run = _trace("aasd", FITTED)
+    assert "not used by aasd" in rv.slider_label("delta", run.params, "aasd")  # the run's own rule: δ unused
+    labels = dict(zip(TUNABLE, rv.slider_labels(run, "aasd-fixed")))
+    assert "not used" not in labels["delta"] and "not read" not in labels["delta"], labels["delta"]
+    assert "not read by aasd-fixed's rule" in labels["lam"]
+    assert dict(zip(TUNABLE, rv.slider_labels(run))) == {n: rv.slider_label(n, run.params, "aasd") for n in TUNABLE}
+
+    store = Store(str(tmp_path / "t.db"))
+    rid = store.save_run(run)
+    h = ReplayHandlers(store, None, RunCache(store))
+    request = SimpleNamespace(session_hash="s")
+    judged = dict(zip(TUNABLE, h.active(request, rid, "aasd-fixed")))
+    assert judged["delta"]["interactive"] is True and "not used" not in judged["delta"]["label"]
+    own = dict(zip(TUNABLE, h.active(request, rid, rv.OWN_RULE)))  # back to the run's own rule: its labels again
+    assert own["delta"]["interactive"] is False and "not used by aasd" in own["delta"]["label"]
+
+
+def test_alignment_note_only_where_the_judging_rule_keeps_the_alignment_values():
+    """aasd-fixed reads no alignment α, β (the re-score keeps only what the rule takes): its α label must not say
+    the alignment nodes keep the run's own."""
+    from workbench.ui import replay_view as rv
+
+    run = _trace("aasd", FITTED)
+    assert "alignment nodes keep" in rv.slider_label("alpha", run.params, "aasd")
+    assert "alignment nodes keep" in rv.slider_label("alpha", run.params, "aasd", judge="aasd")
+    assert "alignment nodes keep" not in rv.slider_label("alpha", run.params, "aasd", judge="casd")
+
+
 # -- item 7: the top-level help names calibrate's three jobs -------------------------------------------------------
 def test_top_level_help_names_calibrates_three_jobs():
     from workbench.commands.main import build_parser

@@ -306,7 +306,7 @@ class ReplayHandlers:
             flags = rv.tuning_active(trace.method)
         except WorkbenchError:  # a method this server does not know: nothing to grey out
             flags = [True] * len(TUNABLE)
-        labels = [rv.slider_label(name, trace.params, trace.method) for name in TUNABLE]
+        labels = rv.slider_labels(trace)
         sliders = [
             gr.update(value=v, interactive=on, label=label)
             for v, on, label in zip(rv.tuning_values(trace), flags, labels)
@@ -365,16 +365,19 @@ class ReplayHandlers:
 
     def active(self, request: gr.Request, rid, rule_choice):
         """Each tuning slider active where the judging method (the chosen rule's, else the run's) reads its
-        parameter, greyed out where it does not."""
+        parameter, greyed out where it does not, and labelled for that rule (a label saying "not used by aasd"
+        beside an active δ that aasd-fixed's re-score reads contradicted it)."""
         keep = [gr.update()] * len(TUNABLE)
         if rid is None:
             return keep
         try:
-            stored, _, _ = self.cache.get(run_id_of(rid), self.who(request))
-            flags = rv.tuning_active(rv.judge_of(rule_choice) or stored.trace.method)
+            trace = self.cache.get(run_id_of(rid), self.who(request))[0].trace
+            judge = rv.judge_of(rule_choice)
+            flags = rv.tuning_active(judge or trace.method)
+            labels = rv.slider_labels(trace, judge)
         except WorkbenchError:
             return keep
-        return [gr.update(interactive=on) for on in flags]
+        return [gr.update(interactive=on, label=label) for on, label in zip(flags, labels)]
 
     def advance(self, request: gr.Request, k, rid):
         """The player's tick: the next step, or stop the timer at the last one."""

@@ -236,18 +236,34 @@ def slider_range(name: str) -> tuple[float, float, float]:
     return low, high, 1 if spec.kind is int else 0.001
 
 
-def slider_label(name: str, params: dict[str, Any] | None = None, method: str | None = None) -> str:
+def slider_label(
+    name: str, params: dict[str, Any] | None = None, method: str | None = None, judge: str | None = None
+) -> str:
     """A tuning slider's label, stating the slider's own range (slider_range: the one source of both), e.g.
     "λ lam: slider 0–50, default 6" (the parameter's whole range may be wider: the CLI and the API take it).
     Given a run's parameters, α's and β's labels say when its alignment nodes keep their own value (an AASD fit
     per source): the sliders then move the context nodes' thresholds only. Given the run's `method` and a
-    parameter it does not record, the label says the run did not use it."""
+    parameter it does not record, the label says the run did not use it. Given a `judge` (another method's rule
+    judging the run's drafts, as the rule dropdown chooses), the label follows that rule instead: a parameter the
+    rule reads has no note (the slider drives the re-score), one it does not read says so, and the alignment
+    nodes keep the run's own α, β only where the rule reads them (workbench.rescore keeps only what it takes)."""
     low, high, _ = slider_range(name)
     shown = f"{SYMBOL[name]} {name}" if name in SYMBOL else name
+    takes = get_method(judge).params if judge else None
     own = (params or {}).get(f"{name}_alignment") if name in ("alpha", "beta") else None
+    if takes is not None and f"{name}_alignment" not in takes:
+        own = None
     scope = f" (context nodes; alignment nodes keep the run's {SYMBOL[name]} {own:g})" if own is not None else ""
-    unused = f" (not used by {method}: shows the default)" if method and name not in (params or {}) else ""
+    if takes is not None:
+        unused = "" if name in takes else f" (not read by {judge}'s rule)"
+    else:
+        unused = f" (not used by {method}: shows the default)" if method and name not in (params or {}) else ""
     return f"{shown}{scope}{unused}: slider {low:g}–{high:g}, default {PARAMS[name].default:g}"
+
+
+def slider_labels(trace: RunTrace, judge: str | None = None) -> list[str]:
+    """The tuning sliders' labels (TUNABLE order) for the rule that judges: the run's own, or `judge`'s."""
+    return [slider_label(name, trace.params, trace.method, judge) for name in TUNABLE]
 
 
 def rule_choices() -> list[str]:
