@@ -61,6 +61,24 @@ def test_alignment_note_only_where_the_judging_rule_keeps_the_alignment_values()
     assert "alignment nodes keep" not in rv.slider_label("alpha", run.params, "aasd", judge="casd")
 
 
+# -- item 6: README's bench counts: --limit is tasks per category --------------------------------------------------
+def test_the_readmes_bench_counts_are_what_the_command_does():
+    """README said "20 items × 4 methods = 160 decodes" and "`--limit 1` (4 decodes)"; --limit counts tasks per
+    category, and the command names two: 40 items, and 2 items (8 decodes) at --limit 1."""
+    readme = (ROOT / "README.md").read_text()
+    command = re.search(r"bench --data \S+ --categories (\S+) \\\n\s+--limit 20 --methods (\S+)", readme)
+    assert command, "the README's bench command moved: update this test"
+    categories, methods = command.group(1).split(","), command.group(2).split(",")
+    assert "greedy" in methods  # else bench adds it: one more method
+    items = 20 * len(categories)
+    assert (
+        f"{len(categories)} categories × 20 = {items} items × {len(methods)} methods = {items * len(methods)} decodes"
+        in readme
+    )
+    assert f"`--limit 1` is\n# {len(categories)} items, {len(categories) * len(methods)} decodes" in readme
+    assert "(4 decodes)" not in readme and "20 items × 4 methods" not in readme
+
+
 # -- item 7: the top-level help names calibrate's three jobs -------------------------------------------------------
 def test_top_level_help_names_calibrates_three_jobs():
     from workbench.commands.main import build_parser
