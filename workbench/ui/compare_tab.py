@@ -21,6 +21,7 @@ from core.errors import InvalidInputError, WorkbenchError
 from core.memory import memory_path, pair_fingerprint, shipped_memory, shipped_memory_path
 from core.methods.build import sizes_trees
 from core.params import MEMORY_MODES, PARAMS, SHIPPED_MEMORY
+from core.spec import to_number
 from core.stats import CLOCK_PHRASES, clock_phrase, first_divergence, run_metrics, wall_clock_note
 from core.stats import speedup as stats_speedup
 from core.step import check_prompt
@@ -314,18 +315,22 @@ def check_repeats(value) -> int:
     return n
 
 
-def check_max_new_tokens(value) -> int:
+def check_max_new_tokens(value, task_cap: int) -> int:
+    """The token cap the user typed, refused out of the field's range [1, 1024] or as a fraction (in core.spec's
+    words, as every other parameter); a blank field is the task's cap (`task_cap`)."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return task_cap
     spec = PARAMS["max_new_tokens"]
-    try:
-        n = int(value)
-        ok = n == float(value)
-    except (TypeError, ValueError, OverflowError):
-        ok = False
-    if not ok or not spec.low <= n <= MAX_NEW_TOKENS_HERE:
-        raise InvalidInputError(
-            f"max_new_tokens must be a whole number from {spec.low} to {MAX_NEW_TOKENS_HERE} here, got {value!r}"
+    return int(
+        to_number(
+            value,
+            int,
+            "max_new_tokens",
+            spec.low,
+            MAX_NEW_TOKENS_HERE,
+            meaning="longer generations take the `bench` command",
         )
-    return n
+    )
 
 
 def prompt_note(
@@ -636,7 +641,7 @@ class CompareForm:
     context: gr.Textbox
     prompt: gr.Textbox
     prompt_info: gr.Markdown
-    max_new: gr.Slider
+    max_new: gr.Number
     controls: dict[str, gr.Number]
     compress_rate: gr.Number
     compressor: gr.Dropdown
@@ -686,7 +691,7 @@ def _number(name: str, active: bool, info: str) -> gr.Number:
             OWN_DEFAULT if name in OWN_DEFAULT_FIELDS else spec.default,
             label=field_label(name),
             info=info,  # what the parameter is, in words (core.params' one description of it), and why it is greyed
-            precision=0 if spec.kind is int else None,
+            # no precision=0 on an int's field: Gradio rounded a typed 2.5 to 2 unseen; core.spec refuses it in words
             elem_id=f"param-{name}",
             interactive=active,
         )
@@ -736,11 +741,8 @@ def build_form(tasks: Mapping[str, Task], allow_local: bool = True) -> CompareFo
                 gr.Markdown(UPLOAD_HINT, elem_id="upload-hint")
         chat = gr.Checkbox(first.chat, label="apply the chat template", scale=1)
         repeats = lenient(
-            gr.Number(
+            gr.Number(  # no precision or bounds: check_repeats refuses 2.5 and 64 in words (Gradio rounded 2.5 to 2)
                 1,
-                precision=0,
-                minimum=1,
-                maximum=MAX_REPEATS,
                 scale=1,
                 elem_id="compare-repeats",
                 label=f"Repeats (1–{MAX_REPEATS}; interleaved; error bars)",
@@ -763,17 +765,9 @@ def build_form(tasks: Mapping[str, Task], allow_local: bool = True) -> CompareFo
         open=False,
     ):
         with gr.Row():
-            max_new = lenient(
-                gr.Slider(
-                    1,
-                    MAX_NEW_TOKENS_HERE,
-                    value=task_fields(first)[2],
-                    step=1,
-                    elem_id="compare-max-new",
-                    label=MAX_NEW_LABEL,
-                    scale=2,
-                )
-            )
+            # A number field without bounds, not a slider: a slider's page clamped a typed 5000 to 1024 (and −3 to 1)
+            # without a word; check_max_new_tokens refuses it in the words every parameter is refused in.
+            max_new = lenient(gr.Number(task_fields(first)[2], elem_id="compare-max-new", label=MAX_NEW_LABEL, scale=2))
             controls = {name: _number(name, name in taken, field_info(name, defaults)) for name in TUNABLE}
         with gr.Row():
             controls.update({name: _number(name, name in taken, field_info(name, defaults)) for name in MORE_PARAMS})
@@ -1024,7 +1018,9 @@ class Comparison:
             for n, v in r.params.items()
             if v is not None and (v != OWN_DEFAULT if n in OWN_DEFAULT_FIELDS else v != PARAMS[n].default)
         }
-        self.max_new_tokens = chosen["max_new_tokens"] = check_max_new_tokens(r.max_new_tokens)
+        task = self.picked_task()
+        task_cap = task_fields(task, r.task_choice in self.tasks)[2] if task else PARAMS["max_new_tokens"].default
+        self.max_new_tokens = chosen["max_new_tokens"] = check_max_new_tokens(r.max_new_tokens, task_cap)
         self.per_method = [
             service.method_params(name, chosen, {"memory_mode": app_memory_mode(name, over), **over})
             if get_method(name).reads_memory
