@@ -80,3 +80,36 @@ def test_a_fraction_in_a_whole_number_field_is_refused(demo):
     # a whole number typed as 2.0 is that number
     whole = _checked(["casd"], {"key_len": 2.0}, repeats=2.0)
     assert whole.per_method[0]["key_len"] == 2 and whole.n_repeats == 2
+
+
+def test_a_run_stopped_before_it_parted_from_greedy_is_no_divergence():
+    """Run #48 (aasd[auto]) was Stopped after 5 tokens, all equal to greedy's #47: the column drew the red divergence
+    bar before "■ stopped (Stop)" and the Diff tab said "first divergence at token 5". Mutation caught:
+    core.stats.run_divergence returning the shorter length for a run cut short, or a caller reading first_divergence."""
+    from browser_util import synthetic_run
+
+    from core.stats import run_divergence
+    from workbench.ui.compare_tab import stopped_before_diverging
+    from workbench.ui.diff_tab import diff_outputs
+
+    greedy = synthetic_run("greedy", output_ids=list(range(20)), stop_reason="eos")
+    stopped = synthetic_run(
+        "aasd", params={"fitted": 1}, output_ids=list(range(5)), status="cancelled", stop_reason="cancelled"
+    )
+    capped = synthetic_run("pld", output_ids=list(range(5)), stop_reason="max_new_tokens")
+    ended = synthetic_run("pld", output_ids=list(range(5)), stop_reason="eos")  # its own EOS: a different token
+    assert run_divergence(greedy, stopped) is None and run_divergence(stopped, greedy) is None
+    assert run_divergence(greedy, capped) is None
+    assert run_divergence(greedy, ended) == 5
+    assert run_divergence(greedy, synthetic_run("pld", output_ids=[0, 1, 9], status="cancelled")) == 2
+    assert stopped_before_diverging(greedy, stopped) == "\n\n*stopped before diverging: its 5 tokens equal greedy's*"
+    assert stopped_before_diverging(greedy, ended) == ""
+    origins = lambda run: [(f"t{t}", "whole") for t in run.output_ids]  # noqa: E731
+    head, body = diff_outputs(47, greedy, origins(greedy), 48, stopped, origins(stopped))
+    assert "first divergence" not in head and "stopped before diverging" in head, head
+    assert "#48 aasd[auto] was stopped after 5 tokens, all equal to #47 greedy's first 5" in head, head
+    head, _ = diff_outputs(50, capped, origins(capped), 47, greedy, origins(greedy))
+    assert "#50 pld reached its token cap after 5 tokens, all equal to #47 greedy's first 5" in head, head
+    assert ' first"' not in body and "(first divergence)" not in body  # no cell outlined
+    head, _ = diff_outputs(47, greedy, origins(greedy), 49, ended, origins(ended))
+    assert "first divergence at token 5" in head, head

@@ -22,7 +22,14 @@ from core.memory import memory_path, pair_fingerprint, shipped_memory, shipped_m
 from core.methods.build import sizes_trees
 from core.params import MEMORY_MODES, PARAMS, SHIPPED_MEMORY
 from core.spec import to_number
-from core.stats import CLOCK_PHRASES, clock_phrase, first_divergence, run_metrics, wall_clock_note
+from core.stats import (
+    CLOCK_PHRASES,
+    clock_phrase,
+    cut_short,
+    run_divergence,
+    run_metrics,
+    wall_clock_note,
+)
 from core.stats import speedup as stats_speedup
 from core.step import check_prompt
 from core.thresholds import FITTED_PARAMS, fit_origin
@@ -608,6 +615,15 @@ def flip_applies(name: str, params, div: int | None) -> bool:
     return measured_at_t0(params, div) and _lossless(name)
 
 
+def stopped_before_diverging(greedy: RunTrace, run: RunTrace) -> str:
+    """The column's line for a run cut short (Stopped, or at its cap) while its tokens still equalled greedy's: no
+    divergence is marked (core.stats.run_divergence), and this says why there is none."""
+    n = len(run.output_ids)
+    if n >= len(greedy.output_ids) or not cut_short(run) or run_divergence(greedy, run) is not None:
+        return ""
+    return f"\n\n*stopped before diverging: its {n} tokens equal greedy's*"
+
+
 def flip_mark(div: int, report) -> dict:
     """tokens_html's marker for such a flip: the class FLIP_CLASS and a title with the position (and the
     target's logit gap there when fidelity.flip_report measured it)."""
@@ -1170,14 +1186,12 @@ class Comparison:
                 if name == "greedy":
                     reference.ids, reference.run = run.output_ids, run
                 self.speeds.add(slot, run, reference)
-                div = (
-                    first_divergence(reference.ids, run.output_ids)
-                    if reference.ids is not None and name != "greedy"
-                    else None
-                )
+                div = run_divergence(reference.run, run) if reference.run is not None and name != "greedy" else None
                 flip = flip_applies(name, self.per_method[slot], div)
                 view.texts[slot] = tokens.run_html(run, first_divergence=div, **flip_mark(div, None) if flip else {})
                 view.metrics[slot] = self._metrics(run, prog.run_id, reference.speedup(run)[0], place)
+                if reference.run is not None and name != "greedy":
+                    view.metrics[slot] += stopped_before_diverging(reference.run, run)
                 clocks = wall_clock_note(run, reference.run) if reference.run is not None and name != "greedy" else ""
                 # in words: the stopwatch sign U+23F1 drew as a box (Debian's Chromium fonts lack it)
                 view.metrics[slot] += f"\n\n*clocks:* {clocks}" if clocks else ""
