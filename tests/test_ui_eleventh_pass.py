@@ -82,6 +82,33 @@ def test_a_fraction_in_a_whole_number_field_is_refused(demo):
     assert whole.per_method[0]["key_len"] == 2 and whole.n_repeats == 2
 
 
+def test_a_speed_up_on_other_text_than_greedys_is_marked():
+    """csd looped "1 wooden spatula, …" for 1024 tokens and headlined 2.40×, the fastest in the chart and table, where
+    greedy ended after 230 tokens: nothing beside the speed-up said it was measured on other text. Mutation caught:
+    Speeds.add dropping the divergence, or the table, the chart or the line under them leaving the mark out."""
+    from browser_util import synthetic_run
+
+    from workbench.ui.compare_tab import Reference, Speeds, other_text_note, speed_frame
+    from workbench.ui.figures.compare import speed_figure
+
+    greedy = synthetic_run("greedy", output_ids=list(range(230)), decode_seconds=10.0, stop_reason="eos")
+    same = synthetic_run("pld", output_ids=list(range(230)), decode_seconds=5.0, stop_reason="eos")
+    looped = synthetic_run("csd", output_ids=list(range(40)) + [7] * 984, decode_seconds=10.0, stop_reason="eos")
+    speeds, reference = Speeds(["greedy", "pld", "csd"]), Reference(list(greedy.output_ids), greedy)
+    speeds.add(0, greedy, reference, None)
+    speeds.add(1, same, reference, None)
+    speeds.add(2, looped, reference, 40)
+    other = speeds.other_text()
+    assert other == {"csd": (40, 1024)}, other
+    frame = speed_frame(speeds.summary(), other)
+    assert list(frame["speed-up"]) == ["1.00×", "2.00×", "4.45× †"], list(frame["speed-up"])
+    note = other_text_note(other)
+    assert note.startswith("† wrote other text than greedy: csd from token 40 (of 1024).") and "different text" in note
+    assert other_text_note({}) == ""
+    ticks = list(speed_figure(speeds.summary(), {"greedy": "#000", "pld": "#111", "csd": "#222"}, other).data[0].x)
+    assert [t.endswith("†") for t in ticks] == [False, False, True], ticks
+
+
 def test_a_run_stopped_before_it_parted_from_greedy_is_no_divergence():
     """Run #48 (aasd[auto]) was Stopped after 5 tokens, all equal to greedy's #47: the column drew the red divergence
     bar before "■ stopped (Stop)" and the Diff tab said "first divergence at token 5". Mutation caught:

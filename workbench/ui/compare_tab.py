@@ -94,6 +94,7 @@ OWN_DEFAULT_FIELDS, OWN_DEFAULT = ("top_k",), 0
 DEFAULT_WORDS = {("top_k", 0): "0 (no top-k)"}
 MAX_REPEATS = 10  # a comparison repeated more often belongs to `bench --repeats`
 SPEED_COLUMNS = ["method", "runs", "tok/s", "speed-up", "MAL"]  # tok/s, speed-up: mean (interval)
+OTHER_TEXT_MARK = "†"  # beside a speed-up measured on text other than greedy's (other_text_note says where)
 TASK_LABEL = "Task (bundled samples)"
 MAX_NEW_TOKENS_HERE = 1024  # the tab's field ends here: longer generations belong to `bench`
 MAX_NEW_LABEL = (
@@ -546,6 +547,8 @@ class Speeds:
         self.names = names
         self.tps, self.speedups, self.mals, self.trees = ([[] for _ in names] for _ in range(4))
         self.clocks: set[str] = set()  # the clocks the speed-ups were measured by (speedup)
+        # per column, (token, of tokens) where a run with a speed-up first wrote other text than its pass's greedy
+        self.parted: list[list[tuple[int, int]]] = [[] for _ in names]
 
     def clock_note(self) -> str:
         """Which clock the speed-ups are ratios of, for the line under them (core.stats.clock_phrase's words, as
@@ -554,7 +557,9 @@ class Speeds:
             return CPU_CLOCK_NOTE
         return f"{capitalised(clock_phrase(self.clocks))}; tok/s is the wall clock's. " if self.clocks else ""
 
-    def add(self, slot: int, run, reference: "Reference") -> None:
+    def add(self, slot: int, run, reference: "Reference", div: int | None = None) -> None:
+        """`div`: where the run's output first parts from greedy's (core.stats.run_divergence), None where it does
+        not: a speed-up on other text is a speed on another task (a loop drafts easily), and is marked so."""
         if run.status != "complete":  # a cancelled or failed run measured nothing
             return
         m = run_metrics(run)
@@ -566,6 +571,13 @@ class Speeds:
         if ratio is not None:
             self.speedups[slot].append(ratio)
             self.clocks.add(clock)
+            if div is not None:
+                self.parted[slot].append((div, len(run.output_ids)))
+
+    def other_text(self) -> dict[str, tuple[int, int]]:
+        """Per method whose speed-up was measured on text other than greedy's: (token, of tokens) of its earliest
+        divergence over the passes."""
+        return {n: min(p) for n, p in zip(self.names, self.parted) if p}
 
     def summary(self):
         return speed_summary(self.names, self.tps, self.speedups, self.mals)
@@ -580,18 +592,32 @@ class Speeds:
         return {n: sum(m) / len(m) for n, m in zip(self.names, self.mals) if m and None not in m}
 
 
-def speed_frame(summary) -> pd.DataFrame:
+def speed_frame(summary, other_text: Mapping[str, tuple[int, int]] | None = None) -> pd.DataFrame:
+    """The speed table; a speed-up measured on other text than greedy's (Speeds.other_text) carries OTHER_TEXT_MARK,
+    which other_text_note explains under the table."""
     rows = [
         {
             "method": n,
             "runs": t["n"],
             SPEED_COLUMNS[2]: plus_minus(t, "{:.1f}"),
-            SPEED_COLUMNS[3]: plus_minus(s, "{:.2f}×"),
+            SPEED_COLUMNS[3]: plus_minus(s, "{:.2f}×") + (f" {OTHER_TEXT_MARK}" if n in (other_text or {}) else ""),
             "MAL": None if mal is None else round(mal, 2),
         }
         for n, t, s, mal in summary
     ]
     return pd.DataFrame(rows, columns=SPEED_COLUMNS)
+
+
+def other_text_note(other_text: Mapping[str, tuple[int, int]]) -> str:
+    """The line under the speed table for the speed-ups marked OTHER_TEXT_MARK: where each such method's text parted
+    from greedy's. A method that wrote greedy's text (every lossless one at T = 0) is not named."""
+    if not other_text:
+        return ""
+    where = "; ".join(f"{n} from token {k} (of {total})" for n, (k, total) in other_text.items())
+    return (
+        f"{OTHER_TEXT_MARK} wrote other text than greedy: {where}. Its speed-up is measured on different text "
+        "(and text that repeats itself is easy to draft). "
+    )
 
 
 # ---------------------------------------------------------------- lossless flips
@@ -1131,17 +1157,23 @@ class Comparison:
                     stopped = True
                     break
                 summary = self.speeds.summary()
-                view.figure, view.table = speed_figure(summary, method_colors(names)), speed_frame(summary)
-                view.note = self.speeds.clock_note() + (
-                    service.speed_note(
-                        self.models.target,
-                        self.speeds.tree_sizes(),
-                        self.speeds.mean_mals(),
-                        len(self.ids),
-                        self.speeds.mean_speedups(),
-                        rep,
+                other_text = self.speeds.other_text()
+                view.figure = speed_figure(summary, method_colors(names), other_text, OTHER_TEXT_MARK)
+                view.table = speed_frame(summary, other_text)
+                view.note = (
+                    other_text_note(other_text)
+                    + self.speeds.clock_note()
+                    + (
+                        service.speed_note(
+                            self.models.target,
+                            self.speeds.tree_sizes(),
+                            self.speeds.mean_mals(),
+                            len(self.ids),
+                            self.speeds.mean_speedups(),
+                            rep,
+                        )
+                        or ""
                     )
-                    or ""
                 )
         for slot in not_started(order, started):
             view.metrics[slot] = NOT_RUN
@@ -1185,8 +1217,8 @@ class Comparison:
                 self.pool.prefill_clock.observe(self.models.target, run)
                 if name == "greedy":
                     reference.ids, reference.run = run.output_ids, run
-                self.speeds.add(slot, run, reference)
                 div = run_divergence(reference.run, run) if reference.run is not None and name != "greedy" else None
+                self.speeds.add(slot, run, reference, div)
                 flip = flip_applies(name, self.per_method[slot], div)
                 view.texts[slot] = tokens.run_html(run, first_divergence=div, **flip_mark(div, None) if flip else {})
                 view.metrics[slot] = self._metrics(run, prog.run_id, reference.speedup(run)[0], place)
