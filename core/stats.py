@@ -25,6 +25,24 @@ def first_divergence(a_ids: Sequence[int], b_ids: Sequence[int]) -> int | None:
     return None
 
 
+def cut_short(run: RunTrace) -> bool:
+    """A run whose output ends where it was cut, not where it chose to end: Stopped (cancelled), failed, or at its
+    token cap. A run that ended by its own EOS or stop string chose its end."""
+    return run.status != "complete" or run.stop_reason == "max_new_tokens"
+
+
+def run_divergence(a: RunTrace, b: RunTrace) -> int | None:
+    """Where two runs' outputs part (first_divergence), with one exception: when one output is a prefix of the other's
+    and that run was cut short (cut_short), it stopped before it could diverge, and there is no divergence (None).
+    A run that ended by its own EOS where the other went on did diverge: its next token was another one (EOS).
+    The one decision behind the Compare column's divergence bar and the Diff tab's first divergence."""
+    j = first_divergence(a.output_ids, b.output_ids)
+    shorter = a if len(a.output_ids) <= len(b.output_ids) else b
+    if j is not None and j == len(shorter.output_ids) and cut_short(shorter):
+        return None
+    return j
+
+
 def equal_prefix(reference: Sequence[int], ids: Sequence[int]) -> int:
     """Tokens of `reference` (greedy's output) that `ids` reproduces before it first differs."""
     j = first_divergence(reference, ids)

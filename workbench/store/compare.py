@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 from itertools import accumulate
 from typing import Any
 
-from core.stats import CLOCK_PHRASES, first_divergence, speedup
+from core.stats import CLOCK_PHRASES, first_divergence, run_divergence, speedup
 from core.token_text import texts_by_id
 from core.trace import NodeTrace, RunTrace
 
@@ -54,6 +54,8 @@ def compare_traces(a: RunTrace, b: RunTrace, nodes_of: NodesOf = _nodes_in_trace
     return {
         "identical": first is None,
         "first_divergence": first,
+        # one output a prefix of the other's, the shorter run cut short (Stopped, at its cap): not a divergence
+        "stopped_before_diverging": first is not None and run_divergence(a, b) is None,
         "token_a": token_a,
         "token_b": token_b,
         "text_a": _text_at(a, step_a, token_a, nodes_of),

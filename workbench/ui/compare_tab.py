@@ -21,7 +21,15 @@ from core.errors import InvalidInputError, WorkbenchError
 from core.memory import memory_path, pair_fingerprint, shipped_memory, shipped_memory_path
 from core.methods.build import sizes_trees
 from core.params import MEMORY_MODES, PARAMS, SHIPPED_MEMORY
-from core.stats import CLOCK_PHRASES, clock_phrase, first_divergence, run_metrics, wall_clock_note
+from core.spec import to_number
+from core.stats import (
+    CLOCK_PHRASES,
+    clock_phrase,
+    cut_short,
+    run_divergence,
+    run_metrics,
+    wall_clock_note,
+)
 from core.stats import speedup as stats_speedup
 from core.step import check_prompt
 from core.thresholds import FITTED_PARAMS, fit_origin
@@ -86,6 +94,7 @@ OWN_DEFAULT_FIELDS, OWN_DEFAULT = ("top_k",), 0
 DEFAULT_WORDS = {("top_k", 0): "0 (no top-k)"}
 MAX_REPEATS = 10  # a comparison repeated more often belongs to `bench --repeats`
 SPEED_COLUMNS = ["method", "runs", "tok/s", "speed-up", "MAL"]  # tok/s, speed-up: mean (interval)
+OTHER_TEXT_MARK = "†"  # beside a speed-up measured on text other than greedy's (other_text_note says where)
 TASK_LABEL = "Task (bundled samples)"
 MAX_NEW_TOKENS_HERE = 1024  # the tab's field ends here: longer generations belong to `bench`
 MAX_NEW_LABEL = (
@@ -314,18 +323,22 @@ def check_repeats(value) -> int:
     return n
 
 
-def check_max_new_tokens(value) -> int:
+def check_max_new_tokens(value, task_cap: int) -> int:
+    """The token cap the user typed, refused out of the field's range [1, 1024] or as a fraction (in core.spec's
+    words, as every other parameter); a blank field is the task's cap (`task_cap`)."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return task_cap
     spec = PARAMS["max_new_tokens"]
-    try:
-        n = int(value)
-        ok = n == float(value)
-    except (TypeError, ValueError, OverflowError):
-        ok = False
-    if not ok or not spec.low <= n <= MAX_NEW_TOKENS_HERE:
-        raise InvalidInputError(
-            f"max_new_tokens must be a whole number from {spec.low} to {MAX_NEW_TOKENS_HERE} here, got {value!r}"
+    return int(
+        to_number(
+            value,
+            int,
+            "max_new_tokens",
+            spec.low,
+            MAX_NEW_TOKENS_HERE,
+            meaning="longer generations take the `bench` command",
         )
-    return n
+    )
 
 
 def prompt_note(
@@ -534,6 +547,8 @@ class Speeds:
         self.names = names
         self.tps, self.speedups, self.mals, self.trees = ([[] for _ in names] for _ in range(4))
         self.clocks: set[str] = set()  # the clocks the speed-ups were measured by (speedup)
+        # per column, (token, of tokens) where a run with a speed-up first wrote other text than its pass's greedy
+        self.parted: list[list[tuple[int, int]]] = [[] for _ in names]
 
     def clock_note(self) -> str:
         """Which clock the speed-ups are ratios of, for the line under them (core.stats.clock_phrase's words, as
@@ -542,7 +557,9 @@ class Speeds:
             return CPU_CLOCK_NOTE
         return f"{capitalised(clock_phrase(self.clocks))}; tok/s is the wall clock's. " if self.clocks else ""
 
-    def add(self, slot: int, run, reference: "Reference") -> None:
+    def add(self, slot: int, run, reference: "Reference", div: int | None = None) -> None:
+        """`div`: where the run's output first parts from greedy's (core.stats.run_divergence), None where it does
+        not: a speed-up on other text is a speed on another task (a loop drafts easily), and is marked so."""
         if run.status != "complete":  # a cancelled or failed run measured nothing
             return
         m = run_metrics(run)
@@ -554,6 +571,13 @@ class Speeds:
         if ratio is not None:
             self.speedups[slot].append(ratio)
             self.clocks.add(clock)
+            if div is not None:
+                self.parted[slot].append((div, len(run.output_ids)))
+
+    def other_text(self) -> dict[str, tuple[int, int]]:
+        """Per method whose speed-up was measured on text other than greedy's: (token, of tokens) of its earliest
+        divergence over the passes."""
+        return {n: min(p) for n, p in zip(self.names, self.parted) if p}
 
     def summary(self):
         return speed_summary(self.names, self.tps, self.speedups, self.mals)
@@ -568,18 +592,32 @@ class Speeds:
         return {n: sum(m) / len(m) for n, m in zip(self.names, self.mals) if m and None not in m}
 
 
-def speed_frame(summary) -> pd.DataFrame:
+def speed_frame(summary, other_text: Mapping[str, tuple[int, int]] | None = None) -> pd.DataFrame:
+    """The speed table; a speed-up measured on other text than greedy's (Speeds.other_text) carries OTHER_TEXT_MARK,
+    which other_text_note explains under the table."""
     rows = [
         {
             "method": n,
             "runs": t["n"],
             SPEED_COLUMNS[2]: plus_minus(t, "{:.1f}"),
-            SPEED_COLUMNS[3]: plus_minus(s, "{:.2f}×"),
+            SPEED_COLUMNS[3]: plus_minus(s, "{:.2f}×") + (f" {OTHER_TEXT_MARK}" if n in (other_text or {}) else ""),
             "MAL": None if mal is None else round(mal, 2),
         }
         for n, t, s, mal in summary
     ]
     return pd.DataFrame(rows, columns=SPEED_COLUMNS)
+
+
+def other_text_note(other_text: Mapping[str, tuple[int, int]]) -> str:
+    """The line under the speed table for the speed-ups marked OTHER_TEXT_MARK: where each such method's text parted
+    from greedy's. A method that wrote greedy's text (every lossless one at T = 0) is not named."""
+    if not other_text:
+        return ""
+    where = "; ".join(f"{n} from token {k} (of {total})" for n, (k, total) in other_text.items())
+    return (
+        f"{OTHER_TEXT_MARK} wrote other text than greedy: {where}. Its speed-up is measured on different text "
+        "(and text that repeats itself is easy to draft). "
+    )
 
 
 # ---------------------------------------------------------------- lossless flips
@@ -601,6 +639,15 @@ def measured_at_t0(params, div: int | None) -> bool:
 def flip_applies(name: str, params, div: int | None) -> bool:
     """A lossless method at T = 0 that left greedy's tokens (it should not, except at near-ties)."""
     return measured_at_t0(params, div) and _lossless(name)
+
+
+def stopped_before_diverging(greedy: RunTrace, run: RunTrace) -> str:
+    """The column's line for a run cut short (Stopped, or at its cap) while its tokens still equalled greedy's: no
+    divergence is marked (core.stats.run_divergence), and this says why there is none."""
+    n = len(run.output_ids)
+    if n >= len(greedy.output_ids) or not cut_short(run) or run_divergence(greedy, run) is not None:
+        return ""
+    return f"\n\n*stopped before diverging: its {n} tokens equal greedy's*"
 
 
 def flip_mark(div: int, report) -> dict:
@@ -636,7 +683,7 @@ class CompareForm:
     context: gr.Textbox
     prompt: gr.Textbox
     prompt_info: gr.Markdown
-    max_new: gr.Slider
+    max_new: gr.Number
     controls: dict[str, gr.Number]
     compress_rate: gr.Number
     compressor: gr.Dropdown
@@ -686,7 +733,7 @@ def _number(name: str, active: bool, info: str) -> gr.Number:
             OWN_DEFAULT if name in OWN_DEFAULT_FIELDS else spec.default,
             label=field_label(name),
             info=info,  # what the parameter is, in words (core.params' one description of it), and why it is greyed
-            precision=0 if spec.kind is int else None,
+            # no precision=0 on an int's field: Gradio rounded a typed 2.5 to 2 unseen; core.spec refuses it in words
             elem_id=f"param-{name}",
             interactive=active,
         )
@@ -736,11 +783,8 @@ def build_form(tasks: Mapping[str, Task], allow_local: bool = True) -> CompareFo
                 gr.Markdown(UPLOAD_HINT, elem_id="upload-hint")
         chat = gr.Checkbox(first.chat, label="apply the chat template", scale=1)
         repeats = lenient(
-            gr.Number(
+            gr.Number(  # no precision or bounds: check_repeats refuses 2.5 and 64 in words (Gradio rounded 2.5 to 2)
                 1,
-                precision=0,
-                minimum=1,
-                maximum=MAX_REPEATS,
                 scale=1,
                 elem_id="compare-repeats",
                 label=f"Repeats (1–{MAX_REPEATS}; interleaved; error bars)",
@@ -763,17 +807,9 @@ def build_form(tasks: Mapping[str, Task], allow_local: bool = True) -> CompareFo
         open=False,
     ):
         with gr.Row():
-            max_new = lenient(
-                gr.Slider(
-                    1,
-                    MAX_NEW_TOKENS_HERE,
-                    value=task_fields(first)[2],
-                    step=1,
-                    elem_id="compare-max-new",
-                    label=MAX_NEW_LABEL,
-                    scale=2,
-                )
-            )
+            # A number field without bounds, not a slider: a slider's page clamped a typed 5000 to 1024 (and −3 to 1)
+            # without a word; check_max_new_tokens refuses it in the words every parameter is refused in.
+            max_new = lenient(gr.Number(task_fields(first)[2], elem_id="compare-max-new", label=MAX_NEW_LABEL, scale=2))
             controls = {name: _number(name, name in taken, field_info(name, defaults)) for name in TUNABLE}
         with gr.Row():
             controls.update({name: _number(name, name in taken, field_info(name, defaults)) for name in MORE_PARAMS})
@@ -1024,7 +1060,9 @@ class Comparison:
             for n, v in r.params.items()
             if v is not None and (v != OWN_DEFAULT if n in OWN_DEFAULT_FIELDS else v != PARAMS[n].default)
         }
-        self.max_new_tokens = chosen["max_new_tokens"] = check_max_new_tokens(r.max_new_tokens)
+        task = self.picked_task()
+        task_cap = task_fields(task, r.task_choice in self.tasks)[2] if task else PARAMS["max_new_tokens"].default
+        self.max_new_tokens = chosen["max_new_tokens"] = check_max_new_tokens(r.max_new_tokens, task_cap)
         self.per_method = [
             service.method_params(name, chosen, {"memory_mode": app_memory_mode(name, over), **over})
             if get_method(name).reads_memory
@@ -1119,17 +1157,23 @@ class Comparison:
                     stopped = True
                     break
                 summary = self.speeds.summary()
-                view.figure, view.table = speed_figure(summary, method_colors(names)), speed_frame(summary)
-                view.note = self.speeds.clock_note() + (
-                    service.speed_note(
-                        self.models.target,
-                        self.speeds.tree_sizes(),
-                        self.speeds.mean_mals(),
-                        len(self.ids),
-                        self.speeds.mean_speedups(),
-                        rep,
+                other_text = self.speeds.other_text()
+                view.figure = speed_figure(summary, method_colors(names), other_text, OTHER_TEXT_MARK)
+                view.table = speed_frame(summary, other_text)
+                view.note = (
+                    other_text_note(other_text)
+                    + self.speeds.clock_note()
+                    + (
+                        service.speed_note(
+                            self.models.target,
+                            self.speeds.tree_sizes(),
+                            self.speeds.mean_mals(),
+                            len(self.ids),
+                            self.speeds.mean_speedups(),
+                            rep,
+                        )
+                        or ""
                     )
-                    or ""
                 )
         for slot in not_started(order, started):
             view.metrics[slot] = NOT_RUN
@@ -1173,15 +1217,13 @@ class Comparison:
                 self.pool.prefill_clock.observe(self.models.target, run)
                 if name == "greedy":
                     reference.ids, reference.run = run.output_ids, run
-                self.speeds.add(slot, run, reference)
-                div = (
-                    first_divergence(reference.ids, run.output_ids)
-                    if reference.ids is not None and name != "greedy"
-                    else None
-                )
+                div = run_divergence(reference.run, run) if reference.run is not None and name != "greedy" else None
+                self.speeds.add(slot, run, reference, div)
                 flip = flip_applies(name, self.per_method[slot], div)
                 view.texts[slot] = tokens.run_html(run, first_divergence=div, **flip_mark(div, None) if flip else {})
                 view.metrics[slot] = self._metrics(run, prog.run_id, reference.speedup(run)[0], place)
+                if reference.run is not None and name != "greedy":
+                    view.metrics[slot] += stopped_before_diverging(reference.run, run)
                 clocks = wall_clock_note(run, reference.run) if reference.run is not None and name != "greedy" else ""
                 # in words: the stopwatch sign U+23F1 drew as a box (Debian's Chromium fonts lack it)
                 view.metrics[slot] += f"\n\n*clocks:* {clocks}" if clocks else ""

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 import gradio as gr
 
 from core.errors import InvalidInputError, WorkbenchError
-from core.stats import first_divergence
+from core.stats import run_divergence
 from core.token_text import visible_token
 from core.trace import RunTrace
 from workbench.store.compare import compare_traces
@@ -80,8 +80,22 @@ def diff_outputs(a_id: int, a: RunTrace, a_origins, b_id: int, b: RunTrace, b_or
     la, lb = f"#{a_id} {asked_as(a.method, a.params)}", f"#{b_id} {asked_as(b.method, b.params)}"
     spans = tokens.align(a.output_ids, b.output_ids)
     counts = tokens.diff_counts(spans)
+    marked = c["first_divergence"]
     if c["identical"]:
         head = f"**identical**: {la} and {lb} emitted the same {c['tokens_a']} tokens"
+    elif c["stopped_before_diverging"]:  # core.stats.run_divergence: a run cut short is not a divergence
+        marked = None
+        (cut, run, n), other = (la, a, c["tokens_a"]), lb
+        if c["tokens_b"] < c["tokens_a"]:
+            (cut, run, n), other = (lb, b, c["tokens_b"]), la
+        why = (
+            "was stopped"
+            if run.status == "cancelled"
+            else "reached its token cap"
+            if run.status == "complete"
+            else "failed"
+        )
+        head = f"**stopped before diverging**: {cut} {why} after {n} tokens, all equal to {other}'s first {n}"
     else:
         j = c["first_divergence"]
         head = (
@@ -96,7 +110,7 @@ def diff_outputs(a_id: int, a: RunTrace, a_origins, b_id: int, b: RunTrace, b_or
     head += f" · {la}: {c['tokens_a']} tokens, {lb}: {c['tokens_b']} tokens"
     if c["speedup_b_over_a"] is not None:  # as Compare and Replay compute it, on the clock it names
         head += f" · {lb} at {c['speedup_b_over_a']:.2f}× the speed of {la} ({c['speedup_clock']})"
-    return head, tokens.token_diff_html(ta, tb, c["first_divergence"], (la, lb), ids=(a.output_ids, b.output_ids))
+    return head, tokens.token_diff_html(ta, tb, marked, (la, lb), ids=(a.output_ids, b.output_ids))
 
 
 def tie_note(pool, a: RunTrace, b: RunTrace) -> str:
@@ -107,7 +121,7 @@ def tie_note(pool, a: RunTrace, b: RunTrace) -> str:
 
     if a.method != "greedy" and b.method == "greedy":
         a, b = b, a
-    div = first_divergence(a.output_ids, b.output_ids)
+    div = run_divergence(a, b)
     if (
         pool is None
         or a.method != "greedy"

@@ -50,16 +50,25 @@ def error_bar(s: Mapping[str, Any]) -> tuple[float, float]:
     return s["hi"] - s["mean"], s["mean"] - s["lo"]
 
 
-def speed_figure(summary: Sequence[tuple[str, Mapping, Mapping, float | None]], colors: Mapping[str, str]) -> go.Figure:
+def speed_figure(
+    summary: Sequence[tuple[str, Mapping, Mapping, float | None]],
+    colors: Mapping[str, str],
+    other_text: Mapping[str, Any] | None = None,
+    mark: str = "†",
+) -> go.Figure:
     """Mean tokens/s per method of `summary` ((name, tok/s spread, speed-up spread, MAL), as
     compare_tab.speed_summary gives it), coloured by `colors`, with the interval (repeat_interval) as error bars
-    when there were repeats."""
+    when there were repeats. The speed-up of a method in `other_text` (it wrote other text than greedy) carries
+    `mark`, as in the table, and its hover says so."""
     shown = [(n, t, s) for n, t, s, _ in summary if t["mean"] is not None]
     if not shown:
         return empty_figure("no finished runs")
     runs = max(t["n"] for _, t, _ in shown)
     bars = [error_bar(t) for _, t, _ in shown]
-    ticks = [f"<b>{n}</b><br>{plus_minus(t, '{:.1f}')} tok/s<br>{plus_minus(s, '{:.2f}×')}" for n, t, s in shown]
+    marks = {n: f" {mark}" if n in (other_text or {}) else "" for n, _, _ in shown}
+    ticks = [
+        f"<b>{n}</b><br>{plus_minus(t, '{:.1f}')} tok/s<br>{plus_minus(s, '{:.2f}×')}{marks[n]}" for n, t, s in shown
+    ]
     fig = go.Figure(
         go.Bar(
             x=ticks,
@@ -74,8 +83,13 @@ def speed_figure(summary: Sequence[tuple[str, Mapping, Mapping, float | None]], 
                 "thickness": 2,
                 "color": "#333",
             },
-            customdata=[[n, plus_minus(t, "{:.1f}"), plus_minus(s, "{:.2f}×"), t["n"]] for n, t, s in shown],
-            hovertemplate="%{customdata[0]}: %{customdata[1]} tok/s · speed-up %{customdata[2]} (%{customdata[3]} runs)<extra></extra>",
+            customdata=[
+                [n, plus_minus(t, "{:.1f}"), plus_minus(s, "{:.2f}×"), t["n"]]
+                + [" on other text than greedy's" if marks[n] else ""]
+                for n, t, s in shown
+            ],
+            hovertemplate="%{customdata[0]}: %{customdata[1]} tok/s · speed-up %{customdata[2]}%{customdata[4]} "
+            "(%{customdata[3]} runs)<extra></extra>",
         )
     )
     title = (
