@@ -561,6 +561,13 @@ def test_cli_store_commands(new_url, stores, tmp_path, capsys):
     said = run("store", "compare", str(ida), str(idb))
     # tokens by their text where the step's records name them (whitespace made visible), ids beside
     assert "first divergence at token 2" in said and "'␣the' (id 11)" in said and "'⟨21⟩' (id 21)" in said
+    # a run Stopped while its tokens equalled the other's is no divergence (core.stats.run_divergence)
+    stopped = make_run(steps=1)
+    stopped.output_ids, stopped.status = a.output_ids[:2], "cancelled"
+    idc = store.save_run(stopped)
+    said = run("store", "compare", str(ida), str(idc))
+    assert "first divergence" not in said and "agree on all 2 tokens of the shorter, which was cut short" in said, said
+    store.delete_runs([idc])
     run("store", "export", "--run", str(ida), "--run", str(idb), "--out", str(tmp_path / "csv"))
     assert "deleted 2 runs" in run("store", "delete", str(ida), str(idb))
     assert "imported 2 runs" in run("store", "import", str(tmp_path / "csv"))

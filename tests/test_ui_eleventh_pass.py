@@ -140,3 +140,14 @@ def test_a_run_stopped_before_it_parted_from_greedy_is_no_divergence():
     assert ' first"' not in body and "(first divergence)" not in body  # no cell outlined
     head, _ = diff_outputs(47, greedy, origins(greedy), 49, ended, origins(ended))
     assert "first divergence at token 5" in head, head
+    # Replay's re-run panel marks no divergence on a re-run stopped while equal to the original (rerun_outputs)
+    from core.trace import StepTrace
+    from workbench.ui.replay_view import rerun_outputs
+
+    def stepped(ids, **fields):  # a run with one step a token, so its text is drawn
+        steps = [StepTrace(index=i, cache_pos=10 + i, tree_size=0, accepted=0, emitted=[t]) for i, t in enumerate(ids)]
+        return synthetic_run("pld", steps, **fields)
+
+    _, rerun_html, _ = rerun_outputs(47, stepped(range(20)), stepped(range(5), status="cancelled"), 48)
+    _, parted_html, _ = rerun_outputs(47, stepped(range(20)), stepped([0, 1, 9]), 49)
+    assert "first divergence" not in rerun_html.lower() and "first divergence" in parted_html.lower(), parted_html

@@ -137,6 +137,11 @@ def run(args) -> int:
         return 0
     if result["identical"]:
         print(f"runs {args.a} and {args.b} emit the same {result['tokens_a']} tokens")
+    elif result["stopped_before_diverging"]:  # core.stats.run_divergence: a run cut short is no divergence
+        n = min(result["tokens_a"], result["tokens_b"])
+        print(
+            f"runs {args.a} and {args.b} agree on all {n} tokens of the shorter, which was cut short (stopped or at its cap)"
+        )
     else:
         print(
             f"first divergence at token {result['first_divergence']}: run {args.a} has {_said(result, 'a')}, "

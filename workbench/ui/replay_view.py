@@ -13,7 +13,7 @@ import pandas as pd
 from core.errors import InvalidInputError, WorkbenchError
 from core.params import PARAMS
 from core.rules import EOS_EXEMPT
-from core.stats import clock_phrase, first_divergence, speedup
+from core.stats import clock_phrase, run_divergence, speedup
 from core.thresholds import describe_values
 from core.token_text import visible_token
 from core.trace import RunTrace, StepTrace
@@ -423,7 +423,7 @@ def rerun_outputs(
     greedy run of the same workload (same_workload; ReplayHandlers.greedy_of finds it): both speed-ups are against
     it (core.stats.speedup, as Compare computes them: the same figure for the same pair), and the line says which it
     is and on which clock; without one the line says why there is no speed-up."""
-    div = first_divergence(trace.output_ids, new.output_ids)
+    div = run_divergence(trace, new)  # a re-run stopped while still equal to the original is no divergence
     original, rerun = (speedup(r, greedy[1]) if greedy is not None else (None, "") for r in (trace, new))
     clocks = {clock for _, clock in (original, rerun) if clock}
     return (
