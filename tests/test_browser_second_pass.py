@@ -106,6 +106,9 @@ def test_the_diff_tab_opens_on_the_last_comparisons_first_two_runs_and_follows_t
     page.get_by_role("tab", name="Diff").click()
     expect(page.locator("#diff-a input")).to_have_value(re.compile(rf"^#{ids[0]} greedy\b"))
     expect(page.locator("#diff-b input")).to_have_value(re.compile(rf"^#{ids[1]} aasd\b"))
+    # side by side at one height (twelfth pass: A's longer label wrapped and set its box about 20 px lower)
+    tops = [page.locator(f"#diff-{x} input").bounding_box()["y"] for x in "ab"]
+    assert abs(tops[0] - tops[1]) <= 2, tops
     page.locator("#diff-go").click()
     expect(page.locator("#diff-summary")).to_contain_text(f"#{ids[0]} greedy")
     page.get_by_role("tab", name="Compare").click()

@@ -480,6 +480,8 @@ def test_compare_speed_table_reuses_bench_spread():
     assert frame["speed-up"].iloc[1].startswith("1.90× (")
     one = speed_frame(speed_summary(["greedy"], [[10.0]], [[1.0]], [[1.0]]))
     assert one["tok/s"].iloc[0] == "10.0" and one["speed-up"].iloc[0] == "1.00×"  # one run: no interval to show
+    # MAL with two decimals, as the column above the table says it (twelfth pass: greedy's 1.0 showed as "1")
+    assert one["MAL"].iloc[0] == "1.00" and list(frame["MAL"]) == ["1.00", "2.00"], list(frame["MAL"])
 
 
 def test_repeats_are_a_small_whole_number():

@@ -187,11 +187,13 @@ def diff_tab(
                 run_choices(store, NOBODY),
                 value=None,
                 allow_custom_value=True,
-                label=f"Run {which} ({PICKER_WORDS})",
+                # labels of one length, the picker's help below each: A's longer label wrapped and set it lower
+                label=f"Run {which}",
+                info=PICKER_WORDS,
                 elem_id=f"diff-{which.lower()[0]}",
                 scale=3,
             )
-            for which in ("A, e.g. greedy", "B")
+            for which in ("A (e.g. greedy)", "B (e.g. aasd)")
         )
         go = gr.Button("Diff", variant="primary", scale=1, elem_id="diff-go")
     summary = gr.Markdown("", elem_id="diff-summary")
