@@ -1,7 +1,9 @@
 """Is bfloat16 worth it on this CPU? Matmul throughput and one SmolLM2 decoding step in fp32 vs bf16.
 
 CPUs without bf16 units (AVX512-BF16 / AMX) emulate bf16 matmuls, which can be far slower than fp32;
-`--dtype auto` picks fp32 there. This prints the numbers behind that choice.
+`--dtype auto` picks fp32 there. This prints the numbers behind that choice, and, for the workbench's own default
+(float32, service.WORKBENCH_DTYPE), the demo's methods on the default sample in each dtype: how long each took and
+the token where its text left greedy's.
 
     python benchmarks/bench_dtype.py
 """
@@ -65,7 +67,41 @@ def head_ms(dtype: torch.dtype, vocab: int, hidden: int, rows: int = 2, repeats:
     return median(view), median(packed)
 
 
+def demo_sample(methods=("greedy", "aasd-strict", "aasd[auto]", "csd"), tokens: int = 128, rounds: int = 2) -> None:
+    """The default sample, as the Compare tab runs it, per dtype; dtypes interleaved per round (a noisy machine
+    slows both alike). The first divergence is against greedy of the same dtype."""
+    from workbench import service
+    from workbench.methods import parse_method_spec, run_method
+
+    task = service.sample_tasks()[0]
+    for r in range(rounds):
+        for dtype in ("float32", "bfloat16"):
+            target = load_model("smollm2-135m", device="cpu", dtype=dtype)
+            _, ids = service.build_prompt(target.tokenizer, task.input, task.context)
+            greedy = None
+            for spec in methods:
+                name, overrides = parse_method_spec(spec)
+                t0 = time.perf_counter()
+                run = run_method(
+                    name,
+                    target,
+                    ids,
+                    {"max_new_tokens": tokens, **overrides},
+                    prompt_text=task.input,
+                    context=task.context,
+                )
+                seconds = time.perf_counter() - t0
+                greedy = greedy or run.output_ids
+                part = next((i for i, (a, b) in enumerate(zip(greedy, run.output_ids)) if a != b), None)
+                where = "greedy's text" if part is None else f"leaves greedy at token {part}"
+                print(f"round {r + 1} {dtype:8s} {spec:12s} {seconds:5.1f} s for {len(run.output_ids)} tokens, {where}")
+
+
 def main() -> None:
+    from core.timing import _cpuinfo
+
+    cpu, flags = _cpuinfo()
+    print(f"CPU {cpu}; flags {', '.join(flags)}")
     print(
         f"CPU has bf16 units: {_cpu_has_bf16()}; --dtype auto resolves to {resolve_dtype('auto')}; threads {torch.get_num_threads()}"
     )
@@ -81,6 +117,7 @@ def main() -> None:
             print(
                 f"{name} output head on the last of 2 positions, {str(dtype)[6:]}: strided view {view:.1f} ms, packed {packed:.1f} ms"
             )
+    demo_sample()
 
 
 if __name__ == "__main__":

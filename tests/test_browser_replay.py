@@ -477,6 +477,18 @@ def test_the_flips_table_shows_each_reason_whole(app, replay):
             }).map((c) => c.textContent.trim()); }""")
         shot(page, "replay-flips-reason", "#tune-flips")
         assert cut == [], cut
+        # The table's fixed height cut its third row of three, reasons of three lines (the twelfth pass); here, of two
+        # lines, it cut the fourth: the first five rows show whole, inside the box that scrolls. Mutation caught:
+        # max_height back to 260.
+        hidden = page.evaluate("""() => {
+            const cells = Array.from(document.querySelectorAll('#tune-flips [role=gridcell]'));
+            const scroller = (el) => { for (let e = el.parentElement; e; e = e.parentElement) {
+                const o = getComputedStyle(e).overflowY; if ((o === 'auto' || o === 'scroll') && e.scrollHeight > e.clientHeight) return e; }
+                return document.querySelector('#tune-flips'); };
+            const rows = [...new Set(cells.map((c) => c.closest('tr') || c.parentElement))].slice(0, 5);
+            return rows.filter((r) => { const box = scroller(r).getBoundingClientRect(), b = r.getBoundingClientRect();
+                return b.bottom > box.bottom + 1 || b.top < box.top - 1; }).map((r) => r.textContent.trim().slice(0, 40)); }""")
+        assert len(rows) >= 5 and hidden == [], (len(rows), hidden)
     finally:
         fill_number(page, "#tune-alpha", PARAMS["alpha"].default)
         fill_number(page, "#tune-beta", PARAMS["beta"].default)
@@ -589,3 +601,20 @@ def test_a_16_node_step_reads_without_inner_scrolls_and_its_thresholds_chart_is_
     assert len(seen["bars"]) == 16 and min(seen["bars"]) >= 2, seen["bars"]
     assert any("a p under 1% is drawn as a 2 px bar" in t for t in seen["texts"])
     assert f"run #{rid} · csd · step 0 (of 0–1) ·" in seen["info"]
+
+
+def test_the_runs_table_writes_mal_with_two_decimals(app, replay):
+    """Greedy's MAL showed as "1" in the runs table while its Compare column said "1.00" (the twelfth pass).
+    Mutation caught: the runs table given runs_frame itself (no shown_runs)."""
+    from browser_util import table_rows
+
+    page, _, _ = replay
+    rid = app[0].store.save_run(long_text_run(), tags=["shared"])
+    mal = app[0].store.load_run(rid, nodes=False).metrics["mal"]
+    assert mal == 1.0  # greedy: one token per step, the value that printed as "1"
+    from playwright.sync_api import expect
+
+    page.locator("#replay-refresh").click()
+    expect(page.locator("#replay-runs")).to_contain_text("1.00")
+    rows = {r[0]: r for r in table_rows(page, "#replay-runs")}
+    assert rows[str(rid)][4:6] == ["20", "1.00"], rows[str(rid)]

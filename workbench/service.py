@@ -35,6 +35,11 @@ DEFAULT_METHODS = ("greedy", "aasd[auto]" if DEFAULT_MODEL in shipped_fit_models
 UI_METHODS = [m for m in METHODS if m != "beam"]
 SAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "assets", "samples.jsonl")
 MAX_PROMPT_CHARS = 200_000  # a UI guard before tokenising; the model's context length is checked after
+# The workbench compares methods token for token, so its models load in float32 unless `serve --dtype` says otherwise:
+# in bfloat16 the target's logits tie often enough that strict methods part from greedy's text on the default sample
+# (aasd-strict at token 8 of 128 on an Intel Xeon with avx512_bf16, one thread), for a greedy only 5-10 % faster
+# there (benchmarks/bench_dtype.py prints both). SmolLM2's shipped fitted thresholds are float32 ones too.
+WORKBENCH_DTYPE = "float32"
 MAX_METHODS = 4  # methods per comparison: the Compare tab's columns (the API is held to the same number)
 # A generation whose consumer has not come back for its next update in this many seconds is cancelled:
 # Gradio stops reading a streaming handler when its client disconnects, without closing it.
@@ -152,7 +157,7 @@ class ModelPool:
     def __init__(
         self,
         device: str = "auto",
-        dtype: str = "auto",
+        dtype: str = WORKBENCH_DTYPE,
         per_model: int = 1,
         trust_remote_code: bool = False,
         placement=None,

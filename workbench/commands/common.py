@@ -9,11 +9,13 @@ import math
 
 from core.params import PARAMS
 
+DTYPE_CHOICES = ["auto", "float32", "bfloat16", "float16"]
 
-def add_load_args(p: argparse.ArgumentParser) -> None:
+
+def add_load_args(p: argparse.ArgumentParser, dtype_default: str = "auto", dtype_help: str | None = None) -> None:
     """How models load: every command that loads one takes these."""
     p.add_argument("--device", default="auto", help="auto (CUDA, then MPS, then CPU), cuda, mps or cpu")
-    p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
+    p.add_argument("--dtype", default=dtype_default, choices=DTYPE_CHOICES, help=dtype_help)
     p.add_argument(
         "--trust-remote-code", action="store_true", help="allow a hub model's own Python code (off by default)"
     )

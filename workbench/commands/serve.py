@@ -38,7 +38,14 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         help="do not load the default model and measure its forward cost t(n, L) while the page opens "
         "(by default the server does, once per machine, so the first comparison does not wait for it)",
     )
-    common.add_load_args(p)
+    # float32 is service.WORKBENCH_DTYPE (named here, not imported: importing service loads torch for --help)
+    common.add_load_args(
+        p,
+        dtype_default="float32",
+        dtype_help="float32 by default, where the strict methods write greedy's tokens; auto takes the device's "
+        "fastest (bfloat16 on a CPU with native bfloat16, where near-ties in the logits make strict methods part "
+        "from greedy's text now and then)",
+    )
     common.add_db_arg(p)
     p.set_defaults(func=run)
     return p

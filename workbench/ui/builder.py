@@ -16,7 +16,7 @@ from workbench.ui.diff_tab import diff_tab, picks_for
 from workbench.ui.export_tab import export_tab
 from workbench.ui.memory_tab import csd_choices, memory_tab
 from workbench.ui.replay_tab import replay_tab
-from workbench.ui.shared import RunCache, run_choices, runs_frame
+from workbench.ui.shared import RunCache, run_choices, runs_frame, shown_runs
 
 CSS = """
 input:disabled, textarea:disabled { opacity: 0.45; cursor: not-allowed; }  /* a parameter the chosen methods ignore */
@@ -98,7 +98,7 @@ def build_app(
             """The runs table, and the run id set to the newest visible run while it is empty."""
             frame = runs_frame(store, f, viewer=who(request))
             rid_now = newest_run_id(frame, rid)
-            return frame, gr.update() if rid_now == rid else rid_now  # a chosen run is left as it is
+            return shown_runs(frame), gr.update() if rid_now == rid else rid_now  # a chosen run is left as it is
 
         def picks(request: gr.Request):
             return gr.Dropdown(choices=run_choices(store, who(request)))

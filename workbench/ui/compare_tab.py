@@ -361,6 +361,20 @@ def prompt_note(
     return text
 
 
+def precision_note(dtype: str) -> str:
+    """A line under Run when the models do not run in float32 (`serve --dtype`): there near-ties in the target's
+    logits round either way, so even strict methods part from greedy's text now and then, and a newcomer should know
+    that before reading the columns (the twelfth fresh pass: csd and aasd-strict left greedy at token 8 in bfloat16
+    and looped, with the reason in small print under each column)."""
+    if dtype == "float32":
+        return ""
+    return (
+        f"**⚠ the models run in {dtype} on this server**: near-ties in the logits round either way there, so even "
+        "strict methods can part from greedy's text (each column says where, and whether it was a tie). To compare "
+        f"token for token, start the app with `{tokens.SERVE_FLOAT32}`."
+    )
+
+
 def own_text_choice(choice, tasks: Mapping[str, Task], uploaded, context, prompt):
     """The task picker's update after the user typed: OWN_TEXT once the boxes no longer hold the chosen task's
     prompt and context (the picker showed the task's name as if it were still what would run), else unchanged."""
@@ -1450,13 +1464,15 @@ class CompareHandlers:
         target = models.target
         # an emptied prompt (the status line says so): the count is of what is left, not of "the prompt"
         counted = "prompt" if (prompt_text or "").strip() else "context and chat template" if use_chat else "context"
-        return prompt_note(
+        note = prompt_note(
             len(ids),
             self.pool.prefill_clock.estimate(target, len(ids)),
             len(method_list or []),
             target.max_context,
             counted,
         )
+        precision = precision_note(str(target.dtype).replace("torch.", ""))
+        return note + (f"\n\n{precision}" if precision else "")
 
     @gpu
     def compare(

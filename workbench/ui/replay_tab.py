@@ -36,7 +36,7 @@ from workbench.ui.figures import analytics, replay
 from workbench.ui.figures.common import TITLE_BELOW_TOOLBAR, run_label
 from workbench.ui.reasons import known_texts
 from workbench.ui.replay_js import STEP_JS
-from workbench.ui.shared import TUNABLE, RunCache, decoder_for, error_md, run_id_of, runs_frame
+from workbench.ui.shared import TUNABLE, RunCache, decoder_for, error_md, run_id_of, runs_frame, shown_runs
 
 OPEN_OUTPUTS = len(TUNABLE) + 11  # ReplayHandlers.open's outputs: see replay_tab's open_outputs
 # Heights (px) of the step's figure slots and node table, and of the run's figures: the tab fits in ~2,000 px.
@@ -128,9 +128,13 @@ RUNS_LEGEND = (
 def run_picker(store: Store, can_share: bool = True) -> RunPicker:
     with gr.Row():
         filt = gr.Textbox("", label="Filter runs (method, model, tag, status)", scale=3)
-        refresh = gr.Button("Refresh", scale=1)
+        refresh = gr.Button("Refresh", scale=1, elem_id="replay-refresh")
     runs = gr.Dataframe(
-        runs_frame(store, viewer=NOBODY), interactive=False, max_height=240, label="Stored runs (click a row to replay)"
+        shown_runs(runs_frame(store, viewer=NOBODY)),
+        interactive=False,
+        max_height=240,
+        label="Stored runs (click a row to replay)",
+        elem_id="replay-runs",
     )
     gr.Markdown(RUNS_LEGEND, elem_id="replay-runs-legend")
     with gr.Row():
@@ -230,7 +234,9 @@ def tuning_panel() -> TuningPanel:
         rv.flips_frame(None),
         headers=list(rv.FLIP_COLUMNS),
         interactive=False,
-        max_height=260,
+        # a flip's reason wraps to two or three lines: 260 px cut the third row of three (the twelfth fresh pass);
+        # the first five or so show whole, and longer lists scroll
+        max_height=480,
         # headers wrap at their spaces and the reason (a sentence) gets a third of the width: it ran off the table
         wrap=True,
         column_widths=["5%", "5%", "9%", "8%", "7%", "8%", "8%", "9%", "9%", "32%"],
@@ -429,7 +435,7 @@ class ReplayHandlers:
         table is listed again so the new run is in it."""
         values = (delta, alpha, beta, tau, lam)  # TUNABLE's order
         viewer = self.who(request)
-        listed = runs_frame(self.store, filter_text, viewer=viewer)
+        listed = shown_runs(runs_frame(self.store, filter_text, viewer=viewer))
         if rid is None:
             return "", "", "load a run first", listed
         try:
@@ -458,7 +464,7 @@ class ReplayHandlers:
             return "", "", error_md(last.error if last else "the run produced nothing"), listed
         return (
             *rv.rerun_outputs(rid, trace, last.run, last.run_id, self.greedy_of(rid, trace, viewer)),
-            runs_frame(self.store, filter_text, viewer=viewer),
+            shown_runs(runs_frame(self.store, filter_text, viewer=viewer)),
         )
 
     def greedy_of(self, rid: int, trace: RunTrace, viewer, limit: int = 50) -> tuple[int, RunTrace] | None:
@@ -561,7 +567,7 @@ def replay_tab(
     figures = dict(fn=h.run_figures, inputs=[picker.run_id], outputs=whole.outputs)
 
     def listed(request: gr.Request, f):
-        return runs_frame(store, f, viewer=who(request))
+        return shown_runs(runs_frame(store, f, viewer=who(request)))
 
     picker.refresh.click(listed, [picker.filt], [picker.runs], api_name="list_runs")
     picker.filt.submit(listed, [picker.filt], [picker.runs], api_name=False)

@@ -302,6 +302,14 @@ def runs_frame(store: Store, filter_text: str = "", limit: int = 200, viewer: Vi
     return pd.DataFrame(rows, columns=RUN_COLUMNS)
 
 
+def shown_runs(frame: pd.DataFrame):
+    """runs_frame as the runs table draws it: MAL with two decimals and tok/s with one, as the Compare tab writes
+    them (the table printed greedy's MAL 1.0 as "1"), and tokens whole (a float column once a run lacks them). A
+    pandas Styler sets what the cells show and leaves the values numbers, so the table still sorts by value and a
+    click hands back the frame itself."""
+    return frame.style.format({"tokens": "{:.0f}", "MAL": "{:.2f}", "tok/s": "{:.1f}"}, na_rep="")
+
+
 MAX_RUN_ID = 2**63 - 1  # the largest integer SQLite (and PostgreSQL's BIGINT) stores: no run id is larger
 _RUN_ID_TEXT = re.compile(r"([0-9]{1,19})|#([0-9]{1,19})(?:\s.*)?", re.S)  # "12", or a list label "#12 aasd · model"
 
