@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import gradio as gr
+import pandas as pd
 
 from workbench import service
 from workbench.store import Store
@@ -130,12 +131,23 @@ def build_app(
 
 
 def newest_run_id(frame, current):
-    """The run id the replay shows: the one typed or picked, else the newest listed run, else empty
-    (the field's placeholder then says how to get one). 0 counts as empty: an empty number field sends
-    0, and stored run ids start at 1."""
+    """The run id the replay shows: the one typed or picked, else the newest listed run with steps to draw, else the
+    newest listed run, else empty (the field's placeholder then says how to get one). 0 counts as empty: an empty
+    number field sends 0, and stored run ids start at 1. A run cancelled or failed before its first token is
+    skipped: the thirteenth fresh pass opened the tab on one ("nothing to replay", an empty tree) above complete runs."""
     if current not in (None, "", 0) and not (isinstance(current, float) and current != current):
         return current
-    return int(frame["id"].max()) if len(frame) else None
+    if not len(frame):
+        return None
+    drawable = frame[~nothing_written(frame)] if {"status", "tokens"} <= set(frame.columns) else frame
+    return int((drawable if len(drawable) else frame)["id"].max())
+
+
+def nothing_written(frame):
+    """Which runs_frame rows are runs stopped (cancelled or failed) before they wrote a token: a replay of one says
+    "nothing to replay". A running run's tokens are not counted yet (None), so it is not one of them."""
+    tokens = pd.to_numeric(frame["tokens"], errors="coerce").fillna(0)
+    return frame["status"].isin(("cancelled", "failed")) & (tokens <= 0)
 
 
 # Gradio names a multiselect token's remove button "Remove <the choice's index>" ("Remove 0", "Remove 14"): name the
