@@ -3,9 +3,96 @@ the real time), and the replay tab opening on a run with nothing to draw."""
 
 from __future__ import annotations
 
-import pandas as pd
+from dataclasses import replace
+from types import SimpleNamespace
 
+import pandas as pd
+import pytest
+
+from workbench import service
 from workbench.ui.builder import newest_run_id
+
+
+def _read(tokens: int, seconds: float):
+    return SimpleNamespace(prompt_ids=[0] * tokens, prefill_seconds=seconds, status="complete", steps=[])
+
+
+def _convex_shape(model, tokens: int) -> float:
+    """A prefill shape that grows faster than the prompt, as SmolLM2's measured one does (7,041 tokens cost about 63
+    times 256 tokens' work here)."""
+    return tokens * (1 + tokens / 5000)
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    monkeypatch.setattr(service, "cost_model", lambda target: "a cost model")
+    monkeypatch.setattr(service, "prefill_shape", _convex_shape)
+    return service.PrefillClock()
+
+
+TARGET = SimpleNamespace(name="smollm2", device="cpu", dtype="float32")
+
+
+def test_a_noisy_short_read_does_not_double_the_estimate_for_a_long_prompt(clock):
+    """The pass: the warm-up read 256 tokens in 0.7 s; a comparison's 221-token reads took 1.3 s, then 1.9 s (the
+    page being drawn on the same core); the line then priced a 7,041-token prompt at 90 s, then 2.1 min, from the
+    latest read alone scaled up; it read in 60 s. The reads' rate is now their weighted lower third and what the
+    latest took beyond it is a fixed cost. Mutation caught: the latest read alone, scaled (the old rule), prices it
+    at 2.3x the 60 s here."""
+    measured = 60.0
+    clock.observe(TARGET, _read(256, 0.7), warm_up=True)
+    for seconds in (1.3, 1.9):
+        clock.observe(TARGET, _read(221, seconds))
+        estimate, source = clock.estimate(TARGET, 7041)
+        assert 0.5 * measured < estimate < 1.6 * measured, (seconds, estimate)
+        assert f"221-token prompt in {seconds} s" in source
+    # a prompt as long as the latest read is priced at what that read took; longer ones cost more
+    assert clock.estimate(TARGET, 221)[0] == pytest.approx(1.9)
+    lengths = [128, 221, 256, 300, 1000, 3000, 7041, 8000]
+    estimates = [clock.estimate(TARGET, n)[0] for n in lengths]
+    assert estimates == sorted(estimates)
+    # the long read, once seen, sets the rate (it outweighs the short ones by its work) ...
+    clock.observe(TARGET, _read(7041, measured))
+    assert clock.estimate(TARGET, 7041)[0] == pytest.approx(measured)
+    # ... and a noisy short read after it adds seconds, not a factor
+    clock.observe(TARGET, _read(221, 1.9))
+    assert measured < clock.estimate(TARGET, 7041)[0] < measured + 1.9
+    # reads all slower than the idle warm-up (a busy server) set the rate once they carry most of the work
+    busy = service.PrefillClock()
+    busy.observe(TARGET, _read(256, 0.7), warm_up=True)
+    idle = busy.estimate(TARGET, 4000)[0]
+    for _ in range(3):
+        busy.observe(TARGET, _read(2000, 1.5 * 0.7 * _convex_shape(None, 2000) / _convex_shape(None, 256)))
+    assert busy.estimate(TARGET, 4000)[0] == pytest.approx(1.5 * idle)
+
+
+def test_read_rate_is_the_weighted_lower_third():
+    assert service.read_rate([(100, 1.0, 100.0)]) == pytest.approx(0.01)
+    # two equal reads: the faster one's rate (a busy core makes reads slower, never faster)
+    assert service.read_rate([(100, 3.0, 100.0), (100, 1.0, 100.0)]) == pytest.approx(0.01)
+    # a long read outweighs two short fast ones
+    assert service.read_rate([(100, 1.0, 100.0), (100, 1.0, 100.0), (1000, 20.0, 1000.0)]) == pytest.approx(0.02)
+
+
+@pytest.mark.real_model
+def test_the_estimate_for_a_long_prompt_after_a_short_read_is_near_the_measured_prefill(smollm2):
+    """On SmolLM2: after the pool's warm-up read and one observed 300-token read that took twice its time, the
+    estimate for a 3,000-token prompt lands within a generous factor of its measured prefill (core 0 is shared by
+    other jobs). Mutation caught: the latest read alone, scaled (the old rule), doubles the estimate."""
+    from core.methods import run_method
+
+    pool = service.ModelPool("cpu", "float32")
+    target = pool.load("smollm2-135m").target
+    words = smollm2.tokenizer("The lighthouse keeper wrote in his log that the storm had passed. " * 260)
+    ids = words["input_ids"][:3000]
+    assert len(ids) == 3000
+    short = run_method("greedy", target, ids[:300], {"max_new_tokens": 1})
+    # the read as the pass saw it: as long again while a page was drawn on the same core
+    pool.prefill_clock.observe(target, replace(short, prefill_seconds=2 * short.prefill_seconds))
+    estimate, source = pool.prefill_clock.estimate(target, len(ids))
+    assert "300-token prompt" in source
+    measured = run_method("greedy", target, ids, {"max_new_tokens": 1}).prefill_seconds
+    assert 0.5 * measured < estimate < 1.6 * measured, (estimate, measured)
 
 
 def _frame(rows):

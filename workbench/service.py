@@ -14,6 +14,7 @@ import queue
 import re
 import threading
 import time
+from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -340,52 +341,84 @@ def model_key(target) -> tuple[str, str, str]:
 
 
 MIN_SCALED_READ = 128  # prompt tokens a prefill needs before PrefillClock scales other lengths from it
+READS_KEPT = 8  # the latest whole prefills PrefillClock combines per model (besides the warm-up's)
 
 
 class PrefillClock:
     """How long reading a prompt takes on this server, per loaded model: one function of the prompt's length,
     monotone in it. Its shape comes from the model's cost model t(n, L) measured here (reading costs more per token
     as the prompt grows: core.timing's per-node slope at the cache length each prefill chunk reads at,
-    prefill_shape), else a rate per token; its scale from this server's latest whole prefill, whatever its length
-    (the latest says most about how busy the machine is now; at least MIN_SCALED_READ tokens), else the warm-up's timed prefill (an idle read: a
-    busy machine reads slower, and the source says so), else the shape alone (an underestimate, said so)."""
+    prefill_shape), else a rate per token. A read's time is that shape times a rate, plus what else held the core
+    while it ran (a page being drawn, another request), which a short read cannot tell apart from its rate: the
+    thirteenth fresh pass saw a 221-token read take 1.3 s, then 1.9 s (the warm-up's 256 tokens: 0.7 s), and the
+    latest read alone, scaled up, priced a 7,041-token prompt at 90 s, then 2.1 min; it read in 60 s. So:
+    the rate is combined from this server's latest whole reads of at least MIN_SCALED_READ tokens and the warm-up's
+    timed read (an idle one), each weighted by its work in the shape's units (a long read outweighs short ones, and
+    its time averages the load over the whole read), at the weighted lower third (a busy core makes reads slower,
+    never faster); what the latest read took beyond that rate is added as a fixed cost, not scaled (so a prompt as
+    long as the latest is priced at what it took, and a noisy short read adds seconds, not a factor). With no read
+    yet the shape alone is said to be an underestimate."""
 
     def __init__(self):
-        self._latest: dict[tuple[str, str, str], tuple[int, float]] = {}  # model -> (tokens, s) of its latest read
+        self._reads: dict[tuple[str, str, str], deque[tuple[int, float]]] = {}  # model -> its latest reads (tokens, s)
         self._warm_up: dict[tuple[str, str, str], tuple[int, float]] = {}  # model -> the warm-up's timed read
         self._lock = threading.Lock()
 
     def observe(self, target, run: RunTrace, warm_up: bool = False) -> None:
         n = len(run.prompt_ids)
-        # A short read is mostly fixed overhead: scaled up to thousands of tokens a 66-token read priced a 4,383-token
-        # prompt at 97 s that read in 31 s, so reads below MIN_SCALED_READ tokens do not set the scale.
+        # A very short read is all fixed overhead: scaled up to thousands of tokens a 66-token read priced a
+        # 4,383-token prompt at 97 s that read in 31 s, so reads below MIN_SCALED_READ tokens are not kept.
         if n >= MIN_SCALED_READ and run.prefill_seconds > 0 and prefill_completed(run):
+            key = model_key(target)
             with self._lock:
-                (self._warm_up if warm_up else self._latest)[model_key(target)] = (n, run.prefill_seconds)
+                if warm_up:
+                    self._warm_up[key] = (n, run.prefill_seconds)
+                else:
+                    self._reads.setdefault(key, deque(maxlen=READS_KEPT)).append((n, run.prefill_seconds))
 
     def estimate(self, target, tokens: int) -> tuple[float, str] | None:
         """(seconds, what it is based on) for a prompt of `tokens`, or None with nothing to go on."""
         key = model_key(target)
         with self._lock:
-            latest, warm = self._latest.get(key), self._warm_up.get(key)
+            reads, warm = list(self._reads.get(key, ())), self._warm_up.get(key)
         model = cost_model(target)
-        seen = latest or warm
-        if seen:
-            n, seconds = seen
-            scale = tokens / n if model is None else prefill_shape(model, tokens) / prefill_shape(model, n)
-            if latest:
-                source = (
-                    f"this server's latest prefill (a {n:,}-token prompt in {seconds:.1f} s), scaled to this length"
-                )
-            else:
-                source = (
-                    f"this server's warm-up prefill of a {n:,}-token prompt, scaled to this length; an idle read: "
-                    "while other work shares the CPU it takes longer"
-                )
-            return seconds * scale, source
-        if model is None:
-            return None
-        return prefill_shape(model, tokens), "the model's measured cost curve; a first prefill takes longer"
+        if not reads and not warm:
+            if model is None:
+                return None
+            return prefill_shape(model, tokens), "the model's measured cost curve; a first prefill takes longer"
+
+        def shape(n: int) -> float:
+            return float(n) if model is None else prefill_shape(model, n)
+
+        rate = read_rate([(n, seconds, shape(n)) for n, seconds in reads + ([warm] if warm else [])])
+        if not reads:
+            assert warm is not None
+            return rate * shape(tokens), (
+                f"this server's warm-up prefill of a {warm[0]:,}-token prompt, scaled to this length; an idle read: "
+                "while other work shares the CPU it takes longer"
+            )
+        n, seconds = reads[-1]
+        beyond = max(seconds - rate * shape(n), 0.0)
+        longest = max(m for m, _ in reads + ([warm] if warm else []))
+        source = f"this server's latest prefill (a {n:,}-token prompt in {seconds:.1f} s), scaled to this length"
+        if len(reads) > 1 or warm:
+            source = (
+                f"this server's latest prefill (a {n:,}-token prompt in {seconds:.1f} s) and the rate of its "
+                f"{len(reads) + bool(warm)} kept prefills (up to {longest:,} tokens), scaled to this length"
+            )
+        return rate * shape(tokens) + beyond, source
+
+
+def read_rate(reads: Sequence[tuple[int, float, float]]) -> float:
+    """Seconds per unit of prefill shape from (tokens, seconds, shape) reads: the weighted lower third of their
+    rates, each weighted by its shape (its work): the rate the faster third of the work was read at."""
+    ordered = sorted((seconds / work, work) for _, seconds, work in reads)
+    third, total = sum(work for _, work in ordered) / 3, 0.0
+    for rate, work in ordered:
+        total += work
+        if total >= third:
+            return rate
+    return ordered[-1][0]
 
 
 def prefill_completed(run: RunTrace) -> bool:
