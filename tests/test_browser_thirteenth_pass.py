@@ -32,7 +32,8 @@ def newest_id(demo) -> int:
 
 
 def run_button(page):
-    return page.locator(f"{RUN}, {RUN} button").locator("visible=true").last
+    """The Run button, whatever its label (get_by_role by name finds it only while it reads "Run")."""
+    return page.locator(RUN)
 
 
 @pytest.fixture(scope="module")
@@ -86,6 +87,8 @@ def test_stop_during_a_comparison_brings_run_back(app, page):
     page.get_by_role("button", name="Run", exact=True).click()
     expect(page.locator("#compare-status")).to_contain_text("tokens written", timeout=DONE)
     expect(run_button(page)).to_be_disabled()
+    expect(run_button(page)).to_have_text("Running…")
+    shot_between(page, "thirteenth-running", "#compare-run", "#compare-status")
     page.get_by_role("button", name="Stop", exact=True).click()
     expect(page.locator("#compare-status")).to_contain_text("stopped", timeout=120_000)
     expect(page.get_by_role("button", name="Run", exact=True)).to_be_enabled(timeout=30_000)
