@@ -222,3 +222,22 @@ def synthetic_run(method: str, steps: list[StepTrace] = (), **fields) -> RunTrac
         decode_seconds=1.0,
     )
     return RunTrace(**{**values, **fields})
+
+
+def watch_button(page, selector):
+    """Start recording the states ("enabled <label>" / "disabled <label>") the button `selector` goes through, as
+    they change (read back with button_states()): a state held for a moment between two polls is still seen."""
+    page.evaluate(
+        """(sel) => { window.__buttons = []; const root = document.querySelector(sel);
+        const button = () => root.tagName === 'BUTTON' ? root : root.querySelector('button');
+        const note = () => { const b = button(); const s = window.__buttons;
+                             const t = (b.disabled ? 'disabled ' : 'enabled ') + b.innerText.trim();
+                             if (!s.length || s[s.length - 1] !== t) s.push(t); };
+        new MutationObserver(note).observe(root.parentElement,
+            {attributes: true, childList: true, subtree: true, characterData: true}); note(); }""",
+        selector,
+    )
+
+
+def button_states(page) -> list[str]:
+    return page.evaluate("() => window.__buttons || []")

@@ -188,7 +188,7 @@ def test_the_columns_say_how_each_run_ended_and_what_the_score_is(app, page, def
 
 def test_the_default_csd_column_names_the_table_it_read_and_token_acceptance_its_meaning(app, page, default_runs):
     """Third newcomer pass: the csd column's head said "the shipped table" and its metrics "no table is shipped"; the
-    package now ships SmolLM2's context-draft table and the head names it. The metrics call their acceptance by its
+    package now ships SmolLM2's context-draft table and the column names it (under its text). The metrics call their acceptance by its
     name (token acceptance), with its meaning on hover."""
     from playwright.sync_api import expect
 
@@ -200,8 +200,8 @@ def test_the_default_csd_column_names_the_table_it_read_and_token_acceptance_its
     shipped = shipped_memory(target)
     assert shipped.total > 1000  # the package's SmolLM2 table, not an empty one
     page.get_by_role("tab", name="Compare").click()
-    head = page.locator("#col-head-2")
-    expect(head).to_contain_text(f"memory: the table shipped for smollm2-135m, context drafts ({shipped.total:,}")
+    notes = page.locator("#col-metrics-2")
+    expect(notes).to_contain_text(f"memory: the table shipped for smollm2-135m, context drafts ({shipped.total:,}")
     csd = demo.store.load_run(default_runs["csd"], nodes=False).trace
     assert csd.params["memory_sha"] == shipped.fingerprint()  # the run read that table
     for i in range(3):

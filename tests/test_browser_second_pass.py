@@ -69,8 +69,8 @@ def test_the_default_csd_reads_the_shipped_memory_and_an_online_run_says_how_far
     target = demo.pool.loaded(MODEL).target
     assert trace.params["memory_mode"] == SHIPPED_MEMORY
     assert trace.params["memory_sha"] == shipped_memory(target).fingerprint()
-    expect(page.locator("#col-head-2")).to_contain_text("the table shipped for smollm2-135m, context drafts (")
-    expect(page.locator("#col-head-2")).to_contain_text("read only")
+    expect(page.locator("#col-metrics-2")).to_contain_text("the table shipped for smollm2-135m, context drafts (")
+    expect(page.locator("#col-metrics-2")).to_contain_text("read only")
     # The server's online memory grows as a few online runs would grow it (here: 300 rejections of one pair) ...
     grown = shared_memory(target)
     for _ in range(300):
@@ -83,7 +83,7 @@ def test_the_default_csd_reads_the_shipped_memory_and_an_online_run_says_how_far
     added = int(re.search(r"([\d,]+) observations added", online.inner_text()).group(1).replace(",", ""))
     assert added >= 300, online.inner_text()
     expect(online).to_contain_text("to reset")
-    expect(page.locator("#col-head-0")).to_contain_text("every rejection adds to it")
+    expect(page.locator("#col-metrics-0")).to_contain_text("every rejection adds to it")
     # ... and the default csd gives the answer it gave before the memory grew
     again = demo.store.load_run(runs[SHIPPED_MEMORY], nodes=False).trace
     assert again.output_ids == trace.output_ids

@@ -47,9 +47,9 @@ def test_compare_fills_three_columns_and_stores_the_runs(default_comparison):
     assert status.startswith("done"), status
     from workbench.service import DEFAULT_METHODS  # aasd[auto] where the default model has a shipped fit
 
-    titles = [h.splitlines()[0].strip("# ") for h in heads[:3]]  # under a title, a note (csd without a draft model)
+    titles = [h.strip("# ") for h in heads[:3]]  # the title alone: a note (csd without a draft model) is under the text
     assert titles == list(DEFAULT_METHODS) and heads[3] == ""
-    assert "no draft model" in heads[2] and "no draft model" not in heads[1]
+    assert "no draft model" in metrics[2] and "no draft model" not in metrics[1]
     for m, t in zip(metrics[:3], texts[:3]):
         assert "MAL</span> **" in m and "tok/s" in m and "steps" in m, m
         assert '<span class="tok' in t
@@ -902,14 +902,14 @@ def test_the_diff_outlines_one_cell_when_an_insertion_comes_before_the_shifted_r
 
 
 def test_a_column_says_when_csd_drafts_from_the_context_for_want_of_a_draft_model():
-    from workbench.ui.compare_tab import column_head
+    from workbench.ui.compare_tab import column_notes
 
-    assert column_head("csd", "").startswith(
-        "### csd\n*no draft model: drafts from the prompt's context and its own output so far (as AASD does)*"
+    assert column_notes("csd", "").startswith(
+        "*no draft model: drafts from the prompt's context and its own output so far (as AASD does)*"
     )
-    assert column_head("csd[lam=2]", None).startswith("### csd[lam=2]\n*no draft model")
-    assert "no draft model" not in column_head("csd", "qwen2.5-coder-0.5b")  # with a draft model: the paper's CSD
-    assert column_head("aasd", "") == "### aasd" and column_head("greedy", "") == "### greedy"
+    assert column_notes("csd[lam=2]", None).startswith("*no draft model")
+    assert "no draft model" not in column_notes("csd", "qwen2.5-coder-0.5b")  # with a draft model: the paper's CSD
+    assert column_notes("aasd", "") == "" and column_notes("greedy", "") == ""
 
 
 def test_the_end_and_cut_marks_use_glyphs_debians_default_fonts_have():

@@ -14,14 +14,14 @@ from core.params import MEMORY_MODES, SHIPPED_MEMORY
 
 
 def test_the_apps_csd_reads_the_shipped_memory_unless_online_is_asked_for():
-    from workbench.ui.compare_tab import app_memory_mode, column_head
+    from workbench.ui.compare_tab import app_memory_mode, column_notes
 
     assert app_memory_mode("csd", {}) == SHIPPED_MEMORY
     assert app_memory_mode("csd", {"memory_mode": "online"}) == MEMORY_MODES["online"]
     assert app_memory_mode("csd", {"memory_mode": "frozen"}) == MEMORY_MODES["frozen"]
-    assert "shipped table, read only" in column_head("csd", "")
-    assert "every rejection adds to it" in column_head("csd[memory_mode=online]", "")
-    assert "memory" not in column_head("aasd", "")
+    assert "shipped table, read only" in column_notes("csd", "")
+    assert "every rejection adds to it" in column_notes("csd[memory_mode=online]", "")
+    assert "memory" not in column_notes("aasd", "")
 
 
 def test_a_run_on_a_grown_memory_says_by_how_much_and_how_to_reset():

@@ -427,6 +427,7 @@ def running_status(
 
 
 NOT_RUN = "*not run (stopped before it started)*"
+RUN_LABEL, RUNNING_LABEL = "Run", "Running…"  # the Run button idle, and while its comparison runs (greyed out)
 
 
 def not_started(order: Sequence[int], started: set[int]) -> list[int]:
@@ -465,19 +466,25 @@ def closing_status(run_ids, where: str, stopped: bool, compression) -> str:
 # ---------------------------------------------------------------- speeds over repeats
 
 
-def column_head(method: str, draft_name: str | None, shipped: str | None = "") -> str:
-    """A column's title: the method, and for a method that falls back to another drafter without a draft model
-    (csd drafts from the context then) a line that says so, since its paper's version drafts with a model; a
-    method that reads CSD's correction memory says which memory (memory_head; `shipped`: shipped_table's words)."""
+def column_title(method: str) -> str:
+    """A column's head on the page: the method alone, so the output texts under the heads start level and can be
+    read across (the notes, whose lengths differ from column to column, go under the text: column_notes)."""
+    return f"### {method}"
+
+
+def column_notes(method: str, draft_name: str | None, shipped: str | None = "") -> str:
+    """What a column says under its output text and metrics ("" for a method that needs none): for a method
+    that falls back to another drafter without a draft model (csd drafts from the context then) a line that says so,
+    since its paper's version drafts with a model; a method that reads CSD's correction memory says which memory
+    (memory_head; `shipped`: shipped_table's words)."""
     name, overrides = parse_method_spec(method)
     m = get_method(name)
-    lines = [f"### {method}"]
+    notes = []
     if not (draft_name or "").strip() and m.drafter_without_draft is not None:
-        lines.append("*no draft model: drafts from the prompt's context and its own output so far (as AASD does)*")
+        notes.append("*no draft model: drafts from the prompt's context and its own output so far (as AASD does)*")
     if m.reads_memory:
-        lines.append(memory_head(app_memory_mode(name, overrides), shipped))
-    head, notes = lines[0], lines[1:]
-    return head + ("\n" + "  \n".join(notes) if notes else "")  # "  \n": a Markdown line break between notes
+        notes.append(memory_head(app_memory_mode(name, overrides), shipped))
+    return "  \n".join(notes)  # "  \n": a Markdown line break between notes
 
 
 def app_memory_mode(name: str, overrides: Mapping[str, Any]) -> int:
@@ -846,7 +853,7 @@ def build_form(tasks: Mapping[str, Task], allow_local: bool = True) -> CompareFo
                 "classifier folder in WORKBENCH_LLMLINGUA2_MODEL)",
             )
     with gr.Row():
-        run = gr.Button("Run", variant="primary")
+        run = gr.Button(RUN_LABEL, variant="primary", elem_id="compare-run")
         stop = gr.Button("Stop", variant="stop")
     prompt_info = gr.Markdown("", elem_id="compare-prompt-info")  # under Run: read before pressing it
     status = gr.Markdown("", elem_id="compare-status")
@@ -854,10 +861,13 @@ def build_form(tasks: Mapping[str, Task], allow_local: bool = True) -> CompareFo
     heads, bodies, stats = [], [], []
     with gr.Row(equal_height=False):
         for i in range(SLOTS):
+            # The method's title, its output text, then its metrics and notes: the heads are one line each, so the
+            # texts start level across the columns whatever the metrics and notes say (the csd column's notes
+            # above its text put it 130 px below greedy's)
             with gr.Column(min_width=240, elem_classes=["compare-col"]):  # hidden while its head is empty: CSS
                 heads.append(gr.Markdown(f"### {service.DEFAULT_METHODS[i]}" if i < 3 else "", elem_id=f"col-head-{i}"))
-                stats.append(gr.Markdown("", elem_id=f"col-metrics-{i}"))
                 bodies.append(gr.HTML("", elem_id=f"col-text-{i}", elem_classes=["tokens"]))
+                stats.append(gr.Markdown("", elem_id=f"col-metrics-{i}"))
     with gr.Row(equal_height=False):
         speed_plot = gr.Plot(show_label=False, elem_id="compare-speed", scale=1)
         speed_table = gr.Dataframe(
@@ -912,6 +922,7 @@ class ColumnsView:
     run_ids: list[int] = field(default_factory=list)
     heads: list = field(default_factory=lambda: [gr.update()] * SLOTS)
     metrics: list = field(default_factory=lambda: [""] * SLOTS)
+    notes: list = field(default_factory=lambda: [""] * SLOTS)  # column_notes: sent under the metrics, in their box
     texts: list = field(default_factory=lambda: [""] * SLOTS)
     figure: Any = None
     table: Any = None
@@ -930,7 +941,10 @@ class ColumnsView:
         else:
             figure = self.figure if self.figure is not None else empty_figure("")
             table = self.table if self.table is not None else speed_frame([])
-        return [self.status, list(self.run_ids), *self.heads, *self.metrics, *self.texts, figure, table, self.note]
+        # The notes share the metrics' box (under the output text): a box of their own would add an output to the
+        # `compare` API, whose outputs clients read by position
+        metrics = [m + ("\n\n" if m and n else "") + n for m, n in zip(self.metrics, self.notes)]
+        return [self.status, list(self.run_ids), *self.heads, *metrics, *self.texts, figure, table, self.note]
 
 
 def message_view(msg: str, heads_too: bool = False) -> ColumnsView:
@@ -1127,14 +1141,11 @@ class Comparison:
 
     def __iter__(self) -> Iterator[ColumnsView]:
         names = [self.req.methods[i] for i in range(len(self.specs))]
+        shipped = shipped_table(self.models.target, self.models.draft)
         view = ColumnsView(
             "",
-            heads=[
-                column_head(names[i], self.req.draft, shipped_table(self.models.target, self.models.draft))
-                if i < len(names)
-                else ""
-                for i in range(SLOTS)
-            ],
+            heads=[column_title(names[i]) if i < len(names) else "" for i in range(SLOTS)],
+            notes=[column_notes(names[i], self.req.draft, shipped) if i < len(names) else "" for i in range(SLOTS)],
         )
         self.speeds, self.task = Speeds(names), self.chosen_task()
         order = sorted(
@@ -1562,6 +1573,16 @@ class CompareHandlers:
             )
 
 
+def running_button():
+    """Run while its comparison runs: not clickable, and says why."""
+    return gr.update(value=RUNNING_LABEL, interactive=False)
+
+
+def idle_button():
+    """Run once its comparison has ended, however it ended."""
+    return gr.update(value=RUN_LABEL, interactive=True)
+
+
 def compare_tab(store: Store, pool: service.ModelPool, compare_ids: gr.State, who=lambda request: None) -> CompareForm:
     """Build the tab and wire it."""
     tasks = {t.id: t for t in service.sample_tasks()}
@@ -1615,14 +1636,18 @@ def compare_tab(store: Store, pool: service.ModelPool, compare_ids: gr.State, wh
     # show_progress="hidden": the status line says how far the comparison is; Gradio's own overlay puts a live timer
     # and a pulsing mask on every output, redrawn for as long as the comparison runs, on the CPU the decoding shares
     # when the browser runs beside the server.
-    form.run.click(
+    # Run is greyed out and reads "Running…" while its comparison runs: a second click used to be dropped without a
+    # word (an event runs once at a time) and the results stood under settings changed since. `.then` runs whether the
+    # comparison ended done, stopped, refused or failed, so Run always comes back; the first step is not queued, so
+    # it answers at once even while other sessions' comparisons hold the queue.
+    form.run.click(running_button, None, [form.run], api_name=False, queue=False).then(
         h.compare,
         form.inputs,
         form.outputs(compare_ids),
         api_name="compare",
         concurrency_id="generate",
         show_progress=COMPARE_PROGRESS,
-    )
+    ).then(idle_button, None, [form.run], api_name=False, queue=False, show_progress="hidden")
     # Queued (so the request carries the session that Run came from) but never waiting behind the generations.
     form.stop.click(h.stop, None, None, api_name=False, concurrency_limit=None)
     form.on_load = {k: v for k, v in info.items() if k != "trigger_mode"}
