@@ -342,6 +342,7 @@ def model_key(target) -> tuple[str, str, str]:
 
 MIN_SCALED_READ = 128  # prompt tokens a prefill needs before PrefillClock scales other lengths from it
 READS_KEPT = 8  # the latest whole prefills PrefillClock combines per model (besides the warm-up's)
+SHORT_READ = 1024  # prompt tokens up to which a read's time beyond the rate is the fixed cost of a read now
 
 
 class PrefillClock:
@@ -351,13 +352,12 @@ class PrefillClock:
     prefill_shape), else a rate per token. A read's time is that shape times a rate, plus what else held the core
     while it ran (a page being drawn, another request), which a short read cannot tell apart from its rate: the
     thirteenth fresh pass saw a 221-token read take 1.3 s, then 1.9 s (the warm-up's 256 tokens: 0.7 s), and the
-    latest read alone, scaled up, priced a 7,041-token prompt at 90 s, then 2.1 min; it read in 60 s. So:
-    the rate is combined from this server's latest whole reads of at least MIN_SCALED_READ tokens and the warm-up's
-    timed read (an idle one), each weighted by its work in the shape's units (a long read outweighs short ones, and
-    its time averages the load over the whole read), at the weighted lower third (a busy core makes reads slower,
-    never faster); what the latest read took beyond that rate is added as a fixed cost, not scaled (so a prompt as
-    long as the latest is priced at what it took, and a noisy short read adds seconds, not a factor). With no read
-    yet the shape alone is said to be an underestimate."""
+    latest read alone, scaled up, priced a 7,041-token prompt at 90 s, then 2.1 min; it read in 60 s. So the rate is
+    combined from this server's latest whole reads of at least MIN_SCALED_READ tokens and the warm-up's timed read
+    (an idle one), each weighted by its work in the shape's units (a long read outweighs short ones, and its time
+    averages the load over the whole read), at the weighted lower third (a busy core makes reads slower, never
+    faster); what the latest short read (SHORT_READ) took beyond that rate is added as a fixed cost, not scaled.
+    With no read yet the shape alone is said to be an underestimate."""
 
     def __init__(self):
         self._reads: dict[tuple[str, str, str], deque[tuple[int, float]]] = {}  # model -> its latest reads (tokens, s)
@@ -398,15 +398,20 @@ class PrefillClock:
                 "while other work shares the CPU it takes longer"
             )
         n, seconds = reads[-1]
-        beyond = max(seconds - rate * shape(n), 0.0)
         longest = max(m for m, _ in reads + ([warm] if warm else []))
         source = f"this server's latest prefill (a {n:,}-token prompt in {seconds:.1f} s), scaled to this length"
         if len(reads) > 1 or warm:
             source = (
-                f"this server's latest prefill (a {n:,}-token prompt in {seconds:.1f} s) and the rate of its "
-                f"{len(reads) + bool(warm)} kept prefills (up to {longest:,} tokens), scaled to this length"
+                f"the rate of this server's {len(reads) + bool(warm)} kept prefills (up to {longest:,} tokens; the "
+                f"latest a {n:,}-token prompt in {seconds:.1f} s), scaled to this length"
             )
-        return rate * shape(tokens) + beyond, source
+        # What the latest short read took beyond the rate is paid by every read now (a page drawn on the same core
+        # during a comparison: the eighth pass's 221-token reads took 1.35-1.77 s beside an idle 0.3 s), added as
+        # seconds; a long read's excess is load spread over its work, which the rate already weighs (the fourteenth
+        # pass: after a 3,818-token read of 33 s, that excess added to a 190-token prompt priced it at 3.7 s)
+        short = [(m, t) for m, t in reads if m <= SHORT_READ]
+        fixed = max(short[-1][1] - rate * shape(short[-1][0]), 0.0) if short else 0.0
+        return rate * shape(tokens) + fixed, source
 
 
 def read_rate(reads: Sequence[tuple[int, float, float]]) -> float:

@@ -329,6 +329,10 @@ def check_max_new_tokens(value, task_cap: int) -> int:
     if value is None or (isinstance(value, str) and not value.strip()):
         return task_cap
     spec = PARAMS["max_new_tokens"]
+    try:  # the hint is for a cap above the field's: 0 or −3 was told "longer generations take the bench command"
+        too_long = float(value) > MAX_NEW_TOKENS_HERE
+    except (TypeError, ValueError):
+        too_long = False
     return int(
         to_number(
             value,
@@ -336,7 +340,7 @@ def check_max_new_tokens(value, task_cap: int) -> int:
             "max_new_tokens",
             spec.low,
             MAX_NEW_TOKENS_HERE,
-            meaning="longer generations take the `bench` command",
+            meaning="longer generations take the `bench` command" if too_long else "",
         )
     )
 

@@ -75,10 +75,14 @@ def step_info(run_id: int, trace: RunTrace, k: int) -> str:
         )
         return f"run #{run_id} ({label}) has no steps to replay ({why})"
     s = trace.steps[k]
+    # "kept" with the rescued among them, as the tree's title says ("1 of 1 drafted kept (1 rescued)"): the header
+    # read "accepted 1" for a token verification rejected and CSD rescued (the fourteenth pass)
+    rescued = sum(n.decision == "rescued" for n in getattr(s, "nodes", None) or ())
+    kept = f"kept {s.accepted} ({rescued} rescued)" if rescued else f"accepted {s.accepted}"
     return (
-        f"run #{run_id} · {asked_as(trace.method, trace.params)} · {step_label(k, len(trace.steps))} · tree {s.tree_size} nodes · "
-        f"accepted {s.accepted} + bonus · {s.step_ms:.1f} ms (draft {s.draft_ms:.1f}, forward {s.forward_ms:.1f})"
-        + fitted_md(trace.params)
+        f"run #{run_id} · {asked_as(trace.method, trace.params)} · {step_label(k, len(trace.steps))} · "
+        f"tree {s.tree_size} node{'' if s.tree_size == 1 else 's'} · {kept} + bonus · {s.step_ms:.1f} ms "
+        f"(draft {s.draft_ms:.1f}, forward {s.forward_ms:.1f})" + fitted_md(trace.params)
     )
 
 

@@ -259,7 +259,11 @@ def divergence_note(
     if _rule_chose(node):
         assert node is not None
         rank = (
-            f"the target ranked it {node.rank + 1}, not first" if node.rank is not None else "not the target's argmax"
+            # 0-based, as the node table and the rule's own reason count (the note said "ranked it 7" beside the
+            # reason's "rank 6": the fourteenth pass)
+            f"its rank in the target's order is {node.rank}, not 0 (the top token)"
+            if node.rank is not None
+            else "not the target's argmax"
         )
         why = readable_reason(node.reason, lambda t: decode([t]) if decode is not None else f"⟨{t}⟩")
         if node.decision == "rescued":
