@@ -382,21 +382,23 @@ def test_the_step_figures_fill_their_boxes_with_no_blank_band_above_the_node_tab
 
 def test_no_blank_band_between_the_node_table_and_the_run_figures(replay):
     """Seventh newcomer pass: the node table's box kept a 16-node tree's height (392 px) on a run of a few nodes per
-    step, a large blank gap above the acceptance figures. The box is fitted once per run to its largest step."""
+    step, a large blank gap above the acceptance figures. Fourteenth: a box fitted to the run's largest step left
+    ~250 px blank under a 2-node step's table after sliding down from a 15-node step. The box follows each step."""
     from browser_util import boxes
     from playwright.sync_api import expect
 
     page, _, trace = replay
-    most = max(len(s.nodes) for s in trace.steps)
-    for k in (3, 7):  # a step of the largest size; a step with no drafts (the box keeps its size: no layout shift)
+    sizes = [len(s.nodes) for s in trace.steps]
+    largest, smallest = sizes.index(max(sizes)), sizes.index(min(sizes))
+    assert max(sizes) >= 3 * min(sizes), sizes  # the run has steps far apart in size, or this test shows nothing
+    for k in (largest, smallest, largest, smallest):  # down from the largest step and back up
         slide(page, k)
         expect(page.locator("#replay-tree .fig-title")).to_contain_text(f"step {k}:")
         table, slot = boxes(page, "#replay-nodes table")[0], boxes(page, "#replay-nodes .replay-slot")[0]
         figures = boxes(page, "#replay-run-figures")[0]
-        if len(trace.steps[k].nodes) == most:
-            assert slot["h"] - table["h"] < 20, (k, table, slot)  # the largest step's table fills its box
+        assert slot["h"] - table["h"] < 20, (k, sizes[k], table, slot)  # the step's table fills its box
         assert figures["y"] - (slot["y"] + slot["h"]) < 60, (k, slot, figures)  # Gradio's gap, not a band
-        assert slot["h"] < 392 - 100, slot
+        assert slot["h"] < 392 - 100 or sizes[k] > 8, slot
 
 
 def local_run(method: str, steps: list[StepTrace]) -> RunTrace:

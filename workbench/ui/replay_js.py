@@ -114,19 +114,22 @@ _JS = r"""
     slot.__run = data.run;
     slot.style.height = `${Math.ceil(h) + 4}px`;
   };
-  // The node table's box is made as tall as the run's largest step's table, once per run (up to its fixed height, a
-  // 16-node tree's): a run of 4-node trees left ~250 px blank between the table and the run's figures below it.
-  const fitTable = () => {
+  // The node table's box is made as tall as this step's table (up to its fixed height, a 16-node tree's): a box
+  // fitted to the run's largest step left ~250 px blank under a 2-node step's table (fourteenth newcomer pass), and
+  // one of fixed height left as much under every step of a run of small trees (seventh). The row and header heights
+  // are measured once per run; a step switch then sets one height, one layout of what lies below the table.
+  const fitTable = (count) => {
     const slot = document.querySelector('#replay-nodes .replay-slot');
-    const rows = slot ? Array.from(slot.querySelectorAll('tbody tr')) : [], head = slot && slot.querySelector('thead');
-    if (!rows.length || !head || slot.__run === data.run) return;
-    const row = Math.max(...rows.map((r) => r.getBoundingClientRect().height));
-    if (!row) return;  // not laid out (another tab is shown): fitted at a later step
-    slot.__run = data.run;
+    if (!slot) return;
     slot.__most = slot.__most || parseFloat(slot.style.height);
-    const most = Math.max(...data.steps.map((s) => s.nodes.length));
-    const h = Math.ceil(head.getBoundingClientRect().height + most * row) + 6;
-    slot.style.height = `${Math.min(slot.__most, h)}px`;
+    if (slot.__run !== data.run) {
+      const rows = Array.from(slot.querySelectorAll('tbody tr')), head = slot.querySelector('thead');
+      const row = rows.length ? Math.max(...rows.map((r) => r.getBoundingClientRect().height)) : 0;
+      if (!row || !head) return;  // not laid out (another tab is shown), or no rows: measured at a later step
+      Object.assign(slot, {__run: data.run, __row: row, __head: head.getBoundingClientRect().height});
+    }
+    const h = `${Math.min(slot.__most, Math.ceil(slot.__head + Math.max(1, count) * slot.__row) + 6)}px`;
+    if (slot.style.height !== h) slot.style.height = h;
   };
   if (!data || !Array.isArray(data.steps)) {  // no run: the last run's figures go
     // with a message (a bad run id's error, shown in the body) the tree slot says no run is shown, so the body stays
@@ -304,7 +307,7 @@ _JS = r"""
   fit('replay-tree');
   fit('replay-thresholds');
   put('replay-nodes', table(st.nodes.map((r) => r.slice(0, COLUMNS.length))));
-  fitTable();
+  fitTable(st.nodes.length);
   return [st.info];
 }
 """
