@@ -241,3 +241,19 @@ def watch_button(page, selector):
 
 def button_states(page) -> list[str]:
     return page.evaluate("() => window.__buttons || []")
+
+
+def newest_id(demo) -> int:
+    """The id of the newest run in the app's store (0 when it has none)."""
+    return max((r.id for r in demo.store.list_runs()), default=0)
+
+
+def run_and_wait(page, demo, timeout: int = 900_000) -> list[int]:
+    """Click Run and wait for this comparison's "done" (it names its first run); the new runs' ids, in order.
+    The timeout (ms) is what a comparison may take on a loaded 2-core machine (other jobs share the cores)."""
+    from playwright.sync_api import expect
+
+    first = newest_id(demo) + 1
+    page.get_by_role("button", name="Run", exact=True).click()
+    expect(page.locator("#compare-status")).to_contain_text(re.compile(rf"done: runs? #{first}\b"), timeout=timeout)
+    return sorted(r.id for r in demo.store.list_runs() if r.id >= first)

@@ -325,3 +325,12 @@ def fresh_node_stats(target, prompt_ids, run, *, steps=None, sample: int = 6, se
             assert n.rank == fresh.rank or near_tie, f"{where}: recorded rank {n.rank}, the target says {fresh.rank}"
             pairs.append((n, fresh))
     return pairs
+
+
+@pytest.fixture(scope="module")
+def page(app):
+    """A browser page on the module's app (browser_util.open_page), shared by the module's browser tests."""
+    from browser_util import open_page
+
+    with open_page(app[0].local_url) as pg:
+        yield pg

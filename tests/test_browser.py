@@ -13,7 +13,6 @@ from browser_util import (
     choose_methods,
     clipped_texts,
     fill_number,
-    open_page,
     open_parameters,
     pick,
     plotly,
@@ -22,12 +21,6 @@ from browser_util import (
 )
 
 pytestmark = pytest.mark.real_model
-
-
-@pytest.fixture(scope="module")
-def page(app):
-    with open_page(app[0].local_url) as pg:
-        yield pg
 
 
 def test_compare_replay_tune_and_download(app, page, tmp_path):

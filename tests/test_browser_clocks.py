@@ -7,18 +7,12 @@ from __future__ import annotations
 import re
 
 import pytest
-from browser_util import choose_methods, fill_number, open_page, open_parameters, open_run
+from browser_util import choose_methods, fill_number, open_parameters, open_run
 
 from core.stats import CLOCK_PHRASES
 
 pytestmark = pytest.mark.real_model
 DONE = 900_000  # ms a comparison or re-run may take on a loaded 2-core machine
-
-
-@pytest.fixture(scope="module")
-def page(app):
-    with open_page(app[0].local_url) as pg:
-        yield pg
 
 
 def speed_up(text: str) -> str:

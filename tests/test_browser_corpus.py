@@ -7,15 +7,9 @@ from __future__ import annotations
 import re
 
 import pytest
-from browser_util import choose_methods, fill_number, open_page, open_parameters, synthetic_run
+from browser_util import choose_methods, fill_number, open_parameters, synthetic_run
 
 from core.trace import RunTrace
-
-
-@pytest.fixture(scope="module")
-def page(app):
-    with open_page(app[0].local_url) as pg:
-        yield pg
 
 
 def run_and_wait(page, demo, methods, tokens) -> list[int]:

@@ -4,15 +4,8 @@ fixes are tested in tests/test_ui_eighth_pass.py). Each failed on the code befor
 from __future__ import annotations
 
 import pytest
-from browser_util import open_page
 
 pytestmark = pytest.mark.real_model
-
-
-@pytest.fixture(scope="module")
-def page(app):
-    with open_page(app[0].local_url) as pg:
-        yield pg
 
 
 def test_three_methods_share_the_whole_row(page):

@@ -4,15 +4,9 @@ tests/test_ui_eleventh_pass.py). Each failed on the code before its fix."""
 from __future__ import annotations
 
 import pytest
-from browser_util import fill_number, open_page, open_parameters
+from browser_util import fill_number, open_parameters
 
 pytestmark = pytest.mark.real_model
-
-
-@pytest.fixture(scope="module")
-def page(app):
-    with open_page(app[0].local_url) as pg:
-        yield pg
 
 
 @pytest.mark.parametrize("typed", [5000, -3, 0])

@@ -14,12 +14,13 @@ from browser_util import (
     choose_methods,
     clipped_texts,
     fill_number,
-    open_page,
+    newest_id,
     open_parameters,
     open_run,
     overlap,
     pick,
     plotly,
+    run_and_wait,
     shot,
     shot_between,
     statuses,
@@ -35,27 +36,7 @@ FRESH_TIMING = True  # the app's home starts without t(n, L): the first comparis
 DONE = 900_000  # ms a comparison may take on a loaded 2-core machine (other jobs share the cores)
 
 
-@pytest.fixture(scope="module")
-def page(app):
-    with open_page(app[0].local_url) as pg:
-        yield pg
-
-
 FIRST_STATUSES: list[str] = []  # what the status line said during the module's first default comparison
-
-
-def newest_id(demo) -> int:
-    return max((r.id for r in demo.store.list_runs()), default=0)
-
-
-def run_and_wait(page, demo, timeout=DONE):
-    """Click Run and wait for this comparison's "done" (it names its first run); the new runs' ids."""
-    from playwright.sync_api import expect
-
-    first = newest_id(demo) + 1
-    page.get_by_role("button", name="Run", exact=True).click()
-    expect(page.locator("#compare-status")).to_contain_text(re.compile(rf"done: runs? #{first}\b"), timeout=timeout)
-    return [r.id for r in demo.store.list_runs() if r.id >= first]
 
 
 def shared(demo, run: RunTrace) -> int:

@@ -10,8 +10,9 @@ import pytest
 from browser_util import (
     choose_methods,
     fill_number,
-    open_page,
+    newest_id,
     open_parameters,
+    run_and_wait,
     shot,
     shot_between,
     synthetic_run,
@@ -20,28 +21,7 @@ from browser_util import (
 from core.trace import NodeTrace, StepTrace
 
 pytestmark = pytest.mark.real_model
-DONE = 900_000  # ms a comparison may take on a loaded 2-core machine (other jobs share the cores)
 MODEL = "smollm2-135m"
-
-
-@pytest.fixture(scope="module")
-def page(app):
-    with open_page(app[0].local_url) as pg:
-        yield pg
-
-
-def newest_id(demo) -> int:
-    return max((r.id for r in demo.store.list_runs()), default=0)
-
-
-def run_and_wait(page, demo, timeout=DONE) -> list[int]:
-    """Click Run and wait for this comparison's "done" (it names its first run); the new runs' ids, in order."""
-    from playwright.sync_api import expect
-
-    first = newest_id(demo) + 1
-    page.get_by_role("button", name="Run", exact=True).click()
-    expect(page.locator("#compare-status")).to_contain_text(re.compile(rf"done: runs? #{first}\b"), timeout=timeout)
-    return sorted(r.id for r in demo.store.list_runs() if r.id >= first)
 
 
 @pytest.fixture(scope="module")

@@ -5,19 +5,12 @@ code before its fix."""
 from __future__ import annotations
 
 import pytest
-from browser_util import open_page
 
 pytestmark = pytest.mark.real_model
 
 SCREEN_READER_JS = """() => { window.__sr = []; const note = () => document.querySelectorAll('.sr-only, [aria-live]')
   .forEach(el => { const t = el.textContent.trim(); if (t) window.__sr.push(t); });
   new MutationObserver(note).observe(document.body, {subtree: true, childList: true, characterData: true}); }"""
-
-
-@pytest.fixture(scope="module")
-def page(app):
-    with open_page(app[0].local_url) as pg:
-        yield pg
 
 
 def test_typing_over_a_task_turns_the_picker_to_your_own_text(page):

@@ -4,15 +4,9 @@ in tests/test_ui_tenth_pass.py). Each failed on the code before its fix."""
 from __future__ import annotations
 
 import pytest
-from browser_util import open_page, synthetic_run
+from browser_util import synthetic_run
 
 pytestmark = pytest.mark.real_model
-
-
-@pytest.fixture(scope="module")
-def page(app):
-    with open_page(app[0].local_url) as pg:
-        yield pg
 
 
 def test_a_run_stopped_before_its_first_token_opens_to_a_message(app, page):

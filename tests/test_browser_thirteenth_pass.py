@@ -10,7 +10,7 @@ from browser_util import (
     boxes,
     button_states,
     fill_number,
-    open_page,
+    newest_id,
     open_parameters,
     shot_between,
     watch_button,
@@ -19,16 +19,6 @@ from browser_util import (
 pytestmark = pytest.mark.real_model
 DONE = 900_000  # ms a comparison may take on a loaded 2-core machine
 RUN = "#compare-run"
-
-
-@pytest.fixture(scope="module")
-def page(app):
-    with open_page(app[0].local_url) as pg:
-        yield pg
-
-
-def newest_id(demo) -> int:
-    return max((r.id for r in demo.store.list_runs()), default=0)
 
 
 def run_button(page):

@@ -136,27 +136,16 @@ def test_the_replay_tab_opens_on_the_newest_run_with_steps_to_draw():
 
 def test_the_replay_tab_skips_an_empty_run_in_the_stored_runs_frame(tmp_path):
     """The same through runs_frame over a store: a run cancelled in its prefill, stored after a complete one."""
-    from core.trace import RunTrace, StepTrace
+    from browser_util import synthetic_run
+
+    from core.trace import StepTrace
     from workbench.store import Store
     from workbench.ui.shared import runs_frame
 
     store = Store(f"sqlite:///{tmp_path / 'runs.db'}")
 
     def run(status: str, steps):
-        return RunTrace(
-            method="greedy",
-            params={},
-            model="m",
-            draft_model=None,
-            device="cpu",
-            dtype="float32",
-            prompt="p",
-            prompt_ids=[1, 2],
-            output_ids=[t for s in steps for t in s.emitted],
-            steps=steps,
-            status=status,
-            decode_seconds=1.0,
-        )
+        return synthetic_run("greedy", steps, status=status, model="m", prompt_ids=[1, 2])
 
     complete = store.save_run(run("complete", [StepTrace(0, 2, 0, 0, [5])]))
     store.save_run(run("cancelled", []))
