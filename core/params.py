@@ -249,18 +249,22 @@ PARAMS: dict[str, ParamSpec] = {
 }
 
 
-def validate(values: Mapping[str, Any], allowed: Mapping[str, Any]) -> dict[str, Any]:
-    """Merge `values` over a method's defaults (`allowed`), checking names, types and ranges (core.spec.to_number)."""
+def validate(values: Mapping[str, Any], allowed: Mapping[str, Any], method: str = "this method") -> dict[str, Any]:
+    """Merge `values` over a method's defaults (`allowed`), checking names, types and ranges (core.spec.to_number);
+    a refusal names `method`."""
     out = dict(allowed)
     for name, value in values.items():
         if value is None:
             continue
         spec = PARAMS.get(name)
         if spec is None:
-            raise InvalidInputError(f"unknown parameter {shown(name)}; known: {', '.join(sorted(PARAMS))}")
+            # the method's own parameters, not every method's: a list with num_beams and lam read as aasd taking them
+            raise InvalidInputError(
+                f"unknown parameter {shown(name)}; {method} takes: {', '.join(sorted(allowed)) or 'no parameters'}"
+            )
         if name not in allowed:
             raise InvalidInputError(
-                f"parameter {name!r} has no effect on this method; it takes: {', '.join(sorted(allowed)) or 'no parameters'}"
+                f"parameter {name!r} has no effect on {method}; it takes: {', '.join(sorted(allowed)) or 'no parameters'}"
             )
         out[name] = to_number(
             value, spec.kind, name, spec.low, spec.high, low_open=spec.low_open, words=spec.names, meaning=spec.help

@@ -173,7 +173,8 @@ def _out_of_range(
     name: str, value: Any, low: float, high: float, low_open: bool, words: Mapping[str, int] | None, meaning: str
 ) -> InvalidInputError:
     bracket = "(" if low_open else "["
-    named = f" (or one of {', '.join(f'{w} = {n}' for w, n in words.items())})" if words else ""
+    # "; auto stands for 0": what a word means, not "(or one of auto = 0)", which read as a second range
+    named = "; " + ", ".join(f"{w} stands for {n}" for w, n in words.items()) if words else ""
     return InvalidInputError(
         f"{name} = {shown(value.strip() if isinstance(value, str) else value, quoted=False)} is out of range {bracket}{low}, {high}]{named}"
         + (f": {meaning}" if meaning else "")

@@ -173,7 +173,7 @@ def test_keys_is_a_parameter_of_the_memory_reading_methods_only():
     assert [resolve_params("csd", {"keys": w})["keys"] for w in ("exact", "text", "prefix", "all")] == [0, 1, 2, 3]
     with pytest.raises(InvalidInputError, match="keys must be an integer or one of exact, text, prefix, all"):
         resolve_params("csd", {"keys": "stem"})
-    with pytest.raises(InvalidInputError, match="has no effect on this method"):
+    with pytest.raises(InvalidInputError, match="has no effect on sd"):
         resolve_params("sd", {"keys": "all"})
 
 

@@ -29,7 +29,7 @@ def test_params_defaults_overrides_and_errors():
         resolve_params("greedy", {"max_new_tokens": 0})
     with pytest.raises(InvalidInputError, match="unknown parameter 'deltaa'"):
         resolve_params("greedy", {"deltaa": 0.1})
-    with pytest.raises(InvalidInputError, match="no effect on this method"):
+    with pytest.raises(InvalidInputError, match="no effect on greedy"):
         resolve_params("greedy", {"delta": 0.1})
     with pytest.raises(InvalidInputError, match="must be an integer"):
         resolve_params("greedy", {"max_new_tokens": 2.5})

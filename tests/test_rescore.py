@@ -357,7 +357,7 @@ def test_refusals_say_why():
     greedy_run = RunTrace(method="casd", params=dict(METHODS["casd"].params), steps=[step], **base)
     with pytest.raises(InvalidInputError, match="temperature"):
         rescore_step(step, "csd-context", {"temperature": 0.5})
-    with pytest.raises(InvalidInputError, match="no effect on this method"):
+    with pytest.raises(InvalidInputError, match="no effect on casd"):
         rescore_run(greedy_run, {"temperature": 0.5})
     with pytest.raises(InvalidInputError, match="delta = 0 is out of range"):
         rescore_run(greedy_run, {"delta": 0})

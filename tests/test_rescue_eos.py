@@ -140,7 +140,7 @@ def test_rescue_eos_is_a_parameter_of_every_rescuing_method_only():
     "value,message",
     [
         ("maybe", "rescue_eos must be an integer or one of yes, no, got 'maybe'"),
-        (2, r"rescue_eos = 2 is out of range \[0, 1\] \(or one of yes = 1, no = 0\)"),
+        (2, r"rescue_eos = 2 is out of range \[0, 1\]; yes stands for 1, no stands for 0"),
         ("0.5", "rescue_eos must be an integer"),
     ],
 )
@@ -151,7 +151,7 @@ def test_a_bad_rescue_eos_names_the_allowed_values(value, message):
 
 def test_rescue_eos_is_refused_where_nothing_is_rescued():
     for name in ("sd", "greedy", "aasd"):
-        with pytest.raises(InvalidInputError, match="'rescue_eos' has no effect on this method"):
+        with pytest.raises(InvalidInputError, match=f"'rescue_eos' has no effect on {name}"):
             resolve_params(name, {"rescue_eos": "no"})
 
 

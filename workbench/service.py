@@ -313,6 +313,17 @@ def check_methods(
             f"remove {len(names) - limit} (run the others in a second comparison)"
         )
     specs = [parse_method_spec(n) for n in names]
+    seen: dict[tuple, str] = {}
+    for text, (name, params) in zip(names, specs):
+        key = (name, tuple(sorted(params.items())))
+        if key in seen:  # two columns of one method: two "1.00×" greedy rows, and no saying which one is the reference
+            first = seen[key].strip()
+            written = f" (as {first!r} before it)" if first != text.strip() else ""
+            raise InvalidInputError(
+                f"{text.strip()!r} is chosen twice{written}: a comparison runs each method once; remove one "
+                "(set Repeats to run every method several times, interleaved)"
+            )
+        seen[key] = text
     for name, _ in specs:
         method = get_method(name)
         pair = draft_for(model)

@@ -45,7 +45,7 @@ def resolve_params(name: str, values: Mapping[str, Any] | None = None) -> dict[s
     values = dict(values or {})
     pool = values.pop("pool", None)  # pool=full|compressed: a word, not a number (core.compress), for pool methods only
     method = get_method(name)
-    p = validate(values, method.params)
+    p = validate(values, method.params, name)
     if pool is not None:
         if not is_pool_method(method):
             raise InvalidInputError(

@@ -626,7 +626,8 @@ def speed_frame(summary, other_text: Mapping[str, tuple[int, int]] | None = None
             "runs": t["n"],
             SPEED_COLUMNS[2]: plus_minus(t, "{:.1f}"),
             SPEED_COLUMNS[3]: plus_minus(s, "{:.2f}×") + (f" {OTHER_TEXT_MARK}" if n in (other_text or {}) else ""),
-            "MAL": None if mal is None else f"{mal:.2f}",  # as the column says it: greedy's 1.0 showed as "1"
+            # as the column says it (greedy's 1.0 showed as "1"); "–" as the other cells of a run that measured nothing
+            "MAL": "–" if mal is None else f"{mal:.2f}",
         }
         for n, t, s, mal in summary
     ]
