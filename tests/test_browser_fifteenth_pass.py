@@ -29,3 +29,34 @@ def test_a_method_typed_twice_is_refused_and_nothing_runs(app, page):
     expect(status).not_to_contain_text("done")
     assert newest_id(demo) == before  # nothing ran
     choose_methods(page, ["greedy", "aasd[auto]", "csd"])
+
+
+def test_free_text_keeps_a_typed_prompt_and_an_upload_renames_the_task_picker(app, page, tmp_path):
+    """Sixteenth pass, defect 2: picking "(free text)" emptied the prompt and context, wiping what the user had typed.
+    Defect 4: after a task file was uploaded, the picker (now listing upload:q1) was still labelled "bundled samples"."""
+    import json
+
+    from browser_util import pick
+    from playwright.sync_api import expect
+
+    page.get_by_role("tab", name="Compare").click()
+    prompt = page.locator("#compare-prompt textarea")
+    prompt.fill("My own carefully written prompt")
+    prompt.dispatch_event("input")
+    pick(page, "#compare-task", "(free text)")
+    page.wait_for_timeout(1500)  # the task change's answer, which emptied the box
+    expect(prompt).to_have_value("My own carefully written prompt")
+    label = page.locator("#compare-task [data-testid=block-info]")
+    expect(label).to_contain_text("Task (bundled samples)")
+    upload = tmp_path / "two.jsonl"
+    upload.write_text(
+        "".join(json.dumps({"id": f"q{i}", "task": "qa", "input": f"Question {i}?"}) + "\n" for i in (1, 2))
+    )
+    page.get_by_text("…or upload a task file").click()
+    page.locator("#task-file input[type=file]").set_input_files(str(upload))
+    expect(prompt).to_have_value("Question 1?")
+    expect(label).to_contain_text("your file's 2 tasks")
+    shot_between(page, "sixteenth-upload-label", "#compare-task", "#compare-prompt")
+    page.locator("#task-file button[aria-label='Clear']").first.click()
+    page.get_by_text("…or upload a task file").click()
+    pick(page, "#compare-task", "extract-orders")

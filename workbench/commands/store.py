@@ -109,14 +109,18 @@ def run(args) -> int:
             return 0
         from core.methods import asked_as  # here, not at import: `--help` loads no torch
 
+        methods = [asked_as(r.method, r.params) for r in runs]
+        width = max([14, *map(len, methods)])  # a longer name (hf-prompt-lookup) pushed the rest of its row right
         print(
-            f"{'id':>6}  {'created (UTC)':19}  {'status':9}  {'method':14}  {'model':24}  {'tokens':>6}  {'steps':>5}  {'MAL':>5}  {'tok/s':>7}  tags"
+            f"{'id':>6}  {'created (UTC)':19}  {'status':9}  {'method':{width}}  {'model':24}  {'tokens':>6}  {'steps':>5}  {'MAL':>5}  {'tok/s':>7}  tags"
         )
-        for r in runs:
+        for r, method in zip(runs, methods):
             m = r.metrics or {}
+            # a stopped or failed run's speed is no measurement: "-" (the app's columns say "–"), not its partial tok/s
+            tps = _fmt(m.get("tps")) if r.status == "complete" else "-"
             print(
-                f"{r.id:>6}  {r.created:%Y-%m-%d %H:%M:%S}  {r.status:9}  {asked_as(r.method, r.params):14}  {r.model[-24:]:24}  "
-                f"{_fmt(m.get('tokens')):>6}  {_fmt(m.get('steps')):>5}  {_fmt(m.get('mal')):>5}  {_fmt(m.get('tps')):>7}  "
+                f"{r.id:>6}  {r.created:%Y-%m-%d %H:%M:%S}  {r.status:9}  {method:{width}}  {r.model[-24:]:24}  "
+                f"{_fmt(m.get('tokens')):>6}  {_fmt(m.get('steps')):>5}  {_fmt(m.get('mal')):>5}  {tps:>7}  "
                 f"{','.join(r.tags)}"
             )
         return 0

@@ -62,7 +62,7 @@ from workbench.ui.shared import (
 SLOTS = service.MAX_METHODS  # columns
 FREE_TEXT = "(free text)"
 # What the task picker shows once the user has typed over a task's prompt or context: the boxes are theirs now (no
-# task's references score them), and picking it changes nothing (unlike FREE_TEXT, which empties the boxes).
+# task's references score them), and picking it changes nothing (FREE_TEXT keeps the boxes too, and resets the cap).
 OWN_TEXT = "(your own text)"
 FITTED_VARIANTS = ("aasd[auto]", "casd[auto]")  # verify with the thresholds fitted to the model (core.thresholds)
 ONLINE_VARIANTS = ("csd[memory_mode=online]",)  # the paper's CSD: its memory learns (plain csd reads the shipped one)
@@ -214,9 +214,10 @@ def upload_error_md(reason: str) -> str:
     return error_md(upload_refusal(reason))
 
 
-def free_text_fields() -> tuple[str, str, int, bool]:
-    """What "(free text)" starts from: empty boxes and the default token cap, not the last sample's."""
-    return "", "", PARAMS["max_new_tokens"].default, True
+def free_text_fields() -> tuple[int, bool]:
+    """(token cap, chat) "(free text)" starts from: the default cap, not the last sample's. The boxes keep what they
+    hold: free text is the user's own, unscored text (picking it emptied them, wiping a prompt the user had typed)."""
+    return PARAMS["max_new_tokens"].default, True
 
 
 def score_label(task: Task) -> str:
@@ -1402,7 +1403,7 @@ class CompareHandlers:
         if choice == OWN_TEXT:  # set by `typed`: the boxes hold what the user typed, and stay
             return (gr.update(),) * (5 + CLEARED_OUTPUTS)
         if choice == FREE_TEXT:
-            fields = free_text_fields()
+            fields = (gr.update(), gr.update(), *free_text_fields())
         else:
             bundled = choice in self.tasks
             t = self.tasks.get(choice) or (uploaded or {}).get(choice)

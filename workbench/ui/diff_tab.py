@@ -21,10 +21,11 @@ PICKER_WORDS = f"the newest {RUN_CHOICES} are listed; type any run's id, e.g. 12
 
 
 def token_texts(trace: RunTrace, origins: Sequence[tuple[str, str]], known: dict[int, str] | None = None) -> list[str]:
-    """One text per output token: the step records' texts; where a run kept none per token (transformers'
-    baselines store their whole text as one span), the text `known` has for the id, else ⟨id⟩."""
-    if len(origins) == len(trace.output_ids):
-        return [text for text, _ in origins]
+    """One text per output token: the step records' texts (a model's end-of-text token: tokens.END_TEXT, as Compare
+    shows it); where a run kept none per token (transformers' baselines store their whole text as one span), the text
+    `known` has for the id, else ⟨id⟩."""
+    if len(origins) == len(trace.output_ids):  # the end-of-text token as Compare shows it, not a raw <|im_end|>
+        return [tokens.END_TEXT if origin == tokens.END_ORIGIN else text for text, origin in origins]
     return [(known or {}).get(t, f"⟨{t}⟩") for t in trace.output_ids]
 
 

@@ -1,0 +1,55 @@
+"""Issue 33, the sixteenth newcomer pass: the pure functions behind its defects (the page behaviour is in
+tests/test_browser_fifteenth_pass.py). Each failed on the code before its fix."""
+
+from __future__ import annotations
+
+from browser_util import synthetic_run
+from test_ui_fifth_pass import handlers
+
+from core.trace import NodeTrace, StepTrace
+from workbench.evaluation.tasks.task import Task
+
+
+def test_free_text_keeps_what_the_boxes_hold():
+    """Defect 2: picking "(free text)" emptied the prompt and context boxes, wiping a prompt the user had typed."""
+    import gradio as gr
+
+    from workbench.ui.compare_tab import FREE_TEXT
+
+    h = handlers({"a": Task("a", "qa", "first?", context="doc")})
+    context, prompt, cap, chat, task_cap, *_ = h.pick_task(FREE_TEXT, {}, 128, 128, [])
+    assert context == gr.update() and prompt == gr.update()  # left as they are
+    assert (cap, chat, task_cap) == (128, True, 128)  # the default cap, as before
+    assert h.pick_task(FREE_TEXT, {}, 40, 128, [])[2] == gr.update()  # a cap the user set stays
+
+
+def test_the_diff_shows_the_end_of_text_token_as_compare_does():
+    """Defect 8: Compare ended a run with "■ end of text"; Diff showed the same token as a raw <|im_end|> cell."""
+    from workbench.ui import tokens
+    from workbench.ui.diff_tab import token_texts
+
+    nodes = [
+        NodeTrace(0, 3, 0, -1, 0, 9, "x", "root", "accepted", "root"),
+        NodeTrace(0, 3, 1, 0, 1, 2, "<|im_end|>", "model", "bonus", "own", p=0.9),
+    ]
+    run = synthetic_run("greedy", [StepTrace(0, 3, 0, 0, [2], nodes=nodes)], stop_reason="eos")
+    texts = token_texts(run, tokens.token_origins(run))
+    assert texts == [tokens.END_TEXT], texts
+
+
+def test_store_list_keeps_its_columns_and_gives_a_stopped_run_no_speed(tmp_path, capsys):
+    """Defects 6 and 7: a method name longer than 15 characters pushed the rest of its row right, and a stopped run
+    showed a partial tok/s (2.49) where the app says "–"."""
+    from workbench.commands.main import main
+    from workbench.store import Store
+
+    url = f"sqlite:///{tmp_path / 't.db'}"
+    with Store(url) as store:
+        long = store.save_run(synthetic_run("hf-prompt-lookup", output_ids=[5, 6]))
+        stopped = store.save_run(synthetic_run("greedy", output_ids=[5, 6, 7], status="cancelled"))
+    assert main(["store", "list", "--db", url]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    head, rows = lines[0], {int(line.split()[0]): line for line in lines[1:]}
+    for rid in (long, stopped):
+        assert rows[rid].index("smollm2-135m") == head.index("model"), (head, rows[rid])  # the model column lines up
+    assert rows[stopped].split()[-2] == "-", rows[stopped]  # tok/s, before the tags
