@@ -134,7 +134,7 @@ def estimate(args) -> int:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    target = load_model("smollm2-135m", device="cpu", dtype="auto")
+    target = load_model("smollm2-135m", device="cpu", dtype=args.dtype)
     if cost_model(target) is None:
         print(
             "no cost model t(n, L) measured here yet: run `python -m workbench calibrate --timing --model smollm2-135m` first"
@@ -170,6 +170,8 @@ def main() -> int:
     ap.add_argument("--estimate", action="store_true", help="the app's prefill estimate against measured prefills")
     ap.add_argument("--seen", type=int, default=300, help="tokens of the prefill the estimate is scaled from")
     ap.add_argument("--lengths", default="1000,3000,6000")
+    # the workbench's own precision (service.WORKBENCH_DTYPE): the estimate the app shows is made in it
+    ap.add_argument("--dtype", default="float32", help="--estimate's dtype (auto: the machine's fastest)")
     args = ap.parse_args()
     if args.sweep:
         return sweep(args)
