@@ -500,7 +500,7 @@ def test_parameter_fields_follow_the_chosen_methods():
     taken = params_taken(["greedy", "aasd", "csd"])
     assert {"alpha", "beta", "tau", "lam", "gamma"} <= taken and "delta" not in taken
     assert "delta" in params_taken(["casd[delta=0.01]"]) and params_taken(["no-such-method"]) == set()
-    assert free_text_fields() == (128, True)
+    assert free_text_fields() == ("", "", 128, True)
 
 
 def test_analytics_sweeps_what_the_runs_vary_and_shows_shares():

@@ -110,7 +110,8 @@ def test_the_task_dropdown_is_wired_to_clear_the_results(tmp_path):
     want = [f"col-metrics-{i}" for i in range(SLOTS)] + [f"col-text-{i}" for i in range(SLOTS)]
     want += ["compare-speed", "compare-speed-table", "compare-speed-note", "compare-status"]
     assert ids[5:] == want
-    assert len(event.inputs) == 5  # the last comparison's run ids, for the status line
+    assert len(event.inputs) == 7  # the last comparison's run ids, for the status line; the boxes, for free text
+    assert [getattr(i, "elem_id", None) for i in event.inputs[5:]] == ["compare-context", "compare-prompt"]
 
 
 def csd_step(index: int, decisions: list[tuple[str, int | None, str]]) -> StepTrace:

@@ -10,17 +10,22 @@ from core.trace import NodeTrace, StepTrace
 from workbench.evaluation.tasks.task import Task
 
 
-def test_free_text_keeps_what_the_boxes_hold():
-    """Defect 2: picking "(free text)" emptied the prompt and context boxes, wiping a prompt the user had typed."""
+def test_free_text_keeps_typed_text_and_empties_a_tasks():
+    """Defect 2: picking "(free text)" emptied the prompt and context boxes, wiping a prompt the user had typed. A
+    task's own text is still cleared (free text starts empty, tests/test_browser.py)."""
     import gradio as gr
 
     from workbench.ui.compare_tab import FREE_TEXT
 
     h = handlers({"a": Task("a", "qa", "first?", context="doc")})
-    context, prompt, cap, chat, task_cap, *_ = h.pick_task(FREE_TEXT, {}, 128, 128, [])
-    assert context == gr.update() and prompt == gr.update()  # left as they are
-    assert (cap, chat, task_cap) == (128, True, 128)  # the default cap, as before
-    assert h.pick_task(FREE_TEXT, {}, 40, 128, [])[2] == gr.update()  # a cap the user set stays
+    typed = h.pick_task(FREE_TEXT, {}, 128, 128, [], context="doc", prompt="My own carefully written prompt")
+    assert typed[0] == gr.update() and typed[1] == gr.update()  # left as they are
+    assert typed[2:5] == (128, True, 128)  # the default cap, as before
+    from_task = h.pick_task(FREE_TEXT, {}, 128, 128, [], context="doc", prompt="first?")
+    assert from_task[:2] == ("", "")  # the task's text goes
+    uploaded = {"upload:u": Task("u", "qa", "up?")}
+    assert h.pick_task(FREE_TEXT, uploaded, 128, 128, [], context="", prompt="up?")[:2] == ("", "")
+    assert h.pick_task(FREE_TEXT, {}, 40, 128, [], context="", prompt="mine")[2] == gr.update()  # the user's cap stays
 
 
 def test_the_diff_shows_the_end_of_text_token_as_compare_does():

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -62,7 +62,7 @@ from workbench.ui.shared import (
 SLOTS = service.MAX_METHODS  # columns
 FREE_TEXT = "(free text)"
 # What the task picker shows once the user has typed over a task's prompt or context: the boxes are theirs now (no
-# task's references score them), and picking it changes nothing (FREE_TEXT keeps the boxes too, and resets the cap).
+# task's references score them), and picking it changes nothing (FREE_TEXT keeps typed text too, and resets the cap).
 OWN_TEXT = "(your own text)"
 FITTED_VARIANTS = ("aasd[auto]", "casd[auto]")  # verify with the thresholds fitted to the model (core.thresholds)
 ONLINE_VARIANTS = ("csd[memory_mode=online]",)  # the paper's CSD: its memory learns (plain csd reads the shipped one)
@@ -214,10 +214,17 @@ def upload_error_md(reason: str) -> str:
     return error_md(upload_refusal(reason))
 
 
-def free_text_fields() -> tuple[int, bool]:
-    """(token cap, chat) "(free text)" starts from: the default cap, not the last sample's. The boxes keep what they
-    hold: free text is the user's own, unscored text (picking it emptied them, wiping a prompt the user had typed)."""
-    return PARAMS["max_new_tokens"].default, True
+def free_text_fields() -> tuple[str, str, int, bool]:
+    """What "(free text)" starts from: empty boxes and the default token cap, not the last sample's (text the user
+    typed stays: CompareHandlers.pick_task)."""
+    return "", "", PARAMS["max_new_tokens"].default, True
+
+
+def typed_by_user(context, prompt, tasks: Iterable[Task]) -> bool:
+    """Whether the boxes hold text of the user's own: something, and not what one of `tasks` fills in. "(free text)"
+    empties a task's text but keeps this (it wiped a prompt a newcomer had typed)."""
+    held = (context or "", prompt or "")
+    return any(held) and all(task_fields(t)[:2] != held for t in tasks)
 
 
 def score_label(task: Task) -> str:
@@ -1396,14 +1403,17 @@ class CompareHandlers:
         self.store, self.pool, self.tasks, self.who = store, pool, tasks, who
         self.stops = StopFlags()
 
-    def pick_task(self, choice, uploaded, cap_now, task_cap, last_runs=None):
+    def pick_task(self, choice, uploaded, cap_now, task_cap, last_runs=None, context=None, prompt=None):
         """(context, prompt, max_new_tokens, chat, the task's cap, then task_change_cleared's outputs) of the chosen
         task. A token cap other than the one the last task filled in is the user's own and is kept (read from the field
-        itself: no event can race it). The last comparison's results are cleared: they answered another prompt."""
+        itself: no event can race it). The last comparison's results are cleared: they answered another prompt.
+        "(free text)" empties boxes that hold a task's text and keeps text the user typed (typed_by_user)."""
         if choice == OWN_TEXT:  # set by `typed`: the boxes hold what the user typed, and stay
             return (gr.update(),) * (5 + CLEARED_OUTPUTS)
         if choice == FREE_TEXT:
-            fields = (gr.update(), gr.update(), *free_text_fields())
+            fields = free_text_fields()
+            if typed_by_user(context, prompt, [*self.tasks.values(), *(uploaded or {}).values()]):
+                fields = (gr.update(), gr.update(), *fields[2:])
         else:
             bundled = choice in self.tasks
             t = self.tasks.get(choice) or (uploaded or {}).get(choice)
@@ -1607,7 +1617,7 @@ def compare_tab(store: Store, pool: service.ModelPool, compare_ids: gr.State, wh
     )
     form.task.change(
         h.pick_task,
-        [form.task, form.uploaded, form.max_new, form.task_cap, compare_ids],
+        [form.task, form.uploaded, form.max_new, form.task_cap, compare_ids, form.context, form.prompt],
         [form.context, form.prompt, form.max_new, form.chat, form.task_cap, *form.cleared_outputs],
         api_name=False,
     ).then(**recheck)
