@@ -60,3 +60,46 @@ def test_free_text_keeps_a_typed_prompt_and_an_upload_renames_the_task_picker(ap
     page.locator("#task-file button[aria-label='Clear']").first.click()
     page.get_by_text("…or upload a task file").click()
     pick(page, "#compare-task", "extract-orders")
+
+
+def test_run_pickers_find_a_run_by_its_id_and_a_table_click_draws_no_cell_ring(app, page):
+    """Sixteenth pass, two minor defects. (1) Typing a run's id, "1", into a run picker suggested every run: the
+    suggestions match the text anywhere in a label, and every label ends with the model's "135m". Every run picker
+    now says to type "#1", which matches the labels' ids only. (2) A click on Replay's runs table drew Gradio's
+    ring around the one clicked cell, as if a cell (not the row's run) were chosen, or editable. Mutations caught:
+    the help dropped from Analytics (its picker has no help) and the CSS rule removed (the ring is drawn)."""
+    from browser_util import synthetic_run
+    from playwright.sync_api import expect
+
+    from workbench.ui.shared import RUN_PICKER_HELP
+
+    demo = app[0]
+    for _ in range(12):  # ids 1..12 at least: "#1" must find #1 and #10-#12 and not #2-#9, all on a "135m" model
+        demo.store.save_run(synthetic_run("greedy"), tags=["shared"])
+    page.get_by_role("tab", name="Analytics").click()
+    picker = page.locator("#analytics-runs")
+    expect(picker).to_contain_text("type #12 to find run 12")
+    assert "#12" in RUN_PICKER_HELP
+    box = picker.locator("input").first
+    box.click()
+    options = page.get_by_role("option")
+    expect(options.first).to_contain_text("#", timeout=10_000)  # the tab's opening listed the runs
+    box.fill("#1")
+    page.wait_for_timeout(300)
+    shown = [o.replace("✓", "").strip() for o in options.all_text_contents()]
+    assert shown and all(o.startswith("#1") for o in shown), shown
+    assert any(o.startswith("#10 ") for o in shown), shown  # the runs whose ids start with 1 are all offered
+    box.press("Escape")
+    for tab, picker_id in (("Diff", "#diff-a"), ("CSD memory", "#memory-runs"), ("Export", "#export-runs")):
+        page.get_by_role("tab", name=tab).click()
+        expect(page.locator(picker_id)).to_contain_text("type #12 to find run 12")
+
+    page.get_by_role("tab", name="Replay & tune").click()
+    cell = page.locator("#replay-runs [role=gridcell]").nth(2)
+    cell.click()
+    page.wait_for_timeout(500)
+    ring = page.evaluate(
+        """() => { const c = document.querySelector('#replay-runs .cell-selected');
+                   return c ? getComputedStyle(c).boxShadow : 'no selected cell'; }"""
+    )
+    assert ring == "none", ring

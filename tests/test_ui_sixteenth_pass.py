@@ -3,6 +3,7 @@ tests/test_browser_fifteenth_pass.py). Each failed on the code before its fix.""
 
 from __future__ import annotations
 
+import pytest
 from browser_util import synthetic_run
 from test_ui_fifth_pass import handlers
 
@@ -58,3 +59,32 @@ def test_store_list_keeps_its_columns_and_gives_a_stopped_run_no_speed(tmp_path,
     for rid in (long, stopped):
         assert rows[rid].index("smollm2-135m") == head.index("model"), (head, rows[rid])  # the model column lines up
     assert rows[stopped].split()[-2] == "-", rows[stopped]  # tok/s, before the tags
+
+
+def test_the_prefill_line_gives_a_range_when_reads_met_load(monkeypatch):
+    """Sixteenth pass, moderate: the line priced a 6,709-token prompt at 82 s from reads made while the page was
+    being drawn on the same core; it read in about 50 s. The line now gives a range from the fastest read's rate (an
+    idle core) to the rate recent reads met, and one number when they agree. Mutation caught: prompt_note without
+    `idle` (one number, 82 s, the old line)."""
+    from types import SimpleNamespace
+
+    from workbench import service
+    from workbench.ui.compare_tab import prompt_note
+
+    monkeypatch.setattr(service, "cost_model", lambda target: None)  # the shape is the token count
+    target = SimpleNamespace(name="smollm2", device="cpu", dtype="float32")
+    run = lambda n, s: SimpleNamespace(prompt_ids=[0] * n, prefill_seconds=s, status="complete", steps=[])  # noqa: E731
+    clock = service.PrefillClock()
+    assert clock.idle_estimate(target, 6709) is None
+    clock.observe(target, run(256, 1.0), warm_up=True)  # an idle read: 1/256 s a token
+    idle = clock.idle_estimate(target, 6709)
+    assert idle == pytest.approx(6709 / 256)
+    alone = prompt_note(6709, clock.estimate(target, 6709), 3, 8192, idle=idle)
+    assert " to " not in alone.split("per method")[0]  # one reading: one number
+    for _ in range(3):  # reads while the page was drawn: 2.2x slower
+        clock.observe(target, run(600, 2.2 * 600 / 256))
+    high, _ = clock.estimate(target, 6709)
+    assert high > 1.5 * idle and clock.idle_estimate(target, 6709) == pytest.approx(idle)
+    line = prompt_note(6709, clock.estimate(target, 6709), 3, 8192, idle=clock.idle_estimate(target, 6709))
+    assert f"{idle:.0f} s to {high:.0f} s" in line and "idle core" in line
+    assert idle < 50 < high  # the pass's read lies inside

@@ -188,10 +188,10 @@ def test_the_diff_sentence_names_the_cell_it_outlines():
 
 
 def test_the_diff_pickers_say_how_to_reach_an_older_run():
-    from workbench.ui.diff_tab import PICKER_WORDS, diff_runs
-    from workbench.ui.shared import RUN_CHOICES
+    from workbench.ui.diff_tab import diff_runs
+    from workbench.ui.shared import RUN_CHOICES, RUN_PICKER_HELP
 
-    assert str(RUN_CHOICES) in PICKER_WORDS and "type any run's id" in PICKER_WORDS
+    assert str(RUN_CHOICES) in RUN_PICKER_HELP and "any run's id" in RUN_PICKER_HELP
     seen = []
     cache = SimpleNamespace(get=lambda i, viewer: seen.append(i) or pytest.skip("reached the store"))
     with pytest.raises(pytest.skip.Exception):

@@ -133,7 +133,10 @@ def test_the_count_under_an_emptied_prompt_says_what_it_counts(monkeypatch):
     monkeypatch.setattr(service, "build_prompt", lambda tok, prompt, context, chat: ("t", list(range(204))))
     models = SimpleNamespace(target=SimpleNamespace(tokenizer=None, max_context=8192, dtype="float32"))
     pool = SimpleNamespace(
-        loaded=lambda name: models, prefill_clock=SimpleNamespace(estimate=lambda target, n: (1.5, "this server"))
+        loaded=lambda name: models,
+        prefill_clock=SimpleNamespace(
+            estimate=lambda target, n: (1.5, "this server"), idle_estimate=lambda target, n: None
+        ),
     )
     h = CompareHandlers(None, pool, {})
     emptied = h.prompt_info("m", "  ", "a long document", True, ["greedy"])

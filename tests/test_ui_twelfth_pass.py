@@ -31,7 +31,9 @@ def prompt_line(dtype: str, monkeypatch) -> str:
     target = SimpleNamespace(tokenizer=None, max_context=8192, dtype=dtype)
     pool = SimpleNamespace(
         loaded=lambda name: SimpleNamespace(target=target),
-        prefill_clock=SimpleNamespace(estimate=lambda target, n: (0.2, "this server")),
+        prefill_clock=SimpleNamespace(
+            estimate=lambda target, n: (0.2, "this server"), idle_estimate=lambda target, n: None
+        ),
     )
     return CompareHandlers(None, pool, {}).prompt_info("m", "List the orders", "", True, ["greedy", "csd"])
 

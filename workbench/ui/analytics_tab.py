@@ -11,7 +11,16 @@ from core.trace import RunTrace
 from workbench.store import Store
 from workbench.ui.access import NOBODY
 from workbench.ui.figures import analytics as af
-from workbench.ui.shared import TUNABLE, RunCache, asked_as, method_colors, parse_run_ids, public_message, run_choices
+from workbench.ui.shared import (
+    RUN_PICKER_HELP,
+    TUNABLE,
+    RunCache,
+    asked_as,
+    method_colors,
+    parse_run_ids,
+    public_message,
+    run_choices,
+)
 
 AUTO_SWEEP = "auto"
 
@@ -68,6 +77,7 @@ def analytics_tab(store: Store, cache: RunCache, compare_ids: gr.State, who) -> 
             multiselect=True,
             allow_custom_value=True,
             label="Runs (empty: the last comparison)",
+            info=RUN_PICKER_HELP,
             scale=4,
             elem_id="analytics-runs",
         )

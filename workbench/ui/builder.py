@@ -26,6 +26,10 @@ input:disabled, textarea:disabled { opacity: 0.45; cursor: not-allowed; }  /* a 
 #replay-body:has(#replay-tree .replay-slot:empty) { display: none; }
 /* Compare: a column without a method (its head has no title) takes no width: three methods share the whole row */
 .compare-col:not(:has(h3)) { display: none !important; }
+/* Replay: a click on the runs table picks a row's run; Gradio's ring around the clicked cell (and its cell menu) said a
+   single cell was chosen, or editable (the sixteenth fresh pass) */
+#replay-runs .body-cell.cell-selected { box-shadow: none; }
+#replay-runs .cell-menu-button { display: none !important; }
 """
 
 

@@ -353,11 +353,21 @@ def check_max_new_tokens(value, task_cap: int) -> int:
     )
 
 
+PREFILL_SPREAD = 1.25  # a prefill estimate's high end over its low end beyond which the line gives both
+
+
 def prompt_note(
-    n_tokens: int, estimate: tuple[float, str] | None, methods: int, max_context: int, counted: str = "prompt"
+    n_tokens: int,
+    estimate: tuple[float, str] | None,
+    methods: int,
+    max_context: int,
+    counted: str = "prompt",
+    idle: float | None = None,
 ) -> str:
     """The line under the prompt: its length in tokens and how long reading it will take, before Run. `counted` says
-    what the tokens are when it is not the prompt's text (an emptied prompt: the context and the chat template)."""
+    what the tokens are when it is not the prompt's text (an emptied prompt: the context and the chat template).
+    `idle` (PrefillClock.idle_estimate): the time with the core to itself; when the estimate is well above it (recent
+    reads shared the core with other work: a page being drawn) the line gives the range, which holds either way."""
     if n_tokens >= max_context:
         return (
             f"**⚠ the prompt is {n_tokens:,} tokens; the model reads at most {max_context:,}**: shorten the context "
@@ -367,7 +377,13 @@ def prompt_note(
     if estimate is None:
         return text + " · the time to read it is estimated after the first run on this server"
     seconds, source = estimate
-    text += f" · reading it (prefill) takes ≈ **{_duration(seconds)}** per method (from {source})"
+    if idle is not None and seconds > idle * PREFILL_SPREAD:
+        text += (
+            f" · reading it (prefill) takes ≈ **{_duration(idle)} to {_duration(seconds)}** per method: the first on an "
+            f"idle core (this server's fastest read so far), the second at the load its recent reads met (from {source})"
+        )
+    else:
+        text += f" · reading it (prefill) takes ≈ **{_duration(seconds)}** per method (from {source})"
     if seconds * max(methods, 1) > 60:
         text += f" · **⚠ long: ≈ {_duration(seconds * max(methods, 1))} before the last method starts writing**"
     return text
@@ -1497,6 +1513,7 @@ class CompareHandlers:
             len(method_list or []),
             target.max_context,
             counted,
+            idle=self.pool.prefill_clock.idle_estimate(target, len(ids)),
         )
         precision = precision_note(str(target.dtype).replace("torch.", ""))
         return note + (f"\n\n{precision}" if precision else "")

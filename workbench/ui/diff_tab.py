@@ -15,9 +15,7 @@ from core.trace import RunTrace
 from workbench.store.compare import compare_traces
 from workbench.ui import tokens
 from workbench.ui.access import NOBODY
-from workbench.ui.shared import RUN_CHOICES, RunCache, asked_as, error_md, parse_run_ids, run_choices
-
-PICKER_WORDS = f"the newest {RUN_CHOICES} are listed; type any run's id, e.g. 12, for an older one"
+from workbench.ui.shared import RUN_PICKER_HELP, RunCache, asked_as, error_md, parse_run_ids, run_choices
 
 
 def token_texts(trace: RunTrace, origins: Sequence[tuple[str, str]], known: dict[int, str] | None = None) -> list[str]:
@@ -190,7 +188,7 @@ def diff_tab(
                 allow_custom_value=True,
                 # labels of one length, the picker's help below each: A's longer label wrapped and set it lower
                 label=f"Run {which}",
-                info=PICKER_WORDS,
+                info=RUN_PICKER_HELP,
                 elem_id=f"diff-{which.lower()[0]}",
                 scale=3,
             )

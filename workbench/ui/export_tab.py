@@ -12,7 +12,7 @@ import gradio as gr
 from core.errors import WorkbenchError
 from workbench.store import RunNotFoundError, Store
 from workbench.ui.access import NOBODY, Viewer, not_visible
-from workbench.ui.shared import error_md, parse_run_ids, run_choices
+from workbench.ui.shared import RUN_PICKER_HELP, error_md, parse_run_ids, run_choices
 
 
 def export_zip(store: Store, choice, last_comparison, viewer: Viewer | None = None) -> tuple[str | None, str]:
@@ -65,6 +65,7 @@ def export_tab(store: Store, cache, compare_ids: gr.State, who) -> gr.Dropdown:
             multiselect=True,
             allow_custom_value=True,
             label="Runs to export (empty: the last comparison)",
+            info=RUN_PICKER_HELP,
             scale=4,
             elem_id="export-runs",
         )

@@ -28,7 +28,7 @@ from core.trace import RunTrace
 from workbench.methods import get_method
 from workbench.ui.access import NOBODY
 from workbench.ui.corpus_view import corpus_models, corpus_view
-from workbench.ui.shared import RunCache, decoder_for, error_md, parse_run_ids
+from workbench.ui.shared import RUN_CHOICES, RUN_PICKER_HELP, RunCache, decoder_for, error_md, parse_run_ids
 
 ENTRY_COLUMNS = [
     "draft token",
@@ -255,7 +255,7 @@ def _reads_memory_method(name: str) -> bool:
 
 def csd_choices(store, viewer) -> list[tuple[str, int]]:
     """(label, id) of the latest runs `viewer` may see whose method reads a correction memory."""
-    runs = store.list_runs(limit=200, any_tag=viewer.visible_tags if viewer is not None else None)
+    runs = store.list_runs(limit=RUN_CHOICES, any_tag=viewer.visible_tags if viewer is not None else None)
     return [(f"#{r.id} {r.method} · {r.model}", r.id) for r in runs if _reads_memory_method(r.method)]
 
 
@@ -273,6 +273,7 @@ def memory_tab(store, cache: RunCache, compare_ids: gr.State, who) -> tuple[gr.D
             allow_custom_value=True,
             scale=4,
             label="CSD runs (empty: the last comparison's)",
+            info=RUN_PICKER_HELP,
             elem_id="memory-runs",
         )
         show = gr.Button("Show memory", variant="primary", scale=1, elem_id="memory-show")

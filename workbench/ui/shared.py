@@ -365,6 +365,11 @@ def parse_run_ids(values) -> list[int]:
 
 
 RUN_CHOICES = 200  # runs a run dropdown lists (the newest); an older one is typed by its id (parse_run_ids)
+# Every run picker's help. A dropdown's suggestions match the typed text anywhere in a label, so a bare "1" also
+# matches the "135M" of a model's name (the sixteenth fresh pass); "#1" matches only the labels' ids.
+RUN_PICKER_HELP = (
+    f"the newest {RUN_CHOICES} are listed; type #12 to find run 12, or any run's id and Enter for an older one"
+)
 
 
 def run_choices(store: Store, viewer: Viewer | None = None) -> list[tuple[str, int]]:
