@@ -47,7 +47,16 @@ case "$cmd" in
     ;;
   test)
     setup
-    python -m pytest "$@"
+    # a pytest-xdist worker per core, at most 4 (each loads its own models); a test module's tests stay on one worker
+    # and the browser modules share one (tests/conftest.py). WORKBENCH_TEST_WORKERS=0 runs in one process (a
+    # debugger, or -x to stop at the first failure).
+    cores=$(python -c 'import os; print(len(os.sched_getaffinity(0)))')
+    workers=${WORKBENCH_TEST_WORKERS:-$((cores < 4 ? cores : 4))}
+    if [ "$workers" -gt 1 ]; then
+      python -m pytest -n "$workers" --dist loadgroup "$@"
+    else
+      python -m pytest "$@"
+    fi
     ;;
   lint)
     setup

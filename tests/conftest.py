@@ -37,6 +37,26 @@ FUZZ_PROFILE = os.environ.get("WORKBENCH_FUZZ_PROFILE", "fuzz")
 COST_CURVES = {"flat": 0.002, "steep": 0.9}  # extra cost of one draft node, as a share of the forward at n = 0
 
 
+# `run.sh test` runs a pytest-xdist worker per core (at most 4). Each worker, and each process it starts (the CLI
+# tests' subprocesses), gets its share of the cores: thread pools that each take every core fight over them, and a
+# test that reads a clock (the prefill estimate's, the UI's timings) then waits on the other worker's forwards.
+XDIST_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+if XDIST_WORKERS > 1:
+    _threads = max(1, len(os.sched_getaffinity(0)) // XDIST_WORKERS)
+    os.environ["OMP_NUM_THREADS"] = str(_threads)
+    torch.set_num_threads(_threads)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under `--dist loadgroup`: a module's tests stay on one worker (its module fixtures, an app or a loaded model,
+    are built once), and the browser modules share one worker: two apps and two Chromiums at once on two cores
+    slowed the page waits past their timeouts."""
+    for item in items:
+        module = item.nodeid.split("::", 1)[0]
+        group = "browser" if Path(module).name.startswith("test_browser") else module
+        item.add_marker(pytest.mark.xdist_group(group))
+
+
 def pytest_addoption(parser):
     parser.addoption(
         "--cost-curve",
