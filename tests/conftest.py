@@ -47,6 +47,7 @@ if XDIST_WORKERS > 1:
     torch.set_num_threads(_threads)
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the groups into the test ids
 def pytest_collection_modifyitems(config, items):
     """Under `--dist loadgroup`: a module's tests stay on one worker (its module fixtures, an app or a loaded model,
     are built once), and the browser modules share one worker: two apps and two Chromiums at once on two cores

@@ -3,6 +3,7 @@ round trips, atomic runs, killed writers, corrupt and locked files, CSV, concurr
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -63,7 +64,10 @@ def new_url(request, tmp_path):
     def make(name: str = "a") -> str:
         if request.param == "sqlite":
             return f"sqlite:///{tmp_path / f'{name}.db'}"
-        return _pg_database(f"{request.node.name.split('[')[0][5:30]}_{name}".lower())
+        # a database per test and parameter set: the parameters of one test may run at once on xdist workers
+        test = request.node.name.split("[")[0][5:30]
+        digest = hashlib.sha1(request.node.nodeid.encode()).hexdigest()[:8]
+        return _pg_database(f"{test}_{digest}_{name}".lower())
 
     make.backend = request.param
     return make
