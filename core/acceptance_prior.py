@@ -221,6 +221,15 @@ class AcceptanceEstimate:
         # well although the request may move it as if it were 20; one resting on 38 (or none) is not.
         return lower_rate(mean, verified + max(self.prior.weight, stored), caution)
 
+    def optimistic(self, source: str, depth: int, optimism: float) -> float:
+        """How high this request's rate at (source, depth) may be: the posterior mean plus `optimism` standard
+        deviations (at most 1), the spread counting the request's own nodes and the prior's weight only, not the
+        stored nodes behind the centre: stored runs on other prompts say little about this prompt's rate. The
+        sizer's probes read it (core.sizing.TreeSizer)."""
+        verified = self.verified.get(key_of(source, depth), 0)
+        mean = self.rate(source, depth)
+        return min(1.0, mean + optimism * (mean * (1.0 - mean) / (verified + self.prior.weight + 1.0)) ** 0.5)
+
     def observe(self, tree: DraftTree, path: Sequence[int]) -> None:
         """Count one step: every node whose parent lies on the accepted `path`, and which of them are on it."""
         on_path = set(path)

@@ -22,6 +22,11 @@ that maximises expected tokens per second of verification at the request's curre
   ask the drafter either (1 step, then 2, 4, up to PAUSE_MAX while drafted steps keep being refused; a kept tree
   ends it), so a request whose trees never pay takes greedy's step, drafting and pricing only now and then (and
   core.step hands the drafter the tokens it missed when it is next asked).
+- probes (`PROBE`): a step whose candidates were all refused keeps its best node anyway when, priced at an optimistic
+  rate (the posterior mean plus PROBE_OPTIMISM standard deviations of the request's own nodes and the prior's weight,
+  not of the stored nodes behind the prior's centre), one node would pay; otherwise a low stored prior learned on
+  other prompts is never unlearned, since a request learns only from the nodes it verifies. Where a node costs
+  nearly a forward no such rate pays and no probe is made.
 
 A run's trees depend on the prior it starts from and on the cost model, not on the runs before it: a
 relaxed run gives the same output however many runs came before it (a resumed benchmark equals an
@@ -50,6 +55,12 @@ CAUTION = 1.0
 REFUSALS = 4
 PAUSE_MAX = 64
 PAUSE = True  # whether a sizer pauses drafting after refusals (DraftPause); measured in docs/AUTOMATIC_SETTINGS.md
+# Probes: a step whose candidates were all refused at the cautious rates keeps its best node anyway when, priced at
+# an optimistic rate (PROBE_OPTIMISM standard deviations above the mean, the spread of the request's own nodes and the
+# prior's weight: AcceptanceEstimate.optimistic), one node would pay. Without them a low stored prior from other
+# prompts is never unlearned: the request verifies no node (docs/AUTOMATIC_SETTINGS.md, "A low stored prior").
+PROBE = True
+PROBE_OPTIMISM = 2.0
 
 Cost = Callable[[float, float], float]  # t(n, L) in seconds: a core.cost_model.CostModel
 
@@ -304,6 +315,7 @@ class TreeSizer:
         clock: Callable[[], float] | None = None,
         caution: float | None = None,
         pause: bool | None = None,
+        probe: bool | None = None,
     ):
         if not margin >= 0:
             raise ValueError(f"the sizer's margin must be ≥ 0, got {margin}")
@@ -315,6 +327,7 @@ class TreeSizer:
         self.scored = False  # whether a proposal carried drafter confidences (priced up to certainty)
         # Read when built, as CAUTION is; without a pause the drafter is asked whenever a tree may pay.
         self.pause = DraftPause() if (PAUSE if pause is None else pause) else None
+        self.probe = PROBE if probe is None else probe  # read when built, as CAUTION is
         # (rate, L0, L1, max_nodes): no tree paid at that best rate anywhere in [L0, L1] (drafts skips the cost reads)
         self.no_tree: tuple[float, int, int, int] | None = None
 
@@ -329,10 +342,15 @@ class TreeSizer:
         self.sources.update(tree.sources[1:])
         self.scored = self.scored or any(c is not None for c in tree.confidence)
         kept: list[int] = []
+        probed = False
         if tree.num_draft:
             kept, _ = choose_nodes(tree, self.node_rates(tree), self.cost, context_len, margin=self.margin)
-        if self.pause is not None:
-            self.pause.chose(tree.num_draft, len(kept))
+            if not kept and self.probe:  # one node, if an optimistic rate says it could pay (PROBE)
+                optimistic = self.node_rates(tree, optimistic=True)
+                kept, _ = choose_nodes(tree, optimistic, self.cost, context_len, max_nodes=1, margin=self.margin)
+                probed = bool(kept)
+        if self.pause is not None:  # a probe is a refusal to the pause: probes come on its schedule
+            self.pause.chose(tree.num_draft, 0 if probed else len(kept))
         if self.clock is not None:
             if not self.clock.allow(len(kept), self.margin):
                 kept = []
@@ -340,15 +358,19 @@ class TreeSizer:
         return tree.subset(kept) if tree.num_draft else tree
 
     def best_rate(self) -> float | None:
-        """The highest rate any depth-1 node could be priced at now (bounds every node's path product), over the
-        sources the prior and this request's proposals have shown; None until a proposal was seen, and 1.0 once
-        nodes carry drafter confidences (a confident node may be priced near certainty)."""
+        """The highest rate any depth-1 node could be priced at now (bounds every node's path product; with probes,
+        the optimistic rate too), over the sources the prior and this request's proposals have shown; None until a
+        proposal was seen, and 1.0 once nodes carry drafter confidences (a confident node may be priced near
+        certainty)."""
         if not self.sources:
             return None
         if self.scored or self.rates.prior.calibration:
             return 1.0
         sources = self.sources | {source for source, _ in self.rates.prior.counts}
-        return max(self.rates.rate(source, 1, caution=self.caution) for source in sources)
+        best = max(self.rates.rate(source, 1, caution=self.caution) for source in sources)
+        if self.probe:  # a probe's node is priced optimistically
+            best = max(best, max(self.rates.optimistic(source, 1, PROBE_OPTIMISM) for source in sources))
+        return best
 
     def drafts(self, context_len: int, max_nodes: int = AUTO_CANDIDATES) -> bool:
         """Whether this step should ask the drafter at all: False when no tree of up to `max_nodes` nodes could pay
@@ -378,13 +400,18 @@ class TreeSizer:
         """This request's ranking of `tree`'s nodes (for a batch's common size: common_size)."""
         return ranked_nodes(tree, self.node_rates(tree))
 
-    def node_rates(self, tree: DraftTree) -> list[float]:
+    def node_rates(self, tree: DraftTree, optimistic: bool = False) -> list[float]:
         """Each node's estimated acceptance given its parent's (the root: 1); a node its drafter gave a confidence
-        is priced from it (AcceptanceEstimate.rate)."""
-        return [1.0] + [
-            self.rates.rate(tree.sources[i], tree.depths[i], tree.confidence_of(i), self.caution)
-            for i in range(1, len(tree))
-        ]
+        is priced from it (AcceptanceEstimate.rate). `optimistic`: the probe's rates (AcceptanceEstimate.optimistic)
+        for nodes without a confidence."""
+
+        def rate(i: int) -> float:
+            source, depth, confidence = tree.sources[i], tree.depths[i], tree.confidence_of(i)
+            if optimistic and confidence is None:
+                return self.rates.optimistic(source, depth, PROBE_OPTIMISM)
+            return self.rates.rate(source, depth, confidence, self.caution)
+
+        return [1.0] + [rate(i) for i in range(1, len(tree))]
 
     def observe(self, tree: DraftTree, decisions: Sequence[Decision | str]) -> None:
         """Learn from one step's verdict (its decision per node, the root first): the accepted path is the root

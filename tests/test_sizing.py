@@ -110,8 +110,8 @@ def test_a_tree_must_beat_greedy_by_the_margin():
     prior = AcceptancePrior.from_counts([("context", 1, 150_000, 1_000_000)])  # a(context, 1) ≈ 0.15
     tree = chain(1)
     assert MARGIN == 0.02
-    assert TreeSizer(cost, prior).choose(tree, 300).num_draft == 0
-    assert TreeSizer(cost, prior, margin=0.0).choose(tree, 300).num_draft == 1
+    assert TreeSizer(cost, prior, probe=False).choose(tree, 300).num_draft == 0
+    assert TreeSizer(cost, prior, margin=0.0, probe=False).choose(tree, 300).num_draft == 1
     with pytest.raises(ValueError):
         TreeSizer(cost, prior, margin=-0.1)
 
@@ -130,6 +130,70 @@ def test_the_prior_sets_the_first_trees_and_the_request_moves_them():
         if step == 0:  # one bad step moves the estimate by a twentieth only: still a tree
             assert sizer.choose(tree, 500).num_draft > default_first
     assert sizer.choose(tree, 500).num_draft == 0
+
+
+def _low_prior(rate: float = 0.05, stored: int = 2000) -> AcceptancePrior:
+    """A stored prior of `rate` at every depth, resting on many nodes (runs on other prompts)."""
+    return AcceptancePrior.from_counts([("context", d, round(rate * stored / d), stored // d) for d in range(1, 17)])
+
+
+def test_a_probe_keeps_one_node_where_an_optimistic_rate_would_pay_and_counts_as_a_refusal():
+    """A prior of 0.05 on 2,000 stored nodes: no tree pays at the cautious rate when a node costs 5 % of a step, but
+    0.05 plus two standard deviations of 20 pseudo-observations (≈ 0.145) would: the step keeps its best node. The
+    pause still counts the step as refused, so probes come on its schedule. Where a node costs 90 % of a step no
+    rate short of 0.92 pays: no probe. Mutation caught: choose without its probe (no node kept)."""
+    flat = CostModel(SIZES, (256,), (tuple(0.040 * (1 + 0.05 * n) for n in SIZES),))
+    steep = CostModel(SIZES, (256,), (tuple(0.040 * (1 + 0.9 * n) for n in SIZES),))
+    tree = chain(8)
+    assert TreeSizer(flat, _low_prior(), probe=False).choose(tree, 300).num_draft == 0
+    sizer = TreeSizer(flat, _low_prior())
+    probe = sizer.choose(tree, 300)
+    assert probe.num_draft == 1 and probe.depths[1] == 1
+    assert sizer.pause.refused == 1  # a probe is a refusal to the pause
+    assert sizer.drafts(300)
+    assert TreeSizer(steep, _low_prior()).choose(tree, 300).num_draft == 0
+    steep_sizer = TreeSizer(steep, _low_prior())
+    steep_sizer.choose(tree, 300)
+    assert not steep_sizer.drafts(300)  # no tree, probe or not, could pay: the drafter is not asked
+
+
+def test_probes_unlearn_a_low_stored_prior_that_the_request_contradicts():
+    """The request accepts every node it is shown, but its stored prior (other prompts) says 0.05. Without probes it
+    never verifies a node and never drafts; with them its own counts lift the depth-1 rate until a node pays at the
+    cautious rate, every step. (Deeper depths stay at the prior: a probe is one node, tried only when nothing else
+    was kept; docs/AUTOMATIC_SETTINGS.md.) Mutation caught: AcceptanceEstimate.optimistic with the stored nodes in
+    its spread (no probe: it stays at ≈ 0.05)."""
+    flat = CostModel(SIZES, (256,), (tuple(0.040 * (1 + 0.05 * n) for n in SIZES),))
+    tree = chain(8)
+    for probe in (False, True):
+        sizer = TreeSizer(flat, _low_prior(), probe=probe)
+        sizes = []
+        for _ in range(40):
+            if not sizer.drafts(300):
+                sizes.append(0)
+                continue
+            kept = sizer.choose(tree, 300)
+            sizes.append(kept.num_draft)
+            sizer.observe(kept, ["root"] + ["accepted"] * kept.num_draft)
+        cautious = sizer.rates.rate("context", 1, caution=sizer.caution)
+        if probe:
+            assert min(sizes[-10:]) == 1 and cautious > 0.5, (sizes, cautious)
+        else:
+            assert max(sizes) == 0 and cautious < 0.06, (sizes, cautious)
+
+
+def test_the_optimistic_rate_counts_the_requests_own_nodes_not_the_stored_ones():
+    from core.acceptance_prior import AcceptanceEstimate
+
+    fresh = AcceptanceEstimate(_low_prior(stored=2000))
+    many = AcceptanceEstimate(_low_prior(stored=200_000))
+    assert fresh.optimistic("context", 1, 2.0) == pytest.approx(many.optimistic("context", 1, 2.0), rel=0.02)
+    assert 0.13 < fresh.optimistic("context", 1, 2.0) < 0.16
+    sure = AcceptanceEstimate(AcceptancePrior.from_counts([("context", 1, 990, 1000)]))
+    assert sure.optimistic("context", 1, 2.0) <= 1.0
+    for _ in range(200):  # the request's own nodes narrow it
+        fresh.observe(chain(1), [0])
+    assert fresh.optimistic("context", 1, 2.0) < 0.05
 
 
 @st.composite
@@ -728,3 +792,34 @@ def test_the_remembered_answer_is_the_bound_s_answer_at_every_length(steps, rate
     for length in range(100, 9000, 37):
         answers.append(tree_may_pay(cost, length, best, max_nodes, sizes=SIZES))
         assert sizer.drafts(length, max_nodes) == answers[-1]
+
+
+@pytest.mark.real_model
+def test_probes_let_smollm2_unlearn_a_low_stored_prior(smollm2, monkeypatch):
+    """The app's first sample (a copying task) from a stored prior of 0.05 for the context drafter's sources: without
+    probes aasd[auto] kept only nodes of the source the prior says nothing of (alignment, 62 of 64 rejected on an
+    Intel Xeon) and never a context node, which this prompt accepts (benchmarks/bench_prior_pull.py: MAL 1.03
+    against 2.21 from the default rate); with them its context nodes are tried, accepted, and its MAL rises. On a
+    machine where even an optimistic rate cannot pay for a node (a node costs nearly a forward) no probe is made:
+    the runs are alike."""
+    from core import sizing, timing
+    from core.acceptance_prior import AcceptanceEstimate
+    from core.methods import run_method
+    from workbench import service
+    from workbench.ui.compare_tab import task_fields
+
+    context, prompt, _, chat = task_fields(service.sample_tasks()[0])
+    _, ids = service.build_prompt(smollm2.tokenizer, prompt, context, chat)
+    cost = timing.cost_model(smollm2)
+    optimistic = AcceptanceEstimate(_low_prior()).optimistic("context", 1, sizing.PROBE_OPTIMISM)
+    can_probe = tree_may_pay(cost, len(ids), optimistic, 1, MARGIN, cost.sizes)
+    mal, context = {}, {}
+    for probe in (False, True):
+        monkeypatch.setattr(sizing, "PROBE", probe)
+        run = run_method("aasd", smollm2, ids, {"max_new_tokens": 48, "max_nodes": "auto"}, prior=_low_prior())
+        mal[probe] = len(run.output_ids) / len(run.steps)
+        context[probe] = sum(n.source == "context" and n.decision == "accepted" for s in run.steps for n in s.nodes)
+    if can_probe:
+        assert mal[True] > mal[False] + 0.2 and context[True] > context[False], (mal, context)
+    else:
+        assert mal[True] == mal[False], (mal, context)
