@@ -67,6 +67,7 @@ OWN_TEXT = "(your own text)"
 FITTED_VARIANTS = ("aasd[auto]", "casd[auto]")  # verify with the thresholds fitted to the model (core.thresholds)
 ONLINE_VARIANTS = ("csd[memory_mode=online]",)  # the paper's CSD: its memory learns (plain csd reads the shipped one)
 FLIP_CLASS = "tok-flip"  # a lossless method's first token that is not greedy's
+UPLOAD_FORMAT = '{"id": "q1", "task": "qa", "input": "the question"}'
 UPLOAD_HINT = (
     'JSON Lines, one task a line: `{"id": "q1", "task": "qa", "input": "the question", '
     '"context": "the document (optional)", "answers": ["a reference"]}`; optional `template` '
@@ -686,6 +687,26 @@ def measured_at_t0(params, div: int | None) -> bool:
     return div is not None and not (params.get("temperature") or 0) > 0
 
 
+def sampling_note(greedy: RunTrace, run: RunTrace, div: int | None) -> str:
+    """The column's line where a run left greedy's text and either run sampled (temperature > 0): the texts part by
+    chance there, and no forward can say whose rule chose (the seventeenth fresh pass: at 0.8 the note blamed
+    aasd's rule for a token greedy's own run had sampled at rank 3). "" at T = 0 or without a divergence."""
+    sampled = [
+        f"{who} at temperature {t:g}"
+        for who, t in (
+            ("greedy", greedy.params.get("temperature") or 0),
+            ("this run", run.params.get("temperature") or 0),
+        )
+        if t > 0
+    ]
+    if div is None or not sampled:
+        return ""
+    return (
+        f"\n\n*parts from greedy's text at token {div}: {' and '.join(sampled)} sampled, so the texts part by chance, "
+        "not by the method's rule (set temperature 0 to compare against greedy's own tokens)*"
+    )
+
+
 def flip_applies(name: str, params, div: int | None) -> bool:
     """A lossless method at T = 0 that left greedy's tokens (it should not, except at near-ties)."""
     return measured_at_t0(params, div) and _lossless(name)
@@ -697,6 +718,8 @@ def stopped_before_diverging(greedy: RunTrace, run: RunTrace) -> str:
     n = len(run.output_ids)
     if n >= len(greedy.output_ids) or not cut_short(run) or run_divergence(greedy, run) is not None:
         return ""
+    if not n:  # "its 0 tokens equal greedy's" (the seventeenth fresh pass)
+        return "\n\n*stopped before writing a token*"
     return f"\n\n*stopped before diverging: its {n} tokens equal greedy's*"
 
 
@@ -828,7 +851,7 @@ def build_form(tasks: Mapping[str, Task], allow_local: bool = True) -> CompareFo
             with gr.Accordion("…or upload a task file (JSON Lines, one task a line)", open=False, elem_id="upload-box"):
                 # Any file is taken and read by the handler: Gradio's own type filter answered a .png with a bare
                 # "Error" on the control, where the handler says what is wrong beside it (upload_note).
-                task_file = gr.File(label="task file (.jsonl or .json)", elem_id="task-file")
+                task_file = gr.File(label="task file (JSON Lines: .jsonl or .json)", elem_id="task-file")
                 upload_note = gr.Markdown("", elem_id="upload-note")
                 gr.Markdown(UPLOAD_HINT, elem_id="upload-hint")
         chat = gr.Checkbox(first.chat, label="apply the chat template", scale=1)
@@ -1257,7 +1280,7 @@ class Comparison:
 
     def _column(self, view: ColumnsView, slot: int, place: "Place", reference: "Reference") -> Iterator[ColumnsView]:
         """One method's run into its column: streamed steps, then the finished run with its metrics, score and marks."""
-        name, run, div, flip, stopping = self.specs[slot][0], None, None, False, False
+        name, run, div, flip, stopping, greedy_sampled = self.specs[slot][0], None, None, False, False, False
         for prog in self._stream(name, slot):
             # Once Stop is heard the line says "stopping" until the comparison says "stopped": the run's last
             # updates (its cancelled record) carry no stopping flag and read "0 of 128 tokens written" in between
@@ -1273,11 +1296,14 @@ class Comparison:
                     reference.ids, reference.run = run.output_ids, run
                 div = run_divergence(reference.run, run) if reference.run is not None and name != "greedy" else None
                 self.speeds.add(slot, run, reference, div)
-                flip = flip_applies(name, self.per_method[slot], div)
+                # greedy's own run sampled (temperature > 0): its tokens are no reference for a rule or a flip
+                greedy_sampled = reference.run is not None and not measured_at_t0(reference.run.params, 0)
+                flip = not greedy_sampled and flip_applies(name, self.per_method[slot], div)
                 view.texts[slot] = tokens.run_html(run, first_divergence=div, **flip_mark(div, None) if flip else {})
                 view.metrics[slot] = self._metrics(run, prog.run_id, reference.speedup(run)[0], place)
                 if reference.run is not None and name != "greedy":
                     view.metrics[slot] += stopped_before_diverging(reference.run, run)
+                    view.metrics[slot] += sampling_note(reference.run, run, div)
                 clocks = wall_clock_note(run, reference.run) if reference.run is not None and name != "greedy" else ""
                 # in words: the stopwatch sign U+23F1 drew as a box (Debian's Chromium fonts lack it)
                 view.metrics[slot] += f"\n\n*clocks:* {clocks}" if clocks else ""
@@ -1298,6 +1324,7 @@ class Comparison:
             yield view
         if (
             measured_at_t0(self.per_method[slot], div)
+            and not greedy_sampled
             and not self.stop.is_set()
             and div < min(len(reference.ids), len(run.output_ids))
         ):
@@ -1466,6 +1493,10 @@ class CompareHandlers:
             if refused:
                 raise InvalidInputError(refused)
             loaded = {f"upload:{t.id}": t for t in service.sample_tasks(path)}
+            if not loaded:  # "loaded 0 task(s)" read as a success (the seventeenth fresh pass)
+                raise InvalidInputError(
+                    f"{Path(path).name} holds no task: write one JSON object a line ({UPLOAD_FORMAT})"
+                )
         except WorkbenchError as e:
             note = upload_error_md(public_message(str(e)))
             return {}, gr.update(), note, public_message(str(e)), note

@@ -94,7 +94,11 @@ def diff_outputs(a_id: int, a: RunTrace, a_origins, b_id: int, b: RunTrace, b_or
             if run.status == "complete"
             else "failed"
         )
-        head = f"**stopped before diverging**: {cut} {why} after {n} tokens, all equal to {other}'s first {n}"
+        head = (
+            f"**stopped before diverging**: {cut} {why} after {n} tokens, all equal to {other}'s first {n}"
+            if n
+            else f"**nothing to compare**: {cut} {why} before writing a token"
+        )
     else:
         j = c["first_divergence"]
         head = (

@@ -82,7 +82,18 @@ def step_info(run_id: int, trace: RunTrace, k: int) -> str:
     return (
         f"run #{run_id} · {asked_as(trace.method, trace.params)} · {step_label(k, len(trace.steps))} · "
         f"tree {s.tree_size} node{'' if s.tree_size == 1 else 's'} · {kept} + bonus · {s.step_ms:.1f} ms "
-        f"(draft {s.draft_ms:.1f}, forward {s.forward_ms:.1f})" + fitted_md(trace.params)
+        f"(draft {s.draft_ms:.1f}, forward {s.forward_ms:.1f})" + fitted_md(trace.params) + still_running(trace)
+    )
+
+
+def still_running(trace: RunTrace) -> str:
+    """The header's warning for a run opened while it was being written: the view holds the steps stored so far and
+    does not follow the run (the seventeenth fresh pass read a half-written run as a finished one)."""
+    if trace.status != "running":
+        return ""
+    return (
+        f" · **⚠ still being written: {len(trace.steps)} steps so far; this view does not follow it (press Load run "
+        "once its comparison is done)**"
     )
 
 

@@ -152,7 +152,12 @@ def read_rows(path: str | Path, *, what: str = "task file", gunzip: bool = False
         where = f"{path.name} line {number}"
         data = parse_json(line, where=where)
         if not isinstance(data, dict):
-            raise InvalidInputError(f"{where}: each line must be a JSON object")
+            array = (
+                " (this line is a JSON array: write each task on its own line, JSON Lines)"
+                if isinstance(data, list)
+                else ""
+            )
+            raise InvalidInputError(f"{where}: each line must be a JSON object{array}")
         yield Row(data, where)
 
 
