@@ -684,25 +684,27 @@ def _lossless(name: str) -> bool:
 def measured_at_t0(params, div: int | None) -> bool:
     """At T = 0 greedy's tokens are the reference: a run that left them gets the divergence measured (one forward
     of the target), a lossless one to show it is a near-tie, a relaxed one to tell rounding from its rule."""
-    return div is not None and not (params.get("temperature") or 0) > 0
+    return div is not None and not sampled(params)
+
+
+def sampled(params) -> bool:
+    """Whether a run sampled its tokens (temperature > 0) rather than took the target's argmax."""
+    return (params.get("temperature") or 0) > 0
 
 
 def sampling_note(greedy: RunTrace, run: RunTrace, div: int | None) -> str:
     """The column's line where a run left greedy's text and either run sampled (temperature > 0): the texts part by
     chance there, and no forward can say whose rule chose (the seventeenth fresh pass: at 0.8 the note blamed
     aasd's rule for a token greedy's own run had sampled at rank 3). "" at T = 0 or without a divergence."""
-    sampled = [
-        f"{who} at temperature {t:g}"
-        for who, t in (
-            ("greedy", greedy.params.get("temperature") or 0),
-            ("this run", run.params.get("temperature") or 0),
-        )
-        if t > 0
+    who = [
+        f"{name} at temperature {r.params['temperature']:g}"
+        for name, r in (("greedy", greedy), ("this run", run))
+        if sampled(r.params)
     ]
-    if div is None or not sampled:
+    if div is None or not who:
         return ""
     return (
-        f"\n\n*parts from greedy's text at token {div}: {' and '.join(sampled)} sampled, so the texts part by chance, "
+        f"\n\n*parts from greedy's text at token {div}: {' and '.join(who)} sampled, so the texts part by chance, "
         "not by the method's rule (set temperature 0 to compare against greedy's own tokens)*"
     )
 
@@ -1297,7 +1299,7 @@ class Comparison:
                 div = run_divergence(reference.run, run) if reference.run is not None and name != "greedy" else None
                 self.speeds.add(slot, run, reference, div)
                 # greedy's own run sampled (temperature > 0): its tokens are no reference for a rule or a flip
-                greedy_sampled = reference.run is not None and not measured_at_t0(reference.run.params, 0)
+                greedy_sampled = reference.run is not None and sampled(reference.run.params)
                 flip = not greedy_sampled and flip_applies(name, self.per_method[slot], div)
                 view.texts[slot] = tokens.run_html(run, first_divergence=div, **flip_mark(div, None) if flip else {})
                 view.metrics[slot] = self._metrics(run, prog.run_id, reference.speedup(run)[0], place)
