@@ -9,6 +9,10 @@ on the same prompt, back to back (one pass: a guide to the size of the effect, n
 
     OMP_NUM_THREADS=1 taskset -c 1 python benchmarks/bench_prior_pull.py --samples 3 --rates none,0.10,0.05
     OMP_NUM_THREADS=1 taskset -c 1 python benchmarks/bench_prior_pull.py --samples 3 --rates none --steeper 2.5
+    OMP_NUM_THREADS=1 taskset -c 1 python benchmarks/bench_prior_pull.py --samples 1 --rates 0.05 --no-probe --sources
+
+--no-probe runs the sizer without its probes (core.sizing.PROBE, change 14), as it ran before them; --sources adds,
+per row, the draft nodes the run judged by source (accepted of judged).
 """
 
 from __future__ import annotations
@@ -53,8 +57,14 @@ def main() -> int:
     ap.add_argument("--steeper", type=float, default=1.0, help="k: draft nodes k times dearer than measured")
     ap.add_argument("--max-new-tokens", type=int, default=64)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--no-probe", action="store_true", help="the sizer without its probes (core.sizing.PROBE)")
+    ap.add_argument("--sources", action="store_true", help="per row, judged draft nodes by source")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
+    if args.no_probe:
+        from core import sizing
+
+        sizing.PROBE = False  # read by every TreeSizer when it is built
 
     from bench_gamma_auto import machine
 
@@ -71,6 +81,7 @@ def main() -> int:
         timing.cost_model = lambda t, remeasure=False: cost  # what core.methods.build's sizer reads
     print(f"# {machine(args.threads)}; SmolLM2-135M float32; {args.max_new_tokens} tokens")
     print(f"# t(1)/t(0), t(16)/t(0) at 256 cached tokens: {cost.ratio(1, 256):.2f}, {cost.ratio(16, 256):.2f}")
+    print(f"# sizer probes: {'off' if args.no_probe else 'on'}")
     print(f"{'prior':>6} {'sample':<18} {'MAL':>5} {'nodes':>6} {'speed-up':>9}  same text as greedy")
     for rate in args.rates.split(","):
         prior = None if rate.strip() == "none" else low_prior(float(rate))
@@ -87,6 +98,11 @@ def main() -> int:
                 f"{sum(s.tree_size for s in auto.steps) / steps:6.1f} {speed:8.2f}×  {auto.output_ids == greedy.output_ids}",
                 flush=True,
             )
+            if args.sources:
+                from core.stats import acceptance_by
+
+                judged = acceptance_by(auto, lambda n: n.source)
+                print("       judged nodes: " + ", ".join(f"{k} {a} of {v}" for k, (a, v) in judged.items()))
     return 0
 
 
