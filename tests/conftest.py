@@ -37,7 +37,7 @@ FUZZ_PROFILE = os.environ.get("WORKBENCH_FUZZ_PROFILE", "fuzz")
 COST_CURVES = {"flat": 0.002, "steep": 0.9}  # extra cost of one draft node, as a share of the forward at n = 0
 
 
-# `run.sh test` runs a pytest-xdist worker per core (at most 4). Each worker, and each process it starts (the CLI
+# `WORKBENCH_TEST_WORKERS=N bash run.sh test` runs N pytest-xdist workers. Each worker, and each process it starts (the CLI
 # tests' subprocesses), gets its share of the cores: thread pools that each take every core fight over them, and a
 # test that reads a clock (the prefill estimate's, the UI's timings) then waits on the other worker's forwards.
 XDIST_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
