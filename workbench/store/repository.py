@@ -342,6 +342,16 @@ class Store:
             return self._tags(s, [int(run_id)]).get(int(run_id), [])
 
     @_translating
+    def run_status(self, run_id: int) -> str:
+        """One run's status (running, complete, cancelled, failed), without its steps: what a view following a run
+        being written polls; RunNotFoundError when there is no such run."""
+        with self._read() as s:
+            run = s.get(Run, int(run_id))
+            if run is None:
+                raise RunNotFoundError(f"no run {run_id} in {self.where}")
+            return run.status
+
+    @_translating
     def add_tags(self, run_id: int, tags: Sequence[str]) -> None:
         """Give a run more tags (those it has already are left as they are)."""
         have = set(self.run_tags(run_id))

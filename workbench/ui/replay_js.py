@@ -147,6 +147,13 @@ _JS = r"""
     return [data.info];
   }
   k = Math.max(0, Math.min(Number(k) || 0, data.steps.length - 1));
+  // a number typed into the slider's box past the run's last step draws the last step: the box says so too (it
+  // showed 39 beside "step 19", seventeenth newcomer pass)
+  const box = document.querySelector('#replay-step input[type="number"]');
+  if (box && box.value !== '' && Number(box.value) !== k) {
+    box.value = String(k);
+    box.dispatchEvent(new Event('input', {bubbles: true}));  // Gradio's value too: Play goes on from the step shown
+  }
   const st = data.steps[k], F = data.fields, C = data.colors, S = data.symbols;
   const nodes = st.nodes.map((r) => Object.fromEntries(F.map((f, i) => [f, r[i]])));
   const key = (n) => n.parent === -1 ? 'root' : n.decision;

@@ -36,12 +36,22 @@ from workbench.ui.figures import analytics, replay
 from workbench.ui.figures.common import TITLE_BELOW_TOOLBAR, run_label
 from workbench.ui.reasons import known_texts
 from workbench.ui.replay_js import STEP_JS
-from workbench.ui.shared import TUNABLE, RunCache, decoder_for, error_md, run_id_of, runs_frame, shown_runs
+from workbench.ui.shared import (
+    TUNABLE,
+    RunCache,
+    decoder_for,
+    error_md,
+    run_id_of,
+    runs_frame,
+    shown_runs,
+    step_of,
+)
 
 OPEN_OUTPUTS = len(TUNABLE) + 11  # ReplayHandlers.open's outputs: see replay_tab's open_outputs
 # Heights (px) of the step's figure slots and node table, and of the run's figures: the tab fits in ~2,000 px.
 # The node table: a 16-node tree's root, nodes and bonus row (18 rows of ~20 px and the header) without an inner scroll.
 STEP_FIGURE_HEIGHT, NODES_HEIGHT, RUN_FIGURE_HEIGHT = 440, 392, 300
+FOLLOW_SECONDS = 2.0  # how often a view of a run still being written asks whether it has finished
 
 
 @dataclass
@@ -142,8 +152,7 @@ def run_picker(store: Store, can_share: bool = True) -> RunPicker:
         run_id = lenient(
             gr.Number(
                 None,
-                label="Run id",
-                precision=0,
+                label="Run id",  # no precision=0: Gradio rounded a typed 2.5 to run 2; run_id_of refuses it in words
                 scale=1,
                 elem_id="replay-run-id",
                 placeholder="no run yet: run a comparison, or type an id",
@@ -348,6 +357,37 @@ class ReplayHandlers:
             return (gr.update(),) * OPEN_OUTPUTS
         return self.open(request, rid)
 
+    def follow(self, request: gr.Request, opened):
+        """The follow timer on while the run shown is still being written (its header says so), off otherwise."""
+        try:
+            running = opened is not None and self.store.run_status(run_id_of(opened)) == "running"
+        except WorkbenchError:
+            running = False
+        return gr.Timer(active=running)
+
+    def finished(self, request: gr.Request, opened):
+        """The follow timer's tick: once the run shown is no longer being written, its id (the tab then opens it
+        again, whole) and the timer off; nothing while it is still running."""
+        try:
+            done = opened is None or self.store.run_status(run_id_of(opened)) != "running"
+        except WorkbenchError:
+            done = True
+        if not done:
+            return gr.skip(), gr.skip()
+        return (gr.skip() if opened is None else opened), gr.Timer(active=False)
+
+    def reopen(self, request: gr.Request, rid, k):
+        """A followed run that finished, opened again whole at the step the user was on (open's outputs after the
+        run id; open alone would go back to step 0)."""
+        out = list(self.open(request, rid))
+        slider = out[0]
+        if isinstance(slider, dict) and "maximum" in slider:
+            try:
+                slider["value"] = min(step_of(k), slider["maximum"])
+            except WorkbenchError:
+                pass
+        return (rid, *out)
+
     def step_data(self, request: gr.Request, rid):
         """The run's step data and whole text, sent once per load: the browser draws every step from them."""
         if rid is None:
@@ -544,6 +584,9 @@ def replay_tab(
         whole = run_panel()
         tuning = tuning_panel()
     opened = gr.State(None)  # the run id shown now
+    # a run opened while it is being written is followed: opened again, whole, when it finishes (seventeenth pass)
+    follow = gr.Timer(FOLLOW_SECONDS, active=False)
+    finished = gr.Number(None, visible=False)
     h = ReplayHandlers(store, pool, cache, who)
     open_outputs = [
         picker.step,
@@ -565,6 +608,7 @@ def replay_tab(
         fn=None, js=STEP_JS, inputs=[panel.data, picker.step, panel.info], outputs=panel.outputs, show_progress="hidden"
     )
     figures = dict(fn=h.run_figures, inputs=[picker.run_id], outputs=whole.outputs)
+    followed = dict(fn=h.follow, inputs=[opened], outputs=[follow], show_progress="hidden")
 
     def listed(request: gr.Request, f):
         return shown_runs(runs_frame(store, f, viewer=who(request)))
@@ -576,7 +620,7 @@ def replay_tab(
         opening(lambda: "", None, [picker.shared_md], api_name=False, show_progress="hidden", queue=False)
     picker.runs.select(
         h.open_row, [picker.runs], [picker.run_id, *open_outputs], api_name=False, show_progress="hidden", queue=False
-    ).then(**drawn, api_name=False).then(**figures, api_name=False)
+    ).then(**drawn, api_name=False).then(**figures, api_name=False).then(**followed, api_name=False)
     for start in (picker.load.click, picker.run_id.submit):
         start(
             h.open,
@@ -584,10 +628,14 @@ def replay_tab(
             open_outputs,
             api_name="load_run" if start == picker.load.click else False,
             show_progress="hidden",
-        ).then(**drawn, api_name=False).then(**figures, api_name=False)
+        ).then(**drawn, api_name=False).then(**figures, api_name=False).then(**followed, api_name=False)
+    follow.tick(h.finished, [opened], [finished, follow], api_name=False, show_progress="hidden")
+    finished.change(
+        h.reopen, [finished, picker.step], [picker.run_id, *open_outputs], api_name=False, show_progress="hidden"
+    ).then(**drawn, api_name=False).then(**figures, api_name=False)
     gr.Button("Run figures", visible=False).click(**figures, api_name="run_figures")
     picker.step.change(**drawn, api_name=False, trigger_mode="always_last")  # in the browser: no round trip
-    api_step = lenient(gr.Number(0, precision=0, visible=False))  # any step: the slider's range is the browser's run
+    api_step = lenient(gr.Number(0, visible=False))  # any step: the slider's range is the browser's run
     gr.Button("Replay step", visible=False).click(
         h.show_step, [picker.run_id, api_step], panel.api_outputs, api_name="replay_step"
     )
@@ -615,5 +663,6 @@ def replay_tab(
         dict(fn=h.open_if_new, inputs=[picker.run_id, opened], outputs=open_outputs, show_progress="hidden"),
         drawn,
         figures,
+        followed,
     ]
     return ReplayTab(picker.runs, picker.filt, picker.run_id, open_new)

@@ -87,13 +87,13 @@ def step_info(run_id: int, trace: RunTrace, k: int) -> str:
 
 
 def still_running(trace: RunTrace) -> str:
-    """The header's warning for a run opened while it was being written: the view holds the steps stored so far and
-    does not follow the run (the seventeenth fresh pass read a half-written run as a finished one)."""
+    """The header's warning for a run opened while it was being written (the seventeenth fresh pass read a
+    half-written run as a finished one): the view holds the steps stored so far, and the tab opens the run again,
+    whole, once it finishes (replay_tab's follow timer)."""
     if trace.status != "running":
         return ""
     return (
-        f" · **⚠ still being written: {len(trace.steps)} steps so far; this view does not follow it (press Load run "
-        "once its comparison is done)**"
+        f" · **⚠ still being written: {len(trace.steps)} steps so far; this view is drawn again when the run finishes**"
     )
 
 
