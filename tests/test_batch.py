@@ -129,7 +129,7 @@ def _params(method: str) -> dict:
 
 
 @pytest.mark.real_model
-@pytest.mark.parametrize("size", [1, 3, pytest.param(8, marks=pytest.mark.slow)])
+@pytest.mark.parametrize("size", [1, pytest.param(3, marks=pytest.mark.slow), pytest.param(8, marks=pytest.mark.slow)])
 def test_smollm2_float32_rows_match_batch_1(smollm2, size):
     """Strict methods on SmolLM2 in float32, prompts of different lengths: each row gives its batch-1 tokens."""
     rows = spec_bench_rows(("summarization", "rag", "writing", "math_reasoning"), 2)

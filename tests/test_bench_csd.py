@@ -25,6 +25,7 @@ def load_bench():
 
 
 @pytest.mark.real_model
+@pytest.mark.slow
 def test_a_stopped_bench_csd_run_resumes_to_the_same_rows_and_memories(smollm2, tmp_path):
     bench = load_bench()
     items = [

@@ -11,7 +11,7 @@ from browser_util import choose_methods, fill_number, open_parameters, open_run
 
 from core.stats import CLOCK_PHRASES
 
-pytestmark = pytest.mark.real_model
+pytestmark = [pytest.mark.real_model, pytest.mark.slow]  # the slow set: CI's second phase (README)
 DONE = 900_000  # ms a comparison or re-run may take on a loaded 2-core machine
 
 

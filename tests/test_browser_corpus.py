@@ -11,6 +11,8 @@ from browser_util import choose_methods, fill_number, open_parameters, synthetic
 
 from core.trace import RunTrace
 
+pytestmark = pytest.mark.slow  # the slow set: CI's second phase (README)
+
 
 def run_and_wait(page, demo, methods, tokens) -> list[int]:
     from playwright.sync_api import expect

@@ -284,6 +284,7 @@ def test_a_long_prompt_shows_its_size_and_reading_time_and_the_status_follows_th
     restore_sample(page)
 
 
+@pytest.mark.slow
 def test_stop_while_a_long_prompt_is_read_ends_it_before_the_rest_is_read(app, page, monkeypatch):
     from playwright.sync_api import expect
 
@@ -657,6 +658,7 @@ def test_the_method_chips_remove_buttons_name_their_method(page):
 # which would push the earlier tests' runs down the runs table)
 
 
+@pytest.mark.slow
 def test_stop_while_a_long_prompt_is_read_says_stopping_at_once(app, page, monkeypatch):
     """Third newcomer pass: Stop during a prompt chunk (seconds each) left "reading the prompt…" on screen until the
     chunk ended; the stream now says "stopping" itself within a poll (a quarter second), not at the chunk's end."""

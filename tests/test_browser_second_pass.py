@@ -20,7 +20,7 @@ from browser_util import (
 
 from core.trace import NodeTrace, StepTrace
 
-pytestmark = pytest.mark.real_model
+pytestmark = [pytest.mark.real_model, pytest.mark.slow]  # the slow set: CI's second phase (README)
 MODEL = "smollm2-135m"
 
 

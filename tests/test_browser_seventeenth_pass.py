@@ -10,7 +10,7 @@ from browser_util import open_run, synthetic_run
 
 from core.trace import StepTrace
 
-pytestmark = pytest.mark.real_model
+pytestmark = [pytest.mark.real_model, pytest.mark.slow]  # the slow set: CI's second phase (README)
 
 
 def _steps(first: int, n: int) -> list[StepTrace]:

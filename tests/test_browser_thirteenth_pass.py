@@ -16,7 +16,7 @@ from browser_util import (
     watch_button,
 )
 
-pytestmark = pytest.mark.real_model
+pytestmark = [pytest.mark.real_model, pytest.mark.slow]  # the slow set: CI's second phase (README)
 DONE = 900_000  # ms a comparison may take on a loaded 2-core machine
 RUN = "#compare-run"
 

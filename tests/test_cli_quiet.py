@@ -26,6 +26,7 @@ def _generate(*extra: str) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.real_model
+@pytest.mark.slow
 def test_generate_prints_no_weight_loading_bar_unless_verbose(smollm2):
     quiet = _generate()
     assert quiet.returncode == 0, quiet.stderr[-2000:]

@@ -559,6 +559,7 @@ forced_calibrate(target, draft, _docs(24), mem, seq_len=32, save_every=3, log={l
 """
 
 
+@pytest.mark.slow
 def test_a_job_killed_with_sigkill_mid_slice_resumes_to_the_counts_of_an_uninterrupted_run(tmp_path):
     import signal
     import subprocess

@@ -182,6 +182,7 @@ def test_default_preset_chat_template_and_vocabulary(smollm2):
 
 
 @pytest.mark.real_model
+@pytest.mark.slow
 def test_cli_refuses_empty_prompt_and_bad_parameters():
     def cli(*args):
         return subprocess.run(

@@ -96,6 +96,7 @@ def test_a_budget_too_small_for_smollm2_fails_before_loading(smollm2):
 
 
 @pytest.mark.real_model
+@pytest.mark.slow
 def test_smollm2_split_across_cpu_and_disk_gives_the_plain_loads_tokens(smollm2, tmp_path):
     """The first layers on the CPU, the rest offloaded to disk: strict methods give the plain load's tokens."""
     split = load_model(

@@ -399,6 +399,7 @@ def test_17_a_table_less_sqlite_file_marked_by_another_application_is_refused_by
 # ---- 18. importing many runs -------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_18_csv_import_of_33000_runs_works_in_chunks(tmp_path, one_run):
     """SQLite takes at most 32,766 variables per statement: the old import asked for every id in one IN list."""
     db, rid = one_run

@@ -45,6 +45,7 @@ def judged_afresh(model, prompts, runs, runs_checked: int = 4, steps_per_run: in
     return pairs
 
 
+@pytest.mark.slow
 def test_aasd_accepts_non_argmax_tokens_only_by_its_rule(smollm2, prompts):
     # A fixed tree budget: with max_nodes=auto the trees follow this machine's measured t(n), and on a busy
     # machine they can shrink until no relaxed node is offered; the rule is what this test checks.

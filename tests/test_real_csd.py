@@ -80,6 +80,7 @@ def test_greedy_sd_equals_greedy_on_the_qwen_pair(qwen_pair):
     assert accepted / drafted > 0.5  # the 0.5B draft agrees with the 1.5B target most of the time
 
 
+@pytest.mark.slow
 def test_single_model_csd_rescues_only_when_both_conditions_hold(smollm2):
     rows = spec_bench_rows(("summarization",), 2)
     lam, tau = 1, 0.05

@@ -101,6 +101,7 @@ def test_strict_methods_equal_greedy(smollm2, method, size):
     check_against_greedy(smollm2, suite, refs, method)
 
 
+@pytest.mark.slow
 def test_greedy_engine_equals_transformers(smollm2, suite, greedy_refs):
     picks = list(range(len(suite)))
     for i in picks:
@@ -111,6 +112,7 @@ def test_greedy_engine_equals_transformers(smollm2, suite, greedy_refs):
             assert ok, why
 
 
+@pytest.mark.slow
 def test_adversarial_trees_equal_greedy_on_the_real_model(smollm2, suite, greedy_refs):
     from test_engine import AdversarialDrafter
 

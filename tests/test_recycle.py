@@ -241,6 +241,7 @@ def check_recycle_equals_greedy(smollm2, rows, max_new: int) -> int:
 
 
 @pytest.mark.real_model
+@pytest.mark.slow
 def test_recycle_equals_greedy_on_smollm2(smollm2):
     rows = spec_bench_rows(REAL_CATEGORIES, 1)
     assert check_recycle_equals_greedy(smollm2, rows, 32) >= len(rows) - 1

@@ -251,7 +251,7 @@ def two_step_world(vocab: int, seed: int):
     return zp1, zq1, zp2, zq2
 
 
-@pytest.mark.parametrize("temperature,top_k", [(1.0, 0), (0.7, 4)])
+@pytest.mark.parametrize("temperature,top_k", [(1.0, 0), pytest.param(0.7, 4, marks=pytest.mark.slow)])
 def test_rejection_sampling_keeps_the_target_distribution(temperature, top_k):
     vocab, trials = 6, 15000
     zp1, zq1, zp2, zq2 = two_step_world(vocab, seed=11)

@@ -321,7 +321,7 @@ def test_a_cost_curve_that_makes_trees_expensive_gives_greedy_steps(tiny, monkey
 
 
 @pytest.mark.real_model
-@pytest.mark.parametrize("method", ["aasd-strict", "recycle"])
+@pytest.mark.parametrize("method", ["aasd-strict", pytest.param("recycle", marks=pytest.mark.slow)])
 def test_auto_sized_trees_on_smollm2_stay_greedy_in_float32_at_every_size(smollm2, monkeypatch, method):
     """Strict methods with max_nodes=auto, token for token greedy's in float32, whatever the sizer keeps: a cost
     that is flat after a short context and steep after a long one, and a prior that promises much, so trees of

@@ -267,6 +267,7 @@ def test_suffix_equals_greedy_on_smollm2_first_sight_and_repeat(smollm2, greedy_
 
 
 @pytest.mark.real_model
+@pytest.mark.slow
 def test_strict_aasd_with_the_corpus_fallback_equals_greedy_on_smollm2(smollm2, greedy_24):
     """aasd-strict[fallback=suffix] at the default margin and at the first approach's (1): greedy's output token for
     token in float32, first sight and repeat, with history drafts accepted on the repeat."""

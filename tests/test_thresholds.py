@@ -338,6 +338,7 @@ def test_the_command_fits_on_held_out_items_and_saves(tiny, home, id_prompts, tm
 
 
 @pytest.mark.real_model
+@pytest.mark.slow
 def test_a_fit_across_families_on_smollm2_runs_and_aasd_auto_uses_it(smollm2, home, spec_bench):
     from workbench.evaluation.families import load_families
 

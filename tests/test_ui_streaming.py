@@ -4,7 +4,8 @@ decoding shares)."""
 
 from __future__ import annotations
 
-from workbench.ui.compare_tab import ColumnsView, message_view
+from core.errors import InvalidInputError
+from workbench.ui.compare_tab import ColumnsView, StatusOnly, refusal
 from workbench.ui.figures.common import empty_figure
 
 
@@ -36,6 +37,13 @@ def test_the_chart_and_table_go_to_the_page_only_when_they_change():
     assert figure is view.figure and table is view.table
 
 
-def test_a_message_view_still_clears_the_chart():
-    figure, table = _chart_and_table(message_view("loading…").values())
-    assert not _unchanged(figure) and not _unchanged(table)
+def test_a_status_before_anything_runs_leaves_the_last_comparison_on_screen():
+    """Eighteenth newcomer pass: a Run refused for a mistyped model wiped the last comparison's columns, chart and
+    table, with nothing to bring them back. "loading…" and a refusal now send the status alone (the comparison's
+    first view, above, is what clears the columns), and a refusal says whose results stay below it."""
+    values = StatusOnly("loading…").values()
+    assert len(values) == len(ColumnsView("").values())
+    assert values[0] == "loading…" and all(_unchanged(v) for v in values[1:])
+    note = refusal(InvalidInputError("no such model"), [7, 8, 9]).status
+    assert "no such model" in note and "still the last comparison's (runs #7, #8, #9)" in note
+    assert "Nothing ran" not in refusal(InvalidInputError("no such model"), None).status  # no comparison yet

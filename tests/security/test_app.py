@@ -480,6 +480,7 @@ def test_generate_takes_variant_syntax_and_checks_it_before_loading(tmp_path):
 
 
 @real_model
+@pytest.mark.slow
 def test_generate_runs_a_variant(smollm2):
     p = cli(
         "generate",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import signal
+import threading
 from typing import Any
 
 import gradio as gr
@@ -177,10 +179,19 @@ PAGE_JS = """
 FOOTER_LINKS = ["api", "gradio", "settings"]
 
 
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt  # Gradio's blocking loop closes the server on it; the interpreter then runs atexit
+
+
 # Gradio 6's status tracker announces a finished event to screen readers (an sr-only aria-live region) as
 # i18n("common.complete"), a key its own English table lacks, so the key itself was read out; the app supplies it.
 SCREEN_READER_TEXTS = gr.I18n(en={"common.complete": "done"})
 
 
 def launch(demo: gr.Blocks, **kwargs: Any):
+    """Serve the app. A server that blocks in the main thread ends on SIGTERM (`kill`, systemd, `docker stop`) as on
+    Ctrl-C, so the exit hooks save what it learned: an online CSD memory, the suffix corpus. Python's default for
+    SIGTERM skips them, and the eighteenth newcomer pass lost an online memory that way."""
+    if not kwargs.get("prevent_thread_lock") and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _interrupt)
     return demo.launch(css=CSS, js=PAGE_JS, footer_links=FOOTER_LINKS, i18n=SCREEN_READER_TEXTS, **kwargs)

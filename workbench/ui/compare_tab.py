@@ -364,17 +364,22 @@ def prompt_note(
     max_context: int,
     counted: str = "prompt",
     idle: float | None = None,
+    compressed: tuple[int, float] | None = None,
 ) -> str:
     """The line under the prompt: its length in tokens and how long reading it will take, before Run. `counted` says
     what the tokens are when it is not the prompt's text (an emptied prompt: the context and the chat template).
     `idle` (PrefillClock.idle_estimate): the time with the core to itself; when the estimate is well above it (recent
-    reads shared the core with other work: a page being drawn) the line gives the range, which holds either way."""
+    reads shared the core with other work: a page being drawn) the line gives the range, which holds either way.
+    `compressed` (tokens, rate): what the model reads once the context is compressed (Parameters' compress), which
+    the estimate is for (the eighteenth pass saw the uncompressed prompt's time beside compress 0.3)."""
     if n_tokens >= max_context:
         return (
             f"**⚠ the prompt is {n_tokens:,} tokens; the model reads at most {max_context:,}**: shorten the context "
             "(or compress it, under Parameters)"
         )
     text = f"{counted}: **{n_tokens:,} tokens**"
+    if compressed is not None:
+        text += f", ≈ **{compressed[0]:,}** read once the context is compressed to {compressed[1]:g}"
     if estimate is None:
         return text + " · the time to read it is estimated after the first run on this server"
     seconds, source = estimate
@@ -388,6 +393,12 @@ def prompt_note(
     if seconds * max(methods, 1) > 60:
         text += f" · **⚠ long: ≈ {_duration(seconds * max(methods, 1))} before the last method starts writing**"
     return text
+
+
+def compressed_length(prompt_tokens: int, context_tokens: int, rate: float) -> int:
+    """The prompt's length once its context is compressed to `rate` of its tokens (the prompt and the chat template
+    stay whole): what the model reads, and what the prefill estimate is for."""
+    return max(1, prompt_tokens - round(context_tokens * (1 - rate)))
 
 
 def precision_note(dtype: str) -> str:
@@ -569,7 +580,7 @@ def memory_note(params: Mapping[str, Any], shipped_total: int, shipped_sha: str,
         return " · memory: the shipped table as shipped (nothing added yet)"
     added = int(params.get("memory_observations") or 0) - shipped_total
     grown = (
-        f"**{added:,} observations added since the shipped table**"
+        f"**{added:,} observation{'' if added == 1 else 's'} added since the shipped table**"
         if added > 0
         else f"**not the shipped table** ({int(params.get('memory_observations') or 0):,} observations)"
     )
@@ -868,7 +879,11 @@ def build_form(tasks: Mapping[str, Task], allow_local: bool = True) -> CompareFo
     with gr.Row():
         context = gr.Textbox(
             first.context or "",
-            label="Context (the draft pool; optional)",
+            label="Context (optional; placed before the prompt)",
+            # the drafters copy from the whole prompt as the model reads it, chat template and system line included
+            # (the eighteenth pass found "context" nodes such as <|im_start|> under a label saying this box was the pool)
+            info="draft nodes marked 'context' copy spans of the whole prompt the model reads: this text, the prompt, "
+            "and the chat template's own tokens",
             lines=4,
             max_lines=12,
             scale=3,
@@ -1001,10 +1016,28 @@ class ColumnsView:
         return [self.status, list(self.run_ids), *self.heads, *metrics, *self.texts, figure, table, self.note]
 
 
-def message_view(msg: str, heads_too: bool = False) -> ColumnsView:
-    """The status line alone: the last comparison's columns are cleared, so a message (an error, or "loading…")
-    never stands above results it does not belong to."""
-    return ColumnsView(msg, heads=[""] * SLOTS if heads_too else [gr.update()] * SLOTS)
+@dataclass
+class StatusOnly:
+    """A status line over the last comparison's columns, left as they are: "loading…" before this comparison's first
+    method starts (its first view clears them), or a refusal, after which nothing ran (the eighteenth newcomer pass
+    lost a comparison's columns, chart and table to a mistyped model name)."""
+
+    status: str
+
+    def values(self) -> list:
+        return [self.status, *[gr.skip()] * (3 * SLOTS + 4)]  # ColumnsView.values' outputs after the status
+
+
+def refusal(e: WorkbenchError, last_runs) -> StatusOnly:
+    """A Run refused before anything ran: the reason, and whose results the columns below still are."""
+    ids = [int(i) for i in (last_runs or [])]
+    kept = (
+        # on the error's line: an API client reads a refusal as one line
+        f" · Nothing ran: the results below are still the last comparison's (runs {', '.join(f'#{i}' for i in ids)})"
+        if ids
+        else ""
+    )
+    return StatusOnly(error_md(e) + kept)
 
 
 def _text(value, what: str) -> str:
@@ -1155,17 +1188,17 @@ class Comparison:
             service.check_model_access(spec, self.pool.allow_local)
         check_model_source(r.model, r.draft, allow_local=self.pool.allow_local)
 
-    def prepare(self) -> Iterator[ColumnsView]:
+    def prepare(self) -> Iterator[StatusOnly]:
         """Check, load, build the prompt and compress it; yields "loading…" views on the way."""
         r = self.req
         self.check()
         loaded = self.pool.loaded(r.model) if (r.draft or "").strip() else None  # with a draft: which one loads
-        yield message_view(loading_words(r.model, r.draft, loaded))
+        yield StatusOnly(loading_words(r.model, r.draft, loaded))
         self.models = self.pool.load(r.model, r.draft)
         self.text, self.ids = service.build_prompt(self.models.target.tokenizer, r.prompt, r.context, bool(r.chat))
         self.compression, self.full_ids = None, None
         if r.compress_rate is not None and r.compress_rate != 1:  # compressed once, before any run starts or is stored
-            yield message_view(f"compressing the context to {r.compress_rate:g} of its tokens…")
+            yield StatusOnly(f"compressing the context to {r.compress_rate:g} of its tokens…")
             with self.pool.slot(r.model):
                 self.text, self.ids, self.compression, self.full_ids = service.compress_context(
                     self.models.target, r.prompt, r.context, r.compress_rate, r.compressor, bool(r.chat)
@@ -1524,7 +1557,7 @@ class CompareHandlers:
         taken = params_taken(method_list)
         return [gr.update(interactive=n in taken, info=field_info(n, method_list)) for n in PARAM_FIELDS]
 
-    def prompt_info(self, model_name, prompt_text, context_text, use_chat, method_list):
+    def prompt_info(self, model_name, prompt_text, context_text, use_chat, method_list, compress_rate=None):
         """The prompt's length in tokens and the estimated time to read it, before Run (a model this pool has not
         loaded yet is loaded when it is a fetched preset; otherwise the line waits for the first Run)."""
         name = (model_name or "").strip()
@@ -1538,15 +1571,21 @@ class CompareHandlers:
         except WorkbenchError as e:
             return error_md(e)
         target = models.target
+        compressed = None
+        if isinstance(compress_rate, (int, float)) and 0 < compress_rate < 1 and (context_text or "").strip():
+            context_tokens = len(target.tokenizer((context_text or "").strip()).input_ids)
+            compressed = (compressed_length(len(ids), context_tokens, compress_rate), float(compress_rate))
+        read = compressed[0] if compressed else len(ids)
         # an emptied prompt (the status line says so): the count is of what is left, not of "the prompt"
         counted = "prompt" if (prompt_text or "").strip() else "context and chat template" if use_chat else "context"
         note = prompt_note(
             len(ids),
-            self.pool.prefill_clock.estimate(target, len(ids)),
+            self.pool.prefill_clock.estimate(target, read),
             len(method_list or []),
             target.max_context,
             counted,
-            idle=self.pool.prefill_clock.idle_estimate(target, len(ids)),
+            idle=self.pool.prefill_clock.idle_estimate(target, read),
+            compressed=compressed,
         )
         precision = precision_note(str(target.dtype).replace("torch.", ""))
         return note + (f"\n\n{precision}" if precision else "")
@@ -1583,6 +1622,7 @@ class CompareHandlers:
         compressor,
         repeats,
         upload_error="",
+        last_runs=None,
     ):
         # The signature is the API's list of named parameters; the parameter fields among them are read by name, in
         # PARAM_FIELDS (the one list of them: CompareForm.inputs' order, checked against this signature by a test).
@@ -1622,7 +1662,7 @@ class CompareHandlers:
                 for view in comparison.prepare():
                     yield view.values()
             except WorkbenchError as e:
-                yield message_view(error_md(e), heads_too=True).values()
+                yield refusal(e, last_runs).values()
                 return
             for view in comparison:
                 yield view.values()
@@ -1691,13 +1731,13 @@ def compare_tab(store: Store, pool: service.ModelPool, compare_ids: gr.State, wh
     form.methods.change(h.active_fields, [form.methods], [form.controls[n] for n in PARAM_FIELDS], api_name=False)
     info = dict(
         fn=h.prompt_info,
-        inputs=[form.model, form.prompt, form.context, form.chat, form.methods],
+        inputs=[form.model, form.prompt, form.context, form.chat, form.methods, form.compress_rate],
         outputs=[form.prompt_info],
         api_name=False,
         trigger_mode="always_last",
         show_progress="hidden",
     )
-    for component in (form.model, form.prompt, form.context, form.chat, form.methods):
+    for component in (form.model, form.prompt, form.context, form.chat, form.methods, form.compress_rate):
         component.change(**info)
     # show_progress="hidden": the status line says how far the comparison is; Gradio's own overlay puts a live timer
     # and a pulsing mask on every output, redrawn for as long as the comparison runs, on the CPU the decoding shares
@@ -1708,7 +1748,7 @@ def compare_tab(store: Store, pool: service.ModelPool, compare_ids: gr.State, wh
     # it answers at once even while other sessions' comparisons hold the queue.
     form.run.click(running_button, None, [form.run], api_name=False, queue=False).then(
         h.compare,
-        form.inputs,
+        [*form.inputs, compare_ids],  # the last comparison's runs: a refusal says the columns are still theirs
         form.outputs(compare_ids),
         api_name="compare",
         concurrency_id="generate",

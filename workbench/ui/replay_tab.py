@@ -615,7 +615,10 @@ def replay_tab(
 
     picker.refresh.click(listed, [picker.filt], [picker.runs], api_name="list_runs")
     picker.filt.submit(listed, [picker.filt], [picker.runs], api_name=False)
-    picker.share.click(h.share, [picker.run_id], [picker.shared_md], api_name="share_run")
+    # the runs table then shows the new tag (the eighteenth pass saw the sharer's own table still without it)
+    picker.share.click(h.share, [picker.run_id], [picker.shared_md], api_name="share_run").then(
+        listed, [picker.filt], [picker.runs], api_name=False, show_progress="hidden"
+    )
     for opening in (picker.load.click, picker.run_id.submit, picker.runs.select):  # "is shared" was the last run's
         opening(lambda: "", None, [picker.shared_md], api_name=False, show_progress="hidden", queue=False)
     picker.runs.select(

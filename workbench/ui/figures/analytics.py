@@ -243,6 +243,7 @@ def sweep_figure(runs: Sequence[Any], param: str) -> go.Figure:
         return empty_figure()
     pooled: dict[str, dict[float, list[int]]] = {}  # method -> value -> [tokens, steps, runs]
     takers: Counter[tuple[str, bool]] = Counter()  # the counted runs: as asked for, whether a fit set the value
+    example: str | None = None
     for r in collected:
         reads = r.trace is not None and reads_param(r.trace.method, param)
         value = r.trace.params.get(param) if reads else None
@@ -251,6 +252,7 @@ def sweep_figure(runs: Sequence[Any], param: str) -> go.Figure:
             continue
         asked = asked_as(r.trace.method, r.trace.params)
         takers[asked, was_fitted(r.trace, param)] += 1
+        example = example or r.trace.method  # a method that takes the parameter, for the hint below
         acc = pooled.setdefault(asked, {}).setdefault(float(value), [0, 0, 0])
         acc[0] += sum(lengths)
         acc[1] += len(lengths)
@@ -261,7 +263,7 @@ def sweep_figure(runs: Sequence[Any], param: str) -> go.Figure:
     if len(values) < 2:  # one point on an axis Plotly would stretch around it: say what a sweep needs instead
         return empty_figure(
             f"MAL against {param}: {one_value(param, values[0], takers, len(collected))}.<br>Choose runs made at two "
-            f"or more values<br>(e.g. method variants such as aasd[{param}=…] in one comparison)."
+            f"or more values<br>(e.g. method variants such as {example}[{param}=…] in one comparison)."
         )
     fig = go.Figure()
     for method, by_value in pooled.items():
