@@ -92,4 +92,4 @@ def test_the_context_box_says_the_drafters_copy_from_the_whole_prompt():
 
     source = Path(compare_tab.__file__).read_text()
     assert "the draft pool; optional" not in source
-    assert "copy spans of the whole prompt the model reads" in source and "chat template" in source
+    assert "drafts copy from the whole prompt, chat template included" in source

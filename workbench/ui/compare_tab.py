@@ -879,11 +879,10 @@ def build_form(tasks: Mapping[str, Task], allow_local: bool = True) -> CompareFo
     with gr.Row():
         context = gr.Textbox(
             first.context or "",
-            label="Context (optional; placed before the prompt)",
             # the drafters copy from the whole prompt as the model reads it, chat template and system line included
-            # (the eighteenth pass found "context" nodes such as <|im_start|> under a label saying this box was the pool)
-            info="draft nodes marked 'context' copy spans of the whole prompt the model reads: this text, the prompt, "
-            "and the chat template's own tokens",
+            # (the eighteenth pass found "context" nodes such as <|im_start|> under a label saying this box was the
+            # pool); a label, not an info line: the Run button must stay on the first screen
+            label="Context (optional; drafts copy from the whole prompt, chat template included)",
             lines=4,
             max_lines=12,
             scale=3,
