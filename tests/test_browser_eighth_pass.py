@@ -40,10 +40,18 @@ def test_a_bad_run_id_takes_the_previous_run_off_the_page(app, page):
     expect(page.locator("#replay-tree svg").first).to_be_visible(timeout=30_000)
     expect(page.locator("#replay-body")).to_be_visible()
     field = page.locator("#replay-run-id input")
-    field.fill("99999999")
-    expect(field).to_have_value("99999999")
-    page.get_by_role("button", name="Load run").click()
-    expect(page.locator("#replay-info")).to_contain_text("99999999", timeout=30_000)  # the error, in view
+    # as open_run does: under load (a CI run beside a browser session on one core) a Load click once answered with
+    # the run shown before (#1) though the field held the bad id; the test is about what the error does to the page
+    for attempt in range(3):
+        field.fill("99999999")
+        expect(field).to_have_value("99999999")
+        page.get_by_role("button", name="Load run").click()
+        try:
+            expect(page.locator("#replay-info")).to_contain_text("99999999", timeout=20_000)  # the error, in view
+            break
+        except AssertionError:
+            if attempt == 2:
+                raise
     expect(page.locator("#replay-tree")).to_contain_text("no run is shown", timeout=30_000)
     expect(page.locator("#replay-tree svg")).to_have_count(0)
     expect(page.locator("#replay-nodes tbody tr")).to_have_count(0)

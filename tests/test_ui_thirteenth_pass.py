@@ -31,9 +31,12 @@ def test_run_is_greyed_out_before_the_comparison_and_back_after_it_however_it_en
     _, idle = named(demo, "idle_button")
     assert compare.api_name == "compare" and compare.trigger_after == busy_id
     assert idle.trigger_after == compare_id and not idle.trigger_only_on_success
-    assert [o.elem_id for o in busy.outputs] == [o.elem_id for o in idle.outputs] == ["compare-run"]
+    assert [o.elem_id for o in busy.outputs] == ["compare-run", "compare-status"]
+    assert [o.elem_id for o in idle.outputs] == ["compare-run"]
     assert not busy.queue  # answered at once, even while other sessions' comparisons hold the queue
-    assert running_button() == {"__type__": "update", "value": RUNNING_LABEL, "interactive": False}
+    button, status = running_button()
+    assert button == {"__type__": "update", "value": RUNNING_LABEL, "interactive": False}
+    assert status == "starting your comparison…"  # not the last comparison's "done" (nineteenth pass)
     assert idle_button() == {"__type__": "update", "value": RUN_LABEL, "interactive": True}
 
 

@@ -299,6 +299,8 @@ def field_label(name: str) -> str:
     label = param_label(name)
     if name in OWN_DEFAULT_FIELDS:
         label = label.replace(f"default {PARAMS[name].default}", f"{OWN_DEFAULT} = each method's own default")
+        # the field's range includes that 0 (the nineteenth pass read "0 = …, range [1, 1000000]" as a contradiction)
+        label = label.replace(f"range [{PARAMS[name].low},", f"range {OWN_DEFAULT} or [{PARAMS[name].low},")
     return label
 
 
@@ -1032,7 +1034,7 @@ def refusal(e: WorkbenchError, last_runs) -> StatusOnly:
     ids = [int(i) for i in (last_runs or [])]
     kept = (
         # on the error's line: an API client reads a refusal as one line
-        f" · Nothing ran: the results below are still the last comparison's (runs {', '.join(f'#{i}' for i in ids)})"
+        f" · Nothing ran: whatever the columns below show is still from runs {', '.join(f'#{i}' for i in ids)}"
         if ids
         else ""
     )
@@ -1678,9 +1680,13 @@ class CompareHandlers:
             )
 
 
+STARTING = "starting your comparison…"
+
+
 def running_button():
-    """Run while its comparison runs: not clickable, and says why."""
-    return gr.update(value=RUNNING_LABEL, interactive=False)
+    """Run while its comparison runs: not clickable, and says why; the status line says a comparison is starting
+    (the last one's "done: runs … stored" stood beside the new columns for ~0.7 s, nineteenth pass)."""
+    return gr.update(value=RUNNING_LABEL, interactive=False), STARTING
 
 
 def idle_button():
@@ -1745,7 +1751,7 @@ def compare_tab(store: Store, pool: service.ModelPool, compare_ids: gr.State, wh
     # word (an event runs once at a time) and the results stood under settings changed since. `.then` runs whether the
     # comparison ended done, stopped, refused or failed, so Run always comes back; the first step is not queued, so
     # it answers at once even while other sessions' comparisons hold the queue.
-    form.run.click(running_button, None, [form.run], api_name=False, queue=False).then(
+    form.run.click(running_button, None, [form.run, form.status], api_name=False, queue=False).then(
         h.compare,
         [*form.inputs, compare_ids],  # the last comparison's runs: a refusal says the columns are still theirs
         form.outputs(compare_ids),

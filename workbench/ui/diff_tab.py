@@ -15,7 +15,7 @@ from core.trace import RunTrace
 from workbench.store.compare import compare_traces
 from workbench.ui import tokens
 from workbench.ui.access import NOBODY
-from workbench.ui.shared import RUN_PICKER_HELP, RunCache, asked_as, error_md, parse_run_ids, run_choices
+from workbench.ui.shared import RUN_PICKER_HELP, RunCache, asked_as, counted, error_md, parse_run_ids, run_choices
 
 
 def token_texts(trace: RunTrace, origins: Sequence[tuple[str, str]], known: dict[int, str] | None = None) -> list[str]:
@@ -105,7 +105,7 @@ def diff_outputs(a_id: int, a: RunTrace, a_origins, b_id: int, b: RunTrace, b_or
             f"**first divergence at token {j}** ({j} equal tokens before it; outlined below): "
             f"{parting_words(j, la, lb, a, b, ta, tb, (c['step_a'], c['step_b']))}"
             f"{alignment_words(tokens.first_cell(spans), la, lb, a, b, ta, tb)} · "
-            f"aligned: {counts['replaced']} tokens replaced, {counts['deleted']} only in {la}, "
+            f"aligned: {counted(counts['replaced'], 'token')} replaced, {counts['deleted']} only in {la}, "
             f"{counts['inserted']} only in {lb}"
         )
     if a.prompt_ids != b.prompt_ids:

@@ -28,7 +28,16 @@ from core.trace import RunTrace
 from workbench.methods import get_method
 from workbench.ui.access import NOBODY
 from workbench.ui.corpus_view import corpus_models, corpus_view
-from workbench.ui.shared import RUN_CHOICES, RUN_PICKER_HELP, RunCache, decoder_for, error_md, parse_run_ids
+from workbench.ui.shared import (
+    RUN_CHOICES,
+    RUN_PICKER_HELP,
+    RunCache,
+    counted,
+    decoder_for,
+    error_md,
+    parse_run_ids,
+    picker_order,
+)
 
 ENTRY_COLUMNS = [
     "draft token",
@@ -194,7 +203,7 @@ def summary_md(
             f"- **model pair** {trace.model} + {trace.draft_model or 'context drafts (no draft model)'}",
             f"- **mode** of run {runs}: {mode}",
             f"- **at the start of run {run_labels[0]}**: {start}",
-            f"- **rescued in run {runs}**: {sum(rescued.values())} tokens by {len(rescued)} pairs (λ = {p.get('lam')}: "
+            f"- **rescued in run {runs}**: {counted(sum(rescued.values()), 'token')} by {counted(len(rescued), 'pair')} (λ = {p.get('lam')}: "
             "a pair rescues a rejected draft token once its count reaches λ and the logit gate passes)",
             keys_md(kinds),
         ]
@@ -256,7 +265,7 @@ def _reads_memory_method(name: str) -> bool:
 def csd_choices(store, viewer) -> list[tuple[str, int]]:
     """(label, id) of the latest runs `viewer` may see whose method reads a correction memory."""
     runs = store.list_runs(limit=RUN_CHOICES, any_tag=viewer.visible_tags if viewer is not None else None)
-    return [(f"#{r.id} {r.method} · {r.model}", r.id) for r in runs if _reads_memory_method(r.method)]
+    return picker_order([(f"#{r.id} {r.method} · {r.model}", r.id) for r in runs if _reads_memory_method(r.method)])
 
 
 def memory_tab(store, cache: RunCache, compare_ids: gr.State, who) -> tuple[gr.Dropdown, gr.Dropdown]:

@@ -88,6 +88,11 @@ def param_label(name: str) -> str:
     return f"{shown}: default {spec.default}, range {bracket}{spec.low}, {spec.high}]{words}"
 
 
+def counted(n: int, word: str) -> str:
+    """ "1 token", "2 tokens": a count with its noun in the right number (passes read "1 tokens replaced")."""
+    return f"{n:,} {word}{'' if n == 1 else 's'}"
+
+
 def sig(x: float | None) -> float | None:
     """Four significant digits, for tables."""
     return None if x is None else float(f"{x:.4g}")
@@ -373,9 +378,16 @@ RUN_PICKER_HELP = (
 
 
 def run_choices(store: Store, viewer: Viewer | None = None) -> list[tuple[str, int]]:
-    """(label, id) of the latest runs `viewer` may see, for the run dropdowns."""
+    """(label, id) of the latest runs `viewer` may see, for the run dropdowns, in ascending order (picker_order)."""
     runs = store.list_runs(limit=RUN_CHOICES, any_tag=viewer.visible_tags if viewer is not None else None)
-    return [(f"#{r.id} {asked_as(r.method, r.params)} · {r.model}", r.id) for r in runs]
+    return picker_order([(f"#{r.id} {asked_as(r.method, r.params)} · {r.model}", r.id) for r in runs])
+
+
+def picker_order(choices: list[tuple[str, int]]) -> list[tuple[str, int]]:
+    """Run choices by ascending id. A dropdown filters its labels by what is typed and Enter takes the first one left:
+    newest first, "#4" then Enter picked run #42 (nineteenth newcomer pass, following RUN_PICKER_HELP); by ascending
+    id the run whose id is typed comes before every longer id it starts."""
+    return sorted(choices, key=lambda choice: choice[1])
 
 
 # ---------------------------------------------------------------- colours and models
