@@ -395,7 +395,7 @@ def test_diff_outputs_aligns_two_runs_and_names_where_they_part(replay_run):
     )
     assert "␣a" in body  # ids the other run recorded read as text
     assert "#7 aasd `'!'` (id 2) at its step 0" in summary
-    assert "aligned: 1 tokens replaced, 0 only in #3 greedy, 1 only in #7 aasd" in summary
+    assert "aligned: 1 token replaced, 0 only in #3 greedy, 1 only in #7 aasd" in summary
     assert body.count('class="pair same"') == 2 and body.count('class="pair differ first"') == 1
     assert body.count('class="pair inserted"') == 1
     assert token_texts(other, [("whole", "model")]) == ["⟨0⟩", "⟨1⟩", "⟨5⟩"]  # no per-token texts: the ids
