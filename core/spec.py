@@ -184,8 +184,13 @@ def _out_of_range(
 AUTO_THRESHOLDS = "auto"  # `aasd[auto]`: short for `aasd[fitted=1]`, the thresholds fitted to the model
 
 
-def asked_as(method: str, params) -> str:
-    """The method as the run was asked for: `aasd[auto]` for a run with fitted thresholds, else the method, so the
-    app's columns, runs list and replay header, the CLI's `store list` and runs.csv's `method_label` name a run alike
-    (here, not in core.methods, so the store can name runs without importing torch)."""
-    return f"{method}[{AUTO_THRESHOLDS}]" if (params or {}).get("fitted") else method
+def asked_as(method: str, params, changed: Mapping[str, Any] | None = None) -> str:
+    """The method as the run was asked for, in the grammar a user writes: `aasd[auto]` for a run with fitted
+    thresholds, `aasd[alpha=0.05]` for a variant (`changed`: the parameters that differ from the method's defaults,
+    with their values as text; core.methods.spec.changed_params finds them), else the bare method: what typed back
+    runs the same thing. The CLI's `store list` and runs.csv's `method_label` name a run through
+    core.methods.asked_as; the app's runs list, pickers and replay header through workbench.ui.shared.asked_as."""
+    items = ([AUTO_THRESHOLDS] if (params or {}).get("fitted") else []) + [
+        f"{k}={v}" for k, v in (changed or {}).items()
+    ]
+    return f"{method}[{','.join(items)}]" if items else method

@@ -71,6 +71,11 @@ class Verdict:
     note: str | None = None  # why a walk stopped early (an UNKNOWN node): the accepted length is a lower bound
 
 
+# A node whose own test passed but whose sibling's path was taken: stored as "rejected" (the path is one), said
+# "not taken" where a person reads it (workbench.ui.replay_view.flips_frame)
+PASSED_NOT_TAKEN = "passed, but a longer or likelier path was chosen"
+
+
 def choose_path(tree: DraftTree, passed: Sequence[bool], logp: Sequence[float], start: int = 0) -> list[int]:
     """The longest path down from `start` whose nodes all pass; ties go to the higher sum of log-probabilities."""
     score = {start: 0.0}  # nodes reachable from `start` through passing nodes
@@ -135,9 +140,7 @@ def _finish(
             reasons.append(stopped_at[i][1])
         elif tree.parents[i] in on_path:
             decisions.append("rejected")
-            reasons.append(
-                res.reason if not res.passed else f"{res.reason}; passed, but a longer or likelier path was chosen"
-            )
+            reasons.append(res.reason if not res.passed else f"{res.reason}; {PASSED_NOT_TAKEN}")
         else:
             decisions.append("unreached")
             reasons.append("an ancestor was not accepted")

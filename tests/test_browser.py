@@ -51,7 +51,9 @@ def test_compare_replay_tune_and_download(app, page, tmp_path):
     page.get_by_role("button", name="Load run").click()
     from workbench.service import DEFAULT_METHODS  # aasd[auto] where the default model has a shipped fit
 
-    expect(page.locator("#replay-info")).to_contain_text(f"run #{ids['aasd']} · {DEFAULT_METHODS[1]} · step 0 (of 0–")
+    # the max_nodes field set 16 for every method: the header names the run as asked, with it
+    asked = DEFAULT_METHODS[1][:-1] + ",max_nodes=16]" if "[" in DEFAULT_METHODS[1] else "aasd[max_nodes=16]"
+    expect(page.locator("#replay-info")).to_contain_text(f"run #{ids['aasd']} · {asked} · step 0 (of 0–")
     slider_box = page.locator("#replay-step input[type=number]")
     slider_box.fill("3")
     slider_box.press("Enter")
@@ -221,7 +223,9 @@ def test_diff_of_two_runs_and_acceptance_per_position(app, page):
     page.get_by_role("tab", name="Replay & tune").click()
     fill_number(page, "#replay-run-id", casd)
     page.get_by_role("button", name="Load run").click()
-    expect(page.locator("#replay-info")).to_contain_text(f"run #{casd} · casd · step 0 (of 0–", timeout=30_000)
+    expect(page.locator("#replay-info")).to_contain_text(
+        f"run #{casd} · casd[max_nodes=16,delta=0.001] · step 0 (of 0–", timeout=30_000
+    )
     try:
         expect(page.locator("#replay-positions .js-plotly-plot")).to_be_visible(timeout=30_000)
     except AssertionError:

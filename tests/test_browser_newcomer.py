@@ -500,7 +500,9 @@ def test_a_csd_runs_gate_chart_is_drawn_whole_with_its_labels(app, page):
     rid = shared(demo, run)
     page.get_by_role("tab", name="Replay & tune").click()
     open_run(page, rid)
-    expect(page.locator("#replay-info")).to_contain_text(f"run #{rid} · csd · step 0 (of 0–2)", timeout=30_000)
+    expect(page.locator("#replay-info")).to_contain_text(
+        f"run #{rid} · csd[tau=0.3,lam=2] · step 0 (of 0–2)", timeout=30_000
+    )
     expect(page.locator("#replay-thresholds g.gate")).to_have_count(16)
     cut = page.evaluate("""() => { const s = document.querySelector('#replay-thresholds .replay-slot');
         const b = s.getBoundingClientRect();

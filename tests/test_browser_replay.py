@@ -12,6 +12,7 @@ from core.trace import NodeTrace, RunTrace, StepTrace
 
 pytestmark = pytest.mark.real_model  # the `app` fixture loads the SmolLM2 preset's pool
 STEPS = 30
+MODULE_RUN = "csd[tau=0.3]"  # make_run as the app names it: its τ is off csd's default
 
 
 def make_step(i: int, pos: int) -> StepTrace:
@@ -130,7 +131,9 @@ def replay(app):
         # The tab opens on the newest run, which is this one: a Load on top of that opening raced it (CI: the step
         # line read "loaded run #1", the second opening's status, after the first had drawn step 0)
         page.get_by_role("tab", name="Replay & tune").click()
-        sync_api.expect(page.locator("#replay-info")).to_contain_text(f"run #{rid} · csd · step 0 (of 0–{STEPS - 1})")
+        sync_api.expect(page.locator("#replay-info")).to_contain_text(
+            f"run #{rid} · {MODULE_RUN} · step 0 (of 0–{STEPS - 1})"
+        )
         yield page, rid, demo.store.load_run(rid).trace
 
 
@@ -452,7 +455,7 @@ def test_the_text_box_is_as_tall_as_the_text_shown_so_far(app, replay):
         assert under < line, (under, line, h0)  # step 0: no blank lines under its one line
         assert under_end < line, (under_end, line, h_end)
     finally:
-        load(page, rid, "csd")
+        load(page, rid, MODULE_RUN)
 
 
 def test_the_flips_table_shows_each_reason_whole(app, replay):
@@ -496,7 +499,7 @@ def test_the_flips_table_shows_each_reason_whole(app, replay):
         fill_number(page, "#tune-beta", PARAMS["beta"].default)
         choose_rule(page, rv.OWN_RULE)
         page.set_viewport_size({"width": 1500, "height": 1100})
-        load(page, rid, "csd")
+        load(page, rid, MODULE_RUN)
 
 
 def long_chain_run() -> RunTrace:
@@ -551,7 +554,7 @@ def test_labels_on_a_long_chain_do_not_run_into_each_other(app, replay):
                     assert not overlap(a["text"], b["mark"]), (i, j, a, b)
         shot(page, "replay-long-chain-tree", "#replay-tree")
     finally:
-        load(page, rid, "csd")
+        load(page, rid, MODULE_RUN)
 
 
 def wide_gated_run() -> RunTrace:
@@ -620,3 +623,43 @@ def test_the_runs_table_writes_mal_with_two_decimals(app, replay):
     expect(page.locator("#replay-runs")).to_contain_text("1.00")
     rows = {r[0]: r for r in table_rows(page, "#replay-runs")}
     assert rows[str(rid)][4:6] == ["20", "1.00"], rows[str(rid)]
+
+
+def test_figures_are_not_cut_after_the_window_narrows_on_another_tab(replay):
+    """Nineteenth newcomer pass, minor: the window was made narrower while Compare was shown; back on Replay, the run
+    figures (Plotly) kept the width they were drawn at and were cut at the right. Plotly follows a window resize only
+    while its figure is shown, so opening a tab now tells the page to lay its figures out again (builder.PAGE_JS).
+    The step figures' boxes follow their figures' height at the new width (no band left blank under a figure drawn
+    smaller). Mutations caught: PAGE_JS without the resize on a tab's opening; replay_js without its refit."""
+    page, _, _ = replay
+    slide(page, 10)
+
+    def cut() -> list:
+        return page.evaluate("""() => {
+          const out = [];
+          for (const id of ['replay-tree', 'replay-thresholds']) {
+            const slot = document.querySelector(`#${id} .replay-slot`), svg = slot.querySelector('svg');
+            const s = slot.getBoundingClientRect(), f = svg.getBoundingClientRect();
+            // cut, or a blank band under it: the box follows the figure's height at the new width (replay_js)
+            if (f.bottom > s.bottom + 1 || f.right > s.right + 1 || s.height - f.height > 12) {
+              out.push([id, f.right - s.right, f.bottom - s.bottom, s.height - f.height]);
+            }
+          }
+          for (const plot of document.querySelectorAll('#replay-run-figures .js-plotly-plot')) {
+            const box = plot.closest('.block').getBoundingClientRect(), svg = plot.querySelector('svg.main-svg');
+            const p = svg.getBoundingClientRect();
+            if (p.right > box.right + 1 || p.bottom > box.bottom + 1) out.push([plot.closest('[id]').id, p.right - box.right]);
+          }
+          return out;
+        }""")
+
+    try:
+        for width in (1024, 800, 1500):
+            page.get_by_role("tab", name="Compare").click()
+            page.set_viewport_size({"width": width, "height": 1100})
+            page.get_by_role("tab", name="Replay & tune").click()
+            page.locator("#replay-tree svg.replay-fig").wait_for()
+            page.wait_for_timeout(800)  # Plotly's own resize is debounced
+            assert cut() == [], (width, cut())
+    finally:
+        page.set_viewport_size({"width": 1500, "height": 1100})

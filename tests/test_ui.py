@@ -266,6 +266,9 @@ def chain_step(index: int, tokens: list[str], accepted: int) -> StepTrace:
     )
 
 
+REPLAY_RUN = "aasd[max_nodes=16,alpha=0.3,beta=0.05]"  # replay_run as asked: its parameters off aasd's defaults
+
+
 @pytest.fixture
 def replay_run() -> RunTrace:
     steps = [chain_step(0, [" a", " b", " x", "!"], accepted=2), chain_step(1, [" c", " y", "?"], accepted=0)]
@@ -287,7 +290,7 @@ def replay_run() -> RunTrace:
 def test_replay_step_outputs_show_the_text_so_far_and_the_step(replay_run):
     origins = [(" a", "context"), (" b", "context"), ("!", "model"), ("?", "model")]
     info, text, tree, thresholds, nodes = rv.step_outputs(7, replay_run, origins, step_ends(replay_run), 0)
-    assert info.startswith("run #7 · aasd · step 0 (of 0–1) · tree 3 nodes · accepted 2 + bonus")
+    assert info.startswith(f"run #7 · {REPLAY_RUN} · step 0 (of 0–1) · tree 3 nodes · accepted 2 + bonus")
     assert re.findall(r'title="(\w+)">([^<]*)</span>', text) == [("context", " a"), ("context", " b"), ("model", "!")]
     assert tree is not None and thresholds is not None
     assert list(nodes.columns) == list(rv.NODE_COLUMNS) and len(nodes) == 5
@@ -394,14 +397,14 @@ def test_diff_outputs_aligns_two_runs_and_names_where_they_part(replay_run):
         "**first divergence at token 2** (2 equal tokens before it; outlined below): #3 greedy `'⟨5⟩'` (id 5)"
     )
     assert "␣a" in body  # ids the other run recorded read as text
-    assert "#7 aasd `'!'` (id 2) at its step 0" in summary
-    assert "aligned: 1 token replaced, 0 only in #3 greedy, 1 only in #7 aasd" in summary
+    assert f"#7 {REPLAY_RUN} `'!'` (id 2) at its step 0" in summary
+    assert f"aligned: 1 token replaced, 0 only in #3 greedy, 1 only in #7 {REPLAY_RUN}" in summary
     assert body.count('class="pair same"') == 2 and body.count('class="pair differ first"') == 1
     assert body.count('class="pair inserted"') == 1
     assert token_texts(other, [("whole", "model")]) == ["⟨0⟩", "⟨1⟩", "⟨5⟩"]  # no per-token texts: the ids
     assert token_texts(other, [("whole", "model")], {0: " a"}) == [" a", "⟨1⟩", "⟨5⟩"]
     same, _ = diff_outputs(7, replay_run, a_origins, 7, replay_run, a_origins)
-    assert same.startswith("**identical**: #7 aasd and #7 aasd emitted the same 4 tokens")
+    assert same.startswith(f"**identical**: #7 {REPLAY_RUN} and #7 {REPLAY_RUN} emitted the same 4 tokens")
 
 
 def test_parameter_labels_name_each_parameter_once_with_a_readable_range():
@@ -442,10 +445,13 @@ def test_runs_with_fitted_thresholds_are_named_as_asked_in_the_runs_list_and_the
     fitted_run = replace(replay_run, params={**replay_run.params, "fitted": 1})
     fitted = store.save_run(fitted_run)
     methods = dict(zip(runs_frame(store)["id"], runs_frame(store)["method"]))
-    assert methods == {paper: "aasd", fitted: "aasd[auto]"}
-    assert dict((i, label) for label, i in run_choices(store))[fitted].startswith(f"#{fitted} aasd[auto] ·")
-    assert rv.step_info(fitted, fitted_run, 0).startswith(f"run #{fitted} · aasd[auto] · step 0")
-    assert rv.step_info(paper, replay_run, 0).startswith(f"run #{paper} · aasd · step 0")
+    # the fit set α, β: only max_nodes is the user's
+    assert methods == {paper: REPLAY_RUN, fitted: "aasd[auto,max_nodes=16]"}
+    assert dict((i, label) for label, i in run_choices(store))[fitted].startswith(
+        f"#{fitted} aasd[auto,max_nodes=16] ·"
+    )
+    assert rv.step_info(fitted, fitted_run, 0).startswith(f"run #{fitted} · aasd[auto,max_nodes=16] · step 0")
+    assert rv.step_info(paper, replay_run, 0).startswith(f"run #{paper} · {REPLAY_RUN} · step 0")
 
 
 def test_a_lossless_method_that_leaves_greedy_gets_the_flip_mark():

@@ -120,4 +120,4 @@ def test_the_one_value_sweep_names_the_runs_that_take_the_parameter_and_their_fi
     assert "one chosen run takes alpha (aasd[auto], fitted alpha = 0): nothing to sweep" in text, text
     two = sweep_figure([*runs, _trace("aasd", {"alpha": 0.0, "beta": 0.3}, [2])], "alpha")
     text = two.layout.annotations[0].text
-    assert "2 of the 4 chosen runs take alpha, each at alpha = 0 (aasd[auto], fitted; aasd)" in text, text
+    assert "2 of the 4 chosen runs take alpha, each at alpha = 0 (aasd[auto], fitted; aasd[beta=0.3])" in text, text

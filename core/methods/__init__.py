@@ -31,8 +31,14 @@ from core.methods.registry import (
     register,
 )
 from core.methods.run import run_batch, run_method, warm_up
-from core.methods.spec import AUTO_THRESHOLDS, parse_method_spec, resolve_params, split_method_list
-from core.spec import asked_as
+from core.methods.spec import (
+    AUTO_THRESHOLDS,
+    asked_as,
+    changed_params,
+    parse_method_spec,
+    resolve_params,
+    split_method_list,
+)
 
 __all__ = [
     "ALIGN",
@@ -54,6 +60,7 @@ __all__ = [
     "make_verifier",
     "param_defaults",
     "asked_as",
+    "changed_params",
     "parse_method_spec",
     "recycle_table",
     "register",

@@ -7,11 +7,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from core.compress.spec import check_pool, is_pool_method
+from core.compress.spec import DEFAULT_POOL, check_pool, is_pool_method
 from core.errors import InvalidInputError
 from core.methods.registry import METHODS, get_method
-from core.params import validate
+from core.params import PARAMS, validate
 from core.spec import AUTO_THRESHOLDS, parse_spec, shown, split_specs
+from core.spec import asked_as as _spelled
 from core.thresholds import FITTED_PARAMS
 
 EXAMPLE = "NAME[param=value,...], e.g. aasd[alpha=0.2,align_graft=1]"
@@ -62,3 +63,48 @@ def resolve_params(name: str, values: Mapping[str, Any] | None = None) -> dict[s
                 f"{', '.join(given)} cannot be given beside it: drop {'it' if len(given) == 1 else 'them'} or auto"
             )
     return p
+
+
+SHARED = ("max_new_tokens", "fitted")  # a comparison's own setting, and `auto`, which asked_as writes as a flag
+
+
+def _as_written(name: str, value: Any) -> str:
+    """A stored value as a user writes it: the word a parameter takes for it (`keys=text`), 1 for 1.0."""
+    words = {v: w for w, v in (PARAMS[name].names or {}).items()} if name in PARAMS else {}
+    if value in words and not isinstance(value, bool):
+        return words[value]
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def changed_params(
+    name: str, params: Mapping[str, Any] | None, defaults: Mapping[str, Any] | None = None, leave_out: tuple = ()
+) -> dict[str, str]:
+    """The parameters of a stored run of `name` that differ from the method's defaults, as text in the order the
+    method declares them: what its variant spec held (`aasd[alpha=0.05]` -> {"alpha": "0.05"}). A fitted run's
+    thresholds came from the fit, not the user, so they are left out; so is what a run records beside its
+    parameters (a memory's sha, the cost model). `defaults` replaces some of the method's defaults: the app's plain
+    `csd` reads the shipped memory (workbench.ui.shared.asked_as). `leave_out`: parameters not named (a sweep's
+    own parameter: the runs at each of its values are one line)."""
+    method = METHODS.get(name)
+    params = params or {}
+    if method is None:
+        return {}
+    set_by_fit = FITTED_PARAMS.get(name, ()) if params.get("fitted") else ()
+    reference = {**method.params, **{k: v for k, v in (defaults or {}).items() if k in method.params}}
+    out = {
+        k: _as_written(k, params[k])
+        for k, default in reference.items()
+        if k in params and k not in (*SHARED, *set_by_fit, *leave_out) and params[k] != default
+    }
+    if params.get("pool", DEFAULT_POOL) != DEFAULT_POOL:
+        out["pool"] = str(params["pool"])
+    return out
+
+
+def asked_as(
+    name: str, params: Mapping[str, Any] | None, defaults: Mapping[str, Any] | None = None, leave_out: tuple = ()
+) -> str:
+    """A stored run's method as it was asked for: `aasd[auto]`, `aasd[alpha=0.05]`, `greedy` (core.spec.asked_as)."""
+    return _spelled(name, params, changed_params(name, params, defaults, leave_out))

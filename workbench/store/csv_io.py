@@ -21,7 +21,6 @@ from sqlalchemy.orm import Session
 
 from core.errors import InvalidInputError
 from core.files import open_text
-from core.spec import asked_as
 from core.token_text import spoken_reason
 from core.trace import DECISIONS, SOURCES, STATUSES
 from workbench.store.errors import CsvFormatError
@@ -210,6 +209,7 @@ def write_csv(
     (an existing file is replaced only with `force`; a symbolic link, FIFO or device never), each written
     beside its name and renamed when complete (core.files.replacing)."""
     from core.files import check_output, replacing
+    from core.methods import asked_as  # the registry's defaults name a variant; here, so reading CSV loads no torch
 
     paths = {name: out / f"{name}.csv" for name in CSV_TABLES}
     for path in paths.values():

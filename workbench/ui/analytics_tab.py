@@ -65,7 +65,7 @@ def figures_of(pairs, param_choice) -> tuple[go.Figure, ...]:
         af.restyled(af.accept_by_depth_figure(pairs), colors),
         af.restyled(af.accept_by_source_figure(pairs), colors),
         af.restyled(af.runs_bar_figure(pairs), colors),
-        af.restyled(sweep, method_colors([asked_as(t.method, t.params) for _, t in pairs])),
+        af.restyled(sweep, method_colors([asked_as(t.method, t.params, leave_out=(param,)) for _, t in pairs])),
     )
 
 

@@ -172,6 +172,13 @@ PAGE_JS = """
   new MutationObserver(name).observe(document.body, {childList: true, subtree: true, attributes: true,
                                                      attributeFilter: ['title']});
   name();
+  // Plotly follows a window resize only while its figure is shown: a window resized on another tab left the figures
+  // of this one at their old width, cut at the right (nineteenth newcomer pass). Opening a tab lays them out again.
+  document.addEventListener('click', (event) => {
+    if (event.target.closest && event.target.closest('[role=tab]')) {
+      requestAnimationFrame(() => requestAnimationFrame(() => window.dispatchEvent(new Event('resize'))));
+    }
+  });
 }
 """
 # Gradio's footer also links "Runs", its own history of this browser's calls, which is not the app's stored runs

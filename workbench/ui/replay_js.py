@@ -308,6 +308,16 @@ _JS = r"""
     return svg(k, W, H, body);
   };
 
+  // A window made narrower can stack the two figures, each then drawn wider and so taller than the box fitted to
+  // it (the nineteenth newcomer pass found them cut): the boxes follow the figures' drawn height on a resize.
+  if (!window.__replayRefit) {
+    window.__replayRefit = () => requestAnimationFrame(() => ['replay-tree', 'replay-thresholds'].forEach((id) => {
+      const slot = document.querySelector(`#${id} .replay-slot`), fig = slot && slot.querySelector('svg');
+      const h = fig ? fig.getBoundingClientRect().height : 0;
+      if (h && slot.style.height !== `${Math.ceil(h) + 4}px`) slot.style.height = `${Math.ceil(h) + 4}px`;
+    }));
+    window.addEventListener('resize', window.__replayRefit);
+  }
   cutText(data.ends[k]);
   put('replay-tree', drawTree());
   put('replay-thresholds', drawThresholds());

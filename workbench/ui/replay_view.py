@@ -17,6 +17,7 @@ from core.stats import clock_phrase, run_divergence, speedup
 from core.thresholds import describe_values
 from core.token_text import visible_token
 from core.trace import RunTrace, StepTrace
+from core.walk import PASSED_NOT_TAKEN
 from workbench.methods import METHODS, get_method, resolve_params
 from workbench.rescore import VERIFY_PARAMS, RunRescore, flips_table
 from workbench.ui import tokens
@@ -26,6 +27,7 @@ from workbench.ui.reasons import TokenText, known_texts, readable_reason
 from workbench.ui.shared import SYMBOL, TUNABLE, asked_as, fitted_md, metrics_md, rescue_rule, sig, step_of
 
 OWN_RULE = "(the run's own)"
+NOT_TAKEN = "not taken"  # a node that passed its test but lost to a longer or likelier path (core.walk)
 FLIPS_SHOWN = 200  # rows of the flips table: a lenient threshold flips thousands, and the browser draws each row
 NODE_COLUMNS = ("node", "parent", "depth", "token", "source", "p", "threshold", "entropy", "rank", "decision", "reason")
 FLIP_COLUMNS = (
@@ -417,6 +419,8 @@ def flips_frame(result: RunRescore | None, text_of: TokenText | None = None) -> 
                 if k == "reason"
                 else visible_token(v)
                 if k == "token"
+                else NOT_TAKEN
+                if k == "new_decision" and v == "rejected" and PASSED_NOT_TAKEN in row["reason"]
                 else v
                 for k, v in row.items()
             }

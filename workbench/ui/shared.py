@@ -19,9 +19,9 @@ from typing import Any
 import pandas as pd
 
 from core.errors import InvalidInputError, WorkbenchError
-from core.methods import asked_as
+from core.methods import asked_as as spelled_with
 from core.models import PRESETS, is_fetched, preset_path
-from core.params import PARAMS
+from core.params import PARAMS, SHIPPED_MEMORY
 from core.rules import EOS_EXEMPT, Rescue
 from core.stats import ACCEPTANCE_MEANING, TOKEN_ACCEPTANCE, run_metrics
 from core.thresholds import describe_values
@@ -34,6 +34,15 @@ from workbench.ui.access import Viewer, not_visible, shown_tags
 TUNABLE = ("delta", "alpha", "beta", "tau", "lam")  # the live-tuning sliders
 SYMBOL = {"delta": "δ", "alpha": "α", "beta": "β", "tau": "τ", "lam": "λ", "gamma": "γ"}
 RUN_COLUMNS = ["id", "method", "model", "status", "tokens", "MAL", "tok/s", "tags", "created"]
+APP_DEFAULTS = {"memory_mode": SHIPPED_MEMORY}  # the app's plain `csd` reads the shipped memory (compare_tab)
+
+
+def asked_as(method: str, params: Mapping[str, Any] | None, leave_out: tuple = ()) -> str:
+    """A run's method as the app's methods box takes it: `aasd[alpha=0.05]`, `aasd[auto]`, plain `csd` for the shipped
+    memory, so a label typed back into Compare runs the same thing (core.methods.asked_as); `leave_out` names
+    parameters not to write (a sweep's own)."""
+    return spelled_with(method, params, APP_DEFAULTS, leave_out)
+
 
 try:  # ZeroGPU on Hugging Face Spaces: request a GPU per generation; a no-op elsewhere
     import spaces

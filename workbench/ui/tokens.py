@@ -399,6 +399,8 @@ def token_diff_html(
                     f'<span class="side {who}" data-no-token="1" style="display:block;color:#999" '
                     f'title="{NO_TOKEN_MEANING}">{NO_TOKEN}</span>'
                 )
+            if t == END_TEXT:  # a marker, not token text: its spaces are not drawn as ␣ (Compare's own mark)
+                return f'<span class="side {who}" data-end="1" style="display:block;{END_STYLE}">{END_TEXT}</span>'
             return f'<span class="side {who}" style="display:block">{show_token(t, 24)}</span>'
 
         return (

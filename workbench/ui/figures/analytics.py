@@ -250,7 +250,7 @@ def sweep_figure(runs: Sequence[Any], param: str) -> go.Figure:
         lengths = _accept_lengths(r)
         if not isinstance(value, (int, float)) or isinstance(value, bool) or not lengths:
             continue
-        asked = asked_as(r.trace.method, r.trace.params)
+        asked = asked_as(r.trace.method, r.trace.params, leave_out=(param,))  # a line per method, whatever its value
         takers[asked, was_fitted(r.trace, param)] += 1
         example = example or r.trace.method  # a method that takes the parameter, for the hint below
         acc = pooled.setdefault(asked, {}).setdefault(float(value), [0, 0, 0])
