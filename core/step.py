@@ -313,9 +313,11 @@ def check_prompt(prompt_ids: Sequence[int], max_context: int) -> None:
     if not prompt_ids:
         raise InvalidInputError("the prompt is empty: give at least one token of text")
     if len(prompt_ids) >= max_context:
+        # the app's line before Run says it in the same words (workbench.ui.compare_tab.prompt_note); "truncate its
+        # middle" named something neither the app nor the CLI does (twentieth newcomer pass)
         raise InvalidInputError(
-            f"the prompt has {len(prompt_ids)} tokens but the model's context is {max_context}: "
-            "shorten the prompt or the context (or truncate its middle)"
+            f"the prompt is {len(prompt_ids):,} tokens; the model reads at most {max_context:,}: shorten the prompt "
+            "or the context, or compress the context (--compress, or compress under the app's Parameters)"
         )
 
 

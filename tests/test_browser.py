@@ -135,7 +135,9 @@ def test_a_refused_run_keeps_the_last_comparison_and_says_whose_it_is(app, page)
     page.get_by_role("button", name="Run", exact=True).click()
     status = page.locator("#compare-status")
     expect(status).to_contain_text("out of range")
-    expect(status).to_contain_text(f"Nothing ran: whatever the columns below show is still from runs #{first_new},")
+    expect(status).to_contain_text(
+        f"Nothing ran: the columns below are as they were (the last comparison's runs #{first_new},"
+    )
     assert page.locator("#col-text-0 span.tok").count() > 0  # the last comparison's tokens, kept
     expect(page.locator("#col-metrics-0")).to_contain_text("MAL")
     fill_number(page, "#param-tau", 0.01)

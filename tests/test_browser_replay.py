@@ -663,3 +663,26 @@ def test_figures_are_not_cut_after_the_window_narrows_on_another_tab(replay):
             assert cut() == [], (width, cut())
     finally:
         page.set_viewport_size({"width": 1500, "height": 1100})
+
+
+def test_a_long_variant_label_leaves_every_runs_column_in_view(app, replay):
+    """Twentieth newcomer pass, minor: a re-run's label (aasd[alpha=0.008,beta=0.003,alpha_alignment=0.1,
+    beta_alignment=0.3]) widened the method column and pushed "created" out of the runs table's view. The label now
+    wraps after its commas. Mutation caught: the table without wrap=True."""
+    from browser_util import shot
+    from playwright.sync_api import expect
+
+    page, _, _ = replay
+    params = {"alpha": 0.008, "beta": 0.003, "alpha_alignment": 0.1, "beta_alignment": 0.3}
+    rid = app[0].store.save_run(synthetic_run("aasd", [make_step(0, 10)], params=params, model="synthetic"), ["shared"])
+    page.get_by_role("tab", name="Compare").click()
+    page.get_by_role("tab", name="Replay & tune").click()  # opening the tab lists the runs
+    expect(page.locator("#replay-runs")).to_contain_text("beta_alignment=0.3")
+    seen = page.evaluate("""() => {
+      const table = document.querySelector('#replay-runs'), box = table.getBoundingClientRect();
+      const heads = Array.from(table.querySelectorAll('thead th')).map((th) => [th.textContent.trim(), th.getBoundingClientRect().right]);
+      return {right: box.right, heads};
+    }""")
+    created = [right for text, right in seen["heads"] if text.startswith("created")]
+    assert created and created[0] <= seen["right"] + 1, (rid, seen)
+    shot(page, "replay-runs-long-label", "#replay-runs")

@@ -88,9 +88,11 @@ def test_picking_another_task_clears_the_previous_prompts_results():
     for choice in ("b", FREE_TEXT):
         out = h.pick_task(choice, {}, 128, 128, [12, 13, 14])
         assert len(out) == 5 + CLEARED_OUTPUTS
-        metrics, texts = list(out[5 : 5 + SLOTS]), list(out[5 + SLOTS : 5 + 2 * SLOTS])
-        figure, table, note, status = out[5 + 2 * SLOTS :]
-        assert metrics == [""] * SLOTS and texts == [""] * SLOTS and note == ""
+        heads, metrics = list(out[5 : 5 + SLOTS]), list(out[5 + SLOTS : 5 + 2 * SLOTS])
+        texts = list(out[5 + 2 * SLOTS : 5 + 3 * SLOTS])
+        figure, table, note, status = out[5 + 3 * SLOTS :]
+        # the heads too (twentieth pass: a "greedy" head stood over the cleared columns)
+        assert heads == [""] * SLOTS and metrics == [""] * SLOTS and texts == [""] * SLOTS and note == ""
         assert table.empty and not figure.data
         assert "cleared" in status and "#12, #13, #14" in status and "stay stored" in status
     # before any comparison the status is left alone (an upload's "loaded 3 tasks" line stays)
@@ -107,7 +109,8 @@ def test_the_task_dropdown_is_wired_to_clear_the_results(tmp_path):
     demo = build_app(db=str(tmp_path / "t.db"), pool=ModelPool("cpu", "float32"))
     (event,) = [f for f in demo.fns.values() if getattr(f.fn, "__name__", "") == "pick_task"]
     ids = [getattr(o, "elem_id", None) for o in event.outputs]
-    want = [f"col-metrics-{i}" for i in range(SLOTS)] + [f"col-text-{i}" for i in range(SLOTS)]
+    want = [f"col-head-{i}" for i in range(SLOTS)]
+    want += [f"col-metrics-{i}" for i in range(SLOTS)] + [f"col-text-{i}" for i in range(SLOTS)]
     want += ["compare-speed", "compare-speed-table", "compare-speed-note", "compare-status"]
     assert ids[5:] == want
     assert len(event.inputs) == 7  # the last comparison's run ids, for the status line; the boxes, for free text

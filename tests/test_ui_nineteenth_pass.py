@@ -114,3 +114,64 @@ def test_a_flip_that_passed_but_lost_to_another_path_reads_not_taken():
     step = StepRescore(3, 1, 0, [node(1, f"p 0.4 ≥ θ 0.3; {PASSED_NOT_TAKEN}"), node(2, "p 0.4 < θ 0.5")])
     frame = flips_frame(RunRescore("casd", {}, [step], 3, 4, 2.0, 1.0, False, 2.0))
     assert frame["new decision"].tolist() == [NOT_TAKEN, "rejected"], frame
+
+
+# ---- the twentieth pass ----------------------------------------------------------------------------------------
+
+
+def test_the_speed_note_says_one_node_in_the_singular(monkeypatch):
+    """Minor: "aasd[auto]: trees of 1 nodes on average take 1.1× a greedy step" (code-stack sample)."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from core.sizing import CostCurve
+    from workbench import service
+
+    curve = CostCurve((0, 4, 16, 64), (0.05, 0.06, 0.10, 0.30))
+    monkeypatch.setattr(service, "cached_curve", lambda target, length=None: curve)
+    target = SimpleNamespace(device=torch.device("cpu"))
+    note = service.speed_note(target, {"aasd[auto]": 1.2, "csd": 4.0}, {"aasd[auto]": 1.3, "csd": 2.0})
+    assert "aasd[auto]: trees of 1 node on average take" in note and "csd: trees of 4 nodes on average" in note, note
+
+
+def test_a_prompt_past_the_context_is_refused_in_the_words_of_the_line_before_run():
+    """Minor: before Run "the prompt is 11,397 tokens; the model reads at most 8,192: shorten the context (or compress
+    it …)"; after Run "the prompt has 11397 tokens but the model's context is 8192: … (or truncate its middle)", an
+    option neither the app nor the CLI has."""
+    from core.errors import InvalidInputError
+    from core.step import check_prompt
+    from workbench.ui.compare_tab import prompt_note
+
+    with pytest.raises(InvalidInputError) as refused:
+        check_prompt(list(range(11_397)), 8_192)
+    said = str(refused.value)
+    assert (
+        said.startswith("the prompt is 11,397 tokens; the model reads at most 8,192: shorten")
+        and "truncate" not in said
+    )
+    assert "compress" in said and "the prompt is 11,397 tokens; the model reads at most 8,192" in prompt_note(
+        11_397, None, 1, 8_192
+    )
+
+
+def test_a_method_without_temperature_says_it_decoded_at_zero_beside_a_sampled_greedy():
+    """Moderate: at temperature 0.8, greedy and pld sampled and aasd[auto] decoded deterministically, which nothing
+    said: the field was not greyed (greedy reads it) and the column's note read as if both had sampled. The field's
+    info and the column now say it. Mutations caught: sampling_note and field_info without it."""
+    from browser_util import synthetic_run
+
+    from workbench.ui.compare_tab import field_info, sampling_note
+
+    greedy = synthetic_run("greedy", params={"temperature": 0.8, "seed": 0})
+    aasd = synthetic_run("aasd", params={"alpha": 0.1, "fitted": 1})
+    for div in (None, 3):  # with or without a divergence
+        note = sampling_note(greedy, aasd, div)
+        assert "takes no temperature: it decoded deterministically (temperature 0), while greedy sampled at 0.8" in note
+    pld = synthetic_run("pld", params={"temperature": 0.8})
+    assert "takes no temperature" not in sampling_note(greedy, pld, 3)  # pld samples too: the old note stands
+    assert sampling_note(synthetic_run("greedy", params={"temperature": 0.0}), aasd, 3) == ""  # nothing sampled
+    assert field_info("temperature", ["greedy", "aasd[auto]", "csd"]).endswith(
+        "aasd[auto] takes no temperature: it decodes at 0"
+    )
+    assert "no temperature" not in field_info("temperature", ["greedy", "pld", "csd"])

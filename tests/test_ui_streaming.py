@@ -45,5 +45,9 @@ def test_a_status_before_anything_runs_leaves_the_last_comparison_on_screen():
     assert len(values) == len(ColumnsView("").values())
     assert values[0] == "loading…" and all(_unchanged(v) for v in values[1:])
     note = refusal(InvalidInputError("no such model"), [7, 8, 9]).status
-    assert "no such model" in note and "whatever the columns below show is still from runs #7, #8, #9" in note
+    assert (
+        "no such model" in note
+        and "Nothing ran: the columns below are as they were (the last comparison's runs #7, #8, #9 stay stored)"
+        in note
+    )
     assert "Nothing ran" not in refusal(InvalidInputError("no such model"), None).status  # no comparison yet

@@ -556,7 +556,8 @@ def speed_note(
             continue
         ratio = curve(round(n)) / curve(0)
         parts.append(
-            f"{method}: trees of {n:.0f} nodes on average take {ratio:.1f}× a greedy step, MAL {mal:.2f} → an estimated "
+            f"{method}: trees of {n:.0f} node{'' if round(n) == 1 else 's'} on average take {ratio:.1f}× a greedy step, "
+            f"MAL {mal:.2f} → an estimated "
             f"≈ {mal / ratio:.2f}× greedy"
         )
     warning = (

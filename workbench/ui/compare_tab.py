@@ -164,12 +164,13 @@ def input_warning(status: str | None, upload_error: str, prompt, task: Task | No
 
 
 COMPARE_PROGRESS = "hidden"  # Gradio's progress overlay on the comparison's outputs (see compare_tab's wiring)
-CLEARED_OUTPUTS = 2 * SLOTS + 4  # task_change_cleared's: the columns' metrics and texts, the speeds, the status
+CLEARED_OUTPUTS = 3 * SLOTS + 4  # task_change_cleared's: the columns' heads, metrics and texts, the speeds, the status
 
 
 def task_change_cleared(last_runs) -> list:
     """What a task change does to the last comparison's results (in CompareForm.cleared_outputs' order): each column's
-    metrics and text, the speed chart, table and note emptied, since they answered the previous prompt; the status
+    head, metrics and text, the speed chart, table and note emptied, since they answered the previous prompt (a head
+    left standing named a method of the cleared comparison over an empty column); the status
     says where its runs still are (nothing is said, and an upload's "loaded" line stays, when none were run)."""
     ids = [int(i) for i in (last_runs or [])]
     status = (
@@ -178,7 +179,7 @@ def task_change_cleared(last_runs) -> list:
         else f"new task: the previous prompt's results were cleared; its runs ({', '.join(f'#{i}' for i in ids)}) "
         "stay stored: Replay & tune and Diff open them"
     )
-    return [""] * SLOTS + [""] * SLOTS + [empty_figure(""), speed_frame([]), "", status]
+    return [""] * SLOTS + [""] * SLOTS + [""] * SLOTS + [empty_figure(""), speed_frame([]), "", status]
 
 
 def uploaded_label(count: int) -> str:
@@ -304,13 +305,33 @@ def field_label(name: str) -> str:
     return label
 
 
+def no_temperature(method_list) -> str:
+    """The chosen methods that take no temperature, which the temperature field (not greyed: another chosen method
+    reads it) leaves decoding deterministically: the twentieth pass read aasd[auto]'s column as sampled."""
+    specs = []
+    for spec in method_list or []:
+        try:
+            if "temperature" not in get_method(parse_method_spec(spec)[0]).params:
+                specs.append(spec)
+        except WorkbenchError:
+            continue
+    if not specs:
+        return ""
+    one = len(specs) == 1
+    return (
+        f". {', '.join(specs)} take{'s' if one else ''} no temperature: {'it decodes' if one else 'they decode'} at 0"
+    )
+
+
 def field_info(name: str, method_list) -> str:
     """A parameter field's info line: what the parameter is, what the field's OWN_DEFAULT leaves the chosen methods with
     (OWN_DEFAULT_FIELDS), and, where it is greyed because a chosen method reads its fitted value instead (`aasd[auto]`),
     why and how to set it."""
     info = PARAMS[name].help
     if name in params_taken(method_list):
-        return info + own_default_note(name, method_list)
+        return (
+            info + own_default_note(name, method_list) + (no_temperature(method_list) if name == "temperature" else "")
+        )
     for spec in method_list or []:
         try:
             method, overrides = parse_method_spec(spec)
@@ -708,7 +729,15 @@ def sampled(params) -> bool:
 def sampling_note(greedy: RunTrace, run: RunTrace, div: int | None) -> str:
     """The column's line where a run left greedy's text and either run sampled (temperature > 0): the texts part by
     chance there, and no forward can say whose rule chose (the seventeenth fresh pass: at 0.8 the note blamed
-    aasd's rule for a token greedy's own run had sampled at rank 3). "" at T = 0 or without a divergence."""
+    aasd's rule for a token greedy's own run had sampled at rank 3). "" at T = 0 or without a divergence. A method
+    that takes no temperature (aasd) is said to have decoded at 0 whenever greedy sampled."""
+    if sampled(greedy.params) and "temperature" not in run.params:  # the method has no such parameter (aasd)
+        # said with or without a divergence: the twentieth pass read the column as sampled, and its speed-up too
+        return (
+            f"\n\n*this method takes no temperature: it decoded deterministically (temperature 0), while greedy "
+            f"sampled at {greedy.params['temperature']:g}; its text and speed-up are against that sampled run (set "
+            "temperature 0 to compare like with like)*"
+        )
     who = [
         f"{name} at temperature {r.params['temperature']:g}"
         for name, r in (("greedy", greedy), ("this run", run))
@@ -801,7 +830,7 @@ class CompareForm:
     @property
     def cleared_outputs(self) -> list:
         """What a task change empties (task_change_cleared's order)."""
-        return [*self.stats, *self.bodies, self.speed_plot, self.speed_table, self.speed_note, self.status]
+        return [*self.heads, *self.stats, *self.bodies, self.speed_plot, self.speed_table, self.speed_note, self.status]
 
     def outputs(self, compare_ids: gr.State) -> list:
         return (
@@ -1034,7 +1063,9 @@ def refusal(e: WorkbenchError, last_runs) -> StatusOnly:
     ids = [int(i) for i in (last_runs or [])]
     kept = (
         # on the error's line: an API client reads a refusal as one line
-        f" · Nothing ran: whatever the columns below show is still from runs {', '.join(f'#{i}' for i in ids)}"
+        # not "the columns show runs #…": a task change may have cleared them (the twentieth newcomer pass)
+        f" · Nothing ran: the columns below are as they were (the last comparison's runs "
+        f"{', '.join(f'#{i}' for i in ids)} stay stored)"
         if ids
         else ""
     )

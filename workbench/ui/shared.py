@@ -320,8 +320,13 @@ def shown_runs(frame: pd.DataFrame):
     """runs_frame as the runs table draws it: MAL with two decimals and tok/s with one, as the Compare tab writes
     them (the table printed greedy's MAL 1.0 as "1"), and tokens whole (a float column once a run lacks them). A
     pandas Styler sets what the cells show and leaves the values numbers, so the table still sorts by value and a
-    click hands back the frame itself."""
-    return frame.style.format({"tokens": "{:.0f}", "MAL": "{:.2f}", "tok/s": "{:.1f}"}, na_rep="")
+    click hands back the frame itself. A long method label may break after a comma."""
+    return frame.style.format(
+        # a variant's label breaks after its commas (the table wraps): a re-run's
+        # aasd[alpha=0.008,beta=0.003,alpha_alignment=0.1,beta_alignment=0.3] pushed "created" out of view
+        {"tokens": "{:.0f}", "MAL": "{:.2f}", "tok/s": "{:.1f}", "method": lambda m: str(m).replace(",", ",\u200b")},
+        na_rep="",
+    )
 
 
 MAX_RUN_ID = 2**63 - 1  # the largest integer SQLite (and PostgreSQL's BIGINT) stores: no run id is larger
