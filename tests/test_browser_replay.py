@@ -668,7 +668,8 @@ def test_figures_are_not_cut_after_the_window_narrows_on_another_tab(replay):
 def test_a_long_variant_label_leaves_every_runs_column_in_view(app, replay):
     """Twentieth newcomer pass, minor: a re-run's label (aasd[alpha=0.008,beta=0.003,alpha_alignment=0.1,
     beta_alignment=0.3]) widened the method column and pushed "created" out of the runs table's view. The label now
-    wraps after its commas. Mutation caught: the table without wrap=True."""
+    is cut (shared.short_label; the header gives it whole), so rows stay one line and the table shows as many runs.
+    Mutation caught: shown_runs without short_label."""
     from browser_util import shot
     from playwright.sync_api import expect
 
@@ -677,7 +678,7 @@ def test_a_long_variant_label_leaves_every_runs_column_in_view(app, replay):
     rid = app[0].store.save_run(synthetic_run("aasd", [make_step(0, 10)], params=params, model="synthetic"), ["shared"])
     page.get_by_role("tab", name="Compare").click()
     page.get_by_role("tab", name="Replay & tune").click()  # opening the tab lists the runs
-    expect(page.locator("#replay-runs")).to_contain_text("beta_alignment=0.3")
+    expect(page.locator("#replay-runs")).to_contain_text("aasd[alpha=0.008,beta=0.003,alpha_a…")
     seen = page.evaluate("""() => {
       const table = document.querySelector('#replay-runs'), box = table.getBoundingClientRect();
       const heads = Array.from(table.querySelectorAll('thead th')).map((th) => [th.textContent.trim(), th.getBoundingClientRect().right]);

@@ -219,7 +219,7 @@ def test_bad_input_is_refused(tiny):
     )
     with pytest.raises(InvalidInputError, match="empty"):
         decode(*args, [], NoDraft(), greedy_verifier(), DecodeConfig(), 512)
-    with pytest.raises(InvalidInputError, match="context is 512"):
+    with pytest.raises(InvalidInputError, match="the model reads at most 512"):
         decode(*args, list(range(2, 90)) * 6, NoDraft(), greedy_verifier(), DecodeConfig(), 512)
     with pytest.raises(InvalidInputError, match="max_new_tokens"):
         decode(*args, [3, 4], NoDraft(), greedy_verifier(), DecodeConfig(max_new_tokens=0), 512)

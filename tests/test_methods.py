@@ -76,7 +76,7 @@ def test_cancel_keeps_what_was_decoded(tiny):
 def test_run_method_refuses_bad_prompts(tiny):
     with pytest.raises(InvalidInputError, match="empty"):
         run_method("hf-generate", tiny, [], {})
-    with pytest.raises(InvalidInputError, match="context is 512"):
+    with pytest.raises(InvalidInputError, match="the model reads at most 512"):
         run_method("greedy", tiny, [3] * 600, {})
     with pytest.raises(InvalidInputError, match="needs a draft model"):
         run_method("hf-assisted", tiny, [3, 4], {})

@@ -186,7 +186,7 @@ def test_replay_draws_the_runs_acceptance_per_position(app, default_comparison):
     "kw, message",
     [
         (dict(prompt_text="", context_text=""), "the prompt is empty"),
-        (dict(context_text="lighthouse keeper " * 6000), "context is 8192"),
+        (dict(context_text="lighthouse keeper " * 6000), "the model reads at most 8,192"),
         (dict(method_list=["casd"], delta=2.0), "delta = 2.0 is out of range"),
         # offline: refused before transformers retries the hub (workbench.ui.shared.check_model_source); online: the hub's answer
         (dict(model_name="nobody/no-such-model"), "'nobody/no-such-model'"),

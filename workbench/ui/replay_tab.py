@@ -143,10 +143,6 @@ def run_picker(store: Store, can_share: bool = True) -> RunPicker:
         shown_runs(runs_frame(store, viewer=NOBODY)),
         interactive=False,
         max_height=240,
-        # a long variant label wraps (shown_runs) in a column of its own width, instead of pushing the last columns
-        # out of view (id, method, model, status, tokens, MAL, tok/s, tags, created)
-        wrap=True,
-        column_widths=["6%", "27%", "14%", "10%", "8%", "7%", "7%", "8%", "13%"],
         label="Stored runs (click a row to replay)",
         elem_id="replay-runs",
     )

@@ -320,13 +320,22 @@ def shown_runs(frame: pd.DataFrame):
     """runs_frame as the runs table draws it: MAL with two decimals and tok/s with one, as the Compare tab writes
     them (the table printed greedy's MAL 1.0 as "1"), and tokens whole (a float column once a run lacks them). A
     pandas Styler sets what the cells show and leaves the values numbers, so the table still sorts by value and a
-    click hands back the frame itself. A long method label may break after a comma."""
+    click hands back the frame itself. A long method label is cut (short_label)."""
     return frame.style.format(
-        # a variant's label breaks after its commas (the table wraps): a re-run's
-        # aasd[alpha=0.008,beta=0.003,alpha_alignment=0.1,beta_alignment=0.3] pushed "created" out of view
-        {"tokens": "{:.0f}", "MAL": "{:.2f}", "tok/s": "{:.1f}", "method": lambda m: str(m).replace(",", ",\u200b")},
-        na_rep="",
+        {"tokens": "{:.0f}", "MAL": "{:.2f}", "tok/s": "{:.1f}", "method": short_label}, na_rep=""
     )
+
+
+SHORT_LABEL = 36  # characters of a method label the runs table shows
+
+
+def short_label(label: Any) -> str:
+    """A method label as the runs table shows it: cut to SHORT_LABEL characters. A re-run's
+    aasd[alpha=0.008,beta=0.003,alpha_alignment=0.1,beta_alignment=0.3] pushed "created" out of view (the twentieth
+    newcomer pass), and a wrapped one made rows tall enough to hide the rest of the runs; Replay's header and the
+    pickers give the whole label."""
+    text = str(label)
+    return text if len(text) <= SHORT_LABEL else text[: SHORT_LABEL - 1] + "…"
 
 
 MAX_RUN_ID = 2**63 - 1  # the largest integer SQLite (and PostgreSQL's BIGINT) stores: no run id is larger
