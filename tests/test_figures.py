@@ -508,7 +508,9 @@ def test_empty_inputs_give_an_annotated_figure(figure):
 
 def test_runs_without_node_records_say_so():
     hf = make_run("hf-generate", [])
-    assert accept_by_depth_figure([hf]).layout.annotations[0].text == "no node records in the selected runs"
+    # one run (Replay's panel) says "this run"; several, "the selected runs" (the twenty-first newcomer pass)
+    assert accept_by_depth_figure([hf]).layout.annotations[0].text == "no judged draft nodes in this run"
+    assert accept_by_depth_figure([hf, hf]).layout.annotations[0].text == "no judged draft nodes in the selected runs"
     assert accept_hist_figure([hf]).layout.annotations[0].text == "no step lengths in the selected runs"
     hf.external_accept_lengths = [1, 3]
     assert dict(zip(accept_hist_figure([hf]).data[0].x, accept_hist_figure([hf]).data[0].y)) == {1: 1, 2: 0, 3: 1}

@@ -1154,8 +1154,9 @@ def capitalised(text: str) -> str:
 
 CPU_CLOCK_NOTE = (
     f"{capitalised(CLOCK_PHRASES['cpu'])} (tokens per CPU second of the decoding thread, from the end of the "
-    "prompt's prefill to the last step), so a browser drawing this page or another program on the same core does not "
-    "slow one method more than another; tok/s is the wall clock's. "
+    "prompt's prefill to the last step): the time the thread waits while a browser draws this page or another "
+    "program takes the core is not counted. Other work still slows CPU time itself (shared caches and memory), "
+    "unevenly across methods: on a busy machine run Repeats, or compare on an idle one. tok/s is the wall clock's. "
 )
 
 

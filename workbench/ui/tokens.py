@@ -175,13 +175,14 @@ def ending_html(run: RunTrace) -> str:
     if run.stop_reason == "max_new_tokens":
         cap = run.params.get("max_new_tokens", len(run.output_ids))
         return (
-            f'<span class="tok-cut" style="{END_STYLE};color:#9a3412;border-color:#fdba74" title="the run wrote '
+            # one chip: the ✂ and its words did not part across two lines (the twenty-first newcomer pass)
+            f'<span class="tok-cut" style="{END_STYLE};white-space:nowrap;color:#9a3412;border-color:#fdba74" title="the run wrote '
             f'max_new_tokens = {cap} tokens and was cut there; raise max_new_tokens (Parameters) for the rest">'
             f"✂ cut at max_new_tokens ({cap})</span>"
         )
     if run.stop_reason in ("cancelled", "context_full"):
         why = "stopped (Stop)" if run.stop_reason == "cancelled" else "the model's context is full"
-        return f'<span class="tok-cut" style="{END_STYLE}" title="{html.escape(why)}">■ {html.escape(why)}</span>'
+        return f'<span class="tok-cut" style="{END_STYLE};white-space:nowrap" title="{html.escape(why)}">■ {html.escape(why)}</span>'
     return ""
 
 

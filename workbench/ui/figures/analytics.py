@@ -99,7 +99,9 @@ def _rate_figure(
     collected = [(r.label, acceptance_by(r.trace, key)) for r in _collect(runs) if r.trace is not None]
     collected = [(label, table) for label, table in collected if table]
     if not collected:
-        return empty_figure(NO_RUNS if not runs else "no node records in the selected runs")
+        # Replay draws one run: it says "this run", as its other empty panel does (the twenty-first newcomer pass)
+        where = "this run" if runs and len(runs) == 1 else "the selected runs"
+        return empty_figure(NO_RUNS if not runs else f"no judged draft nodes in {where}")
     fig = go.Figure()
     for label, table in collected:
         keys = list(table)
