@@ -213,3 +213,28 @@ def test_the_cli_writing_bar_reports_the_decoding_rate():
     reading, writing = _progress_bars(10, 8, as_json=True)
     with reading, writing:
         assert writing.smoothing == 0
+
+
+def test_two_runs_of_one_method_are_told_apart_in_analytics():
+    """Minor: Analytics colours runs by method (three methods, three colours), so #2 and #6 aasd[auto] were both red and
+    #2's depth line lay hidden under another identical one. A method's second run is now dashed (lines) or hatched
+    (bars). Mutation caught: restyled without the dash and the pattern."""
+    from test_figures import aasd_step, csd_step, make_run
+
+    from workbench.ui.analytics_tab import figures_of
+    from workbench.ui.shared import asked_as
+
+    runs = [
+        make_run("aasd", [aasd_step(0), aasd_step(1)]),
+        make_run("aasd", [aasd_step(0)]),
+        make_run("csd", [csd_step()]),
+    ]
+    pairs = [(f"#{i} {asked_as(t.method, t.params)}", t) for i, t in zip((2, 6, 7), runs)]
+    hist, depth, _, bars, _ = figures_of(pairs, None)
+    lines = {t.name: t for t in depth.data if t.type == "scatter"}
+    assert lines["#2 aasd"].line.color == lines["#6 aasd"].line.color != lines["#7 csd"].line.color
+    assert lines["#2 aasd"].line.dash != lines["#6 aasd"].line.dash, (lines["#2 aasd"].line, lines["#6 aasd"].line)
+    shapes = {t.name: t.marker.pattern.shape for t in hist.data if t.type == "bar"}
+    assert shapes["#2 aasd"] != shapes["#6 aasd"], shapes
+    per_run = [t for t in bars.data if t.type == "bar"][0]
+    assert len(set(per_run.marker.pattern.shape[:2])) == 2, per_run.marker.pattern

@@ -327,17 +327,35 @@ def legend_under_title(height: float) -> dict:
     }
 
 
+DASHES = ("solid", "dash", "dot", "dashdot")  # a method's first run, second, …: lines
+PATTERNS = ("", "/", ".", "x")  # and bars
+
+
 def restyled(fig: go.Figure, colors: dict[str, str]) -> go.Figure:
     """Each run in its colour (the same in every plot), the legend in rows between the title and the plot (long run
     labels no longer cover the data, nor the title) and room for bar labels (the tallest bar's number is not cut
-    off)."""
+    off). Runs of one method share its colour; the second, third, … of them is dashed or hatched, so two runs of a
+    method are told apart (the twenty-first newcomer pass saw #2 aasd[auto]'s line hidden under #6's, both red)."""
+    seen: Counter[str] = Counter()  # runs drawn so far in each colour
+
+    def nth(label: str) -> int:
+        seen[colors[label]] += 1
+        return seen[colors[label]] - 1
+
     for trace in fig.data:
         if trace.name in colors:
+            k = nth(trace.name)
             trace.update(marker_color=colors[trace.name])
             if trace.type == "scatter":
-                trace.update(line_color=colors[trace.name])
+                trace.update(line_color=colors[trace.name], line_dash=DASHES[k % len(DASHES)])
+            elif trace.type == "bar":
+                trace.update(marker_pattern_shape=PATTERNS[k % len(PATTERNS)])
         elif trace.type == "bar" and trace.x is not None and all(x in colors for x in trace.x):
-            trace.update(marker_color=[colors[x] for x in trace.x])  # a bar per run (MAL and tokens/s)
+            seen.clear()  # a bar per run (MAL and tokens/s): the same runs again, each bar hatched as its run
+            trace.update(
+                marker_color=[colors[x] for x in trace.x],
+                marker_pattern_shape=[PATTERNS[nth(x) % len(PATTERNS)] for x in trace.x],
+            )
         if trace.type == "bar" and trace.text is not None:
             trace.update(cliponaxis=False)
     # the title under Plotly's toolbar, the legend in rows between the title and the plot
