@@ -687,3 +687,19 @@ def test_a_long_variant_label_leaves_every_runs_column_in_view(app, replay):
     created = [right for text, right in seen["heads"] if text.startswith("created")]
     assert created and created[0] <= seen["right"] + 1, (rid, seen)
     shot(page, "replay-runs-long-label", "#replay-runs")
+
+
+def test_a_row_click_draws_no_cell_ring_or_handles(replay):
+    """Twenty-first newcomer pass, minor: a click on a run's row drew Gradio's ring round the clicked cell (on its text
+    span in Gradio 6, the theme's orange) and move handles beside it, covering the next cell and reading as an editable cell. Mutation
+    caught: builder.CSS without its two rules for Gradio 6."""
+    page, _, _ = replay
+    page.locator("#replay-runs [role=gridcell]").first.click()
+    page.wait_for_timeout(500)
+    seen = page.evaluate("""() => ({
+      rings: Array.from(document.querySelectorAll('#replay-runs *')).filter(
+        (e) => /inset/.test(getComputedStyle(e).boxShadow) && /249, 115, 22/.test(getComputedStyle(e).boxShadow)).length,
+      handles: Array.from(document.querySelectorAll('#replay-runs .selection-button')).filter(
+        (e) => e.getBoundingClientRect().width > 0).length,
+    })""")
+    assert seen == {"rings": 0, "handles": 0}, seen

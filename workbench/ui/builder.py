@@ -32,6 +32,9 @@ input:disabled, textarea:disabled { opacity: 0.45; cursor: not-allowed; }  /* a 
    single cell was chosen, or editable (the sixteenth fresh pass) */
 #replay-runs .body-cell.cell-selected { box-shadow: none; }
 #replay-runs .cell-menu-button { display: none !important; }
+/* Gradio 6 draws that ring on the cell's text span, and move handles beside it (the twenty-first pass) */
+#replay-runs .cell-selected .text { box-shadow: none !important; }
+#replay-runs .selection-button { display: none !important; }
 """
 
 
