@@ -65,7 +65,7 @@ def resolve_params(name: str, values: Mapping[str, Any] | None = None) -> dict[s
     return p
 
 
-SHARED = ("max_new_tokens", "fitted")  # a comparison's own setting, and `auto`, which asked_as writes as a flag
+NOT_NAMED = ("max_new_tokens", "fitted")  # the comparison's own cap, and fitted (asked_as writes it as `auto`)
 
 
 def _as_written(name: str, value: Any) -> str:
@@ -96,7 +96,7 @@ def changed_params(
     out = {
         k: _as_written(k, params[k])
         for k, default in reference.items()
-        if k in params and k not in (*SHARED, *set_by_fit, *leave_out) and params[k] != default
+        if k in params and k not in (*NOT_NAMED, *set_by_fit, *leave_out) and params[k] != default
     }
     if params.get("pool", DEFAULT_POOL) != DEFAULT_POOL:
         out["pool"] = str(params["pool"])
