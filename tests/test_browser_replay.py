@@ -669,24 +669,48 @@ def test_a_long_variant_label_leaves_every_runs_column_in_view(app, replay):
     """Twentieth newcomer pass, minor: a re-run's label (aasd[alpha=0.008,beta=0.003,alpha_alignment=0.1,
     beta_alignment=0.3]) widened the method column and pushed "created" out of the runs table's view. The label now
     is cut (shared.short_label; the header gives it whole), so rows stay one line and the table shows as many runs.
-    Mutation caught: shown_runs without short_label."""
+    Twenty-first pass, minor: at a 1024 px window "created" still needed a sideways scroll; the columns now have shares
+    of the table's width (shared.RUN_COLUMN_WIDTHS). Mutations caught: the table without column_widths ("created" out
+    of view), "created" with seconds (clipped), tok/s at 6 % (its name clipped)."""
     from browser_util import shot
     from playwright.sync_api import expect
 
     page, _, _ = replay
     params = {"alpha": 0.008, "beta": 0.003, "alpha_alignment": 0.1, "beta_alignment": 0.3}
-    rid = app[0].store.save_run(synthetic_run("aasd", [make_step(0, 10)], params=params, model="synthetic"), ["shared"])
+    rid = app[0].store.save_run(
+        synthetic_run("aasd", [make_step(0, 10)], params=params, model="qwen2.5-coder-1.5b", status="cancelled"),
+        ["shared"],
+    )
     page.get_by_role("tab", name="Compare").click()
     page.get_by_role("tab", name="Replay & tune").click()  # opening the tab lists the runs
     expect(page.locator("#replay-runs")).to_contain_text("aasd[alpha=0.008,beta=0.003,alpha_a…")
-    seen = page.evaluate("""() => {
-      const table = document.querySelector('#replay-runs'), box = table.getBoundingClientRect();
-      const heads = Array.from(table.querySelectorAll('thead th')).map((th) => [th.textContent.trim(), th.getBoundingClientRect().right]);
-      return {right: box.right, heads};
-    }""")
-    created = [right for text, right in seen["heads"] if text.startswith("created")]
-    assert created and created[0] <= seen["right"] + 1, (rid, seen)
-    shot(page, "replay-runs-long-label", "#replay-runs")
+    try:
+        for width in (1500, 1024):  # 1024: the twenty-first pass's window, where "created" still needed a scroll
+            page.set_viewport_size({"width": width, "height": 1100})
+            page.wait_for_timeout(400)
+            seen = page.evaluate("""() => {
+              const table = document.querySelector('#replay-runs'), box = table.getBoundingClientRect();
+              const heads = Array.from(table.querySelectorAll('thead th')).map((th) => [th.textContent.trim(), th.getBoundingClientRect().right]);
+              const rows = Array.from(table.querySelectorAll('[role=gridcell]')).map((td) => td.getBoundingClientRect().height);
+              const names = Array.from(table.querySelectorAll('thead th')).map((th) => th.textContent.trim().split(/\\s/)[0]);
+              const clipped = Array.from(table.querySelectorAll('[role=row]')).flatMap((row) =>
+                Array.from(row.querySelectorAll('[role=gridcell]')).map((cell, i) => [names[i], cell])).filter(([name, cell]) =>
+                  ['model', 'status', 'created'].includes(name) && Array.from(cell.querySelectorAll('*')).concat([cell]).some(
+                    (e) => e.scrollWidth > e.clientWidth)).map(([name, cell]) => name + ': ' + cell.textContent.trim()).concat(
+                Array.from(table.querySelectorAll('thead th')).filter((th) => Array.from(th.querySelectorAll('*')).some(
+                  (e) => e.scrollWidth > e.clientWidth)).map((th) => 'head ' + th.textContent.trim()));
+              return {right: box.right, heads, tallest: Math.max(...rows), page: document.documentElement.scrollWidth, view: innerWidth, clipped};
+            }""")
+            created = [right for text, right in seen["heads"] if text.startswith("created")]
+            assert created and created[0] <= seen["right"] + 1, (width, rid, seen)
+            assert seen["page"] <= seen["view"], (width, seen)  # nor is the page wider than the window
+            assert seen["tallest"] < 60, (width, seen)  # and rows stay one line: tall rows hid runs (05301c9)
+            # and a model, status, time or column name shows whole
+            assert seen["clipped"] == [], (width, seen["clipped"])
+            if width == 1024:
+                shot(page, "replay-runs-long-label", "#replay-runs")
+    finally:
+        page.set_viewport_size({"width": 1500, "height": 1100})
 
 
 def test_a_row_click_draws_no_cell_ring_or_handles(replay):

@@ -37,6 +37,7 @@ from workbench.ui.figures.common import TITLE_BELOW_TOOLBAR, run_label
 from workbench.ui.reasons import known_texts
 from workbench.ui.replay_js import STEP_JS
 from workbench.ui.shared import (
+    RUN_COLUMN_WIDTHS,
     TUNABLE,
     RunCache,
     decoder_for,
@@ -143,6 +144,7 @@ def run_picker(store: Store, can_share: bool = True) -> RunPicker:
         shown_runs(runs_frame(store, viewer=NOBODY)),
         interactive=False,
         max_height=240,
+        column_widths=RUN_COLUMN_WIDTHS,
         label="Stored runs (click a row to replay)",
         elem_id="replay-runs",
     )

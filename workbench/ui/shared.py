@@ -34,6 +34,10 @@ from workbench.ui.access import Viewer, not_visible, shown_tags
 TUNABLE = ("delta", "alpha", "beta", "tau", "lam")  # the live-tuning sliders
 SYMBOL = {"delta": "δ", "alpha": "α", "beta": "β", "tau": "τ", "lam": "λ", "gamma": "γ"}
 RUN_COLUMNS = ["id", "method", "model", "status", "tokens", "MAL", "tok/s", "tags", "created"]
+# Shares of the runs table's width, so the table fits its box at any window width (a 1024 px window needed a sideways
+# scroll to see "created", the twenty-first pass); a longer cell is clipped rather than wrapped (tall rows hid runs).
+# At 1024 px the shares hold a preset's model name, "cancelled" and "created" to the minute whole
+RUN_COLUMN_WIDTHS = ["5%", "19%", "19%", "10%", "7%", "6%", "7%", "10%", "17%"]
 APP_DEFAULTS = {"memory_mode": SHIPPED_MEMORY}  # the app's plain `csd` reads the shipped memory (compare_tab)
 
 
@@ -309,7 +313,7 @@ def runs_frame(store: Store, filter_text: str = "", limit: int = 200, viewer: Vi
             "MAL": round(m["mal"], 2) if m.get("mal") else None,
             "tok/s": round(tps, 1) if (tps := whole_run_tps(r.status, m.get("tps"))) else None,
             "tags": ", ".join(shown_tags(r.tags)),
-            "created": r.created.strftime("%Y-%m-%d %H:%M:%S"),
+            "created": r.created.strftime("%Y-%m-%d %H:%M"),  # to the minute: the id orders runs
         }
         if not text or any(text.lower() in str(row[k]).lower() for k in ("method", "model", "tags", "status", "id")):
             rows.append(row)
