@@ -40,6 +40,20 @@ def monotone_grid(seconds: Sequence[Sequence[float]]) -> tuple[tuple[float, ...]
     return tuple(tuple(row) for row in rows)
 
 
+DISTURBED = 2.0  # a measured grid whose disorder exceeds this was disturbed by other work (see disorder)
+
+
+def disorder(seconds: Sequence[Sequence[float]]) -> float:
+    """How far a measured grid is from monotone: the largest factor by which monotone_grid lowered a time (1.0 for a
+    monotone grid). Measured on an idle machine it stays under about 1.35 (SmolLM2 and the test models, one and two
+    torch threads); while another program took the cores a t(0) came out 8.6× a t(1) (the twenty-second newcomer
+    pass), and the repaired grid then priced a 16-node tree at 10.7× a greedy step instead of about 2×."""
+    mono = monotone_grid(seconds)
+    return max(
+        (float(t) / m for row, mono_row in zip(seconds, mono) for t, m in zip(row, mono_row) if m > 0), default=1.0
+    )
+
+
 def _segment(points: Sequence[int], x: float) -> tuple[int, float]:
     """(i, w): x lies between points[i] and points[i + 1] at weight w in [0, 1] (clamped at the ends)."""
     i = min(max(bisect.bisect_right(points, x) - 1, 0), len(points) - 2)

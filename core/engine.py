@@ -42,6 +42,16 @@ TOPK_CHUNK = 256  # prompt positions per lm-head chunk when keeping prefill top-
 
 
 @torch.inference_mode()
+def decode_cpu_clock(device) -> Callable[[], float] | None:
+    """The clock of a run's decoding CPU time: on a CPU with one torch thread, this thread's CPU time (the forwards
+    run in it); with more, the whole process's (`time.process_time`), so every torch thread's work counts (the
+    decoding thread's alone was 0.44× the wall time on two threads, leaving out the other's work) and the app's
+    other threads add a little; on a GPU none (this thread's time is launches and waits, not the work)."""
+    if torch.device(device).type != "cpu":
+        return None
+    return time.thread_time if torch.get_num_threads() == 1 else time.process_time
+
+
 def decode(
     model: CausalLM,
     tokenizer: Tokenizer,
@@ -75,10 +85,8 @@ def decode(
     prefill_seconds = time.perf_counter() - t0
 
     rows = SingleRow(model, cache, root_logits)
-    # The CPU clock is this thread's: the forwards run in it (one torch thread), and time it waited for the core is not
-    # counted (RunTrace.decode_cpu_seconds). On a GPU this thread's time is launches and waits, not the work: not kept.
-    t_decode, cpu_decode = time.perf_counter(), time.thread_time()
-    on_cpu = torch.device(model.device).type == "cpu"
+    cpu_clock = decode_cpu_clock(model.device)  # RunTrace.decode_cpu_seconds' clock: time waited for a core is left out
+    t_decode, cpu_decode = time.perf_counter(), cpu_clock() if cpu_clock else 0.0
     while request.stop_reason is None:
         mark_stops([request], env, stop_requested(should_stop))
         if request.stop_reason is None:
@@ -86,7 +94,7 @@ def decode(
             if on_step is not None:
                 on_step(trace)
     request.decode_seconds = time.perf_counter() - t_decode
-    request.decode_cpu_seconds = time.thread_time() - cpu_decode if on_cpu else None
+    request.decode_cpu_seconds = cpu_clock() - cpu_decode if cpu_clock else None
     if request.stop_reason == "cancelled":
         raise Cancelled(request.result(prefill_seconds))
     return request.result(prefill_seconds)

@@ -174,7 +174,7 @@ def clock_phrase(clocks: set[str] | frozenset[str]) -> str:
 
 
 def decode_cpu_tps(run: "RunTrace") -> float | None:
-    """Tokens decoded per CPU second of the decoding thread (RunTrace.decode_cpu_seconds); None when not recorded."""
+    """Tokens decoded per CPU second of decoding (RunTrace.decode_cpu_seconds); None when not recorded."""
     tps = run_metrics(run)["tps"]
     if not run.decode_cpu_seconds or not tps:
         return None
@@ -183,7 +183,7 @@ def decode_cpu_tps(run: "RunTrace") -> float | None:
 
 def speedup(run: "RunTrace", reference: "RunTrace") -> tuple[float | None, str]:
     """(`run`'s speed-up over `reference`, the clock it is a ratio of: "cpu" or "wall"): tokens per CPU second of
-    the decoding thread when both runs recorded it (other work on the core does not inflate it), else wall-clock
+    decoding when both runs recorded it (other work on the core does not inflate it), else wall-clock
     tokens per second; (None, "") when either is not a complete run with a speed."""
     if run.status != "complete" or reference.status != "complete":
         return None, ""

@@ -55,7 +55,7 @@ class DecodeResult:
     decode_seconds: float
     stop_reason: str  # eos | stop_string | max_new_tokens | context_full | cancelled
     prefill: TopK | None = field(default=None, repr=False)  # what the drafter was given at the start
-    decode_cpu_seconds: float | None = None  # the decoding thread's CPU time over decode_seconds' span (RunTrace's)
+    decode_cpu_seconds: float | None = None  # decoding CPU time over decode_seconds' span (RunTrace's)
 
 
 class Cancelled(Exception):

@@ -11,7 +11,9 @@ costs the same whatever the cached rows hold, and a real prefill of thousands of
 on a CPU); then rounds over every (length, size) pair, so a busy spell slows every point alike, keeping the
 fastest of `repeats` per point (timeit's advice: the minimum is the cost, the rest is noise). With one torch
 thread on a CPU a forward is timed by the thread's CPU time (`clock_name`), which other processes on the core
-do not inflate.
+do not inflate. A grid that still comes out far from monotone (core.cost_model.disorder: another program took
+the cores, or its threads' time counted) is measured once more, keeping each point's fastest; if that is still
+disturbed the file says so (`disorder`), `load` passes it over, and the next process measures again.
 
 `cost_curve(target)` is the slice at `CURVE_LENGTH` as a core.sizing.CostCurve, for displays (the UI's speed
 note); `max_nodes=auto` reads the whole t(n, L) at each step's context length (core.sizing).
@@ -30,7 +32,7 @@ from typing import Any
 import torch
 
 from core import cache as kv
-from core.cost_model import CostModel
+from core.cost_model import DISTURBED, CostModel, disorder
 from core.engine import forward_tree, prefill
 from core.errors import InvalidInputError
 from core.models import workbench_home
@@ -174,7 +176,8 @@ def measure(target, sizes=SIZES, lengths=None, repeats: int = REPEATS) -> CostMo
 
 
 def save(target, model: CostModel, raw=None, seconds_taken: float | None = None) -> Path:
-    """Write the measurement (`raw`: the grid as measured, before core.cost_model made it monotone)."""
+    """Write the measurement (`raw`: the grid as measured, before core.cost_model made it monotone, and its
+    `disorder`)."""
     path = timing_path(target)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
@@ -191,6 +194,7 @@ def save(target, model: CostModel, raw=None, seconds_taken: float | None = None)
                 "seconds": [list(row) for row in (raw if raw is not None else model.seconds)],
                 "measured": time.strftime("%Y-%m-%d %H:%M:%S"),
                 "measure_seconds": seconds_taken,
+                "disorder": round(disorder(raw if raw is not None else model.seconds), 3),
             },
             indent=1,
         )
@@ -199,12 +203,15 @@ def save(target, model: CostModel, raw=None, seconds_taken: float | None = None)
     return path
 
 
-def load(path: Path, machine: dict[str, Any] | None = None) -> CostModel | None:
-    """The model saved at `path`; None when there is none, it cannot be read, it has an older layout, or it
-    was measured on another machine than `machine` (core.timing.machine_signature): then it is measured again."""
+def load(path: Path, machine: dict[str, Any] | None = None, disturbed_ok: bool = False) -> CostModel | None:
+    """The model saved at `path`; None when there is none, it cannot be read, it has an older layout, it was
+    measured on another machine than `machine` (core.timing.machine_signature), or (unless `disturbed_ok`) its
+    measurement was disturbed by other work (`disorder`): then it is measured again."""
     try:
         data = json.loads(path.read_text())
         if data.get("format") != FORMAT or (machine is not None and data.get("machine") != machine):
+            return None
+        if not disturbed_ok and data.get("disorder", 1.0) > DISTURBED:
             return None
         return CostModel.from_dict(data)
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
@@ -221,6 +228,9 @@ def cost_model(target, remeasure: bool = False) -> CostModel:
             t0 = time.perf_counter()
             lengths = practical_lengths(target)
             raw = measure_grid(target, SIZES, lengths)
+            if disorder(raw) > DISTURBED:  # another program took the cores: once more, each point's fastest kept
+                again = measure_grid(target, SIZES, lengths)
+                raw = [[min(a, b) for a, b in zip(row, other)] for row, other in zip(raw, again)]
             model = CostModel(SIZES, lengths, tuple(map(tuple, raw)))
             try:
                 save(target, model, raw, round(time.perf_counter() - t0, 1))
@@ -228,6 +238,16 @@ def cost_model(target, remeasure: bool = False) -> CostModel:
                 pass
         _models[path] = model
         return model
+
+
+def saved_disorder(target) -> float | None:
+    """The disorder (core.cost_model.disorder) of the t(n, L) saved for `target` on this machine; None when none is
+    saved or the file predates the field."""
+    try:
+        data = json.loads(timing_path(target).read_text())
+        return None if data.get("machine") != machine_signature(target) else data.get("disorder")
+    except (OSError, ValueError, AttributeError, TypeError):
+        return None
 
 
 def curve_of(model: CostModel) -> CostCurve:

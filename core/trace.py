@@ -78,8 +78,8 @@ class RunTrace:
     steps: list[StepTrace] = field(default_factory=list)
     prefill_seconds: float = 0.0
     decode_seconds: float = 0.0
-    # The decoding thread's CPU seconds over the same span as decode_seconds (time.thread_time): other programs on the
-    # core do not inflate it, so speed-ups are ratios of it when both runs have it (core.stats.speedup). None when
+    # Decoding CPU seconds over the same span as decode_seconds (core.engine.decode_cpu_clock: the decoding thread's on
+    # one torch thread, the process's on more): time spent waiting while other programs held the core is left out, so speed-ups are ratios of it when both runs have it (core.stats.speedup). None when
     # not measured (a run stored before it was recorded, a batch row, a run made by transformers' generate(), a run on
     # a GPU, where the thread's time is launches and waits).
     decode_cpu_seconds: float | None = None

@@ -85,7 +85,7 @@ def simulated_cost_curve(request):
 
     mp = pytest.MonkeyPatch()
     mp.setattr(timing, "measure_grid", grid)
-    mp.setattr(timing, "load", lambda path, machine=None: None)  # never this machine's saved curve
+    mp.setattr(timing, "load", lambda path, machine=None, disturbed_ok=False: None)  # never this machine's saved curve
     mp.setattr(timing, "save", lambda *a, **k: None)  # and never overwrite it
     timing._models.clear()
     yield kind

@@ -150,7 +150,7 @@ def test_the_first_comparison_runs_the_copying_sample_and_a_cpu_note_explains_th
     assert measuring and measuring[-1] < first_aasd, FIRST_STATUSES
     ratio = float(re.search(r"verifies 16 draft tokens takes ([\d.]+)× as long", note.inner_text()).group(1))
     target = load_model("smollm2-135m", device="cpu", dtype="float32")
-    cost = timing.load(timing.timing_path(target), timing.machine_signature(target))
+    cost = timing.load(timing.timing_path(target), timing.machine_signature(target), disturbed_ok=True)  # as the note
     assert abs(ratio - cost.ratio(16, len(aasd.prompt_ids))) < 0.051  # from the measured t(n, L) at the prompt's length
 
 

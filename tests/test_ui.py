@@ -830,12 +830,19 @@ def test_the_speed_note_prices_trees_with_the_measured_cost_curve(monkeypatch):
     monkeypatch.setattr(service, "cached_curve", lambda target, length=None: curve)
     target = SimpleNamespace(device=torch.device("cpu"))
     note = service.speed_note(
-        target, {"greedy": 0.0, "aasd": 4.0, "csd": 0.4}, {"greedy": 1.0, "aasd": 2.4, "csd": 1.0}
+        target,
+        {"greedy": 0.0, "aasd": 4.0, "csd": 0.4, "pld": 0.0},
+        {"greedy": 1.0, "aasd": 2.4, "csd": 1.3, "pld": 1.0},
     )
     assert note.startswith("Estimated speed-ups on this CPU")
     assert "a forward that verifies 16 draft tokens takes 2.0× as long as a greedy step here (t(16)/t(0)" in note
     assert "aasd: trees of 4 nodes on average take 1.2× a greedy step, MAL 2.40 → an estimated ≈ 2.00× greedy" in note
-    assert "csd drafted almost nothing" in note and "greedy:" not in note and "greedy drafted" not in note  # by design
+    # a tree under one node a step is priced, not called "almost nothing" (the twenty-second pass: MAL 1.88 beside it)
+    assert (
+        "csd: trees of 0.4 nodes on average (larger ones cost more here than they were expected to gain) take 1.0× "
+        "a greedy step, MAL 1.30 → an estimated ≈ 1.27× greedy" in note
+    )
+    assert "pld drafted nothing" in note and "greedy:" not in note and "greedy drafted" not in note  # by design
     assert note.endswith("approach their MAL.") and "pulls a measured speed-up below it" in note
     # a measured speed-up above the MAL (csd measured 4.11× at MAL 2.22 in the newcomer pass) is called noise
     sizes, mals = {"aasd": 4.0, "csd": 3.0}, {"aasd": 2.4, "csd": 2.22}

@@ -25,7 +25,7 @@ from core.models import DEFAULT_MODEL, PRESETS, check_pair, encode_prompt, is_fe
 from core.thresholds import shipped_fit_models
 from core.trace import RunTrace, StepTrace
 from workbench.evaluation.tasks import Task, load_tasks
-from workbench.methods import METHODS, get_method, parse_method_spec, resolve_params, run_method
+from workbench.methods import METHODS, get_method, parse_method_spec, recorded_params, resolve_params, run_method
 from workbench.suffix_corpus import corpus_for, record_output
 
 log = logging.getLogger(__name__)
@@ -496,7 +496,8 @@ def cost_model(target):
     from core import timing
 
     try:
-        return timing.load(timing.timing_path(target), timing.machine_signature(target))
+        # a disturbed measurement too: it is what the sizer uses in this process, and the speed note says so
+        return timing.load(timing.timing_path(target), timing.machine_signature(target), disturbed_ok=True)
     except (AttributeError, TypeError):  # a model without a fingerprint or device (a test stand-in)
         return None
 
@@ -512,6 +513,25 @@ def cached_curve(target, length: int | None = None):
 
 
 REFERENCE_TREE = 16  # draft nodes of the tree the speed note prices first (a typical AASD tree before sizing)
+
+
+def disturbed(target) -> str:
+    """A few words when the model's saved cost curve was measured while other work took the cores (its times
+    disagree with each other: core.cost_model.disorder), "" otherwise."""
+    from core import timing
+    from core.cost_model import DISTURBED
+
+    d = timing.saved_disorder(target)
+    if d is None or d <= DISTURBED:
+        return ""
+    return (
+        f"; measured while other work took the cores, so its times disagree with each other by up to {d:.1f}×: this "
+        "figure, the estimates below and the trees sized from it may be off, and the app measures it again at its "
+        "next start"
+    )
+
+
+NO_TREE = 0.05  # draft nodes per step below which a method's speed note says it drafted nothing
 
 
 def speed_note(
@@ -539,7 +559,7 @@ def speed_note(
     where = "CPU" if getattr(target.device, "type", str(target.device)) == "cpu" else str(target.device)
     parts = [
         f"a forward that verifies {REFERENCE_TREE} draft tokens takes {curve(REFERENCE_TREE) / curve(0):.1f}× as "
-        f"long as a greedy step here (t({REFERENCE_TREE})/t(0), from the model's measured cost curve)"
+        f"long as a greedy step here (t({REFERENCE_TREE})/t(0), from the model's measured cost curve{disturbed(target)})"
     ]
     noisy = []
     for method, n in tree_sizes.items():
@@ -548,17 +568,17 @@ def speed_note(
             continue
         if measured and measured.get(method, 0.0) > mal * 1.05:
             noisy.append(f"{method} measured {measured[method]:.2f}× with MAL {mal:.2f}")
-        if n < 1:
-            parts.append(
-                f"{method} drafted almost nothing (trees of {n:.1f} nodes on average: larger ones cost more here than they "
-                "were expected to gain)"
-            )
+        if n < NO_TREE:
+            parts.append(f"{method} drafted nothing (larger trees cost more here than they were expected to gain)")
             continue
-        ratio = curve(round(n)) / curve(0)
+        # Under one node a step is a small tree, not "almost nothing": one copied token a step nearly doubled the
+        # tokens per forward in the twenty-second pass (MAL 1.88 from trees of 0.96 nodes)
+        size = f"{n:.1f}" if n < 2 else f"{n:.0f}"  # never "1 nodes": below 2 with a decimal
+        why = " (larger ones cost more here than they were expected to gain)" if n < 1 else ""
+        ratio = curve(n) / curve(0)
         parts.append(
-            f"{method}: trees of {n:.0f} node{'' if round(n) == 1 else 's'} on average take {ratio:.1f}× a greedy step, "
-            f"MAL {mal:.2f} → an estimated "
-            f"≈ {mal / ratio:.2f}× greedy"
+            f"{method}: trees of {size} nodes on average{why} take {ratio:.1f}× a greedy "
+            f"step, MAL {mal:.2f} → an estimated ≈ {mal / ratio:.2f}× greedy"
         )
     warning = (
         " A speed-up above its MAL is not the method's: no per-step cost makes a method's step cheaper than greedy's,"
@@ -692,7 +712,7 @@ def stream_run(
     steps: list[StepTrace] = []
     events: queue.Queue = queue.Queue()
     target, draft = models.target, models.draft
-    header_params = resolve_params(method, params) | (compression.record() if compression is not None else {})
+    header_params = recorded_params(method, target, params, compression)  # what the run decodes with, fit included
     header = RunTrace(
         method=method,
         params=header_params,

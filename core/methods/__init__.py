@@ -30,7 +30,7 @@ from core.methods.registry import (
     param_defaults,
     register,
 )
-from core.methods.run import run_batch, run_method, warm_up
+from core.methods.run import recorded_params, run_batch, run_method, warm_up
 from core.methods.spec import (
     AUTO_THRESHOLDS,
     asked_as,
@@ -66,6 +66,7 @@ __all__ = [
     "register",
     "rescue_for",
     "resolve_params",
+    "recorded_params",
     "run_batch",
     "run_method",
     "split_method_list",

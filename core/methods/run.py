@@ -185,25 +185,17 @@ def _new_run(
 ):
     """(method, the run's record with its resolved parameters, the pool's context ids): checked before any decoding."""
     method = get_method(name)
-    p = resolve_params(name, params)
-    if p.get("fitted"):  # the fit's values become the run's own: recorded, and all that rules_of reads
-        p.update(fitted_values(target, name))
+    p = recorded_params(name, target, params, compression)
     if method.needs_draft and draft is None:
         raise InvalidInputError(
             f"method {name!r} needs a draft model: pass --draft (e.g. the qwen2.5-coder-0.5b preset)"
         )
-    if "rescue_eos" in p:  # what rescue_eos=no exempts: recorded, so a re-score can judge with or without it
-        p["eos_ids"] = [int(t) for t in target.eos_ids]
     prompt_ids = [int(t) for t in prompt_ids]
     check_prompt(prompt_ids, target.max_context)
-    if compression is not None:
-        p.update(compression.record())
-        if is_pool_method(method):
-            p["pool"] = p.get("pool", DEFAULT_POOL)
-            if p["pool"] == "full" and context_ids is None:
-                if uncompressed_ids is None:
-                    raise InvalidInputError(f"{name} with pool=full drafts from the uncompressed prompt: pass its ids")
-                context_ids = [int(t) for t in uncompressed_ids]
+    if compression is not None and is_pool_method(method) and p["pool"] == "full" and context_ids is None:
+        if uncompressed_ids is None:
+            raise InvalidInputError(f"{name} with pool=full drafts from the uncompressed prompt: pass its ids")
+        context_ids = [int(t) for t in uncompressed_ids]
     run = RunTrace(
         method=name,
         params=p,
@@ -229,6 +221,24 @@ class _DecodingParts:
     warm: bool
     corpus: SuffixCorpus | None = None  # the suffix corpus drafted from
     corpus_online: bool = False  # the run's output joins it when the run completes
+
+
+def recorded_params(
+    name: str, target, params: Mapping[str, Any] | None, compression: Compression | None = None
+) -> dict[str, Any]:
+    """The parameters a run of `name` decodes with and records: resolved, with the fit's thresholds for `fitted=1`,
+    what rescue_eos exempts and the compression's record. A run being written shows these from its first step
+    (workbench.service's header): a header with the unfitted defaults showed aasd[auto] at β 0.1 until it ended."""
+    p = resolve_params(name, params)
+    if p.get("fitted"):  # the fit's values become the run's own: recorded, and all that rules_of reads
+        p.update(fitted_values(target, name))
+    if "rescue_eos" in p:  # what rescue_eos=no exempts: recorded, so a re-score can judge with or without it
+        p["eos_ids"] = [int(t) for t in target.eos_ids]
+    if compression is not None:
+        p.update(compression.record())
+        if is_pool_method(get_method(name)):
+            p["pool"] = p.get("pool", DEFAULT_POOL)
+    return p
 
 
 def _decoding_parts(
