@@ -35,6 +35,17 @@ input:disabled, textarea:disabled { opacity: 0.45; cursor: not-allowed; }  /* a 
 /* Gradio 6 draws that ring on the cell's text span, and move handles beside it (the twenty-first pass) */
 #replay-runs .cell-selected .text { box-shadow: none !important; }
 #replay-runs .selection-button { display: none !important; }
+/* Compare: the speed table's columns are shares of its width (column_widths), so a long method label no longer pushes
+   speed-up and MAL out of view (the twenty-second pass); the label is cut with an ellipsis (Gradio's default) and a
+   number too wide for its column, a mean with its interval, wraps onto a second line instead of being cut */
+#compare-speed-table .body-cell:not(.first-column) .cell-wrap > span.text {
+  white-space: normal; overflow-wrap: anywhere; text-overflow: clip; overflow: visible;
+}
+/* Replay: the live-tuning sliders' labels wrap to one, two or three lines beside their number boxes, which left the
+   five tracks at three heights (the twenty-second pass): each slider is a column with its track at the bottom */
+.tune-slider { display: flex; flex-direction: column; }
+.tune-slider > .wrap:has(> .slider_input_container) { flex: 1 1 auto; display: flex; flex-direction: column; }
+.tune-slider .slider_input_container { margin-top: auto; }
 """
 
 

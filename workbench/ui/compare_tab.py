@@ -974,6 +974,10 @@ def build_form(tasks: Mapping[str, Task], allow_local: bool = True) -> CompareFo
             headers=SPEED_COLUMNS,
             interactive=False,
             elem_id="compare-speed-table",
+            # Shares of the table's width: a long variant label (aasd[alpha=0,beta=0.001,max_nodes=8]) sized the method
+            # column to itself and pushed speed-up and MAL past the right edge at 1280 px (the twenty-second pass);
+            # the label is now cut with an ellipsis (the column head names the method whole) and numbers wrap (CSS)
+            column_widths=["28%", "11%", "19%", "28%", "14%"],
             label=f"Speed per method: tok/s (wall clock) and speed-up (decoding CPU time) as mean (interval: "
             f"{INTERVAL_WORDS}) over the repeats; MAL = mean accepted length, tokens written per target forward",
             scale=1,
@@ -1153,8 +1157,8 @@ def capitalised(text: str) -> str:
 
 
 CPU_CLOCK_NOTE = (
-    f"{capitalised(CLOCK_PHRASES['cpu'])} (tokens per CPU second of the decoding thread, from the end of the "
-    "prompt's prefill to the last step): the time the thread waits while a browser draws this page or another "
+    f"{capitalised(CLOCK_PHRASES['cpu'])} (tokens per CPU second of decoding, every torch thread's, from the end of "
+    "the prompt's prefill to the last step): the time decoding waits while a browser draws this page or another "
     "program takes the core is not counted. Other work still slows CPU time itself (shared caches and memory), "
     "unevenly across methods: on a busy machine run Repeats, or compare on an idle one. tok/s is the wall clock's. "
 )

@@ -229,6 +229,7 @@ def tuning_panel() -> TuningPanel:
                     step=step,
                     label=rv.slider_label(name),
                     elem_id=f"tune-{name}",
+                    elem_classes=["tune-slider"],  # tracks level at the bottom of each block whatever the label: CSS
                 )
             )
     with gr.Row(equal_height=True):
