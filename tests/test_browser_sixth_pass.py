@@ -42,3 +42,22 @@ def test_no_untranslated_gradio_key_reaches_screen_readers(page):
     said = page.evaluate("() => window.__sr")
     assert not [t for t in said if "common." in t or "status." in t], said
     assert "done" in said, said
+
+
+def test_pasting_a_long_context_over_a_task_turns_the_picker_to_your_own_text(page):
+    """Twenty-third pass, minor: after a 20,000-character context replaced the sample's (pasted: one input event, as
+    Playwright's fill sends), the picker still read "extract-orders" before and after Run."""
+    from playwright.sync_api import expect
+
+    from workbench.ui.compare_tab import OWN_TEXT
+
+    page.get_by_role("tab", name="Compare").click()
+    task = page.locator("#compare-task input").first
+    page.locator("#compare-task input").first.click()
+    page.get_by_role("option", name="extract-orders").click()
+    expect(task).to_have_value("extract-orders")
+    page.wait_for_timeout(1500)  # the task's text fills the boxes
+    context = page.locator("#compare-context textarea")
+    context.fill("Order 5000 for customer 0: a mug, dispatched from the Leeds warehouse. " * 280)
+    context.press("Tab")
+    expect(task).to_have_value(OWN_TEXT, timeout=20_000)

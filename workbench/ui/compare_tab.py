@@ -1760,8 +1760,10 @@ def compare_tab(store: Store, pool: service.ModelPool, compare_ids: gr.State, wh
         [form.uploaded, form.task, form.status, form.upload_error, form.upload_note],
         api_name=False,
     )
-    for box in (form.context, form.prompt):  # .input: the user's typing, not a task filling the boxes in
-        box.input(
+    # .change, not .input: a paste (Playwright's fill) sent no .input and the picker kept the sample's name (the
+    # twenty-third pass); a task filling the boxes in changes nothing here, as its text is the task's own
+    for box in (form.context, form.prompt):
+        box.change(
             h.typed,
             [form.task, form.uploaded, form.context, form.prompt],
             [form.task],
