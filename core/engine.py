@@ -41,7 +41,6 @@ __all__ = ["Cancelled", "DecodeConfig", "DecodeResult", "SingleRow", "Verifier",
 TOPK_CHUNK = 256  # prompt positions per lm-head chunk when keeping prefill top-k
 
 
-@torch.inference_mode()
 def decode_cpu_clock(device) -> Callable[[], float] | None:
     """The clock of a run's decoding CPU time: on a CPU with one torch thread, this thread's CPU time (the forwards
     run in it); with more, the whole process's (`time.process_time`), so every torch thread's work counts (the
@@ -52,6 +51,7 @@ def decode_cpu_clock(device) -> Callable[[], float] | None:
     return time.thread_time if torch.get_num_threads() == 1 else time.process_time
 
 
+@torch.inference_mode()
 def decode(
     model: CausalLM,
     tokenizer: Tokenizer,

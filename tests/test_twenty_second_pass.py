@@ -184,3 +184,22 @@ def test_on_two_threads_a_smollm2_run_counts_more_cpu_time_than_its_decoding_thr
     finally:
         torch.set_num_threads(before)
     assert run.decode_cpu_seconds > own, (run.decode_cpu_seconds, own, run.decode_seconds)
+
+
+def test_decoding_runs_under_inference_mode(tiny):
+    """decode_cpu_clock went in between decode and its @torch.inference_mode() decorator, so decoding ran with
+    autograd's bookkeeping (tests pass either way: only the speed and memory differ). Each step is decoded, and
+    reported, under inference mode. Mutation caught: the decorator on decode_cpu_clock again."""
+    import torch
+
+    from core.methods import run_method
+
+    seen = []
+    run_method(
+        "aasd",
+        tiny,
+        [1, 2, 3, 4, 1, 2, 3],
+        {"max_new_tokens": 6},
+        on_step=lambda s: seen.append(torch.is_inference_mode_enabled()),
+    )
+    assert seen and all(seen), seen
