@@ -54,7 +54,13 @@ PRIOR_TAG = "auto-size-prior"
 ONLINE = "+online"  # a label ending so runs its sizer with the online check (core.sizing.StepClock)
 PLAIN = "+plain"  # a label ending so runs its sizer without caution and without the drafting pause (the old sizer)
 PAUSE_ONLY = "+pause"  # a label ending so runs its sizer without caution, with the drafting pause
-SIZER_SETTINGS = {PLAIN: (0.0, False), PAUSE_ONLY: (0.0, True)}  # label ending -> (core.sizing.CAUTION, PAUSE)
+NO_PROBE = "+noprobe"  # a label ending so runs its sizer without probes (core.sizing.PROBE), the rest as the run's
+# label ending -> the core.sizing settings its runs change (the others stay the run's)
+SIZER_SETTINGS = {
+    PLAIN: {"CAUTION": 0.0, "PAUSE": False},
+    PAUSE_ONLY: {"CAUTION": 0.0, "PAUSE": True},
+    NO_PROBE: {"PROBE": False},
+}
 CONTROL = "greedy-again"  # --control: greedy again, as a method (an A/A test of the measurement's noise)
 PHASES = ("draft_ms", "forward_ms", "verify_ms", "bookkeeping_ms")  # core.trace.StepTrace's per-step clocks (wall)
 PRIOR_NODES = 64  # the prior's runs: a fixed, large tree (what max_nodes=auto chooses from), so every depth is judged
@@ -140,6 +146,13 @@ def online_switch(target) -> dict:
 
     method_run.tree_sizer = tree_sizer
     return state
+
+
+def method_of(label: str) -> str:
+    """The method a label runs: the label without a sizer-setting ending (ONLINE, PLAIN, PAUSE_ONLY, NO_PROBE)."""
+    for end in (ONLINE, *SIZER_SETTINGS):
+        label = label.removesuffix(end)
+    return label
 
 
 def rotated(labels: tuple[str, ...], shift: int) -> tuple[str, ...]:
@@ -292,7 +305,7 @@ def run(argv=None) -> int:
         ap.error(f"--repeats must be at least 1 (got {args.repeats})")
     if args.control:
         methods.append(CONTROL)
-    base = {m: m.removesuffix(ONLINE).removesuffix(PLAIN).removesuffix(PAUSE_ONLY) for m in methods}
+    base = {m: method_of(m) for m in methods}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     target = load_model(args.model, device="cpu", dtype=args.dtype)
@@ -332,7 +345,7 @@ def run(argv=None) -> int:
         if m in base and base[m] != m and base[m] in priors:
             priors[m] = priors[base[m]]
     online = online_switch(target)
-    settings = core.sizing.CAUTION, core.sizing.PAUSE  # the run's; a PLAIN label sets the old ones for its runs
+    settings = {k: getattr(core.sizing, k) for k in ("CAUTION", "PAUSE", "PROBE")}  # the run's; labels change some
     rows = []
     warm = encode_prompt(target.tokenizer, "Hello", chat=False)
     from workbench.methods import parse_method_spec, run_method
@@ -354,9 +367,9 @@ def run(argv=None) -> int:
             for label in rotated(labels, n_item * args.repeats + repeat):
                 name, overrides = parse_method_spec("greedy" if label == CONTROL else base.get(label, label))
                 online["on"] = label.endswith(ONLINE)
-                core.sizing.CAUTION, core.sizing.PAUSE = next(
-                    (v for end, v in SIZER_SETTINGS.items() if label.endswith(end)), settings
-                )
+                changed = next((v for end, v in SIZER_SETTINGS.items() if label.endswith(end)), {})
+                for key, value in {**settings, **changed}.items():
+                    setattr(core.sizing, key, value)
                 params = {**overrides, "max_new_tokens": args.max_new_tokens}
                 if name != "greedy":
                     params["max_nodes"] = "auto"
@@ -388,7 +401,8 @@ def run(argv=None) -> int:
                 + " ".join(f"{k[:-3]} {v:.2f}" for k, v in rows[-1]["phases_ms"].items()),
                 file=sys.stderr,
             )
-    core.sizing.CAUTION, core.sizing.PAUSE = settings
+    for key, value in settings.items():
+        setattr(core.sizing, key, value)
     minutes = (time.perf_counter() - t_bench) / 60
     (out / "rows.json").write_text(
         json.dumps(
