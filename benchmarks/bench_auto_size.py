@@ -35,7 +35,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import threading
 import time
+from functools import partial
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -109,8 +111,9 @@ def decode_cpu_clock():
     return prefilled, first_step, lambda: time.thread_time() - mark.get("t", time.thread_time())
 
 
-def timed_run(name, target, ids, params, prior, task):
-    """run_method plus the thread's CPU seconds of decoding, from the first step to the end of the run."""
+def timed_run(name, params, target, ids, prior, task):
+    """run_method, the thread's CPU seconds of decoding (from the first step to the end of the run) and its wall
+    seconds of decoding."""
     from workbench.methods import run_method
 
     prefilled, first_step, seconds = decode_cpu_clock()
@@ -125,7 +128,114 @@ def timed_run(name, target, ids, params, prior, task):
         on_prefill=prefilled,
         should_stop=first_step,
     )
-    return run, seconds()
+    return run, seconds(), run.decode_seconds
+
+
+def start_run(label, base, settings, online, max_new_tokens) -> tuple[str, dict]:
+    """(method name, params) for a run of `label`, with the core.sizing settings its ending asks for set now: call
+    it just before the run starts (its sizer reads them when the run builds it)."""
+    import core.sizing
+    from workbench.methods import parse_method_spec
+
+    name, overrides = parse_method_spec("greedy" if label == CONTROL else base.get(label, label))
+    online["on"] = label.endswith(ONLINE)
+    changed = next((v for end, v in SIZER_SETTINGS.items() if label.endswith(end)), {})
+    for key, value in {**settings, **changed}.items():
+        setattr(core.sizing, key, value)
+    params = {**overrides, "max_new_tokens": max_new_tokens}
+    if name != "greedy":
+        params["max_nodes"] = "auto"
+    return name, params
+
+
+class Turns:
+    """Whose turn it is among runs decoding in threads (--lockstep): one step each, round robin, in `n` places."""
+
+    def __init__(self, n: int):
+        self.cond = threading.Condition()
+        self.ring = list(range(n))  # the places still running, in turn order
+        self.at = 0  # the index in ring whose turn it is
+
+    def wait(self, place: int) -> None:
+        with self.cond:
+            self.cond.wait_for(lambda: self.ring[self.at] == place)
+
+    def pass_on(self, place: int) -> None:
+        with self.cond:
+            self.at = (self.ring.index(place) + 1) % len(self.ring)
+            self.cond.notify_all()
+
+    def leave(self, place: int) -> None:
+        with self.cond:
+            i = self.ring.index(place)
+            self.ring.pop(i)
+            self.at = i % len(self.ring) if self.ring else 0
+            self.cond.notify_all()
+
+
+def lockstep_runs(order, starts, target, ids, priors, task, on_turn=None) -> dict:
+    """Every label's run on one item at once, each in its own thread, taking one decoding step each in turn
+    (`order` is the turn order; each prefill runs whole in its turn, untimed). So every run's steps fall in the
+    same stretch of the machine's time, and a slow drift of the host's speed (seen on a quiet 2-vCPU EPYC:
+    one-token forwards 20 % apart from one 8-s run to the next) falls on greedy and the methods alike, where
+    one run after another gives each run its own stretch. Returns label -> (run, the thread's CPU seconds of
+    decoding, wall seconds of its turns). `on_turn(label)` is called at each of a run's steps (tests)."""
+    from workbench.methods import run_method
+
+    turns, results = Turns(len(order)), {}
+
+    def decode(place: int, label: str) -> None:
+        clock = {"prefilled": False, "cpu": None, "wall": 0.0, "turn": 0.0}
+
+        def prefilled(done, total):
+            clock["prefilled"] = done >= total
+
+        def next_turn():  # asked before every step (and between prefill chunks)
+            if not clock["prefilled"]:
+                return False
+            if clock["cpu"] is None:
+                clock["cpu"] = time.thread_time()  # the first step: decoding starts
+            else:
+                clock["wall"] += time.perf_counter() - clock["turn"]
+            turns.pass_on(place)
+            turns.wait(place)
+            clock["turn"] = time.perf_counter()
+            if on_turn is not None:
+                on_turn(label)
+            return False
+
+        turns.wait(place)
+        try:
+            name, params = starts[label]()  # in this run's turn: the sizer settings are its own while it is built
+            run = run_method(
+                name,
+                target,
+                ids,
+                params,
+                prompt_text=task.input,
+                stop_strings=task.stop,
+                prior=priors.get(label),
+                on_prefill=prefilled,
+                should_stop=next_turn,
+            )
+            end = time.thread_time()
+            if clock["cpu"] is not None:  # the last step's turn
+                clock["wall"] += time.perf_counter() - clock["turn"]
+            results[label] = (run, end - (clock["cpu"] if clock["cpu"] is not None else end), clock["wall"])
+        except BaseException as e:  # noqa: BLE001 - handed to the caller, which raises it
+            results[label] = e
+        finally:
+            turns.leave(place)
+
+    threads = [threading.Thread(target=decode, args=(k, label), daemon=True) for k, label in enumerate(order)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for result in results.values():
+        if isinstance(result, BaseException):
+            raise result
+    return {label: results[label] for label in order}
 
 
 def online_switch(target) -> dict:
@@ -259,6 +369,11 @@ def run(argv=None) -> int:
     ap.add_argument(
         "--phases", action="store_true", help="with --summarize: each phase's ms per step beside greedy's, per family"
     )
+    ap.add_argument(
+        "--lockstep",
+        action="store_true",
+        help="decode an item's runs at once, one step each in turn (threads), so host drifts fall on all alike",
+    )
     ap.add_argument("--control", action="store_true", help=f"add {CONTROL!r}: greedy again, as a method (A/A)")
     ap.add_argument(
         "--pause",
@@ -348,7 +463,7 @@ def run(argv=None) -> int:
     settings = {k: getattr(core.sizing, k) for k in ("CAUTION", "PAUSE", "PROBE")}  # the run's; labels change some
     rows = []
     warm = encode_prompt(target.tokenizer, "Hello", chat=False)
-    from workbench.methods import parse_method_spec, run_method
+    from workbench.methods import run_method
 
     for label in ("greedy", *methods):  # lazy initialisation out of the timings
         name = "greedy" if label == CONTROL else base.get(label, label).split("[")[0]
@@ -364,19 +479,19 @@ def run(argv=None) -> int:
         ids = encode_prompt(target.tokenizer, task.prompt(), chat=task.chat)
         runs: dict[str, list] = {label: [] for label in labels}
         for repeat in range(args.repeats):
-            for label in rotated(labels, n_item * args.repeats + repeat):
-                name, overrides = parse_method_spec("greedy" if label == CONTROL else base.get(label, label))
-                online["on"] = label.endswith(ONLINE)
-                changed = next((v for end, v in SIZER_SETTINGS.items() if label.endswith(end)), {})
-                for key, value in {**settings, **changed}.items():
-                    setattr(core.sizing, key, value)
-                params = {**overrides, "max_new_tokens": args.max_new_tokens}
-                if name != "greedy":
-                    params["max_nodes"] = "auto"
-                runs[label].append(timed_run(name, target, ids, params, priors.get(label), task))
+            order_now = rotated(labels, n_item * args.repeats + repeat)
+            starts = {label: partial(start_run, label, base, settings, online, args.max_new_tokens) for label in labels}
+            if args.lockstep:
+                timed = lockstep_runs(order_now, starts, target, ids, priors, task)
+            else:
+                timed = {
+                    label: timed_run(*starts[label](), target, ids, priors.get(label), task) for label in order_now
+                }
+            for label, result in timed.items():
+                runs[label].append(result)
         greedy_ids = min(runs["greedy"], key=lambda rc: rc[1])[0].output_ids
         for label in labels:
-            run, cpu = min(runs[label], key=lambda rc: rc[1])  # the fastest of the repeats, by CPU time
+            run, cpu, _ = min(runs[label], key=lambda rc: rc[1])  # the fastest of the repeats, by CPU time
             rows.append(
                 {
                     "family": family,
@@ -384,9 +499,9 @@ def run(argv=None) -> int:
                     "method": label,
                     "prompt_tokens": len(ids),
                     "tokens": len(run.output_ids),
-                    "wall": min(r.decode_seconds for r, _ in runs[label]),
+                    "wall": min(w for _, _, w in runs[label]),
                     "cpu": cpu,
-                    "cpu_repeats": [c for _, c in runs[label]],
+                    "cpu_repeats": [c for _, c, _ in runs[label]],
                     "steps": len(run.steps),
                     "tree": float(np.mean([s.tree_size for s in run.steps] or [0])),
                     "phases_ms": {k: float(np.mean([getattr(s, k) for s in run.steps] or [0])) for k in PHASES},
@@ -425,7 +540,8 @@ def run(argv=None) -> int:
         f"\n{args.model} {machine['dtype']}, {machine['cpu']} ({' '.join(machine['cpu_flags'])}), "
         f"{machine['threads']} thread(s); sizer caution {core.sizing.CAUTION}, drafting pause {'on' if core.sizing.PAUSE else 'off'}; {longest} evaluation items per family at most "
         f"(from item {args.first_item + 1}{' of ' + args.tasks if args.tasks else ''}), "
-        f"{args.max_new_tokens} new tokens, {args.repeats} repeat(s) (fastest kept), order rotated per item; "
+        f"{args.max_new_tokens} new tokens, {args.repeats} repeat(s) (fastest kept), order rotated per item"
+        f"{', runs in lockstep (one step each in turn)' if args.lockstep else ''}; "
         f"timed part {minutes:.1f} min\n"
     )
     print_table(rows, families, methods)
