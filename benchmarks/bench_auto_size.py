@@ -12,7 +12,13 @@ The order of the runs on an item is rotated from item to item (greedy first on t
 ...), so no method always runs in the same place after the others; `--repeats R` runs each item's whole set R times
 (rotated again each time) and keeps each method's fastest run per item, as the cost grid keeps the fastest round;
 `--control` adds `greedy-again`, greedy run a second time and reported as if it were a method: the spread of its
-ratio is what the noise of the measurement alone gives (an A/A test).
+ratio is what the noise of the measurement alone gives (an A/A test). `--lockstep` decodes an item's runs at once,
+each in its own thread, one step each in turn (prefills whole and untimed), each run timed by its own thread's CPU
+clock and the wall time of its turns: a drift of the host's speed lasting seconds then falls on greedy and every
+method alike instead of on whichever run it happened in (on a quiet 2-vCPU AMD EPYC, AVX2 only, identical
+one-token forwards ran up to 20 % apart from one run to the next; in lockstep the A/A control sat within about 1 %).
+Label endings run a method with one sizer setting changed, so two sizers meet in one run: `+online` (the online
+check), `+plain` (no caution, no pause), `+pause` (no caution), `+noprobe` (no probes).
 
 Decoding time is measured twice: the run's wall clock (`decode_seconds`) and, with one torch thread, the
 calling thread's CPU time from the first step to the end of the run (not inflated when other processes
@@ -25,7 +31,7 @@ held-out split has seen are refused before anything is timed); the acceptance pr
 project families' held-out items.
 
     flock /tmp/bench.lock env OMP_NUM_THREADS=1 taskset -c 1 python benchmarks/bench_auto_size.py --threads 1 \\
-        --items 3 --max-new-tokens 64 --out results/auto_size
+        --items 3 --max-new-tokens 64 --control --lockstep --out results/auto_size
     flock /tmp/bench.lock env OMP_NUM_THREADS=1 taskset -c 1 python benchmarks/bench_auto_size.py --threads 1 \\
         --tasks assets/reviewer_tasks.jsonl --control --max-new-tokens 64 --out results/auto_size_reviewer
 """
