@@ -120,10 +120,16 @@ def decode_cpu_clock():
 def timed_run(name, params, target, ids, prior, task):
     """run_method, the thread's CPU seconds of decoding (from the first step to the end of the run) and its wall
     seconds of decoding."""
+    prefilled, first_step, seconds = decode_cpu_clock()
+    run = decode_task(name, params, target, ids, prior, task, prefilled, first_step)
+    return run, seconds(), run.decode_seconds
+
+
+def decode_task(name, params, target, ids, prior, task, on_prefill, should_stop):
+    """run_method on a task's prompt ids, with its text and stop strings (the gate's one way to decode an item)."""
     from workbench.methods import run_method
 
-    prefilled, first_step, seconds = decode_cpu_clock()
-    run = run_method(
+    return run_method(
         name,
         target,
         ids,
@@ -131,10 +137,9 @@ def timed_run(name, params, target, ids, prior, task):
         prompt_text=task.input,
         stop_strings=task.stop,
         prior=prior,
-        on_prefill=prefilled,
-        should_stop=first_step,
+        on_prefill=on_prefill,
+        should_stop=should_stop,
     )
-    return run, seconds(), run.decode_seconds
 
 
 def start_run(label, base, settings, online, max_new_tokens) -> tuple[str, dict]:
@@ -186,7 +191,6 @@ def lockstep_runs(order, starts, target, ids, priors, task, on_turn=None) -> dic
     one-token forwards 20 % apart from one 8-s run to the next) falls on greedy and the methods alike, where
     one run after another gives each run its own stretch. Returns label -> (run, the thread's CPU seconds of
     decoding, wall seconds of its turns). `on_turn(label)` is called at each of a run's steps (tests)."""
-    from workbench.methods import run_method
 
     turns, results = Turns(len(order)), {}
 
@@ -213,17 +217,7 @@ def lockstep_runs(order, starts, target, ids, priors, task, on_turn=None) -> dic
         turns.wait(place)
         try:
             name, params = starts[label]()  # in this run's turn: the sizer settings are its own while it is built
-            run = run_method(
-                name,
-                target,
-                ids,
-                params,
-                prompt_text=task.input,
-                stop_strings=task.stop,
-                prior=priors.get(label),
-                on_prefill=prefilled,
-                should_stop=next_turn,
-            )
+            run = decode_task(name, params, target, ids, priors.get(label), task, prefilled, next_turn)
             end = time.thread_time()
             if clock["cpu"] is not None:  # the last step's turn
                 clock["wall"] += time.perf_counter() - clock["turn"]
