@@ -36,7 +36,7 @@ uninterrupted one), and the run records both in its params (core.methods.run).
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from core.acceptance_prior import AcceptanceEstimate, AcceptancePrior
@@ -156,6 +156,23 @@ def tree_may_pay(
     )
     empty = (1.0 + margin) / cost(0, context_len)
     return any((1.0 + k * best_rate) / cost(k, context_len) > empty for k in ks)
+
+
+def step_may_pay(
+    cost: Cost,
+    context_len: int,
+    best_rate: float,
+    probe_rate: float | None,
+    max_nodes: int,
+    margin: float = MARGIN,
+    sizes: Sequence[int] | None = None,
+) -> bool:
+    """Whether a step may keep any draft node (TreeSizer.drafts): a tree of up to `max_nodes` nodes priced at most
+    `best_rate` a node, or a probe's one node priced at most `probe_rate` (None: no probes). The probe's optimistic
+    rate bounds one node only, not a whole tree. Pure."""
+    return tree_may_pay(cost, context_len, best_rate, max_nodes, margin, sizes) or (
+        probe_rate is not None and tree_may_pay(cost, context_len, probe_rate, min(1, max_nodes), margin, sizes)
+    )
 
 
 def linear_until(cost: Cost, context_len: int, max_nodes: int) -> int | None:
@@ -316,6 +333,8 @@ class TreeSizer:
         caution: float | None = None,
         pause: bool | None = None,
         probe: bool | None = None,
+        drafter_sources: Iterable[str] = (),
+        scored: bool = False,
     ):
         if not margin >= 0:
             raise ValueError(f"the sizer's margin must be ≥ 0, got {margin}")
@@ -324,12 +343,16 @@ class TreeSizer:
         self.rates = AcceptanceEstimate(prior)
         self.clock = StepClock(clock) if clock is not None else None
         self.sources: set[str] = set()  # draft sources this request's proposals have shown
-        self.scored = False  # whether a proposal carried drafter confidences (priced up to certainty)
+        # The sources the drafter declares (Drafter.node_sources): priced until its first proposal shows which it uses
+        self.declared = frozenset(drafter_sources)
+        # whether nodes carry drafter confidences (priced up to certainty): declared, or shown by a proposal
+        self.scored = scored
         # Read when built, as CAUTION is; without a pause the drafter is asked whenever a tree may pay.
         self.pause = DraftPause() if (PAUSE if pause is None else pause) else None
         self.probe = PROBE if probe is None else probe  # read when built, as CAUTION is
-        # (rate, L0, L1, max_nodes): no tree paid at that best rate anywhere in [L0, L1] (drafts skips the cost reads)
-        self.no_tree: tuple[float, int, int, int] | None = None
+        # ((best, probe rate, max_nodes), L0, L1): no tree paid at those rates anywhere in [L0, L1] (drafts skips
+        # the cost reads)
+        self.no_tree: tuple[tuple[float, float | None, int], int, int] | None = None
 
     @property
     def prior(self) -> AcceptancePrior:
@@ -358,42 +381,52 @@ class TreeSizer:
         return tree.subset(kept) if tree.num_draft else tree
 
     def best_rate(self) -> float | None:
-        """The highest rate any depth-1 node could be priced at now (bounds every node's path product; with probes,
-        the optimistic rate too), over the sources the prior and this request's proposals have shown; None until a
-        proposal was seen, and 1.0 once nodes carry drafter confidences (a confident node may be priced near
-        certainty)."""
-        if not self.sources:
+        """The highest rate a depth-1 node of a chosen tree could be priced at now (bounds every node's path product),
+        over the known sources (known_sources); None while none is known, and 1.0 when nodes carry drafter
+        confidences (a confident node may be priced near certainty)."""
+        if not self.known_sources():
             return None
         if self.scored or self.rates.prior.calibration:
             return 1.0
-        sources = self.sources | {source for source, _ in self.rates.prior.counts}
-        best = max(self.rates.rate(source, 1, caution=self.caution) for source in sources)
-        if self.probe:  # a probe's node is priced optimistically
-            best = max(best, max(self.rates.optimistic(source, 1, PROBE_OPTIMISM) for source in sources))
-        return best
+        return max(self.rates.rate(source, 1, caution=self.caution) for source in self.known_sources())
+
+    def probe_rate(self) -> float | None:
+        """The highest optimistic rate a probe's one node could be priced at now (None: no probes, or no source
+        known): a probe keeps one node, so only a one-node tree at this rate needs to pay (step_may_pay)."""
+        if not self.probe or not self.known_sources():
+            return None
+        if self.scored or self.rates.prior.calibration:
+            return 1.0
+        return max(self.rates.optimistic(source, 1, PROBE_OPTIMISM) for source in self.known_sources())
+
+    def known_sources(self) -> set[str]:
+        """The sources a node may come from: those this request's proposals showed (before the first: the drafter's
+        declared ones; none declared: unknown, the empty set), with the prior's."""
+        shown = self.sources or set(self.declared)
+        return shown | {source for source, _ in self.rates.prior.counts} if shown else set()
 
     def drafts(self, context_len: int, max_nodes: int = AUTO_CANDIDATES) -> bool:
         """Whether this step should ask the drafter at all: False when no tree of up to `max_nodes` nodes could pay
-        at this context length, whatever the drafter proposes (tree_may_pay), or while drafting pauses after
-        refused proposals (DraftPause); the step is then greedy's. The online check's clock still ticks (choose on
-        the root-only tree)."""
-        if not self.sources:  # the first step shows the sizer the drafter's sources (no pause can have started)
-            return True
+        at this context length, whatever the drafter proposes (step_may_pay: a tree at the regular rates or a probe's
+        node at the optimistic one), or while drafting pauses after refused proposals (DraftPause); the step is then
+        greedy's. The online check's clock still ticks (choose on the root-only tree). Before the first proposal the
+        drafter's declared sources are priced; with none declared the first step asks it, to see them."""
         if self.pause is not None and not self.pause.drafts():
             return False  # before pricing anything: a paused step costs what greedy's does
         best = self.best_rate()
         if best is None:
             return True
+        rates = (best, self.probe_rate(), max_nodes)
         if self.no_tree is not None:
-            rate, start, end, nodes = self.no_tree
-            if rate == best and start <= context_len <= end and nodes == max_nodes:
-                return False  # the bound's answer cannot have changed: same rate, same linear stretch of t
+            known, start, end = self.no_tree
+            if known == rates and start <= context_len <= end:
+                return False  # the bound's answer cannot have changed: same rates, same linear stretch of t
         sizes = getattr(self.cost, "sizes", None)
-        if tree_may_pay(self.cost, context_len, best, max_nodes, self.margin, sizes):
+        if step_may_pay(self.cost, context_len, *rates, self.margin, sizes):
             return True
         until = linear_until(self.cost, context_len, max_nodes)
-        if until is not None and not tree_may_pay(self.cost, until, best, max_nodes, self.margin, sizes):
-            self.no_tree = (best, context_len, until, max_nodes)
+        if until is not None and not step_may_pay(self.cost, until, *rates, self.margin, sizes):
+            self.no_tree = (rates, context_len, until)
         return False
 
     def ranked(self, tree: DraftTree) -> tuple[list[int], list[float]]:

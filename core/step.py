@@ -200,7 +200,7 @@ def size_trees(requests: Sequence[Request], proposals: list[Proposal]) -> list[P
 
 def verify(request: Request, proposal: Proposal, logits: torch.Tensor, env: StepEnv) -> tuple[StepStats, Verdict]:
     """The statistics of every node and the verifier's verdict; the sizer learns from it."""
-    stats = step_stats(logits, proposal.tree, env.eos_ids, wanted_topk(request.drafter))
+    stats = step_stats(logits, proposal.tree, env.eos_ids, wanted_topk(request.drafter, request.asked))
     verdict = request.verifier(proposal, logits, stats)
     if request.sizer is not None:
         request.sizer.observe(proposal.tree, verdict.decisions)
@@ -226,7 +226,7 @@ def emit(
     request.sequence.extend(new)
     request.generated.extend(new)
     request.length += len(verdict.path)
-    predictions = step_predictions(request.drafter, stats, tree, verdict, len(new))
+    predictions = step_predictions(request.drafter, stats, tree, verdict, len(new), request.asked)
     if defers_commit(request, predictions):
         request.unsent.extend(new)
     else:
@@ -245,7 +245,7 @@ def defers_commit(request: Request, predictions: np.ndarray | None) -> bool:
     return (
         not request.asked
         and predictions is None
-        and wanted_topk(request.drafter) == 0
+        and wanted_topk(request.drafter, asked=False) == 0
         and request.drafter.joins_commits
     )
 
@@ -363,23 +363,26 @@ def sync(device: torch.device) -> None:
 # ---- what a step records and hands the drafter ---------------------------------------------
 
 
-def wanted_topk(drafter: Drafter) -> int:
+def wanted_topk(drafter: Drafter, asked: bool = True) -> int:
     """How many top ids per row the drafter learns from (0: none): a TreeObserver's `tree_topk` over every tree
     row, `generated_topk` over the rows that chose the committed tokens. core.target_stats.step_stats brings
-    them to the host with the step's statistics, in its one transfer."""
-    return max(drafter.generated_topk, drafter.tree_topk if isinstance(drafter, TreeObserver) else 0)
+    them to the host with the step's statistics, in its one transfer. A step that did not ask the drafter
+    (`asked` False: under max_nodes=auto no tree could pay) takes no TreeObserver top-k: such a step costs what
+    greedy's does, and a table that learns from tree rows (Token Recycling) skips it, as it skips its drafting."""
+    tree_topk = drafter.tree_topk if asked and isinstance(drafter, TreeObserver) else 0
+    return max(drafter.generated_topk, tree_topk)
 
 
 def step_predictions(
-    drafter: Drafter, stats: StepStats, tree: DraftTree, verdict: Verdict, n_new: int
+    drafter: Drafter, stats: StepStats, tree: DraftTree, verdict: Verdict, n_new: int, asked: bool = True
 ) -> np.ndarray | None:
     """What the drafter declared it wants from this step's forward (`wanted_topk`): a TreeObserver sees the top
-    `tree_topk` ids of every tree row; the returned `commit` predictions are the top `generated_topk` ids of the
-    rows that chose the committed tokens (None when not wanted)."""
+    `tree_topk` ids of every tree row (on steps that asked it); the returned `commit` predictions are the top
+    `generated_topk` ids of the rows that chose the committed tokens (None when not wanted)."""
     if stats.topk is None:
         return None
     chose = verdict.path[:n_new]  # row path[j] is the distribution that chose new[j] (the bonus: the last row)
-    if isinstance(drafter, TreeObserver) and drafter.tree_topk:
+    if asked and isinstance(drafter, TreeObserver) and drafter.tree_topk:
         drafter.observe_tree(TreeTopK(np.asarray(tree.tokens, np.int32), stats.topk, list(verdict.path)))
     return stats.topk[chose, : drafter.generated_topk] if drafter.generated_topk else None
 

@@ -12,7 +12,16 @@ from test_acceptance_prior import scored_chain
 
 from core.acceptance_prior import AcceptancePrior
 from core.cost_model import CostModel
-from core.sizing import MARGIN, CostCurve, DraftPause, TreeSizer, choose_nodes, path_products, tree_may_pay
+from core.sizing import (
+    MARGIN,
+    CostCurve,
+    DraftPause,
+    TreeSizer,
+    choose_nodes,
+    path_products,
+    step_may_pay,
+    tree_may_pay,
+)
 from core.tree import DraftTree
 
 SIZES = (0, 1, 2, 4, 8, 16, 32, 64)
@@ -522,13 +531,116 @@ def test_when_no_tree_may_pay_the_sizer_would_keep_none_of_any_tree(parents, rat
         assert choose_nodes(tree, node_rates, cost, length)[0] == []
 
 
+@settings(max_examples=80, deadline=None)
+@given(
+    st.lists(st.integers(0, 10), min_size=1, max_size=30),
+    st.lists(st.tuples(st.integers(1, 4), st.integers(0, 40)), min_size=1, max_size=4),
+    st.floats(0.0, 2.0),
+    st.floats(0.0, 1.5),
+    st.sampled_from((300, 5000)),
+)
+def test_a_step_the_sizer_skips_is_one_where_it_would_keep_no_node_probes_included(
+    parents, stored, scale, caution, length
+):
+    """Property: `drafts` says False only where `choose` would keep nothing of any tree, its probe included (the
+    probe's optimistic rate bounds one node, the regular rates every node of a tree): skipping the drafter there
+    changes no step. Random trees, stored priors (accepted of 40 per depth), cost slopes and cautions."""
+    tree = DraftTree.root_only(0)
+    for i, p in enumerate(parents):
+        tree.add(min(p, i), 100 + i, "context")
+    prior = AcceptancePrior.from_counts([("context", depth, accepted, 40) for depth, accepted in stored])
+    cost = CostModel(SIZES, (256, 4096), tuple(tuple(0.04 * (1 + scale * n) for n in SIZES) for _ in range(2)))
+    sizer = TreeSizer(cost, prior, caution=caution, pause=False, probe=True, drafter_sources={"context"})
+    if not sizer.drafts(length, tree.num_draft):
+        assert sizer.choose(tree, length).num_draft == 0
+
+
+@pytest.mark.parametrize(
+    "method", ["aasd", "casd", "recycle", "suffix", "aasd[fallback=recycle]", "aasd[fallback=suffix]"]
+)
+def test_every_proposed_node_comes_from_a_source_its_drafter_declares(tiny, monkeypatch, method):
+    """The sizer prices a drafter's declared sources before its first proposal (Drafter.node_sources, scores_nodes),
+    so a step may go undrafted on them alone: every node a drafter proposes must carry a declared source, and
+    confidences only where it declares it scores its nodes. On a flat cost, where every tree is proposed whole."""
+    from core import timing
+    from core.methods import parse_method_spec, run_method
+
+    shown: list[tuple[set, frozenset, bool, bool]] = []
+    choose = TreeSizer.choose
+
+    def recorded(self, tree, context_len):
+        confident = any(c is not None for c in tree.confidence)
+        shown.append((set(tree.sources[1:]), self.declared, confident, self.scored))
+        return choose(self, tree, context_len)
+
+    monkeypatch.setattr(timing, "cost_model", lambda target: flat())
+    monkeypatch.setattr(TreeSizer, "choose", recorded)
+    name, params = parse_method_spec(method)
+    prompt = [5, 6, 7, 8, 9, 10, 5, 6, 7, 8, 9, 10, 5, 6, 7, 8, 9, 10, 5, 6, 7]
+    run_method(name, tiny, prompt, {**params, "max_new_tokens": 16, "max_nodes": "auto"})
+    assert any(sources for sources, *_ in shown)  # trees were proposed
+    for sources, declared, confident, scored in shown:
+        assert sources <= declared
+        assert scored or not confident
+
+
+def test_steps_that_do_not_draft_take_no_top_k_and_teach_the_recycle_table_nothing(tiny, monkeypatch):
+    """Token Recycling learns from every tree row of the steps it drafts (TreeObserver); a step the sizer leaves
+    undrafted is greedy's, so it takes no top-k over the vocabulary and the table learns nothing from it. Under a
+    cost where no tree pays, no step is drafted: observe_tree is never called and no step asks step_stats for a
+    top-k (with a fixed tree size, every step observes)."""
+    from core import step as core_step
+    from core import timing
+    from core.drafters.recycle import RecycleDrafter
+    from core.methods import run_method
+
+    calls = {"observe": 0, "topk": []}
+    observe, step_stats = RecycleDrafter.observe_tree, core_step.step_stats
+
+    def counted_observe(self, forward):
+        calls["observe"] += 1
+        return observe(self, forward)
+
+    def recorded_stats(logits, tree, eos_ids, topk=0):
+        calls["topk"].append(topk)
+        return step_stats(logits, tree, eos_ids, topk)
+
+    monkeypatch.setattr(RecycleDrafter, "observe_tree", counted_observe)
+    monkeypatch.setattr(core_step, "step_stats", recorded_stats)
+    monkeypatch.setattr(timing, "cost_model", lambda target: each_node_a_forward())
+    prompt = [5, 6, 7, 8, 9, 10, 5, 6, 7, 8, 9, 10, 5, 6, 7]
+    greedy = run_method("greedy", tiny, prompt, {"max_new_tokens": 12})
+    calls["topk"].clear()
+    run = run_method("recycle", tiny, prompt, {"max_new_tokens": 12, "max_nodes": "auto"})
+    assert run.output_ids == greedy.output_ids
+    assert calls["observe"] == 0 and set(calls["topk"]) == {0}
+    fixed = run_method("recycle", tiny, prompt, {"max_new_tokens": 12, "max_nodes": 8})
+    assert calls["observe"] == len(fixed.steps) and min(calls["topk"][-len(fixed.steps) :]) > 0
+
+
+def test_a_probe_bounds_one_node_so_a_steep_cost_leaves_a_low_prior_undrafted():
+    """Recycle's stored depth-1 rate 0.06 on an AVX2 CPU, where one node costs 0.6 of a forward: a probe's optimistic
+    rate (about 0.15) could pay for a 16-node tree at the bound's k·rate, but a probe keeps one node, which cannot
+    pay; the regular rate pays for no tree. So the sizer asks the drafter for nothing (before, it asked it
+    every step it was not paused, and priced a 60-node template each time)."""
+    # t(n)/t(0) as measured on an AMD EPYC (AVX2 only, float32, one thread) at 256 tokens: 1.61 at n = 1, 3.0 at 16
+    shape = (1.0, 1.61, 1.75, 1.95, 2.3, 3.0, 4.5, 7.5)
+    steep = CostModel(SIZES, (256, 4096), (tuple(0.084 * r for r in shape), tuple(0.16 * r for r in shape)))
+    prior = AcceptancePrior.from_counts([("recycled", d, 6 if d == 1 else 1, 100) for d in range(1, 9)])
+    sizer = TreeSizer(steep, prior, pause=False, drafter_sources={"recycled"})
+    best, probe = sizer.best_rate(), sizer.probe_rate()
+    assert probe is not None and best is not None and probe > best
+    assert tree_may_pay(steep, 800, probe, 16) and not tree_may_pay(steep, 800, probe, 1)
+    assert not step_may_pay(steep, 800, best, probe, 16)
+    assert not any(sizer.drafts(800 + i, 16) for i in range(20))
+
+
 def test_a_step_where_no_tree_pays_skips_the_drafter_and_forwards_the_root_alone(tiny, monkeypatch):
-    """Under max_nodes=auto, once the sizer has seen the drafter's sources, a step where no tree could pay is
-    greedy's step: the drafter is not asked, no tree mask is built, one token goes through the model; the output is
-    greedy's and the trace records an empty tree."""
-    from core import engine
+    """Under max_nodes=auto a step where no tree could pay is greedy's step, the first one too (the sizer prices the
+    drafter's declared sources): the drafter is not asked, no tree mask is built, one token goes through the model;
+    the output is greedy's and the trace records an empty tree."""
+    from core import engine, timing
     from core.drafters.context import ContextDrafter
-    from core.methods import run as methods_run
     from core.methods import run_method
 
     prompt = [5, 6, 7, 8, 9, 10, 5, 6, 7, 8, 9, 10, 5, 6, 7]
@@ -551,10 +663,10 @@ def test_a_step_where_no_tree_pays_skips_the_drafter_and_forwards_the_root_alone
     monkeypatch.setattr(ContextDrafter, "propose", counted_propose)
     monkeypatch.setattr(engine, "tree_attention_mask", counted_mask)
     monkeypatch.setattr(engine, "forward_tree", recorded_forward)
-    monkeypatch.setattr(methods_run, "tree_sizer", lambda *a: TreeSizer(each_node_a_forward()))
+    monkeypatch.setattr(timing, "cost_model", lambda target: each_node_a_forward())
     run = run_method("aasd-strict", tiny, prompt, {"max_new_tokens": 12})
     assert run.output_ids == greedy.output_ids
-    assert calls["propose"] == 1  # the first step shows the sizer the drafter's sources; none after it
+    assert calls["propose"] == 0
     assert calls["mask"] == 0 and set(calls["forwarded"]) == {1}
     assert len(run.steps) == len(greedy.steps) and all(s.tree_size == 0 for s in run.steps)
 
@@ -787,10 +899,10 @@ def test_the_remembered_answer_is_the_bound_s_answer_at_every_length(steps, rate
     prior = AcceptancePrior.from_counts([("recycled", d, int(rate * 100), 100) for d in range(1, 9)])
     sizer = TreeSizer(cost, prior, caution=0.0, pause=False)
     sizer.sources.add("recycled")
-    best = sizer.best_rate()
+    best, probe = sizer.best_rate(), sizer.probe_rate()
     answers = []
     for length in range(100, 9000, 37):
-        answers.append(tree_may_pay(cost, length, best, max_nodes, sizes=SIZES))
+        answers.append(step_may_pay(cost, length, best, probe, max_nodes, sizes=SIZES))
         assert sizer.drafts(length, max_nodes) == answers[-1]
 
 

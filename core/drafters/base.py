@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from core.tree import DraftTree
+from core.types import Source
 
 
 @dataclass
@@ -65,6 +66,11 @@ class Drafter(Protocol):
     # Whether commit(a, None) then commit(b, None) leaves the drafter as commit(a + b, None) does: then a step that did
     # not ask it (core.sizing's pause) may hand its tokens over later, with the next step's (core.step.emit).
     joins_commits: bool
+    # Every source its nodes can carry, and whether they carry confidences (DraftTree.confidence): what
+    # core.sizing prices a step by before the drafter has proposed anything (a first step no tree can pay for
+    # is then not drafted).
+    node_sources: frozenset[Source]
+    scores_nodes: bool
 
     def begin(self, prompt_ids: list[int], prefill: TopK | None) -> None:
         """Start a request: `prefill` holds `prefill_topk` predictions per prompt position (None when 0)."""
@@ -95,6 +101,8 @@ class NoDraft:
     prefill_topk = 0
     generated_topk = 0
     joins_commits = True
+    node_sources: frozenset[Source] = frozenset()
+    scores_nodes = False
 
     @classmethod
     def from_params(cls, params: dict[str, Any], env: DraftEnv) -> "NoDraft":

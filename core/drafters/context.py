@@ -10,12 +10,14 @@ from typing import Any
 import numpy as np
 
 from core.drafters.base import DraftEnv, Proposal, TopK, TreeObserver, TreeTopK
-from core.drafters.recycle import TEMPLATE, RecycleTable, expand
+from core.drafters.recycle import SOURCE, TEMPLATE, RecycleTable, expand
 from core.drafters.suffix import FALLBACK_MARGIN, corpus_drafts, corpus_fallback
 from core.params import auto_or
 from core.pool import DraftPool
 from core.sizing import AUTO_CANDIDATES
+from core.suffix.draft import CONTEXT, HISTORY
 from core.tree import Candidate, add_ranked, merge_sequences
+from core.types import Source
 
 ALIGN_SHARE = 0.25  # of the node budget kept for alignment siblings (when they need it); the rest for retrieved hits
 
@@ -68,6 +70,11 @@ class ContextDrafter(TreeObserver):
         self.suffix = corpus_fallback(corpus, self.max_nodes) if corpus is not None else None  # fallback=suffix
         self.fallback_margin = fallback_margin
         self.tree_topk = table.k if table is not None else 0
+        sources: set[Source] = {"context", "generated"} | ({"alignment"} if align_m else set())
+        self.node_sources = frozenset(
+            sources | ({SOURCE} if table is not None else set()) | ({CONTEXT, HISTORY} if corpus is not None else set())
+        )
+        self.scores_nodes = corpus is not None  # the suffix fallback's nodes carry confidences
         if table is not None:  # the table learns from the prompt too; alignment reads the first align_m + 1
             self.prefill_topk = max(self.prefill_topk, table.k)
 

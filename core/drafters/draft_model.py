@@ -23,6 +23,7 @@ from core.hot_types import CausalLM, KVCache
 from core.params import auto_or, is_auto
 from core.target_stats import sampling_processors
 from core.tree import DraftTree
+from core.types import Source
 
 AUTO_GAMMA_MAX = 16  # gamma=auto: the longest draft
 START_CONFIDENCE = 0.4  # gamma=auto: the first threshold (transformers' assistant_confidence_threshold default)
@@ -64,6 +65,8 @@ class DraftModelDrafter:
     prefill_topk = 0
     generated_topk = 0
     joins_commits = False  # commit compares the tokens with the chain it drafted last
+    node_sources: frozenset[Source] = frozenset({"draft"})
+    scores_nodes = False  # a node's draft_p is the draft's probability, not a calibrated confidence
 
     def __init__(
         self,

@@ -9,6 +9,7 @@ import numpy as np
 from core.drafters.base import DraftEnv, Proposal, TopK
 from core.pool import DraftPool
 from core.tree import DraftTree
+from core.types import Source
 
 
 class PromptLookupDrafter:
@@ -19,6 +20,8 @@ class PromptLookupDrafter:
     prefill_topk = 0
     generated_topk = 0
     joins_commits = True  # the pool appends token by token
+    node_sources: frozenset[Source] = frozenset({"context", "generated"})
+    scores_nodes = False
 
     def __init__(self, max_ngram: int = 3, num_tokens: int = 10):
         self.max_ngram, self.num_tokens = max_ngram, num_tokens

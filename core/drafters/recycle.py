@@ -269,6 +269,8 @@ class RecycleDrafter(TreeObserver):
 
     generated_topk = 0
     joins_commits = True  # commit keeps nothing (the table learns in observe_tree)
+    node_sources: frozenset[Source] = frozenset({SOURCE})
+    scores_nodes = False
 
     def __init__(self, table: RecycleTable, template: Template = TEMPLATE, max_nodes: int | None = None):
         self.table, self.template, self.max_nodes = table, template, max_nodes

@@ -12,6 +12,8 @@ from core.drafters.base import DraftEnv, Proposal, TopK
 from core.params import auto_or
 from core.sizing import AUTO_CANDIDATES
 from core.suffix import SuffixCorpus, SuffixSpeculator
+from core.suffix.draft import CONTEXT, HISTORY
+from core.types import Source
 
 
 class SuffixDrafter:
@@ -22,6 +24,8 @@ class SuffixDrafter:
     prefill_topk = 0
     generated_topk = 0
     joins_commits = True  # the speculator appends token by token
+    node_sources: frozenset[Source] = frozenset({CONTEXT, HISTORY})
+    scores_nodes = True  # each node's continuation frequency and match length (core.suffix.draft)
 
     def __init__(
         self, corpus: SuffixCorpus | None, max_nodes: int = 0, spec_factor: float = 4.0, min_prob: float = 0.1

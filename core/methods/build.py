@@ -140,16 +140,24 @@ def suffix_corpus(
 
 
 def tree_sizer(
-    method: Method, params: Mapping[str, Any], target, draft=None, prior: AcceptancePrior | None = None
+    method: Method,
+    params: Mapping[str, Any],
+    target,
+    draft=None,
+    prior: AcceptancePrior | None = None,
+    drafter: Drafter | None = None,
 ) -> TreeSizer | None:
     """`max_nodes=auto` for tree drafters (context, recycle, suffix): a sizer over the model's measured t(n, L), read
     at each step's context length, starting from `prior` (the caller's: e.g. workbench.store.priors from
-    stored traces of this method and model; None: core.acceptance_prior's default rate)."""
+    stored traces of this method and model; None: core.acceptance_prior's default rate), pricing `drafter`'s declared
+    sources until it proposes (None: its first step asks it)."""
     if not sizes_trees(method, params, draft):
         return None
     from core.timing import cost_model
 
-    return TreeSizer(cost_model(target), prior)
+    if drafter is None:
+        return TreeSizer(cost_model(target), prior)
+    return TreeSizer(cost_model(target), prior, drafter_sources=drafter.node_sources, scored=drafter.scores_nodes)
 
 
 def build(

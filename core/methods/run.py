@@ -265,7 +265,7 @@ def _decoding_parts(
     drafter, verifier = build(
         method, p, target=target, draft=draft, context_ids=context_ids, memory=memory, table=table, corpus=corpus
     )
-    sizer = tree_sizer(method, p, target, draft, prior)
+    sizer = tree_sizer(method, p, target, draft, prior, drafter)
     if sizer is not None:  # what the tree sizes were chosen from: the run is reproducible from it
         p["cost_model_ms"] = cost_grid_text(sizer.cost)
         p.update(sizer.prior.record())
