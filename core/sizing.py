@@ -345,8 +345,8 @@ class TreeSizer:
         self.sources: set[str] = set()  # draft sources this request's proposals have shown
         # The sources the drafter declares (Drafter.node_sources): priced until its first proposal shows which it uses
         self.declared = frozenset(drafter_sources)
-        # whether nodes carry drafter confidences (priced up to certainty): declared, or shown by a proposal
-        self.scored = scored
+        self.declared_scored = scored  # the drafter says its nodes carry confidences (until a proposal shows it)
+        self.scored = False  # whether a proposal carried drafter confidences (priced up to certainty)
         # Read when built, as CAUTION is; without a pause the drafter is asked whenever a tree may pay.
         self.pause = DraftPause() if (PAUSE if pause is None else pause) else None
         self.probe = PROBE if probe is None else probe  # read when built, as CAUTION is
@@ -386,7 +386,7 @@ class TreeSizer:
         confidences (a confident node may be priced near certainty)."""
         if not self.known_sources():
             return None
-        if self.scored or self.rates.prior.calibration:
+        if self.confident():
             return 1.0
         return max(self.rates.rate(source, 1, caution=self.caution) for source in self.known_sources())
 
@@ -395,9 +395,15 @@ class TreeSizer:
         known): a probe keeps one node, so only a one-node tree at this rate needs to pay (step_may_pay)."""
         if not self.probe or not self.known_sources():
             return None
-        if self.scored or self.rates.prior.calibration:
+        if self.confident():
             return 1.0
         return max(self.rates.optimistic(source, 1, PROBE_OPTIMISM) for source in self.known_sources())
+
+    def confident(self) -> bool:
+        """Whether a node may be priced near certainty: it carries a drafter confidence (shown by a proposal, or before
+        the first one declared by the drafter), or the prior holds a calibration of confidences."""
+        declared = not self.sources and self.declared_scored
+        return self.scored or declared or bool(self.rates.prior.calibration)
 
     def known_sources(self) -> set[str]:
         """The sources a node may come from: those this request's proposals showed (before the first: the drafter's

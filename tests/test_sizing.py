@@ -570,7 +570,7 @@ def test_every_proposed_node_comes_from_a_source_its_drafter_declares(tiny, monk
 
     def recorded(self, tree, context_len):
         confident = any(c is not None for c in tree.confidence)
-        shown.append((set(tree.sources[1:]), self.declared, confident, self.scored))
+        shown.append((set(tree.sources[1:]), self.declared, confident, self.declared_scored))
         return choose(self, tree, context_len)
 
     monkeypatch.setattr(timing, "cost_model", lambda target: flat())
@@ -633,6 +633,18 @@ def test_a_probe_bounds_one_node_so_a_steep_cost_leaves_a_low_prior_undrafted():
     assert tree_may_pay(steep, 800, probe, 16) and not tree_may_pay(steep, 800, probe, 1)
     assert not step_may_pay(steep, 800, best, probe, 16)
     assert not any(sizer.drafts(800 + i, 16) for i in range(20))
+
+
+def test_a_drafter_that_declares_confidences_drafts_at_once_and_its_proposals_decide_after():
+    """A drafter that may score its nodes (the suffix fallback) is priced near certainty before its first proposal,
+    so it drafts at once even where plain rates cannot pay; once its proposals carry no confidence, plain rates price
+    it again (as before drafters declared anything)."""
+    half = CostModel(SIZES, (256, 4096), tuple(tuple(0.04 * (1 + 0.5 * n) for n in SIZES) for _ in range(2)))
+    sizer = TreeSizer(half, drafter_sources={"context", "history"}, scored=True, pause=False)
+    assert sizer.best_rate() == 1.0 and sizer.drafts(1000, 16)
+    sizer.choose(chain(4), 1000)  # no confidences
+    best = sizer.best_rate()
+    assert best is not None and best < 0.5 and not sizer.drafts(1000, 16)
 
 
 def test_a_step_where_no_tree_pays_skips_the_drafter_and_forwards_the_root_alone(tiny, monkeypatch):
