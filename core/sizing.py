@@ -384,20 +384,22 @@ class TreeSizer:
         """The highest rate a depth-1 node of a chosen tree could be priced at now (bounds every node's path product),
         over the known sources (known_sources); None while none is known, and 1.0 when nodes carry drafter
         confidences (a confident node may be priced near certainty)."""
-        if not self.known_sources():
+        sources = self.known_sources()
+        if not sources:
             return None
         if self.confident():
             return 1.0
-        return max(self.rates.rate(source, 1, caution=self.caution) for source in self.known_sources())
+        return max(self.rates.rate(source, 1, caution=self.caution) for source in sources)
 
     def probe_rate(self) -> float | None:
         """The highest optimistic rate a probe's one node could be priced at now (None: no probes, or no source
         known): a probe keeps one node, so only a one-node tree at this rate needs to pay (step_may_pay)."""
-        if not self.probe or not self.known_sources():
+        sources = self.known_sources() if self.probe else set()
+        if not sources:
             return None
         if self.confident():
             return 1.0
-        return max(self.rates.optimistic(source, 1, PROBE_OPTIMISM) for source in self.known_sources())
+        return max(self.rates.optimistic(source, 1, PROBE_OPTIMISM) for source in sources)
 
     def confident(self) -> bool:
         """Whether a node may be priced near certainty: it carries a drafter confidence (shown by a proposal, or before
