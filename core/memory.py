@@ -318,18 +318,33 @@ def normalised_text(text: str) -> str:
     return unicodedata.normalize("NFKC", text).casefold().strip()
 
 
+def ends_a_sentence_or_line(text: str) -> bool:
+    """Whether a token's text ends a line (holds a newline) or a sentence ('.', '!', '?' last, spaces aside)."""
+    return "\n" in text or text.rstrip().endswith((".", "!", "?"))
+
+
+def same_boundary(draft_text: str, correction_text: str) -> bool:
+    """Whether both tokens end a sentence or line, or neither does. A generalised key speaks only for such pairs:
+    normalising strips the newline of '.\n', so without this '.\n'→' to' and '.'→'to' would count together and
+    rescue a full stop where the target goes on; on GSM8K such rescues cut sentences short and cost answers (the
+    exact pair, which the paper's CSD counts, is not affected)."""
+    return ends_a_sentence_or_line(draft_text) == ends_a_sentence_or_line(correction_text)
+
+
 def text_key(draft_text: str, correction_text: str) -> tuple[str, str] | None:
-    """`text` key: the two tokens' normalised texts, so ' Solve'→' determine' and 'solve'→' Determine' are one key."""
+    """`text` key: the two tokens' normalised texts, so ' Solve'→' determine' and 'solve'→' Determine' are one key;
+    None when one token ends a sentence or line and the other does not (`same_boundary`)."""
     d, t = normalised_text(draft_text), normalised_text(correction_text)
-    return (d, t) if d and t else None
+    return (d, t) if d and t and same_boundary(draft_text, correction_text) else None
 
 
 def prefix_key(draft_text: str, correction_text: str) -> tuple[str, str] | None:
     """`prefix` key: one normalised text a proper prefix of the other (a tokenisation variant: ' ret' for ' return',
     or ' returns' for ' return'), keyed by the direction and the draft's text, so every longer or shorter
-    correction of one draft token counts together; None when neither text is a prefix of the other."""
+    correction of one draft token counts together; None when neither text is a prefix of the other, or when one
+    token ends a sentence or line and the other does not (`same_boundary`)."""
     d, t = normalised_text(draft_text), normalised_text(correction_text)
-    if not d or not t or d == t:
+    if not d or not t or d == t or not same_boundary(draft_text, correction_text):
         return None
     if t.startswith(d):
         return ("draft shorter", d)

@@ -14,7 +14,16 @@ import pytest
 from conftest import IdTokenizer, make_tiny, perturbed
 
 from core.errors import InvalidInputError
-from core.memory import CorrectionMemory, KeyedMemory, PairKeys, normalised_text, prefix_key, text_key
+from core.memory import (
+    CorrectionMemory,
+    KeyedMemory,
+    PairKeys,
+    ends_a_sentence_or_line,
+    normalised_text,
+    prefix_key,
+    same_boundary,
+    text_key,
+)
 from core.methods import METHODS, resolve_params, run_method
 from core.rules import (
     KEY_ORDERS,
@@ -45,6 +54,21 @@ def test_text_key_pairs_normalised_texts_and_skips_whitespace():
     assert text_key(" Solve", "determine") == text_key("solve", " Determine") == ("solve", "determine")
     assert text_key(" The", "the") == ("the", "the")  # a case/space variant of one word is its own key
     assert text_key("\n", " the") is None and text_key(" the", "  ") is None
+
+
+def test_generalised_keys_never_pair_a_sentence_or_line_end_with_a_continuation():
+    # the GSM8K losses of keys=all: a full stop rescued where the target went on ('.\n' for ' to', '.' for ' to'),
+    # and a HumanEval bracket with blank lines for the bare bracket; only the exact pair may speak for these
+    for draft, target in ((".\n", " to"), (".", " to"), ("?", " and"), (")\n\n\n", ")"), (",", ".")):
+        assert not same_boundary(draft, target)
+        assert text_key(draft, target) is None, (draft, target)
+    assert prefix_key("]\n", "];") is None and prefix_key("];", "]\n") is None  # ']' a prefix of both, no spelling
+    assert prefix_key("]", "];") == ("draft shorter", "]")  # neither ends a line: a tokenisation variant
+    # pairs of one class still generalise, ends with ends and words with words
+    assert text_key(".\n", "!") == (".", "!") and text_key(" .", "?\n\n") == (".", "?")
+    assert text_key("#", " if") == ("#", "if") and text_key(" Solve", "determine") == ("solve", "determine")
+    assert ends_a_sentence_or_line("done. ") and ends_a_sentence_or_line("x\n    ")
+    assert not ends_a_sentence_or_line(" e.g") and not ends_a_sentence_or_line(".get")
 
 
 def test_prefix_key_is_a_proper_prefix_either_way_keyed_by_the_draft():
@@ -346,3 +370,18 @@ def test_the_shipped_memory_loads_with_generalised_keys_over_the_qwen_tokenizer(
     counts = memory.key_counts(ids["#"][0], ids["if"][0], every).counts
     # '#'→'if' falls under the text key of all four spellings (and of any other token that normalises alike)
     assert counts[0] == ("exact", hash_if[0]) and counts[1][1] >= sum(hash_if) > hash_if[0]
+    # a full stop for a word (GSM8K's losses under keys=all) is left to its exact pair: no text or prefix key counts
+    # for it, though its normalised texts ('.', 'to') hold observations in the table
+    stop, to = tok.encode(".\n"), tok.encode(" to")
+    assert len(stop) == len(to) == 1
+    assert memory.key_counts(stop[0], to[0], every).counts == (
+        ("exact", memory.count(stop[0], to[0])),
+        ("text", 0),
+        ("prefix", 0),
+    )
+    unguarded = sum(
+        n
+        for (d, t), n in memory.snapshot().items()
+        if (normalised_text(tok.decode([d])), normalised_text(tok.decode([t]))) == (".", "to")
+    )
+    assert unguarded > memory.count(stop[0], to[0])
