@@ -99,7 +99,8 @@ def test_progress_updates_are_paced_by_time_for_every_method():
 @pytest.mark.slow
 def test_a_busy_neighbour_on_the_core_slows_the_wall_clock_not_the_decoding_cpu_time(smollm2):
     """Greedy on SmolLM2 with a busy process on the same core (as a browser drawing the page was): the run's
-    wall-clock decode time grows, the decoding thread's CPU time (what the app's speed-ups are ratios of) does not."""
+    wall-clock decode time grows, the decoding thread's CPU time (what the app's speed-ups are ratios of) grows far
+    less (a shared core's caches still cost it some: how much is the machine's, so the bound is relative)."""
     import os
     import subprocess
     import sys
@@ -135,7 +136,9 @@ def test_a_busy_neighbour_on_the_core_slows_the_wall_clock_not_the_decoding_cpu_
         torch.set_num_threads(threads)
     assert alone_cpu is not None and alone_cpu <= alone_wall * 1.05
     assert busy_wall > 1.5 * busy_cpu, (busy_wall, busy_cpu)  # the neighbour took about half the core
-    assert busy_cpu < 1.3 * alone_cpu, (busy_cpu, alone_cpu)  # the decoding's own work did not grow
+    # the decoding's own work grew far less than its wall time. Not "did not grow": on a 2-vCPU AVX2 VM sharing the
+    # core cost the decoding 48 % more CPU time (caches refilled after each switch), its wall time over twice that
+    assert busy_cpu / alone_cpu < 0.8 * busy_wall / alone_wall, (busy_cpu, alone_cpu, busy_wall, alone_wall)
 
 
 def _trace(method, out, params=None, prompt=(1, 2, 3), model="m"):
