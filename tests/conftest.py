@@ -47,18 +47,40 @@ if XDIST_WORKERS > 1:
     torch.set_num_threads(_threads)
 
 
+def drives_a_browser(module: Path) -> bool:
+    """A test module that drives Chromium: the test_browser* modules and any other that uses tests/browser_util."""
+    return module.name.startswith("test_browser") or "browser_util" in module.read_text(encoding="utf-8")
+
+
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the groups into the test ids
 def pytest_collection_modifyitems(config, items):
-    """Under `--dist loadgroup`: a module's tests stay on one worker (its module fixtures, an app or a loaded model,
-    are built once), and the browser modules share one worker: two apps and two Chromiums at once on two cores
-    slowed the page waits past their timeouts."""
+    """`--browser-tests=skip|only` keeps one side of run.sh's two phases. Under `--dist loadgroup`: a module's tests
+    stay on one worker (its module fixtures, an app or a loaded model, are built once), and the browser modules share
+    one worker: two apps and two Chromiums at once on two cores slowed the page waits past their timeouts."""
+    phase = config.getoption("--browser-tests")
+    browser: dict[Path, bool] = {}
+    kept, dropped = [], []
     for item in items:
-        module = item.nodeid.split("::", 1)[0]
-        group = "browser" if Path(module).name.startswith("test_browser") else module
-        item.add_marker(pytest.mark.xdist_group(group))
+        module = Path(str(item.path))
+        if module not in browser:
+            browser[module] = drives_a_browser(module)
+        if phase != "all" and browser[module] != (phase == "only"):
+            dropped.append(item)
+            continue
+        kept.append(item)
+        item.add_marker(pytest.mark.xdist_group("browser" if browser[module] else item.nodeid.split("::", 1)[0]))
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
 
 
 def pytest_addoption(parser):
+    parser.addoption(
+        "--browser-tests",
+        default="all",
+        choices=("all", "skip", "only"),
+        help="run the tests that drive Chromium with the rest (all), leave them out (skip) or run only them (only)",
+    )
     parser.addoption(
         "--cost-curve",
         default="measured",
