@@ -47,9 +47,9 @@ case "$cmd" in
     ;;
   test)
     setup
-    # Two phases on a machine with two or more cores: every test that drives no browser on a pytest-xdist worker per
-    # core (up to WORKBENCH_TEST_WORKERS, default 2; a module's tests stay on one worker), then the browser tests in
-    # one process with the machine to themselves. Beside another worker's forwards the browser tests met
+    # Two phases on a machine with two or more cores: every test that drives no browser and judges no clock on a
+    # pytest-xdist worker per core (WORKBENCH_TEST_WORKERS, default 2; a module's tests stay on one worker), then the
+    # browser tests and those marked `alone` in one process with the machine to themselves. Beside another worker's forwards the browser tests met
     # load-dependent races (two of four CI runs had one or two failures that passed alone), and the suite took
     # 26 minutes in one process on a 2-core AVX2 CPU. WORKBENCH_TEST_WORKERS=1 runs everything in one process.
     cores=$(nproc 2>/dev/null || echo 1)
@@ -57,10 +57,10 @@ case "$cmd" in
     if [ "$workers" -gt 1 ]; then
       # pytest exits 5 when a phase selects no test (a path or -k that names only one kind): not a failure
       rc=0
-      python -m pytest -n "$workers" --dist loadgroup --browser-tests=skip "$@" || rc=$?
+      python -m pytest -n "$workers" --dist loadgroup --phase parallel "$@" || rc=$?
       [ "$rc" = 5 ] && rc=0
       rc2=0
-      python -m pytest --browser-tests=only "$@" || rc2=$?
+      python -m pytest --phase alone "$@" || rc2=$?
       [ "$rc2" = 5 ] && rc2=0
       exit $((rc > rc2 ? rc : rc2))
     else

@@ -52,19 +52,25 @@ def drives_a_browser(module: Path) -> bool:
     return module.name.startswith("test_browser") or "browser_util" in module.read_text(encoding="utf-8")
 
 
+def needs_the_machine(item, browser_module: bool) -> bool:
+    """Run in run.sh's second phase, with no other worker beside it: it drives a browser or judges clocks."""
+    return browser_module or item.get_closest_marker("alone") is not None
+
+
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the groups into the test ids
 def pytest_collection_modifyitems(config, items):
-    """`--browser-tests=skip|only` keeps one side of run.sh's two phases. Under `--dist loadgroup`: a module's tests
+    """`--phase parallel|alone` keeps one side of run.sh's two phases (the browser tests and those marked `alone` are
+    the second). Under `--dist loadgroup`: a module's tests
     stay on one worker (its module fixtures, an app or a loaded model, are built once), and the browser modules share
     one worker: two apps and two Chromiums at once on two cores slowed the page waits past their timeouts."""
-    phase = config.getoption("--browser-tests")
+    phase = config.getoption("--phase")
     browser: dict[Path, bool] = {}
     kept, dropped = [], []
     for item in items:
         module = Path(str(item.path))
         if module not in browser:
             browser[module] = drives_a_browser(module)
-        if phase != "all" and browser[module] != (phase == "only"):
+        if phase != "all" and needs_the_machine(item, browser[module]) != (phase == "alone"):
             dropped.append(item)
             continue
         kept.append(item)
@@ -76,10 +82,10 @@ def pytest_collection_modifyitems(config, items):
 
 def pytest_addoption(parser):
     parser.addoption(
-        "--browser-tests",
+        "--phase",
         default="all",
-        choices=("all", "skip", "only"),
-        help="run the tests that drive Chromium with the rest (all), leave them out (skip) or run only them (only)",
+        choices=("all", "parallel", "alone"),
+        help="all tests; or run.sh's first phase (parallel: no browser, no `alone` mark) or second (alone: the rest)",
     )
     parser.addoption(
         "--cost-curve",

@@ -97,6 +97,7 @@ def test_progress_updates_are_paced_by_time_for_every_method():
 
 @pytest.mark.real_model
 @pytest.mark.slow
+@pytest.mark.alone  # reads clocks: run.sh runs it with the machine to itself
 def test_a_busy_neighbour_on_the_core_slows_the_wall_clock_not_the_decoding_cpu_time(smollm2):
     """Greedy on SmolLM2 with a busy process on the same core (as a browser drawing the page was): the run's
     wall-clock decode time grows, the decoding thread's CPU time (what the app's speed-ups are ratios of) grows far
@@ -357,6 +358,7 @@ def test_the_runs_table_explains_each_of_its_columns(tmp_path):
 
 @pytest.mark.real_model
 @pytest.mark.slow
+@pytest.mark.alone  # reads clocks: run.sh runs it with the machine to itself
 def test_the_first_prefill_estimate_is_within_reach_of_the_measured_prefill(smollm2):
     """Defect 4: the first estimate, before any comparison, came from the cost curve alone and was 2-2.5x low; the
     pool's warm-up now times a 256-token prefill, which the first estimate scales. Checked against a measured

@@ -88,6 +88,7 @@ def test_read_rate_is_the_weighted_lower_third():
 
 @pytest.mark.real_model
 @pytest.mark.slow
+@pytest.mark.alone  # reads clocks: run.sh runs it with the machine to itself
 def test_the_estimate_for_a_long_prompt_after_a_short_read_is_near_the_measured_prefill(smollm2):
     """On SmolLM2: after the pool's warm-up read and one observed 300-token read that took twice its time, the
     estimate for a 3,000-token prompt lands within a generous factor of its measured prefill (core 0 is shared by
