@@ -26,7 +26,7 @@ sys.path.insert(0, str(ROOT))
 def key_counts(pairs: dict[tuple[int, int], int], text: dict[int, str], guarded: bool) -> dict[str, Counter]:
     """Observations per text and prefix key over the exact pairs, with the boundary guard or as before it (the
     guard is the key functions' only change, so "before" is them with `same_boundary` left out)."""
-    from core.memory import normalised_text, prefix_key, text_key
+    from core.memory import normalised_text, prefix_key, prefix_relation, text_key
 
     out: dict[str, Counter] = {"text": Counter(), "prefix": Counter()}
     for (d, t), n in pairs.items():
@@ -35,23 +35,12 @@ def key_counts(pairs: dict[tuple[int, int], int], text: dict[int, str], guarded:
             tk, pk = text_key(dt, tt), prefix_key(dt, tt)
         else:
             nd, nt = normalised_text(dt), normalised_text(tt)
-            tk, pk = ((nd, nt) if nd and nt else None), unguarded_prefix_key(nd, nt)
+            tk, pk = ((nd, nt) if nd and nt else None), prefix_relation(nd, nt)
         if tk:
             out["text"][tk] += n
         if pk:
             out["prefix"][pk] += n
     return out
-
-
-def unguarded_prefix_key(d: str, t: str) -> tuple[str, str] | None:
-    """core.memory.prefix_key on normalised texts, without the boundary guard."""
-    if not d or not t or d == t:
-        return None
-    if t.startswith(d):
-        return ("draft shorter", d)
-    if d.startswith(t):
-        return ("draft longer", d)
-    return None
 
 
 def main() -> int:

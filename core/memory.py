@@ -343,8 +343,14 @@ def prefix_key(draft_text: str, correction_text: str) -> tuple[str, str] | None:
     or ' returns' for ' return'), keyed by the direction and the draft's text, so every longer or shorter
     correction of one draft token counts together; None when neither text is a prefix of the other, or when one
     token ends a sentence or line and the other does not (`same_boundary`)."""
-    d, t = normalised_text(draft_text), normalised_text(correction_text)
-    if not d or not t or d == t or not same_boundary(draft_text, correction_text):
+    if not same_boundary(draft_text, correction_text):
+        return None
+    return prefix_relation(normalised_text(draft_text), normalised_text(correction_text))
+
+
+def prefix_relation(d: str, t: str) -> tuple[str, str] | None:
+    """The prefix key of two normalised texts, the boundary aside."""
+    if not d or not t or d == t:
         return None
     if t.startswith(d):
         return ("draft shorter", d)
