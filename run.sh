@@ -55,12 +55,13 @@ case "$cmd" in
     cores=$(nproc 2>/dev/null || echo 1)
     workers=${WORKBENCH_TEST_WORKERS:-$((cores < 2 ? 1 : 2))}
     if [ "$workers" -gt 1 ]; then
-      # pytest exits 5 when a phase selects no test (a path or -k that names only one kind): not a failure
-      rc=0
+      # pytest exits 5 when it selects no test: for one phase (a path or -k that names one kind only) not a failure,
+      # for both it is (a -k that matches nothing)
+      rc=0 rc2=0
       python -m pytest -n "$workers" --dist loadgroup --phase parallel "$@" || rc=$?
-      [ "$rc" = 5 ] && rc=0
-      rc2=0
       python -m pytest --phase alone "$@" || rc2=$?
+      if [ "$rc" = 5 ] && [ "$rc2" = 5 ]; then exit 5; fi
+      [ "$rc" = 5 ] && rc=0
       [ "$rc2" = 5 ] && rc2=0
       exit $((rc > rc2 ? rc : rc2))
     else
