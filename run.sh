@@ -49,9 +49,10 @@ case "$cmd" in
     setup
     # Two phases on a machine with two or more cores: every test that drives no browser and judges no clock on a
     # pytest-xdist worker per core (WORKBENCH_TEST_WORKERS, default 2; a module's tests stay on one worker), then the
-    # browser tests and those marked `alone` in one process with the machine to themselves. Beside another worker's forwards the browser tests met
-    # load-dependent races (two of four CI runs had one or two failures that passed alone), and the suite took
-    # 26 minutes in one process on a 2-core AVX2 CPU. WORKBENCH_TEST_WORKERS=1 runs everything in one process.
+    # browser tests and those marked `alone` in one process with the machine to themselves: beside another worker's
+    # forwards the browser tests met load-dependent races (two of four CI runs had one or two failures that passed
+    # alone). In one process the default suite took 26 minutes on a 2-core AVX2 CPU. WORKBENCH_TEST_WORKERS=1 runs
+    # everything in one process.
     cores=$(nproc 2>/dev/null || echo 1)
     workers=${WORKBENCH_TEST_WORKERS:-$((cores < 2 ? 1 : 2))}
     if [ "$workers" -gt 1 ]; then

@@ -60,9 +60,9 @@ def needs_the_machine(item, browser_module: bool) -> bool:
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the groups into the test ids
 def pytest_collection_modifyitems(config, items):
     """`--phase parallel|alone` keeps one side of run.sh's two phases (the browser tests and those marked `alone` are
-    the second). Under `--dist loadgroup`: a module's tests
-    stay on one worker (its module fixtures, an app or a loaded model, are built once), and the browser modules share
-    one worker: two apps and two Chromiums at once on two cores slowed the page waits past their timeouts."""
+    the second). Under `--dist loadgroup`: a module's tests stay on one worker (its module fixtures, an app or a
+    loaded model, are built once), and the browser modules share one worker: two apps and two Chromiums at once on
+    two cores slowed the page waits past their timeouts."""
     phase = config.getoption("--phase")
     browser: dict[Path, bool] = {}
     kept, dropped = [], []
